@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envPrefix is the prefix of the environment variables that stand in for
+// flags: --known-hosts is also read from RIGGER_KNOWN_HOSTS, -f/--file from
+// RIGGER_FILE. A flag given on the command line wins over the variable.
+const envPrefix = "RIGGER_"
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rigger",
+		Short: "Declarative GitOps reconciler for RKE-style Kubernetes clusters",
+		Long: `rigger makes a Kubernetes cluster converge to the cluster.yml (RKE's format)
+kept in git. It observes the live nodes, computes a plan, pushes each node's
+containers and files over SSH (the Docker socket tunnelled, as RKE does) or an
+agent tunnel, keeps etcd snapshots on a schedule and commits the cluster's
+status back to git.
+
+Every flag can also be set from the environment: RIGGER_ followed by the
+flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnvOverrides(cmd.Flags(), os.LookupEnv)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		newVersionCommand(),
+	)
+	return root
+}
+
+// applyEnvOverrides sets every flag the user did not give on the command line
+// from its RIGGER_* environment variable, if that is set.
+func applyEnvOverrides(flags *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var err error
+	flags.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		name := envName(f.Name)
+		v, ok := lookup(name)
+		if !ok {
+			return
+		}
+		if serr := flags.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("environment variable %s: %w", name, serr)
+		}
+	})
+	return err
+}
+
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
