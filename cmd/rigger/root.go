@@ -37,6 +37,8 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 	root.SetErr(stderr)
 	root.AddCommand(
 		newVersionCommand(),
+		newValidateCommand(),
+		newConfigCommand(),
 	)
 	return root
 }

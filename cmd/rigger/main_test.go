@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// run executes rigger with args and returns its output and exit code.
+func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := newRootCommand(&out, &errOut)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	var ex *exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ex):
+		code = ex.code
+	default:
+		code = 1
+		errOut.WriteString(err.Error())
+	}
+	return out.String(), errOut.String(), code
+}
+
+func TestValidateThreeMistakes(t *testing.T) {
+	out, _, code := run(t, "validate", "-f", "../../spec/testdata/invalid/three-mistakes.yml")
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	for _, want := range []string{
+		"three-mistakes.yml:8:12: error: nodes[1].role[0]: Role [master] for host (2) is not recognized",
+		"three-mistakes.yml:9:5: error: nodes[2].address: Cluster can't have duplicate node: 10.0.0.1",
+		`three-mistakes.yml:14:5: error: services.kube-api.extra-args: unknown key "extra-args" in services.kube-api`,
+		`Did you mean "extra_args"?`,
+		"3 errors, 0 warnings",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestValidateJSON(t *testing.T) {
+	out, _, code := run(t, "validate", "-o", "json", "-f", "../../spec/testdata/invalid/roles.yml")
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	var got struct {
+		Valid       bool
+		Errors      int
+		Warnings    int
+		Diagnostics []struct{ Severity, Path, Summary string }
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if got.Valid || got.Errors != 1 || got.Warnings != 2 || len(got.Diagnostics) != 3 {
+		t.Errorf("got %+v", got)
+	}
+}
+
+func TestValidateValidExampleAndEnvOverride(t *testing.T) {
+	t.Setenv("RIGGER_FILE", "../../examples/clusters/ha/cluster.yml")
+	out, _, code := run(t, "validate")
+	if code != 0 || !strings.Contains(out, "ha/cluster.yml: valid") {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestValidateMissingFile(t *testing.T) {
+	_, errOut, code := run(t, "validate", "-f", "does-not-exist.yml")
+	if code != 1 || !strings.Contains(errOut, "does-not-exist.yml") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	out, _, code := run(t, "config", "defaults", "-f", "../../examples/clusters/s3-backups/cluster.yml")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"cluster_name: backed-up", "interval_hours: 6", "hostname_override: 10.20.0.11", "secret_key: (redacted)", "host_key_policy: strict"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "example-secret-key-change-me") {
+		t.Error("a secret is printed without --show-secrets")
+	}
+	_, errOut, code := run(t, "config", "defaults", "-f", "../../spec/testdata/invalid/three-mistakes.yml")
+	if code != 1 || !strings.Contains(errOut, "3 errors") {
+		t.Errorf("an invalid file: exit %d, stderr:\n%s", code, errOut)
+	}
+}

@@ -1,0 +1,251 @@
+package spec
+
+import (
+	"reflect"
+	"strings"
+	"time"
+)
+
+// RKE's defaults, and rigger's for its own keys.
+const (
+	DefaultClusterName           = "local"
+	DefaultSSHPort               = "22"
+	DefaultSSHKeyPath            = "~/.ssh/id_rsa"
+	DefaultDockerSocket          = "/var/run/docker.sock"
+	DefaultServiceClusterIPRange = "10.43.0.0/16"
+	DefaultServiceNodePortRange  = "30000-32767"
+	DefaultClusterCIDR           = "10.42.0.0/16"
+	DefaultClusterDNSServer      = "10.43.0.10"
+	DefaultClusterDomain         = "cluster.local"
+	DefaultNetworkPlugin         = "canal"
+	DefaultAuthStrategy          = "x509"
+	DefaultAuthorizationMode     = "rbac"
+	DefaultIngressProvider       = "nginx"
+	DefaultDNSProvider           = "coredns"
+	DefaultMonitoringProvider    = "metrics-server"
+	DefaultMaxUnavailableWorker  = "10%"
+	DefaultMaxUnavailableCP      = "1"
+	DefaultAddonJobTimeout       = 45
+	DefaultEtcdIntervalHours     = 12
+	DefaultEtcdRetention         = 6
+	DefaultEtcdBackupTimeout     = 300
+	DefaultDrainGracePeriod      = -1
+	DefaultDrainTimeout          = 120
+	DefaultAuditLogPath          = "/var/log/kube-audit/audit-log.json"
+
+	DefaultTransport         = TransportSSH
+	DefaultHostKeyPolicy     = HostKeyStrict
+	DefaultKnownHostsFile    = "~/.ssh/known_hosts"
+	DefaultConnectTimeout    = 10 * time.Second
+	DefaultKeepaliveInterval = 15 * time.Second
+	DefaultMaxParallel       = 10
+	DefaultMaxRemovedNodes   = "30%"
+	DefaultStaleNodes        = StaleNodesReport
+)
+
+// Values of rigger's enumerated keys.
+const (
+	TransportSSH   = "ssh"
+	TransportAgent = "agent"
+
+	HostKeyStrict    = "strict"
+	HostKeyAcceptNew = "accept-new"
+	HostKeyOff       = "off"
+
+	StaleNodesReport = "report"
+	StaleNodesDelete = "delete"
+)
+
+// Roles of a node.
+const (
+	RoleEtcd         = "etcd"
+	RoleControlPlane = "controlplane"
+	RoleWorker       = "worker"
+)
+
+// SetDefaults fills every key the user left empty with its default, as RKE
+// does, so that the cluster says exactly what will be applied.
+func SetDefaults(c *Cluster) {
+	def(&c.ClusterName, DefaultClusterName)
+	def(&c.SSHKeyPath, DefaultSSHKeyPath)
+	def(&c.KubernetesVersion, DefaultKubernetesVersion)
+	def(&c.AddonJobTimeout, DefaultAddonJobTimeout)
+	defBool(&c.IgnoreDockerVersion, true)
+	if c.EnableCRIDockerd == nil {
+		// Kubernetes 1.24 removed dockershim: RKE turns cri-dockerd on from there.
+		v, err := parseVersion(c.KubernetesVersion)
+		defBool(&c.EnableCRIDockerd, err == nil && (v.major > 1 || v.minor >= 24))
+	}
+
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		def(&n.Port, DefaultSSHPort)
+		def(&n.InternalAddress, n.Address)
+		def(&n.HostnameOverride, strings.ToLower(n.Address))
+		def(&n.DockerSocket, DefaultDockerSocket)
+		def(&n.Transport, DefaultTransport)
+		if n.SSHKey == "" {
+			def(&n.SSHKeyPath, c.SSHKeyPath)
+		}
+		def(&n.SSHCertPath, c.SSHCertPath)
+		n.SSHAgentAuth = n.SSHAgentAuth || c.SSHAgentAuth
+	}
+	if b := c.BastionHost; b != nil && b.Address != "" {
+		def(&b.Port, DefaultSSHPort)
+		if b.SSHKey == "" {
+			def(&b.SSHKeyPath, c.SSHKeyPath)
+		}
+	}
+
+	setServiceDefaults(&c.Services)
+	setImageDefaults(c)
+
+	def(&c.Network.Plugin, DefaultNetworkPlugin)
+	defBool(&c.Network.EnableBrNetfilter, true)
+	def(&c.Authentication.Strategy, DefaultAuthStrategy)
+	if w := c.Authentication.Webhook; w != nil {
+		def(&w.CacheTimeout, "5s")
+	}
+	def(&c.Authorization.Mode, DefaultAuthorizationMode)
+
+	def(&c.Ingress.Provider, DefaultIngressProvider)
+	if v, err := parseVersion(c.KubernetesVersion); err == nil && v.major == 1 && v.minor < 21 {
+		def(&c.Ingress.NetworkMode, "hostNetwork")
+	}
+	def(&c.Ingress.NetworkMode, "hostPort") // RKE's default from Kubernetes 1.21 on
+	def(&c.Ingress.HTTPPort, 80)
+	def(&c.Ingress.HTTPSPort, 443)
+	defBool(&c.Ingress.DefaultBackend, true)
+	defBool(&c.Ingress.DefaultIngressClass, true)
+
+	if c.DNS == nil {
+		c.DNS = &DNS{}
+	}
+	def(&c.DNS.Provider, DefaultDNSProvider)
+	if c.DNS.LinearAutoscalerParams != nil {
+		p := c.DNS.LinearAutoscalerParams
+		def(&p.CoresPerReplica, 128)
+		def(&p.NodesPerReplica, 4)
+		def(&p.Min, 1)
+	}
+	def(&c.Monitoring.Provider, DefaultMonitoringProvider)
+	if c.Monitoring.Replicas == nil {
+		one := int32(1)
+		c.Monitoring.Replicas = &one
+	}
+
+	if c.UpgradeStrategy == nil {
+		c.UpgradeStrategy = &UpgradeStrategy{}
+	}
+	u := c.UpgradeStrategy
+	def(&u.MaxUnavailableWorker, DefaultMaxUnavailableWorker)
+	def(&u.MaxUnavailableControlplane, DefaultMaxUnavailableCP)
+	defBool(&u.Drain, false)
+	if u.DrainInput == nil {
+		u.DrainInput = &NodeDrainInput{}
+	}
+	defBool(&u.DrainInput.IgnoreDaemonSets, true)
+	def(&u.DrainInput.GracePeriod, DefaultDrainGracePeriod)
+	def(&u.DrainInput.Timeout, DefaultDrainTimeout)
+
+	r := &c.Rigger
+	def(&r.SSH.HostKeyPolicy, DefaultHostKeyPolicy)
+	def(&r.SSH.KnownHostsFile, DefaultKnownHostsFile)
+	def(&r.SSH.ConnectTimeout, Duration(DefaultConnectTimeout))
+	def(&r.SSH.KeepaliveInterval, Duration(DefaultKeepaliveInterval))
+	def(&r.MaxParallel, DefaultMaxParallel)
+	def(&r.MaxRemovedNodes, DefaultMaxRemovedNodes)
+	def(&r.StaleNodes, DefaultStaleNodes)
+}
+
+func setServiceDefaults(s *Services) {
+	e := &s.Etcd
+	if len(e.ExternalURLs) == 0 {
+		// RKE's etcd tuning for nodes on ordinary networks and disks.
+		defArg(&e.BaseService, "election-timeout", "5000")
+		defArg(&e.BaseService, "heartbeat-interval", "500")
+	}
+	if e.BackupConfig == nil {
+		e.BackupConfig = &BackupConfig{}
+	}
+	b := e.BackupConfig
+	defBool(&b.Enabled, true)
+	def(&b.IntervalHours, DefaultEtcdIntervalHours)
+	def(&b.Retention, DefaultEtcdRetention)
+	def(&b.Timeout, DefaultEtcdBackupTimeout)
+
+	api := &s.KubeAPI
+	def(&api.ServiceClusterIPRange, DefaultServiceClusterIPRange)
+	def(&api.ServiceNodePortRange, DefaultServiceNodePortRange)
+	if api.AuditLog == nil {
+		api.AuditLog = &AuditLog{Enabled: true}
+	}
+	if api.AuditLog.Enabled {
+		if api.AuditLog.Configuration == nil {
+			api.AuditLog.Configuration = &AuditLogConfig{}
+		}
+		a := api.AuditLog.Configuration
+		def(&a.MaxAge, 30)
+		def(&a.MaxBackup, 10)
+		def(&a.MaxSize, 100)
+		def(&a.Path, DefaultAuditLogPath)
+		def(&a.Format, "json")
+	}
+
+	kc := &s.KubeController
+	def(&kc.ClusterCIDR, DefaultClusterCIDR)
+	def(&kc.ServiceClusterIPRange, api.ServiceClusterIPRange)
+
+	k := &s.Kubelet
+	def(&k.ClusterDomain, DefaultClusterDomain)
+	def(&k.ClusterDNSServer, DefaultClusterDNSServer)
+}
+
+// setImageDefaults fills system_images from the version table and each
+// component's image from system_images.
+func setImageDefaults(c *Cluster) {
+	if known, ok := imagesFor(c.KubernetesVersion); ok {
+		fillZero(reflect.ValueOf(&c.SystemImages).Elem(), reflect.ValueOf(known))
+	}
+	im := c.SystemImages
+	s := &c.Services
+	def(&s.Etcd.Image, im.Etcd)
+	def(&s.KubeAPI.Image, im.Kubernetes)
+	def(&s.KubeController.Image, im.Kubernetes)
+	def(&s.Scheduler.Image, im.Kubernetes)
+	def(&s.Kubelet.Image, im.Kubernetes)
+	def(&s.Kubeproxy.Image, im.Kubernetes)
+	def(&s.Kubelet.InfraContainerImage, im.PodInfraContainer)
+}
+
+// fillZero sets every zero field of struct dst to src's.
+func fillZero(dst, src reflect.Value) {
+	for i := range dst.NumField() {
+		if dst.Field(i).IsZero() {
+			dst.Field(i).Set(src.Field(i))
+		}
+	}
+}
+
+func defArg(s *BaseService, flag, value string) {
+	if _, ok := s.ExtraArgs[flag]; ok {
+		return
+	}
+	if s.ExtraArgs == nil {
+		s.ExtraArgs = map[string]string{}
+	}
+	s.ExtraArgs[flag] = value
+}
+
+func def[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+func defBool(p **bool, v bool) {
+	if *p == nil {
+		*p = &v
+	}
+}

@@ -1,0 +1,750 @@
+package spec
+
+// The schema. Field names are the cluster.yml keys (the json tags); each
+// field's doc comment is its entry in docs/cluster-yml.md, which
+// TestReferenceUpToDate regenerates from this file. A `rigger:"secret"` tag
+// marks a value that is never printed, logged or written to status.
+
+// Cluster is a whole cluster.yml.
+type Cluster struct {
+	// Name of the cluster, used in kubeconfig contexts and in the labels rigger puts on containers.
+	ClusterName string `json:"cluster_name,omitempty"`
+	// The machines of the cluster and their roles.
+	Nodes []Node `json:"nodes,omitempty"`
+	// Settings of the Kubernetes components rigger runs as containers.
+	Services Services `json:"services,omitempty"`
+	// The CNI network plugin and its options.
+	Network Network `json:"network,omitempty"`
+	// How users and components authenticate to the API server.
+	Authentication Authentication `json:"authentication,omitempty"`
+	// How the API server authorizes requests.
+	Authorization Authorization `json:"authorization,omitempty"`
+	// Kubernetes version to run, in RKE's form (`v1.31.5-rancher1-1`) or upstream's (`v1.31.5`). The images of a known version are filled in from rigger's version table; any other version needs `system_images` set.
+	KubernetesVersion string `json:"kubernetes_version,omitempty"`
+	// Container images of the cluster's components. Keys left empty take the image of `kubernetes_version`.
+	SystemImages SystemImages `json:"system_images,omitempty"`
+	// Registries to pull images from, with credentials.
+	PrivateRegistries []PrivateRegistry `json:"private_registries,omitempty"`
+	// Default path of the private SSH key for nodes that set none.
+	SSHKeyPath string `json:"ssh_key_path,omitempty"`
+	// Default path of an OpenSSH user certificate for nodes that set none.
+	SSHCertPath string `json:"ssh_cert_path,omitempty"`
+	// Authenticate with the keys of the running ssh-agent (SSH_AUTH_SOCK) on every node.
+	SSHAgentAuth bool `json:"ssh_agent_auth,omitempty"`
+	// A jump host through which every node is reached.
+	BastionHost *BastionHost `json:"bastion_host,omitempty"`
+	// Do not refuse nodes whose Docker version is not in the supported list.
+	IgnoreDockerVersion *bool `json:"ignore_docker_version,omitempty"`
+	// Run the kubelet against cri-dockerd (Kubernetes 1.24 and later need a CRI; RKE's default there is true).
+	EnableCRIDockerd *bool `json:"enable_cri_dockerd,omitempty"`
+	// Address cri-dockerd's streaming server listens on.
+	CRIDockerdStreamServerAddress string `json:"cri_dockerd_stream_server_address,omitempty"`
+	// Port of cri-dockerd's streaming server.
+	CRIDockerdStreamServerPort string `json:"cri_dockerd_stream_server_port,omitempty"`
+	// The ingress controller deployed as an add-on.
+	Ingress Ingress `json:"ingress,omitempty"`
+	// The cluster DNS add-on.
+	DNS *DNS `json:"dns,omitempty"`
+	// The metrics add-on.
+	Monitoring Monitoring `json:"monitoring,omitempty"`
+	// Cloud provider integration of the kubelet and controller manager.
+	CloudProvider CloudProvider `json:"cloud_provider,omitempty"`
+	// YAML manifests applied to the cluster after it is up.
+	Addons string `json:"addons,omitempty"`
+	// Paths or URLs of more add-on manifests.
+	AddonsInclude []string `json:"addons_include,omitempty"`
+	// Seconds to wait for an add-on deployment job.
+	AddonJobTimeout int `json:"addon_job_timeout,omitempty"`
+	// Prefix of every host path rigger uses on the nodes (for distributions with a read-only /).
+	PrefixPath string `json:"prefix_path,omitempty"`
+	// Prefix of host paths on Windows nodes.
+	WindowsPrefixPath string `json:"win_prefix_path,omitempty"`
+	// How nodes are upgraded: how many at a time, and whether they are drained.
+	UpgradeStrategy *UpgradeStrategy `json:"upgrade_strategy,omitempty"`
+	// Restore etcd from a snapshot on the next reconcile.
+	Restore Restore `json:"restore,omitempty"`
+	// Rotate certificates on the next reconcile.
+	RotateCertificates *RotateCertificates `json:"rotate_certificates,omitempty"`
+	// Rotate the secrets encryption key on the next reconcile.
+	RotateEncryptionKey bool `json:"rotate_encryption_key,omitempty"`
+	// Settings of rigger itself (not in RKE): SSH host-key checks, parallelism, safety guards, suspension.
+	Rigger Rigger `json:"rigger,omitempty"`
+}
+
+// Node is one machine of the cluster.
+type Node struct {
+	// Address rigger reaches the node at: an IP or a resolvable name.
+	Address string `json:"address,omitempty"`
+	// SSH port of the node.
+	Port string `json:"port,omitempty"`
+	// Address the cluster's components use to talk to each other. Default: `address`.
+	InternalAddress string `json:"internal_address,omitempty"`
+	// Roles of the node: any of `etcd`, `controlplane`, `worker`.
+	Role []string `json:"role,omitempty"`
+	// Name of the node in Kubernetes (an RFC 1123 name). Default: `address` in lower case.
+	HostnameOverride string `json:"hostname_override,omitempty"`
+	// SSH user; it needs access to the Docker socket and nothing else.
+	User string `json:"user,omitempty"`
+	// Path of the Docker socket on the node.
+	DockerSocket string `json:"docker_socket,omitempty"`
+	// Authenticate with the keys of the running ssh-agent (SSH_AUTH_SOCK).
+	SSHAgentAuth bool `json:"ssh_agent_auth,omitempty"`
+	// Private SSH key, inline (PEM). Wins over `ssh_key_path`.
+	SSHKey string `json:"ssh_key,omitempty" rigger:"secret"`
+	// Path of the private SSH key (`~` is expanded). Default: the cluster's `ssh_key_path`.
+	SSHKeyPath string `json:"ssh_key_path,omitempty"`
+	// OpenSSH user certificate for the key, inline.
+	SSHCert string `json:"ssh_cert,omitempty"`
+	// Path of the OpenSSH user certificate. Default: the cluster's `ssh_cert_path`.
+	SSHCertPath string `json:"ssh_cert_path,omitempty"`
+	// Kubernetes labels of the node's Node object.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Kubernetes taints of the node's Node object.
+	Taints []Taint `json:"taints,omitempty"`
+	// Name of the node in Rancher's node driver (kept for compatibility; unused by rigger).
+	NodeName string `json:"nodeName,omitempty"`
+	// How rigger reaches the node: `ssh` (the Docker socket tunnelled over SSH) or `agent` (the node runs `rigger agent`, which dials out to `rigger serve`).
+	Transport string `json:"transport,omitempty"`
+}
+
+// Taint is a Kubernetes taint.
+type Taint struct {
+	// Taint key.
+	Key string `json:"key,omitempty"`
+	// Taint value.
+	Value string `json:"value,omitempty"`
+	// One of `NoSchedule`, `PreferNoSchedule`, `NoExecute`.
+	Effect string `json:"effect,omitempty"`
+}
+
+// BastionHost is a jump host.
+type BastionHost struct {
+	// Address of the jump host.
+	Address string `json:"address,omitempty"`
+	// SSH port of the jump host.
+	Port string `json:"port,omitempty"`
+	// SSH user on the jump host.
+	User string `json:"user,omitempty"`
+	// Authenticate to the jump host with the ssh-agent's keys.
+	SSHAgentAuth bool `json:"ssh_agent_auth,omitempty"`
+	// Private SSH key for the jump host, inline.
+	SSHKey string `json:"ssh_key,omitempty" rigger:"secret"`
+	// Path of the private SSH key for the jump host.
+	SSHKeyPath string `json:"ssh_key_path,omitempty"`
+	// OpenSSH user certificate for the jump host, inline.
+	SSHCert string `json:"ssh_cert,omitempty"`
+	// Path of the OpenSSH user certificate for the jump host.
+	SSHCertPath string `json:"ssh_cert_path,omitempty"`
+	// Ignore HTTP(S)_PROXY and NO_PROXY when connecting to the jump host.
+	IgnoreProxyEnvVars bool `json:"ignore_proxy_env_vars,omitempty"`
+}
+
+// PrivateRegistry is a registry images are pulled from.
+type PrivateRegistry struct {
+	// Registry host (and port), e.g. `registry.example.com:5000`.
+	URL string `json:"url,omitempty"`
+	// Registry user.
+	User string `json:"user,omitempty"`
+	// Registry password.
+	Password string `json:"password,omitempty" rigger:"secret"`
+	// Prefix system images that name no registry with this one.
+	IsDefault bool `json:"is_default,omitempty"`
+	// Get credentials for Amazon ECR from these AWS keys.
+	ECRCredentialPlugin *ECRCredentialPlugin `json:"ecr_credential_plugin,omitempty"`
+}
+
+// ECRCredentialPlugin holds AWS credentials for Amazon ECR.
+type ECRCredentialPlugin struct {
+	// AWS access key ID.
+	AWSAccessKeyID string `json:"aws_access_key_id,omitempty"`
+	// AWS secret access key.
+	AWSSecretAccessKey string `json:"aws_secret_access_key,omitempty" rigger:"secret"`
+	// AWS session token.
+	AWSSessionToken string `json:"aws_session_token,omitempty" rigger:"secret"`
+}
+
+// SystemImages names the image of each component.
+type SystemImages struct {
+	// etcd.
+	Etcd string `json:"etcd,omitempty"`
+	// Small utility image for one-shot tasks on nodes.
+	Alpine string `json:"alpine,omitempty"`
+	// Local TCP load balancer to the API servers on nodes without the controlplane role.
+	NginxProxy string `json:"nginx_proxy,omitempty"`
+	// Writes certificates and kubeconfigs on nodes.
+	CertDownloader string `json:"cert_downloader,omitempty"`
+	// Sidecar that prepares host paths for the Kubernetes components.
+	KubernetesServicesSidecar string `json:"kubernetes_services_sidecar,omitempty"`
+	// kube-dns.
+	KubeDNS string `json:"kubedns,omitempty"`
+	// dnsmasq of kube-dns.
+	DNSmasq string `json:"dnsmasq,omitempty"`
+	// Sidecar of kube-dns.
+	KubeDNSSidecar string `json:"kubedns_sidecar,omitempty"`
+	// Autoscaler of kube-dns.
+	KubeDNSAutoscaler string `json:"kubedns_autoscaler,omitempty"`
+	// CoreDNS.
+	CoreDNS string `json:"coredns,omitempty"`
+	// Autoscaler of CoreDNS.
+	CoreDNSAutoscaler string `json:"coredns_autoscaler,omitempty"`
+	// NodeLocal DNSCache.
+	Nodelocal string `json:"nodelocal,omitempty"`
+	// Image with every Kubernetes binary (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) in /usr/local/bin, as RKE's hyperkube.
+	Kubernetes string `json:"kubernetes,omitempty"`
+	// Flannel.
+	Flannel string `json:"flannel,omitempty"`
+	// Flannel CNI installer.
+	FlannelCNI string `json:"flannel_cni,omitempty"`
+	// Calico node.
+	CalicoNode string `json:"calico_node,omitempty"`
+	// Calico CNI installer.
+	CalicoCNI string `json:"calico_cni,omitempty"`
+	// Calico controllers.
+	CalicoControllers string `json:"calico_controllers,omitempty"`
+	// calicoctl.
+	CalicoCtl string `json:"calico_ctl,omitempty"`
+	// Calico FlexVolume driver.
+	CalicoFlexVol string `json:"calico_flexvol,omitempty"`
+	// Canal node (Calico).
+	CanalNode string `json:"canal_node,omitempty"`
+	// Canal CNI installer.
+	CanalCNI string `json:"canal_cni,omitempty"`
+	// Canal controllers.
+	CanalControllers string `json:"canal_controllers,omitempty"`
+	// Canal's flannel.
+	CanalFlannel string `json:"canal_flannel,omitempty"`
+	// Canal FlexVolume driver.
+	CanalFlexVol string `json:"canal_flexvol,omitempty"`
+	// Weave node.
+	WeaveNode string `json:"weave_node,omitempty"`
+	// Weave CNI installer.
+	WeaveCNI string `json:"weave_cni,omitempty"`
+	// Pause image of every pod.
+	PodInfraContainer string `json:"pod_infra_container,omitempty"`
+	// Ingress controller.
+	Ingress string `json:"ingress,omitempty"`
+	// Default backend of the ingress controller.
+	IngressBackend string `json:"ingress_backend,omitempty"`
+	// Admission webhook of the ingress controller.
+	IngressWebhook string `json:"ingress_webhook,omitempty"`
+	// metrics-server.
+	MetricsServer string `json:"metrics_server,omitempty"`
+	// Pause image on Windows nodes.
+	WindowsPodInfraContainer string `json:"windows_pod_infra_container,omitempty"`
+	// Tigera operator (Calico installed by its operator).
+	TigeraOperator string `json:"calico_tigera_operator,omitempty"`
+	// Cisco ACI CNI deployer.
+	AciCniDeployContainer string `json:"aci_cni_deploy_container,omitempty"`
+	// Cisco ACI host agent.
+	AciHostContainer string `json:"aci_host_container,omitempty"`
+	// Cisco ACI opflex agent.
+	AciOpflexContainer string `json:"aci_opflex_container,omitempty"`
+	// Cisco ACI multicast daemon.
+	AciMcastContainer string `json:"aci_mcast_container,omitempty"`
+	// Cisco ACI Open vSwitch.
+	AciOpenvSwitchContainer string `json:"aci_ovs_container,omitempty"`
+	// Cisco ACI controller.
+	AciControllerContainer string `json:"aci_controller_container,omitempty"`
+	// Cisco ACI GBP server.
+	AciGbpServerContainer string `json:"aci_gbp_server_container,omitempty"`
+	// Cisco ACI opflex server.
+	AciOpflexServerContainer string `json:"aci_opflex_server_container,omitempty"`
+}
+
+// Services holds the settings of each Kubernetes component.
+type Services struct {
+	// etcd, on nodes with the etcd role.
+	Etcd ETCDService `json:"etcd,omitempty"`
+	// kube-apiserver, on controlplane nodes.
+	KubeAPI KubeAPIService `json:"kube-api,omitempty"`
+	// kube-controller-manager, on controlplane nodes.
+	KubeController KubeControllerService `json:"kube-controller,omitempty"`
+	// kube-scheduler, on controlplane nodes.
+	Scheduler BaseService `json:"scheduler,omitempty"`
+	// kubelet, on every node.
+	Kubelet KubeletService `json:"kubelet,omitempty"`
+	// kube-proxy, on every node.
+	Kubeproxy BaseService `json:"kubeproxy,omitempty"`
+}
+
+// BaseService holds what every component's container accepts.
+type BaseService struct {
+	// Image of the component's container. Default: `system_images.kubernetes` (`system_images.etcd` for etcd).
+	Image string `json:"image,omitempty"`
+	// Extra command-line flags, `flag: value` (without the leading `--`). They override rigger's own.
+	ExtraArgs map[string]string `json:"extra_args,omitempty"`
+	// Extra flags that are given more than once, `flag: [value, value]`.
+	ExtraArgsArray map[string][]string `json:"extra_args_array,omitempty"`
+	// Extra bind mounts of the container, `host-path:container-path[:options]`.
+	ExtraBinds []string `json:"extra_binds,omitempty"`
+	// Extra environment variables of the container, `NAME=value`.
+	ExtraEnv []string `json:"extra_env,omitempty"`
+	// Extra flags on Windows nodes.
+	WindowsExtraArgs map[string]string `json:"win_extra_args,omitempty"`
+	// Extra repeated flags on Windows nodes.
+	WindowsExtraArgsArray map[string][]string `json:"win_extra_args_array,omitempty"`
+	// Extra bind mounts on Windows nodes.
+	WindowsExtraBinds []string `json:"win_extra_binds,omitempty"`
+	// Extra environment variables on Windows nodes.
+	WindowsExtraEnv []string `json:"win_extra_env,omitempty"`
+}
+
+// ETCDService is etcd's settings.
+type ETCDService struct {
+	BaseService `json:",inline"`
+	// URLs of an external etcd cluster to use instead of etcd nodes.
+	ExternalURLs []string `json:"external_urls,omitempty"`
+	// CA certificate of the external etcd (PEM).
+	CACert string `json:"ca_cert,omitempty"`
+	// Client certificate for the external etcd (PEM).
+	Cert string `json:"cert,omitempty"`
+	// Client key for the external etcd (PEM).
+	Key string `json:"key,omitempty" rigger:"secret"`
+	// Key prefix in the external etcd.
+	Path string `json:"path,omitempty"`
+	// User ID etcd's container runs as.
+	UID int `json:"uid,omitempty"`
+	// Group ID etcd's container runs as.
+	GID int `json:"gid,omitempty"`
+	// Recurring snapshots, RKE's older switch (deprecated: use `backup_config`).
+	Snapshot *bool `json:"snapshot,omitempty"`
+	// How long snapshots are kept, as a duration, RKE's older setting (deprecated: use `backup_config.retention`).
+	Retention string `json:"retention,omitempty"`
+	// How often snapshots are taken, as a duration, RKE's older setting (deprecated: use `backup_config.interval_hours`).
+	Creation string `json:"creation,omitempty"`
+	// Recurring snapshots and where they are stored.
+	BackupConfig *BackupConfig `json:"backup_config,omitempty"`
+}
+
+// BackupConfig is the etcd snapshot schedule.
+type BackupConfig struct {
+	// Take snapshots on a schedule.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Hours between two scheduled snapshots, counted from the last successful one.
+	IntervalHours int `json:"interval_hours,omitempty"`
+	// How many scheduled snapshots are kept.
+	Retention int `json:"retention,omitempty"`
+	// Upload every snapshot to S3 as well.
+	S3BackupConfig *S3BackupConfig `json:"s3backupconfig,omitempty"`
+	// Use a timestamp without colons in snapshot names (safe on every filesystem).
+	SafeTimestamp bool `json:"safe_timestamp,omitempty"`
+	// Seconds a snapshot may take before it is abandoned.
+	Timeout int `json:"timeout,omitempty"`
+}
+
+// S3BackupConfig is where snapshots are uploaded.
+type S3BackupConfig struct {
+	// S3 access key (leave empty to use the node's IAM role).
+	AccessKey string `json:"access_key,omitempty" rigger:"secret"`
+	// S3 secret key.
+	SecretKey string `json:"secret_key,omitempty" rigger:"secret"`
+	// Bucket name.
+	BucketName string `json:"bucket_name,omitempty"`
+	// Bucket region.
+	Region string `json:"region,omitempty"`
+	// S3 endpoint, `host[:port]` (e.g. `s3.amazonaws.com`).
+	Endpoint string `json:"endpoint,omitempty"`
+	// CA certificate of the endpoint (PEM), for endpoints with a private CA.
+	CustomCA string `json:"custom_ca,omitempty"`
+	// Folder in the bucket.
+	Folder string `json:"folder,omitempty"`
+}
+
+// KubeAPIService is kube-apiserver's settings.
+type KubeAPIService struct {
+	BaseService `json:",inline"`
+	// Virtual IP range of Services. Must equal kube-controller's.
+	ServiceClusterIPRange string `json:"service_cluster_ip_range,omitempty"`
+	// Port range of NodePort Services.
+	ServiceNodePortRange string `json:"service_node_port_range,omitempty"`
+	// Default level of Pod Security Admission: `privileged`, `baseline` or `restricted`.
+	PodSecurityConfiguration string `json:"pod_security_configuration,omitempty"`
+	// Enable the AlwaysPullImages admission plugin.
+	AlwaysPullImages bool `json:"always_pull_images,omitempty"`
+	// Encryption of Secrets at rest.
+	SecretsEncryptionConfig *SecretsEncryptionConfig `json:"secrets_encryption_config,omitempty"`
+	// API audit log.
+	AuditLog *AuditLog `json:"audit_log,omitempty"`
+	// An apiserver.config.k8s.io AdmissionConfiguration object, written to a file and given to `--admission-control-config-file`.
+	AdmissionConfiguration Object `json:"admission_configuration,omitempty"`
+	// The EventRateLimit admission plugin.
+	EventRateLimit *EventRateLimit `json:"event_rate_limit,omitempty"`
+}
+
+// SecretsEncryptionConfig is encryption of Secrets at rest.
+type SecretsEncryptionConfig struct {
+	// Encrypt Secrets at rest with a key rigger generates.
+	Enabled bool `json:"enabled,omitempty"`
+	// An apiserver.config.k8s.io EncryptionConfiguration object to use instead of rigger's.
+	CustomConfig Object `json:"custom_config,omitempty"`
+}
+
+// AuditLog is the API audit log.
+type AuditLog struct {
+	// Write an audit log.
+	Enabled bool `json:"enabled,omitempty"`
+	// Where and how the log is written.
+	Configuration *AuditLogConfig `json:"configuration,omitempty"`
+}
+
+// AuditLogConfig says where and how the audit log is written.
+type AuditLogConfig struct {
+	// Days a log file is kept.
+	MaxAge int `json:"max_age,omitempty"`
+	// Number of old log files kept.
+	MaxBackup int `json:"max_backup,omitempty"`
+	// Megabytes after which the log file is rotated.
+	MaxSize int `json:"max_size,omitempty"`
+	// Path of the log file on controlplane nodes.
+	Path string `json:"path,omitempty"`
+	// `json` or `legacy`.
+	Format string `json:"format,omitempty"`
+	// An audit.k8s.io Policy object. Default: log metadata of every request.
+	Policy Object `json:"policy,omitempty"`
+}
+
+// EventRateLimit is the EventRateLimit admission plugin.
+type EventRateLimit struct {
+	// Enable the plugin.
+	Enabled bool `json:"enabled,omitempty"`
+	// An eventratelimit.admission.k8s.io Configuration object.
+	Configuration Object `json:"configuration,omitempty"`
+}
+
+// KubeControllerService is kube-controller-manager's settings.
+type KubeControllerService struct {
+	BaseService `json:",inline"`
+	// Pod IP range of the cluster.
+	ClusterCIDR string `json:"cluster_cidr,omitempty"`
+	// Virtual IP range of Services. Must equal kube-api's.
+	ServiceClusterIPRange string `json:"service_cluster_ip_range,omitempty"`
+}
+
+// KubeletService is the kubelet's settings.
+type KubeletService struct {
+	BaseService `json:",inline"`
+	// DNS domain of the cluster.
+	ClusterDomain string `json:"cluster_domain,omitempty"`
+	// Pause image of pods. Default: `system_images.pod_infra_container`.
+	InfraContainerImage string `json:"infra_container_image,omitempty"`
+	// IP of the cluster DNS Service; inside `service_cluster_ip_range`.
+	ClusterDNSServer string `json:"cluster_dns_server,omitempty"`
+	// Refuse to start when swap is on.
+	FailSwapOn bool `json:"fail_swap_on,omitempty"`
+	// Issue each kubelet a serving certificate signed by the cluster CA.
+	GenerateServingCertificate bool `json:"generate_serving_certificate,omitempty"`
+}
+
+// Network is the CNI plugin.
+type Network struct {
+	// `canal`, `flannel`, `calico`, `weave`, `aci` or `none`.
+	Plugin string `json:"plugin,omitempty"`
+	// Plugin options, `key: value`.
+	Options map[string]string `json:"options,omitempty"`
+	// MTU of the pod network (0: the plugin's default).
+	MTU int `json:"mtu,omitempty"`
+	// Calico options.
+	CalicoNetworkProvider *CalicoNetworkProvider `json:"calico_network_provider,omitempty"`
+	// Canal options.
+	CanalNetworkProvider *CanalNetworkProvider `json:"canal_network_provider,omitempty"`
+	// Flannel options.
+	FlannelNetworkProvider *FlannelNetworkProvider `json:"flannel_network_provider,omitempty"`
+	// Weave options.
+	WeaveNetworkProvider *WeaveNetworkProvider `json:"weave_network_provider,omitempty"`
+	// Cisco ACI options.
+	AciNetworkProvider *AciNetworkProvider `json:"aci_network_provider,omitempty"`
+	// Nodes the plugin's pods run on, `label: value`.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// How the plugin's DaemonSet is updated.
+	UpdateStrategy *DaemonSetUpdateStrategy `json:"update_strategy,omitempty"`
+	// Tolerations of the plugin's pods.
+	Tolerations []Toleration `json:"tolerations,omitempty"`
+	// Load br_netfilter on the nodes.
+	EnableBrNetfilter *bool `json:"enable_br_netfilter,omitempty"`
+}
+
+// CalicoNetworkProvider is Calico's options.
+type CalicoNetworkProvider struct {
+	// Cloud provider Calico runs on (`aws`, or empty).
+	CloudProvider string `json:"cloud_provider,omitempty"`
+	// `operator` or `legacy` (manifests).
+	InstallMethod string `json:"install_method,omitempty"`
+}
+
+// FlannelNetworkProvider is flannel's options.
+type FlannelNetworkProvider struct {
+	// Interface flannel uses for traffic between nodes.
+	Iface string `json:"iface,omitempty"`
+}
+
+// CanalNetworkProvider is Canal's options.
+type CanalNetworkProvider struct {
+	// Interface flannel uses for traffic between nodes.
+	Iface string `json:"iface,omitempty"`
+	// Add a blackhole route for the pod CIDR.
+	BlackholeRoute string `json:"blackhole_route,omitempty"`
+}
+
+// WeaveNetworkProvider is Weave's options.
+type WeaveNetworkProvider struct {
+	// Password that encrypts Weave's traffic.
+	Password string `json:"password,omitempty" rigger:"secret"`
+}
+
+// DaemonSetUpdateStrategy is how a DaemonSet add-on is updated.
+type DaemonSetUpdateStrategy struct {
+	// `RollingUpdate` or `OnDelete`.
+	Strategy string `json:"strategy,omitempty"`
+	// Rolling update parameters.
+	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty"`
+}
+
+// DeploymentStrategy is how a Deployment add-on is updated.
+type DeploymentStrategy struct {
+	// `RollingUpdate` or `Recreate`.
+	Strategy string `json:"strategy,omitempty"`
+	// Rolling update parameters.
+	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty"`
+}
+
+// RollingUpdate holds rolling update parameters, as in Kubernetes.
+type RollingUpdate struct {
+	// Pods that may be unavailable during the update: a number or a percentage.
+	MaxUnavailable string `json:"maxUnavailable,omitempty"`
+	// Pods that may be created above the desired number: a number or a percentage.
+	MaxSurge string `json:"maxSurge,omitempty"`
+}
+
+// Toleration is a Kubernetes toleration.
+type Toleration struct {
+	// Taint key the toleration matches (empty: every key).
+	Key string `json:"key,omitempty"`
+	// `Exists` or `Equal`.
+	Operator string `json:"operator,omitempty"`
+	// Taint value the toleration matches.
+	Value string `json:"value,omitempty"`
+	// Taint effect the toleration matches (empty: every effect).
+	Effect string `json:"effect,omitempty"`
+	// Seconds a NoExecute taint is tolerated.
+	TolerationSeconds *int64 `json:"tolerationSeconds,omitempty"`
+}
+
+// Authentication is how clients authenticate to the API server.
+type Authentication struct {
+	// `x509`, optionally with `webhook` (`x509|webhook`).
+	Strategy string `json:"strategy,omitempty"`
+	// More names and IPs for the API server's certificate (for a load balancer in front of it).
+	SANs []string `json:"sans,omitempty"`
+	// Webhook token authentication.
+	Webhook *AuthWebhook `json:"webhook,omitempty"`
+}
+
+// AuthWebhook is webhook token authentication.
+type AuthWebhook struct {
+	// kubeconfig-format file of the webhook, inline.
+	ConfigFile string `json:"config_file,omitempty"`
+	// How long decisions are cached.
+	CacheTimeout string `json:"cache_timeout,omitempty"`
+}
+
+// Authorization is how the API server authorizes requests.
+type Authorization struct {
+	// `rbac` or `none`.
+	Mode string `json:"mode,omitempty"`
+	// Options of the mode, `key: value`.
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// Ingress is the ingress controller add-on.
+type Ingress struct {
+	// `nginx` or `none`.
+	Provider string `json:"provider,omitempty"`
+	// Options of the controller's ConfigMap.
+	Options map[string]string `json:"options,omitempty"`
+	// Nodes the controller runs on, `label: value`.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// Extra flags of the controller.
+	ExtraArgs map[string]string `json:"extra_args,omitempty"`
+	// `ClusterFirst`, `ClusterFirstWithHostNet`, `Default` or `None`.
+	DNSPolicy string `json:"dns_policy,omitempty"`
+	// Extra environment variables of the controller (Kubernetes EnvVar objects).
+	ExtraEnvs []Object `json:"extra_envs,omitempty"`
+	// Extra volumes of the controller (Kubernetes Volume objects).
+	ExtraVolumes []Object `json:"extra_volumes,omitempty"`
+	// Extra volume mounts of the controller (Kubernetes VolumeMount objects).
+	ExtraVolumeMounts []Object `json:"extra_volume_mounts,omitempty"`
+	// How the controller's DaemonSet is updated.
+	UpdateStrategy *DaemonSetUpdateStrategy `json:"update_strategy,omitempty"`
+	// HTTP port of the controller.
+	HTTPPort int `json:"http_port,omitempty"`
+	// HTTPS port of the controller.
+	HTTPSPort int `json:"https_port,omitempty"`
+	// `hostNetwork`, `hostPort` or `none`.
+	NetworkMode string `json:"network_mode,omitempty"`
+	// Tolerations of the controller's pods.
+	Tolerations []Toleration `json:"tolerations,omitempty"`
+	// Deploy the default HTTP backend.
+	DefaultBackend *bool `json:"default_backend,omitempty"`
+	// Priority class of the default backend.
+	DefaultHTTPBackendPriorityClassName string `json:"default_http_backend_priority_class_name,omitempty"`
+	// Priority class of the controller.
+	NginxIngressControllerPriorityClassName string `json:"nginx_ingress_controller_priority_class_name,omitempty"`
+	// Make this the cluster's default IngressClass.
+	DefaultIngressClass *bool `json:"default_ingress_class,omitempty"`
+}
+
+// DNS is the cluster DNS add-on.
+type DNS struct {
+	// `coredns`, `kube-dns` or `none`.
+	Provider string `json:"provider,omitempty"`
+	// Options of the provider.
+	Options map[string]string `json:"options,omitempty"`
+	// Resolvers for names outside the cluster.
+	UpstreamNameservers []string `json:"upstreamnameservers,omitempty"`
+	// Reverse lookup zones answered by the cluster DNS.
+	ReverseCIDRs []string `json:"reversecidrs,omitempty"`
+	// Resolvers per domain, `domain: [ip, ...]`.
+	StubDomains map[string][]string `json:"stubdomains,omitempty"`
+	// Nodes the DNS pods run on, `label: value`.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// NodeLocal DNSCache.
+	Nodelocal *Nodelocal `json:"nodelocal,omitempty"`
+	// How the DNS Deployment is updated.
+	UpdateStrategy *DeploymentStrategy `json:"update_strategy,omitempty"`
+	// Parameters of the replica autoscaler.
+	LinearAutoscalerParams *LinearAutoscalerParams `json:"linear_autoscaler_params,omitempty"`
+	// Tolerations of the DNS pods.
+	Tolerations []Toleration `json:"tolerations,omitempty"`
+}
+
+// Nodelocal is NodeLocal DNSCache.
+type Nodelocal struct {
+	// Link-local IP the cache listens on, e.g. `169.254.20.10`.
+	IPAddress string `json:"ip_address,omitempty"`
+	// How the cache's DaemonSet is updated.
+	UpdateStrategy *DaemonSetUpdateStrategy `json:"update_strategy,omitempty"`
+	// Nodes the cache runs on, `label: value`.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// Priority class of the cache.
+	NodeLocalDNSPriorityClassName string `json:"node_local_dns_priority_class_name,omitempty"`
+}
+
+// LinearAutoscalerParams are the cluster-proportional-autoscaler's parameters.
+type LinearAutoscalerParams struct {
+	// One replica per this many cores.
+	CoresPerReplica float64 `json:"cores_per_replica,omitempty"`
+	// One replica per this many nodes.
+	NodesPerReplica float64 `json:"nodes_per_replica,omitempty"`
+	// Fewest replicas.
+	Min int `json:"min,omitempty"`
+	// Most replicas.
+	Max int `json:"max,omitempty"`
+	// At least two replicas when there is more than one node.
+	PreventSinglePointFailure bool `json:"prevent_single_point_failure,omitempty"`
+}
+
+// Monitoring is the metrics add-on.
+type Monitoring struct {
+	// `metrics-server` or `none`.
+	Provider string `json:"provider,omitempty"`
+	// Extra flags of metrics-server.
+	Options map[string]string `json:"options,omitempty"`
+	// Nodes metrics-server runs on, `label: value`.
+	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// How the Deployment is updated.
+	UpdateStrategy *DeploymentStrategy `json:"update_strategy,omitempty"`
+	// Number of replicas.
+	Replicas *int32 `json:"replicas,omitempty"`
+	// Tolerations of the pods.
+	Tolerations []Toleration `json:"tolerations,omitempty"`
+	// Priority class of metrics-server.
+	MetricsServerPriorityClassName string `json:"metrics_server_priority_class_name,omitempty"`
+}
+
+// CloudProvider is the cloud provider integration.
+type CloudProvider struct {
+	// `aws`, `azure`, `openstack`, `vsphere`, `harvester`, `external`, or a name for `customCloudProvider`.
+	Name string `json:"name,omitempty"`
+	// Use the instance metadata hostname as the node name (AWS).
+	UseInstanceMetadataHostname *bool `json:"useInstanceMetadataHostname,omitempty"`
+	// AWS cloud config.
+	AWSCloudProvider *AWSCloudProvider `json:"awsCloudProvider,omitempty"`
+	// Azure cloud config.
+	AzureCloudProvider *AzureCloudProvider `json:"azureCloudProvider,omitempty"`
+	// OpenStack cloud config.
+	OpenstackCloudProvider *OpenstackCloudProvider `json:"openstackCloudProvider,omitempty"`
+	// vSphere cloud config.
+	VsphereCloudProvider *VsphereCloudProvider `json:"vsphereCloudProvider,omitempty"`
+	// Harvester cloud config.
+	HarvesterCloudProvider *HarvesterCloudProvider `json:"harvesterCloudProvider,omitempty"`
+	// A cloud config file, inline, for any other provider.
+	CustomCloudProvider string `json:"customCloudProvider,omitempty" rigger:"secret"`
+}
+
+// UpgradeStrategy is how nodes are changed.
+type UpgradeStrategy struct {
+	// Workers changed at once: a number (`2`) or a percentage of the workers (`20%`), at least 1.
+	MaxUnavailableWorker string `json:"max_unavailable_worker,omitempty"`
+	// Controlplane nodes changed at once: a number or a percentage, at least 1.
+	MaxUnavailableControlplane string `json:"max_unavailable_controlplane,omitempty"`
+	// Drain a node before its kubelet is changed.
+	Drain *bool `json:"drain,omitempty"`
+	// How nodes are drained.
+	DrainInput *NodeDrainInput `json:"node_drain_input,omitempty"`
+}
+
+// NodeDrainInput is how a node is drained.
+type NodeDrainInput struct {
+	// Delete pods that no controller manages.
+	Force bool `json:"force,omitempty"`
+	// Go on when DaemonSet pods are on the node (they are left running).
+	IgnoreDaemonSets *bool `json:"ignore_daemonsets,omitempty"`
+	// Delete pods that use emptyDir volumes.
+	DeleteLocalData bool `json:"delete_local_data,omitempty"`
+	// Seconds each pod has to end (-1: the pod's own grace period).
+	GracePeriod int `json:"grace_period,omitempty"`
+	// Seconds a drain may take, from 1 to 10800.
+	Timeout int `json:"timeout,omitempty"`
+}
+
+// Restore restores etcd from a snapshot.
+type Restore struct {
+	// Restore on the next reconcile.
+	Restore bool `json:"restore,omitempty"`
+	// Name of the snapshot to restore.
+	SnapshotName string `json:"snapshot_name,omitempty"`
+}
+
+// RotateCertificates rotates certificates.
+type RotateCertificates struct {
+	// Rotate the CA too (every certificate is reissued).
+	CACertificates bool `json:"caCertificates,omitempty"`
+	// Components whose certificates are rotated: `etcd`, `kubelet`, `kube-apiserver`, `kube-proxy`, `kube-scheduler`, `kube-controller-manager` (empty: all).
+	Services []string `json:"services,omitempty"`
+}
+
+// Rigger holds rigger's own settings; RKE has no such block.
+type Rigger struct {
+	// How SSH connections are checked and kept.
+	SSH SSHOptions `json:"ssh,omitempty"`
+	// Nodes rigger connects to and observes at once.
+	MaxParallel int `json:"max_parallel,omitempty"`
+	// Most nodes one reconcile may remove, a number or a percentage of the nodes rigger knows: a guard against a truncated cluster.yml. Removing more needs `rigger apply --allow-removals`.
+	MaxRemovedNodes string `json:"max_removed_nodes,omitempty"`
+	// What to do with Kubernetes Nodes that no node of cluster.yml owns: `report` or `delete` (cordon, drain, delete).
+	StaleNodes string `json:"stale_nodes,omitempty"`
+	// Observe and report the cluster but change nothing.
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// SSHOptions says how SSH connections are checked and kept.
+type SSHOptions struct {
+	// `strict`: a node's host key must be in `known_hosts_file`; `accept-new`: trust a node's first key and record it; `off`: no check (warned about on every run).
+	HostKeyPolicy string `json:"host_key_policy,omitempty"`
+	// known_hosts file host keys are checked against (and recorded to, with `accept-new`). `@cert-authority` lines are honoured.
+	KnownHostsFile string `json:"known_hosts_file,omitempty"`
+	// Time allowed to open the TCP connection and finish the SSH handshake.
+	ConnectTimeout Duration `json:"connect_timeout,omitempty"`
+	// Interval of SSH keepalives; a connection that misses them is reopened.
+	KeepaliveInterval Duration `json:"keepalive_interval,omitempty"`
+}

@@ -1,0 +1,781 @@
+package spec
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// validator checks a decoded, defaulted cluster as a whole.
+type validator struct {
+	file  string
+	pos   map[string]Pos
+	bad   map[string]bool // paths that failed to decode: nothing more is said about them
+	zero  map[string]bool // paths given an explicit 0
+	diags Diagnostics
+}
+
+// at returns the position of path, or of its closest ancestor that has one.
+func (v *validator) at(p string) Pos {
+	for p != "" {
+		if pos, ok := v.pos[p]; ok {
+			return pos
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return Pos{}
+}
+
+// related reports whether p is, contains or lies inside a path that failed to decode.
+func (v *validator) related(p string) bool {
+	for b := range v.bad {
+		if b == p || strings.HasPrefix(b, p+".") || strings.HasPrefix(b, p+"[") ||
+			strings.HasPrefix(p, b+".") || strings.HasPrefix(p, b+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *validator) add(sev Severity, p, detail, format string, args ...any) {
+	if v.related(p) {
+		return
+	}
+	pos := v.at(p)
+	v.diags = append(v.diags, Diagnostic{
+		Severity: sev, File: v.file, Line: pos.Line, Column: pos.Column,
+		Path: p, Summary: fmt.Sprintf(format, args...), Detail: detail,
+	})
+}
+
+func (v *validator) errorf(p, detail, format string, args ...any) {
+	v.add(SeverityError, p, detail, format, args...)
+}
+
+func (v *validator) warnf(p, detail, format string, args ...any) {
+	v.add(SeverityWarning, p, detail, format, args...)
+}
+
+// oneOf reports value at p unless it is one of allowed (or empty, when empty is allowed).
+func (v *validator) oneOf(p, value string, emptyOK bool, allowed ...string) bool {
+	if (value == "" && emptyOK) || slices.Contains(allowed, value) {
+		return true
+	}
+	detail := "Allowed: " + strings.Join(allowed, ", ") + "."
+	if s := suggest(value, allowed); s != "" {
+		detail = fmt.Sprintf("Did you mean %q? ", s) + detail
+	}
+	v.errorf(p, detail, "%q is not a valid value", value)
+	return false
+}
+
+// positiveInts are the whole-number keys whose 0 would be read as "unset"
+// and replaced by the default: an explicit 0 there is a mistake.
+var positiveInts = []string{
+	"addon_job_timeout",
+	"services.etcd.backup_config.interval_hours",
+	"services.etcd.backup_config.retention",
+	"services.etcd.backup_config.timeout",
+	"upgrade_strategy.node_drain_input.timeout",
+	"rigger.max_parallel",
+}
+
+func (v *validator) validate(c *Cluster) {
+	for _, p := range positiveInts {
+		if v.zero[p] {
+			v.errorf(p, "Leave the key out to get the default.", "%s must be at least 1, got 0", p[strings.LastIndex(p, ".")+1:])
+		}
+	}
+	v.clusterName(c)
+	v.version(c)
+	v.nodes(c)
+	v.services(c)
+	v.network(c)
+	v.auth(c)
+	v.addons(c)
+	v.upgradeStrategy(c)
+	v.registries(c)
+	v.bastion(c)
+	v.misc(c)
+	v.rigger(c)
+}
+
+func (v *validator) clusterName(c *Cluster) {
+	if errs := labelValueErrors(c.ClusterName); c.ClusterName == "" || len(errs) > 0 {
+		v.errorf("cluster_name", "It names containers' labels and kubeconfig contexts: use letters, digits, '-', '_' and '.', at most 63 characters.",
+			"cluster_name %q is not valid", c.ClusterName)
+	}
+}
+
+func (v *validator) version(c *Cluster) {
+	if _, err := parseVersion(c.KubernetesVersion); err != nil {
+		v.errorf("kubernetes_version", "Write it as v1.31.5 or v1.31.5-rancher1-1.", "%v", err)
+		return
+	}
+	if _, known := imagesFor(c.KubernetesVersion); known {
+		return
+	}
+	if missing := missingImages(c); len(missing) > 0 {
+		v.errorf("kubernetes_version",
+			fmt.Sprintf("Use one of %s, or set system_images: %s.", strings.Join(KubernetesVersions(), ", "), strings.Join(missing, ", ")),
+			"%s is an unsupported Kubernetes version and system images are not populated: %s is not populated",
+			c.KubernetesVersion, missing[0])
+	}
+}
+
+// missingImages lists the system_images keys the cluster needs and lacks.
+func missingImages(c *Cluster) []string {
+	im := c.SystemImages
+	need := map[string]string{
+		"etcd": im.Etcd, "kubernetes": im.Kubernetes, "pod_infra_container": im.PodInfraContainer,
+		"alpine": im.Alpine, "nginx_proxy": im.NginxProxy, "cert_downloader": im.CertDownloader,
+		"kubernetes_services_sidecar": im.KubernetesServicesSidecar,
+	}
+	switch c.Network.Plugin {
+	case "flannel":
+		need["flannel"], need["flannel_cni"] = im.Flannel, im.FlannelCNI
+	case "canal":
+		need["canal_node"], need["canal_cni"], need["canal_flannel"] = im.CanalNode, im.CanalCNI, im.CanalFlannel
+	case "calico":
+		if im.TigeraOperator == "" {
+			need["calico_node"], need["calico_cni"], need["calico_ctl"], need["calico_controllers"] = im.CalicoNode, im.CalicoCNI, im.CalicoCtl, im.CalicoControllers
+		}
+	case "weave":
+		need["weave_node"], need["weave_cni"] = im.WeaveNode, im.WeaveCNI
+	}
+	if c.DNS != nil {
+		switch c.DNS.Provider {
+		case "coredns":
+			need["coredns"], need["coredns_autoscaler"] = im.CoreDNS, im.CoreDNSAutoscaler
+		case "kube-dns":
+			need["kubedns"], need["dnsmasq"], need["kubedns_sidecar"], need["kubedns_autoscaler"] = im.KubeDNS, im.DNSmasq, im.KubeDNSSidecar, im.KubeDNSAutoscaler
+		}
+		if c.DNS.Nodelocal != nil {
+			need["nodelocal"] = im.Nodelocal
+		}
+	}
+	if c.Monitoring.Provider != "none" {
+		need["metrics_server"] = im.MetricsServer
+	}
+	if c.Ingress.Provider != "none" {
+		need["ingress"], need["ingress_backend"] = im.Ingress, im.IngressBackend
+	}
+	var missing []string
+	for k, val := range need {
+		if val == "" {
+			missing = append(missing, k)
+		}
+	}
+	slices.Sort(missing)
+	return missing
+}
+
+var roles = []string{RoleEtcd, RoleControlPlane, RoleWorker}
+
+func (v *validator) nodes(c *Cluster) {
+	if len(c.Nodes) == 0 {
+		v.errorf("nodes", "Add the cluster's machines under nodes:, each with address, user and role.", "no nodes are defined")
+		return
+	}
+	count := map[string]int{}
+	addresses := map[string]int{}
+	hostnames := map[string]int{}
+	for i, n := range c.Nodes {
+		p := fmt.Sprintf("nodes[%d]", i)
+		host := i + 1
+		if n.Address == "" {
+			v.errorf(p+".address", "Give the IP or name rigger reaches the node at.", "Address for host (%d) is not provided", host)
+		}
+		if n.User == "" && n.Transport == TransportSSH {
+			v.errorf(p+".user", "Give the SSH user; it needs access to the Docker socket.", "User for host (%d) is not provided", host)
+		}
+		if len(n.Role) == 0 {
+			v.errorf(p+".role", "Give one or more of: etcd, controlplane, worker.", "Role for host (%d) is not provided", host)
+		}
+		seen := map[string]bool{}
+		for j, r := range n.Role {
+			rp := fmt.Sprintf("%s.role[%d]", p, j)
+			switch {
+			case !slices.Contains(roles, r):
+				detail := "Roles are etcd, controlplane and worker."
+				if s := suggest(r, roles); s != "" {
+					detail = fmt.Sprintf("Did you mean %q? ", s) + detail
+				} else if r == "master" || r == "control-plane" {
+					detail = `Did you mean "controlplane"? ` + detail
+				}
+				v.errorf(rp, detail, "Role [%s] for host (%d) is not recognized", r, host)
+			case seen[r]:
+				v.warnf(rp, "", "role %q is listed twice", r)
+			default:
+				count[r]++
+			}
+			seen[r] = true
+		}
+		if n.HostnameOverride != "" {
+			if errs := dns1123SubdomainErrors(n.HostnameOverride); len(errs) > 0 {
+				field, detail := p+".hostname_override", ""
+				if _, set := v.pos[field]; !set {
+					field, detail = p+".address", "The node name defaults to the address; set hostname_override to a valid name."
+				}
+				v.errorf(field, detail, "Hostname_override [%s] for host (%d) is not valid: %s", n.HostnameOverride, host, strings.Join(errs, "; "))
+			}
+		}
+		if n.Address != "" {
+			if j, dup := addresses[n.Address]; dup {
+				v.errorf(p+".address", fmt.Sprintf("nodes[%d] has the same address; each machine is listed once.", j), "Cluster can't have duplicate node: %s", n.Address)
+			}
+			addresses[n.Address] = i
+		}
+		if n.HostnameOverride != "" {
+			if j, dup := hostnames[n.HostnameOverride]; dup && c.Nodes[j].Address != n.Address {
+				v.errorf(p+".hostname_override", fmt.Sprintf("nodes[%d] has the same node name; node names must be unique.", j), "Cluster can't have duplicate node: %s", n.HostnameOverride)
+			}
+			hostnames[n.HostnameOverride] = i
+		}
+		v.port(p+".port", n.Port)
+		v.oneOf(p+".transport", n.Transport, false, TransportSSH, TransportAgent)
+		if n.SSHKey != "" {
+			if _, set := v.pos[p+".ssh_key_path"]; set {
+				v.warnf(p+".ssh_key_path", "", "ssh_key and ssh_key_path are both set: ssh_key is used")
+			}
+		}
+		if n.InternalAddress != "" && net.ParseIP(n.InternalAddress) == nil && len(dns1123SubdomainErrors(strings.ToLower(n.InternalAddress))) > 0 {
+			v.errorf(p+".internal_address", "Give an IP address or a resolvable name.", "internal_address %q is neither an IP address nor a host name", n.InternalAddress)
+		}
+		v.labels(p+".labels", n.Labels)
+		for j, t := range n.Taints {
+			tp := fmt.Sprintf("%s.taints[%d]", p, j)
+			if errs := qualifiedNameErrors(t.Key); len(errs) > 0 {
+				v.errorf(tp+".key", "Taint keys are label-style names, e.g. dedicated or example.com/gpu.", "taint key %q is not valid: %s", t.Key, strings.Join(errs, "; "))
+			}
+			if errs := labelValueErrors(t.Value); len(errs) > 0 {
+				v.errorf(tp+".value", "", "taint value %q is not valid: %s", t.Value, strings.Join(errs, "; "))
+			}
+			v.oneOf(tp+".effect", t.Effect, false, "NoSchedule", "PreferNoSchedule", "NoExecute")
+		}
+	}
+
+	external := len(c.Services.Etcd.ExternalURLs) > 0
+	switch {
+	case count[RoleEtcd] == 0 && !external:
+		v.errorf("nodes", "Give at least one node the etcd role (three for a cluster that survives the loss of one).", "Cluster must have at least one etcd plane host: please specify one or more etcd in cluster config")
+	case count[RoleEtcd] > 0 && external:
+		v.errorf("services.etcd.external_urls", "Remove the etcd role from the nodes, or remove external_urls.", "Cluster can't have both internal and external etcd")
+	case count[RoleEtcd]%2 == 0 && !external:
+		v.warnf("nodes", fmt.Sprintf("%d etcd members tolerate no more failures than %d; use an odd number.", count[RoleEtcd], count[RoleEtcd]-1),
+			"the cluster has an even number of etcd nodes (%d)", count[RoleEtcd])
+	}
+	if count[RoleControlPlane] == 0 {
+		v.errorf("nodes", "Give at least one node the controlplane role.", "Cluster must have at least one control plane host: please specify one or more controlplane in cluster config")
+	}
+	if count[RoleWorker] == 0 {
+		v.warnf("nodes", "Controlplane and etcd nodes are tainted by default; give at least one node the worker role, or remove those taints.", "no node has the worker role")
+	}
+}
+
+func (v *validator) port(p, port string) {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.errorf(p, "", "port %q is not a number from 1 to 65535", port)
+	}
+}
+
+func (v *validator) labels(p string, labels map[string]string) {
+	for k, val := range labels {
+		lp := mapKeyPath(p, k)
+		if errs := qualifiedNameErrors(k); len(errs) > 0 {
+			v.errorf(lp, "Label keys are an optional DNS prefix and a name: example.com/tier.", "label key %q is not valid: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := labelValueErrors(val); len(errs) > 0 {
+			v.errorf(lp, "", "label value %q is not valid: %s", val, strings.Join(errs, "; "))
+		}
+	}
+}
+
+func (v *validator) services(c *Cluster) {
+	s := &c.Services
+	for name, b := range map[string]*BaseService{
+		"etcd": &s.Etcd.BaseService, "kube-api": &s.KubeAPI.BaseService, "kube-controller": &s.KubeController.BaseService,
+		"scheduler": &s.Scheduler, "kubelet": &s.Kubelet.BaseService, "kubeproxy": &s.Kubeproxy,
+	} {
+		v.baseService("services."+name, b)
+	}
+
+	e := &s.Etcd
+	if len(e.ExternalURLs) > 0 {
+		for i, u := range e.ExternalURLs {
+			if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+				v.errorf(fmt.Sprintf("services.etcd.external_urls[%d]", i), "Write it as https://host:2379.", "external etcd URL %q has no scheme", u)
+			}
+		}
+		for _, f := range []struct{ key, val, msg string }{
+			{"ca_cert", e.CACert, "External CA Certificate for etcd can't be empty"},
+			{"cert", e.Cert, "External Client Certificate for etcd can't be empty"},
+			{"key", e.Key, "External Client Key for etcd can't be empty"},
+			{"path", e.Path, "External etcd path can't be empty"},
+		} {
+			if f.val == "" {
+				v.errorf("services.etcd."+f.key, "", "%s", f.msg)
+			}
+		}
+	}
+	for key, val := range map[string]string{"creation": e.Creation, "retention": e.Retention} {
+		if val == "" {
+			continue
+		}
+		if _, err := time.ParseDuration(val); err != nil {
+			v.errorf("services.etcd."+key, "Write it as a duration, like 12h.", "%q is not a duration", val)
+		}
+		v.warnf("services.etcd."+key, "Use services.etcd.backup_config (interval_hours, retention) instead.", "services.etcd.%s is RKE's older snapshot setting", key)
+	}
+	if e.Snapshot != nil {
+		v.warnf("services.etcd.snapshot", "Use services.etcd.backup_config.enabled instead.", "services.etcd.snapshot is RKE's older snapshot setting")
+	}
+	if b := e.BackupConfig; b != nil {
+		for key, val := range map[string]int{"interval_hours": b.IntervalHours, "retention": b.Retention, "timeout": b.Timeout} {
+			if val < 0 {
+				v.errorf("services.etcd.backup_config."+key, "", "%s must be at least 1, got %d", key, val)
+			}
+		}
+		if s3 := b.S3BackupConfig; s3 != nil {
+			v.s3(c, s3)
+		}
+	}
+
+	api := &s.KubeAPI
+	apiRanges := v.cidrs("services.kube-api.service_cluster_ip_range", api.ServiceClusterIPRange)
+	podRanges := v.cidrs("services.kube-controller.cluster_cidr", s.KubeController.ClusterCIDR)
+	v.cidrs("services.kube-controller.service_cluster_ip_range", s.KubeController.ServiceClusterIPRange)
+	if api.ServiceClusterIPRange != s.KubeController.ServiceClusterIPRange {
+		v.errorf("services.kube-controller.service_cluster_ip_range", "Set the same range in services.kube-api and services.kube-controller (or leave kube-controller's empty to inherit kube-api's).",
+			"service_cluster_ip_range of kube-api (%s) and kube-controller (%s) must be the same", api.ServiceClusterIPRange, s.KubeController.ServiceClusterIPRange)
+	}
+	for _, a := range apiRanges {
+		for _, b := range podRanges {
+			if a.Contains(b.IP) || b.Contains(a.IP) {
+				v.errorf("services.kube-controller.cluster_cidr", "The pod range and the Service range must not overlap.", "cluster_cidr %s overlaps service_cluster_ip_range %s", b, a)
+			}
+		}
+	}
+	if ip := net.ParseIP(s.Kubelet.ClusterDNSServer); ip == nil {
+		v.errorf("services.kubelet.cluster_dns_server", "", "cluster_dns_server %q is not an IP address", s.Kubelet.ClusterDNSServer)
+	} else if len(apiRanges) > 0 && !slices.ContainsFunc(apiRanges, func(n *net.IPNet) bool { return n.Contains(ip) }) {
+		v.errorf("services.kubelet.cluster_dns_server", "Pick an address inside the Service range, such as its .10.",
+			"cluster_dns_server %s is not inside service_cluster_ip_range %s", ip, api.ServiceClusterIPRange)
+	}
+	if lo, hi, ok := strings.Cut(api.ServiceNodePortRange, "-"); !ok || !portRange(lo, hi) {
+		v.errorf("services.kube-api.service_node_port_range", "Write it as 30000-32767.", "service_node_port_range %q is not a port range", api.ServiceNodePortRange)
+	}
+	v.oneOf("services.kube-api.pod_security_configuration", api.PodSecurityConfiguration, true, "privileged", "baseline", "restricted")
+	v.object("services.kube-api.admission_configuration", api.AdmissionConfiguration)
+	if a := api.AuditLog; a != nil && a.Configuration != nil {
+		v.oneOf("services.kube-api.audit_log.configuration.format", a.Configuration.Format, true, "json", "legacy")
+		v.object("services.kube-api.audit_log.configuration.policy", a.Configuration.Policy)
+	}
+	if e := api.EventRateLimit; e != nil {
+		v.object("services.kube-api.event_rate_limit.configuration", e.Configuration)
+	}
+	if se := api.SecretsEncryptionConfig; se != nil {
+		v.object("services.kube-api.secrets_encryption_config.custom_config", se.CustomConfig)
+	}
+}
+
+func portRange(lo, hi string) bool {
+	a, err1 := strconv.Atoi(lo)
+	b, err2 := strconv.Atoi(hi)
+	return err1 == nil && err2 == nil && a >= 1 && a < b && b <= 65535
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (v *validator) baseService(p string, b *BaseService) {
+	for k := range b.ExtraArgs {
+		if strings.HasPrefix(k, "-") {
+			v.warnf(mapKeyPath(p+".extra_args", k), fmt.Sprintf("Write %q: rigger adds the dashes.", strings.TrimLeft(k, "-")), "flag %q starts with a dash", k)
+		}
+	}
+	for i, bind := range b.ExtraBinds {
+		parts := strings.Split(bind, ":")
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !path.IsAbs(parts[1]) {
+			v.errorf(fmt.Sprintf("%s.extra_binds[%d]", p, i), "Write it as /host/path:/container/path or /host/path:/container/path:ro.", "bind %q is not host-path:container-path[:options]", bind)
+		}
+	}
+	for i, env := range b.ExtraEnv {
+		name, _, ok := strings.Cut(env, "=")
+		if !ok || !envName.MatchString(name) {
+			v.errorf(fmt.Sprintf("%s.extra_env[%d]", p, i), "Write it as NAME=value.", "environment entry %q is not NAME=value", env)
+		}
+	}
+}
+
+// cidrs parses a comma-separated list of CIDRs (dual stack), reporting bad ones.
+func (v *validator) cidrs(p, s string) []*net.IPNet {
+	var out []*net.IPNet
+	for part := range strings.SplitSeq(s, ",") {
+		_, n, err := net.ParseCIDR(strings.TrimSpace(part))
+		if err != nil {
+			v.errorf(p, "Write it as an address range like 10.43.0.0/16.", "%q is not a CIDR", part)
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// object checks that a Kubernetes object given inline names its type.
+func (v *validator) object(p string, o Object) {
+	if o == nil {
+		return
+	}
+	for _, k := range []string{"apiVersion", "kind"} {
+		if s, ok := o[k].(string); !ok || s == "" {
+			v.errorf(p, "Give the whole Kubernetes object, starting with apiVersion and kind.", "the object has no %s", k)
+		}
+	}
+}
+
+func (v *validator) s3(c *Cluster, s3 *S3BackupConfig) {
+	p := "services.etcd.backup_config.s3backupconfig"
+	if s3.Endpoint == "" {
+		v.errorf(p+".endpoint", "Give the S3 endpoint, e.g. s3.amazonaws.com or minio.example.com:9000.", "etcd s3 backup backend endpoint can't be empty")
+	} else if strings.Contains(s3.Endpoint, "://") {
+		v.errorf(p+".endpoint", "Give host[:port] only; TLS is always used.", "endpoint %q must not include a scheme", s3.Endpoint)
+	}
+	if s3.BucketName == "" {
+		v.errorf(p+".bucket_name", "", "etcd s3 backup backend bucketName can't be empty")
+	}
+	if (s3.AccessKey == "") != (s3.SecretKey == "") {
+		v.errorf(p, "Give both access_key and secret_key, or neither (to use the node's IAM role).", "only one of access_key and secret_key is set")
+	}
+	if s3.CustomCA != "" {
+		if err := checkCertPEM(s3.CustomCA); err != nil {
+			v.errorf(p+".custom_ca", "Give the PEM certificate of the CA that signed the endpoint's certificate.", "invalid S3 endpoint CA certificate: %v", err)
+		}
+	}
+	if b := c.Services.Etcd.BackupConfig; b.Enabled != nil && !*b.Enabled {
+		v.warnf(p, "Only snapshots taken with `rigger snapshot save` are uploaded.", "s3backupconfig is set but backup_config.enabled is false")
+	}
+}
+
+func checkCertPEM(s string) error {
+	block, _ := pem.Decode([]byte(s))
+	if block == nil {
+		return fmt.Errorf("no PEM block found")
+	}
+	_, err := x509.ParseCertificate(block.Bytes)
+	return err
+}
+
+var (
+	networkPlugins = []string{"canal", "flannel", "calico", "weave", "aci", "none"}
+	effects        = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
+)
+
+func (v *validator) network(c *Cluster) {
+	n := &c.Network
+	if !slices.Contains(networkPlugins, n.Plugin) {
+		detail := "Supported: " + strings.Join(networkPlugins, ", ") + "."
+		if s := suggest(n.Plugin, networkPlugins); s != "" {
+			detail = fmt.Sprintf("Did you mean %q? ", s) + detail
+		}
+		v.errorf("network.plugin", detail, "Network plugin [%s] is not supported", n.Plugin)
+	}
+	if n.Plugin == "flannel" && n.MTU != 0 {
+		v.errorf("network.mtu", "", "Network plugin [flannel] does not support configuring MTU")
+	}
+	if n.MTU < 0 {
+		v.errorf("network.mtu", "", "mtu must not be negative")
+	}
+	if cp := n.CalicoNetworkProvider; cp != nil {
+		v.oneOf("network.calico_network_provider.install_method", cp.InstallMethod, true, "operator", "legacy")
+	}
+	v.updateStrategy("network.update_strategy", n.UpdateStrategy, "RollingUpdate", "OnDelete")
+	v.tolerations("network.tolerations", n.Tolerations)
+}
+
+func (v *validator) updateStrategy(p string, u *DaemonSetUpdateStrategy, allowed ...string) {
+	if u != nil {
+		v.oneOf(p+".strategy", u.Strategy, true, allowed...)
+	}
+}
+
+func (v *validator) tolerations(p string, ts []Toleration) {
+	for i, t := range ts {
+		tp := fmt.Sprintf("%s[%d]", p, i)
+		v.oneOf(tp+".operator", t.Operator, true, "Exists", "Equal")
+		v.oneOf(tp+".effect", t.Effect, true, effects...)
+	}
+}
+
+func (v *validator) auth(c *Cluster) {
+	strategies := strings.Split(strings.ToLower(c.Authentication.Strategy), "|")
+	for _, s := range strategies {
+		if s != "x509" && s != "webhook" {
+			v.errorf("authentication.strategy", "Use x509, or x509|webhook.", "Authentication strategy [%s] is not supported", s)
+		}
+	}
+	if !slices.Contains(strategies, "x509") {
+		v.errorf("authentication.strategy", "Use x509, or x509|webhook.", "Authentication strategy must contain [x509]")
+	}
+	if slices.Contains(strategies, "webhook") && (c.Authentication.Webhook == nil || c.Authentication.Webhook.ConfigFile == "") {
+		v.errorf("authentication.webhook", "Give authentication.webhook.config_file.", "the webhook strategy needs a webhook config")
+	}
+	for i, san := range c.Authentication.SANs {
+		if net.ParseIP(san) == nil && len(dns1123SubdomainErrors(strings.ToLower(strings.TrimPrefix(san, "*.")))) > 0 {
+			v.errorf(fmt.Sprintf("authentication.sans[%d]", i), "", "%q is neither an IP address nor a DNS name", san)
+		}
+	}
+	v.oneOf("authorization.mode", c.Authorization.Mode, false, "rbac", "none")
+}
+
+func (v *validator) addons(c *Cluster) {
+	in := &c.Ingress
+	if in.Provider != DefaultIngressProvider && in.Provider != "none" {
+		v.errorf("ingress.provider", "Use nginx or none.", "Ingress controller %s is incorrect", in.Provider)
+	}
+	if in.DNSPolicy != "" && !slices.Contains([]string{"ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"}, in.DNSPolicy) {
+		v.errorf("ingress.dns_policy", "Use ClusterFirst, ClusterFirstWithHostNet, Default or None.", "DNSPolicy %s was not a valid DNS Policy", in.DNSPolicy)
+	}
+	if !slices.Contains([]string{"hostNetwork", "hostPort", "none"}, in.NetworkMode) {
+		v.errorf("ingress.network_mode", "Use hostNetwork, hostPort or none.", "NetworkMode %s was not a valid network mode", in.NetworkMode)
+	}
+	if in.HTTPPort < 0 || in.HTTPPort > 65535 {
+		v.errorf("ingress.http_port", "", "http port is invalid. Needs to be within 0 to 65535")
+	}
+	if in.HTTPSPort < 0 || in.HTTPSPort > 65535 {
+		v.errorf("ingress.https_port", "", "https port is invalid. Needs to be within 0 to 65535")
+	}
+	if in.NetworkMode == "hostPort" && in.HTTPPort != 0 && in.HTTPPort == in.HTTPSPort {
+		v.errorf("ingress.https_port", "", "http and https ports need to be different")
+	}
+	v.updateStrategy("ingress.update_strategy", in.UpdateStrategy, "RollingUpdate", "OnDelete")
+	v.tolerations("ingress.tolerations", in.Tolerations)
+
+	if d := c.DNS; d != nil {
+		v.oneOf("dns.provider", d.Provider, false, "coredns", "kube-dns", "none")
+		for i, ns := range d.UpstreamNameservers {
+			if net.ParseIP(ns) == nil {
+				v.errorf(fmt.Sprintf("dns.upstreamnameservers[%d]", i), "", "%q is not an IP address", ns)
+			}
+		}
+		if d.Nodelocal != nil && net.ParseIP(d.Nodelocal.IPAddress) == nil {
+			v.errorf("dns.nodelocal.ip_address", "Use a link-local address such as 169.254.20.10.", "%q is not an IP address", d.Nodelocal.IPAddress)
+		}
+		if d.UpdateStrategy != nil {
+			v.oneOf("dns.update_strategy.strategy", d.UpdateStrategy.Strategy, true, "RollingUpdate", "Recreate")
+		}
+		v.tolerations("dns.tolerations", d.Tolerations)
+	}
+	v.oneOf("monitoring.provider", c.Monitoring.Provider, false, "metrics-server", "none")
+	if c.Monitoring.Replicas != nil && *c.Monitoring.Replicas < 1 {
+		v.errorf("monitoring.replicas", "", "replicas must be at least 1")
+	}
+	v.tolerations("monitoring.tolerations", c.Monitoring.Tolerations)
+
+	cp := &c.CloudProvider
+	for _, cfg := range []struct {
+		name, key string
+		set       bool
+	}{
+		{"aws", "awsCloudProvider", cp.AWSCloudProvider != nil},
+		{"azure", "azureCloudProvider", cp.AzureCloudProvider != nil},
+		{"openstack", "openstackCloudProvider", cp.OpenstackCloudProvider != nil},
+		{"vsphere", "vsphereCloudProvider", cp.VsphereCloudProvider != nil},
+		{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
+	} {
+		if cfg.set && cp.Name != cfg.name {
+			v.errorf("cloud_provider.name", fmt.Sprintf("Set cloud_provider.name: %s, or remove %s.", cfg.name, cfg.key),
+				"cloud_provider.%s is given but cloud_provider.name is %q", cfg.key, cp.Name)
+		}
+	}
+	if cp.Name != "" && cp.CustomCloudProvider == "" {
+		v.oneOf("cloud_provider.name", cp.Name, true, "aws", "azure", "openstack", "vsphere", "harvester", "external", "external-aws")
+	}
+}
+
+func (v *validator) upgradeStrategy(c *Cluster) {
+	u := c.UpgradeStrategy
+	p := "upgrade_strategy"
+	v.budget(p+".max_unavailable_worker", u.MaxUnavailableWorker, 1)
+	v.budget(p+".max_unavailable_controlplane", u.MaxUnavailableControlplane, 1)
+	if d := u.DrainInput; d != nil {
+		if d.Timeout < 1 || d.Timeout > 10800 {
+			v.errorf(p+".node_drain_input.timeout", "", "timeout must be from 1 to 10800 seconds, got %d", d.Timeout)
+		}
+		if d.GracePeriod < -1 {
+			v.errorf(p+".node_drain_input.grace_period", "Use -1 for each pod's own grace period.", "grace_period must be -1 or more, got %d", d.GracePeriod)
+		}
+	}
+}
+
+// budget checks a count-or-percentage value such as max_unavailable_worker.
+func (v *validator) budget(p, s string, least int) {
+	if _, err := ParseBudget(s, least); err != nil {
+		v.errorf(p, fmt.Sprintf("Give a number of nodes (at least %d) or a percentage (10%%).", least), "%v", err)
+	}
+}
+
+// Budget is a number of nodes given as a count or a percentage.
+type Budget struct {
+	N       int
+	Percent bool
+}
+
+// ParseBudget reads `3` or `25%`; the value must be at least least (as a
+// count, or as a percentage above zero when least is 1).
+func ParseBudget(s string, least int) (Budget, error) {
+	num, pct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	n, err := strconv.Atoi(num)
+	switch {
+	case err != nil:
+		return Budget{}, fmt.Errorf("%q is neither a number nor a percentage", s)
+	case pct && (n > 100 || n < least):
+		return Budget{}, fmt.Errorf("%q is not a percentage from %d%% to 100%%", s, least)
+	case n < least:
+		return Budget{}, fmt.Errorf("%q must be at least %d", s, least)
+	}
+	return Budget{N: n, Percent: pct}, nil
+}
+
+// Of resolves b against total nodes: a percentage rounds down, and the
+// result is at least least.
+func (b Budget) Of(total, least int) int {
+	n := b.N
+	if b.Percent {
+		n = total * b.N / 100
+	}
+	return max(n, least)
+}
+
+func (v *validator) registries(c *Cluster) {
+	defaults := 0
+	for i, r := range c.PrivateRegistries {
+		p := fmt.Sprintf("private_registries[%d]", i)
+		if r.URL == "" {
+			v.errorf(p+".url", "", "the registry has no url")
+		} else if strings.Contains(r.URL, "://") {
+			v.errorf(p+".url", "Give host[:port], as in image names.", "url %q must not include a scheme", r.URL)
+		}
+		if r.Password != "" && r.User == "" {
+			v.errorf(p+".user", "", "a password is given without a user")
+		}
+		if r.IsDefault {
+			if defaults++; defaults > 1 {
+				v.errorf(p+".is_default", "", "more than one registry is marked is_default")
+			}
+		}
+	}
+}
+
+func (v *validator) bastion(c *Cluster) {
+	b := c.BastionHost
+	if b == nil {
+		return
+	}
+	if b.Address == "" {
+		v.errorf("bastion_host.address", "Give the jump host's address, or remove bastion_host.", "bastion_host has no address")
+		return
+	}
+	if b.User == "" {
+		v.errorf("bastion_host.user", "", "bastion_host has no user")
+	}
+	v.port("bastion_host.port", b.Port)
+}
+
+func (v *validator) misc(c *Cluster) {
+	if c.Restore.Restore && c.Restore.SnapshotName == "" {
+		v.errorf("restore.snapshot_name", "Name the snapshot to restore (see `rigger snapshot list`).", "restore is requested without a snapshot_name")
+	}
+	if rc := c.RotateCertificates; rc != nil {
+		for i, s := range rc.Services {
+			v.oneOf(fmt.Sprintf("rotate_certificates.services[%d]", i), s, false,
+				"etcd", "kubelet", "kube-apiserver", "kube-proxy", "kube-scheduler", "kube-controller-manager")
+		}
+	}
+	if c.AddonJobTimeout < 0 {
+		v.errorf("addon_job_timeout", "", "addon_job_timeout must be at least 1 second")
+	}
+	if c.PrefixPath != "" && !path.IsAbs(c.PrefixPath) {
+		v.errorf("prefix_path", "", "prefix_path %q is not an absolute path", c.PrefixPath)
+	}
+}
+
+func (v *validator) rigger(c *Cluster) {
+	r := &c.Rigger
+	if v.oneOf("rigger.ssh.host_key_policy", r.SSH.HostKeyPolicy, false, HostKeyStrict, HostKeyAcceptNew, HostKeyOff) && r.SSH.HostKeyPolicy == HostKeyOff {
+		v.warnf("rigger.ssh.host_key_policy", "Anyone on the path to a node can impersonate it. Use accept-new to trust first keys and check them afterwards.", "SSH host keys are not checked")
+	}
+	if r.SSH.ConnectTimeout.Std() < time.Second {
+		v.errorf("rigger.ssh.connect_timeout", "", "connect_timeout must be at least 1s")
+	}
+	if r.SSH.KeepaliveInterval.Std() < time.Second {
+		v.errorf("rigger.ssh.keepalive_interval", "", "keepalive_interval must be at least 1s")
+	}
+	if r.MaxParallel < 0 {
+		v.errorf("rigger.max_parallel", "", "max_parallel must be at least 1")
+	}
+	v.budget("rigger.max_removed_nodes", r.MaxRemovedNodes, 0)
+	v.oneOf("rigger.stale_nodes", r.StaleNodes, false, StaleNodesReport, StaleNodesDelete)
+}
+
+// Kubernetes name syntax (k8s.io/apimachinery/pkg/util/validation), written
+// out here so that spec stays free of Kubernetes dependencies.
+var (
+	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	qualifiedRE  = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+)
+
+func dns1123SubdomainErrors(s string) []string {
+	var errs []string
+	if len(s) > 253 {
+		errs = append(errs, "must be no more than 253 characters")
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if !dns1123Label.MatchString(label) || len(label) > 63 {
+			errs = append(errs, "must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+			break
+		}
+	}
+	return errs
+}
+
+func qualifiedNameErrors(s string) []string {
+	name := s
+	if prefix, n, ok := strings.Cut(s, "/"); ok {
+		if prefix == "" || len(dns1123SubdomainErrors(prefix)) > 0 {
+			return []string{"prefix part must be a DNS subdomain"}
+		}
+		name = n
+	}
+	switch {
+	case name == "":
+		return []string{"name part must be non-empty"}
+	case len(name) > 63:
+		return []string{"name part must be no more than 63 characters"}
+	case !qualifiedRE.MatchString(name):
+		return []string{"name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"}
+	}
+	return nil
+}
+
+func labelValueErrors(s string) []string {
+	switch {
+	case s == "":
+		return nil
+	case len(s) > 63:
+		return []string{"must be no more than 63 characters"}
+	case !qualifiedRE.MatchString(s):
+		return []string{"must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"}
+	}
+	return nil
+}
