@@ -1,18 +1,41 @@
 #!/usr/bin/env bash
 # Installs what rigger's sandbox, demo and tests need from Debian's archive.
 # Shared by `make demo`, `make test` and CI. Does nothing when all is present.
+#
+# What each package is for:
+#   iproute2                    ip: bridge, veth pairs, network namespaces, routes (sandbox)
+#   util-linux                  nsenter, unshare, mount (sandbox node namespaces)
+#   openssh-server              sshd, one per sandbox node
+#   openssh-client              ssh-keygen (sandbox keys), ssh for people
+#   docker.io                   dockerd (Docker Engine 20.10), runc and containerd, one engine per node
+#   jq                          the sandbox's runc wrapper edits the OCI bundle with it
+#   etcd-server etcd-client     etcd 3.4 and etcdctl, copied into the sandbox's etcd image
+#   containernetworking-plugins CNI plugins (bridge, host-local, loopback) for a real kubelet
+#   git                         the GitOps loop and its tests
 set -euo pipefail
 
-# command -> Debian package that provides it
+# file that must exist -> Debian package that provides it
 declare -A want=(
-  [ip]=iproute2
-  [jq]=jq
-  [git]=git
+  [/usr/sbin/ip]=iproute2
+  [/usr/bin/nsenter]=util-linux
+  [/usr/bin/unshare]=util-linux
+  [/usr/sbin/sshd]=openssh-server
+  [/usr/bin/ssh-keygen]=openssh-client
+  [/usr/sbin/dockerd]=docker.io
+  [/usr/sbin/runc]=runc
+  [/usr/bin/containerd]=containerd
+  [/usr/bin/jq]=jq
+  [/usr/bin/etcd]=etcd-server
+  [/usr/bin/etcdctl]=etcd-client
+  [/usr/lib/cni/bridge]=containernetworking-plugins
+  [/usr/bin/git]=git
 )
 
 missing=()
-for cmd in "${!want[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${want[$cmd]}")
+for path in "${!want[@]}"; do
+  [ -e "$path" ] && continue
+  pkg=${want[$path]}
+  case " ${missing[*]:-} " in *" $pkg "*) ;; *) missing+=("$pkg") ;; esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
@@ -23,4 +46,10 @@ fi
 echo "install-prereqs: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# --no-install-recommends keeps docker.io from pulling in extras; the
+# packages do not start their services here (no systemd), and the sandbox
+# starts its own sshd and dockerd per node.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian's etcd-server package may start an etcd when a service manager runs
+# it; the sandbox never uses a host-wide etcd, so nothing else is done here.
+echo "install-prereqs: done"

@@ -3,7 +3,6 @@ package spec
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 )
 
@@ -74,17 +73,13 @@ func KubernetesVersions() []string {
 // imagesFor returns the images of a known version; upstream's spelling
 // (`v1.31.5`) finds RKE's (`v1.31.5-rancher1-1`).
 func imagesFor(version string) (SystemImages, bool) {
-	for _, r := range releases() {
-		if r.version == version {
-			return r.images, true
-		}
-	}
 	v, err := parseVersion(version)
-	if err != nil || v.suffix != "" {
+	if err != nil {
 		return SystemImages{}, false
 	}
-	for _, r := range slices.Backward(releases()) {
-		if rv, _ := parseVersion(r.version); rv.core() == v.core() {
+	for _, r := range releases() {
+		rv, _ := parseVersion(r.version)
+		if r.version == version || (v.suffix == "" && rv.core() == v.core()) {
 			return r.images, true
 		}
 	}
