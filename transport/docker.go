@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/docker/docker/api/types/versions"
+	"github.com/docker/docker/client"
+)
+
+// MinDockerAPIVersion is the oldest Docker engine API rigger drives. API
+// 1.41 is Docker Engine 20.10, the oldest engine RKE still supports and the
+// one Debian 12 ships.
+const MinDockerAPIVersion = "1.41"
+
+// MinDockerEngine names the engine release that speaks MinDockerAPIVersion,
+// for messages.
+const MinDockerEngine = "Docker Engine 20.10"
+
+// DockerPingTimeout bounds CheckDocker's ping: an engine that accepts
+// connections but does not answer is hung.
+const DockerPingTimeout = 20 * time.Second
+
+// DockerIdleChannels is how many idle connections to a node's engine a
+// Docker client keeps open for reuse (Go's default is 2), so that
+// concurrent calls to one node do not open and close a channel each.
+const DockerIdleChannels = 16
+
+// NewDockerClient returns a Docker API client that reaches the engine at
+// socket (a path on the node) through dial. It does no I/O: call
+// CheckDocker before handing it out. Every transport builds its clients
+// here so that they behave the same.
+func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
+	cli, err := client.NewClientWithOpts(
+		// Idle connections are open channels kept for the next request:
+		// opening a channel costs a round trip, and several ms against
+		// OpenSSH when channels are closed and opened back to back.
+		client.WithHTTPClient(&http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: DockerIdleChannels,
+			IdleConnTimeout:     90 * time.Second,
+		}}),
+		// The host only shapes the requests (scheme, Host header); dial
+		// decides where the bytes go. It must come before WithDialContext,
+		// which replaces the dialer WithHost installs.
+		client.WithHost("unix://"+socket),
+		client.WithDialContext(func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dial(ctx, "unix", socket)
+		}),
+		client.WithAPIVersionNegotiation(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create docker client: %w", err)
+	}
+	return cli, nil
+}
+
+// CheckDocker pings the engine behind cli, refuses one older than
+// MinDockerAPIVersion with a *DockerVersionError, and fixes the API version
+// the client uses from then on. A socket that cannot be opened gives the
+// transport's *DockerSocketError.
+func CheckDocker(ctx context.Context, node string, cli *client.Client) error {
+	pctx, cancel := context.WithTimeout(ctx, DockerPingTimeout)
+	defer cancel()
+	ping, err := cli.Ping(pctx)
+	if err != nil {
+		var sockErr *DockerSocketError
+		switch {
+		case errors.As(err, &sockErr):
+			return sockErr // without the HTTP request Docker's client wraps it in
+		case ctx.Err() != nil:
+			return fmt.Errorf("node %s: ping docker engine: %w", node, ctx.Err())
+		case pctx.Err() != nil:
+			return fmt.Errorf("node %s: the Docker engine did not answer a ping within %s: check that dockerd "+
+				"on the node is healthy (systemctl status docker)", node, DockerPingTimeout)
+		}
+		return fmt.Errorf("node %s: ping docker engine: %w", node, err)
+	}
+	if ping.APIVersion == "" {
+		// Engines older than API 1.25 do not announce their version.
+		return &DockerVersionError{Node: node, APIVersion: "older than 1.25", MinAPIVersion: MinDockerAPIVersion}
+	}
+	cli.NegotiateAPIVersionPing(ping)
+	if versions.LessThan(ping.APIVersion, MinDockerAPIVersion) {
+		verr := &DockerVersionError{Node: node, APIVersion: ping.APIVersion, MinAPIVersion: MinDockerAPIVersion}
+		if v, err := cli.ServerVersion(ctx); err == nil {
+			verr.EngineVersion = v.Version
+		}
+		return verr
+	}
+	return nil
+}

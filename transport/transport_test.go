@@ -1,0 +1,146 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/transport"
+	"github.com/rigger/rigger/transport/internal/testnode"
+)
+
+// localDial reaches a local socket, standing in for a transport's dial.
+func localDial(path string) transport.Dialer {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+}
+
+func TestCheckDocker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		api     string
+		wantErr bool
+		client  string // the API version the client settles on
+	}{
+		{"1.41", false, "1.41"},
+		{"1.47", false, "1.47"},
+		{"1.40", true, ""},
+		{"1.24", true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.api, func(t *testing.T) {
+			d := testnode.StartDocker(t, tt.api)
+			// The socket path given to the client is the node's; the dialer
+			// decides where bytes go.
+			cli, err := transport.NewDockerClient("/var/run/docker.sock", localDial(d.Socket))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			err = transport.CheckDocker(ctx, "n1", cli)
+			var old *transport.DockerVersionError
+			switch {
+			case tt.wantErr && !errors.As(err, &old):
+				t.Fatalf("CheckDocker against API %s: %v, want *DockerVersionError", tt.api, err)
+			case tt.wantErr:
+				if old.APIVersion != tt.api || old.Node != "n1" || !strings.Contains(err.Error(), transport.MinDockerEngine) {
+					t.Errorf("error = %+v: %v", old, err)
+				}
+			case err != nil:
+				t.Fatalf("CheckDocker against API %s: %v", tt.api, err)
+			case cli.ClientVersion() != tt.client:
+				t.Errorf("client speaks API %s, want %s", cli.ClientVersion(), tt.client)
+			}
+		})
+	}
+}
+
+func TestCheckDockerKeepsSocketError(t *testing.T) {
+	want := &transport.DockerSocketError{Node: "n1", Path: "/var/run/docker.sock", User: "rke", Problem: transport.SocketMissing}
+	cli, err := transport.NewDockerClient("/var/run/docker.sock", func(context.Context, string, string) (net.Conn, error) {
+		return nil, want
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = transport.CheckDocker(context.Background(), "n1", cli)
+	var got *transport.DockerSocketError
+	if !errors.As(err, &got) || got != want {
+		t.Fatalf("CheckDocker: %v, want the dialer's *DockerSocketError", err)
+	}
+	if err.Error() != want.Error() {
+		t.Errorf("CheckDocker wrapped the socket error: %q", err)
+	}
+}
+
+// Every error a person reads says what to do next.
+func TestErrorsSayWhatToDo(t *testing.T) {
+	tests := []struct {
+		err  error
+		want []string
+	}{
+		{&transport.UnreachableError{Node: "n1", Addr: "10.0.0.1:22", Op: transport.OpConnect, Err: errors.New("connection refused")},
+			[]string{"node n1", "10.0.0.1:22", "connection refused", "sshd runs there"}},
+		{&transport.UnreachableError{Node: "n1", Addr: "10.0.0.1:22", Op: transport.OpConnect, Timeout: 10 * time.Second},
+			[]string{"no answer within 10s", "rigger.ssh.connect_timeout"}},
+		{&transport.UnreachableError{Node: "n1", Addr: "10.0.0.1:22", Via: "bastion_host 10.0.0.9:22", Op: transport.OpHandshake, Timeout: time.Second},
+			[]string{"via bastion_host 10.0.0.9:22", "did not complete the SSH handshake within 1s", "MaxStartups"}},
+		{&transport.DialError{Node: "n1", Network: "tcp", Addr: "127.0.0.1:2379", Err: errors.New("connect failed")},
+			[]string{"node n1", "tcp 127.0.0.1:2379 on the node"}},
+		{&transport.DockerSocketError{Node: "n1", Path: "/var/run/docker.sock", User: "rke", Problem: transport.SocketPermissionDenied},
+			[]string{"permission denied for user rke", "usermod -aG docker rke"}},
+		{&transport.DockerSocketError{Node: "n1", Path: "/run/d.sock", Problem: transport.SocketMissing},
+			[]string{"/run/d.sock does not exist", "docker_socket"}},
+		{&transport.DockerSocketError{Node: "n1", Path: "/run/d.sock", Problem: transport.SocketForwardingRefused},
+			[]string{"AllowStreamLocalForwarding yes"}},
+		{&transport.DockerSocketError{Node: "n1", Path: "/run/d.sock", User: "rke", Problem: transport.SocketUnavailable, Detail: "open failed"},
+			[]string{"does not exist", "usermod -aG docker rke", "AllowStreamLocalForwarding", "(node says: open failed)"}},
+		{&transport.DockerVersionError{Node: "n1", APIVersion: "1.40", EngineVersion: "19.03.15", MinAPIVersion: "1.41"},
+			[]string{"Docker engine 19.03.15 speaks API 1.40", "1.41 or newer", "upgrade Docker"}},
+	}
+	for _, tt := range tests {
+		msg := tt.err.Error()
+		for _, w := range tt.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%T message %q does not contain %q", tt.err, msg, w)
+			}
+		}
+		// Docker's client replaces an error that says these with its own
+		// "Cannot connect to the Docker daemon", losing ours.
+		if _, ok := tt.err.(*transport.DockerSocketError); ok {
+			for _, bad := range []string{"connection refused", "dial unix"} {
+				if strings.Contains(msg, bad) {
+					t.Errorf("DockerSocketError message %q contains %q", msg, bad)
+				}
+			}
+		}
+	}
+}
+
+func TestNodeDialer(t *testing.T) {
+	var gotNode, gotAddr string
+	fake := fakeTransport{DialFn: func(_ context.Context, node, _, addr string) (net.Conn, error) {
+		gotNode, gotAddr = node, addr
+		return nil, errors.New("fake")
+	}}
+	transport.NodeDialer(fake, "n2")(context.Background(), "tcp", "127.0.0.1:2379")
+	if gotNode != "n2" || gotAddr != "127.0.0.1:2379" {
+		t.Errorf("NodeDialer dialed %s on %s, want 127.0.0.1:2379 on n2", gotAddr, gotNode)
+	}
+}
+
+// fakeTransport is a transport.Transport whose Dial is DialFn.
+type fakeTransport struct {
+	transport.Transport
+	DialFn func(ctx context.Context, node, network, addr string) (net.Conn, error)
+}
+
+func (f fakeTransport) Dial(ctx context.Context, node, network, addr string) (net.Conn, error) {
+	return f.DialFn(ctx, node, network, addr)
+}
