@@ -9,6 +9,7 @@
 #   openssh-client              ssh-keygen (sandbox keys), ssh for people
 #   docker.io                   dockerd (Docker Engine 20.10), runc and containerd, one engine per node
 #   jq                          the sandbox's runc wrapper edits the OCI bundle with it
+#   tini                        the sandbox's init (a child subreaper: this machine's PID 1 is slow to reap orphans)
 #   etcd-server etcd-client     etcd 3.4 and etcdctl, copied into the sandbox's etcd image
 #   containernetworking-plugins CNI plugins (bridge, host-local, loopback) for a real kubelet
 #   git                         the GitOps loop and its tests
@@ -25,6 +26,7 @@ declare -A want=(
   [/usr/sbin/runc]=runc
   [/usr/bin/containerd]=containerd
   [/usr/bin/jq]=jq
+  [/usr/bin/tini]=tini
   [/usr/bin/etcd]=etcd-server
   [/usr/bin/etcdctl]=etcd-client
   [/usr/lib/cni/bridge]=containernetworking-plugins

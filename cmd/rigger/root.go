@@ -11,7 +11,7 @@ import (
 )
 
 // envPrefix is the prefix of the environment variables that stand in for
-// flags: --known-hosts is also read from RIGGER_KNOWN_HOSTS, -f/--file from
+// flags: --output is also read from RIGGER_OUTPUT, -f/--file from
 // RIGGER_FILE. A flag given on the command line wins over the variable.
 const envPrefix = "RIGGER_"
 
@@ -39,6 +39,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newVersionCommand(),
 		newValidateCommand(),
 		newConfigCommand(),
+		newSandboxCommand(),
 	)
 	return root
 }

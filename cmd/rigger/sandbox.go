@@ -1,0 +1,298 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/rigger/rigger/sandbox"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+)
+
+func newSandboxCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Make real local nodes (SSH + Docker) to run clusters on",
+		Long: `Sandbox makes nodes on this machine for rigger to manage, as kind or RKE's old
+--dind mode did: each node is a host of its own (network, mount and UTS
+namespaces) with its own address on a bridge (10.231.<subnet>.11, .12, …), its
+own /etc/kubernetes, /var/lib/docker, /var/lib/etcd, /var/lib/kubelet, /opt/rke
+and /run, an OpenSSH sshd on port 22 that accepts a key the sandbox makes, and
+its own Docker engine on /var/run/docker.sock.
+
+It also builds, without a registry, the images a cluster needs (rigger's own,
+etcd, the Kubernetes components, pause), loads them into every node, and
+prints the system_images block that makes a cluster.yml use them.
+
+Needs root. What it changes on the machine, and how long it takes, is in
+docs/sandbox.md.`,
+		Example: `  rigger sandbox up                      # 3 nodes, images built and loaded
+  rigger sandbox status
+  ssh -i /var/lib/rigger-sandbox/rigger/ssh/id_ed25519 \
+      -o UserKnownHostsFile=/var/lib/rigger-sandbox/rigger/ssh/known_hosts root@10.231.0.11 docker ps
+  rigger sandbox node partition node2
+  rigger sandbox down`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand())
+	return cmd
+}
+
+func addSandboxNameFlag(cmd *cobra.Command, name *string) {
+	cmd.Flags().StringVar(name, "name", sandbox.DefaultName, "the sandbox's name")
+}
+
+func newSandboxUpCommand() *cobra.Command {
+	var opts sandbox.Options
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Make the sandbox's nodes, or complete and check them",
+		Long: `Up makes N nodes, each with its own network namespace and address, its own
+directories mounted over the paths a Kubernetes node owns, its own hostname,
+sshd and Docker engine. It prints each node's address, the SSH user and key,
+the known_hosts file that holds every node's host key, and the system_images
+block for cluster.yml.
+
+Up is idempotent: on an existing sandbox it checks every part, makes what is
+missing (also after an Up that was killed half-way) and restarts stopped
+services; a partitioned node stays partitioned.
+
+Images: rigger's own (rigger/rigger:dev, from this rigger binary when it is
+static, else built from the repository), etcd (Debian's etcd-server), the
+Kubernetes components (built from the Go module proxy by hack/kube-build, about
+9 minutes the first time, then cached in $RIGGER_CACHE) and pause are built and
+imported into every node's engine. --images=false skips them.`,
+		Example: `  rigger sandbox up
+  rigger sandbox up --nodes 5 --name big --subnet 7
+  rigger sandbox up --images=false`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Images && opts.RiggerBinary == "" {
+				opts.RiggerBinary = staticSelf()
+			}
+			s, err := sandbox.Up(cmd.Context(), opts, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return printSandbox(cmd.OutOrStdout(), s)
+		},
+	}
+	addSandboxNameFlag(cmd, &opts.Name)
+	cmd.Flags().IntVar(&opts.Nodes, "nodes", sandbox.DefaultNodes, "how many nodes")
+	cmd.Flags().IntVar(&opts.Subnet, "subnet", 0, "the nodes' subnet is 10.231.<subnet>.0/24 (0-255); two sandboxes need two subnets")
+	cmd.Flags().BoolVar(&opts.Images, "images", true, "build (cached) and load the cluster images into every node")
+	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
+	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
+	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
+	return cmd
+}
+
+// staticSelf is this rigger binary when it can go into rigger's image as
+// it is, else "" (the sandbox builds one).
+func staticSelf() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if err := sandbox.CheckStatic(self); err != nil {
+		return ""
+	}
+	return self
+}
+
+// printSandbox writes the nodes, how to reach them and the system_images
+// block.
+func printSandbox(w io.Writer, s *sandbox.Sandbox) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tHOSTNAME\tADDRESS\tUSER\tPORT")
+	for _, n := range s.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", n.Name, n.Hostname, n.Address, n.User, n.Port)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nSSH key:      %s\nknown_hosts:  %s\n", s.KeyPath, s.KnownHostsPath)
+	if len(s.Nodes) > 0 {
+		fmt.Fprintf(w, "Try:          ssh -i %s -o UserKnownHostsFile=%s %s@%s docker ps\n",
+			s.KeyPath, s.KnownHostsPath, s.Nodes[0].User, s.Nodes[0].Address)
+	}
+	if len(s.SystemImages) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(s.SystemImages))
+	for k := range s.SystemImages {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	node := &yaml.Node{Kind: yaml.MappingNode}
+	for _, k := range keys {
+		node.Content = append(node.Content,
+			&yaml.Node{Kind: yaml.ScalarNode, Value: k},
+			&yaml.Node{Kind: yaml.ScalarNode, Value: s.SystemImages[k]})
+	}
+	fmt.Fprintf(w, "\n# cluster.yml: use the images loaded in the nodes\n")
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(map[string]*yaml.Node{"system_images": node}); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func newSandboxDownCommand() *cobra.Command {
+	var name string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Remove the sandbox and everything it made",
+		Long: `Down removes everything the sandbox made: its processes (by pid, and every
+process in its nodes' namespaces and cgroups), mounts, namespaces, links, the
+bridge, its routing rule, and its directories; with the last sandbox also the
+unreachable route for 10.231.0.0/16 and the empty mount points it created on
+the host. It works on a half-made sandbox too, and does nothing when there is
+none. The image cache ($RIGGER_CACHE) stays.
+
+--all takes down every sandbox whose state is found and removes what sandboxes
+whose state is gone left behind.`,
+		Example: `  rigger sandbox down
+  rigger sandbox down --all`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if all {
+				return sandbox.DownAll(cmd.Context())
+			}
+			return sandbox.Down(cmd.Context(), name)
+		},
+	}
+	addSandboxNameFlag(cmd, &name)
+	cmd.Flags().BoolVar(&all, "all", false, "every sandbox, and leftovers of sandboxes whose state is gone")
+	return cmd
+}
+
+func newSandboxStatusCommand() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the nodes and whether their sshd and Docker answer",
+		Long: `Status shows every node of the sandbox: address, link (up or partitioned),
+whether sshd answers on the node's address and whether the node's Docker engine
+answers on its socket. Exit status 1 when any of them does not.`,
+		Example: `  rigger sandbox status
+  rigger sandbox status --name test1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := sandbox.Load(name)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			state := "ready"
+			if !s.Ready {
+				state = "half-made: run `rigger sandbox up` to complete it or `rigger sandbox down` to remove it"
+			}
+			fmt.Fprintf(w, "sandbox %s (%s, bridge %s): %s\n", s.Name, s.BridgeAddress, s.Bridge, state)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tHOSTNAME\tADDRESS\tLINK\tSSHD\tDOCKER")
+			bad := !s.Ready
+			var problems []string
+			for _, st := range s.Status(cmd.Context()) {
+				link := "up"
+				if st.Partitioned {
+					link = "partitioned"
+					bad = true
+				}
+				sshd, docker := answer(st.SSH, st.Pids[sandbox.ServiceSSHD]), answer(st.Docker, st.Pids[sandbox.ServiceDocker])
+				if st.SSH != nil {
+					bad = true
+					problems = append(problems, fmt.Sprintf("%s sshd: %v", st.Name, st.SSH))
+				}
+				if st.Docker != nil {
+					bad = true
+					problems = append(problems, fmt.Sprintf("%s docker: %v", st.Name, st.Docker))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", st.Name, st.Hostname, st.Address, link, sshd, docker)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, p := range problems {
+				fmt.Fprintln(w, "  "+p)
+			}
+			if bad {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	addSandboxNameFlag(cmd, &name)
+	return cmd
+}
+
+func answer(err error, pid int) string {
+	switch {
+	case err == nil:
+		return fmt.Sprintf("answers (pid %d)", pid)
+	case pid == 0:
+		return "stopped"
+	default:
+		return fmt.Sprintf("no answer (pid %d)", pid)
+	}
+}
+
+func newSandboxNodeCommand() *cobra.Command {
+	var name string
+	var services []string
+	cmd := &cobra.Command{
+		Use:   "node stop|start|partition|heal NODE",
+		Short: "Inject faults: stop or start a node's services, cut or restore its link",
+		Long: `Node injects faults into one node of the sandbox:
+
+  stop NODE       stop the node's sshd and Docker engine (by pid; --service picks one)
+  start NODE      start them again and wait until they answer
+  partition NODE  cut the node's link into the bridge: nothing reaches it, it reaches nothing
+  heal NODE       restore the link
+
+Stopping the engine stops its containers, as a Docker restart would.`,
+		Example: `  rigger sandbox node stop node2 --service docker
+  rigger sandbox node start node2
+  rigger sandbox node partition node3
+  rigger sandbox node heal node3`,
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"stop", "start", "partition", "heal"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			action, node := args[0], args[1]
+			if !slices.Contains(cmd.ValidArgs, action) {
+				return fmt.Errorf("unknown action %q: use stop, start, partition or heal", action)
+			}
+			s, err := sandbox.Load(name)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			switch action {
+			case "partition":
+				return s.Partition(ctx, node)
+			case "heal":
+				return s.Heal(ctx, node)
+			}
+			var errs []error
+			for _, svc := range services {
+				if action == "stop" {
+					errs = append(errs, s.StopService(ctx, node, svc))
+				} else {
+					errs = append(errs, s.StartService(ctx, node, svc))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	addSandboxNameFlag(cmd, &name)
+	cmd.Flags().StringSliceVar(&services, "service", sandbox.Services(), "the services to stop or start: "+strings.Join(sandbox.Services(), ", "))
+	return cmd
+}

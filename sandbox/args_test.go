@@ -1,0 +1,308 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+func TestNetworkArgs(t *testing.T) {
+	n := layout("rigger", 0, 1).Nodes[0]
+	want := [][]string{
+		{"link", "add", "rigsb0n1", "type", "veth", "peer", "name", "eth0", "netns", "rigger-sandbox-rigger-node1"},
+		{"link", "set", "rigsb0n1", "master", "rigsb0"},
+		{"link", "set", "rigsb0n1", "up"},
+		{"-n", "rigger-sandbox-rigger-node1", "link", "set", "lo", "up"},
+		{"-n", "rigger-sandbox-rigger-node1", "addr", "replace", "10.231.0.11/24", "dev", "eth0"},
+		{"-n", "rigger-sandbox-rigger-node1", "link", "set", "eth0", "up"},
+		{"-n", "rigger-sandbox-rigger-node1", "route", "replace", "default", "via", "10.231.0.1", "dev", "eth0"},
+	}
+	if diff := cmp.Diff(want, nodeNetArgs(n, "rigsb0", "10.231.0.1")); diff != "" {
+		t.Errorf("nodeNetArgs (-want +got):\n%s", diff)
+	}
+	if got := bridgeArgs("rigsb0", "10.231.0.1")[1]; !cmp.Equal(got, []string{"addr", "replace", "10.231.0.1/24", "dev", "rigsb0"}) {
+		t.Errorf("bridge address args = %v", got)
+	}
+	if got := ruleArgs("add", "rigsb0"); !cmp.Equal(got, []string{"rule", "add", "iif", "rigsb0", "unreachable"}) {
+		t.Errorf("ruleArgs = %v", got)
+	}
+}
+
+func TestMountSetupArgs(t *testing.T) {
+	s := layout("rigger", 0, 1)
+	n := s.Nodes[0]
+	args := s.mountSetupArgs(n)
+	head := []string{
+		"--net=/run/netns/rigger-sandbox-rigger-node1", "--",
+		"unshare", "--mount=/run/rigger-sandbox/rigger/node1.mnt", "--uts=/run/rigger-sandbox/rigger/node1.uts", "--propagation", "private", "--",
+		"sh", "-c", mountSetupScript, "sh", "rigger-node1",
+	}
+	if diff := cmp.Diff(head, args[:len(head)]); diff != "" {
+		t.Fatalf("mountSetupArgs head (-want +got):\n%s", diff)
+	}
+	pairs := args[len(head):]
+	if len(pairs) != 2*len(nodeMounts()) {
+		t.Fatalf("mountSetupArgs has %d mount arguments, want %d", len(pairs), 2*len(nodeMounts()))
+	}
+	for i := 0; i < len(pairs); i += 2 {
+		src, dst := pairs[i], pairs[i+1]
+		if want := filepath.Join(n.Dir, mountDirName(dst)); src != want {
+			t.Errorf("mount %s from %s, want from %s", dst, src, want)
+		}
+	}
+}
+
+// The mount script runs under sh -eu: check its syntax here.
+func TestScriptsParse(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	s := layout("rigger", 0, 1)
+	scripts := map[string]string{
+		"mount":  mountSetupScript,
+		"init":   initScript,
+		"runc":   runcWrapper,
+		"docker": s.serviceScript(s.Nodes[0], ServiceDocker),
+		"sshd":   s.serviceScript(s.Nodes[0], ServiceSSHD),
+	}
+	for name, script := range scripts {
+		if out, err := exec.Command(sh, "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("%s script: %v: %s", name, err, out)
+		}
+	}
+}
+
+func TestServiceScript(t *testing.T) {
+	s := layout("rigger", 0, 2)
+	n := s.Nodes[1]
+	got := s.serviceScript(n, ServiceDocker)
+	for _, want := range []string{
+		`echo "$$" > /var/lib/rigger-sandbox/rigger/node2/pids/docker.pid`,
+		"exec nsenter --net=/run/netns/rigger-sandbox-rigger-node2 --mount=/run/rigger-sandbox/rigger/node2.mnt --uts=/run/rigger-sandbox/rigger/node2.uts --wd=/ -- dockerd ",
+		"--cgroup-parent=/rigger-sandbox/rigger/node2",
+		"--add-runtime=sandbox-runc=/var/lib/rigger-sandbox/rigger/bin/runc-sandbox",
+		"--default-runtime=sandbox-runc",
+		"--bridge=none", "--iptables=false", "--ip-forward=false",
+		">>/var/lib/rigger-sandbox/rigger/node2/log/docker.log 2>&1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("docker script lacks %q:\n%s", want, got)
+		}
+	}
+	got = s.serviceScript(n, ServiceSSHD)
+	if !strings.Contains(got, "-- /usr/sbin/sshd -D -e -f /var/lib/rigger-sandbox/rigger/node2/ssh/sshd_config >>") {
+		t.Errorf("sshd script:\n%s", got)
+	}
+	cfg := s.sshdConfig(n)
+	for _, want := range []string{"ListenAddress 10.231.0.12:22", "AllowStreamLocalForwarding yes", "PasswordAuthentication no",
+		"AuthorizedKeysFile /var/lib/rigger-sandbox/rigger/ssh/authorized_keys", "HostKey /var/lib/rigger-sandbox/rigger/node2/ssh/ssh_host_ed25519_key"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("sshd_config lacks %q:\n%s", want, cfg)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain/path-1.2:x=y": "plain/path-1.2:x=y",
+		"":                   "''",
+		"a b":                "'a b'",
+		"it's":               `'it'\''s'`,
+		"$HOME":              "'$HOME'",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestCheckService(t *testing.T) {
+	for _, ok := range []string{"sshd", "docker"} {
+		if err := checkService(ok); err != nil {
+			t.Errorf("checkService(%s): %v", ok, err)
+		}
+	}
+	if err := checkService("etcd"); err == nil || !strings.Contains(err.Error(), "docker and sshd") {
+		t.Errorf("checkService(etcd) = %v", err)
+	}
+}
+
+func TestParseLdd(t *testing.T) {
+	out := "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f78)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f78)\n\tlibgone.so => not found\n"
+	want := []string{"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"}
+	if diff := cmp.Diff(want, parseLdd(out)); diff != "" {
+		t.Errorf("parseLdd (-want +got):\n%s", diff)
+	}
+}
+
+func TestKubeBuildArgs(t *testing.T) {
+	args := kubeBuildArgs("/c/kube/v1.31.4.tmp", "v1.31.4")
+	joined := strings.Join(args, " ")
+	for _, want := range []string{
+		"-o /c/kube/v1.31.4.tmp/",
+		"k8s.io/component-base/version.gitVersion=v1.31.4",
+		"k8s.io/component-base/version.gitMajor=1",
+		"k8s.io/component-base/version.gitMinor=31",
+		"k8s.io/client-go/pkg/version.gitVersion=v1.31.4",
+		"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-proxy",
+		"k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes/cmd/kube-scheduler", "./pause",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("kube build args lack %q: %s", want, joined)
+		}
+	}
+}
+
+// The version in hack/kube-build/go.mod, its staging replaces and
+// KubernetesVersion change together.
+func TestKubeBuildModulePinsKubernetesVersion(t *testing.T) {
+	b, err := os.ReadFile("../hack/kube-build/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := kubeModuleVersion(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != KubernetesVersion {
+		t.Errorf("hack/kube-build/go.mod requires k8s.io/kubernetes %s, sandbox.KubernetesVersion is %s", got, KubernetesVersion)
+	}
+	staging := "v0" + strings.TrimPrefix(KubernetesVersion, "v1")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[1] == "=>" && strings.HasPrefix(f[0], "k8s.io/") && f[3] != staging {
+			t.Errorf("hack/kube-build/go.mod: %s, want %s", strings.TrimSpace(line), staging)
+		}
+	}
+	if _, err := kubeModuleVersion("module x\n"); err == nil {
+		t.Error("kubeModuleVersion without a require: want an error")
+	}
+}
+
+func TestWriteRootfs(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := imageSpec{
+		ref:   "x/y:1",
+		files: []imageFile{{src: bin, dst: "/usr/local/bin/y", mode: 0o755}},
+		dirs:  []imageDir{{"/tmp", 0o1777}},
+	}
+	var a, b bytes.Buffer
+	if err := writeRootfs(&a, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRootfs(&b, spec); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Error("the same inputs gave two different archives")
+	}
+	var names []string
+	tr := tar.NewReader(&a)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Uid != 0 || h.Gid != 0 || h.ModTime.Unix() != 0 {
+			t.Errorf("%s: uid %d gid %d mtime %v, want root and the epoch", h.Name, h.Uid, h.Gid, h.ModTime)
+		}
+	}
+	want := []string{"tmp/", "usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/y"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("archive entries (-want +got):\n%s", diff)
+	}
+
+	// The cache: the same inputs are not written again; changed ones are,
+	// and replace the old archive.
+	cache := filepath.Join(dir, "images")
+	img1, made, err := buildArchive(cache, spec)
+	if err != nil || !made {
+		t.Fatalf("buildArchive = %v, made %v", err, made)
+	}
+	if _, made, _ := buildArchive(cache, spec); made {
+		t.Error("buildArchive made an archive that the cache has")
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/false\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img2, made, err := buildArchive(cache, spec)
+	if err != nil || !made || img2.Key == img1.Key {
+		t.Fatalf("buildArchive after a change = %v, made %v, key changed %v", err, made, img2.Key != img1.Key)
+	}
+	if _, err := os.Stat(img1.Archive); err == nil {
+		t.Errorf("old archive %s stayed", img1.Archive)
+	}
+	if got := img2.Changes[len(img2.Changes)-1]; got != "LABEL "+contentLabel+"="+img2.Key {
+		t.Errorf("last change = %q, want the content label", got)
+	}
+}
+
+func TestReadJSONStream(t *testing.T) {
+	ok := `{"status":"sha256:abc"}` + "\n"
+	if err := readJSONStream(strings.NewReader(ok)); err != nil {
+		t.Errorf("readJSONStream(ok): %v", err)
+	}
+	bad := ok + `{"errorDetail":{"message":"no space left"},"error":"no space left"}`
+	if err := readJSONStream(strings.NewReader(bad)); err == nil || err.Error() != "no space left" {
+		t.Errorf("readJSONStream(bad) = %v, want no space left", err)
+	}
+}
+
+func TestKeysAndKnownHosts(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "k", "id")
+	pub, err := ensureKey(path, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("private key mode = %v, %v; want 0600", st.Mode(), err)
+	}
+	again, err := ensureKey(path, "c")
+	if err != nil || !bytes.Equal(again.Marshal(), pub.Marshal()) {
+		t.Fatalf("ensureKey made a new key for an existing one (%v)", err)
+	}
+	n := Node{Address: "10.231.0.11", Port: 22}
+	kh := filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(kh, []byte(knownHostsLine(n, pub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := knownhosts.New(kh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fakeAddr("10.231.0.11:22")
+	if err := cb("10.231.0.11:22", addr, pub); err != nil {
+		t.Errorf("known_hosts does not accept the node's key: %v", err)
+	}
+	other, err := ensureKey(filepath.Join(dir, "other"), "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb("10.231.0.11:22", addr, other); err == nil {
+		t.Error("known_hosts accepts another key")
+	}
+}
+
+type fakeAddr string
+
+func (a fakeAddr) Network() string { return "tcp" }
+func (a fakeAddr) String() string  { return string(a) }

@@ -1,0 +1,514 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/image"
+	"golang.org/x/sync/errgroup"
+)
+
+// Versions and refs of the images the sandbox builds.
+const (
+	// KubernetesVersion is the version of the Kubernetes components, as
+	// pinned in hack/kube-build/go.mod.
+	KubernetesVersion = "v1.31.4"
+	// PauseVersion tags the pause image (the kubelet's pod sandbox).
+	PauseVersion = "3.10"
+
+	RiggerImage    = "rigger/rigger:dev"
+	HyperkubeImage = "rigger-sandbox/hyperkube:" + KubernetesVersion
+	PauseImage     = "rigger-sandbox/pause:" + PauseVersion
+	etcdImageRepo  = "rigger-sandbox/etcd"
+
+	// contentLabel carries the key of an image's inputs: an image whose
+	// label matches is not imported again.
+	contentLabel = "io.rigger.sandbox.content"
+	// archiveFormat changes when the way archives are made changes, so that
+	// cached ones are made anew.
+	archiveFormat = "rigger-sandbox-rootfs/1"
+)
+
+// builtImage is an image rootfs archive in the cache, ready to import.
+type builtImage struct {
+	Ref     string
+	Archive string   // rootfs tarball
+	Key     string   // hash of the inputs; the content label
+	Changes []string // Dockerfile instructions applied on import
+	// SystemImages are the RKE system_images keys this image serves.
+	SystemImages []string
+}
+
+// imageSpec says what goes into an image.
+type imageSpec struct {
+	ref          string
+	files        []imageFile
+	dirs         []imageDir
+	changes      []string
+	systemImages []string
+}
+
+type imageFile struct {
+	src, dst string
+	mode     int64
+}
+
+type imageDir struct {
+	path string
+	mode int64
+}
+
+// systemImages maps RKE's system_images keys to the refs that serve them.
+func systemImages(imgs []builtImage) map[string]string {
+	m := map[string]string{}
+	for _, img := range imgs {
+		for _, k := range img.SystemImages {
+			m[k] = img.Ref
+		}
+	}
+	return m
+}
+
+// cacheDir is where the slow outputs live.
+func (o Options) cacheDir() string {
+	if o.CacheDir != "" {
+		return o.CacheDir
+	}
+	if d := os.Getenv("RIGGER_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/rigger"
+}
+
+// buildImages makes (or finds in the cache) the archives of every image.
+func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, error) {
+	cache := opts.cacheDir()
+	p.phase("Build images (cache %s)", cache)
+	kubeDir, err := ensureKubeBinaries(ctx, cache, opts.KubeSource, p)
+	if err != nil {
+		return nil, err
+	}
+	riggerBin, err := ensureRiggerBinary(ctx, cache, opts.RiggerBinary, p)
+	if err != nil {
+		return nil, err
+	}
+	etcdSpec, err := etcdImageSpec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	specs := []imageSpec{
+		{
+			ref:          RiggerImage,
+			files:        []imageFile{{src: riggerBin, dst: "/usr/local/bin/rigger", mode: 0o755}},
+			dirs:         []imageDir{{"/tmp", 0o1777}},
+			changes:      []string{`ENTRYPOINT ["/usr/local/bin/rigger"]`},
+			systemImages: []string{"alpine", "nginx_proxy", "cert_downloader", "kubernetes_services_sidecar"},
+		},
+		etcdSpec,
+		hyperkubeSpec(kubeDir),
+		{
+			ref:          PauseImage,
+			files:        []imageFile{{src: filepath.Join(kubeDir, "pause"), dst: "/pause", mode: 0o755}},
+			changes:      []string{`ENTRYPOINT ["/pause"]`},
+			systemImages: []string{"pod_infra_container"},
+		},
+	}
+	// One writer of the archive cache at a time: test packages run in
+	// parallel, and a new archive replaces the old one of its ref.
+	lock, err := lockFile(ctx, filepath.Join(cache, "images.lock"), func() { p.info("waiting for another build of the image archives") })
+	if err != nil {
+		return nil, err
+	}
+	defer lock.unlock()
+	var imgs []builtImage
+	for _, spec := range specs {
+		start := time.Now()
+		img, made, err := buildArchive(filepath.Join(cache, "images"), spec)
+		if err != nil {
+			return nil, fmt.Errorf("build image %s: %w", spec.ref, err)
+		}
+		how := "cached"
+		if made {
+			how = "built in " + time.Since(start).Round(10*time.Millisecond).String()
+		}
+		p.info("%s: %s (%s)", spec.ref, how, humanSize(img.Archive))
+		imgs = append(imgs, img)
+	}
+	return imgs, nil
+}
+
+func hyperkubeSpec(kubeDir string) imageSpec {
+	spec := imageSpec{
+		ref:          HyperkubeImage,
+		dirs:         []imageDir{{"/tmp", 0o1777}},
+		changes:      []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin"},
+		systemImages: []string{"kubernetes"},
+	}
+	for _, c := range kubeCommands() {
+		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
+	}
+	return spec
+}
+
+var etcdVersionRE = regexp.MustCompile(`(?m)^etcd Version: (\S+)$`)
+
+// etcdImageSpec is Debian's etcd and etcdctl with the shared libraries
+// they load (ldd), as the upstream image lays them out.
+func etcdImageSpec(ctx context.Context) (imageSpec, error) {
+	const etcd, etcdctl = "/usr/bin/etcd", "/usr/bin/etcdctl"
+	out, err := run(ctx, etcd, "--version")
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("etcd image: %w (install etcd-server: make prereqs)", err)
+	}
+	m := etcdVersionRE.FindStringSubmatch(out)
+	if m == nil {
+		return imageSpec{}, fmt.Errorf("etcd image: no version in `etcd --version`: %q", out)
+	}
+	spec := imageSpec{
+		ref: etcdImageRepo + ":v" + m[1],
+		files: []imageFile{
+			{src: etcd, dst: "/usr/local/bin/etcd", mode: 0o755},
+			{src: etcdctl, dst: "/usr/local/bin/etcdctl", mode: 0o755},
+		},
+		dirs:         []imageDir{{"/tmp", 0o1777}, {"/var/lib/etcd", 0o700}},
+		changes:      []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", `CMD ["/usr/local/bin/etcd"]`},
+		systemImages: []string{"etcd"},
+	}
+	seen := map[string]bool{}
+	for _, bin := range []string{etcd, etcdctl} {
+		out, err := run(ctx, "ldd", bin)
+		if err != nil {
+			// A static binary: "not a dynamic executable".
+			continue
+		}
+		for _, lib := range parseLdd(out) {
+			if !seen[lib] {
+				seen[lib] = true
+				spec.files = append(spec.files, imageFile{src: lib, dst: lib, mode: 0o755})
+			}
+		}
+	}
+	return spec, nil
+}
+
+// parseLdd returns the files that ldd(1) lists: "libc.so.6 => /lib/…
+// (0x…)" and "/lib64/ld-linux-x86-64.so.2 (0x…)"; not the vDSO.
+func parseLdd(out string) []string {
+	var libs []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0])
+		}
+	}
+	return libs
+}
+
+// inputKey hashes everything that goes into an image: format, ref,
+// changes, and every file's destination, mode and content.
+func inputKey(spec imageSpec) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%q\n", archiveFormat, spec.ref, spec.changes)
+	for _, d := range spec.dirs {
+		fmt.Fprintf(h, "dir %s %o\n", d.path, d.mode)
+	}
+	for _, f := range spec.files {
+		fmt.Fprintf(h, "file %s %o\n", f.dst, f.mode)
+		r, err := os.Open(f.src)
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, r)
+		r.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// archiveName is the cache file of ref's archive with inputs key.
+func archiveName(ref, key string) string {
+	return strings.NewReplacer("/", "_", ":", "_").Replace(ref) + "-" + key[:16] + ".tar"
+}
+
+// buildArchive writes spec's rootfs tarball to dir unless the cache has
+// it; made says whether it was written. Older archives of the same ref go.
+func buildArchive(dir string, spec imageSpec) (img builtImage, made bool, err error) {
+	key, err := inputKey(spec)
+	if err != nil {
+		return builtImage{}, false, err
+	}
+	changes := append(append([]string(nil), spec.changes...), fmt.Sprintf("LABEL %s=%s", contentLabel, key))
+	img = builtImage{Ref: spec.ref, Key: key, Changes: changes, SystemImages: spec.systemImages,
+		Archive: filepath.Join(dir, archiveName(spec.ref, key))}
+	if _, err := os.Stat(img.Archive); err == nil {
+		return img, false, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return builtImage{}, false, err
+	}
+	tmp, err := os.CreateTemp(dir, ".archive-*")
+	if err != nil {
+		return builtImage{}, false, err
+	}
+	defer os.Remove(tmp.Name())
+	if err := writeRootfs(tmp, spec); err != nil {
+		tmp.Close()
+		return builtImage{}, false, err
+	}
+	if err := tmp.Close(); err != nil {
+		return builtImage{}, false, err
+	}
+	prefix := strings.TrimSuffix(archiveName(spec.ref, key), key[:16]+".tar")
+	if old, _ := filepath.Glob(filepath.Join(dir, prefix+"*.tar")); len(old) > 0 {
+		for _, o := range old {
+			_ = os.Remove(o)
+		}
+	}
+	if err := os.Rename(tmp.Name(), img.Archive); err != nil {
+		return builtImage{}, false, err
+	}
+	return img, true, nil
+}
+
+// writeRootfs writes a tarball of the image's files and directories (and
+// their parents), with fixed owners and times: the same inputs give the
+// same bytes.
+func writeRootfs(w io.Writer, spec imageSpec) error {
+	tw := tar.NewWriter(w)
+	epoch := time.Unix(0, 0)
+	dirs := map[string]int64{}
+	var addParents func(p string)
+	addParents = func(p string) {
+		for d := filepath.Dir(p); d != "/" && d != "."; d = filepath.Dir(d) {
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = 0o755
+			}
+		}
+	}
+	for _, d := range spec.dirs {
+		dirs[d.path] = d.mode
+		addParents(d.path)
+	}
+	for _, f := range spec.files {
+		addParents(f.dst)
+	}
+	names := make([]string, 0, len(dirs))
+	for d := range dirs {
+		names = append(names, d)
+	}
+	sort.Strings(names)
+	for _, d := range names {
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: dirs[d], ModTime: epoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+	}
+	for _, f := range spec.files {
+		r, err := os.Open(f.src)
+		if err != nil {
+			return err
+		}
+		st, err := r.Stat()
+		if err != nil {
+			r.Close()
+			return err
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.dst, "/"), Mode: f.mode, Size: st.Size(), ModTime: epoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			r.Close()
+			return err
+		}
+		_, err = io.Copy(tw, r)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("archive %s: %w", f.src, err)
+		}
+	}
+	return tw.Close()
+}
+
+// loadImages imports every image into every node's engine, skipping those
+// whose content label shows they are there already.
+func (s *Sandbox) loadImages(ctx context.Context, imgs []builtImage, p *progress) error {
+	p.phase("Load images into every node")
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(nodeParallelism)
+	for _, n := range s.Nodes {
+		g.Go(func() error {
+			start := time.Now()
+			loaded, err := loadNodeImages(gctx, n, imgs)
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.Name, err)
+			}
+			if loaded == 0 {
+				p.node(n.Name, "all %d images present", len(imgs))
+			} else {
+				p.node(n.Name, "imported %d of %d images (%s)", loaded, len(imgs), time.Since(start).Round(10*time.Millisecond))
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func loadNodeImages(ctx context.Context, n Node, imgs []builtImage) (int, error) {
+	c, err := dockerClient(n.DockerSocket)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	loaded := 0
+	for _, img := range imgs {
+		insp, err := c.ImageInspect(ctx, img.Ref)
+		if err == nil && insp.Config != nil && insp.Config.Labels[contentLabel] == img.Key {
+			continue
+		}
+		if err := importImage(ctx, c, img); err != nil {
+			return loaded, fmt.Errorf("import %s: %w", img.Ref, err)
+		}
+		loaded++
+	}
+	return loaded, nil
+}
+
+// imageImporter is the part of the Docker client that importImage uses.
+type imageImporter interface {
+	ImageImport(ctx context.Context, source image.ImportSource, ref string, options image.ImportOptions) (io.ReadCloser, error)
+}
+
+func importImage(ctx context.Context, c imageImporter, img builtImage) error {
+	f, err := os.Open(img.Archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rc, err := c.ImageImport(ctx, image.ImportSource{Source: f, SourceName: "-"}, img.Ref, image.ImportOptions{Changes: img.Changes})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return readJSONStream(rc)
+}
+
+// readJSONStream reads a Docker progress stream to its end and returns the
+// error it reports, if any.
+func readJSONStream(r io.Reader) error {
+	dec := json.NewDecoder(r)
+	for {
+		var msg struct {
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		err := dec.Decode(&msg)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read engine's answer: %w", err)
+		}
+		if msg.ErrorDetail.Message != "" {
+			return errors.New(msg.ErrorDetail.Message)
+		}
+		if msg.Error != "" {
+			return errors.New(msg.Error)
+		}
+	}
+}
+
+// ensureRiggerBinary returns a static rigger binary for rigger's image:
+// path when given, else one built from the rigger module found above the
+// working directory into the cache.
+func ensureRiggerBinary(ctx context.Context, cache, path string, p *progress) (string, error) {
+	if path != "" {
+		if err := CheckStatic(path); err != nil {
+			return "", err
+		}
+		return path, nil
+	}
+	root, err := findUp(func(dir string) bool {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		return err == nil && strings.HasPrefix(string(b), "module github.com/rigger/rigger\n")
+	})
+	if err != nil {
+		return "", fmt.Errorf("rigger's image needs a static rigger binary: run from the rigger repository, or pass one (--rigger-binary, Options.RiggerBinary): %w", err)
+	}
+	out := filepath.Join(cache, "rigger", "rigger")
+	lock, err := lockFile(ctx, filepath.Join(cache, "rigger.lock"), func() { p.info("waiting for another build of rigger") })
+	if err != nil {
+		return "", err
+	}
+	defer lock.unlock()
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return "", err
+	}
+	p.info("building rigger from %s", root)
+	cmd := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./cmd/rigger"}
+	if _, err := runInDir(ctx, root, []string{"CGO_ENABLED=0"}, "go", cmd...); err != nil {
+		return "", fmt.Errorf("build rigger for its image: %w", err)
+	}
+	return out, nil
+}
+
+// CheckStatic refuses a dynamically linked binary: rigger's image has no
+// libraries.
+func CheckStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("rigger binary %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("rigger binary %s is dynamically linked; rigger's image needs a static one: build it with `make build` (CGO_ENABLED=0)", path)
+		}
+	}
+	return nil
+}
+
+// findUp returns the first of the working directory and its parents for
+// which ok is true.
+func findUp(ok func(dir string) bool) (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if ok(dir) {
+			return dir, nil
+		}
+		if dir == filepath.Dir(dir) {
+			return "", fmt.Errorf("not found in %s or above: %w", wd, fs.ErrNotExist)
+		}
+	}
+}
+
+func humanSize(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f MB", float64(st.Size())/1e6)
+}

@@ -1,0 +1,85 @@
+// Package sandboxtest gives tests a real rigger sandbox: nodes with their
+// own network and mount namespaces, sshd and Docker engine (see package
+// sandbox).
+//
+// Such tests run only with RIGGER_E2E=1, as root: `make test` does both, or
+// `sudo RIGGER_E2E=1 go test ./...`. Without RIGGER_E2E=1 they are skipped
+// with a message that says so; with it, a missing prerequisite fails them.
+//
+// go test runs the packages of ./... in parallel, so every test package
+// that starts a sandbox uses a subnet of its own (10.231.<Subnet>.0/24) and
+// the sandbox name that goes with it (test<Subnet>):
+//
+//	Subnet  package
+//	0       the default and demo sandbox (`rigger sandbox up`); no test
+//	1       sandbox (its own tests)
+//	2       transport
+//	3       reconcile
+//	4       etcd
+//	5       gitops
+//
+// Take a free number for a new package and add it here. Within one package,
+// tests that start sandboxes one after the other may share the number;
+// tests that run in parallel (t.Parallel) may not.
+package sandboxtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/sandbox"
+)
+
+// EnvVar turns the real-sandbox tests on when it is "1".
+const EnvVar = "RIGGER_E2E"
+
+// upTimeout bounds Up: a cold image cache builds Kubernetes (about 9
+// minutes, once per machine).
+const upTimeout = 15 * time.Minute
+
+// Enabled says whether the real-sandbox tests run.
+func Enabled() bool { return os.Getenv(EnvVar) == "1" }
+
+// Start makes a fresh sandbox for the test and registers a cleanup that
+// takes it down, also when the test fails. opts.Name defaults to
+// "test<Subnet>". Any sandbox of that name left by an earlier, killed run
+// is taken down first.
+//
+// Without RIGGER_E2E=1 the test is skipped; with it, Start fails the test
+// with the reason when the sandbox cannot be made (not root, a missing
+// prerequisite, the subnet in use).
+func Start(t testing.TB, opts sandbox.Options) *sandbox.Sandbox {
+	t.Helper()
+	if !Enabled() {
+		t.Skipf("real sandbox test: run `make test`, or `sudo %s=1 go test ./...` as root", EnvVar)
+	}
+	if opts.Name == "" {
+		opts.Name = fmt.Sprintf("test%d", opts.Subnet)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
+	defer cancel()
+	if err := sandbox.Precheck(ctx); err != nil {
+		t.Fatalf("%s=1 asks for the real sandbox, and it cannot run here: %v", EnvVar, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := sandbox.Down(ctx, opts.Name); err != nil {
+			t.Errorf("take sandbox %s down: %v", opts.Name, err)
+		}
+	})
+	if err := sandbox.Down(ctx, opts.Name); err != nil {
+		t.Fatalf("take down what an earlier run left of sandbox %s: %v", opts.Name, err)
+	}
+	var log strings.Builder
+	s, err := sandbox.Up(ctx, opts, &log)
+	if err != nil {
+		t.Fatalf("sandbox up: %v\n%s", err, log.String())
+	}
+	t.Logf("sandbox up:\n%s", log.String())
+	return s
+}
