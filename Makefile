@@ -35,20 +35,41 @@ lint: ## go vet and gofmt
 
 .PHONY: test
 test: prereqs lint build ## every test, with -race, the real sandbox parts and a short fuzz run
-	RIGGER_E2E=1 $(GO) test -race -timeout 20m ./...
+	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
+	$(BIN) sandbox down --all
+	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 20m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./spec
+	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./sandbox
 
 .PHONY: bench
 bench: ## benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: demo
-demo: prereqs build ## validate and show the example clusters
+demo: prereqs build ## validate the example clusters, start the sandbox nodes and show them
 	@for f in examples/clusters/*/cluster.yml; do \
 		echo "==> $$f"; $(BIN) validate -f $$f || exit 1; \
 	done
-	@echo; echo "==> fully defaulted examples/clusters/sandbox/cluster.yml"
+	@echo; echo "==> sandbox nodes (rigger sandbox up)"
+	$(BIN) sandbox up
+	$(BIN) sandbox status
+	@echo; echo "==> examples/clusters/sandbox/cluster.yml as rigger will apply it"
 	@$(BIN) config defaults -f examples/clusters/sandbox/cluster.yml
+	@echo; echo "The sandbox stays up for you to use; 'make sandbox-down' removes it."
+
+.PHONY: sandbox
+sandbox: prereqs build ## make (or complete) the local sandbox: 3 nodes with sshd, Docker and the cluster images
+	$(BIN) sandbox up
+	$(BIN) sandbox status
+
+.PHONY: sandbox-down
+sandbox-down: build ## remove every sandbox and what it changed on the machine
+	$(BIN) sandbox down --all
+
+.PHONY: sandbox-demo
+sandbox-demo: prereqs build ## sandbox up, status and down, timed
+	time $(BIN) sandbox up
+	$(BIN) sandbox status; rc=$$?; $(BIN) sandbox down || rc=1; exit $$rc
 
 .PHONY: clean
 clean: ## remove build outputs
