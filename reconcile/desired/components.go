@@ -1,0 +1,424 @@
+package desired
+
+import (
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/spec"
+)
+
+// RKE's service options (its metadata, Kubernetes 1.24 and later) and
+// settings of cluster/plan.go that do not depend on cluster.yml.
+const (
+	tlsCipherSuites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"
+	// admissionPlugins is RKE's enable-admission-plugins.
+	admissionPlugins = "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota,NodeRestriction,Priority,TaintNodesByCondition,PersistentVolumeClaimResize"
+	// serviceAccountIssuer is RKE's --service-account-issuer.
+	serviceAccountIssuer = "rke"
+	// controlplaneTaint keeps workloads off controlplane nodes without the worker role.
+	controlplaneTaint = "node-role.kubernetes.io/controlplane=true:NoSchedule"
+	// rbacMode is the authorization.mode that turns on Node,RBAC.
+	rbacMode = "rbac"
+	// envCRIDockerd tells RKE's kubelet entrypoint to start cri-dockerd.
+	envCRIDockerd = "RKE_KUBELET_CRIDOCKERD=true"
+	// envCPHosts is RKE's nginx-proxy variable: the controlplane addresses.
+	envCPHosts = "CP_HOSTS"
+)
+
+// host is a node of cluster.yml with its roles resolved.
+type host struct {
+	address, internal, hostname string
+	etcd, control, worker       bool
+}
+
+func (h *host) roles() []string {
+	var r []string
+	if h.etcd {
+		r = append(r, spec.RoleEtcd)
+	}
+	if h.control {
+		r = append(r, spec.RoleControlPlane)
+	}
+	if h.worker {
+		r = append(r, spec.RoleWorker)
+	}
+	return r
+}
+
+// builder holds what every node's containers are built from.
+type builder struct {
+	c      *spec.Cluster
+	minor  int
+	prefix string
+	hosts  []host
+	etcd   []*host // etcd nodes, in cluster.yml order; none with external etcd
+	cp     []*host // controlplane nodes, in cluster.yml order
+	peers  []Peer
+}
+
+func newBuilder(c *spec.Cluster, minor int) *builder {
+	b := &builder{c: c, minor: minor, prefix: c.PrefixPath, hosts: make([]host, len(c.Nodes))}
+	for i, n := range c.Nodes {
+		h := &b.hosts[i]
+		h.address, h.internal, h.hostname = n.Address, n.InternalAddress, n.HostnameOverride
+		if h.internal == "" {
+			h.internal = h.address
+		}
+		if h.hostname == "" {
+			h.hostname = strings.ToLower(h.address)
+		}
+		for _, r := range n.Role {
+			switch r {
+			case spec.RoleEtcd:
+				h.etcd = true
+			case spec.RoleControlPlane:
+				h.control = true
+			case spec.RoleWorker:
+				h.worker = true
+			}
+		}
+		if h.etcd && !b.externalEtcd() {
+			b.etcd = append(b.etcd, h)
+		}
+		if h.control {
+			b.cp = append(b.cp, h)
+		}
+	}
+	b.peers = b.etcdPeers()
+	return b
+}
+
+func (b *builder) externalEtcd() bool { return len(b.c.Services.Etcd.ExternalURLs) > 0 }
+
+// node is RKE's BuildRKEConfigNodePlan, in start order.
+func (b *builder) node(h *host) Node {
+	var cs []Container
+	if h.etcd && !b.externalEtcd() {
+		cs = append(cs, b.etcdContainer(h))
+	}
+	if h.control {
+		cs = append(cs, b.kubeAPI(h), b.kubeController(), b.scheduler())
+	} else {
+		cs = append(cs, b.nginxProxy())
+	}
+	cs = append(cs, b.kubelet(h), b.kubeProxy(h))
+	for i := range cs {
+		c := &cs[i]
+		c.Labels = map[string]string{
+			LabelCluster:   b.c.ClusterName,
+			LabelComponent: c.Name,
+			LabelSpecHash:  c.Hash(),
+		}
+	}
+	return Node{Address: h.address, Hostname: h.hostname, Roles: h.roles(), Containers: cs}
+}
+
+// kubernetesBind is /etc/kubernetes, under prefix_path on the node. RKE
+// drops the SELinux `z` option of its own binds from Kubernetes 1.22 on.
+func (b *builder) kubernetesBind() string {
+	return hostPath(b.prefix, KubernetesDir) + ":" + KubernetesDir
+}
+
+// cloudProvider sets the flags of the components that talk to the cloud
+// (RKE passes the name as is; the file is written by the files step).
+func (b *builder) cloudProvider(f flags) {
+	if name := b.c.CloudProvider.Name; name != "" {
+		f.set("cloud-provider", name)
+		f.set("cloud-config", CloudConfigFile)
+	}
+}
+
+// kubeComponent is a Kubernetes component's container with what they all share.
+func (b *builder) kubeComponent(name string, s spec.BaseService, f flags, env, binds []string) Container {
+	f.extra(s)
+	return Container{
+		Name:          name,
+		Image:         s.Image,
+		Entrypoint:    []string{binDir + name},
+		Args:          f.render(),
+		Env:           uniq(append(env, s.ExtraEnv...)),
+		Binds:         uniq(append(binds, s.ExtraBinds...)),
+		NetworkMode:   NetworkModeHost,
+		RestartPolicy: RestartAlways,
+	}
+}
+
+// etcdServers is the API server's --etcd-servers: the node's own etcd
+// first when it has one (RKE's GetEtcdConnString), then the others.
+func (b *builder) etcdServers(h *host) string {
+	urls := make([]string, 0, len(b.etcd))
+	for _, e := range b.etcd {
+		u := "https://" + joinHostPort(e.internal, EtcdClientPort)
+		if e.internal == h.internal {
+			urls = append([]string{u}, urls...)
+			continue
+		}
+		urls = append(urls, u)
+	}
+	return strings.Join(urls, ",")
+}
+
+func (b *builder) kubeAPI(h *host) Container {
+	s := b.c.Services.KubeAPI
+	f := flags{}
+	for k, v := range map[string]string{
+		"tls-cipher-suites":                  tlsCipherSuites,
+		"enable-admission-plugins":           admissionPlugins,
+		"allow-privileged":                   "true",
+		"anonymous-auth":                     "false",
+		"bind-address":                       "0.0.0.0",
+		"kubelet-preferred-address-types":    "InternalIP,ExternalIP,Hostname",
+		"profiling":                          "false",
+		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
+		"requestheader-group-headers":        "X-Remote-Group",
+		"requestheader-username-headers":     "X-Remote-User",
+		"secure-port":                        APIServerPort,
+		"service-account-lookup":             "true",
+		"storage-backend":                    "etcd3",
+		"service-account-issuer":             serviceAccountIssuer,
+		"service-account-signing-key-file":   keyPath(CertServiceAccountToken),
+		"api-audiences":                      "unknown",
+		"admission-control-config-file":      AdmissionConfigFile,
+		"client-ca-file":                     certPath(CertCA),
+		"etcd-cafile":                        certPath(CertCA),
+		"etcd-certfile":                      certPath(CertNode),
+		"etcd-keyfile":                       keyPath(CertNode),
+		"etcd-prefix":                        EtcdPathPrefix,
+		"etcd-servers":                       b.etcdServers(h),
+		"kubelet-client-certificate":         certPath(CertAPIServer),
+		"kubelet-client-key":                 keyPath(CertAPIServer),
+		"proxy-client-cert-file":             certPath(CertAPIProxyClient),
+		"proxy-client-key-file":              keyPath(CertAPIProxyClient),
+		"requestheader-allowed-names":        CertAPIProxyClient,
+		"requestheader-client-ca-file":       certPath(CertRequestHeaderCA),
+		"service-account-key-file":           keyPath(CertServiceAccountToken),
+		"service-cluster-ip-range":           s.ServiceClusterIPRange,
+		"service-node-port-range":            s.ServiceNodePortRange,
+		"tls-cert-file":                      certPath(CertAPIServer),
+		"tls-private-key-file":               keyPath(CertAPIServer),
+	} {
+		f.set(k, v)
+	}
+	if e := b.c.Services.Etcd; len(e.ExternalURLs) > 0 {
+		f.set("etcd-servers", strings.Join(e.ExternalURLs, ","))
+		f.set("etcd-prefix", e.Path)
+		f.set("etcd-cafile", certPath("kube-etcd-client-ca"))
+		f.set("etcd-certfile", certPath("kube-etcd-client"))
+		f.set("etcd-keyfile", keyPath("kube-etcd-client"))
+	}
+	b.cloudProvider(f)
+	if w := b.c.Authentication.Webhook; w != nil {
+		f.set("authentication-token-webhook-config-file", AuthnWebhookFile)
+		f.set("authentication-token-webhook-cache-ttl", w.CacheTimeout)
+	}
+	if e := s.SecretsEncryptionConfig; e != nil && e.Enabled {
+		f.set("encryption-provider-config", EncryptionConfigFile)
+	}
+	if b.c.Services.Kubelet.GenerateServingCertificate {
+		f.set("kubelet-certificate-authority", certPath(CertCA))
+	}
+	if b.c.Authorization.Mode == rbacMode {
+		f.set("authorization-mode", "Node,RBAC")
+	}
+	if net.ParseIP(h.internal) != nil {
+		f.set("advertise-address", h.internal)
+	}
+	plugins := admissionPlugins
+	if s.AlwaysPullImages {
+		plugins += ",AlwaysPullImages"
+	}
+	if s.EventRateLimit != nil && s.EventRateLimit.Enabled {
+		plugins += ",EventRateLimit"
+	}
+	f.set("enable-admission-plugins", plugins)
+
+	binds := []string{b.kubernetesBind()}
+	if a := s.AuditLog; a != nil && a.Enabled && a.Configuration != nil {
+		cfg := a.Configuration
+		f.set("audit-log-path", cfg.Path)
+		f.set("audit-log-maxage", strconv.Itoa(cfg.MaxAge))
+		f.set("audit-log-maxbackup", strconv.Itoa(cfg.MaxBackup))
+		f.set("audit-log-maxsize", strconv.Itoa(cfg.MaxSize))
+		f.set("audit-log-format", cfg.Format)
+		f.set("audit-policy-file", AuditPolicyFile)
+		binds = append(binds, hostPath(b.prefix, AuditLogDir)+":"+AuditLogDir)
+	}
+	return b.kubeComponent(KubeAPIServer, s.BaseService, f, nil, binds)
+}
+
+func (b *builder) kubeController() Container {
+	s := b.c.Services.KubeController
+	kubeconfig := configPath(CertControllerManager)
+	f := flags{}
+	for k, v := range map[string]string{
+		"allow-untagged-cloud":             "true",
+		"allocate-node-cidrs":              "true",
+		"configure-cloud-routes":           "false",
+		"enable-hostpath-provisioner":      "false",
+		"leader-elect":                     "true",
+		"node-monitor-grace-period":        "40s",
+		"profiling":                        "false",
+		"terminated-pod-gc-threshold":      "1000",
+		"v":                                "2",
+		"cluster-cidr":                     s.ClusterCIDR,
+		"kubeconfig":                       kubeconfig,
+		"authentication-kubeconfig":        kubeconfig,
+		"authorization-kubeconfig":         kubeconfig,
+		"root-ca-file":                     certPath(CertCA),
+		"service-account-private-key-file": keyPath(CertServiceAccountToken),
+		"service-cluster-ip-range":         s.ServiceClusterIPRange,
+	} {
+		f.set(k, v)
+	}
+	if b.minor < 27 { // the flag is gone from 1.27 on
+		f.set("pod-eviction-timeout", "5m0s")
+	}
+	b.cloudProvider(f)
+	if b.c.Authorization.Mode == rbacMode {
+		f.set("use-service-account-credentials", "true")
+	}
+	return b.kubeComponent(KubeControllerManager, s.BaseService, f, nil, []string{b.kubernetesBind()})
+}
+
+func (b *builder) scheduler() Container {
+	s := b.c.Services.Scheduler
+	kubeconfig := configPath(CertScheduler)
+	f := flags{}
+	f.set("leader-elect", "true")
+	f.set("v", "2")
+	f.set("profiling", "false")
+	f.set("kubeconfig", kubeconfig)
+	f.set("authentication-kubeconfig", kubeconfig)
+	f.set("authorization-kubeconfig", kubeconfig)
+	return b.kubeComponent(KubeScheduler, s, f, nil, []string{b.kubernetesBind()})
+}
+
+func (b *builder) kubelet(h *host) Container {
+	s := b.c.Services.Kubelet
+	kubeletDir := hostPath(b.prefix, KubeletDir)
+	f := flags{}
+	for k, v := range map[string]string{
+		"tls-cipher-suites":                 tlsCipherSuites,
+		"address":                           "0.0.0.0",
+		"anonymous-auth":                    "false",
+		"authentication-token-webhook":      "true",
+		"authorization-mode":                "Webhook",
+		"cgroups-per-qos":                   "True",
+		"enforce-node-allocatable":          "",
+		"event-qps":                         "0",
+		"make-iptables-util-chains":         "true",
+		"read-only-port":                    "0",
+		"resolv-conf":                       "/etc/resolv.conf",
+		"streaming-connection-idle-timeout": "30m",
+		"volume-plugin-dir":                 KubeletDir + "/volumeplugins",
+		"v":                                 "2",
+		"client-ca-file":                    certPath(CertCA),
+		"cluster-dns":                       s.ClusterDNSServer,
+		"cluster-domain":                    s.ClusterDomain,
+		"fail-swap-on":                      strconv.FormatBool(s.FailSwapOn),
+		"hostname-override":                 h.hostname,
+		"kubeconfig":                        configPath(CertNode),
+		"pod-infra-container-image":         s.InfraContainerImage,
+		"root-dir":                          kubeletDir,
+	} {
+		f.set(k, v)
+	}
+	if h.control && !h.worker {
+		f.set("register-with-taints", controlplaneTaint)
+	}
+	// RKE sets --node-ip only when the internal address differs from the
+	// address; rigger sets it whenever it is an IP, so that the kubelet of
+	// a machine with several interfaces never picks another one.
+	if net.ParseIP(h.internal) != nil {
+		f.set("node-ip", h.internal)
+	}
+	b.cloudProvider(f)
+	if s.GenerateServingCertificate {
+		cert := pki.HostCertName(CertKubelet, h.address, h.internal)
+		f.set("tls-cert-file", certPath(cert))
+		f.set("tls-private-key-file", keyPath(cert))
+	}
+	if dns := b.c.DNS; dns != nil && dns.Nodelocal != nil && dns.Nodelocal.IPAddress != "" {
+		f.set("cluster-dns", dns.Nodelocal.IPAddress)
+	}
+
+	var env, binds []string
+	if cri := b.c.EnableCRIDockerd; cri != nil && *cri {
+		if b.minor < 27 { // the flag is gone from 1.27 on
+			f.set("container-runtime", "remote")
+		}
+		f.set("container-runtime-endpoint", CRIDockerdSocket)
+		binds = append(binds, hostPath(b.prefix, CRIDockerdDir)+":"+CRIDockerdDir)
+		env = append(env, envCRIDockerd)
+	}
+	binds = append(binds,
+		b.kubernetesBind(),
+		"/etc/cni:/etc/cni:rw",
+		"/opt/cni:/opt/cni:rw",
+		hostPath(b.prefix, "/var/lib/cni")+":/var/lib/cni",
+		"/var/lib/calico:/var/lib/calico",
+		"/etc/resolv.conf:/etc/resolv.conf",
+		"/sys:/sys:rprivate",
+		DockerRootDir+":"+DockerRootDir+":rw,rslave",
+		kubeletDir+":"+kubeletDir+":shared",
+		"/var/lib/rancher:/var/lib/rancher:shared",
+		"/var/run:/var/run:rw,rprivate",
+		"/run:/run:rprivate",
+		hostPath(b.prefix, "/etc/ceph")+":/etc/ceph",
+		"/dev:/host/dev:rprivate",
+		"/var/log/containers:/var/log/containers",
+		"/var/log/pods:/var/log/pods",
+		"/usr:/host/usr:ro",
+		"/etc:/host/etc:ro",
+	)
+	if kubeletDir != KubeletDir {
+		// Flex volume drivers install to the usual place.
+		binds = append(binds, KubeletDir+"/volumeplugins:"+KubeletDir+"/volumeplugins:shared")
+	}
+	c := b.kubeComponent(Kubelet, s.BaseService, f, env, binds)
+	c.PidMode = PidModeHost
+	c.Privileged = true
+	return c
+}
+
+func (b *builder) kubeProxy(h *host) Container {
+	s := b.c.Services.Kubeproxy
+	f := flags{}
+	f.set("v", "2")
+	f.set("healthz-bind-address", "127.0.0.1")
+	f.set("cluster-cidr", b.c.Services.KubeController.ClusterCIDR)
+	f.set("hostname-override", h.hostname)
+	f.set("kubeconfig", configPath(CertKubeProxy))
+	if b.c.CloudProvider.Name != "" {
+		// The cloud may rename the Node; bind where the node is reached.
+		f.set("bind-address", h.internal)
+	}
+	binds := []string{b.kubernetesBind(), "/run:/run", "/lib/modules:/lib/modules:ro"}
+	c := b.kubeComponent(KubeProxy, s, f, nil, binds)
+	c.PidMode = PidModeHost
+	c.Privileged = true
+	return c
+}
+
+// nginxProxy is the local load balancer to every API server on a node
+// without the controlplane role, run by rigger's own image. CP_HOSTS is
+// RKE's variable for the same list; the upstreams are in its order.
+func (b *builder) nginxProxy() Container {
+	args := []string{"nginx-proxy", "--listen", NginxProxyListen}
+	hosts := make([]string, 0, len(b.cp))
+	for _, h := range b.cp {
+		args = append(args, "--upstream", joinHostPort(h.internal, APIServerPort))
+		hosts = append(hosts, h.internal)
+	}
+	return Container{
+		Name:          NginxProxy,
+		Image:         b.c.SystemImages.NginxProxy,
+		Entrypoint:    []string{RiggerBinary},
+		Args:          args,
+		Env:           []string{envCPHosts + "=" + strings.Join(hosts, ",")},
+		NetworkMode:   NetworkModeHost,
+		RestartPolicy: RestartAlways,
+	}
+}

@@ -1,0 +1,164 @@
+package desired
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rigger/rigger/spec"
+)
+
+// Names of the component containers, fixed as in RKE: the planner finds a
+// node's containers by these names.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	KubeScheduler         = "kube-scheduler"
+	NginxProxy            = "nginx-proxy"
+	Kubelet               = "kubelet"
+	KubeProxy             = "kube-proxy"
+)
+
+// Labels rigger puts on every container it creates.
+const (
+	// LabelCluster is the cluster_name of the cluster the container belongs to.
+	LabelCluster = "io.rigger.cluster"
+	// LabelComponent is the container's component name (Etcd, Kubelet, …).
+	LabelComponent = "io.rigger.component"
+	// LabelSpecHash is Container.Hash of the spec the container was created from.
+	LabelSpecHash = "io.rigger.spec-hash"
+)
+
+// Container settings shared by every component, as RKE sets them.
+const (
+	// NetworkModeHost: every component uses the node's network.
+	NetworkModeHost = "host"
+	// PidModeHost: the kubelet and kube-proxy see the node's processes.
+	PidModeHost = "host"
+	// RestartAlways: Docker restarts a component that exits, etcd included.
+	RestartAlways = "always"
+)
+
+// minMinor is the oldest Kubernetes 1.x minor version whose flags Build
+// knows (RKE's service options for 1.24 and later; dockershim is gone there).
+const minMinor = 24
+
+// Cluster is the desired state of a whole cluster.
+type Cluster struct {
+	// Name is the cluster_name.
+	Name string `json:"name"`
+	// Nodes in cluster.yml order.
+	Nodes []Node `json:"nodes"`
+}
+
+// Node is what should run on one node.
+type Node struct {
+	// Address is the node's address in cluster.yml, its identity.
+	Address string `json:"address"`
+	// Hostname is the node's name in Kubernetes (hostname_override).
+	Hostname string `json:"hostname"`
+	// Roles of the node, in the order etcd, controlplane, worker.
+	Roles []string `json:"roles"`
+	// Containers in start order: etcd, the control plane, nginx-proxy, then
+	// kubelet and kube-proxy.
+	Containers []Container `json:"containers"`
+}
+
+// Container is the desired spec of one component container.
+type Container struct {
+	// Name of the container on the node (Etcd, Kubelet, …).
+	Name string `json:"name"`
+	// Image reference, as in system_images or services.*.image.
+	Image string `json:"image"`
+	// Entrypoint of the container: the component's binary.
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	// Args after the entrypoint: `--flag=value`, sorted by flag name.
+	Args []string `json:"args,omitempty"`
+	// Env is `NAME=value`, rigger's own first, then extra_env.
+	Env []string `json:"env,omitempty"`
+	// Binds are Docker bind mounts `host:container[:options]`, with
+	// prefix_path applied to the host side where RKE applies it.
+	Binds []string `json:"binds,omitempty"`
+	// NetworkMode is the Docker network mode (always NetworkModeHost).
+	NetworkMode string `json:"network_mode"`
+	// PidMode is the Docker PID mode: PidModeHost or empty.
+	PidMode string `json:"pid_mode,omitempty"`
+	// User the container runs as, `uid:gid`, or empty for the image's.
+	User string `json:"user,omitempty"`
+	// Privileged containers (the kubelet and kube-proxy, as RKE).
+	Privileged bool `json:"privileged,omitempty"`
+	// RestartPolicy is the Docker restart policy (always RestartAlways).
+	RestartPolicy string `json:"restart_policy"`
+	// Labels are LabelCluster, LabelComponent and LabelSpecHash.
+	Labels map[string]string `json:"labels"`
+	// BootstrapArgs are appended to Args only when the container is created
+	// to bootstrap or join etcd (--initial-cluster and friends). etcd reads
+	// them only on its first start, so they are not part of Hash: a change
+	// of membership does not replace a healthy member.
+	BootstrapArgs []string `json:"bootstrap_args,omitempty"`
+}
+
+// Node returns the node with the given address.
+func (c *Cluster) Node(address string) (*Node, bool) {
+	for i := range c.Nodes {
+		if c.Nodes[i].Address == address {
+			return &c.Nodes[i], true
+		}
+	}
+	return nil, false
+}
+
+// Container returns the node's container with the given name.
+func (n *Node) Container(name string) (*Container, bool) {
+	for i := range n.Containers {
+		if n.Containers[i].Name == name {
+			return &n.Containers[i], true
+		}
+	}
+	return nil, false
+}
+
+// HasRole reports whether the node has the role (spec.RoleEtcd, …).
+func (n *Node) HasRole(role string) bool {
+	for _, r := range n.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// Build returns the containers that should run on each node of c, which
+// must be defaulted and valid (as spec.Load returns it). It fails only on
+// a kubernetes_version whose flags rigger does not know.
+func Build(c *spec.Cluster) (*Cluster, error) {
+	minor, err := kubeMinor(c.KubernetesVersion)
+	if err != nil {
+		return nil, fmt.Errorf("build desired containers: %w", err)
+	}
+	b := newBuilder(c, minor)
+	out := &Cluster{Name: c.ClusterName, Nodes: make([]Node, 0, len(c.Nodes))}
+	for i := range b.hosts {
+		out.Nodes = append(out.Nodes, b.node(&b.hosts[i]))
+	}
+	return out, nil
+}
+
+// kubeMinor returns the minor version of a Kubernetes 1.x version
+// (v1.31.5, v1.31.5-rancher1-1) at or above minMinor.
+func kubeMinor(version string) (int, error) {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 3 {
+		return 0, fmt.Errorf("kubernetes_version %q is not a version such as v1.31.5", version)
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("kubernetes_version %q is not a version such as v1.31.5", version)
+	}
+	if major != 1 || minor < minMinor {
+		return 0, fmt.Errorf("kubernetes_version %s: rigger knows the component flags of Kubernetes v1.%d and later; upgrade with RKE first", version, minMinor)
+	}
+	return minor, nil
+}

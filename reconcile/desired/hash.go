@@ -1,0 +1,72 @@
+package desired
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+)
+
+// hashVersion starts the hashed encoding, so that a future change of what
+// the hash covers is a deliberate, visible one (every container is then
+// replaced once).
+const hashVersion = "rigger.io/spec-hash/v1"
+
+// hashLen is the number of hex digits of the hash kept: 64 bits, plenty to
+// tell two specs of one component apart.
+const hashLen = 16
+
+// hashed is the canonical encoding of what Hash covers. encoding/json writes
+// struct fields in declaration order, and nil and empty slices are written
+// alike (see Hash), so equal specs always give equal bytes.
+type hashed struct {
+	Version       string   `json:"v"`
+	Image         string   `json:"image"`
+	Entrypoint    []string `json:"entrypoint"`
+	Args          []string `json:"args"`
+	Env           []string `json:"env"`
+	Binds         []string `json:"binds"`
+	NetworkMode   string   `json:"network_mode"`
+	PidMode       string   `json:"pid_mode"`
+	Privileged    bool     `json:"privileged"`
+	RestartPolicy string   `json:"restart_policy"`
+	User          string   `json:"user"`
+}
+
+// Hash is the spec hash of the container: the first 16 hex digits of the
+// SHA-256 of a canonical JSON encoding of its image, entrypoint, args, env,
+// binds, network mode, PID mode, privileged flag, restart policy and user.
+// Order matters within each list (it is Docker's order too).
+//
+// It does not cover Name (the planner matches containers by name), Labels
+// (they carry the hash itself) or BootstrapArgs (etcd reads them only when a
+// member first starts, so a membership change must not replace healthy
+// members).
+func (c Container) Hash() string {
+	h := hashed{
+		Version:       hashVersion,
+		Image:         c.Image,
+		Entrypoint:    nonNil(c.Entrypoint),
+		Args:          nonNil(c.Args),
+		Env:           nonNil(c.Env),
+		Binds:         nonNil(c.Binds),
+		NetworkMode:   c.NetworkMode,
+		PidMode:       c.PidMode,
+		Privileged:    c.Privileged,
+		RestartPolicy: c.RestartPolicy,
+		User:          c.User,
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		// Strings, bools and string slices always encode.
+		panic("desired: encode container spec: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:hashLen]
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
