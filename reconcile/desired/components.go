@@ -110,6 +110,7 @@ func (b *builder) node(h *host) Node {
 			LabelCluster:   b.c.ClusterName,
 			LabelComponent: c.Name,
 			LabelSpecHash:  c.Hash(),
+			LabelSpec:      c.SpecJSON(),
 		}
 	}
 	return Node{Address: h.address, Hostname: h.hostname, Roles: h.roles(), Containers: cs}

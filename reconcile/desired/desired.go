@@ -28,6 +28,8 @@ const (
 	LabelComponent = "io.rigger.component"
 	// LabelSpecHash is Container.Hash of the spec the container was created from.
 	LabelSpecHash = "io.rigger.spec-hash"
+	// LabelSpec is Container.SpecJSON: what the hash was computed from.
+	LabelSpec = "io.rigger.spec"
 )
 
 // Container settings shared by every component, as RKE sets them.
@@ -90,7 +92,7 @@ type Container struct {
 	Privileged bool `json:"privileged,omitempty"`
 	// RestartPolicy is the Docker restart policy (always RestartAlways).
 	RestartPolicy string `json:"restart_policy"`
-	// Labels are LabelCluster, LabelComponent and LabelSpecHash.
+	// Labels are LabelCluster, LabelComponent, LabelSpecHash and LabelSpec.
 	Labels map[string]string `json:"labels"`
 	// BootstrapArgs are appended to Args only when the container is created
 	// to bootstrap or join etcd (--initial-cluster and friends). etcd reads

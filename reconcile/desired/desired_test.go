@@ -360,7 +360,7 @@ func TestLabels(t *testing.T) {
 	d := build(t, load(t, "ha"))
 	for _, n := range d.Nodes {
 		for _, c := range n.Containers {
-			want := map[string]string{LabelCluster: "prod", LabelComponent: c.Name, LabelSpecHash: c.Hash()}
+			want := map[string]string{LabelCluster: "prod", LabelComponent: c.Name, LabelSpecHash: c.Hash(), LabelSpec: c.SpecJSON()}
 			if diff := cmp.Diff(want, c.Labels); diff != "" {
 				t.Errorf("%s %s labels (-want +got):\n%s", n.Address, c.Name, diff)
 			}

@@ -42,6 +42,13 @@ type hashed struct {
 // member first starts, so a membership change must not replace healthy
 // members).
 func (c Container) Hash() string {
+	sum := sha256.Sum256([]byte(c.SpecJSON()))
+	return hex.EncodeToString(sum[:])[:hashLen]
+}
+
+// SpecJSON is the canonical JSON of the fields Hash covers. It is stored in
+// the container's LabelSpec, so that a later plan can say what changed.
+func (c Container) SpecJSON() string {
 	h := hashed{
 		Version:       hashVersion,
 		Image:         c.Image,
@@ -60,8 +67,7 @@ func (c Container) Hash() string {
 		// Strings, bools and string slices always encode.
 		panic("desired: encode container spec: " + err.Error())
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:hashLen]
+	return string(b)
 }
 
 func nonNil(s []string) []string {

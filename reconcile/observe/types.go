@@ -1,0 +1,50 @@
+// Package observe reads the live state of a cluster's nodes through a
+// transport: whether each node answers (and why not), its Docker engine, and
+// the containers rigger manages there. It changes nothing.
+package observe
+
+import "time"
+
+// Cluster is what was seen on the nodes at one time.
+type Cluster struct {
+	// At is when the observation started.
+	At time.Time
+	// Nodes by address: every node asked about, reachable or not.
+	Nodes map[string]*Node
+}
+
+// Node is one node as observed.
+type Node struct {
+	Address string
+	// Reachable says whether the node's Docker engine answered.
+	Reachable bool
+	// Err says why it did not (a typed transport error), nil when reachable.
+	Err error `json:"-"`
+	// Error is Err's text, for status and JSON output.
+	Error string `json:"error,omitempty"`
+	// DockerVersion and DockerAPIVersion are the engine's.
+	DockerVersion    string `json:"docker_version,omitempty"`
+	DockerAPIVersion string `json:"docker_api_version,omitempty"`
+	// Containers are the containers of this cluster on the node (those with
+	// the label io.rigger.cluster=<cluster name>), by container name.
+	Containers map[string]Container `json:"containers,omitempty"`
+}
+
+// Container is a rigger-managed container as observed.
+type Container struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	// State is Docker's: created, running, restarting, exited, dead, …
+	State string `json:"state"`
+	// Health is the health check's status, or "" when there is none.
+	Health string `json:"health,omitempty"`
+	// Component, SpecHash and Spec are read from the labels rigger set when
+	// it created the container (io.rigger.component, io.rigger.spec-hash,
+	// io.rigger.spec).
+	Component string `json:"component,omitempty"`
+	SpecHash  string `json:"spec_hash,omitempty"`
+	// Spec is the canonical JSON of the hashed fields of the container's
+	// desired spec when it was created, so that a plan can say what changed.
+	Spec string `json:"spec,omitempty"`
+}
