@@ -1,0 +1,299 @@
+package plan
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/spec"
+)
+
+// Action is what a step does to one container.
+type Action string
+
+const (
+	// Create starts a desired container that is missing.
+	Create Action = "create"
+	// Replace removes a container whose spec differs from the desired one
+	// and creates the desired one in its place.
+	Replace Action = "replace"
+	// Remove removes a container that should not run on its node.
+	Remove Action = "remove"
+	// Restart starts again a container whose spec is unchanged but which is
+	// not running (exited, dead, created and never started).
+	Restart Action = "restart"
+)
+
+// Phase is a group of steps the executor runs together, in the order of
+// the constants (see the package doc).
+type Phase string
+
+const (
+	PhaseEtcd         Phase = "etcd"
+	PhaseControlPlane Phase = "controlplane"
+	PhaseWorker       Phase = "worker"
+	PhaseRemovedNodes Phase = "removed-nodes"
+)
+
+// Step is one change to one container.
+type Step struct {
+	// Node is the node's address.
+	Node string
+	// Component is the container's name (desired.Etcd, desired.Kubelet, …).
+	Component string
+	Action    Action
+	// Phase is the group the step runs in.
+	Phase Phase
+	// Reason says why, for people only; it never holds a secret.
+	Reason string
+	// Before is the observed container; nil for Create.
+	Before *observe.Container
+	// After is the desired container; nil for Remove.
+	After *desired.Container
+}
+
+// Unreachable is a node the plan could not be computed for.
+type Unreachable struct {
+	Node  string `json:"node"`
+	Error string `json:"error"`
+	// Removed is set for a node gone from cluster.yml: nothing is planned
+	// for it and it does not block the rest of the plan.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// Plan is the ordered list of changes that makes the observed cluster match
+// the desired one, and what could not be looked at.
+type Plan struct {
+	Steps []Step `json:"steps"`
+	// Unreachable nodes: those of cluster.yml first, in its order, then the
+	// removed ones by address.
+	Unreachable []Unreachable `json:"unreachable,omitempty"`
+	// RemovedNodes are the reachable observed nodes that are not in
+	// cluster.yml, by address; their containers are removed in
+	// PhaseRemovedNodes.
+	RemovedNodes []string `json:"removed_nodes,omitempty"`
+	// ObservedAt is when the observation the plan was computed from
+	// started; the executor refuses a stale plan.
+	ObservedAt time.Time `json:"observed_at"`
+}
+
+// Empty reports whether the plan changes nothing.
+func (p *Plan) Empty() bool { return len(p.Steps) == 0 }
+
+// Count returns the number of steps with the action.
+func (p *Plan) Count(a Action) int {
+	n := 0
+	for _, s := range p.Steps {
+		if s.Action == a {
+			n++
+		}
+	}
+	return n
+}
+
+// Reasons of the steps that do not depend on what changed, and the error
+// of a node of cluster.yml that the observation lacks.
+const (
+	reasonMissing     = "container missing"
+	reasonHashDiffers = "spec hash differs"
+	reasonNotDesired  = "not desired on this node"
+	reasonNodeRemoved = "node removed from cluster.yml"
+	errNotObserved    = "node was not observed"
+)
+
+// Compute returns the plan that turns o into d. It is pure: it reads its
+// arguments and returns a new value whose Before and After point at copies
+// of observed containers and into d. A nil o is an observation of no node:
+// every node of d is then unreachable.
+func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
+	if o == nil {
+		o = &observe.Cluster{}
+	}
+	p := &Plan{ObservedAt: o.At}
+	var (
+		phases    [3][]Step // PhaseEtcd, PhaseControlPlane, PhaseWorker
+		inDesired = make(map[string]bool, len(d.Nodes))
+	)
+	for i := range d.Nodes {
+		dn := &d.Nodes[i]
+		inDesired[dn.Address] = true
+		on := o.Nodes[dn.Address]
+		if on == nil || !on.Reachable {
+			p.Unreachable = append(p.Unreachable, Unreachable{Node: dn.Address, Error: nodeError(on)})
+			continue
+		}
+		for _, s := range nodeSteps(dn, on) {
+			idx := phaseIndex(s.Phase)
+			phases[idx] = append(phases[idx], s)
+		}
+	}
+	for _, steps := range phases {
+		p.Steps = append(p.Steps, steps...)
+	}
+
+	var removed []string
+	for addr := range o.Nodes {
+		if !inDesired[addr] {
+			removed = append(removed, addr)
+		}
+	}
+	slices.Sort(removed)
+	for _, addr := range removed {
+		on := o.Nodes[addr]
+		if on == nil || !on.Reachable {
+			p.Unreachable = append(p.Unreachable, Unreachable{Node: addr, Error: nodeError(on), Removed: true})
+			continue
+		}
+		p.RemovedNodes = append(p.RemovedNodes, addr)
+		for _, name := range sortedNames(on.Containers) {
+			before := on.Containers[name]
+			p.Steps = append(p.Steps, Step{
+				Node: addr, Component: name, Action: Remove, Phase: PhaseRemovedNodes,
+				Reason: reasonNodeRemoved, Before: &before,
+			})
+		}
+	}
+	return p
+}
+
+// nodeSteps are the steps of a reachable node of cluster.yml, in start
+// order of the components.
+func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
+	var steps []Step
+	for i := range dn.Containers {
+		dc := &dn.Containers[i]
+		s := Step{Node: dn.Address, Component: dc.Name, Phase: phaseOf(dc.Name), After: dc}
+		oc, ok := on.Containers[dc.Name]
+		switch {
+		case !ok:
+			s.Action, s.Reason = Create, reasonMissing
+		case oc.SpecHash != dc.Hash():
+			s.Action, s.Reason = Replace, specReason(oc.Spec, dc.SpecJSON())
+		case oc.State != "running" && oc.State != "restarting":
+			s.Action, s.Reason = Restart, stateReason(oc.State)
+		default:
+			continue
+		}
+		if ok {
+			s.Before = &oc
+		}
+		steps = append(steps, s)
+	}
+	for _, name := range sortedNames(on.Containers) {
+		if _, ok := dn.Container(name); ok {
+			continue
+		}
+		oc := on.Containers[name]
+		steps = append(steps, Step{
+			Node: dn.Address, Component: name, Action: Remove, Phase: phaseOf(name),
+			Reason: notDesiredReason(dn, name), Before: &oc,
+		})
+	}
+	slices.SortStableFunc(steps, func(a, b Step) int { return rank(a.Component) - rank(b.Component) })
+	return steps
+}
+
+// notDesiredReason says why a container should not run on a node of
+// cluster.yml, naming the role change when the component tells it.
+func notDesiredReason(dn *desired.Node, name string) string {
+	switch name {
+	case desired.Etcd:
+		if !dn.HasRole(spec.RoleEtcd) {
+			return reasonNotDesired + ": role " + spec.RoleEtcd + " removed"
+		}
+	case desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler:
+		if !dn.HasRole(spec.RoleControlPlane) {
+			return reasonNotDesired + ": role " + spec.RoleControlPlane + " removed"
+		}
+	case desired.NginxProxy:
+		if dn.HasRole(spec.RoleControlPlane) {
+			return reasonNotDesired + ": role " + spec.RoleControlPlane + " added, the API server is local"
+		}
+	}
+	return reasonNotDesired
+}
+
+func stateReason(state string) string {
+	switch state {
+	case "":
+		return "container not running"
+	case "created":
+		return "container created but never started"
+	case "exited", "dead":
+		return "container " + state
+	}
+	return "container " + state + ", not running"
+}
+
+// nodeError is why an observed node (nil when it was not observed) gave no
+// containers.
+func nodeError(on *observe.Node) string {
+	switch {
+	case on == nil:
+		return errNotObserved
+	case on.Error != "":
+		return on.Error
+	case on.Err != nil:
+		return on.Err.Error()
+	}
+	return "not reachable"
+}
+
+func sortedNames(m map[string]observe.Container) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if r := rank(a) - rank(b); r != 0 {
+			return r
+		}
+		return strings.Compare(a, b)
+	})
+	return names
+}
+
+// rank is a component's place in start order; components rigger does not
+// know come last.
+func rank(name string) int {
+	switch name {
+	case desired.Etcd:
+		return 0
+	case desired.KubeAPIServer:
+		return 1
+	case desired.KubeControllerManager:
+		return 2
+	case desired.KubeScheduler:
+		return 3
+	case desired.NginxProxy:
+		return 4
+	case desired.Kubelet:
+		return 5
+	case desired.KubeProxy:
+		return 6
+	}
+	return 7
+}
+
+// phaseOf is the phase of a component on a node of cluster.yml.
+func phaseOf(name string) Phase {
+	switch r := rank(name); {
+	case r == 0:
+		return PhaseEtcd
+	case r <= 3:
+		return PhaseControlPlane
+	}
+	return PhaseWorker
+}
+
+func phaseIndex(p Phase) int {
+	switch p {
+	case PhaseEtcd:
+		return 0
+	case PhaseControlPlane:
+		return 1
+	}
+	return 2
+}

@@ -1,0 +1,120 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// symbol marks an action in Render's output, as terraform does.
+func symbol(a Action) string {
+	switch a {
+	case Create:
+		return "+"
+	case Replace:
+		return "~"
+	case Restart:
+		return "↻"
+	case Remove:
+		return "-"
+	}
+	return "?"
+}
+
+// Render writes the plan as people read it: the steps grouped by node (nodes
+// of cluster.yml in plan order, then removed nodes), the unreachable nodes
+// with their errors, and a summary line. Write errors are ignored, as with
+// fmt.Fprintf to a terminal; render into a buffer to check them.
+func (p *Plan) Render(w io.Writer) {
+	var nodes []string
+	byNode := map[string][]Step{}
+	for _, s := range p.Steps {
+		if _, ok := byNode[s.Node]; !ok {
+			nodes = append(nodes, s.Node)
+		}
+		byNode[s.Node] = append(byNode[s.Node], s)
+	}
+	for _, n := range nodes {
+		title := n
+		if slices.Contains(p.RemovedNodes, n) {
+			title += " (removed from cluster.yml)"
+		}
+		fmt.Fprintf(w, "%s:\n", title)
+		for _, s := range byNode[n] {
+			fmt.Fprintf(w, "  %s %s %s (%s)\n", symbol(s.Action), s.Action, s.Component, s.Reason)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(p.Unreachable) > 0 {
+		fmt.Fprintln(w, "Unreachable:")
+		for _, u := range p.Unreachable {
+			note := "nothing planned for it"
+			if u.Removed {
+				note = "removed from cluster.yml; its containers are left until it answers"
+			}
+			fmt.Fprintf(w, "  ! %s: %s (%s)\n", u.Node, oneLine(u.Error), note)
+		}
+		fmt.Fprintln(w)
+	}
+	if p.Empty() && !p.blocked() {
+		fmt.Fprintln(w, "No changes. The cluster matches cluster.yml.")
+		return
+	}
+	fmt.Fprintf(w, "Plan: %d to create, %d to replace, %d to restart, %d to remove.\n",
+		p.Count(Create), p.Count(Replace), p.Count(Restart), p.Count(Remove))
+	if b := p.blockedCount(); b > 0 {
+		fmt.Fprintf(w, "%d node(s) of cluster.yml could not be checked; run the plan again when they answer.\n", b)
+	}
+}
+
+// blocked reports whether a node of cluster.yml was unreachable, so that
+// the plan cannot say the cluster matches.
+func (p *Plan) blocked() bool { return p.blockedCount() > 0 }
+
+func (p *Plan) blockedCount() int {
+	n := 0
+	for _, u := range p.Unreachable {
+		if !u.Removed {
+			n++
+		}
+	}
+	return n
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// containerRef is what the JSON of a step says about a container: enough to
+// identify it, nothing that may hold a secret (no env, no spec).
+type containerRef struct {
+	ID       string `json:"id,omitempty"`
+	Image    string `json:"image"`
+	State    string `json:"state,omitempty"`
+	SpecHash string `json:"spec_hash,omitempty"`
+}
+
+type stepJSON struct {
+	Node      string        `json:"node"`
+	Component string        `json:"component"`
+	Action    Action        `json:"action"`
+	Phase     Phase         `json:"phase"`
+	Reason    string        `json:"reason"`
+	Before    *containerRef `json:"before,omitempty"`
+	After     *containerRef `json:"after,omitempty"`
+}
+
+// MarshalJSON encodes the step with a summary of Before and After (ID,
+// image, state, spec hash): their env and spec labels may hold secrets.
+func (s Step) MarshalJSON() ([]byte, error) {
+	j := stepJSON{Node: s.Node, Component: s.Component, Action: s.Action, Phase: s.Phase, Reason: s.Reason}
+	if b := s.Before; b != nil {
+		j.Before = &containerRef{ID: b.ID, Image: b.Image, State: b.State, SpecHash: b.SpecHash}
+	}
+	if a := s.After; a != nil {
+		j.After = &containerRef{Image: a.Image, SpecHash: a.Hash()}
+	}
+	return json.Marshal(j)
+}
+
+var _ json.Marshaler = Step{}

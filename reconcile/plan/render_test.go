@@ -1,0 +1,136 @@
+package plan
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/spec"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// golden compares got with testdata/<name>.golden, or writes it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	file := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run go test ./reconcile/plan -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got); if intended, run go test ./reconcile/plan -update:\n%s", file, diff)
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
+func TestRender(t *testing.T) {
+	base := build(t, baseYML, nil)
+	tests := []struct {
+		name    string
+		change  func(*spec.Cluster)
+		observe func(*observe.Cluster)
+	}{
+		{name: "no-changes"},
+		{
+			name: "fresh",
+			observe: func(o *observe.Cluster) {
+				for _, n := range o.Nodes {
+					n.Containers = nil
+				}
+			},
+		},
+		{
+			// One of each action, an unreachable node of cluster.yml and an
+			// unreachable removed node.
+			name: "mixed",
+			change: func(c *spec.Cluster) {
+				c.Nodes = c.Nodes[:3]
+				c.Services.KubeAPI.ExtraArgs = map[string]string{"v": "4"}
+			},
+			observe: func(o *observe.Cluster) {
+				delete(o.Nodes["10.0.0.1"].Containers, desired.Etcd)
+				setState(o, "10.0.0.3", desired.Kubelet, "exited")
+				o.Nodes["10.0.0.2"] = unreachable("10.0.0.2", "dial tcp 10.0.0.2:22: i/o timeout")
+				o.Nodes["10.0.0.9"] = unreachable("10.0.0.9", "ssh: handshake failed:\nEOF")
+				removed := asApplied(build(t, baseYML, nil)).Nodes["10.0.0.4"]
+				removed.Address = "10.0.0.8"
+				o.Nodes["10.0.0.8"] = removed
+			},
+		},
+		{
+			name: "unreachable-only",
+			observe: func(o *observe.Cluster) {
+				o.Nodes["10.0.0.4"] = unreachable("10.0.0.4", "connection refused")
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := asApplied(base)
+			if tt.observe != nil {
+				tt.observe(o)
+			}
+			p := Compute(build(t, baseYML, tt.change), o)
+			var b strings.Builder
+			p.Render(&b)
+			golden(t, tt.name, b.String())
+			if tt.name == "mixed" {
+				golden(t, tt.name+".json", mustJSON(t, p))
+			}
+		})
+	}
+}
+
+// TestJSONRoundTrip: the JSON of a plan decodes into the same steps (Before
+// and After only summarised).
+func TestJSONRoundTrip(t *testing.T) {
+	d := build(t, baseYML, func(c *spec.Cluster) { c.Services.Kubelet.Image = "k:new" })
+	p := Compute(d, asApplied(build(t, baseYML, nil)))
+	var got struct {
+		Steps []struct {
+			Node, Component, Action, Phase, Reason string
+			Before                                 struct {
+				ID, Image, State string
+				SpecHash         string `json:"spec_hash"`
+			}
+			After struct {
+				Image    string
+				SpecHash string `json:"spec_hash"`
+			}
+		}
+		ObservedAt string `json:"observed_at"`
+	}
+	if err := json.Unmarshal([]byte(mustJSON(t, p)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Steps) != 4 || got.ObservedAt != "2026-11-22T00:00:00Z" {
+		t.Fatalf("decoded %+v", got)
+	}
+	for i, s := range got.Steps {
+		want := p.Steps[i]
+		if s.Node != want.Node || s.Component != desired.Kubelet || s.Action != string(Replace) || s.Phase != string(PhaseWorker) ||
+			s.Reason != want.Reason || s.Before.SpecHash != want.Before.SpecHash || s.Before.ID == "" || s.After.Image != "k:new" || s.After.SpecHash != want.After.Hash() {
+			t.Errorf("step %d decoded as %+v, from %s", i, s, line(want))
+		}
+	}
+}
