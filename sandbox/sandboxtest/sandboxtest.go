@@ -17,6 +17,7 @@
 //	3       reconcile
 //	4       etcd
 //	5       gitops
+//	6       reconcile/observe
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;

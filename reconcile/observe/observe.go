@@ -1,0 +1,189 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/transport"
+)
+
+// Observe reads every node in nodes through t, at most maxParallel nodes at
+// once (rigger.max_parallel; zero or less means no limit): whether its
+// Docker engine answers, the engine's version, and the containers of the
+// cluster named clusterName (label io.rigger.cluster), in every state.
+//
+// It never fails as a whole. A node whose engine cannot be reached, or whose
+// engine fails a call midway, is Reachable: false with the error in Err and
+// its text in Error; it is not treated as gone. When one of the transport's
+// typed errors is the cause (*transport.UnreachableError, also when a
+// connection is lost between calls), Err is that error, for errors.As.
+//
+// When ctx ends, Observe stops and returns what it has: nodes not observed
+// by then are unreachable with ctx's error. Every address in nodes is a key
+// of the result (an address given twice is observed once).
+//
+// now gives the observation's time (nil: time.Now).
+func Observe(ctx context.Context, t transport.Transport, clusterName string, nodes []string,
+	maxParallel int, now func() time.Time) *Cluster {
+	if now == nil {
+		now = time.Now
+	}
+	out := &Cluster{At: now(), Nodes: make(map[string]*Node, len(nodes))}
+	// Each goroutine writes its own slot; the map is filled after Wait.
+	seen := make(map[string]bool, len(nodes))
+	addrs := make([]string, 0, len(nodes))
+	for _, a := range nodes {
+		if !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	results := make([]*Node, len(addrs))
+	g, gctx := errgroup.WithContext(ctx)
+	if maxParallel <= 0 {
+		maxParallel = -1
+	}
+	g.SetLimit(maxParallel)
+	for i, addr := range addrs {
+		g.Go(func() error {
+			results[i] = observeNode(gctx, t, clusterName, addr)
+			return nil // a node's failure is its result, not the group's
+		})
+	}
+	_ = g.Wait() // the goroutines return nil
+	for i, n := range results {
+		out.Nodes[addrs[i]] = n
+	}
+	return out
+}
+
+// observeNode reads one node. It always returns a Node.
+func observeNode(ctx context.Context, t transport.Transport, clusterName, addr string) *Node {
+	n := &Node{Address: addr}
+	if err := ctx.Err(); err != nil {
+		return n.unreachable(fmt.Errorf("node %s: not observed: %w", addr, err))
+	}
+	cli, err := t.Docker(ctx, addr)
+	if err != nil {
+		// The transport's error as it is: it names the node and says
+		// what to check.
+		return n.unreachable(err)
+	}
+	v, err := cli.ServerVersion(ctx)
+	if err != nil {
+		return n.unreachable(callError(addr, "read docker version", err))
+	}
+	n.DockerVersion, n.DockerAPIVersion = v.Version, v.APIVersion
+	list, err := cli.ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", desired.LabelCluster+"="+clusterName)),
+	})
+	if err != nil {
+		return n.unreachable(callError(addr, "list containers", err))
+	}
+	n.Reachable = true
+	n.Containers = make(map[string]Container, len(list))
+	for _, s := range list {
+		c := fromSummary(s)
+		n.Containers[c.Name] = c
+	}
+	return n
+}
+
+// callError is the error of a Docker call that failed on a node the
+// transport had reached. When the cause is one of the transport's typed
+// errors (the connection was lost, and reconnecting failed), it is that
+// error itself: its text names the node and says what to check, where the
+// Docker client's wrapping adds only the request's URL. Otherwise the call's
+// error is wrapped with the node and the call.
+func callError(addr, call string, err error) error {
+	var (
+		unreachable *transport.UnreachableError
+		socket      *transport.DockerSocketError
+		version     *transport.DockerVersionError
+		dial        *transport.DialError
+	)
+	switch {
+	case errors.As(err, &unreachable):
+		return unreachable
+	case errors.As(err, &socket):
+		return socket
+	case errors.As(err, &version):
+		return version
+	case errors.As(err, &dial):
+		return dial
+	}
+	return fmt.Errorf("node %s: %s: %w", addr, call, err)
+}
+
+func (n *Node) unreachable(err error) *Node {
+	n.Reachable = false
+	n.Err = err
+	n.Error = err.Error()
+	n.DockerVersion, n.DockerAPIVersion, n.Containers = "", "", nil
+	return n
+}
+
+// fromSummary reads a container from the list's entry. Image is what the
+// list shows: the reference the container was created with, or the image
+// ID when that reference has since been moved to another image.
+func fromSummary(s container.Summary) Container {
+	return Container{
+		ID:        s.ID,
+		Name:      containerName(s),
+		Image:     s.Image,
+		State:     string(s.State),
+		Health:    healthFromStatus(s.Status),
+		Component: s.Labels[desired.LabelComponent],
+		SpecHash:  s.Labels[desired.LabelSpecHash],
+		Spec:      s.Labels[desired.LabelSpec],
+	}
+}
+
+// containerName is the container's own name without the leading "/". The
+// list also gives the names other containers link it by ("/other/alias"),
+// which are skipped.
+func containerName(s container.Summary) string {
+	for _, name := range s.Names {
+		name = strings.TrimPrefix(name, "/")
+		if name != "" && !strings.Contains(name, "/") {
+			return name
+		}
+	}
+	return s.ID
+}
+
+// healthFromStatus reads the health check's status from the list's Status
+// column, as the engine writes it for a running container with a health
+// check: "Up 3 minutes (healthy)", "Up 2 seconds (health: starting)",
+// "Up 1 hour (unhealthy)". It returns container.Healthy, Unhealthy or
+// Starting, or "" when the status shows none (no health check, or the
+// container is not running, when its last health result means nothing).
+//
+// Reading the list instead of inspecting each container saves a round trip
+// per container; the engine has written Status this way since health checks
+// exist (Docker 1.12) and still does.
+func healthFromStatus(status string) string {
+	if !strings.HasPrefix(status, "Up ") || !strings.HasSuffix(status, ")") {
+		return ""
+	}
+	open := strings.LastIndexByte(status, '(')
+	if open < 0 {
+		return ""
+	}
+	switch h := status[open+1 : len(status)-1]; h {
+	case string(container.Healthy), string(container.Unhealthy):
+		return h
+	case "health: " + string(container.Starting):
+		return string(container.Starting)
+	}
+	return ""
+}

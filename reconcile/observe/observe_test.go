@@ -1,0 +1,305 @@
+package observe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/transport"
+)
+
+// fakeTransport is a transport.Transport whose Docker is DockerFn.
+type fakeTransport struct {
+	DockerFn func(ctx context.Context, node string) (*client.Client, error)
+}
+
+var _ transport.Transport = (*fakeTransport)(nil)
+
+func (f *fakeTransport) Docker(ctx context.Context, node string) (*client.Client, error) {
+	return f.DockerFn(ctx, node)
+}
+
+func (f *fakeTransport) Dial(context.Context, string, string, string) (net.Conn, error) {
+	return nil, errors.New("fakeTransport: Dial not implemented")
+}
+
+func (f *fakeTransport) Close() error { return nil }
+
+// fakeEngine serves the two calls Observe makes of a Docker engine API
+// (GET /version and GET /containers/json) with httptest. A nil listFn
+// answers the list with list, after checking that Observe asked for every
+// state and filtered by the cluster's label.
+type fakeEngine struct {
+	t       *testing.T
+	version string
+	list    []container.Summary
+	listFn  http.HandlerFunc
+}
+
+func (e *fakeEngine) client() *client.Client {
+	e.t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/version"):
+			json.NewEncoder(w).Encode(map[string]string{"Version": e.version, "ApiVersion": "1.41"})
+		case strings.HasSuffix(r.URL.Path, "/containers/json") && e.listFn != nil:
+			e.listFn(w, r)
+		case strings.HasSuffix(r.URL.Path, "/containers/json"):
+			if r.URL.Query().Get("all") != "1" {
+				http.Error(w, "want all=1", http.StatusBadRequest)
+				return
+			}
+			f, err := filters.FromJSON(r.URL.Query().Get("filters"))
+			if err != nil || !f.ExactMatch("label", desired.LabelCluster+"=prod") || f.Len() != 1 {
+				http.Error(w, fmt.Sprintf("want only the filter label=%s=prod, got %q", desired.LabelCluster, r.URL.Query().Get("filters")), http.StatusBadRequest)
+				return
+			}
+			json.NewEncoder(w).Encode(e.list)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	e.t.Cleanup(srv.Close)
+	cli, err := client.NewClientWithOpts(client.WithHost("tcp://"+srv.Listener.Addr().String()),
+		client.WithHTTPClient(srv.Client()), client.WithVersion("1.41"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func labels(component, hash string) map[string]string {
+	return map[string]string{
+		desired.LabelCluster:   "prod",
+		desired.LabelComponent: component,
+		desired.LabelSpecHash:  hash,
+		desired.LabelSpec:      `{"name":"` + component + `"}`,
+	}
+}
+
+func TestObserve(t *testing.T) {
+	at := time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC)
+	healthy := (&fakeEngine{t: t, version: "20.10.24", list: []container.Summary{
+		{ID: "e1", Names: []string{"/etcd"}, Image: "etcd:v3", State: container.StateRunning,
+			Status: "Up 3 minutes (healthy)", Labels: labels("etcd", "h1")},
+		// A container linked to kubelet shows its alias among kubelet's names.
+		{ID: "k1", Names: []string{"/other/kl", "/kubelet"}, Image: "hyperkube:v1", State: container.StateExited,
+			Status: "Exited (1) 2 seconds ago", Labels: labels("kubelet", "h2")},
+	}}).client()
+	empty := (&fakeEngine{t: t, version: "28.0.1"}).client()
+	failingList := (&fakeEngine{t: t, version: "24.0.0", listFn: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(`{"message":"engine is shutting down"}`))
+	}}).client()
+	unreachable := &transport.UnreachableError{Node: "10.0.0.2", Addr: "10.0.0.2:22", Op: transport.OpConnect,
+		Timeout: 3 * time.Second, Err: errors.New("i/o timeout")}
+	// A client handed out earlier whose connection is lost: its next
+	// request redials, and the transport cannot reach the node.
+	lost := &transport.UnreachableError{Node: "10.0.0.5", Addr: "10.0.0.5:22", Op: transport.OpConnect,
+		Timeout: 3 * time.Second, Err: errors.New("i/o timeout")}
+	lostClient, err := client.NewClientWithOpts(client.WithHost("unix:///var/run/docker.sock"), client.WithVersion("1.41"),
+		client.WithDialContext(func(context.Context, string, string) (net.Conn, error) { return nil, lost }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &fakeTransport{DockerFn: func(ctx context.Context, node string) (*client.Client, error) {
+		switch node {
+		case "10.0.0.5":
+			return lostClient, nil
+		case "10.0.0.1":
+			return healthy, nil
+		case "10.0.0.2":
+			return nil, unreachable
+		case "10.0.0.3":
+			return failingList, nil
+		case "10.0.0.4":
+			return empty, nil
+		}
+		return nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)
+	}}
+
+	got := Observe(context.Background(), tr, "prod",
+		[]string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.1"}, 2, func() time.Time { return at })
+
+	want := &Cluster{At: at, Nodes: map[string]*Node{
+		"10.0.0.1": {Address: "10.0.0.1", Reachable: true, DockerVersion: "20.10.24", DockerAPIVersion: "1.41",
+			Containers: map[string]Container{
+				"etcd": {ID: "e1", Name: "etcd", Image: "etcd:v3", State: "running", Health: "healthy",
+					Component: "etcd", SpecHash: "h1", Spec: `{"name":"etcd"}`},
+				"kubelet": {ID: "k1", Name: "kubelet", Image: "hyperkube:v1", State: "exited",
+					Component: "kubelet", SpecHash: "h2", Spec: `{"name":"kubelet"}`},
+			}},
+		"10.0.0.2": {Address: "10.0.0.2", Error: unreachable.Error()},
+		"10.0.0.3": {Address: "10.0.0.3", Error: "node 10.0.0.3: list containers: Error response from daemon: engine is shutting down"},
+		"10.0.0.4": {Address: "10.0.0.4", Reachable: true, DockerVersion: "28.0.1", DockerAPIVersion: "1.41",
+			Containers: map[string]Container{}},
+		"10.0.0.5": {Address: "10.0.0.5", Error: lost.Error()},
+	}}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Node{}, "Err")); diff != "" {
+		t.Errorf("Observe (-want +got)\n%s", diff)
+	}
+	for addr, want := range map[string]*transport.UnreachableError{"10.0.0.2": unreachable, "10.0.0.5": lost} {
+		var ue *transport.UnreachableError
+		if err := got.Nodes[addr].Err; !errors.As(err, &ue) || ue != want {
+			t.Errorf("node %s: Err = %v, want the transport's *UnreachableError", addr, err)
+		}
+	}
+	if err := got.Nodes["10.0.0.3"].Err; err == nil {
+		t.Errorf("node 10.0.0.3: Err is nil, want the list's error")
+	}
+	for _, addr := range []string{"10.0.0.1", "10.0.0.4"} {
+		if err := got.Nodes[addr].Err; err != nil {
+			t.Errorf("node %s: Err = %v, want nil", addr, err)
+		}
+	}
+}
+
+// TestObserveLimit checks that no more than maxParallel nodes are observed
+// at once.
+func TestObserveLimit(t *testing.T) {
+	const limit = 3
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	tr := &fakeTransport{DockerFn: func(ctx context.Context, node string) (*client.Client, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		if n == limit {
+			once.Do(func() { close(release) })
+		}
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		return nil, errors.New("no engine")
+	}}
+	nodes := make([]string, 10)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("10.0.0.%d", i+1)
+	}
+	got := Observe(context.Background(), tr, "prod", nodes, limit, nil)
+	if m := most.Load(); m != limit {
+		t.Errorf("at most %d nodes were observed at once, want %d", m, limit)
+	}
+	if len(got.Nodes) != len(nodes) {
+		t.Errorf("observed %d nodes, want %d", len(got.Nodes), len(nodes))
+	}
+	if got.At.IsZero() {
+		t.Error("At is zero with a nil clock, want time.Now")
+	}
+}
+
+// TestObserveCancel checks that cancelling ctx stops Observe promptly,
+// both while the transport connects and while an engine answers slowly,
+// and that every node is still in the result.
+func TestObserveCancel(t *testing.T) {
+	slowList := (&fakeEngine{t: t, version: "20.10.24", listFn: func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}}).client()
+	var calls atomic.Int32
+	tr := &fakeTransport{DockerFn: func(ctx context.Context, node string) (*client.Client, error) {
+		calls.Add(1)
+		if node == "slow-engine" {
+			return slowList, nil
+		}
+		<-ctx.Done() // a connection that never completes
+		return nil, fmt.Errorf("node %s: connect: %w", node, ctx.Err())
+	}}
+	nodes := []string{"slow-engine"}
+	for i := range 20 {
+		nodes = append(nodes, fmt.Sprintf("10.0.0.%d", i+1))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	got := Observe(ctx, tr, "prod", nodes, 4, nil)
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Observe took %s after ctx was cancelled", took)
+	}
+	if n := calls.Load(); n > 4 {
+		t.Errorf("the transport was asked for %d nodes after cancellation, want only the 4 started before", n)
+	}
+	if len(got.Nodes) != len(nodes) {
+		t.Fatalf("observed %d nodes, want %d", len(got.Nodes), len(nodes))
+	}
+	for _, addr := range nodes {
+		n := got.Nodes[addr]
+		if n == nil || n.Reachable || !errors.Is(n.Err, context.Canceled) || n.Error == "" {
+			t.Errorf("node %s: %+v, want unreachable with context.Canceled", addr, n)
+		}
+	}
+}
+
+func TestHealthFromStatus(t *testing.T) {
+	for _, tc := range []struct{ status, want string }{
+		{"Up 3 minutes (healthy)", "healthy"},
+		{"Up 1 second (unhealthy)", "unhealthy"},
+		{"Up 2 seconds (health: starting)", "starting"},
+		{"Up About an hour", ""},
+		{"Up 5 minutes (Paused)", ""},
+		{"Exited (0) 2 seconds ago", ""},
+		{"Exited (1) 2 seconds ago (healthy)", ""}, // not a form the engine writes
+		{"Restarting (1) 3 seconds ago", ""},
+		{"Created", ""},
+		{"", ""},
+		{"Up )", ""},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			if got := healthFromStatus(tc.status); got != tc.want {
+				t.Errorf("healthFromStatus(%q) = %q, want %q", tc.status, got, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzHealthFromStatus(f *testing.F) {
+	for _, s := range []string{"Up 3 minutes (healthy)", "Up 2 seconds (health: starting)", "Up )", "Up (", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, status string) {
+		switch h := healthFromStatus(status); h {
+		case "", "healthy", "unhealthy", "starting":
+		default:
+			t.Errorf("healthFromStatus(%q) = %q, not a health status", status, h)
+		}
+	})
+}
+
+func TestContainerName(t *testing.T) {
+	for _, tc := range []struct {
+		names []string
+		want  string
+	}{
+		{[]string{"/etcd"}, "etcd"},
+		{[]string{"/web/db", "/db"}, "db"},
+		{nil, "id1"},
+	} {
+		if got := containerName(container.Summary{ID: "id1", Names: tc.names}); got != tc.want {
+			t.Errorf("containerName(%q) = %q, want %q", tc.names, got, tc.want)
+		}
+	}
+}
