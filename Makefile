@@ -46,16 +46,17 @@ bench: ## benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: demo
-demo: prereqs build ## validate the example clusters, start the sandbox nodes and show them
+demo: prereqs build ## validate the examples, start the sandbox nodes, plan the sandbox cluster on them
 	@for f in examples/clusters/*/cluster.yml; do \
 		echo "==> $$f"; $(BIN) validate -f $$f || exit 1; \
 	done
 	@echo; echo "==> sandbox nodes (rigger sandbox up)"
 	$(BIN) sandbox up
 	$(BIN) sandbox status
-	@echo; echo "==> examples/clusters/sandbox/cluster.yml as rigger will apply it"
-	@$(BIN) config defaults -f examples/clusters/sandbox/cluster.yml
-	@echo; echo "The sandbox stays up for you to use; 'make sandbox-down' removes it."
+	@echo; echo "==> what rigger plans for examples/clusters/sandbox/cluster.yml on those nodes"
+	@$(BIN) plan -f examples/clusters/sandbox/cluster.yml || [ $$? -eq 2 ]
+	@echo; echo "The sandbox stays up for you to use ('rigger config defaults -f examples/clusters/sandbox/cluster.yml'"
+	@echo "shows the cluster as rigger reads it); 'make sandbox-down' removes it."
 
 .PHONY: sandbox
 sandbox: prereqs build ## make (or complete) the local sandbox: 3 nodes with sshd, Docker and the cluster images

@@ -67,10 +67,10 @@ func CheckDocker(ctx context.Context, node string, cli *client.Client) error {
 	defer cancel()
 	ping, err := cli.Ping(pctx)
 	if err != nil {
-		var sockErr *DockerSocketError
+		var nodeErr NodeError
 		switch {
-		case errors.As(err, &sockErr):
-			return sockErr // without the HTTP request Docker's client wraps it in
+		case errors.As(err, &nodeErr):
+			return nodeErr // without the HTTP request Docker's client wraps it in
 		case ctx.Err() != nil:
 			return fmt.Errorf("node %s: ping docker engine: %w", node, ctx.Err())
 		case pctx.Err() != nil:

@@ -5,6 +5,17 @@ import (
 	"time"
 )
 
+// NodeError is implemented by every error a transport returns because a
+// node cannot be reached or used (unreachable, authentication refused, host
+// key unknown or changed, Docker socket or version): each names the node and
+// says what to check. Callers that get one wrapped by a client library, such
+// as Docker's, unwrap it with errors.As and pass it on as it is.
+type NodeError interface {
+	error
+	// TransportNodeError marks the type; it does nothing.
+	TransportNodeError()
+}
+
 // UnreachableError means rigger could not open a working connection to a
 // node: the TCP connection failed or timed out, or the peer accepted it but
 // did not complete the protocol handshake in time. It does not mean the node
@@ -26,6 +37,8 @@ const (
 	OpConnect   = "connect"
 	OpHandshake = "handshake"
 )
+
+func (*UnreachableError) TransportNodeError() {}
 
 func (e *UnreachableError) Error() string {
 	via := ""
@@ -61,6 +74,8 @@ type DialError struct {
 	Addr    string // as seen from the node
 	Err     error
 }
+
+func (*DialError) TransportNodeError() {}
 
 func (e *DialError) Error() string {
 	return fmt.Sprintf("node %s: dial %s %s on the node: %v", e.Node, e.Network, e.Addr, e.Err)
@@ -100,6 +115,8 @@ type DockerSocketError struct {
 	Detail string
 	Err    error
 }
+
+func (*DockerSocketError) TransportNodeError() {}
 
 func (e *DockerSocketError) Error() string {
 	user := e.User
@@ -142,6 +159,8 @@ type DockerVersionError struct {
 	EngineVersion string // the engine's release, when it could be read
 	MinAPIVersion string
 }
+
+func (*DockerVersionError) TransportNodeError() {}
 
 func (e *DockerVersionError) Error() string {
 	engine := ""

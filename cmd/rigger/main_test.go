@@ -98,3 +98,10 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("an invalid file: exit %d, stderr:\n%s", code, errOut)
 	}
 }
+
+func TestPlanRefusesAnInvalidFile(t *testing.T) {
+	_, errOut, code := run(t, "plan", "-f", "../../spec/testdata/invalid/three-mistakes.yml")
+	if code != 1 || !strings.Contains(errOut, "3 errors") {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+}

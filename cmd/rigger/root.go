@@ -39,6 +39,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newVersionCommand(),
 		newValidateCommand(),
 		newConfigCommand(),
+		newPlanCommand(),
 		newSandboxCommand(),
 	)
 	return root

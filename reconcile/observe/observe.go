@@ -105,21 +105,9 @@ func observeNode(ctx context.Context, t transport.Transport, clusterName, addr s
 // Docker client's wrapping adds only the request's URL. Otherwise the call's
 // error is wrapped with the node and the call.
 func callError(addr, call string, err error) error {
-	var (
-		unreachable *transport.UnreachableError
-		socket      *transport.DockerSocketError
-		version     *transport.DockerVersionError
-		dial        *transport.DialError
-	)
-	switch {
-	case errors.As(err, &unreachable):
-		return unreachable
-	case errors.As(err, &socket):
-		return socket
-	case errors.As(err, &version):
-		return version
-	case errors.As(err, &dial):
-		return dial
+	var nodeErr transport.NodeError
+	if errors.As(err, &nodeErr) {
+		return nodeErr
 	}
 	return fmt.Errorf("node %s: %s: %w", addr, call, err)
 }

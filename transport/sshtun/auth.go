@@ -45,6 +45,8 @@ type KeyError struct {
 	Err       error
 }
 
+func (*KeyError) TransportNodeError() {}
+
 func (e *KeyError) Error() string {
 	if e.Encrypted {
 		add := "ssh-add " + e.Path
@@ -68,6 +70,8 @@ type AuthError struct {
 	Offered []string // the keys offered, by source and fingerprint
 	Err     error
 }
+
+func (*AuthError) TransportNodeError() {}
 
 func (e *AuthError) Error() string {
 	via := ""

@@ -69,6 +69,8 @@ type HostKeyUnknownError struct {
 	CAFingerprint string
 }
 
+func (*HostKeyUnknownError) TransportNodeError() {}
+
 func (e *HostKeyUnknownError) Error() string {
 	files := strings.Join(e.Files, ", ")
 	if e.CertProblem != "" {
@@ -104,6 +106,8 @@ type HostKeyChangedError struct {
 	Line    int
 }
 
+func (*HostKeyChangedError) TransportNodeError() {}
+
 func (e *HostKeyChangedError) Error() string {
 	return fmt.Sprintf("node %s: HOST KEY CHANGED for %s: it presents %s %s but %s:%d lists %s. Someone may be "+
 		"intercepting the connection, or the node was reinstalled. If you know the new key is right, remove the old "+
@@ -120,6 +124,8 @@ type HostKeyRevokedError struct {
 	File        string
 	Line        int
 }
+
+func (*HostKeyRevokedError) TransportNodeError() {}
 
 func (e *HostKeyRevokedError) Error() string {
 	return fmt.Sprintf("node %s: host key %s of %s is marked @revoked in %s:%d: the node must get a new host key",

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/spec"
+	"github.com/spf13/cobra"
+)
+
+func newPlanCommand() *cobra.Command {
+	var file, output, out string
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Show what must change on the nodes to match cluster.yml",
+		Long: `Plan checks cluster.yml, connects to every node (SSH, with host keys
+checked), reads what rigger runs there and prints what must change and why:
+containers to create, replace, restart or remove. It changes nothing.
+
+Unreachable nodes are listed with the reason and nothing is planned for them;
+a node is only ever removed when it is gone from cluster.yml.
+
+Exit status: 2 when there are changes; otherwise 1 when a node of
+cluster.yml could not be checked (or on any error), and 0 when every node was
+checked and nothing must change.`,
+		Example: `  rigger plan -f cluster.yml
+  rigger plan -f cluster.yml -o json --out plan.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, diags, err := spec.Load(file)
+			if err != nil {
+				if diags != nil {
+					_ = printDiagnostics(cmd.ErrOrStderr(), "text", file, diags)
+					return &exitError{code: 1}
+				}
+				return err
+			}
+			for _, d := range diags {
+				fmt.Fprintln(cmd.ErrOrStderr(), d)
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			p, err := reconcile.Plan(cmd.Context(), c, log)
+			if err != nil {
+				return err
+			}
+			if out != "" {
+				b, err := json.MarshalIndent(p, "", "  ")
+				if err != nil {
+					return fmt.Errorf("encode plan: %w", err)
+				}
+				if err := os.WriteFile(out, append(b, '\n'), 0o600); err != nil {
+					return fmt.Errorf("write plan: %w", err)
+				}
+			}
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(p); err != nil {
+					return err
+				}
+			case "text":
+				p.Render(cmd.OutOrStdout())
+			default:
+				return fmt.Errorf("unknown output format %q: use text or json", output)
+			}
+			if !p.Empty() {
+				return &exitError{code: 2}
+			}
+			for _, u := range p.Unreachable {
+				if !u.Removed {
+					return &exitError{code: 1}
+				}
+			}
+			return nil
+		},
+	}
+	addFileFlag(cmd, &file)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
