@@ -16,7 +16,7 @@ import (
 	"github.com/rigger/rigger/transport/sshtun"
 )
 
-func load(t *testing.T, path string) *spec.Cluster {
+func load(t testing.TB, path string) *spec.Cluster {
 	t.Helper()
 	c, _, err := spec.Load(path)
 	if err != nil {
