@@ -50,9 +50,10 @@ func TestSSHConfigFromClusterYML(t *testing.T) {
 	}
 }
 
-// TestSandbox runs against a real sandbox and a cluster.yml written for it.
-func TestSandbox(t *testing.T) {
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3})
+// sandboxCluster writes a cluster.yml for the nodes of s, every node with
+// every role, and loads it.
+func sandboxCluster(t testing.TB, s *sandbox.Sandbox) *spec.Cluster {
+	t.Helper()
 	yml := fmt.Sprintf("ssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\n    connect_timeout: 3s\nnodes:\n", s.KeyPath, s.KnownHostsPath)
 	for _, n := range s.Nodes {
 		yml += fmt.Sprintf("  - {address: %s, user: %s, role: [etcd, controlplane, worker], hostname_override: %s}\n", n.Address, n.User, n.Hostname)
@@ -61,7 +62,13 @@ func TestSandbox(t *testing.T) {
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := load(t, path)
+	return load(t, path)
+}
+
+// TestSandbox runs against a real sandbox and a cluster.yml written for it.
+func TestSandbox(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3})
+	c := sandboxCluster(t, s)
 	t.Run("each node's Docker client reaches its own engine", func(t *testing.T) { checkSSHReachesNodes(t, s, c) })
 	t.Run("plan of a fresh cluster, then with a node partitioned", func(t *testing.T) { checkPlan(t, s, c) })
 }
