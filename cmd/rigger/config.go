@@ -31,12 +31,8 @@ passwords, S3 keys) are shown as "` + spec.Redacted + `" unless --show-secrets i
 The file must be valid; otherwise the problems are printed as by validate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, diags, err := spec.Load(file)
+			c, err := loadCluster(cmd, file)
 			if err != nil {
-				if diags != nil {
-					_ = printDiagnostics(cmd.ErrOrStderr(), "text", file, diags)
-					return &exitError{code: 1}
-				}
 				return err
 			}
 			out, err := spec.Marshal(c, showSecrets)

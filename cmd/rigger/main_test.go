@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -102,6 +103,18 @@ func TestConfigDefaults(t *testing.T) {
 func TestPlanRefusesAnInvalidFile(t *testing.T) {
 	_, errOut, code := run(t, "plan", "-f", "../../spec/testdata/invalid/three-mistakes.yml")
 	if code != 1 || !strings.Contains(errOut, "3 errors") {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+func TestCommandsShowWarnings(t *testing.T) {
+	path := t.TempDir() + "/cluster.yml"
+	yml := "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n  - {address: 10.0.0.2, user: u, role: [etcd, worker]}\n"
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, "config", "defaults", "-f", path)
+	if code != 0 || !strings.Contains(errOut, "even number of etcd nodes (2)") || !strings.Contains(out, "address: 10.0.0.2") {
 		t.Errorf("exit %d, stderr:\n%s", code, errOut)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/spec"
 	"github.com/spf13/cobra"
 )
 
@@ -30,16 +29,9 @@ checked and nothing must change.`,
   rigger plan -f cluster.yml -o json --out plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, diags, err := spec.Load(file)
+			c, err := loadCluster(cmd, file)
 			if err != nil {
-				if diags != nil {
-					_ = printDiagnostics(cmd.ErrOrStderr(), "text", file, diags)
-					return &exitError{code: 1}
-				}
 				return err
-			}
-			for _, d := range diags {
-				fmt.Fprintln(cmd.ErrOrStderr(), d)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			p, err := reconcile.Plan(cmd.Context(), c, log)

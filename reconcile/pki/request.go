@@ -41,27 +41,21 @@ type Node struct {
 	Etcd, ControlPlane, Worker bool
 }
 
-// RequestFor is the Request of a cluster.yml. Keys left empty take spec's
-// defaults, so it gives the same answer before and after spec.SetDefaults.
+// RequestFor is the Request of a cluster as spec.Load returns it, defaults
+// applied: spec alone decides what an empty key means.
 func RequestFor(c *spec.Cluster) Request {
-	or := func(v, def string) string {
-		if v == "" {
-			return def
-		}
-		return v
-	}
 	r := Request{
-		ClusterName:           or(c.ClusterName, spec.DefaultClusterName),
-		ServiceClusterIPRange: or(c.Services.KubeAPI.ServiceClusterIPRange, spec.DefaultServiceClusterIPRange),
-		ClusterDomain:         or(c.Services.Kubelet.ClusterDomain, spec.DefaultClusterDomain),
+		ClusterName:           c.ClusterName,
+		ServiceClusterIPRange: c.Services.KubeAPI.ServiceClusterIPRange,
+		ClusterDomain:         c.Services.Kubelet.ClusterDomain,
 		SANs:                  slices.Clone(c.Authentication.SANs),
 	}
 	for _, n := range c.Nodes {
 		r.Nodes = append(r.Nodes, Node{
 			Name:            n.Address,
 			Address:         n.Address,
-			InternalAddress: or(n.InternalAddress, n.Address),
-			Hostname:        or(n.HostnameOverride, strings.ToLower(n.Address)),
+			InternalAddress: n.InternalAddress,
+			Hostname:        n.HostnameOverride,
 			Etcd:            slices.Contains(n.Role, spec.RoleEtcd),
 			ControlPlane:    slices.Contains(n.Role, spec.RoleControlPlane),
 			Worker:          slices.Contains(n.Role, spec.RoleWorker),
