@@ -1,0 +1,252 @@
+// Package dockerop is what rigger does to one node through its Docker
+// engine: make sure an image is there, create, replace and remove component
+// containers, read and write the files rigger manages (through a short-lived
+// helper container and the archive API), and run one-shot helper containers.
+// No shell commands run on the node: the Docker API is the only channel, as
+// in RKE.
+//
+// Every error names the node, and where it helps, what to do.
+package dockerop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/rigger/rigger/reconcile/desired"
+)
+
+// Engine is the part of the Docker client dockerop calls. It exists so
+// that fault injection in tests can stand in for one call; *client.Client
+// implements it.
+type Engine interface {
+	client.ContainerAPIClient
+	client.ImageAPIClient
+}
+
+var _ Engine = (*client.Client)(nil)
+
+// Timeouts of container operations.
+const (
+	// StopTimeout is how long a component gets to stop on SIGTERM before
+	// it is killed (etcd and the API server close their connections).
+	StopTimeout = 30 * time.Second
+	// logTail is how many of a failed container's last log lines an error
+	// shows.
+	logTail = 20
+)
+
+// LabelHelper marks rigger's helper containers (file writers, cleaners):
+// they carry no io.rigger.cluster label, so no plan ever sees them, and a
+// helper left behind by a killed run is removed by the next one.
+const LabelHelper = "io.rigger.helper"
+
+// oldSuffix is appended to the name of a container being replaced while
+// its successor starts, so that a failed start can put it back.
+const oldSuffix = "-rigger-old"
+
+// EnsureImage makes sure ref is on the node: inspected, or pulled when
+// missing. A failed pull says what to do.
+func EnsureImage(ctx context.Context, e Engine, node, ref string) error {
+	if _, err := e.ImageInspect(ctx, ref); err == nil {
+		return nil
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("node %s: inspect image %s: %w", node, ref, err)
+	}
+	rc, err := e.ImagePull(ctx, ref, image.PullOptions{})
+	if err == nil {
+		err = drainPull(rc)
+	}
+	if err != nil {
+		return &ImageError{Node: node, Image: ref, Err: err}
+	}
+	return nil
+}
+
+// ImageError is an image that is not on a node and could not be pulled.
+type ImageError struct {
+	Node, Image string
+	Err         error
+}
+
+func (e *ImageError) Error() string {
+	return fmt.Sprintf("node %s: image %s is not on the node and pulling it failed: %v; "+
+		"load it on the node (docker load) or point system_images and private_registries at a registry the node can reach",
+		e.Node, e.Image, e.Err)
+}
+
+func (e *ImageError) Unwrap() error { return e.Err }
+
+// drainPull reads a pull's progress stream to its end; the engine reports
+// a failed pull as an error message inside the stream.
+func drainPull(rc io.ReadCloser) error {
+	defer rc.Close()
+	return jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
+}
+
+// Create creates the component container c on the node and starts it,
+// pulling its image when missing. extraArgs are appended to c.Args for this
+// creation only (etcd's bootstrap flags). A container of the same name must
+// not exist (Remove or Replace it first).
+func Create(ctx context.Context, e Engine, node string, c *desired.Container, extraArgs []string) (string, error) {
+	if err := EnsureImage(ctx, e, node, c.Image); err != nil {
+		return "", err
+	}
+	cfg, host := containerConfig(c, extraArgs)
+	resp, err := e.ContainerCreate(ctx, cfg, host, nil, nil, c.Name)
+	if err != nil {
+		return "", fmt.Errorf("node %s: create container %s: %w", node, c.Name, err)
+	}
+	if err := e.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		// Leave nothing half made behind: the next plan sees "missing".
+		_ = e.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+		return "", fmt.Errorf("node %s: start container %s: %w", node, c.Name, err)
+	}
+	return resp.ID, nil
+}
+
+// containerConfig is the Docker spec of a component container.
+func containerConfig(c *desired.Container, extraArgs []string) (*container.Config, *container.HostConfig) {
+	args := append(append([]string(nil), c.Args...), extraArgs...)
+	labels := make(map[string]string, len(c.Labels))
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	cfg := &container.Config{
+		Image:      c.Image,
+		Entrypoint: c.Entrypoint,
+		Cmd:        args,
+		Env:        c.Env,
+		User:       c.User,
+		Labels:     labels,
+	}
+	host := &container.HostConfig{
+		Binds:         c.Binds,
+		NetworkMode:   container.NetworkMode(c.NetworkMode),
+		PidMode:       container.PidMode(c.PidMode),
+		Privileged:    c.Privileged,
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(c.RestartPolicy)},
+	}
+	return cfg, host
+}
+
+// Replace swaps the running container named c.Name for one created from c.
+// The old one is stopped and renamed first (host ports are freed), then the
+// new one is created and started; if that fails, the new one is removed and
+// the old one is put back and started again, so a failed replace leaves the
+// node as it was. On success the old container is removed.
+func Replace(ctx context.Context, e Engine, node string, c *desired.Container, extraArgs []string) (string, error) {
+	if err := EnsureImage(ctx, e, node, c.Image); err != nil {
+		return "", err // before anything stops
+	}
+	old := c.Name + oldSuffix
+	if err := removeIfExists(ctx, e, old); err != nil {
+		return "", fmt.Errorf("node %s: remove %s left by an earlier run: %w", node, old, err)
+	}
+	if err := stop(ctx, e, c.Name); err != nil {
+		return "", fmt.Errorf("node %s: stop container %s: %w", node, c.Name, err)
+	}
+	if err := e.ContainerRename(ctx, c.Name, old); err != nil {
+		_ = e.ContainerStart(context.WithoutCancel(ctx), c.Name, container.StartOptions{})
+		return "", fmt.Errorf("node %s: rename container %s: %w", node, c.Name, err)
+	}
+	id, err := Create(ctx, e, node, c, extraArgs)
+	if err != nil {
+		restoreCtx := context.WithoutCancel(ctx)
+		if rerr := e.ContainerRename(restoreCtx, old, c.Name); rerr == nil {
+			_ = e.ContainerStart(restoreCtx, c.Name, container.StartOptions{})
+		}
+		return "", err
+	}
+	if err := removeIfExists(ctx, e, old); err != nil {
+		return id, fmt.Errorf("node %s: remove replaced container %s: %w", node, old, err)
+	}
+	return id, nil
+}
+
+// Remove stops and removes the container name; a container that is not
+// there is not an error.
+func Remove(ctx context.Context, e Engine, node, name string) error {
+	if err := stop(ctx, e, name); err != nil {
+		return fmt.Errorf("node %s: stop container %s: %w", node, name, err)
+	}
+	if err := removeIfExists(ctx, e, name); err != nil {
+		return fmt.Errorf("node %s: remove container %s: %w", node, name, err)
+	}
+	return nil
+}
+
+// Restart starts the container name again (stopped first if it runs).
+func Restart(ctx context.Context, e Engine, node, name string) error {
+	timeout := int(StopTimeout / time.Second)
+	if err := e.ContainerRestart(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
+		return fmt.Errorf("node %s: restart container %s: %w", node, name, err)
+	}
+	return nil
+}
+
+func stop(ctx context.Context, e Engine, name string) error {
+	timeout := int(StopTimeout / time.Second)
+	err := e.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func removeIfExists(ctx context.Context, e Engine, name string) error {
+	err := e.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// Logs returns the last lines a container wrote, for errors people read;
+// it returns "" when they cannot be read.
+func Logs(ctx context.Context, e Engine, name string) string {
+	rc, err := e.ContainerLogs(ctx, name, container.LogsOptions{
+		ShowStdout: true, ShowStderr: true, Tail: fmt.Sprint(logTail),
+	})
+	if err != nil {
+		return ""
+	}
+	defer rc.Close()
+	var out strings.Builder
+	// Component containers have no TTY: the stream is multiplexed.
+	if _, err := stdcopy.StdCopy(&limitWriter{w: &out, n: 64 << 10}, &limitWriter{w: &out, n: 64 << 10}, rc); err != nil &&
+		!errors.Is(err, errLimit) && out.Len() == 0 {
+		return ""
+	}
+	return strings.TrimRight(out.String(), "\n")
+}
+
+var errLimit = errors.New("output limit reached")
+
+// limitWriter keeps at most n bytes.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errLimit
+	}
+	if len(p) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.w.Write(p)
+	l.n -= n
+	return n, err
+}
