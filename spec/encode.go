@@ -43,7 +43,16 @@ func encodeValue(v reflect.Value, showSecrets bool) *yaml.Node {
 	}
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
-		return encodeValue(v.Elem(), showSecrets)
+		e := v.Elem()
+		if e.IsValid() && e.IsZero() && e.Kind() != reflect.Struct && e.Kind() != reflect.Map && e.Kind() != reflect.Slice {
+			// A pointer to a zero scalar is an explicit value (`false`,
+			// `0`) that its default would otherwise replace.
+			var n yaml.Node
+			if err := n.Encode(e.Interface()); err == nil {
+				return &n
+			}
+		}
+		return encodeValue(e, showSecrets)
 	case reflect.Struct:
 		m := &yaml.Node{Kind: yaml.MappingNode}
 		for _, sf := range reflect.VisibleFields(v.Type()) {
