@@ -7,12 +7,17 @@
 #   util-linux                  nsenter, unshare, mount (sandbox node namespaces)
 #   openssh-server              sshd, one per sandbox node
 #   openssh-client              ssh-keygen (sandbox keys), ssh for people
-#   docker.io                   dockerd (Docker Engine 20.10), runc and containerd, one engine per node
+#   docker.io                   dockerd (Docker Engine 20.10) and runc, one engine per node
+#   containerd                  containerd 1.6 and ctr, one per node: the CRI runtime of a real kubelet,
+#                               and the containerd of the node's engine
 #   jq                          the sandbox's runc wrapper edits the OCI bundle with it
 #   tini                        the sandbox's init (a child subreaper: this machine's PID 1 is slow to reap orphans)
 #   etcd-server etcd-client     etcd 3.4 and etcdctl, copied into the sandbox's etcd image
-#   containernetworking-plugins CNI plugins (bridge, host-local, loopback) for a real kubelet
+#   containernetworking-plugins CNI plugins (bridge, host-local, loopback) in /usr/lib/cni, bind-mounted
+#                               on every node's /opt/cni/bin: the pod network of a real kubelet
 #   git                         the GitOps loop and its tests
+#   busybox-static              the shell and file tools of the sandbox's helper image (system_images.alpine)
+#   iptables                    iptables for kube-proxy and the kubelet, copied into the sandbox's hyperkube image
 set -euo pipefail
 
 # file that must exist -> Debian package that provides it
@@ -25,12 +30,17 @@ declare -A want=(
   [/usr/sbin/dockerd]=docker.io
   [/usr/sbin/runc]=runc
   [/usr/bin/containerd]=containerd
+  [/usr/bin/ctr]=containerd
   [/usr/bin/jq]=jq
   [/usr/bin/tini]=tini
   [/usr/bin/etcd]=etcd-server
   [/usr/bin/etcdctl]=etcd-client
   [/usr/lib/cni/bridge]=containernetworking-plugins
+  [/usr/lib/cni/host-local]=containernetworking-plugins
+  [/usr/lib/cni/loopback]=containernetworking-plugins
   [/usr/bin/git]=git
+  [/bin/busybox]=busybox-static
+  [/usr/sbin/xtables-nft-multi]=iptables
 )
 
 missing=()
@@ -50,7 +60,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # --no-install-recommends keeps docker.io from pulling in extras; the
 # packages do not start their services here (no systemd), and the sandbox
-# starts its own sshd and dockerd per node.
+# starts its own sshd, containerd and dockerd per node.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian's etcd-server package may start an etcd when a service manager runs
 # it; the sandbox never uses a host-wide etcd, so nothing else is done here.

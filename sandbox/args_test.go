@@ -41,23 +41,49 @@ func TestMountSetupArgs(t *testing.T) {
 	s := layout("rigger", 0, 1)
 	n := s.Nodes[0]
 	args := s.mountSetupArgs(n)
-	head := []string{
-		"--net=/run/netns/rigger-sandbox-rigger-node1", "--",
-		"unshare", "--mount=/run/rigger-sandbox/rigger/node1.mnt", "--uts=/run/rigger-sandbox/rigger/node1.uts", "--propagation", "private", "--",
+	// The cgroup directories depend on the machine's hierarchies.
+	head := append([]string{"--net=/run/netns/rigger-sandbox-rigger-node1", "--", "sh", "-c", joinCgroupScript, "sh"},
+		cgroupDirs("/rigger-sandbox/rigger/node1")...)
+	head = append(head,
+		"--",
+		"unshare", "--mount=/run/rigger-sandbox/rigger/node1.mnt", "--uts=/run/rigger-sandbox/rigger/node1.uts",
+		"--cgroup=/run/rigger-sandbox/rigger/node1.cgroup", "--propagation", "private", "--",
 		"sh", "-c", mountSetupScript, "sh", "rigger-node1",
-	}
+	)
 	if diff := cmp.Diff(head, args[:len(head)]); diff != "" {
 		t.Fatalf("mountSetupArgs head (-want +got):\n%s", diff)
 	}
-	pairs := args[len(head):]
-	if len(pairs) != 2*len(nodeMounts()) {
-		t.Fatalf("mountSetupArgs has %d mount arguments, want %d", len(pairs), 2*len(nodeMounts()))
-	}
-	for i := 0; i < len(pairs); i += 2 {
-		src, dst := pairs[i], pairs[i+1]
-		if want := filepath.Join(n.Dir, mountDirName(dst)); src != want {
-			t.Errorf("mount %s from %s, want from %s", dst, src, want)
+	ops := args[len(head):]
+	var binds [][2]string
+	var shared []string
+	for len(ops) > 0 {
+		switch {
+		case ops[0] == "bind" && len(ops) >= 3:
+			binds = append(binds, [2]string{ops[1], ops[2]})
+			ops = ops[3:]
+		case ops[0] == "shared" && len(ops) >= 2:
+			shared = append(shared, ops[1])
+			ops = ops[2:]
+		default:
+			t.Fatalf("mountSetupArgs: bad operation at %q", ops)
 		}
+	}
+	if len(binds) != len(nodeMounts())+1 {
+		t.Fatalf("mountSetupArgs has %d binds, want %d", len(binds), len(nodeMounts())+1)
+	}
+	for i, p := range nodeMounts() {
+		if want := [2]string{filepath.Join(n.Dir, mountDirName(p)), p}; binds[i] != want {
+			t.Errorf("bind %d = %v, want %v", i, binds[i], want)
+		}
+	}
+	if last := binds[len(binds)-1]; last != [2]string{"/usr/lib/cni", "/opt/cni/bin"} {
+		t.Errorf("last bind = %v, want the CNI plugins on /opt/cni/bin", last)
+	}
+	if diff := cmp.Diff([]string{"/var/lib/docker", "/var/lib/kubelet", "/var/lib/rancher"}, shared); diff != "" {
+		t.Errorf("shared mounts (-want +got):\n%s", diff)
+	}
+	if binds[len(nodeMounts())-1][1] != "/run" {
+		t.Errorf("/run is not mounted last of the node's directories: %v", binds)
 	}
 }
 
@@ -69,11 +95,13 @@ func TestScriptsParse(t *testing.T) {
 	}
 	s := layout("rigger", 0, 1)
 	scripts := map[string]string{
-		"mount":  mountSetupScript,
-		"init":   initScript,
-		"runc":   runcWrapper,
-		"docker": s.serviceScript(s.Nodes[0], ServiceDocker),
-		"sshd":   s.serviceScript(s.Nodes[0], ServiceSSHD),
+		"mount":      mountSetupScript,
+		"init":       initScript,
+		"runc":       runcWrapper,
+		"docker":     s.serviceScript(s.Nodes[0], ServiceDocker),
+		"sshd":       s.serviceScript(s.Nodes[0], ServiceSSHD),
+		"containerd": s.serviceScript(s.Nodes[0], ServiceContainerd),
+		"cgroup":     joinCgroupScript,
 	}
 	for name, script := range scripts {
 		if out, err := exec.Command(sh, "-n", "-c", script).CombinedOutput(); err != nil {
@@ -88,8 +116,9 @@ func TestServiceScript(t *testing.T) {
 	got := s.serviceScript(n, ServiceDocker)
 	for _, want := range []string{
 		`echo "$$" > /var/lib/rigger-sandbox/rigger/node2/pids/docker.pid`,
-		"exec nsenter --net=/run/netns/rigger-sandbox-rigger-node2 --mount=/run/rigger-sandbox/rigger/node2.mnt --uts=/run/rigger-sandbox/rigger/node2.uts --wd=/ -- dockerd ",
-		"--cgroup-parent=/rigger-sandbox/rigger/node2",
+		"exec nsenter --net=/run/netns/rigger-sandbox-rigger-node2 --mount=/run/rigger-sandbox/rigger/node2.mnt --uts=/run/rigger-sandbox/rigger/node2.uts --cgroup=/run/rigger-sandbox/rigger/node2.cgroup --wd=/ -- dockerd ",
+		"--containerd=/run/containerd/containerd.sock",
+		"--label=io.rigger.sandbox.node=rigger/node2",
 		"--add-runtime=sandbox-runc=/var/lib/rigger-sandbox/rigger/bin/runc-sandbox",
 		"--default-runtime=sandbox-runc",
 		"--bridge=none", "--iptables=false", "--ip-forward=false",
@@ -102,6 +131,18 @@ func TestServiceScript(t *testing.T) {
 	got = s.serviceScript(n, ServiceSSHD)
 	if !strings.Contains(got, "-- /usr/sbin/sshd -D -e -f /var/lib/rigger-sandbox/rigger/node2/ssh/sshd_config >>") {
 		t.Errorf("sshd script:\n%s", got)
+	}
+	got = s.serviceScript(n, ServiceContainerd)
+	if !strings.Contains(got, "--cgroup=/run/rigger-sandbox/rigger/node2.cgroup --wd=/ -- containerd --config /var/lib/rigger-sandbox/rigger/node2/containerd/config.toml >>/var/lib/rigger-sandbox/rigger/node2/log/containerd.log 2>&1") {
+		t.Errorf("containerd script:\n%s", got)
+	}
+	// Every service moves into the node's cgroup before it enters the
+	// node's cgroup namespace.
+	for _, dir := range cgroupDirs("/rigger-sandbox/rigger/node2") {
+		line := `echo "$$" > ` + dir + "/cgroup.procs\n"
+		if i, j := strings.Index(got, line), strings.Index(got, "exec nsenter"); i < 0 || i > j {
+			t.Errorf("containerd script does not join %s before it starts:\n%s", dir, got)
+		}
 	}
 	cfg := s.sshdConfig(n)
 	for _, want := range []string{"ListenAddress 10.231.0.12:22", "AllowStreamLocalForwarding yes", "PasswordAuthentication no",
@@ -127,12 +168,12 @@ func TestShellQuote(t *testing.T) {
 }
 
 func TestCheckService(t *testing.T) {
-	for _, ok := range []string{"sshd", "docker"} {
+	for _, ok := range []string{"sshd", "docker", "containerd"} {
 		if err := checkService(ok); err != nil {
 			t.Errorf("checkService(%s): %v", ok, err)
 		}
 	}
-	if err := checkService("etcd"); err == nil || !strings.Contains(err.Error(), "docker and sshd") {
+	if err := checkService("etcd"); err == nil || !strings.Contains(err.Error(), "containerd, docker, sshd") {
 		t.Errorf("checkService(etcd) = %v", err)
 	}
 }

@@ -154,11 +154,11 @@ func (s *Sandbox) down(ctx context.Context) error {
 }
 
 // nodeProcesses selects every process of node n: in its namespaces, in
-// its engine's cgroup, the services by their pid files, and their
+// its cgroup, the services by their pid files, and their
 // descendants.
 func (s *Sandbox) nodeProcesses(n Node) processSet {
 	var ps processSet
-	for _, f := range []string{n.netnsPath(), s.mntNSPath(n), s.utsNSPath(n)} {
+	for _, f := range append([]string{n.netnsPath()}, s.nsFiles(n)...) {
 		if id, ok := nsOf(f); ok && isNSFile(f) {
 			ps.namespaces = append(ps.namespaces, id)
 		}

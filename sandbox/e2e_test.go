@@ -69,6 +69,11 @@ func TestSandbox(t *testing.T) {
 			t.Run(n.Name, func(t *testing.T) { checkNode(ctx, t, s, n) })
 		}
 	})
+	t.Run("containerd", func(t *testing.T) {
+		for _, n := range s.Nodes {
+			t.Run(n.Name, func(t *testing.T) { checkContainerd(ctx, t, s, n) })
+		}
+	})
 	t.Run("bind mounts land in the node's own directory", func(t *testing.T) {
 		for _, n := range s.Nodes {
 			path := filepath.Join(n.Dir, "etc-kubernetes", "written-by-test")
@@ -134,6 +139,12 @@ func TestSandbox(t *testing.T) {
 		if err := s.StopService(ctx, n.Name, sandbox.ServiceSSHD); err != nil {
 			t.Fatal(err)
 		}
+		if err := s.StopService(ctx, n.Name, sandbox.ServiceContainerd); err != nil {
+			t.Fatal(err)
+		}
+		if st := statusOf(ctx, s, n.Name); st.Containerd == nil {
+			t.Errorf("containerd of %s answers after it was stopped", n.Name)
+		}
 		if c, err := dialSSH(ctx, s, n, 2*time.Second); err == nil {
 			c.Close()
 			t.Errorf("%s answers SSH with sshd stopped", n.Name)
@@ -144,6 +155,9 @@ func TestSandbox(t *testing.T) {
 			}
 		}
 		checkEngineOverSSH(ctx, t, s, n)
+		if st := statusOf(ctx, s, n.Name); st.Containerd != nil {
+			t.Errorf("containerd of %s after start: %v", n.Name, st.Containerd)
+		}
 		if err := s.StopService(ctx, n.Name, "etcd"); err == nil {
 			t.Error("StopService of an unknown service: want an error")
 		}
@@ -174,8 +188,8 @@ func TestSandbox(t *testing.T) {
 				pids = append(pids, pid)
 			}
 		}
-		if len(pids) != 2*len(s.Nodes) {
-			t.Errorf("%d service pids before down, want %d: %v", len(pids), 2*len(s.Nodes), pids)
+		if want := len(sandbox.Services()) * len(s.Nodes); len(pids) != want {
+			t.Errorf("%d service pids before down, want %d: %v", len(pids), want, pids)
 		}
 		pids = append(pids, initPids(t, s)...)
 		if err := sandbox.Down(ctx, s.Name); err != nil {
@@ -204,7 +218,7 @@ func TestDownHalfMade(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, cut := range []string{"bridge ", "Start sshd and Docker"} {
+	for _, cut := range []string{"bridge ", "Start containerd, Docker and sshd"} {
 		t.Run("cut at "+cut, func(t *testing.T) {
 			if err := sandbox.Down(ctx, s.Name); err != nil {
 				t.Fatal(err)
@@ -256,6 +270,67 @@ func (w *cancelOnWrite) Write(p []byte) (int, error) {
 		w.cancel()
 	}
 	return len(p), nil
+}
+
+// checkContainerd checks what a real kubelet needs of node n: its
+// containerd answers CRI calls on the node's socket and holds the pause
+// image under the name the CRI plugin uses as its sandbox image; the CNI
+// plugins and the node's network are where the kubelet's binds and
+// containerd find them; /var/lib/kubelet is a shared mount; and the node's
+// processes are in a cgroup namespace of their own (their cgroup is "/"),
+// so that the kubelets of several nodes do not share /kubepods.
+func checkContainerd(ctx context.Context, t *testing.T, s *sandbox.Sandbox, n sandbox.Node) {
+	v, err := sandbox.CRIVersion(ctx, n.ContainerdSocket)
+	if err != nil {
+		t.Fatalf("CRI Version on %s: %v", n.ContainerdSocket, err)
+	}
+	if v.RuntimeName != "containerd" || v.RuntimeAPIVersion != "v1" {
+		t.Errorf("CRI runtime of %s = %+v, want containerd speaking v1", n.Name, v)
+	}
+	img, err := sandbox.CRIImageStatus(ctx, n.ContainerdSocket, sandbox.PauseImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img == nil || !slices.Contains(img.RepoTags, "docker.io/"+sandbox.PauseImage) {
+		t.Errorf("%s's containerd has pause image %+v, want it tagged docker.io/%s", n.Name, img, sandbox.PauseImage)
+	}
+	if img, err := sandbox.CRIImageStatus(ctx, n.ContainerdSocket, "rigger-sandbox/not-there:1"); err != nil || img != nil {
+		t.Errorf("CRI ImageStatus of an image that is not there = %+v, %v; want none", img, err)
+	}
+
+	c, err := dialSSH(ctx, s, n, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sh := func(cmd string) string {
+		t.Helper()
+		sess, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		out, err := sess.CombinedOutput(cmd)
+		if err != nil {
+			t.Errorf("%s: %s: %v: %s", n.Name, cmd, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := sh("findmnt -n -o PROPAGATION /var/lib/kubelet"); got != "shared" {
+		t.Errorf("%s's /var/lib/kubelet propagation = %q, want shared", n.Name, got)
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
+		sh("test -x /opt/cni/bin/" + plugin)
+	}
+	conf := sh("cat /etc/cni/net.d/*.conflist")
+	if !strings.Contains(conf, `"subnet": "`+n.PodSubnet+`"`) {
+		t.Errorf("%s's CNI network does not use its pod subnet %s:\n%s", n.Name, n.PodSubnet, conf)
+	}
+	for _, line := range strings.Split(sh("cat /proc/self/cgroup"), "\n") {
+		if !strings.HasSuffix(line, ":/") {
+			t.Errorf("%s: a process of the node is in cgroup %q, want the root of the node's cgroup namespace", n.Name, line)
+		}
+	}
 }
 
 // checkNode checks one node over SSH: its host key, its hostname, and its

@@ -44,12 +44,15 @@ func runInDir(ctx context.Context, dir string, env []string, name string, args .
 	return stdout.String(), nil
 }
 
-// nsenterArgs enters node n's network, mount and UTS namespaces to run argv.
+// nsenterArgs enters node n's network, mount, UTS and cgroup namespaces
+// to run argv. The caller should be in the node's cgroup (service scripts
+// move themselves there first).
 func (s *Sandbox) nsenterArgs(n Node, argv ...string) []string {
 	return append([]string{
 		"--net=" + n.netnsPath(),
 		"--mount=" + s.mntNSPath(n),
 		"--uts=" + s.utsNSPath(n),
+		"--cgroup=" + s.cgroupNSPath(n),
 		"--wd=/",
 		"--",
 	}, argv...)

@@ -31,7 +31,10 @@ const (
 	// PauseVersion tags the pause image (the kubelet's pod sandbox).
 	PauseVersion = "3.10"
 
-	RiggerImage    = "rigger/rigger:dev"
+	RiggerImage = "rigger/rigger:dev"
+	// ToolsImage is the helper image (system_images.alpine): a shell and
+	// the file tools rigger's cleanup runs, as rancher/rke-tools has them.
+	ToolsImage     = "rigger-sandbox/tools:busybox"
 	HyperkubeImage = "rigger-sandbox/hyperkube:" + KubernetesVersion
 	PauseImage     = "rigger-sandbox/pause:" + PauseVersion
 	etcdImageRepo  = "rigger-sandbox/etcd"
@@ -59,6 +62,7 @@ type imageSpec struct {
 	ref          string
 	files        []imageFile
 	dirs         []imageDir
+	links        []imageLink
 	changes      []string
 	systemImages []string
 }
@@ -66,6 +70,11 @@ type imageSpec struct {
 type imageFile struct {
 	src, dst string
 	mode     int64
+}
+
+// imageLink is a symbolic link at path to target.
+type imageLink struct {
+	path, target string
 }
 
 type imageDir struct {
@@ -111,16 +120,21 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	if err != nil {
 		return nil, err
 	}
+	hyperkube, err := hyperkubeSpec(ctx, kubeDir)
+	if err != nil {
+		return nil, err
+	}
 	specs := []imageSpec{
 		{
 			ref:          RiggerImage,
 			files:        []imageFile{{src: riggerBin, dst: "/usr/local/bin/rigger", mode: 0o755}},
 			dirs:         []imageDir{{"/tmp", 0o1777}},
 			changes:      []string{`ENTRYPOINT ["/usr/local/bin/rigger"]`},
-			systemImages: []string{"alpine", "nginx_proxy", "cert_downloader", "kubernetes_services_sidecar"},
+			systemImages: []string{"nginx_proxy", "cert_downloader", "kubernetes_services_sidecar"},
 		},
+		toolsImageSpec(),
 		etcdSpec,
-		hyperkubeSpec(kubeDir),
+		hyperkube,
 		{
 			ref:          PauseImage,
 			files:        []imageFile{{src: filepath.Join(kubeDir, "pause"), dst: "/pause", mode: 0o755}},
@@ -152,17 +166,71 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	return imgs, nil
 }
 
-func hyperkubeSpec(kubeDir string) imageSpec {
+// busybox is Debian's static busybox (busybox-static).
+const busybox = "/bin/busybox"
+
+// toolsImageSpec is busybox with the commands the helper containers call.
+func toolsImageSpec() imageSpec {
+	spec := imageSpec{
+		ref:          ToolsImage,
+		files:        []imageFile{{src: busybox, dst: "/bin/busybox", mode: 0o755}},
+		dirs:         []imageDir{{"/tmp", 0o1777}},
+		changes:      []string{"ENV PATH=/bin"},
+		systemImages: []string{"alpine"},
+	}
+	for _, c := range []string{"sh", "rm", "find", "ls", "cat", "mkdir", "test"} {
+		spec.links = append(spec.links, imageLink{path: "/bin/" + c, target: "busybox"})
+	}
+	return spec
+}
+
+// xtables is the iptables multi-call binary kube-proxy and the kubelet
+// run (Debian's iptables package, nftables back end).
+const xtables = "/usr/sbin/xtables-nft-multi"
+
+func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	spec := imageSpec{
 		ref:          HyperkubeImage,
-		dirs:         []imageDir{{"/tmp", 0o1777}},
-		changes:      []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin"},
+		dirs:         []imageDir{{"/tmp", 0o1777}, {"/run", 0o755}, {"/var/lib", 0o755}},
+		changes:      []string{"ENV PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		systemImages: []string{"kubernetes"},
 	}
 	for _, c := range kubeCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
 	}
-	return spec
+	libs, err := withLibs(ctx, xtables)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install iptables: make prereqs)", err)
+	}
+	spec.files = append(spec.files, libs...)
+	for _, c := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		spec.links = append(spec.links, imageLink{path: "/usr/sbin/" + c, target: "xtables-nft-multi"})
+	}
+	return spec, nil
+}
+
+// withLibs is a dynamically linked binary and the shared libraries it
+// loads (ldd), at their own paths.
+func withLibs(ctx context.Context, bins ...string) ([]imageFile, error) {
+	var files []imageFile
+	seen := map[string]bool{}
+	for _, bin := range bins {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, err
+		}
+		files = append(files, imageFile{src: bin, dst: bin, mode: 0o755})
+		out, err := run(ctx, "ldd", bin)
+		if err != nil {
+			continue // a static binary: "not a dynamic executable"
+		}
+		for _, lib := range parseLdd(out) {
+			if !seen[lib] {
+				seen[lib] = true
+				files = append(files, imageFile{src: lib, dst: lib, mode: 0o755})
+			}
+		}
+	}
+	return files, nil
 }
 
 var etcdVersionRE = regexp.MustCompile(`(?m)^etcd Version: (\S+)$`)
@@ -179,31 +247,24 @@ func etcdImageSpec(ctx context.Context) (imageSpec, error) {
 	if m == nil {
 		return imageSpec{}, fmt.Errorf("etcd image: no version in `etcd --version`: %q", out)
 	}
-	spec := imageSpec{
-		ref: etcdImageRepo + ":v" + m[1],
-		files: []imageFile{
-			{src: etcd, dst: "/usr/local/bin/etcd", mode: 0o755},
-			{src: etcdctl, dst: "/usr/local/bin/etcdctl", mode: 0o755},
-		},
+	files, err := withLibs(ctx, etcd, etcdctl)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("etcd image: %w", err)
+	}
+	// The binaries go where the upstream image has them.
+	files[0].dst = "/usr/local/bin/etcd"
+	for i := range files {
+		if files[i].src == etcdctl {
+			files[i].dst = "/usr/local/bin/etcdctl"
+		}
+	}
+	return imageSpec{
+		ref:          etcdImageRepo + ":v" + m[1],
+		files:        files,
 		dirs:         []imageDir{{"/tmp", 0o1777}, {"/var/lib/etcd", 0o700}},
 		changes:      []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", `CMD ["/usr/local/bin/etcd"]`},
 		systemImages: []string{"etcd"},
-	}
-	seen := map[string]bool{}
-	for _, bin := range []string{etcd, etcdctl} {
-		out, err := run(ctx, "ldd", bin)
-		if err != nil {
-			// A static binary: "not a dynamic executable".
-			continue
-		}
-		for _, lib := range parseLdd(out) {
-			if !seen[lib] {
-				seen[lib] = true
-				spec.files = append(spec.files, imageFile{src: lib, dst: lib, mode: 0o755})
-			}
-		}
-	}
-	return spec, nil
+	}, nil
 }
 
 // parseLdd returns the files that ldd(1) lists: "libc.so.6 => /lib/…
@@ -230,6 +291,9 @@ func inputKey(spec imageSpec) (string, error) {
 	fmt.Fprintf(h, "%s\n%s\n%q\n", archiveFormat, spec.ref, spec.changes)
 	for _, d := range spec.dirs {
 		fmt.Fprintf(h, "dir %s %o\n", d.path, d.mode)
+	}
+	for _, l := range spec.links {
+		fmt.Fprintf(h, "link %s %s\n", l.path, l.target)
 	}
 	for _, f := range spec.files {
 		fmt.Fprintf(h, "file %s %o\n", f.dst, f.mode)
@@ -313,6 +377,9 @@ func writeRootfs(w io.Writer, spec imageSpec) error {
 	for _, f := range spec.files {
 		addParents(f.dst)
 	}
+	for _, l := range spec.links {
+		addParents(l.path)
+	}
 	names := make([]string, 0, len(dirs))
 	for d := range dirs {
 		names = append(names, d)
@@ -343,6 +410,12 @@ func writeRootfs(w io.Writer, spec imageSpec) error {
 		r.Close()
 		if err != nil {
 			return fmt.Errorf("archive %s: %w", f.src, err)
+		}
+	}
+	for _, l := range spec.links {
+		hdr := &tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(l.path, "/"), Linkname: l.target, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
 		}
 	}
 	return tw.Close()

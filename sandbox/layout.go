@@ -35,6 +35,17 @@ const (
 	SSHPort = 22
 	// DockerSocket is the engine's socket inside a node.
 	DockerSocket = "/var/run/docker.sock"
+	// ContainerdSocket is the node's containerd socket inside a node: the
+	// kubelet's CRI endpoint (unix:///run/containerd/containerd.sock) and
+	// the containerd the node's engine uses.
+	ContainerdSocket = "/run/containerd/containerd.sock"
+	// CNIBinDir is where a node has the CNI plugins (Debian's
+	// containernetworking-plugins, bind-mounted from /usr/lib/cni).
+	CNIBinDir = "/opt/cni/bin"
+	// CNIConfDir is where a node has its CNI network configuration.
+	CNIConfDir = "/etc/cni/net.d"
+	// hostCNIBinDir is where Debian installs the CNI plugins.
+	hostCNIBinDir = "/usr/lib/cni"
 
 	// rangePrefix is the whole sandbox range: an unreachable route covers it.
 	rangePrefix = "10.231.0.0/16"
@@ -90,15 +101,17 @@ func layout(name string, subnet, nodes int) *Sandbox {
 		n := "node" + strconv.Itoa(i)
 		ndir := filepath.Join(dir, n)
 		s.Nodes = append(s.Nodes, Node{
-			Name:         n,
-			Hostname:     name + "-" + n,
-			Address:      nodeAddr(subnet, firstHost-1+i).String(),
-			User:         User,
-			Port:         SSHPort,
-			Dir:          ndir,
-			NetNS:        netnsPrefix + name + "-" + n,
-			Veth:         fmt.Sprintf("%s%dn%d", bridgePrefix, subnet, i),
-			DockerSocket: filepath.Join(ndir, "run", "docker.sock"),
+			Name:             n,
+			Hostname:         name + "-" + n,
+			Address:          nodeAddr(subnet, firstHost-1+i).String(),
+			User:             User,
+			Port:             SSHPort,
+			Dir:              ndir,
+			NetNS:            netnsPrefix + name + "-" + n,
+			Veth:             fmt.Sprintf("%s%dn%d", bridgePrefix, subnet, i),
+			DockerSocket:     filepath.Join(ndir, "run", "docker.sock"),
+			ContainerdSocket: filepath.Join(ndir, "run", "containerd", "containerd.sock"),
+			PodSubnet:        podSubnet(i).String(),
 		})
 	}
 	return s
@@ -108,6 +121,13 @@ func bridgeName(subnet int) string { return fmt.Sprintf("%s%d", bridgePrefix, su
 
 func nodeAddr(subnet, host int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 231, byte(subnet), byte(host)})
+}
+
+// podSubnet is node i's pod subnet, 10.42.<i>.0/24 (inside RKE's default
+// cluster_cidr 10.42.0.0/16). Every node has its own network namespace, so
+// that nodes of two sandboxes may use the same one.
+func podSubnet(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 42, byte(i), 0}), 24)
 }
 
 // subnetPrefix is 10.231.<subnet>.0/24.
@@ -123,18 +143,30 @@ func nodeMounts() []string {
 		"/etc/kubernetes",
 		"/etc/cni",
 		"/etc/docker",
+		"/etc/ceph",
+		"/opt/cni",
 		"/opt/rke",
 		"/var/lib/docker",
 		"/var/lib/containerd",
 		"/var/lib/etcd",
 		"/var/lib/kubelet",
 		"/var/lib/cni",
+		"/var/lib/calico",
 		"/var/lib/rancher",
 		"/var/log/containers",
 		"/var/log/pods",
 		// /run last: the node's sshd, engine and sockets live there.
 		"/run",
 	}
+}
+
+// sharedMounts are the node paths whose mounts are shared (mount
+// propagation) inside the node, as systemd makes every mount of a real
+// host: the kubelet binds /var/lib/kubelet and /var/lib/rancher with
+// ":shared" and /var/lib/docker with ":rslave", which Docker refuses unless
+// the source is a shared mount.
+func sharedMounts() []string {
+	return []string{"/var/lib/docker", "/var/lib/kubelet", "/var/lib/rancher"}
 }
 
 // mountDir is the directory of node n that is mounted over path inside it.
@@ -159,6 +191,17 @@ func (n Node) servicesDir() string    { return filepath.Join(n.Dir, "services") 
 func (n Node) logDir() string         { return filepath.Join(n.Dir, "log") }
 func (n Node) netnsPath() string      { return filepath.Join(netnsDir, n.NetNS) }
 
+// containerdConfigPath is node n's containerd configuration (host side;
+// the node sees the host's files outside the paths it owns).
+func (n Node) containerdConfigPath() string {
+	return filepath.Join(n.Dir, "containerd", "config.toml")
+}
+
+// cniConfigPath is node n's CNI network configuration, host side.
+func (n Node) cniConfigPath() string {
+	return filepath.Join(n.mountDir("/etc/cni"), "net.d", cniConfigName)
+}
+
 // pidFile is where the service script of svc writes the service's pid.
 func (n Node) pidFile(svc string) string { return filepath.Join(n.Dir, "pids", svc+".pid") }
 
@@ -166,6 +209,7 @@ func (n Node) pidFile(svc string) string { return filepath.Join(n.Dir, "pids", s
 func (s *Sandbox) nsDir() string              { return filepath.Join(nsRoot, s.Name) }
 func (s *Sandbox) mntNSPath(n Node) string    { return filepath.Join(s.nsDir(), n.Name+".mnt") }
 func (s *Sandbox) utsNSPath(n Node) string    { return filepath.Join(s.nsDir(), n.Name+".uts") }
+func (s *Sandbox) cgroupNSPath(n Node) string { return filepath.Join(s.nsDir(), n.Name+".cgroup") }
 func (s *Sandbox) statePath() string          { return filepath.Join(s.Dir, "sandbox.json") }
 func (s *Sandbox) initDir() string            { return filepath.Join(s.Dir, "init") }
 func (s *Sandbox) cgroupPath(n Node) string   { return cgroupRoot + "/" + s.Name + "/" + n.Name }

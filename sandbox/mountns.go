@@ -19,34 +19,107 @@ import (
 // last Down removes them again.
 const hostMountpointsFile = StateRoot + "/host-mountpoints"
 
-// mountSetupScript runs inside a node's new mount and UTS namespaces, as
-// `sh -c mountSetupScript sh HOSTNAME SRC DST [SRC DST …]`. It first drops
-// the copies of namespace files that the new mount namespace inherited from
-// the host (they would keep other nodes' namespaces alive), then bind-mounts
-// the node's own directories and sets the hostname.
+// mountSetupScript runs inside a node's new mount, UTS and cgroup
+// namespaces, as `sh -c mountSetupScript sh HOSTNAME OP…` where OP is
+// `bind SRC DST` or `shared DST`. It first drops the copies of namespace
+// files that the new mount namespace inherited from the host (they would
+// keep other nodes' namespaces alive); then mounts every cgroup hierarchy
+// again from inside the node's cgroup namespace, so that the node's
+// /sys/fs/cgroup/* (and the kubelet's, which binds /sys) are rooted at the
+// node's own cgroup; then bind-mounts the node's own directories, makes
+// some of them shared, and sets the hostname.
 const mountSetupScript = `set -eu
 hostname "$1"; shift
 for m in $(awk '$2 ~ "^(/run/netns|/run/rigger-sandbox)(/|$)" {print $2}' /proc/self/mounts | sort -r); do
 	umount -l "$m" 2>/dev/null || true
 done
-while [ $# -gt 1 ]; do
-	mount --bind "$1" "$2"
-	shift 2
+cgroups=$(awk '$3 == "cgroup" || $3 == "cgroup2" {print $2, $3, $4}' /proc/self/mounts)
+echo "$cgroups" | while read -r dir fstype opts; do
+	[ -n "$dir" ] || continue
+	umount "$dir"
+	mount -t "$fstype" -o "$opts" rigger-sandbox "$dir"
+done
+while [ $# -gt 0 ]; do
+	case $1 in
+	bind) mount --bind "$2" "$3"; shift 3 ;;
+	shared) mount --make-shared "$2"; shift 2 ;;
+	*) echo "mount setup: unknown operation $1" >&2; exit 1 ;;
+	esac
 done
 `
 
+// joinCgroupScript moves the shell into the cgroup directories given (one
+// per hierarchy) and runs the rest of its arguments, after "--":
+// `sh -c joinCgroupScript sh DIR… -- ARGV…`. A process must be in the
+// node's cgroup to make or enter the node's cgroup namespace with its
+// paths right.
+const joinCgroupScript = `set -eu
+while [ "$1" != -- ]; do
+	echo "$$" > "$1/cgroup.procs"
+	shift
+done
+shift
+exec "$@"
+`
+
+// joinCgroupArgs is `sh -c joinCgroupScript` for node n's cgroup, then argv.
+func (s *Sandbox) joinCgroupArgs(n Node, argv ...string) []string {
+	args := append([]string{"sh", "-c", joinCgroupScript, "sh"}, cgroupDirs(s.cgroupPath(n))...)
+	return append(append(args, "--"), argv...)
+}
+
 // mountSetupArgs is the command line, run in the root mount namespace, that
-// makes node n's persistent mount and UTS namespaces.
+// makes node n's persistent mount, UTS and cgroup namespaces.
 func (s *Sandbox) mountSetupArgs(n Node) []string {
-	args := []string{
-		"--net=" + n.netnsPath(), "--",
-		"unshare", "--mount=" + s.mntNSPath(n), "--uts=" + s.utsNSPath(n), "--propagation", "private", "--",
-		"sh", "-c", mountSetupScript, "sh", n.Hostname,
-	}
+	args := []string{"--net=" + n.netnsPath(), "--"}
+	args = append(args, s.joinCgroupArgs(n,
+		"unshare", "--mount="+s.mntNSPath(n), "--uts="+s.utsNSPath(n), "--cgroup="+s.cgroupNSPath(n), "--propagation", "private", "--",
+		"sh", "-c", mountSetupScript, "sh", n.Hostname)...)
 	for _, p := range nodeMounts() {
-		args = append(args, n.mountDir(p), p)
+		args = append(args, "bind", n.mountDir(p), p)
 	}
-	return args
+	for _, p := range sharedMounts() {
+		args = append(args, "shared", p)
+	}
+	// The kubelet binds /opt/cni; containerd finds the plugins there.
+	return append(args, "bind", hostCNIBinDir, CNIBinDir)
+}
+
+// ensureNodeCgroup makes node n's cgroup in every hierarchy. A new cpuset
+// cgroup has no CPUs and memory nodes: they are copied from the parent.
+func (s *Sandbox) ensureNodeCgroup(n Node) error {
+	for _, dir := range cgroupDirs(s.cgroupPath(n)) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("make cgroup %s: %w", dir, err)
+		}
+	}
+	root := "/sys/fs/cgroup/cpuset"
+	if _, err := os.Stat(filepath.Join(root, "cpuset.cpus")); err != nil {
+		return nil // no cpuset v1 hierarchy
+	}
+	rel := strings.Split(strings.Trim(s.cgroupPath(n), "/"), "/")
+	parent := root
+	for _, part := range rel {
+		dir := filepath.Join(parent, part)
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			cur, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				return fmt.Errorf("read cgroup %s: %w", dir, err)
+			}
+			if strings.TrimSpace(string(cur)) != "" {
+				continue
+			}
+			want, err := os.ReadFile(filepath.Join(parent, f))
+			if err != nil {
+				return fmt.Errorf("read cgroup %s: %w", parent, err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), want, 0o644); err != nil {
+				return fmt.Errorf("set %s of cgroup %s: %w", f, dir, err)
+			}
+		}
+		parent = dir
+	}
+	return nil
 }
 
 // isNSFile says whether path is a bind-mounted namespace file (nsfs).
@@ -241,11 +314,14 @@ func removeHostMountpoints() error {
 	return os.Remove(hostMountpointsFile)
 }
 
-// ensureNodeMounts makes node n's mount and UTS namespaces, unless they
-// are there and complete.
+// ensureNodeMounts makes node n's cgroup, and its mount, UTS and cgroup
+// namespaces unless they are there and complete.
 func (s *Sandbox) ensureNodeMounts(ctx context.Context, n Node) error {
 	done := filepath.Join(n.Dir, "mounts.done")
-	if isNSFile(s.mntNSPath(n)) && isNSFile(s.utsNSPath(n)) {
+	if err := s.ensureNodeCgroup(n); err != nil {
+		return err
+	}
+	if isNSFile(s.mntNSPath(n)) && isNSFile(s.utsNSPath(n)) && isNSFile(s.cgroupNSPath(n)) {
 		if _, err := os.Stat(done); err == nil {
 			return nil
 		}
@@ -260,7 +336,10 @@ func (s *Sandbox) ensureNodeMounts(ctx context.Context, n Node) error {
 			return fmt.Errorf("make node directory: %w", err)
 		}
 	}
-	for _, f := range []string{s.mntNSPath(n), s.utsNSPath(n)} {
+	if err := os.MkdirAll(filepath.Join(n.mountDir("/opt/cni"), "bin"), 0o755); err != nil {
+		return fmt.Errorf("make node directory: %w", err)
+	}
+	for _, f := range s.nsFiles(n) {
 		if err := os.WriteFile(f, nil, 0o600); err != nil {
 			return fmt.Errorf("make namespace file: %w", err)
 		}
@@ -271,11 +350,17 @@ func (s *Sandbox) ensureNodeMounts(ctx context.Context, n Node) error {
 	return os.WriteFile(done, nil, 0o600)
 }
 
-// removeNodeMounts releases node n's mount and UTS namespaces. The
+// nsFiles are the files that keep node n's mount, UTS and cgroup
+// namespaces.
+func (s *Sandbox) nsFiles(n Node) []string {
+	return []string{s.mntNSPath(n), s.utsNSPath(n), s.cgroupNSPath(n)}
+}
+
+// removeNodeMounts releases node n's mount, UTS and cgroup namespaces. The
 // processes in them must have been stopped first.
 func (s *Sandbox) removeNodeMounts(ctx context.Context, n Node) error {
 	var errs []error
-	for _, f := range []string{s.mntNSPath(n), s.utsNSPath(n)} {
+	for _, f := range s.nsFiles(n) {
 		if isNSFile(f) {
 			if err := unix.Unmount(f, unix.MNT_DETACH); err != nil {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", f, err))

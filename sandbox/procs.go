@@ -94,7 +94,7 @@ func (ps processSet) find() ([]int, error) {
 			continue
 		}
 		children[st.ppid] = append(children[st.ppid], pid)
-		for _, kind := range []string{"net", "mnt", "uts"} {
+		for _, kind := range []string{"net", "mnt", "uts", "cgroup"} {
 			id, ok := nsOf(filepath.Join("/proc", e.Name(), "ns", kind))
 			if !ok {
 				continue

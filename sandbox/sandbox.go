@@ -58,6 +58,12 @@ type Node struct {
 	// DockerSocket is the node's /var/run/docker.sock seen from the host,
 	// through the node's /run directory.
 	DockerSocket string
+	// ContainerdSocket is the node's /run/containerd/containerd.sock (its
+	// CRI endpoint) seen from the host.
+	ContainerdSocket string
+	// PodSubnet is the node's pod subnet in its CNI configuration
+	// (10.42.<N>.0/24 for nodeN).
+	PodSubnet string
 }
 
 // Sandbox is a set of nodes that Up made, as its state file holds it.

@@ -20,12 +20,14 @@ import (
 
 // Services a node runs, as StopService and StartService name them.
 const (
-	ServiceSSHD   = "sshd"
-	ServiceDocker = "docker"
+	ServiceSSHD       = "sshd"
+	ServiceDocker     = "docker"
+	ServiceContainerd = "containerd"
 )
 
-// Services lists the services of every node, in the order they start.
-func Services() []string { return []string{ServiceDocker, ServiceSSHD} }
+// Services lists the services of every node, in the order they start:
+// the node's engine uses its containerd, as Debian's docker.io does.
+func Services() []string { return []string{ServiceContainerd, ServiceDocker, ServiceSSHD} }
 
 // Timeouts of the node services.
 const (
@@ -64,15 +66,20 @@ while :; do
 done
 `
 
-// runcWrapper is the default runtime of every node's engine. Docker asks
-// runc for every capability when a container is privileged, and runc fails
-// ("unable to apply caps: operation not permitted") on machines whose
-// bounding set lacks CAP_SYS_RESOURCE. The wrapper drops that capability
-// from the OCI bundle (create, run) or process file (exec) and runs runc.
-// It changes the test machine only: no container spec changes for it.
+// runcWrapper is the default runtime of every node's engine and of its
+// containerd's CRI plugin. Docker asks runc for every capability when a
+// container is privileged, and runc fails ("unable to apply caps: operation
+// not permitted") on machines whose bounding set lacks CAP_SYS_RESOURCE.
+// Without that capability a process cannot lower its oom_score_adj either,
+// which the CRI plugin asks for every pod sandbox (-998), and runc fails
+// ("can't get final child's PID from pipe: EOF"). The wrapper drops the
+// capability and raises a negative oomScoreAdj to 0 in the OCI bundle
+// (create, run) or process file (exec), and runs runc. It changes the test
+// machine only: no container spec changes for it.
 const runcWrapper = `#!/bin/sh
 # runc wrapper of rigger sandbox: drops CAP_SYS_RESOURCE, which this
-# machine's capability bounding set lacks, then runs runc.
+# machine's capability bounding set lacks, and with it a negative
+# oomScoreAdj (which needs it), then runs runc.
 set -eu
 bundle= process= prev= sub=
 for a in "$@"; do
@@ -89,11 +96,12 @@ for a in "$@"; do
 done
 if [ -z "$bundle" ] && [ -n "$sub" ] && [ -f config.json ]; then bundle=.; fi
 drop() {
-	jq "$2 |= (if . == null then . else with_entries(.value |= map(select(. != \"CAP_SYS_RESOURCE\"))) end)" "$1" > "$1.sandbox-tmp"
+	jq "$2 |= ((if .capabilities then .capabilities |= with_entries(.value |= map(select(. != \"CAP_SYS_RESOURCE\"))) else . end)
+		| (if (.oomScoreAdj // 0) < 0 then .oomScoreAdj = 0 else . end))" "$1" > "$1.sandbox-tmp"
 	mv "$1.sandbox-tmp" "$1"
 }
-if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then drop "$bundle/config.json" .process.capabilities; fi
-if [ -n "$process" ] && [ -f "$process" ]; then drop "$process" .capabilities; fi
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then drop "$bundle/config.json" .process; fi
+if [ -n "$process" ] && [ -f "$process" ]; then drop "$process" .; fi
 exec runc "$@"
 `
 
@@ -106,10 +114,13 @@ func shellQuote(s string) string {
 }
 
 // serviceScript is the script the init runs to start svc on node n: it
-// records its pid, enters the node's namespaces and becomes the daemon.
+// records its pid, moves into the node's cgroup, enters the node's
+// namespaces and becomes the daemon.
 func (s *Sandbox) serviceScript(n Node, svc string) string {
 	var argv []string
 	switch svc {
+	case ServiceContainerd:
+		argv = []string{"containerd", "--config", n.containerdConfigPath()}
 	case ServiceDocker:
 		argv = s.dockerdArgs(n)
 	case ServiceSSHD:
@@ -119,17 +130,43 @@ func (s *Sandbox) serviceScript(n Node, svc string) string {
 	for _, a := range append([]string{"nsenter"}, s.nsenterArgs(n, argv...)...) {
 		q = append(q, shellQuote(a))
 	}
-	return fmt.Sprintf("#!/bin/sh\n# %s of %s in sandbox %s, started by the sandbox init (written by rigger sandbox).\necho \"$$\" > %s\nexec %s >>%s 2>&1\n",
-		svc, n.Name, s.Name, shellQuote(n.pidFile(svc)), strings.Join(q, " "), shellQuote(filepath.Join(n.logDir(), svc+".log")))
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!/bin/sh\n# %s of %s in sandbox %s, started by the sandbox init (written by rigger sandbox).\n", svc, n.Name, s.Name)
+	fmt.Fprintf(&b, "echo \"$$\" > %s\n", shellQuote(n.pidFile(svc)))
+	for _, dir := range cgroupDirs(s.cgroupPath(n)) {
+		fmt.Fprintf(&b, "echo \"$$\" > %s\n", shellQuote(filepath.Join(dir, "cgroup.procs")))
+	}
+	fmt.Fprintf(&b, "exec %s >>%s 2>&1\n", strings.Join(q, " "), shellQuote(filepath.Join(n.logDir(), svc+".log")))
+	return b.String()
 }
 
+// serviceMarker is what the command line of svc on node n holds, and no
+// other node's: a pid file may outlive its process, and the pid be reused.
+func (s *Sandbox) serviceMarker(n Node, svc string) string {
+	switch svc {
+	case ServiceContainerd:
+		return n.containerdConfigPath()
+	case ServiceDocker:
+		return dockerLabel + "=" + s.Name + "/" + n.Name
+	}
+	return n.sshdConfigPath()
+}
+
+// dockerLabel is the engine label that names a node's engine
+// (`docker info` shows it).
+const dockerLabel = "io.rigger.sandbox.node"
+
 // dockerdArgs is node n's engine: the default socket, data and exec roots
-// (inside the node's own directories), host networking only and no
-// iptables, containers in the node's own cgroup, and the runc wrapper.
+// (inside the node's own directories), the node's containerd, host
+// networking only and no iptables, and the runc wrapper. The engine runs in
+// the node's cgroup namespace: its containers' cgroups (/docker/<id>) are
+// below the node's cgroup.
 func (s *Sandbox) dockerdArgs(n Node) []string {
 	return []string{
 		"dockerd",
 		"--host=unix://" + DockerSocket,
+		"--containerd=" + ContainerdSocket,
+		"--label=" + dockerLabel + "=" + s.Name + "/" + n.Name,
 		"--bridge=none",
 		"--iptables=false",
 		"--ip6tables=false",
@@ -138,7 +175,6 @@ func (s *Sandbox) dockerdArgs(n Node) []string {
 		"--userland-proxy=false",
 		"--storage-driver=overlay2",
 		"--exec-opt=native.cgroupdriver=cgroupfs",
-		"--cgroup-parent=" + s.cgroupPath(n),
 		"--add-runtime=" + runcName + "=" + s.runcWrapperPath(),
 		"--default-runtime=" + runcName,
 	}
@@ -174,8 +210,15 @@ func (s *Sandbox) writeNodeFiles(n Node) error {
 			return fmt.Errorf("make node directory: %w", err)
 		}
 	}
+	for _, d := range []string{filepath.Dir(n.containerdConfigPath()), filepath.Dir(n.cniConfigPath())} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("make node directory: %w", err)
+		}
+	}
 	files := map[string]string{
-		n.sshdConfigPath(): s.sshdConfig(n),
+		n.sshdConfigPath():       s.sshdConfig(n),
+		n.containerdConfigPath(): s.containerdConfig(n),
+		n.cniConfigPath():        cniConfig(n),
 	}
 	for _, svc := range Services() {
 		files[filepath.Join(n.servicesDir(), svc+".sh")] = s.serviceScript(n, svc)
@@ -265,11 +308,7 @@ func (s *Sandbox) ownsProcess(pid int, marker string) bool {
 // servicePid is the pid of svc on node n, or 0 when it does not run.
 func (s *Sandbox) servicePid(n Node, svc string) int {
 	pid, _ := readPid(n.pidFile(svc))
-	marker := n.sshdConfigPath()
-	if svc == ServiceDocker {
-		marker = s.cgroupPath(n)
-	}
-	if !s.ownsProcess(pid, marker) {
+	if !s.ownsProcess(pid, s.serviceMarker(n, svc)) {
 		return 0
 	}
 	return pid
@@ -293,7 +332,7 @@ func (s *Sandbox) tellInit(ctx context.Context, script string) error {
 	})
 }
 
-// StartService starts service ("sshd" or "docker") on node and waits until
+// StartService starts service ("containerd", "docker" or "sshd") on node and waits until
 // it answers. It does nothing when the service runs.
 func (s *Sandbox) StartService(ctx context.Context, node, service string) error {
 	n, err := s.nodeByName(node)
@@ -315,11 +354,14 @@ func checkService(service string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown service %q: a node runs %s", service, strings.Join(Services(), " and "))
+	return fmt.Errorf("unknown service %q: a node runs %s", service, strings.Join(Services(), ", "))
 }
 
 func (s *Sandbox) startService(ctx context.Context, n Node, svc string) error {
 	if s.servicePid(n, svc) == 0 {
+		if err := s.ensureNodeCgroup(n); err != nil {
+			return err
+		}
 		if svc == ServiceSSHD {
 			if err := s.checkPortFree(ctx, n); err != nil {
 				return err
@@ -352,6 +394,9 @@ func (s *Sandbox) probe(ctx context.Context, n Node, svc string) error {
 		return fmt.Errorf("%s does not run", svc)
 	}
 	switch svc {
+	case ServiceContainerd:
+		_, err := CRIVersion(ctx, n.ContainerdSocket)
+		return err
 	case ServiceDocker:
 		return pingDocker(ctx, n.DockerSocket)
 	case ServiceSSHD:
@@ -404,9 +449,11 @@ func pingDocker(ctx context.Context, socket string) error {
 	return err
 }
 
-// StopService stops service ("sshd" or "docker") on node: SIGTERM to its
-// pid, SIGKILL after a grace period. dockerd stops its containers as it
-// ends; sshd's open sessions go on, as with `systemctl stop ssh`.
+// StopService stops service ("containerd", "docker" or "sshd") on node:
+// SIGTERM to its pid, SIGKILL after a grace period. dockerd stops its
+// containers as it ends; containerd's containers (and the engine's) go on
+// running under their shims, as with `systemctl stop containerd`; sshd's
+// open sessions go on, as with `systemctl stop ssh`.
 func (s *Sandbox) StopService(ctx context.Context, node, service string) error {
 	n, err := s.nodeByName(node)
 	if err != nil {
@@ -419,7 +466,7 @@ func (s *Sandbox) StopService(ctx context.Context, node, service string) error {
 	if pid == 0 {
 		return nil
 	}
-	// Only the daemon: its own children (containerd) end with it.
+	// Only the daemon, not the containers' shims.
 	if err := (processSet{pids: []int{pid}}).killOnly(ctx, serviceStopGrace); err != nil {
 		return fmt.Errorf("stop %s on %s: %w", service, node, err)
 	}

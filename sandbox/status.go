@@ -16,15 +16,16 @@ type NodeStatus struct {
 	Node
 	// Partitioned is true when the node's link is down (Partition).
 	Partitioned bool
-	// SSH and Docker are nil when the node's sshd (over the network) and
-	// its engine (through its socket) answer, else why not.
-	SSH, Docker error
+	// SSH, Docker and Containerd are nil when the node's sshd (over the
+	// network), its engine and its containerd (CRI, through their sockets)
+	// answer, else why not.
+	SSH, Docker, Containerd error
 	// Pids of the services that run, by service name.
 	Pids map[string]int
 }
 
 // Status probes every node: its link, whether sshd answers on its address
-// and whether its engine answers on its socket.
+// and whether its engine and its containerd answer on their sockets.
 func (s *Sandbox) Status(ctx context.Context) []NodeStatus {
 	out := make([]NodeStatus, len(s.Nodes))
 	var wg sync.WaitGroup
@@ -51,6 +52,7 @@ func (s *Sandbox) Status(ctx context.Context) []NodeStatus {
 				st.SSH = sshBanner(ctx, n)
 			}
 			st.Docker = pingDocker(ctx, n.DockerSocket)
+			_, st.Containerd = CRIVersion(ctx, n.ContainerdSocket)
 			out[i] = st
 		}()
 	}

@@ -47,7 +47,7 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 		return nil, err
 	}
 
-	p.phase("Start sshd and Docker on every node")
+	p.phase("Start containerd, Docker and sshd on every node")
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(nodeParallelism)
 	for _, n := range s.Nodes {
@@ -58,7 +58,7 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 					return fmt.Errorf("%s: start %s: %w", n.Name, svc, err)
 				}
 			}
-			p.node(n.Name, "%s (%s) sshd and Docker answer (%s)", n.Address, n.Hostname, time.Since(start).Round(10*time.Millisecond))
+			p.node(n.Name, "%s (%s) containerd, Docker and sshd answer (%s)", n.Address, n.Hostname, time.Since(start).Round(10*time.Millisecond))
 			return nil
 		})
 	}
@@ -72,6 +72,9 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 			return nil, err
 		}
 		if err := s.loadImages(ctx, imgs, p); err != nil {
+			return nil, err
+		}
+		if err := s.loadContainerdImages(ctx, p); err != nil {
 			return nil, err
 		}
 		s.SystemImages = systemImages(imgs)
@@ -142,7 +145,7 @@ func claim(ctx context.Context, opts Options, p *progress) (*Sandbox, error) {
 			return nil, fmt.Errorf("%s: %w", n.Name, err)
 		}
 	}
-	p.info("%s: network namespaces, mount and UTS namespaces, directories under %s", nodesCount(len(s.Nodes)), s.Dir)
+	p.info("%s: network namespaces, mount, UTS and cgroup namespaces, directories under %s", nodesCount(len(s.Nodes)), s.Dir)
 	return s, nil
 }
 

@@ -20,11 +20,13 @@ func newSandboxCommand() *cobra.Command {
 		Use:   "sandbox",
 		Short: "Make real local nodes (SSH + Docker) to run clusters on",
 		Long: `Sandbox makes nodes on this machine for rigger to manage, as kind or RKE's old
---dind mode did: each node is a host of its own (network, mount and UTS
+--dind mode did: each node is a host of its own (network, mount, UTS and cgroup
 namespaces) with its own address on a bridge (10.231.<subnet>.11, .12, …), its
 own /etc/kubernetes, /var/lib/docker, /var/lib/etcd, /var/lib/kubelet, /opt/rke
-and /run, an OpenSSH sshd on port 22 that accepts a key the sandbox makes, and
-its own Docker engine on /var/run/docker.sock.
+and /run, an OpenSSH sshd on port 22 that accepts a key the sandbox makes, its
+own Docker engine on /var/run/docker.sock, and its own containerd on
+/run/containerd/containerd.sock (the CRI endpoint of a real kubelet, with a CNI
+bridge network and the pause image).
 
 It also builds, without a registry, the images a cluster needs (rigger's own,
 etcd, the Kubernetes components, pause), loads them into every node, and
@@ -179,10 +181,11 @@ func newSandboxStatusCommand() *cobra.Command {
 	var name string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the nodes and whether their sshd and Docker answer",
+		Short: "Show the nodes and whether their sshd, Docker and containerd answer",
 		Long: `Status shows every node of the sandbox: address, link (up or partitioned),
 whether sshd answers on the node's address and whether the node's Docker engine
-answers on its socket. Exit status 1 when any of them does not.`,
+and containerd (CRI) answer on their sockets. Exit status 1 when any of them
+does not.`,
 		Example: `  rigger sandbox status
   rigger sandbox status --name test1`,
 		Args: cobra.NoArgs,
@@ -198,7 +201,7 @@ answers on its socket. Exit status 1 when any of them does not.`,
 			}
 			fmt.Fprintf(w, "sandbox %s (%s, bridge %s): %s\n", s.Name, s.BridgeAddress, s.Bridge, state)
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tHOSTNAME\tADDRESS\tLINK\tSSHD\tDOCKER")
+			fmt.Fprintln(tw, "NODE\tHOSTNAME\tADDRESS\tLINK\tSSHD\tDOCKER\tCONTAINERD")
 			bad := !s.Ready
 			var problems []string
 			for _, st := range s.Status(cmd.Context()) {
@@ -208,6 +211,7 @@ answers on its socket. Exit status 1 when any of them does not.`,
 					bad = true
 				}
 				sshd, docker := answer(st.SSH, st.Pids[sandbox.ServiceSSHD]), answer(st.Docker, st.Pids[sandbox.ServiceDocker])
+				containerd := answer(st.Containerd, st.Pids[sandbox.ServiceContainerd])
 				if st.SSH != nil {
 					bad = true
 					problems = append(problems, fmt.Sprintf("%s sshd: %v", st.Name, st.SSH))
@@ -216,7 +220,11 @@ answers on its socket. Exit status 1 when any of them does not.`,
 					bad = true
 					problems = append(problems, fmt.Sprintf("%s docker: %v", st.Name, st.Docker))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", st.Name, st.Hostname, st.Address, link, sshd, docker)
+				if st.Containerd != nil {
+					bad = true
+					problems = append(problems, fmt.Sprintf("%s containerd: %v", st.Name, st.Containerd))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.Name, st.Hostname, st.Address, link, sshd, docker, containerd)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -253,12 +261,16 @@ func newSandboxNodeCommand() *cobra.Command {
 		Short: "Inject faults: stop or start a node's services, cut or restore its link",
 		Long: `Node injects faults into one node of the sandbox:
 
-  stop NODE       stop the node's sshd and Docker engine (by pid; --service picks one)
+  stop NODE       stop the node's sshd, Docker engine and containerd (by pid;
+                  --service picks some)
   start NODE      start them again and wait until they answer
   partition NODE  cut the node's link into the bridge: nothing reaches it, it reaches nothing
   heal NODE       restore the link
 
-Stopping the engine stops its containers, as a Docker restart would.`,
+Stopping the engine stops its containers, as a Docker restart would. The engine
+uses the node's containerd: stop it after the engine, start it before (the
+default order does so); the kubelet's pods run on under their shims while
+containerd is stopped.`,
 		Example: `  rigger sandbox node stop node2 --service docker
   rigger sandbox node start node2
   rigger sandbox node partition node3
@@ -281,8 +293,18 @@ Stopping the engine stops its containers, as a Docker restart would.`,
 			case "heal":
 				return s.Heal(ctx, node)
 			}
+			// Start in the nodes' start order, stop in its reverse: the
+			// engine uses the node's containerd.
+			order := slices.Clone(services)
+			rank := func(svc string) int { return slices.Index(sandbox.Services(), svc) }
+			slices.SortStableFunc(order, func(a, b string) int {
+				if action == "stop" {
+					return rank(b) - rank(a)
+				}
+				return rank(a) - rank(b)
+			})
 			var errs []error
-			for _, svc := range services {
+			for _, svc := range order {
 				if action == "stop" {
 					errs = append(errs, s.StopService(ctx, node, svc))
 				} else {

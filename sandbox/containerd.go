@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// cniConfigName is the file name of every node's CNI network configuration.
+const cniConfigName = "10-rigger-sandbox.conflist"
+
+// containerdConfig is node n's containerd: its own root and state (inside
+// the node's /var/lib/containerd and /run), the socket the kubelet and the
+// engine use, the CRI plugin with the sandbox's pause image as its sandbox
+// image (the kubelet's --pod-infra-container-image only keeps that image
+// from being collected), cgroupfs like the kubelet's default, the runc
+// wrapper (privileged pods), and the node's CNI plugins and network.
+func (s *Sandbox) containerdConfig(n Node) string {
+	return fmt.Sprintf(`# containerd of %s in sandbox %s, written by rigger sandbox.
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+  address = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = %q
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, n.Name, s.Name, ContainerdSocket, PauseImage, s.runcWrapperPath(), CNIBinDir, CNIConfDir)
+}
+
+// cniConfig is node n's CNI network: a bridge cni0 in the node's network
+// namespace with the node's pod subnet, addresses from host-local, no
+// masquerading (the nodes reach nothing outside the sandbox).
+func cniConfig(n Node) string {
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "rigger-sandbox",
+		"plugins": []any{
+			map[string]any{
+				"type":        "bridge",
+				"bridge":      "cni0",
+				"isGateway":   true,
+				"ipMasq":      false,
+				"hairpinMode": true,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": n.PodSubnet}}},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+				},
+			},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		panic(err) // a literal of maps and strings always marshals
+	}
+	return string(b) + "\n"
+}
+
+// containerdImages are the images every node's containerd gets (in the
+// k8s.io namespace, the kubelet's): the pod sandbox.
+func containerdImages() []string { return []string{PauseImage} }
+
+// loadContainerdImages copies containerdImages from every node's engine
+// (which Up has just loaded) into the node's containerd: `docker save`
+// into `ctr images import`. Importing what is there already only names it
+// again, so it is always done.
+func (s *Sandbox) loadContainerdImages(ctx context.Context, p *progress) error {
+	p.phase("Import the pod sandbox image into every node's containerd")
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(nodeParallelism)
+	for _, n := range s.Nodes {
+		g.Go(func() error {
+			start := time.Now()
+			for _, ref := range containerdImages() {
+				if err := importIntoContainerd(gctx, n, ref); err != nil {
+					return fmt.Errorf("%s: %w", n.Name, err)
+				}
+			}
+			p.node(n.Name, "%s in containerd (%s)", strings.Join(containerdImages(), ", "), time.Since(start).Round(10*time.Millisecond))
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// importIntoContainerd saves ref from node n's engine and imports it into
+// the node's containerd, namespace k8s.io, under the same name
+// (docker.io/<ref>, as the CRI plugin normalizes it).
+func importIntoContainerd(ctx context.Context, n Node, ref string) error {
+	c, err := dockerClient(n.DockerSocket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rc, err := c.ImageSave(ctx, []string{ref})
+	if err != nil {
+		return fmt.Errorf("save %s from the engine: %w", ref, err)
+	}
+	defer rc.Close()
+	cmd := exec.CommandContext(ctx, "ctr", "--address", n.ContainerdSocket, "--namespace", "k8s.io", "images", "import", "-")
+	cmd.Stdin = rc
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("import %s into containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
