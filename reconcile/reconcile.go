@@ -2,37 +2,463 @@ package reconcile
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/sshtun"
 )
 
-// Plan observes the nodes of c over SSH and computes what must change for
-// them to run what c asks for. It changes nothing on the nodes.
-func Plan(ctx context.Context, c *spec.Cluster, log *slog.Logger) (*plan.Plan, error) {
-	d, err := desired.Build(c)
+// Options are the settings of a Session.
+type Options struct {
+	// StateDir holds the cluster's PKI (mode 0700, files 0600). It is
+	// never in git; when it is lost, the PKI is recovered from a
+	// controlplane node.
+	StateDir string
+	// Log receives what operators need to know (recovered PKI, retries).
+	Log *slog.Logger
+	// Transport reaches the nodes; nil means SSH as cluster.yml says.
+	Transport transport.Transport
+	// Now gives the time (nil: time.Now).
+	Now func() time.Time
+}
+
+// DefaultStateDir is where a cluster's state lives unless told otherwise:
+// $XDG_STATE_HOME/rigger/<cluster_name>, or ~/.local/state/rigger/<cluster_name>.
+func DefaultStateDir(clusterName string) (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("find the state directory: %w: give --state-dir", err)
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "rigger", clusterName), nil
+}
+
+// Session is one reconcile of one cluster: a transport to its nodes and
+// what was learnt from them. It is not safe for concurrent use.
+type Session struct {
+	c    *spec.Cluster
+	opts Options
+	tr   transport.Transport
+	own  bool // the session made tr and closes it
+	req  pki.Request
+	// former are the nodes of the last apply gone from cluster.yml.
+	former []spec.Node
+}
+
+// Open prepares a reconcile of c, which must be loaded and valid
+// (spec.Load). It connects to nothing yet.
+func Open(c *spec.Cluster, opts Options) (*Session, error) {
+	if opts.StateDir == "" {
+		return nil, errors.New("open cluster: no state directory given")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if p := strings.TrimSuffix(c.PrefixPath, "/"); p != "" {
+		return nil, fmt.Errorf("prefix_path %q: rigger does not write files under a prefix path yet; remove prefix_path", c.PrefixPath)
+	}
+	last, err := loadNodes(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c), former: formerNodes(c, last)}
+	if s.tr == nil {
+		// The former nodes are reached as the last apply reached them.
+		reach := *c
+		reach.Nodes = slices.Concat(c.Nodes, s.former)
+		cfg, err := SSHConfig(&reach, opts.Log)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := sshtun.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.tr, s.own = tr, true
+	}
+	return s, nil
+}
+
+// Close closes the transport the session made.
+func (s *Session) Close() error {
+	if s.own {
+		return s.tr.Close()
+	}
+	return nil
+}
+
+// Planned is a plan with everything it was computed from.
+type Planned struct {
+	Plan     *plan.Plan
+	Desired  *desired.Cluster
+	Observed *observe.Cluster
+	// PKI is the certificate set the desired files hold.
+	PKI *pki.Set
+	// PKIChanges are the certificates issued or reissued for this plan.
+	PKIChanges []pki.Change
+	// PKISource says where the PKI came from: the state directory, a node
+	// it was recovered from, or new.
+	PKISource string
+	// saveState is set when the state directory must be written before
+	// the plan is applied (new, recovered or changed PKI).
+	saveState bool
+}
+
+// Plan observes the nodes and computes what must change for them to run
+// what cluster.yml asks for. It changes nothing, on the nodes or in the
+// state directory.
+func (s *Session) Plan(ctx context.Context) (*Planned, error) {
+	d, err := desired.Build(s.c)
 	if err != nil {
 		return nil, fmt.Errorf("build desired state: %w", err)
 	}
-	cfg, err := SSHConfig(c, log)
+	o := s.observe(ctx)
+	set, changes, source, save, err := s.resolvePKI(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := sshtun.New(cfg)
+	for i := range d.Nodes {
+		files, err := s.nodeFiles(set, &d.Nodes[i])
+		if err != nil {
+			return nil, err
+		}
+		d.Nodes[i].Files = files
+	}
+	return &Planned{
+		Plan: plan.Compute(d, o), Desired: d, Observed: o,
+		PKI: set, PKIChanges: changes, PKISource: source, saveState: save || len(changes) > 0,
+	}, nil
+}
+
+// observe reads the nodes of cluster.yml and those of the last apply that
+// left it (rigger keeps no other inventory of removed nodes).
+func (s *Session) observe(ctx context.Context) *observe.Cluster {
+	addrs := make([]string, 0, len(s.c.Nodes)+len(s.former))
+	for _, n := range slices.Concat(s.c.Nodes, s.former) {
+		addrs = append(addrs, n.Address)
+	}
+	return observe.Observe(ctx, s.tr, observe.Request{
+		Cluster: s.c.ClusterName, Nodes: addrs, MaxParallel: s.c.Rigger.MaxParallel,
+		FilesImage: s.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir, Now: s.opts.Now,
+	})
+}
+
+// recordNodes saves, before anything changes, the nodes an apply touches:
+// cluster.yml's and the former ones not cleaned yet.
+func (s *Session) recordNodes() error {
+	return saveNodes(s.opts.StateDir, slices.Concat(s.c.Nodes, s.former))
+}
+
+// forgetNodes drops from the record the former nodes that were cleaned.
+func (s *Session) forgetNodes(cleaned []string) error {
+	keep := slices.DeleteFunc(slices.Clone(s.former), func(n spec.Node) bool { return slices.Contains(cleaned, n.Address) })
+	if err := saveNodes(s.opts.StateDir, slices.Concat(s.c.Nodes, keep)); err != nil {
+		return err
+	}
+	s.former = keep
+	return nil
+}
+
+// nodeFiles are the files a node gets: its certificates and kubeconfigs,
+// and the configuration files its components read.
+func (s *Session) nodeFiles(set *pki.Set, n *desired.Node) (map[string][]byte, error) {
+	var pn pki.Node
+	for _, r := range s.req.Nodes {
+		if r.Address == n.Address {
+			pn = r
+		}
+	}
+	files, err := pki.NodeFiles(set, s.req, pn)
 	if err != nil {
 		return nil, err
 	}
-	defer tr.Close()
-	addresses := make([]string, 0, len(c.Nodes))
-	for _, n := range c.Nodes {
-		addresses = append(addresses, n.Address)
+	conf, err := desired.ConfigFiles(s.c, n)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Address, err)
 	}
-	o := observe.Observe(ctx, tr, c.ClusterName, addresses, c.Rigger.MaxParallel, time.Now)
-	return plan.Compute(d, o), nil
+	for p, b := range conf {
+		files[p] = b
+	}
+	return files, nil
+}
+
+// resolvePKI finds the cluster's PKI: the state directory's, or, when that
+// is lost, a controlplane node's. Only a cluster with no trace on any node
+// gets a new CA. The PKI found is then completed (pki.Ensure).
+func (s *Session) resolvePKI(ctx context.Context, o *observe.Cluster) (set *pki.Set, changes []pki.Change, source string, save bool, err error) {
+	existing, err := pki.Load(s.opts.StateDir)
+	var nf *pki.NotFoundError
+	switch {
+	case err == nil:
+		source = "state directory " + s.opts.StateDir
+		if err := s.checkSameCA(existing, o); err != nil {
+			return nil, nil, "", false, err
+		}
+	case errors.As(err, &nf):
+		existing, source, err = s.recoverPKI(ctx, o)
+		if err != nil {
+			return nil, nil, "", false, err
+		}
+		save = true
+	default:
+		return nil, nil, "", false, err
+	}
+	set, changes, err = pki.Ensure(existing, s.req, s.opts.Now())
+	if err != nil {
+		return nil, nil, "", false, err
+	}
+	return set, changes, source, save, nil
+}
+
+// caPath is the CA certificate on every node.
+var caPath, caKeyPath = pki.NodePath(pki.CACertName)
+
+// checkSameCA refuses a state directory whose CA is not the one the nodes
+// trust: applying it would break every component's TLS.
+func (s *Session) checkSameCA(set *pki.Set, o *observe.Cluster) error {
+	want := observe.FileHash(set.Certs[pki.CACertName].CertPEM)
+	for _, a := range sortedAddrs(o) {
+		n := o.Nodes[a]
+		if got, ok := n.Files[caPath]; ok && got != want {
+			return fmt.Errorf("the CA in state directory %s is not the CA of node %s (%s differs): "+
+				"the state directory belongs to another cluster; give the right --state-dir, "+
+				"or move this one away and rigger recovers the PKI from a controlplane node", s.opts.StateDir, a, caPath)
+		}
+	}
+	return nil
+}
+
+// recoverPKI reads the PKI from the first reachable controlplane node that
+// has the CA key; without one, the cluster must have no trace on any node
+// to get a new PKI.
+func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set, string, error) {
+	var tried []string
+	for _, a := range sortedAddrs(o) {
+		n := o.Nodes[a]
+		if !n.Reachable || n.Files[caKeyPath] == "" {
+			continue
+		}
+		e, err := s.tr.Docker(ctx, a)
+		if err == nil {
+			var files map[string][]byte
+			files, err = dockerop.ReadDir(ctx, e, a, s.c.SystemImages.Alpine, strings.TrimSuffix(pki.NodeDir, "/"))
+			if err == nil {
+				var set *pki.Set
+				if set, err = pki.FromFiles(files); err == nil {
+					s.opts.Log.Warn("state directory had no certificates: recovered the PKI from a node",
+						"cluster", s.c.ClusterName, "node", a, "state_dir", s.opts.StateDir)
+					return set, "recovered from node " + a + " (the state directory had none)", nil
+				}
+			}
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v", a, err))
+	}
+	var traces, unreachable []string
+	for _, a := range sortedAddrs(o) {
+		n := o.Nodes[a]
+		switch {
+		case !n.Reachable:
+			unreachable = append(unreachable, a)
+		case len(n.Containers) > 0 || n.Files[caPath] != "":
+			traces = append(traces, a)
+		}
+	}
+	if len(traces) > 0 || len(tried) > 0 {
+		msg := fmt.Sprintf("the state directory %s has no certificates, and none could be recovered from the nodes", s.opts.StateDir)
+		if len(tried) > 0 {
+			msg += " (" + strings.Join(tried, "; ") + ")"
+		}
+		return nil, "", fmt.Errorf("%s, but nodes %s run this cluster: rigger will not make a new CA for an existing cluster; "+
+			"restore the state directory, or bring a controlplane node with /etc/kubernetes/ssl back", msg, strings.Join(traces, ", "))
+	}
+	if len(unreachable) > 0 {
+		return nil, "", fmt.Errorf("the state directory %s has no certificates and nodes %s did not answer: "+
+			"rigger makes a new CA only when every node answers and none runs this cluster; try again when they answer",
+			s.opts.StateDir, strings.Join(unreachable, ", "))
+	}
+	return nil, "new (no node runs this cluster yet)", nil
+}
+
+func sortedAddrs(o *observe.Cluster) []string {
+	out := make([]string, 0, len(o.Nodes))
+	for a := range o.Nodes {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ApplyOptions are the choices of one apply.
+type ApplyOptions struct {
+	Hooks execute.Hooks
+	// AllowRemovals lets an apply remove more nodes than
+	// rigger.max_removed_nodes allows.
+	AllowRemovals bool
+}
+
+// Apply carries out a plan from Plan: it saves the PKI to the state
+// directory first (so that a crash never leaves nodes with certificates
+// rigger does not have), then runs the plan (execute.Run), and records the
+// cluster's nodes for the next plan.
+func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+	if err := s.checkRemovals(pl.Plan, ao.AllowRemovals); err != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, err
+	}
+	if pl.saveState {
+		if err := pki.Save(s.opts.StateDir, pl.PKI); err != nil {
+			return &execute.Result{NotRun: pl.Plan.Steps}, fmt.Errorf("save certificates before applying: %w", err)
+		}
+		pl.saveState = false
+	}
+	if err := s.recordNodes(); err != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, err
+	}
+	chk, err := s.checker(pl.PKI)
+	if err != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, err
+	}
+	workers := 0
+	for _, n := range pl.Desired.Nodes {
+		if slices.Contains(n.Roles, spec.RoleWorker) {
+			workers++
+		}
+	}
+	budget, err := spec.ParseBudget(s.c.UpgradeStrategy.MaxUnavailableWorker, 1)
+	if err != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, fmt.Errorf("upgrade_strategy.max_unavailable_worker: %w", err)
+	}
+	res, err := execute.Run(ctx, pl.Plan, execute.Options{
+		Desired: pl.Desired,
+		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
+			return s.tr.Docker(ctx, node)
+		},
+		Health:               chk,
+		Hooks:                ao.Hooks,
+		HelperImage:          s.c.SystemImages.Alpine,
+		MaxParallel:          s.c.Rigger.MaxParallel,
+		MaxUnavailableWorker: budget.Of(workers, 1),
+		MaxPlanAge:           MaxPlanAge,
+		Now:                  s.opts.Now,
+	})
+	if err == nil {
+		// The removed nodes are clean: the next plan need not look.
+		err = s.forgetNodes(pl.Plan.RemovedNodes)
+	}
+	return res, err
+}
+
+// MaxPlanAge is how old an observation Apply acts on may be.
+const MaxPlanAge = 15 * time.Minute
+
+// checker probes components with the kube-node certificate, which etcd and
+// the API server accept.
+func (s *Session) checker(set *pki.Set) (*health.Checker, error) {
+	node := set.Certs[pki.KubeNodeCertName]
+	cert, err := tls.X509KeyPair(node.CertPEM, node.KeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("load the kube-node certificate for health checks: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(set.Certs[pki.CACertName].CertPEM)
+	return &health.Checker{Dial: s.tr.Dial, ClientCert: cert, CA: pool}, nil
+}
+
+// checkRemovals is the guard against a truncated cluster.yml: removing
+// more nodes than rigger.max_removed_nodes allows needs AllowRemovals.
+func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
+	removed := slices.Clone(p.RemovedNodes)
+	for _, u := range p.Unreachable {
+		if u.Removed {
+			removed = append(removed, u.Node)
+		}
+	}
+	if len(removed) == 0 || allow {
+		return nil
+	}
+	budget, err := spec.ParseBudget(s.c.Rigger.MaxRemovedNodes, 0)
+	if err != nil {
+		return fmt.Errorf("rigger.max_removed_nodes: %w", err)
+	}
+	total := len(s.c.Nodes) + len(removed)
+	if most := budget.Of(total, 0); len(removed) > most {
+		return fmt.Errorf("the plan removes %d of %d nodes (%s), more than rigger.max_removed_nodes (%s) allows: "+
+			"if cluster.yml is complete and this is meant, apply with --allow-removals",
+			len(removed), total, strings.Join(removed, ", "), s.c.Rigger.MaxRemovedNodes)
+	}
+	return nil
+}
+
+// PlanRemove observes the nodes and plans the teardown of the cluster:
+// every container of the cluster removed and rigger's files cleaned on
+// every node of cluster.yml and of the last apply.
+func (s *Session) PlanRemove(ctx context.Context) (*Planned, error) {
+	o := s.observe(ctx)
+	return &Planned{Plan: plan.Compute(&desired.Cluster{Name: s.c.ClusterName}, o), Desired: &desired.Cluster{Name: s.c.ClusterName}, Observed: o}, nil
+}
+
+// Remove carries out a plan from PlanRemove. The state directory is kept:
+// the certificates are still those of any node that did not answer.
+func (s *Session) Remove(ctx context.Context, pl *Planned, hooks execute.Hooks) (*execute.Result, error) {
+	res, err := execute.Run(ctx, pl.Plan, execute.Options{
+		Desired: pl.Desired,
+		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
+			return s.tr.Docker(ctx, node)
+		},
+		Hooks:       hooks,
+		HelperImage: s.c.SystemImages.Alpine,
+		MaxParallel: s.c.Rigger.MaxParallel,
+		MaxPlanAge:  MaxPlanAge,
+		Now:         s.opts.Now,
+	})
+	if err == nil {
+		err = s.forgetNodes(pl.Plan.RemovedNodes)
+	}
+	return res, err
+}
+
+// Kubeconfig returns the admin kubeconfig: the API server of the first
+// controlplane node, with the kube-admin certificate. The PKI comes from
+// the state directory or, when that is lost, from a controlplane node (and
+// is then saved to the state directory).
+func (s *Session) Kubeconfig(ctx context.Context) ([]byte, error) {
+	set, err := pki.Load(s.opts.StateDir)
+	var nf *pki.NotFoundError
+	if errors.As(err, &nf) {
+		var source string
+		set, source, err = s.recoverPKI(ctx, s.observe(ctx))
+		if err == nil && set == nil {
+			return nil, fmt.Errorf("no certificates for cluster %s: the state directory %s has none and no node runs the cluster (%s): run rigger apply first",
+				s.c.ClusterName, s.opts.StateDir, source)
+		}
+		if err == nil {
+			err = pki.Save(s.opts.StateDir, set)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pki.AdminKubeconfig(set, s.req)
 }

@@ -3,15 +3,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/spf13/cobra"
 )
 
 func newPlanCommand() *cobra.Command {
-	var file, output, out string
+	var (
+		f           clusterFlags
+		output, out string
+	)
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show what must change on the nodes to match cluster.yml",
@@ -29,15 +30,19 @@ checked and nothing must change.`,
   rigger plan -f cluster.yml -o json --out plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := loadCluster(cmd, file)
+			if output != "text" && output != "json" {
+				return fmt.Errorf("unknown output format %q: use text or json", output)
+			}
+			_, s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			p, err := reconcile.Plan(cmd.Context(), c, log)
+			defer s.Close()
+			pl, err := s.Plan(cmd.Context())
 			if err != nil {
 				return err
 			}
+			p := pl.Plan
 			if out != "" {
 				b, err := json.MarshalIndent(p, "", "  ")
 				if err != nil {
@@ -54,10 +59,8 @@ checked and nothing must change.`,
 				if err := enc.Encode(p); err != nil {
 					return err
 				}
-			case "text":
-				p.Render(cmd.OutOrStdout())
 			default:
-				return fmt.Errorf("unknown output format %q: use text or json", output)
+				renderPlanned(cmd.OutOrStdout(), pl)
 			}
 			if !p.Empty() {
 				return &exitError{code: 2}
@@ -70,7 +73,7 @@ checked and nothing must change.`,
 			return nil
 		},
 	}
-	addFileFlag(cmd, &file)
+	f.add(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))

@@ -40,6 +40,11 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newValidateCommand(),
 		newConfigCommand(),
 		newPlanCommand(),
+		newApplyCommand(),
+		newRemoveCommand(),
+		newKubeconfigCommand(),
+		newStatusCommand(),
+		newNginxProxyCommand(),
 		newSandboxCommand(),
 	)
 	return root

@@ -113,7 +113,7 @@ func (b *builder) node(h *host) Node {
 			LabelSpec:      c.SpecJSON(),
 		}
 	}
-	return Node{Address: h.address, Hostname: h.hostname, Roles: h.roles(), Containers: cs}
+	return Node{Address: h.address, InternalAddress: h.internal, Hostname: h.hostname, Roles: h.roles(), Containers: cs}
 }
 
 // kubernetesBind is /etc/kubernetes, under prefix_path on the node. RKE
@@ -404,20 +404,21 @@ func (b *builder) kubeProxy(h *host) Container {
 }
 
 // nginxProxy is the local load balancer to every API server on a node
-// without the controlplane role, run by rigger's own image. CP_HOSTS is
-// RKE's variable for the same list; the upstreams are in its order.
+// without the controlplane role. The container is RKE's: the image's own
+// entrypoint runs with the command `nginx-proxy` and CP_HOSTS, the
+// controlplane nodes' internal addresses in cluster.yml order, and it
+// listens on APIServerPort. So the same spec runs rancher/rke-tools (whose
+// entrypoint writes an nginx stream configuration) and rigger's own image
+// (`rigger nginx-proxy`).
 func (b *builder) nginxProxy() Container {
-	args := []string{"nginx-proxy", "--listen", NginxProxyListen}
 	hosts := make([]string, 0, len(b.cp))
 	for _, h := range b.cp {
-		args = append(args, "--upstream", joinHostPort(h.internal, APIServerPort))
 		hosts = append(hosts, h.internal)
 	}
 	return Container{
 		Name:          NginxProxy,
 		Image:         b.c.SystemImages.NginxProxy,
-		Entrypoint:    []string{RiggerBinary},
-		Args:          args,
+		Args:          []string{"nginx-proxy"},
 		Env:           []string{envCPHosts + "=" + strings.Join(hosts, ",")},
 		NetworkMode:   NetworkModeHost,
 		RestartPolicy: RestartAlways,

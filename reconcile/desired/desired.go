@@ -58,6 +58,9 @@ type Cluster struct {
 type Node struct {
 	// Address is the node's address in cluster.yml, its identity.
 	Address string `json:"address"`
+	// InternalAddress is where the node's components listen and talk to
+	// each other (internal_address, or address).
+	InternalAddress string `json:"internal_address"`
 	// Hostname is the node's name in Kubernetes (hostname_override).
 	Hostname string `json:"hostname"`
 	// Roles of the node, in the order etcd, controlplane, worker.
@@ -65,6 +68,11 @@ type Node struct {
 	// Containers in start order: etcd, the control plane, nginx-proxy, then
 	// kubelet and kube-proxy.
 	Containers []Container `json:"containers"`
+	// Files are the files the node's containers read (certificates,
+	// kubeconfigs, configs), by path on the node. Build leaves them empty:
+	// the certificates come from reconcile/pki, which the caller adds. They
+	// hold keys, so they never go into JSON.
+	Files map[string][]byte `json:"-"`
 }
 
 // Container is the desired spec of one component container.
@@ -73,7 +81,8 @@ type Container struct {
 	Name string `json:"name"`
 	// Image reference, as in system_images or services.*.image.
 	Image string `json:"image"`
-	// Entrypoint of the container: the component's binary.
+	// Entrypoint of the container: the component's binary, or empty for
+	// the image's own (nginx-proxy).
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	// Args after the entrypoint: `--flag=value`, sorted by flag name.
 	Args []string `json:"args,omitempty"`

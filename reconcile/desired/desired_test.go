@@ -216,10 +216,10 @@ func TestNginxProxyOnNodesWithoutControlplane(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := load(t, name)
 			d := build(t, c)
-			var upstreams []string
+			var cp []string
 			for _, n := range c.Nodes {
 				if slices.Contains(n.Role, spec.RoleControlPlane) {
-					upstreams = append(upstreams, "--upstream", n.InternalAddress+":6443")
+					cp = append(cp, n.InternalAddress)
 				}
 			}
 			for i, n := range d.Nodes {
@@ -229,9 +229,12 @@ func TestNginxProxyOnNodesWithoutControlplane(t *testing.T) {
 					t.Errorf("%s: has nginx-proxy = %v, want %v", n.Address, has, want)
 				}
 				if has {
-					wantArgs := append([]string{"nginx-proxy", "--listen", "127.0.0.1:6443"}, upstreams...)
-					if diff := cmp.Diff(wantArgs, p.Args); diff != "" {
-						t.Errorf("%s: nginx-proxy args (-want +got):\n%s", n.Address, diff)
+					// RKE's container: the image's entrypoint, command
+					// nginx-proxy, the controlplane nodes in CP_HOSTS.
+					got := struct{ Entrypoint, Args, Env []string }{p.Entrypoint, p.Args, p.Env}
+					want := struct{ Entrypoint, Args, Env []string }{nil, []string{"nginx-proxy"}, []string{"CP_HOSTS=" + strings.Join(cp, ",")}}
+					if diff := cmp.Diff(want, got); diff != "" {
+						t.Errorf("%s: nginx-proxy container (-want +got):\n%s", n.Address, diff)
 					}
 					if p.Image != c.SystemImages.NginxProxy {
 						t.Errorf("%s: nginx-proxy image %s, want system_images.nginx_proxy %s", n.Address, p.Image, c.SystemImages.NginxProxy)

@@ -40,8 +40,6 @@ const (
 	// CRIDockerdDir is cri-dockerd's state directory (under prefix_path).
 	CRIDockerdDir = "/var/lib/cri-dockerd"
 
-	// RiggerBinary is the entrypoint of rigger's own image, which runs nginx-proxy.
-	RiggerBinary = "/usr/local/bin/rigger"
 	// binDir holds the components' binaries in the Kubernetes and etcd images.
 	binDir = "/usr/local/bin/"
 )
@@ -70,9 +68,6 @@ const (
 	EtcdClientPort = "2379"
 	// EtcdPeerPort is etcd's peer port.
 	EtcdPeerPort = "2380"
-	// NginxProxyListen is where nginx-proxy listens on nodes without the
-	// controlplane role; their kubeconfigs name it as the API server.
-	NginxProxyListen = "127.0.0.1:" + APIServerPort
 )
 
 func certPath(name string) string   { return SSLDir + name + ".pem" }

@@ -87,7 +87,7 @@ func TestObserveSandbox(t *testing.T) {
 	observe := func() *Cluster {
 		ctx, cancel := context.WithTimeout(context.Background(), e2eCallTimeout)
 		defer cancel()
-		return Observe(ctx, tr, "e2e", nodes, 2, nil)
+		return Observe(ctx, tr, Request{Cluster: "e2e", Nodes: nodes, MaxParallel: 2})
 	}
 	checkNode1 := func(got *Cluster) {
 		t.Helper()

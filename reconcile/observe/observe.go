@@ -2,6 +2,10 @@ package observe
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,16 +13,39 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/transport"
 )
 
-// Observe reads every node in nodes through t, at most maxParallel nodes at
-// once (rigger.max_parallel; zero or less means no limit): whether its
-// Docker engine answers, the engine's version, and the containers of the
-// cluster named clusterName (label io.rigger.cluster), in every state.
+// Request is what Observe looks at.
+type Request struct {
+	// Cluster is the cluster_name: containers labelled io.rigger.cluster
+	// with it are the cluster's.
+	Cluster string
+	// Nodes are the addresses to observe (an address given twice is
+	// observed once).
+	Nodes []string
+	// MaxParallel bounds how many nodes are observed at once
+	// (rigger.max_parallel; zero or less means no limit).
+	MaxParallel int
+	// FilesImage is the image of the helper container that reads FilesDir
+	// (system_images.alpine). Files are read only when it is set and
+	// already on the node: observing never pulls.
+	FilesImage string
+	// FilesDir is the directory whose files are hashed, desired.KubernetesDir.
+	FilesDir string
+	// Now gives the observation's time (nil: time.Now).
+	Now func() time.Time
+}
+
+// Observe reads every node of r through t: whether its Docker engine
+// answers, the engine's version, the containers of the cluster in every
+// state, and the hashes of the files under r.FilesDir with the expiry of
+// the certificates among them.
 //
 // It never fails as a whole. A node whose engine cannot be reached, or whose
 // engine fails a call midway, is Reachable: false with the error in Err and
@@ -27,20 +54,18 @@ import (
 // connection is lost between calls), Err is that error, for errors.As.
 //
 // When ctx ends, Observe stops and returns what it has: nodes not observed
-// by then are unreachable with ctx's error. Every address in nodes is a key
-// of the result (an address given twice is observed once).
-//
-// now gives the observation's time (nil: time.Now).
-func Observe(ctx context.Context, t transport.Transport, clusterName string, nodes []string,
-	maxParallel int, now func() time.Time) *Cluster {
+// by then are unreachable with ctx's error. Every address in r.Nodes is a
+// key of the result.
+func Observe(ctx context.Context, t transport.Transport, r Request) *Cluster {
+	now := r.Now
 	if now == nil {
 		now = time.Now
 	}
-	out := &Cluster{At: now(), Nodes: make(map[string]*Node, len(nodes))}
+	out := &Cluster{At: now(), Nodes: make(map[string]*Node, len(r.Nodes))}
 	// Each goroutine writes its own slot; the map is filled after Wait.
-	seen := make(map[string]bool, len(nodes))
-	addrs := make([]string, 0, len(nodes))
-	for _, a := range nodes {
+	seen := make(map[string]bool, len(r.Nodes))
+	addrs := make([]string, 0, len(r.Nodes))
+	for _, a := range r.Nodes {
 		if !seen[a] {
 			seen[a] = true
 			addrs = append(addrs, a)
@@ -48,13 +73,14 @@ func Observe(ctx context.Context, t transport.Transport, clusterName string, nod
 	}
 	results := make([]*Node, len(addrs))
 	g, gctx := errgroup.WithContext(ctx)
+	maxParallel := r.MaxParallel
 	if maxParallel <= 0 {
 		maxParallel = -1
 	}
 	g.SetLimit(maxParallel)
 	for i, addr := range addrs {
 		g.Go(func() error {
-			results[i] = observeNode(gctx, t, clusterName, addr)
+			results[i] = observeNode(gctx, t, r, addr)
 			return nil // a node's failure is its result, not the group's
 		})
 	}
@@ -66,7 +92,7 @@ func Observe(ctx context.Context, t transport.Transport, clusterName string, nod
 }
 
 // observeNode reads one node. It always returns a Node.
-func observeNode(ctx context.Context, t transport.Transport, clusterName, addr string) *Node {
+func observeNode(ctx context.Context, t transport.Transport, r Request, addr string) *Node {
 	n := &Node{Address: addr}
 	if err := ctx.Err(); err != nil {
 		return n.unreachable(fmt.Errorf("node %s: not observed: %w", addr, err))
@@ -84,18 +110,60 @@ func observeNode(ctx context.Context, t transport.Transport, clusterName, addr s
 	n.DockerVersion, n.DockerAPIVersion = v.Version, v.APIVersion
 	list, err := cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", desired.LabelCluster+"="+clusterName)),
+		Filters: filters.NewArgs(filters.Arg("label", desired.LabelCluster+"="+r.Cluster)),
 	})
 	if err != nil {
 		return n.unreachable(callError(addr, "list containers", err))
 	}
-	n.Reachable = true
 	n.Containers = make(map[string]Container, len(list))
 	for _, s := range list {
 		c := fromSummary(s)
 		n.Containers[c.Name] = c
 	}
+	if r.FilesImage != "" && r.FilesDir != "" {
+		if err := n.readFiles(ctx, cli, r.FilesImage, r.FilesDir); err != nil {
+			return n.unreachable(err)
+		}
+	}
+	n.Reachable = true
 	return n
+}
+
+// readFiles hashes the files under dir, when the helper image is on the
+// node, and reads the expiry of the certificates among them.
+func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir string) error {
+	if _, err := e.ImageInspect(ctx, image); errdefs.IsNotFound(err) {
+		return nil // FilesRead stays false: the plan writes every file
+	} else if err != nil {
+		return callError(n.Address, "inspect image "+image, err)
+	}
+	files, err := dockerop.ReadDir(ctx, e, n.Address, image, dir)
+	if err != nil {
+		return callError(n.Address, "read files", err)
+	}
+	n.FilesRead = true
+	n.Files = make(map[string]string, len(files))
+	for p, b := range files {
+		n.Files[p] = FileHash(b)
+		if !strings.HasSuffix(p, ".pem") || strings.HasSuffix(p, "-key.pem") {
+			continue
+		}
+		if blk, _ := pem.Decode(b); blk != nil && blk.Type == "CERTIFICATE" {
+			if c, err := x509.ParseCertificate(blk.Bytes); err == nil {
+				if n.CertExpiry == nil {
+					n.CertExpiry = map[string]time.Time{}
+				}
+				n.CertExpiry[p] = c.NotAfter
+			}
+		}
+	}
+	return nil
+}
+
+// FileHash is how Observe hashes a file's content: hex SHA-256.
+func FileHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // callError is the error of a Docker call that failed on a node the
@@ -117,6 +185,7 @@ func (n *Node) unreachable(err error) *Node {
 	n.Err = err
 	n.Error = err.Error()
 	n.DockerVersion, n.DockerAPIVersion, n.Containers = "", "", nil
+	n.FilesRead, n.Files, n.CertExpiry = false, nil, nil
 	return n
 }
 

@@ -136,8 +136,9 @@ func TestObserve(t *testing.T) {
 		return nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)
 	}}
 
-	got := Observe(context.Background(), tr, "prod",
-		[]string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.1"}, 2, func() time.Time { return at })
+	got := Observe(context.Background(), tr, Request{Cluster: "prod",
+		Nodes:       []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.1"},
+		MaxParallel: 2, Now: func() time.Time { return at }})
 
 	want := &Cluster{At: at, Nodes: map[string]*Node{
 		"10.0.0.1": {Address: "10.0.0.1", Reachable: true, DockerVersion: "20.10.24", DockerAPIVersion: "1.41",
@@ -201,7 +202,7 @@ func TestObserveLimit(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("10.0.0.%d", i+1)
 	}
-	got := Observe(context.Background(), tr, "prod", nodes, limit, nil)
+	got := Observe(context.Background(), tr, Request{Cluster: "prod", Nodes: nodes, MaxParallel: limit})
 	if m := most.Load(); m != limit {
 		t.Errorf("at most %d nodes were observed at once, want %d", m, limit)
 	}
@@ -236,7 +237,7 @@ func TestObserveCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	got := Observe(ctx, tr, "prod", nodes, 4, nil)
+	got := Observe(ctx, tr, Request{Cluster: "prod", Nodes: nodes, MaxParallel: 4})
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Observe took %s after ctx was cancelled", took)
 	}

@@ -28,6 +28,14 @@ type Node struct {
 	// Containers are the containers of this cluster on the node (those with
 	// the label io.rigger.cluster=<cluster name>), by container name.
 	Containers map[string]Container `json:"containers,omitempty"`
+	// FilesRead says whether Files were read: false when the helper image
+	// is not on the node yet, and the plan must then write every file.
+	FilesRead bool `json:"files_read,omitempty"`
+	// Files are the hashes (FileHash) of the files under the directory
+	// rigger manages (/etc/kubernetes), by path on the node.
+	Files map[string]string `json:"files,omitempty"`
+	// CertExpiry is when each certificate among Files expires, by path.
+	CertExpiry map[string]time.Time `json:"cert_expiry,omitempty"`
 }
 
 // Container is a rigger-managed container as observed.

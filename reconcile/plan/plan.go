@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -22,15 +24,23 @@ const (
 	// Remove removes a container that should not run on its node.
 	Remove Action = "remove"
 	// Restart starts again a container whose spec is unchanged but which is
-	// not running (exited, dead, created and never started).
+	// not running (exited, dead, created and never started), or which reads
+	// a file that changed.
 	Restart Action = "restart"
+	// WriteFiles writes the files of a node that are missing or differ
+	// (Step.Files); its Component is FilesComponent.
+	WriteFiles Action = "write-files"
 )
+
+// FilesComponent is the Component of a WriteFiles step.
+const FilesComponent = "files"
 
 // Phase is a group of steps the executor runs together, in the order of
 // the constants (see the package doc).
 type Phase string
 
 const (
+	PhaseFiles        Phase = "files"
 	PhaseEtcd         Phase = "etcd"
 	PhaseControlPlane Phase = "controlplane"
 	PhaseWorker       Phase = "worker"
@@ -52,6 +62,11 @@ type Step struct {
 	Before *observe.Container
 	// After is the desired container; nil for Remove.
 	After *desired.Container
+	// Files are the paths a WriteFiles step writes, sorted.
+	Files []string
+	// AfterHash is the spec hash of After in a plan read from JSON, which
+	// has no After.
+	AfterHash string
 }
 
 // Unreachable is a node the plan could not be computed for.
@@ -113,7 +128,7 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 	}
 	p := &Plan{ObservedAt: o.At}
 	var (
-		phases    [3][]Step // PhaseEtcd, PhaseControlPlane, PhaseWorker
+		phases    [4][]Step // PhaseFiles, PhaseEtcd, PhaseControlPlane, PhaseWorker
 		inDesired = make(map[string]bool, len(d.Nodes))
 	)
 	for i := range d.Nodes {
@@ -162,6 +177,11 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 // order of the components.
 func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
 	var steps []Step
+	changed, reason := changedFiles(dn, on)
+	if len(changed) > 0 {
+		steps = append(steps, Step{Node: dn.Address, Component: FilesComponent, Action: WriteFiles,
+			Phase: PhaseFiles, Reason: reason, Files: changed})
+	}
 	for i := range dn.Containers {
 		dc := &dn.Containers[i]
 		s := Step{Node: dn.Address, Component: dc.Name, Phase: phaseOf(dc.Name), After: dc}
@@ -173,6 +193,8 @@ func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
 			s.Action, s.Reason = Replace, specReason(oc.Spec, dc.SpecJSON())
 		case oc.State != "running" && oc.State != "restarting":
 			s.Action, s.Reason = Restart, stateReason(oc.State)
+		case len(changed) > 0 && on.FilesRead && readsChanged(dc, changed, on):
+			s.Action, s.Reason = Restart, "reads changed files"
 		default:
 			continue
 		}
@@ -191,8 +213,69 @@ func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
 			Reason: notDesiredReason(dn, name), Before: &oc,
 		})
 	}
-	slices.SortStableFunc(steps, func(a, b Step) int { return rank(a.Component) - rank(b.Component) })
+	slices.SortStableFunc(steps, func(a, b Step) int { return Rank(a.Component) - Rank(b.Component) })
 	return steps
+}
+
+// changedFiles returns the desired files of a node that are missing or
+// differ, and why, naming at most a few of them.
+func changedFiles(dn *desired.Node, on *observe.Node) ([]string, string) {
+	var changed []string
+	for p, b := range dn.Files {
+		if !on.FilesRead || on.Files[p] != observe.FileHash(b) {
+			changed = append(changed, p)
+		}
+	}
+	if len(changed) == 0 {
+		return nil, ""
+	}
+	slices.Sort(changed)
+	if !on.FilesRead {
+		return changed, "files not read from the node: writing all"
+	}
+	var missing, differ []string
+	for _, p := range changed {
+		if _, ok := on.Files[p]; ok {
+			differ = append(differ, path.Base(p))
+		} else {
+			missing = append(missing, path.Base(p))
+		}
+	}
+	var parts []string
+	if len(missing) > 0 {
+		parts = append(parts, "missing: "+listSome(missing))
+	}
+	if len(differ) > 0 {
+		parts = append(parts, "changed: "+listSome(differ))
+	}
+	return changed, strings.Join(parts, "; ")
+}
+
+// readsChanged reports whether the container reads one of the changed
+// files that was on the node before (a file that is new is read when the
+// container that needs it is created or replaced). A container names its
+// files in its flags or environment.
+func readsChanged(c *desired.Container, changed []string, on *observe.Node) bool {
+	for _, p := range changed {
+		if _, existed := on.Files[p]; !existed {
+			continue
+		}
+		for _, s := range slices.Concat(c.Args, c.Env) {
+			if strings.Contains(s, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// listSome lists up to three names and how many more there are.
+func listSome(names []string) string {
+	const most = 3
+	if len(names) <= most {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:most], ", ") + fmt.Sprintf(" and %d more", len(names)-most)
 }
 
 // notDesiredReason says why a container should not run on a node of
@@ -247,7 +330,7 @@ func sortedNames(m map[string]observe.Container) []string {
 		names = append(names, n)
 	}
 	slices.SortFunc(names, func(a, b string) int {
-		if r := rank(a) - rank(b); r != 0 {
+		if r := Rank(a) - Rank(b); r != 0 {
 			return r
 		}
 		return strings.Compare(a, b)
@@ -255,10 +338,12 @@ func sortedNames(m map[string]observe.Container) []string {
 	return names
 }
 
-// rank is a component's place in start order; components rigger does not
-// know come last.
-func rank(name string) int {
+// Rank is a component's place in start order (files first); components
+// rigger does not know come last.
+func Rank(name string) int {
 	switch name {
+	case FilesComponent:
+		return -1
 	case desired.Etcd:
 		return 0
 	case desired.KubeAPIServer:
@@ -279,7 +364,7 @@ func rank(name string) int {
 
 // phaseOf is the phase of a component on a node of cluster.yml.
 func phaseOf(name string) Phase {
-	switch r := rank(name); {
+	switch r := Rank(name); {
 	case r == 0:
 		return PhaseEtcd
 	case r <= 3:
@@ -290,10 +375,12 @@ func phaseOf(name string) Phase {
 
 func phaseIndex(p Phase) int {
 	switch p {
-	case PhaseEtcd:
+	case PhaseFiles:
 		return 0
-	case PhaseControlPlane:
+	case PhaseEtcd:
 		return 1
+	case PhaseControlPlane:
+		return 2
 	}
-	return 2
+	return 3
 }

@@ -269,8 +269,8 @@ func TestCompute(t *testing.T) {
 				"controlplane 10.0.0.2 remove kube-controller-manager (not desired on this node: role controlplane removed)",
 				"controlplane 10.0.0.2 remove kube-scheduler (not desired on this node: role controlplane removed)",
 				"worker 10.0.0.2 create nginx-proxy (container missing)",
-				"worker 10.0.0.3 replace nginx-proxy (args changed: ---upstream, -10.0.0.2:6443; env changed: +CP_HOSTS=10.0.0.1, -CP_HOSTS=10.0.0.1,10.0.0.2)",
-				"worker 10.0.0.4 replace nginx-proxy (args changed: ---upstream, -10.0.0.2:6443; env changed: +CP_HOSTS=10.0.0.1, -CP_HOSTS=10.0.0.1,10.0.0.2)",
+				"worker 10.0.0.3 replace nginx-proxy (env changed: +CP_HOSTS=10.0.0.1, -CP_HOSTS=10.0.0.1,10.0.0.2)",
+				"worker 10.0.0.4 replace nginx-proxy (env changed: +CP_HOSTS=10.0.0.1, -CP_HOSTS=10.0.0.1,10.0.0.2)",
 			},
 		},
 		{
@@ -292,7 +292,7 @@ func TestCompute(t *testing.T) {
 				"controlplane 10.0.0.3 create kube-controller-manager (container missing)",
 				"controlplane 10.0.0.3 create kube-scheduler (container missing)",
 				"worker 10.0.0.3 remove nginx-proxy (not desired on this node: role controlplane added, the API server is local)",
-				"worker 10.0.0.4 replace nginx-proxy (args changed: +--upstream, +10.0.0.3:6443; env changed: +CP_HOSTS=10.0.0.1,10.0.0.2,10.0.0.3, -CP_HOSTS=10.0.0.1,10.0.0.2)",
+				"worker 10.0.0.4 replace nginx-proxy (env changed: +CP_HOSTS=10.0.0.1,10.0.0.2,10.0.0.3, -CP_HOSTS=10.0.0.1,10.0.0.2)",
 			},
 		},
 		{
@@ -502,6 +502,83 @@ func TestSpecReason(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := specReason(tt.before, tt.after); got != tt.want {
 				t.Errorf("specReason = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFiles checks the files step and the restarts of containers that
+// read a file that changed.
+func TestFiles(t *testing.T) {
+	const (
+		caPath   = "/etc/kubernetes/ssl/kube-ca.pem"
+		apiCert  = "/etc/kubernetes/ssl/kube-apiserver.pem"
+		newFile  = "/etc/kubernetes/ssl/new.pem"
+		onlyNode = "10.0.0.4"
+	)
+	withFiles := func(d *desired.Cluster, files map[string][]byte) {
+		for i := range d.Nodes {
+			d.Nodes[i].Files = files
+		}
+	}
+	observed := func(d *desired.Cluster, files map[string][]byte) *observe.Cluster {
+		o := asApplied(d)
+		for _, n := range o.Nodes {
+			n.FilesRead = true
+			n.Files = map[string]string{}
+			for p, b := range files {
+				n.Files[p] = observe.FileHash(b)
+			}
+		}
+		return o
+	}
+	before := map[string][]byte{caPath: []byte("ca"), apiCert: []byte("api")}
+	for _, tc := range []struct {
+		name    string
+		want    map[string][]byte
+		notRead bool
+		steps   []string
+	}{
+		{name: "same files", want: before},
+		{
+			name: "certificate changed",
+			want: map[string][]byte{caPath: []byte("ca"), apiCert: []byte("api v2")},
+			steps: []string{
+				"files 10.0.0.4 write-files files (changed: kube-apiserver.pem)",
+				"controlplane 10.0.0.4 restart kube-apiserver (reads changed files)",
+			},
+		},
+		{
+			name: "new file only",
+			want: map[string][]byte{caPath: []byte("ca"), apiCert: []byte("api"), newFile: []byte("new")},
+			steps: []string{
+				"files 10.0.0.4 write-files files (missing: new.pem)",
+			},
+		},
+		{
+			name:    "files not read",
+			want:    before,
+			notRead: true,
+			steps: []string{
+				"files 10.0.0.4 write-files files (files not read from the node: writing all)",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := build(t, "cluster_name: test\nnodes:\n  - {address: "+onlyNode+", user: u, role: [etcd, controlplane, worker]}\n", nil)
+			o := observed(d, before)
+			if tc.notRead {
+				o.Nodes[onlyNode].FilesRead, o.Nodes[onlyNode].Files = false, nil
+			}
+			withFiles(d, tc.want)
+			p := Compute(d, o)
+			if diff := cmp.Diff(tc.steps, lines(p)); diff != "" {
+				t.Errorf("steps (-want +got):\n%s", diff)
+			}
+			for _, s := range p.Steps {
+				if s.Action == WriteFiles && len(s.Files) == 0 {
+					t.Errorf("write-files step without files: %+v", s)
+				}
 			}
 		})
 	}

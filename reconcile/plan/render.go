@@ -2,7 +2,9 @@ package plan
 
 import (
 	"encoding/json"
+
 	"fmt"
+	"github.com/rigger/rigger/reconcile/observe"
 	"io"
 	"slices"
 	"strings"
@@ -19,6 +21,8 @@ func symbol(a Action) string {
 		return "↻"
 	case Remove:
 		return "-"
+	case WriteFiles:
+		return "*"
 	}
 	return "?"
 }
@@ -62,8 +66,12 @@ func (p *Plan) Render(w io.Writer) {
 		fmt.Fprintln(w, "No changes. The cluster matches cluster.yml.")
 		return
 	}
-	fmt.Fprintf(w, "Plan: %d to create, %d to replace, %d to restart, %d to remove.\n",
-		p.Count(Create), p.Count(Replace), p.Count(Restart), p.Count(Remove))
+	files := ""
+	if n := p.Count(WriteFiles); n > 0 {
+		files = fmt.Sprintf(", files to write on %d node(s)", n)
+	}
+	fmt.Fprintf(w, "Plan: %d to create, %d to replace, %d to restart, %d to remove%s.\n",
+		p.Count(Create), p.Count(Replace), p.Count(Restart), p.Count(Remove), files)
 	if b := p.blockedCount(); b > 0 {
 		fmt.Fprintf(w, "%d node(s) of cluster.yml could not be checked; run the plan again when they answer.\n", b)
 	}
@@ -102,12 +110,13 @@ type stepJSON struct {
 	Reason    string        `json:"reason"`
 	Before    *containerRef `json:"before,omitempty"`
 	After     *containerRef `json:"after,omitempty"`
+	Files     []string      `json:"files,omitempty"`
 }
 
 // MarshalJSON encodes the step with a summary of Before and After (ID,
 // image, state, spec hash): their env and spec labels may hold secrets.
 func (s Step) MarshalJSON() ([]byte, error) {
-	j := stepJSON{Node: s.Node, Component: s.Component, Action: s.Action, Phase: s.Phase, Reason: s.Reason}
+	j := stepJSON{Node: s.Node, Component: s.Component, Action: s.Action, Phase: s.Phase, Reason: s.Reason, Files: s.Files}
 	if b := s.Before; b != nil {
 		j.Before = &containerRef{ID: b.ID, Image: b.Image, State: b.State, SpecHash: b.SpecHash}
 	}
@@ -118,3 +127,59 @@ func (s Step) MarshalJSON() ([]byte, error) {
 }
 
 var _ json.Marshaler = Step{}
+
+// UnmarshalJSON reads a step that MarshalJSON wrote, for Diff: Before is
+// the summary that was saved, After is left nil and its spec hash kept.
+func (s *Step) UnmarshalJSON(b []byte) error {
+	var j stepJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = Step{Node: j.Node, Component: j.Component, Action: j.Action, Phase: j.Phase, Reason: j.Reason, Files: j.Files}
+	if b := j.Before; b != nil {
+		s.Before = &observe.Container{ID: b.ID, Name: j.Component, Image: b.Image, State: b.State, SpecHash: b.SpecHash}
+	}
+	if a := j.After; a != nil {
+		s.AfterHash = a.SpecHash
+	}
+	return nil
+}
+
+// key is what Diff compares of a step: what it does, to which container,
+// from which state to which spec.
+func (s Step) key() string {
+	after := s.AfterHash
+	if s.After != nil {
+		after = s.After.Hash()
+	}
+	before := ""
+	if s.Before != nil {
+		before = s.Before.ID + "@" + s.Before.SpecHash + "/" + s.Before.State
+	}
+	return fmt.Sprintf("%s %s %s %s → %s %s", s.Node, s.Action, s.Component, before, after, strings.Join(s.Files, ","))
+}
+
+// Diff says how two plans differ in what they do, one line a difference
+// ("- " only in a, "+ " only in b), or "" when they do the same. Reasons
+// and times do not count. It lets apply refuse a saved plan when the nodes
+// changed since it was made.
+func Diff(a, b *Plan) string {
+	count := map[string]int{}
+	for _, s := range a.Steps {
+		count[s.key()]--
+	}
+	for _, s := range b.Steps {
+		count[s.key()]++
+	}
+	var lines []string
+	for k, n := range count {
+		for ; n < 0; n++ {
+			lines = append(lines, "- "+k)
+		}
+		for ; n > 0; n-- {
+			lines = append(lines, "+ "+k)
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}

@@ -134,3 +134,32 @@ func TestJSONRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestDiff: a saved plan read back is the same plan; a plan of changed
+// nodes is not, and the difference is named.
+func TestDiff(t *testing.T) {
+	d := build(t, baseYML, func(c *spec.Cluster) { c.Services.Kubelet.Image = "k:new" })
+	o := asApplied(build(t, baseYML, nil))
+	p := Compute(d, o)
+	var saved Plan
+	if err := json.Unmarshal([]byte(mustJSON(t, p)), &saved); err != nil {
+		t.Fatal(err)
+	}
+	if diff := Diff(&saved, p); diff != "" {
+		t.Fatalf("a plan read back differs from itself:\n%s", diff)
+	}
+
+	// Someone recreated the kubelet of 10.0.0.4 since the plan was saved.
+	kubelet := o.Nodes["10.0.0.4"].Containers[desired.Kubelet]
+	kubelet.ID = "recreated"
+	o.Nodes["10.0.0.4"].Containers[desired.Kubelet] = kubelet
+	diff := Diff(&saved, Compute(d, o))
+	if strings.Count(diff, "\n") != 1 || !strings.Contains(diff, "- 10.0.0.4 replace kubelet") || !strings.Contains(diff, "+ 10.0.0.4 replace kubelet recreated@") {
+		t.Errorf("diff after a change on the node:\n%s", diff)
+	}
+	// A different desired spec is a different plan too.
+	d2 := build(t, baseYML, func(c *spec.Cluster) { c.Services.Kubelet.Image = "k:newer" })
+	if Diff(&saved, Compute(d2, asApplied(build(t, baseYML, nil)))) == "" {
+		t.Error("a plan to another image is the same as the saved one")
+	}
+}

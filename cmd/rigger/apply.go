@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/plan"
+)
+
+func newApplyCommand() *cobra.Command {
+	var (
+		f             clusterFlags
+		yes           bool
+		planFile      string
+		allowRemovals bool
+	)
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "Make the nodes run what cluster.yml says",
+		Long: `Apply plans as "rigger plan" does, shows the plan, asks for confirmation
+(unless --yes) and carries it out in phases:
+
+  1. certificates and files on every node;
+  2. etcd: a new cluster's members together, otherwise one member at a time,
+     each healthy before the next;
+  3. control plane: one node at a time, its API server, controller manager
+     and scheduler healthy before the next;
+  4. workers: upgrade_strategy.max_unavailable_worker nodes at a time, each
+     kubelet healthy before the next batch;
+  5. nodes removed from cluster.yml: containers removed, files cleaned.
+
+Unreachable nodes are reported and skipped; the rest converges. A node is
+removed only when it is gone from cluster.yml, and removing more nodes than
+rigger.max_removed_nodes allows needs --allow-removals.
+
+The cluster's certificates live in the state directory (--state-dir) and on
+the controlplane nodes. If the state directory is lost, apply recovers them
+from a controlplane node; it never makes a new CA for a running cluster.
+
+With --plan, apply carries out a plan saved by "rigger plan --out" without
+asking, and refuses if the nodes changed since it was made.
+
+Exit status: 0 when the cluster converged, 1 on failure or when a node of
+cluster.yml could not be reached.`,
+		Example: `  rigger apply -f cluster.yml
+  rigger plan -f cluster.yml --out plan.json && rigger apply -f cluster.yml --plan plan.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			out := cmd.OutOrStdout()
+			pl, err := s.Plan(cmd.Context())
+			if err != nil {
+				return err
+			}
+			renderPlanned(out, pl)
+			if planFile != "" {
+				if err := checkSavedPlan(planFile, pl.Plan); err != nil {
+					return err
+				}
+			}
+			if pl.Plan.Empty() && len(pl.PKIChanges) == 0 {
+				return unreachableExit(pl.Plan)
+			}
+			if !yes && planFile == "" {
+				if err := confirm(cmd, "Apply these changes?"); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintln(out)
+			res, err := s.Apply(cmd.Context(), pl, reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: allowRemovals})
+			renderResult(out, "Apply", res, err)
+			if err != nil {
+				return err
+			}
+			return unreachableExit(pl.Plan)
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking")
+	cmd.Flags().StringVar(&planFile, "plan", "", "carry out this plan (from rigger plan --out); refused if the nodes changed since")
+	cmd.Flags().BoolVar(&allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
+	return cmd
+}
+
+// unreachableExit is exit status 1 when a node of cluster.yml could not be
+// reached: the cluster did not fully converge.
+func unreachableExit(p *plan.Plan) error {
+	var nodes []string
+	for _, u := range p.Unreachable {
+		if !u.Removed {
+			nodes = append(nodes, u.Node)
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	return &exitError{code: 1, msg: fmt.Sprintf("%d node(s) of cluster.yml could not be reached and were left as they are: %v", len(nodes), nodes)}
+}
+
+// checkSavedPlan refuses a saved plan that is not the plan the nodes call
+// for now.
+func checkSavedPlan(path string, now *plan.Plan) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read saved plan: %w", err)
+	}
+	var saved plan.Plan
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("read saved plan %s: %w", path, err)
+	}
+	if diff := plan.Diff(&saved, now); diff != "" {
+		return &exitError{code: 1, msg: fmt.Sprintf("the nodes changed since %s was saved (at %s), nothing was applied:\n%s\nplan again",
+			path, saved.ObservedAt.Format("2006-01-02 15:04:05 MST"), diff)}
+	}
+	return nil
+}

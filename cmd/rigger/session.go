@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+// clusterFlags are the flags of every command that works on a cluster's
+// nodes: the cluster.yml and where its state lives.
+type clusterFlags struct {
+	file     string
+	stateDir string
+}
+
+func (f *clusterFlags) add(cmd *cobra.Command) {
+	addFileFlag(cmd, &f.file)
+	cmd.Flags().StringVar(&f.stateDir, "state-dir", "",
+		"directory of the cluster's certificates and node record, never in git (default $XDG_STATE_HOME/rigger/<cluster_name> or ~/.local/state/rigger/<cluster_name>)")
+}
+
+// open loads cluster.yml and opens a reconcile session on it.
+func (f *clusterFlags) open(cmd *cobra.Command) (*spec.Cluster, *reconcile.Session, error) {
+	c, err := loadCluster(cmd, f.file)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir := f.stateDir
+	if dir == "" {
+		if dir, err = reconcile.DefaultStateDir(c.ClusterName); err != nil {
+			return nil, nil, err
+		}
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// renderPlanned writes the plan and where the certificates come from.
+func renderPlanned(w io.Writer, pl *reconcile.Planned) {
+	fmt.Fprintf(w, "Certificates: %s", pl.PKISource)
+	if n := len(pl.PKIChanges); n > 0 {
+		fmt.Fprintf(w, "; %d to issue:", n)
+		for _, c := range pl.PKIChanges {
+			fmt.Fprintf(w, "\n  %s %s (%s)", c.Action, c.Name, c.Reason)
+		}
+	}
+	fmt.Fprint(w, "\n\n")
+	pl.Plan.Render(w)
+}
+
+// confirm asks on stdin; only "yes" goes on.
+func confirm(cmd *cobra.Command, question string) error {
+	fmt.Fprintf(cmd.OutOrStdout(), "\n%s\n  Only 'yes' will be accepted: ", question)
+	line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	if strings.TrimSpace(line) == "yes" {
+		return nil
+	}
+	if err != nil && line == "" {
+		return &exitError{code: 1, msg: "no answer on stdin: pass --yes to go on without asking"}
+	}
+	return &exitError{code: 1, msg: "cancelled: nothing was changed"}
+}
+
+// progressHooks print the executor's progress as k0sctl does: a title per
+// phase and a line per node.
+func progressHooks(w io.Writer) execute.Hooks {
+	return execute.Hooks{
+		Phase: func(_ plan.Phase, title string) { fmt.Fprintf(w, "==> %s\n", title) },
+		Step: func(node, msg string, err error) {
+			if err != nil {
+				fmt.Fprintf(w, "    %s: FAILED %s: %s\n", node, msg, indent(err.Error()))
+				return
+			}
+			fmt.Fprintf(w, "    %s: %s\n", node, msg)
+		},
+	}
+}
+
+func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n        ") }
+
+// renderResult writes the closing summary of an apply or remove.
+func renderResult(w io.Writer, verb string, res *execute.Result, err error) {
+	counts := map[plan.Action]int{}
+	for _, o := range res.Done {
+		if o.Err == nil {
+			counts[o.Step.Action]++
+		}
+	}
+	summary := fmt.Sprintf("%d created, %d replaced, %d restarted, %d removed, files written on %d node(s)",
+		counts[plan.Create], counts[plan.Replace], counts[plan.Restart], counts[plan.Remove], counts[plan.WriteFiles])
+	took := res.Duration.Round(100 * time.Millisecond)
+	if err == nil {
+		fmt.Fprintf(w, "\n%s complete in %s: %s.\n", verb, took, summary)
+		return
+	}
+	fmt.Fprintf(w, "\n%s FAILED after %s: %s; %d failed, %d not run.\n", verb, took, summary, len(res.Failed()), len(res.NotRun))
+	for _, s := range res.NotRun {
+		fmt.Fprintf(w, "  not run: %s %s %s\n", s.Node, s.Action, s.Component)
+	}
+}

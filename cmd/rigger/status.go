@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/reconcile"
+)
+
+func newStatusCommand() *cobra.Command {
+	var (
+		f      clusterFlags
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's nodes, containers, Kubernetes Nodes and certificates",
+		Long: `Status connects to every node and to the API server (through a controlplane
+node) and shows, per node: whether it answers, its containers and whether they
+match cluster.yml, and its Kubernetes Node's Ready condition; then how many
+changes a plan has and when the certificates expire. It changes nothing.
+
+Exit status: 0 when every node answers, every container is in sync and every
+Node is Ready; 1 otherwise.`,
+		Example: `  rigger status -f cluster.yml
+  rigger status -f cluster.yml -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("unknown output format %q: use text or json", output)
+			}
+			_, s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			st, _, err := s.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(st); err != nil {
+					return err
+				}
+			} else {
+				renderStatus(cmd.OutOrStdout(), st, time.Now())
+			}
+			if !healthy(st) {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+// healthy reports whether the cluster is as cluster.yml says and serving.
+func healthy(st *reconcile.Status) bool {
+	if st.PendingSteps > 0 || st.KubernetesError != "" {
+		return false
+	}
+	for _, n := range st.Nodes {
+		if !n.Reachable || n.Removed || n.KubernetesNode == nil || n.KubernetesNode.Ready != "True" {
+			return false
+		}
+	}
+	return true
+}
+
+func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
+	fmt.Fprintf(w, "Cluster %s, observed %s\n\n", st.Cluster, st.ObservedAt.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tHOSTNAME\tROLES\tREACHABLE\tCONTAINERS\tKUBERNETES NODE")
+	for _, n := range st.Nodes {
+		reach := "yes"
+		if !n.Reachable {
+			reach = "NO"
+		}
+		inSync, running := 0, 0
+		for _, c := range n.Containers {
+			if c.InSync {
+				inSync++
+			}
+			if c.State == "running" {
+				running++
+			}
+		}
+		containers := fmt.Sprintf("%d running, %d/%d in sync", running, inSync, len(n.Containers))
+		kube := "-"
+		switch {
+		case n.KubernetesNode != nil && n.KubernetesNode.Ready == "True":
+			kube = "Ready " + n.KubernetesNode.KubeletVersion
+		case n.KubernetesNode != nil:
+			kube = "NotReady (" + n.KubernetesNode.Ready + ")"
+		case st.KubernetesError == "" && !n.Removed:
+			kube = "not registered"
+		}
+		roles := strings.Join(n.Roles, ",")
+		if n.Removed {
+			roles = "(removed from cluster.yml)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Address, n.Hostname, roles, reach, containers, kube)
+	}
+	tw.Flush()
+	for _, n := range st.Nodes {
+		if n.Error != "" {
+			fmt.Fprintf(w, "  ! %s: %s\n", n.Address, oneLine(n.Error))
+		}
+	}
+	if st.KubernetesError != "" {
+		fmt.Fprintf(w, "  ! Kubernetes: %s\n", oneLine(st.KubernetesError))
+	}
+	fmt.Fprintln(w)
+	if st.PendingSteps == 0 {
+		fmt.Fprintln(w, "In sync with cluster.yml: no changes pending.")
+	} else {
+		fmt.Fprintf(w, "%d change(s) pending: run rigger plan to see them.\n", st.PendingSteps)
+	}
+	if len(st.Certificates) > 0 {
+		names := make([]string, 0, len(st.Certificates))
+		for n := range st.Certificates {
+			names = append(names, n)
+		}
+		slices.SortFunc(names, func(a, b string) int { return st.Certificates[a].Compare(st.Certificates[b]) })
+		first := names[0]
+		fmt.Fprintf(w, "Certificates: %d, the first to expire is %s on %s (in %d days).\n", len(names), first,
+			st.Certificates[first].Format("2006-01-02"), int(st.Certificates[first].Sub(now).Hours()/24))
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,608 @@
+// Package execute carries out a plan on the nodes, phase by phase, in the
+// order that keeps a cluster serving (see Run). It decides nothing about
+// what must change: that is the plan's job. It decides only how fast and in
+// which order, and stops when something does not come up healthy.
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/plan"
+)
+
+// Nodes gives the Docker engine of a node; transport.Transport's Docker
+// method fits it.
+type Nodes func(ctx context.Context, node string) (dockerop.Engine, error)
+
+// Health probes components; *health.Checker implements it. It exists so
+// that the order and batching of Run can be tested without a cluster.
+type Health interface {
+	Wait(ctx context.Context, t health.Target, timeout time.Duration) error
+}
+
+var _ Health = (*health.Checker)(nil)
+
+// Hooks receive progress as Run makes it. Every field may be nil.
+type Hooks struct {
+	// Phase is called when a phase with work starts.
+	Phase func(p plan.Phase, title string)
+	// Step is called when a step or health check on a node ends.
+	Step func(node, message string, err error)
+}
+
+// Options are the settings Run needs besides the plan.
+type Options struct {
+	// Desired is the cluster the plan was computed for: node roles,
+	// internal addresses and files.
+	Desired *desired.Cluster
+	Nodes   Nodes
+	Health  Health
+	Hooks   Hooks
+	// HelperImage is the image of the helper containers that write and
+	// clean files (system_images.alpine).
+	HelperImage string
+	// MaxParallel bounds the nodes worked on at once where order does not
+	// matter (files, removed nodes): rigger.max_parallel.
+	MaxParallel int
+	// MaxUnavailableWorker is how many worker nodes change at once
+	// (upgrade_strategy.max_unavailable_worker, resolved to a count).
+	MaxUnavailableWorker int
+	// HealthTimeout bounds the wait for one component to become healthy.
+	HealthTimeout time.Duration
+	// MaxPlanAge is how old a plan's observation may be (zero: no limit).
+	MaxPlanAge time.Duration
+	// Now gives the time (nil: time.Now).
+	Now func() time.Time
+}
+
+// DefaultHealthTimeout is Options.HealthTimeout when unset: an API server
+// on a busy node takes a minute to answer after start.
+const DefaultHealthTimeout = 3 * time.Minute
+
+// Outcome of one step.
+type Outcome struct {
+	Step plan.Step
+	// Err is nil when the step (and the health check after it) succeeded.
+	Err      error
+	Duration time.Duration
+}
+
+// Result is what Run did: every step it ran, in order, and those it did
+// not get to.
+type Result struct {
+	Done     []Outcome
+	NotRun   []plan.Step
+	Duration time.Duration
+}
+
+// Failed returns the outcomes that failed.
+func (r *Result) Failed() []Outcome {
+	var out []Outcome
+	for _, o := range r.Done {
+		if o.Err != nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// StaleError is a plan whose observation is older than Options.MaxPlanAge.
+type StaleError struct {
+	Age, Max time.Duration
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("the plan was computed from nodes observed %s ago (at most %s allowed): plan again",
+		e.Age.Round(time.Second), e.Max)
+}
+
+// Run carries out p:
+//
+//  1. files: every node's changed files, nodes in parallel;
+//  2. etcd: a new cluster's members all at once (etcd needs a quorum to
+//     answer), then every member healthy; otherwise one member at a time,
+//     each healthy before the next;
+//  3. control plane: one node at a time, its API server, controller
+//     manager and scheduler healthy before the next node;
+//  4. workers: batches of MaxUnavailableWorker nodes, each node's kubelet
+//     (and nginx-proxy) healthy before the next batch;
+//  5. removed nodes: containers removed and rigger's files cleaned, nodes
+//     in parallel.
+//
+// It stops at the first failure (the nodes of a worker batch finish their
+// own steps) and between steps when ctx ends. The result always lists what
+// was done and what was not; the error joins every step's error.
+func Run(ctx context.Context, p *plan.Plan, o Options) (*Result, error) {
+	return run(ctx, p, o, nil)
+}
+
+// nodeOps are the changes run makes to nodes. Tests replace them to check
+// order and batching without nodes; nil means the real ones.
+type nodeOps struct {
+	apply func(context.Context, plan.Step) error
+	clean func(ctx context.Context, node string) error
+}
+
+func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.HealthTimeout <= 0 {
+		o.HealthTimeout = DefaultHealthTimeout
+	}
+	if o.MaxUnavailableWorker <= 0 {
+		o.MaxUnavailableWorker = 1
+	}
+	start := o.Now()
+	r := &runner{o: o, res: &Result{}}
+	if ops == nil {
+		ops = &nodeOps{apply: r.apply, clean: r.cleanFiles}
+	}
+	r.ops = *ops
+	if age := start.Sub(p.ObservedAt); o.MaxPlanAge > 0 && age > o.MaxPlanAge {
+		r.res.NotRun = slices.Clone(p.Steps)
+		return r.res, &StaleError{Age: age, Max: o.MaxPlanAge}
+	}
+	byPhase := map[plan.Phase][]plan.Step{}
+	for _, s := range p.Steps {
+		byPhase[s.Phase] = append(byPhase[s.Phase], s)
+	}
+	r.removed = p.RemovedNodes
+	phases := []struct {
+		phase plan.Phase
+		title string
+		run   func(context.Context, []plan.Step) error
+	}{
+		{plan.PhaseFiles, "Write certificates and files", r.files},
+		{plan.PhaseEtcd, "etcd", r.etcd},
+		{plan.PhaseControlPlane, "Control plane, one node at a time", r.controlPlane},
+		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time", o.MaxUnavailableWorker), r.workers},
+		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
+	}
+	var err error
+	for i, ph := range phases {
+		steps := byPhase[ph.phase]
+		if len(steps) == 0 && (ph.phase != plan.PhaseRemovedNodes || len(r.removed) == 0) {
+			continue
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			for _, later := range phases[i:] {
+				r.res.NotRun = append(r.res.NotRun, byPhase[later.phase]...)
+			}
+			break
+		}
+		if o.Hooks.Phase != nil {
+			o.Hooks.Phase(ph.phase, ph.title)
+		}
+		err = ph.run(ctx, steps)
+	}
+	r.res.NotRun = append(r.res.NotRun, r.notRun()...)
+	r.res.Duration = o.Now().Sub(start)
+	return r.res, err
+}
+
+// runner holds one Run's progress.
+type runner struct {
+	o   Options
+	mu  sync.Mutex
+	res *Result
+	// ran marks the steps given an outcome, by index key.
+	ran map[stepKey]bool
+	// pending are steps of started phases not yet run.
+	pending []plan.Step
+	// removed are the nodes removed from cluster.yml to clean.
+	removed []string
+	ops     nodeOps
+	// etcdNew is set when the plan creates every etcd member.
+	etcdNew bool
+}
+
+type stepKey struct{ node, component string }
+
+func (r *runner) record(s plan.Step, err error, took time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Done = append(r.res.Done, Outcome{Step: s, Err: err, Duration: took})
+	if r.ran == nil {
+		r.ran = map[stepKey]bool{}
+	}
+	r.ran[stepKey{s.Node, s.Component}] = true
+}
+
+// notRun lists the steps of the phases that started but did not finish.
+func (r *runner) notRun() []plan.Step {
+	var out []plan.Step
+	for _, s := range r.pending {
+		if !r.ran[stepKey{s.Node, s.Component}] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (r *runner) say(node, msg string, err error) {
+	if r.o.Hooks.Step != nil {
+		r.o.Hooks.Step(node, msg, err)
+	}
+}
+
+// do runs one step and records it.
+func (r *runner) do(ctx context.Context, s plan.Step) error {
+	began := r.o.Now()
+	err := ctx.Err()
+	if err == nil {
+		err = r.ops.apply(ctx, s)
+	}
+	r.record(s, err, r.o.Now().Sub(began))
+	r.say(s.Node, describe(s), err)
+	return err
+}
+
+func describe(s plan.Step) string {
+	if s.Action == plan.WriteFiles {
+		return fmt.Sprintf("wrote %d file(s) (%s)", len(s.Files), s.Reason)
+	}
+	return fmt.Sprintf("%s %s (%s)", past(s.Action), s.Component, s.Reason)
+}
+
+func past(a plan.Action) string {
+	switch a {
+	case plan.Create:
+		return "created"
+	case plan.Replace:
+		return "replaced"
+	case plan.Restart:
+		return "restarted"
+	case plan.Remove:
+		return "removed"
+	}
+	return string(a)
+}
+
+// apply does what one step says on its node.
+func (r *runner) apply(ctx context.Context, s plan.Step) error {
+	e, err := r.o.Nodes(ctx, s.Node)
+	if err != nil {
+		return err
+	}
+	switch s.Action {
+	case plan.WriteFiles:
+		dn, ok := r.o.Desired.Node(s.Node)
+		if !ok {
+			return fmt.Errorf("node %s: not in the desired cluster", s.Node)
+		}
+		files := make(map[string][]byte, len(s.Files))
+		for _, p := range s.Files {
+			b, ok := dn.Files[p]
+			if !ok {
+				return fmt.Errorf("node %s: the plan writes %s, which is not a desired file", s.Node, p)
+			}
+			files[p] = b
+		}
+		return dockerop.WriteFiles(ctx, e, s.Node, r.o.HelperImage, desired.KubernetesDir, files)
+	case plan.Create:
+		_, err := dockerop.Create(ctx, e, s.Node, s.After, r.bootstrapArgs(s))
+		return err
+	case plan.Replace:
+		_, err := dockerop.Replace(ctx, e, s.Node, s.After, r.bootstrapArgs(s))
+		return err
+	case plan.Restart:
+		return dockerop.Restart(ctx, e, s.Node, s.Component)
+	case plan.Remove:
+		return dockerop.Remove(ctx, e, s.Node, s.Component)
+	}
+	return fmt.Errorf("node %s: unknown action %q", s.Node, s.Action)
+}
+
+// bootstrapArgs are the flags etcd reads on its first start. Build gives
+// every member those of a new cluster; a member created while others run
+// joins the existing cluster instead. (Its data directory decides: when it
+// holds the member's data, as after a container was removed by hand, etcd
+// ignores these flags.)
+func (r *runner) bootstrapArgs(s plan.Step) []string {
+	if s.Component != desired.Etcd || s.After == nil {
+		return nil
+	}
+	args := slices.Clone(s.After.BootstrapArgs)
+	if !r.etcdNew {
+		for i, a := range args {
+			if a == "--initial-cluster-state="+desired.InitialClusterNew {
+				args[i] = "--initial-cluster-state=" + desired.InitialClusterExisting
+			}
+		}
+	}
+	return args
+}
+
+// waitHealthy probes the components of a node that Run changed or that the
+// next phase depends on.
+func (r *runner) waitHealthy(ctx context.Context, node string, components []string) error {
+	dn, _ := r.o.Desired.Node(node)
+	internal := node
+	if dn != nil && dn.InternalAddress != "" {
+		internal = dn.InternalAddress
+	}
+	for _, c := range components {
+		if !health.Probes(c) || r.o.Health == nil {
+			continue
+		}
+		began := r.o.Now()
+		err := r.o.Health.Wait(ctx, health.Target{Node: node, InternalAddress: internal, Component: c}, r.o.HealthTimeout)
+		if err != nil {
+			err = r.withLogs(ctx, node, c, err)
+		}
+		r.say(node, fmt.Sprintf("%s healthy (%s)", c, r.o.Now().Sub(began).Round(100*time.Millisecond)), err)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withLogs adds the component's last log lines to a failed health check.
+func (r *runner) withLogs(ctx context.Context, node, component string, err error) error {
+	e, nerr := r.o.Nodes(ctx, node)
+	if nerr != nil {
+		return err
+	}
+	if logs := dockerop.Logs(context.WithoutCancel(ctx), e, component); logs != "" {
+		return fmt.Errorf("%w\nlast lines of %s on %s:\n%s", err, component, node, logs)
+	}
+	return err
+}
+
+// files writes every node's files, MaxParallel nodes at once.
+func (r *runner) files(ctx context.Context, steps []plan.Step) error {
+	return r.parallel(ctx, steps, r.o.MaxParallel, func(ctx context.Context, s plan.Step) error { return r.do(ctx, s) })
+}
+
+// parallel runs f for every step, limit at once (no limit when ≤ 0), and
+// joins the errors; a failure does not cancel the others.
+func (r *runner) parallel(ctx context.Context, steps []plan.Step, limit int, f func(context.Context, plan.Step) error) error {
+	r.start(steps)
+	var (
+		g    errgroup.Group
+		mu   sync.Mutex
+		errs []error
+	)
+	if limit <= 0 {
+		limit = -1
+	}
+	g.SetLimit(limit)
+	for _, s := range steps {
+		g.Go(func() error {
+			if err := f(ctx, s); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *runner) start(steps []plan.Step) {
+	r.mu.Lock()
+	r.pending = append(r.pending, steps...)
+	r.mu.Unlock()
+}
+
+// etcd runs the etcd steps (see Run).
+func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
+	for _, s := range steps {
+		if s.Action == plan.Remove {
+			r.start(steps)
+			err := fmt.Errorf("node %s: removing an etcd member from a running cluster needs a membership change, "+
+				"which this version of rigger does not make yet: remove the member with etcdctl member remove first, "+
+				"or keep the etcd role on the node", s.Node)
+			r.record(s, err, 0)
+			return err
+		}
+	}
+	r.etcdNew = r.newEtcdCluster(steps)
+	if r.etcdNew {
+		// Every member at once: the first cannot become healthy alone.
+		if err := r.parallel(ctx, steps, -1, func(ctx context.Context, s plan.Step) error { return r.do(ctx, s) }); err != nil {
+			return err
+		}
+		return r.allEtcdHealthy(ctx)
+	}
+	r.start(steps)
+	for _, s := range steps {
+		if err := r.do(ctx, s); err != nil {
+			return err
+		}
+		if err := r.waitHealthy(ctx, s.Node, []string{desired.Etcd}); err != nil {
+			return err
+		}
+	}
+	return r.allEtcdHealthy(ctx)
+}
+
+// newEtcdCluster reports whether the steps create every etcd member of the
+// desired cluster: no member runs yet.
+func (r *runner) newEtcdCluster(steps []plan.Step) bool {
+	members := 0
+	for _, n := range r.o.Desired.Nodes {
+		if _, ok := n.Container(desired.Etcd); ok {
+			members++
+		}
+	}
+	creates := 0
+	for _, s := range steps {
+		if s.Action == plan.Create {
+			creates++
+		}
+	}
+	return members > 0 && creates == members
+}
+
+// allEtcdHealthy waits for every etcd member of the desired cluster.
+func (r *runner) allEtcdHealthy(ctx context.Context) error {
+	var errs []error
+	for _, n := range r.o.Desired.Nodes {
+		if _, ok := n.Container(desired.Etcd); !ok {
+			continue
+		}
+		if err := r.waitHealthy(ctx, n.Address, []string{desired.Etcd}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// byNode groups steps by node, nodes in the order of their first step.
+func byNode(steps []plan.Step) (nodes []string, groups map[string][]plan.Step) {
+	groups = map[string][]plan.Step{}
+	for _, s := range steps {
+		if _, ok := groups[s.Node]; !ok {
+			nodes = append(nodes, s.Node)
+		}
+		groups[s.Node] = append(groups[s.Node], s)
+	}
+	return nodes, groups
+}
+
+// nodeSteps runs one node's steps in order, then waits for the components
+// it created, replaced or restarted to be healthy.
+func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) error {
+	var touched []string
+	for _, s := range steps {
+		if err := r.do(ctx, s); err != nil {
+			return err
+		}
+		if s.Action != plan.Remove {
+			touched = append(touched, s.Component)
+		}
+	}
+	return r.waitHealthy(ctx, node, touched)
+}
+
+// controlPlane changes one node at a time.
+func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
+	r.start(steps)
+	nodes, groups := byNode(steps)
+	for _, n := range nodes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.nodeSteps(ctx, n, groups[n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workers changes MaxUnavailableWorker nodes at once; a batch finishes
+// before the next starts, and a failed batch stops the phase.
+func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
+	r.start(steps)
+	nodes, groups := byNode(steps)
+	for batch := range slices.Chunk(nodes, r.o.MaxUnavailableWorker) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var (
+			g    errgroup.Group
+			mu   sync.Mutex
+			errs []error
+		)
+		for _, n := range batch {
+			g.Go(func() error {
+				if err := r.nodeSteps(ctx, n, groups[n]); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				return nil
+			})
+		}
+		_ = g.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CleanPaths are what a node removed from cluster.yml is cleaned of after
+// its containers are gone: rigger's files and the components' data.
+var CleanPaths = []string{desired.KubernetesDir, desired.EtcdHostDataDir, "/var/log/kube-audit"}
+
+// removedNodes removes the containers of nodes gone from cluster.yml and
+// cleans their files, MaxParallel nodes at once.
+func (r *runner) removedNodes(ctx context.Context, steps []plan.Step) error {
+	r.start(steps)
+	_, groups := byNode(steps)
+	nodes := r.removed
+	var (
+		g    errgroup.Group
+		mu   sync.Mutex
+		errs []error
+	)
+	limit := r.o.MaxParallel
+	if limit <= 0 {
+		limit = -1
+	}
+	g.SetLimit(limit)
+	for _, n := range nodes {
+		g.Go(func() error {
+			err := r.cleanNode(ctx, n, groups[n])
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *runner) cleanNode(ctx context.Context, node string, steps []plan.Step) error {
+	for _, s := range steps {
+		if err := r.do(ctx, s); err != nil {
+			return err
+		}
+	}
+	err := r.ops.clean(ctx, node)
+	r.say(node, "cleaned "+strings.Join(CleanPaths, ", "), err)
+	return err
+}
+
+func (r *runner) cleanFiles(ctx context.Context, node string) error {
+	e, err := r.o.Nodes(ctx, node)
+	if err != nil {
+		return err
+	}
+	return clean(ctx, e, node, r.o.HelperImage)
+}
+
+// clean empties CleanPaths on the node with a one-shot helper container
+// (the directories stay: they may be mount points).
+func clean(ctx context.Context, e dockerop.Engine, node, image string) error {
+	const script = `for d in "$@"; do [ -d "/host$d" ] && find "/host$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done; exit 0`
+	binds := make([]string, 0, len(CleanPaths))
+	for _, p := range CleanPaths {
+		binds = append(binds, p+":/host"+p)
+	}
+	cmd := append([]string{"sh", "-c", script, "clean"}, CleanPaths...)
+	return dockerop.Run(ctx, e, node, image, cmd, binds)
+}

@@ -1,0 +1,252 @@
+package execute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+// clusterYML has three etcd+controlplane nodes and four workers.
+const clusterYML = `cluster_name: test
+nodes:
+  - {address: 10.0.0.1, user: u, role: [etcd, controlplane]}
+  - {address: 10.0.0.2, user: u, role: [etcd, controlplane]}
+  - {address: 10.0.0.3, user: u, role: [etcd, controlplane]}
+  - {address: 10.0.0.4, user: u, role: [worker]}
+  - {address: 10.0.0.5, user: u, role: [worker]}
+  - {address: 10.0.0.6, user: u, role: [worker]}
+  - {address: 10.0.0.7, user: u, role: [worker]}
+`
+
+func build(t *testing.T, yml string) *desired.Cluster {
+	t.Helper()
+	c, diags := spec.Parse([]byte(yml), "cluster.yml")
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := desired.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range d.Nodes {
+		d.Nodes[i].Files = map[string][]byte{desired.KubernetesDir + "/ssl/kube-ca.pem": []byte("ca")}
+	}
+	return d
+}
+
+// empty is an observation of the nodes of d (and extra ones) running nothing.
+func empty(d *desired.Cluster, at time.Time, extra ...string) *observe.Cluster {
+	o := &observe.Cluster{At: at, Nodes: map[string]*observe.Node{}}
+	for _, a := range extra {
+		o.Nodes[a] = &observe.Node{Address: a, Reachable: true, FilesRead: true}
+	}
+	for _, n := range d.Nodes {
+		o.Nodes[n.Address] = &observe.Node{Address: n.Address, Reachable: true, FilesRead: true}
+	}
+	return o
+}
+
+// recorder is a fake of the node operations and the health checks that
+// logs what happens, in order, and how many worker nodes were busy at once.
+type recorder struct {
+	mu      sync.Mutex
+	events  []string
+	failOn  string // "node component" whose step fails
+	busy    map[string]bool
+	maxBusy int
+	cancel  func() // called after the first worker step, when set
+}
+
+func (r *recorder) log(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) ops() *nodeOps {
+	return &nodeOps{
+		apply: func(ctx context.Context, s plan.Step) error {
+			if s.Phase == plan.PhaseWorker {
+				r.mu.Lock()
+				if r.busy == nil {
+					r.busy = map[string]bool{}
+				}
+				r.busy[s.Node] = true
+				r.maxBusy = max(r.maxBusy, len(r.busy))
+				r.mu.Unlock()
+				time.Sleep(5 * time.Millisecond) // let the batch overlap
+				if r.cancel != nil {
+					r.cancel()
+				}
+			}
+			r.log("%s %s %s", s.Action, s.Node, s.Component)
+			if s.Node+" "+s.Component == r.failOn {
+				return errors.New("boom")
+			}
+			return nil
+		},
+		clean: func(_ context.Context, node string) error {
+			r.log("clean %s", node)
+			return nil
+		},
+	}
+}
+
+// Wait is the fake health check: healthy at once. A worker node's kubelet
+// check ends the node's work in its batch.
+func (r *recorder) Wait(_ context.Context, t health.Target, _ time.Duration) error {
+	r.log("healthy %s %s", t.Node, t.Component)
+	if t.Component == desired.Kubelet {
+		r.mu.Lock()
+		delete(r.busy, t.Node)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+func index(events []string, prefix string) int {
+	return slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, prefix) })
+}
+
+func lastIndex(events []string, prefix string) int {
+	for i := len(events) - 1; i >= 0; i-- {
+		if strings.HasPrefix(events[i], prefix) {
+			return i
+		}
+	}
+	return -1
+}
+
+var now = time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
+
+func options(d *desired.Cluster, r *recorder) Options {
+	return Options{Desired: d, Health: r, MaxUnavailableWorker: 2, Now: func() time.Time { return now }}
+}
+
+func TestOrder(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now))
+	r := &recorder{}
+	res, err := run(context.Background(), p, options(d, r), r.ops())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Done) != len(p.Steps) || len(res.NotRun) != 0 {
+		t.Fatalf("done %d of %d steps, %d not run", len(res.Done), len(p.Steps), len(res.NotRun))
+	}
+	ev := r.events
+	// Files first, everywhere.
+	if last, first := lastIndex(ev, "write-files"), index(ev, "create"); last > first {
+		t.Errorf("files written after the first container was created:\n%s", strings.Join(ev, "\n"))
+	}
+	// A new etcd cluster: every member created before any is waited for.
+	if lastCreate, firstWait := lastIndex(ev, "create 10.0.0.3 etcd"), index(ev, "healthy 10.0.0.1 etcd"); lastCreate > firstWait {
+		t.Errorf("etcd members waited for before all were created:\n%s", strings.Join(ev, "\n"))
+	}
+	// Control plane: node 1 healthy before node 2 changes.
+	if healthy1, start2 := index(ev, "healthy 10.0.0.1 kube-scheduler"), index(ev, "create 10.0.0.2 kube-apiserver"); healthy1 < 0 || healthy1 > start2 {
+		t.Errorf("controlplane node 2 started before node 1 was healthy:\n%s", strings.Join(ev, "\n"))
+	}
+	if apiHealthy := index(ev, "healthy 10.0.0.1 kube-apiserver"); apiHealthy > index(ev, "create 10.0.0.2 kube-apiserver") {
+		t.Errorf("API server of node 1 not checked before node 2:\n%s", strings.Join(ev, "\n"))
+	}
+	// Workers: at most two nodes at once.
+	if r.maxBusy != 2 {
+		t.Errorf("%d worker nodes changed at once, want 2", r.maxBusy)
+	}
+	// Every kubelet checked.
+	for _, n := range d.Nodes {
+		if index(ev, "healthy "+n.Address+" kubelet") < 0 {
+			t.Errorf("kubelet of %s never checked", n.Address)
+		}
+	}
+}
+
+func TestStopsAtFailure(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now))
+	r := &recorder{failOn: "10.0.0.2 kube-apiserver"}
+	res, err := run(context.Background(), p, options(d, r), r.ops())
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("error %v, want the failed step's", err)
+	}
+	if index(r.events, "create 10.0.0.3 kube-apiserver") >= 0 || index(r.events, "create 10.0.0.4") >= 0 {
+		t.Errorf("went on after the failure:\n%s", strings.Join(r.events, "\n"))
+	}
+	if len(res.Failed()) != 1 || res.Failed()[0].Step.Node != "10.0.0.2" {
+		t.Errorf("failed outcomes %+v", res.Failed())
+	}
+	if len(res.Done)+len(res.NotRun) != len(p.Steps) {
+		t.Errorf("done %d + not run %d != %d steps", len(res.Done), len(res.NotRun), len(p.Steps))
+	}
+	notRun := map[string]bool{}
+	for _, s := range res.NotRun {
+		notRun[s.Node+" "+s.Component] = true
+	}
+	if !notRun["10.0.0.3 kube-apiserver"] || !notRun["10.0.0.4 kubelet"] {
+		t.Errorf("not run %v, want node 3's control plane and the workers", notRun)
+	}
+}
+
+func TestCancelStopsBetweenBatches(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &recorder{cancel: cancel}
+	res, err := run(ctx, p, options(d, r), r.ops())
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	for _, n := range []string{"10.0.0.6", "10.0.0.7"} {
+		if index(r.events, "create "+n) >= 0 {
+			t.Errorf("the second worker batch (%s) ran after cancel:\n%s", n, strings.Join(r.events, "\n"))
+		}
+	}
+	if len(res.NotRun) == 0 {
+		t.Error("nothing reported as not run")
+	}
+}
+
+func TestStalePlanRefused(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now.Add(-time.Hour)))
+	r := &recorder{}
+	o := options(d, r)
+	o.MaxPlanAge = 15 * time.Minute
+	res, err := run(context.Background(), p, o, r.ops())
+	var stale *StaleError
+	if !errors.As(err, &stale) || len(r.events) != 0 || len(res.NotRun) != len(p.Steps) {
+		t.Fatalf("err %v, events %v; want a StaleError and nothing done", err, r.events)
+	}
+}
+
+func TestRemovedNodesCleaned(t *testing.T) {
+	d := build(t, clusterYML)
+	o := empty(d, now, "10.0.0.9", "10.0.0.8")
+	o.Nodes["10.0.0.9"].Containers = map[string]observe.Container{desired.Kubelet: {ID: "k", Name: desired.Kubelet, State: "running"}}
+	applied := plan.Compute(d, o)
+	r := &recorder{}
+	if _, err := run(context.Background(), applied, options(d, r), r.ops()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"remove 10.0.0.9 kubelet", "clean 10.0.0.9", "clean 10.0.0.8"} {
+		if index(r.events, want) < 0 {
+			t.Errorf("no %q in:\n%s", want, strings.Join(r.events, "\n"))
+		}
+	}
+	if index(r.events, "clean 10.0.0.9") < index(r.events, "remove 10.0.0.9 kubelet") {
+		t.Error("cleaned before the containers were removed")
+	}
+}

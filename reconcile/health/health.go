@@ -1,0 +1,216 @@
+// Package health probes the components of a node through the transport:
+// etcd's /health, the API server's /healthz, the controller manager's and
+// the scheduler's healthz, the kubelet's healthz, and nginx-proxy's port.
+// Each probe is an HTTP request dialled from the node (its loopback or
+// internal address), so that it checks what the node's own components see
+// and needs no port open to rigger.
+package health
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/desired"
+)
+
+// Dialer dials addr as seen from node (transport.Transport.Dial).
+type Dialer func(ctx context.Context, node, network, addr string) (net.Conn, error)
+
+// Ports the probes use, the components' defaults as rigger runs them.
+const (
+	APIServerPort         = "6443"
+	EtcdClientPort        = "2379"
+	ControllerManagerPort = "10257"
+	SchedulerPort         = "10259"
+	KubeletHealthzPort    = "10248"
+)
+
+// Timing of Wait.
+const (
+	// probeTimeout bounds one probe.
+	probeTimeout = 5 * time.Second
+	// firstInterval and maxInterval bound the pause between probes.
+	firstInterval = 500 * time.Millisecond
+	maxInterval   = 5 * time.Second
+)
+
+// Checker probes components. Its zero value is not usable: Dial, and for
+// etcd and the API server ClientCert and CA, must be set.
+type Checker struct {
+	Dial Dialer
+	// ClientCert authenticates to etcd and the API server: the kube-node
+	// certificate, which both accept.
+	ClientCert tls.Certificate
+	// CA verifies etcd's and the API server's certificates.
+	CA *x509.CertPool
+}
+
+// Target is one component of one node to probe.
+type Target struct {
+	// Node is the node's address, as the transport names it.
+	Node string
+	// InternalAddress is where etcd listens on the node.
+	InternalAddress string
+	// Component is the container name (desired.Etcd, …).
+	Component string
+}
+
+func (t Target) String() string { return t.Node + " " + t.Component }
+
+// Probes reports whether Check knows how to probe a component.
+func Probes(component string) bool {
+	switch component {
+	case desired.Etcd, desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler,
+		desired.Kubelet, desired.NginxProxy:
+		return true
+	}
+	return false
+}
+
+// Check probes the target once. A component it does not know is healthy.
+func (c *Checker) Check(ctx context.Context, t Target) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	switch t.Component {
+	case desired.Etcd:
+		body, err := c.get(ctx, t.Node, "https://"+net.JoinHostPort(t.InternalAddress, EtcdClientPort)+"/health", c.verified(t.InternalAddress))
+		if err != nil {
+			return err
+		}
+		var h struct {
+			Health string `json:"health"`
+			Reason string `json:"reason"`
+		}
+		if err := json.Unmarshal(body, &h); err != nil {
+			return fmt.Errorf("etcd /health: %w", err)
+		}
+		if h.Health != "true" {
+			return fmt.Errorf("etcd reports health %q %s", h.Health, h.Reason)
+		}
+		return nil
+	case desired.KubeAPIServer:
+		_, err := c.get(ctx, t.Node, "https://127.0.0.1:"+APIServerPort+"/healthz", c.verified("127.0.0.1"))
+		return err
+	case desired.KubeControllerManager:
+		_, err := c.get(ctx, t.Node, "https://127.0.0.1:"+ControllerManagerPort+"/healthz", selfSigned())
+		return err
+	case desired.KubeScheduler:
+		_, err := c.get(ctx, t.Node, "https://127.0.0.1:"+SchedulerPort+"/healthz", selfSigned())
+		return err
+	case desired.Kubelet:
+		_, err := c.get(ctx, t.Node, "http://127.0.0.1:"+KubeletHealthzPort+"/healthz", nil)
+		return err
+	case desired.NginxProxy:
+		// Something answers TLS on the proxy's port: an API server
+		// through it. Its certificate is the API server's.
+		_, err := c.get(ctx, t.Node, "https://127.0.0.1:"+APIServerPort+"/healthz", c.verified("127.0.0.1"))
+		return err
+	}
+	return nil
+}
+
+// verified is the TLS configuration for etcd and the API server: their
+// certificate verified against the cluster CA for the address dialled, and
+// the client certificate.
+func (c *Checker) verified(serverName string) *tls.Config {
+	return &tls.Config{
+		RootCAs:      c.CA,
+		Certificates: []tls.Certificate{c.ClientCert},
+		ServerName:   serverName,
+		MinVersion:   tls.VersionTLS12,
+	}
+}
+
+// selfSigned is the TLS configuration for the controller manager and the
+// scheduler: they serve a certificate they made for themselves, which
+// nothing can verify; the probe runs over the transport to the node's
+// loopback, so the peer is the node's own process.
+func selfSigned() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // see above
+}
+
+// get fetches url from the node and returns the body of a 200 answer.
+func (c *Checker) get(ctx context.Context, node, url string, tlsConfig *tls.Config) ([]byte, error) {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return c.Dial(ctx, node, network, addr)
+		},
+		TLSClientConfig:   tlsConfig,
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s: %s", url, resp.Status, firstLines(string(body), 5))
+	}
+	return body, nil
+}
+
+// Wait probes the target until it is healthy, ctx ends or timeout passes,
+// pausing longer between probes each time. The error holds the last
+// probe's failure.
+func (c *Checker) Wait(ctx context.Context, t Target, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	interval := firstInterval
+	for {
+		err := c.Check(ctx, t)
+		if err == nil {
+			return nil
+		}
+		timer := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return &UnhealthyError{Target: t, Waited: timeout, Err: err}
+			}
+			return ctx.Err()
+		case <-timer.C:
+		}
+		interval = min(interval*2, maxInterval)
+	}
+}
+
+// UnhealthyError is a component that did not become healthy in time.
+type UnhealthyError struct {
+	Target Target
+	Waited time.Duration
+	// Err is the last probe's failure.
+	Err error
+}
+
+func (e *UnhealthyError) Error() string {
+	return fmt.Sprintf("node %s: %s not healthy after %s: %v", e.Target.Node, e.Target.Component, e.Waited, e.Err)
+}
+
+func (e *UnhealthyError) Unwrap() error { return e.Err }
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
+	if len(lines) > n {
+		lines = append(lines[:n], "…")
+	}
+	return strings.Join(lines, " ")
+}

@@ -1,0 +1,137 @@
+package health
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/pki"
+)
+
+// cluster issues a real PKI for one node.
+func cluster(t *testing.T) *pki.Set {
+	t.Helper()
+	req := pki.Request{ClusterName: "t", ServiceClusterIPRange: "10.43.0.0/16", ClusterDomain: "cluster.local",
+		Nodes: []pki.Node{{Name: "10.0.0.1", Address: "10.0.0.1", InternalAddress: "10.0.0.1", Hostname: "n1", Etcd: true, ControlPlane: true, Worker: true}}}
+	set, _, err := pki.Ensure(nil, req, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+func pair(t *testing.T, set *pki.Set, name string) tls.Certificate {
+	t.Helper()
+	c := set.Certs[name]
+	kp, err := tls.X509KeyPair(c.CertPEM, c.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// server starts a TLS server with the named certificate that requires a
+// client certificate of the cluster CA and answers h.
+func server(t *testing.T, set *pki.Set, cert string, h http.HandlerFunc) *httptest.Server {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(set.Certs[pki.CACertName].CertPEM)
+	s := httptest.NewUnstartedServer(h)
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{pair(t, set, cert)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// checker dials addresses "as seen from the node" through a table.
+func checker(t *testing.T, set *pki.Set, routes map[string]string) (*Checker, *[]string) {
+	var dialed []string
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(set.Certs[pki.CACertName].CertPEM)
+	return &Checker{
+		Dial: func(ctx context.Context, node, network, addr string) (net.Conn, error) {
+			dialed = append(dialed, node+">"+addr)
+			to, ok := routes[addr]
+			if !ok {
+				return nil, errors.New("connection refused")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, to)
+		},
+		ClientCert: pair(t, set, pki.KubeNodeCertName),
+		CA:         pool,
+	}, &dialed
+}
+
+func TestCheck(t *testing.T) {
+	set := cluster(t)
+	etcdCert := pki.EtcdCertName(pki.Node{Address: "10.0.0.1", InternalAddress: "10.0.0.1"})
+	etcdHealthy := server(t, set, etcdCert, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"health":"true","reason":""}`))
+	})
+	etcdSick := server(t, set, etcdCert, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"health":"false","reason":"RAFT NO LEADER"}`))
+	})
+	api := server(t, set, pki.KubeAPICertName, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+		}
+		w.Write([]byte("ok"))
+	})
+	kubelet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "[-]syncloop failed", http.StatusInternalServerError)
+	}))
+	defer kubelet.Close()
+	impostor := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer impostor.Close()
+	host := func(s *httptest.Server) string { return s.Listener.Addr().String() }
+
+	for _, tc := range []struct {
+		name      string
+		routes    map[string]string
+		component string
+		wantErr   string
+	}{
+		{"etcd healthy", map[string]string{"10.0.0.1:2379": host(etcdHealthy)}, desired.Etcd, ""},
+		{"etcd without leader", map[string]string{"10.0.0.1:2379": host(etcdSick)}, desired.Etcd, "RAFT NO LEADER"},
+		{"api server", map[string]string{"127.0.0.1:6443": host(api)}, desired.KubeAPIServer, ""},
+		{"nginx-proxy reaches an API server", map[string]string{"127.0.0.1:6443": host(api)}, desired.NginxProxy, ""},
+		{"api server down", nil, desired.KubeAPIServer, "connection refused"},
+		{"kubelet unhealthy", map[string]string{"127.0.0.1:10248": host(kubelet)}, desired.Kubelet, "500 Internal Server Error: [-]syncloop failed"},
+		{"server not of the cluster CA", map[string]string{"10.0.0.1:2379": host(impostor)}, desired.Etcd, "failed to verify certificate"},
+		{"unknown component", nil, "kube-proxy", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, dialed := checker(t, set, tc.routes)
+			err := c.Check(context.Background(), Target{Node: "10.0.0.1", InternalAddress: "10.0.0.1", Component: tc.component})
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("got %v, want error containing %q", err, tc.wantErr)
+			}
+			for _, d := range *dialed {
+				if !strings.HasPrefix(d, "10.0.0.1>") {
+					t.Errorf("dialed %s, not through node 10.0.0.1", d)
+				}
+			}
+		})
+	}
+}
+
+func TestWaitTimesOut(t *testing.T) {
+	set := cluster(t)
+	c, dialed := checker(t, set, nil)
+	err := c.Wait(context.Background(), Target{Node: "10.0.0.1", Component: desired.KubeAPIServer}, 1200*time.Millisecond)
+	var ue *UnhealthyError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "kube-apiserver not healthy after 1.2s") {
+		t.Fatalf("got %v, want an UnhealthyError", err)
+	}
+	if len(*dialed) < 2 {
+		t.Errorf("probed %d times in 1.2s, want a retry", len(*dialed))
+	}
+}

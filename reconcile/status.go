@@ -1,0 +1,152 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+)
+
+// Status is what rigger sees of a cluster: its nodes, their containers,
+// their Kubernetes Nodes and the certificates. It holds no secret.
+type Status struct {
+	Cluster    string       `json:"cluster"`
+	ObservedAt time.Time    `json:"observed_at"`
+	Nodes      []NodeStatus `json:"nodes"`
+	// PendingSteps is how many steps a plan has now (zero: in sync).
+	PendingSteps int `json:"pending_steps"`
+	// Certificates are when the cluster's certificates expire, by name.
+	Certificates map[string]time.Time `json:"certificates,omitempty"`
+	// KubernetesError says why the Nodes could not be listed.
+	KubernetesError string `json:"kubernetes_error,omitempty"`
+}
+
+// NodeStatus is one node of cluster.yml, or one that left it and still
+// runs the cluster's containers.
+type NodeStatus struct {
+	Address  string   `json:"address"`
+	Hostname string   `json:"hostname,omitempty"`
+	Roles    []string `json:"roles,omitempty"`
+	// Removed is set for a node that is not in cluster.yml any more.
+	Removed    bool              `json:"removed,omitempty"`
+	Reachable  bool              `json:"reachable"`
+	Error      string            `json:"error,omitempty"`
+	Containers []ContainerStatus `json:"containers,omitempty"`
+	// KubernetesNode is the node's Node object; nil when there is none.
+	KubernetesNode *KubernetesNode `json:"kubernetes_node,omitempty"`
+}
+
+// ContainerStatus is one component container of a node.
+type ContainerStatus struct {
+	Name   string `json:"name"`
+	Image  string `json:"image"`
+	State  string `json:"state"`
+	Health string `json:"health,omitempty"`
+	// InSync is set when the plan has no step for the container.
+	InSync bool `json:"in_sync"`
+}
+
+// KubernetesNode is what the API server says of a node.
+type KubernetesNode struct {
+	Name string `json:"name"`
+	// Ready is the Ready condition's status: True, False or Unknown.
+	Ready          string `json:"ready"`
+	KubeletVersion string `json:"kubelet_version,omitempty"`
+}
+
+// Status observes the cluster and lists its Kubernetes Nodes. A failure
+// to reach the API server is part of the status, not an error.
+func (s *Session) Status(ctx context.Context) (*Status, *Planned, error) {
+	pl, err := s.Plan(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		nodes   []corev1.Node
+		kubeErr error
+	)
+	if cs, err := s.KubeClient(pl.PKI, pl.Observed); err != nil {
+		kubeErr = err
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		list, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
+		cancel()
+		if err != nil {
+			kubeErr = fmt.Errorf("list Nodes: %w", err)
+		} else {
+			nodes = list.Items
+		}
+	}
+	return BuildStatus(pl, nodes, kubeErr), pl, nil
+}
+
+// BuildStatus puts a plan, what it was computed from and the Kubernetes
+// Nodes together. A Node belongs to the node whose hostname it has.
+func BuildStatus(pl *Planned, nodes []corev1.Node, kubeErr error) *Status {
+	st := &Status{
+		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
+		Certificates: pki.Expiry(pl.PKI),
+	}
+	if kubeErr != nil {
+		st.KubernetesError = kubeErr.Error()
+	}
+	pending := map[string]bool{}
+	for _, s := range pl.Plan.Steps {
+		pending[s.Node+"/"+s.Component] = true
+	}
+	byName := map[string]*corev1.Node{}
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	add := func(addr, hostname string, roles []string, removed bool) {
+		ns := NodeStatus{Address: addr, Hostname: hostname, Roles: roles, Removed: removed}
+		on := pl.Observed.Nodes[addr]
+		if on != nil {
+			ns.Reachable, ns.Error = on.Reachable, on.Error
+			for _, name := range sortedContainerNames(on) {
+				c := on.Containers[name]
+				ns.Containers = append(ns.Containers, ContainerStatus{Name: name, Image: c.Image, State: c.State,
+					Health: c.Health, InSync: !pending[addr+"/"+name]})
+			}
+		}
+		if kn := byName[hostname]; kn != nil && hostname != "" {
+			ns.KubernetesNode = &KubernetesNode{Name: kn.Name, Ready: string(corev1.ConditionUnknown), KubeletVersion: kn.Status.NodeInfo.KubeletVersion}
+			for _, c := range kn.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					ns.KubernetesNode.Ready = string(c.Status)
+				}
+			}
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	for _, n := range pl.Desired.Nodes {
+		add(n.Address, n.Hostname, n.Roles, false)
+	}
+	var removed []string
+	for addr := range pl.Observed.Nodes {
+		if _, ok := pl.Desired.Node(addr); !ok {
+			removed = append(removed, addr)
+		}
+	}
+	slices.Sort(removed)
+	for _, addr := range removed {
+		add(addr, "", nil, true)
+	}
+	return st
+}
+
+func sortedContainerNames(n *observe.Node) []string {
+	names := make([]string, 0, len(n.Containers))
+	for name := range n.Containers {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return plan.Rank(a) - plan.Rank(b) })
+	return names
+}
