@@ -362,6 +362,16 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 		MaxUnavailableWorker: budget.Of(workers, 1),
 		MaxPlanAge:           MaxPlanAge,
 		Now:                  s.opts.Now,
+		Kubernetes: func(ctx context.Context) error {
+			cs, err := s.KubeClient(pl.PKI, pl.Observed)
+			if err != nil {
+				return err
+			}
+			if err := ensureNodeAuthorization(ctx, cs); err != nil {
+				return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", nodeBinding, err)
+			}
+			return nil
+		},
 	})
 	if err == nil {
 		// The removed nodes are clean: the next plan need not look.

@@ -60,6 +60,10 @@ type Options struct {
 	MaxUnavailableWorker int
 	// HealthTimeout bounds the wait for one component to become healthy.
 	HealthTimeout time.Duration
+	// Kubernetes, when set, runs once the control plane is healthy and
+	// before the workers change: the API objects the nodes need (the
+	// kubelets' authorization).
+	Kubernetes func(ctx context.Context) error
 	// MaxPlanAge is how old a plan's observation may be (zero: no limit).
 	MaxPlanAge time.Duration
 	// Now gives the time (nil: time.Now).
@@ -167,13 +171,14 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		{plan.PhaseFiles, "Write certificates and files", r.files},
 		{plan.PhaseEtcd, "etcd", r.etcd},
 		{plan.PhaseControlPlane, "Control plane, one node at a time", r.controlPlane},
+		{phaseKubernetes, "Kubernetes objects", r.kubernetes},
 		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time", o.MaxUnavailableWorker), r.workers},
 		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
 	}
 	var err error
 	for i, ph := range phases {
 		steps := byPhase[ph.phase]
-		if len(steps) == 0 && (ph.phase != plan.PhaseRemovedNodes || len(r.removed) == 0) {
+		if len(steps) == 0 && !r.runsEmpty(ph.phase, p) {
 			continue
 		}
 		if err == nil {
@@ -193,6 +198,28 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	r.res.NotRun = append(r.res.NotRun, r.notRun()...)
 	r.res.Duration = o.Now().Sub(start)
 	return r.res, err
+}
+
+// phaseKubernetes is the phase of Options.Kubernetes; it has no steps.
+const phaseKubernetes plan.Phase = "kubernetes"
+
+// runsEmpty reports whether a phase without steps runs: the cleaning of
+// removed nodes that run no container, and the Kubernetes objects of a
+// plan that changes something.
+func (r *runner) runsEmpty(ph plan.Phase, p *plan.Plan) bool {
+	switch ph {
+	case plan.PhaseRemovedNodes:
+		return len(r.removed) > 0
+	case phaseKubernetes:
+		return r.o.Kubernetes != nil && !p.Empty()
+	}
+	return false
+}
+
+func (r *runner) kubernetes(ctx context.Context, _ []plan.Step) error {
+	err := r.o.Kubernetes(ctx)
+	r.say("kubernetes", "kubelets authorized", err)
+	return err
 }
 
 // runner holds one Run's progress.
