@@ -46,17 +46,19 @@ bench: ## benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: demo
-demo: prereqs build ## validate the examples, start the sandbox nodes, plan the sandbox cluster on them
+demo: prereqs build ## validate the examples, start the sandbox nodes, apply the sandbox cluster, show its status
 	@for f in examples/clusters/*/cluster.yml; do \
 		echo "==> $$f"; $(BIN) validate -f $$f || exit 1; \
 	done
 	@echo; echo "==> sandbox nodes (rigger sandbox up)"
 	$(BIN) sandbox up
-	$(BIN) sandbox status
-	@echo; echo "==> what rigger plans for examples/clusters/sandbox/cluster.yml on those nodes"
-	@$(BIN) plan -f examples/clusters/sandbox/cluster.yml || [ $$? -eq 2 ]
-	@echo; echo "The sandbox stays up for you to use ('rigger config defaults -f examples/clusters/sandbox/cluster.yml'"
-	@echo "shows the cluster as rigger reads it); 'make sandbox-down' removes it."
+	@echo; echo "==> rigger apply: examples/clusters/sandbox/cluster.yml on those nodes"
+	$(BIN) apply --yes -f examples/clusters/sandbox/cluster.yml
+	@echo; echo "==> rigger status"
+	$(BIN) status -f examples/clusters/sandbox/cluster.yml
+	@echo; echo "The cluster stays up: 'bin/rigger kubeconfig -f examples/clusters/sandbox/cluster.yml' prints its"
+	@echo "admin kubeconfig; 'bin/rigger remove -f examples/clusters/sandbox/cluster.yml' tears it down and"
+	@echo "'make sandbox-down' removes the nodes."
 
 .PHONY: sandbox
 sandbox: prereqs build ## make (or complete) the local sandbox: 3 nodes with sshd, Docker and the cluster images

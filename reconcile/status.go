@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,9 @@ type Status struct {
 	PendingSteps int `json:"pending_steps"`
 	// Certificates are when the cluster's certificates expire, by name.
 	Certificates map[string]time.Time `json:"certificates,omitempty"`
+	// KubernetesNodes are the Nodes as the API server lists them, those
+	// that no node of cluster.yml owns included.
+	KubernetesNodes []KubernetesNode `json:"kubernetes_nodes,omitempty"`
 	// KubernetesError says why the Nodes could not be listed.
 	KubernetesError string `json:"kubernetes_error,omitempty"`
 }
@@ -56,6 +60,8 @@ type ContainerStatus struct {
 // KubernetesNode is what the API server says of a node.
 type KubernetesNode struct {
 	Name string `json:"name"`
+	// InternalIP is the address the kubelet reported.
+	InternalIP string `json:"internal_ip,omitempty"`
 	// Ready is the Ready condition's status: True, False or Unknown.
 	Ready          string `json:"ready"`
 	KubeletVersion string `json:"kubelet_version,omitempty"`
@@ -101,9 +107,24 @@ func BuildStatus(pl *Planned, nodes []corev1.Node, kubeErr error) *Status {
 	for _, s := range pl.Plan.Steps {
 		pending[s.Node+"/"+s.Component] = true
 	}
-	byName := map[string]*corev1.Node{}
-	for i := range nodes {
-		byName[nodes[i].Name] = &nodes[i]
+	byName := map[string]*KubernetesNode{}
+	for _, n := range nodes {
+		kn := KubernetesNode{Name: n.Name, Ready: string(corev1.ConditionUnknown), KubeletVersion: n.Status.NodeInfo.KubeletVersion}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				kn.Ready = string(c.Status)
+			}
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				kn.InternalIP = a.Address
+			}
+		}
+		st.KubernetesNodes = append(st.KubernetesNodes, kn)
+	}
+	slices.SortFunc(st.KubernetesNodes, func(a, b KubernetesNode) int { return strings.Compare(a.Name, b.Name) })
+	for i := range st.KubernetesNodes {
+		byName[st.KubernetesNodes[i].Name] = &st.KubernetesNodes[i]
 	}
 	add := func(addr, hostname string, roles []string, removed bool) {
 		ns := NodeStatus{Address: addr, Hostname: hostname, Roles: roles, Removed: removed}
@@ -117,12 +138,7 @@ func BuildStatus(pl *Planned, nodes []corev1.Node, kubeErr error) *Status {
 			}
 		}
 		if kn := byName[hostname]; kn != nil && hostname != "" {
-			ns.KubernetesNode = &KubernetesNode{Name: kn.Name, Ready: string(corev1.ConditionUnknown), KubeletVersion: kn.Status.NodeInfo.KubeletVersion}
-			for _, c := range kn.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					ns.KubernetesNode.Ready = string(c.Status)
-				}
-			}
+			ns.KubernetesNode = kn
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}

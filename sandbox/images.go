@@ -188,6 +188,9 @@ func toolsImageSpec() imageSpec {
 // run (Debian's iptables package, nftables back end).
 const xtables = "/usr/sbin/xtables-nft-multi"
 
+// xtablesExtensions holds iptables' extension modules.
+const xtablesExtensions = "/usr/lib/x86_64-linux-gnu/xtables"
+
 func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	spec := imageSpec{
 		ref:          HyperkubeImage,
@@ -198,7 +201,13 @@ func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	for _, c := range kubeCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
 	}
-	libs, err := withLibs(ctx, xtables)
+	// iptables and the match and target extensions it loads (conntrack,
+	// statistic…), with the libraries of both.
+	exts, err := filepath.Glob(filepath.Join(xtablesExtensions, "*.so"))
+	if err != nil || len(exts) == 0 {
+		return imageSpec{}, fmt.Errorf("hyperkube image: no iptables extensions in %s (install iptables: make prereqs)", xtablesExtensions)
+	}
+	libs, err := withLibs(ctx, append([]string{xtables}, exts...)...)
 	if err != nil {
 		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install iptables: make prereqs)", err)
 	}

@@ -121,6 +121,15 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 	if st.KubernetesError != "" {
 		fmt.Fprintf(w, "  ! Kubernetes: %s\n", oneLine(st.KubernetesError))
 	}
+	if len(st.KubernetesNodes) > 0 {
+		fmt.Fprintln(w, "\nNodes as the API server lists them:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NAME\tREADY\tVERSION\tINTERNAL-IP")
+		for _, n := range st.KubernetesNodes {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", n.Name, n.Ready, n.KubeletVersion, n.InternalIP)
+		}
+		tw.Flush()
+	}
 	fmt.Fprintln(w)
 	if st.PendingSteps == 0 {
 		fmt.Fprintln(w, "In sync with cluster.yml: no changes pending.")

@@ -1,6 +1,7 @@
 // Package health probes the components of a node through the transport:
 // etcd's /health, the API server's /healthz, the controller manager's and
-// the scheduler's healthz, the kubelet's healthz, and nginx-proxy's port.
+// the scheduler's healthz, the kubelet's and kube-proxy's healthz, and an
+// API server through nginx-proxy.
 // Each probe is an HTTP request dialled from the node (its loopback or
 // internal address), so that it checks what the node's own components see
 // and needs no port open to rigger.
@@ -32,6 +33,7 @@ const (
 	ControllerManagerPort = "10257"
 	SchedulerPort         = "10259"
 	KubeletHealthzPort    = "10248"
+	KubeProxyHealthzPort  = "10256"
 )
 
 // Timing of Wait.
@@ -70,7 +72,7 @@ func (t Target) String() string { return t.Node + " " + t.Component }
 func Probes(component string) bool {
 	switch component {
 	case desired.Etcd, desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler,
-		desired.Kubelet, desired.NginxProxy:
+		desired.Kubelet, desired.KubeProxy, desired.NginxProxy:
 		return true
 	}
 	return false
@@ -108,6 +110,10 @@ func (c *Checker) Check(ctx context.Context, t Target) error {
 		return err
 	case desired.Kubelet:
 		_, err := c.get(ctx, t.Node, "http://127.0.0.1:"+KubeletHealthzPort+"/healthz", nil)
+		return err
+	case desired.KubeProxy:
+		// 200 once it has synced its rules with the API server.
+		_, err := c.get(ctx, t.Node, "http://127.0.0.1:"+KubeProxyHealthzPort+"/healthz", nil)
 		return err
 	case desired.NginxProxy:
 		// Something answers TLS on the proxy's port: an API server

@@ -106,7 +106,7 @@ func TestCheck(t *testing.T) {
 		{"api server down", nil, desired.KubeAPIServer, "connection refused"},
 		{"kubelet unhealthy", map[string]string{"127.0.0.1:10248": host(kubelet)}, desired.Kubelet, "500 Internal Server Error: [-]syncloop failed"},
 		{"server not of the cluster CA", map[string]string{"10.0.0.1:2379": host(impostor)}, desired.Etcd, "failed to verify certificate"},
-		{"unknown component", nil, "kube-proxy", ""},
+		{"unknown component", nil, "calico-node", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, dialed := checker(t, set, tc.routes)
