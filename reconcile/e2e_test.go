@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,45 +26,17 @@ import (
 	"github.com/rigger/rigger/spec"
 )
 
-// exampleCluster is the cluster.yml make demo applies; the tests apply it,
-// moved to their own sandbox.
-const exampleCluster = "../examples/clusters/sandbox/cluster.yml"
-
-// sandboxYML is examples/clusters/sandbox/cluster.yml for sandbox s, on
-// its first `nodes` nodes, all with every role, plus the workers given by
-// index.
+// sandboxYML is the example sandbox cluster on sandbox s: its first nodes
+// nodes with every role, and the workers given by index.
 func sandboxYML(t testing.TB, s *sandbox.Sandbox, nodes int, workers ...int) string {
-	t.Helper()
-	b, err := os.ReadFile(exampleCluster)
-	if err != nil {
-		t.Fatal(err)
+	roles := map[int][]string{}
+	for i := range nodes {
+		roles[i] = []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
 	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(trimmed, "- {address:"):
-			continue // the example's own nodes
-		case trimmed == "nodes:":
-			out = append(out, line)
-			for i, n := range s.Nodes {
-				roles := ""
-				switch {
-				case i < nodes:
-					roles = "etcd, controlplane, worker"
-				case slices.Contains(workers, i):
-					roles = "worker"
-				default:
-					continue
-				}
-				out = append(out, fmt.Sprintf("  - {address: %s, user: %s, role: [%s], hostname_override: %s}", n.Address, n.User, roles, n.Hostname))
-			}
-			continue
-		}
-		line = strings.ReplaceAll(line, "/var/lib/rigger-sandbox/rigger/", "/var/lib/rigger-sandbox/"+s.Name+"/")
-		out = append(out, line)
+	for _, w := range workers {
+		roles[w] = []string{spec.RoleWorker}
 	}
-	return strings.Join(out, "\n")
+	return sandboxtest.ClusterYML(t, s, roles)
 }
 
 // sandboxCluster is sandboxYML loaded, then changed by each change.

@@ -13,8 +13,15 @@ import (
 // run executes rigger with args and returns its output and exit code.
 func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runWithInput(t, "", args...)
+}
+
+// runWithInput is run with stdin.
+func runWithInput(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := newRootCommand(&out, &errOut)
+	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())
 	var ex *exitError
@@ -22,6 +29,7 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	case err == nil:
 	case errors.As(err, &ex):
 		code = ex.code
+		errOut.WriteString(ex.msg) // as main prints it
 	default:
 		code = 1
 		errOut.WriteString(err.Error())

@@ -18,6 +18,8 @@
 //	4       etcd
 //	5       gitops
 //	6       reconcile/observe
+//	7       cmd/rigger (the CLI end to end)
+//	8       reconcile/dockerop
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
@@ -28,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,4 +86,50 @@ func Start(t testing.TB, opts sandbox.Options) *sandbox.Sandbox {
 	}
 	t.Logf("sandbox up:\n%s", log.String())
 	return s
+}
+
+// ExampleCluster is the cluster.yml `make demo` applies to the default
+// sandbox, relative to the repository root.
+const ExampleCluster = "examples/clusters/sandbox/cluster.yml"
+
+// ClusterYML is examples/clusters/sandbox/cluster.yml (found from the
+// test's directory upwards) moved to sandbox s: its SSH key and known_hosts,
+// and as nodes those of s that roles names, by index, with their roles.
+// The example's settings (images, containerd, no add-ons) stay as they are.
+func ClusterYML(t testing.TB, s *sandbox.Sandbox, roles map[int][]string) string {
+	t.Helper()
+	var b []byte
+	dir, err := os.Getwd()
+	for err == nil {
+		if b, err = os.ReadFile(filepath.Join(dir, ExampleCluster)); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("no %s above the test's directory", ExampleCluster)
+		}
+		dir, err = parent, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "- {address:"):
+			continue // the example's own nodes
+		case trimmed == "nodes:":
+			out = append(out, line)
+			for i, n := range s.Nodes {
+				if r, ok := roles[i]; ok {
+					out = append(out, fmt.Sprintf("  - {address: %s, user: %s, role: [%s], hostname_override: %s}",
+						n.Address, n.User, strings.Join(r, ", "), n.Hostname))
+				}
+			}
+			continue
+		}
+		out = append(out, strings.ReplaceAll(line, "/var/lib/rigger-sandbox/rigger/", "/var/lib/rigger-sandbox/"+s.Name+"/"))
+	}
+	return strings.Join(out, "\n")
 }

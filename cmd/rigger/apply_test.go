@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+)
+
+// TestCLISandbox drives the commands a user runs on a one-node sandbox:
+// plan, a saved plan applied, status, kubeconfig, a refused stale plan, a
+// declined apply, and remove.
+func TestCLISandbox(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 7, Nodes: 1, Images: true})
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cluster.yml")
+	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: {"etcd", "controlplane", "worker"}})
+	if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	planFile := filepath.Join(dir, "plan.json")
+	cluster := []string{"-f", file, "--state-dir", state}
+	args := func(a ...string) []string { return append(a, cluster...) }
+	node := s.Nodes[0].Address
+
+	out, errOut, code := run(t, args("plan", "--out", planFile)...)
+	if code != 2 || !strings.Contains(out, "Plan: 6 to create") || !strings.Contains(out, "Certificates: new") {
+		t.Fatalf("plan of a fresh node: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// Nothing is applied without an answer.
+	out, errOut, code = run(t, args("apply")...)
+	if code != 1 || !strings.Contains(errOut+out, "pass --yes") {
+		t.Fatalf("apply without an answer: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = runWithInput(t, "no\n", args("apply")...)
+	if code != 1 || !strings.Contains(out, "Only 'yes' will be accepted") {
+		t.Fatalf("declined apply: exit %d\n%s", code, out)
+	}
+
+	out, errOut, code = run(t, args("apply", "--plan", planFile)...)
+	if code != 0 || !strings.Contains(out, "Apply complete") || !strings.Contains(out, "==> Control plane, one node at a time") {
+		t.Fatalf("apply of the saved plan: exit %d\n%s%s", code, out, errOut)
+	}
+
+	out, errOut, code = run(t, args("status", "-o", "json")...)
+	var st struct {
+		PendingSteps int `json:"pending_steps"`
+		Nodes        []struct {
+			Reachable      bool
+			KubernetesNode *struct{ Ready string } `json:"kubernetes_node"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status: %v\n%s%s", err, out, errOut)
+	}
+	if st.PendingSteps != 0 || len(st.Nodes) != 1 || !st.Nodes[0].Reachable {
+		t.Errorf("status -o json: %s", out)
+	}
+	// The kubelet registers a moment after it answers its healthz.
+	for i := 0; i < 30; i++ {
+		if out, errOut, code = run(t, args("status")...); code == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if code != 0 || !strings.Contains(out, "Ready v1.31.4") || !strings.Contains(out, "In sync with cluster.yml") {
+		t.Fatalf("status after apply: exit %d\n%s%s", code, out, errOut)
+	}
+
+	out, _, code = run(t, args("kubeconfig")...)
+	if code != 0 || !strings.Contains(out, "https://"+node+":6443") || !strings.Contains(out, "client-key-data:") {
+		t.Fatalf("kubeconfig: exit %d\n%s", code, out)
+	}
+
+	// The saved plan was made for a node without containers: refused now.
+	out, errOut, code = run(t, args("apply", "--plan", planFile)...)
+	if code != 1 || !strings.Contains(errOut, "the nodes changed since") {
+		t.Fatalf("apply of a stale saved plan: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, code = run(t, args("plan")...)
+	if code != 0 || !strings.Contains(out, "No changes") {
+		t.Fatalf("plan after apply: exit %d\n%s", code, out)
+	}
+
+	out, errOut, code = run(t, args("remove", "--yes")...)
+	if code != 0 || !strings.Contains(out, "Remove complete") || !strings.Contains(out, "6 removed") {
+		t.Fatalf("remove: exit %d\n%s%s", code, out, errOut)
+	}
+	left, _ := os.ReadDir(filepath.Join(s.Nodes[0].Dir, "etc-kubernetes"))
+	if len(left) > 0 {
+		t.Errorf("remove left files in /etc/kubernetes: %v", left)
+	}
+	out, _, code = run(t, args("plan")...)
+	if code != 2 || !strings.Contains(out, "Plan: 6 to create") || !strings.Contains(out, "Certificates: state directory") {
+		t.Errorf("plan after remove: exit %d\n%s", code, out)
+	}
+}
