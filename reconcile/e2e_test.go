@@ -368,7 +368,9 @@ func checkHealthy(ctx context.Context, t *testing.T, a *applier, c *spec.Cluster
 	}
 	for _, n := range nodes {
 		for _, comp := range []string{desired.Etcd, desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler, desired.Kubelet} {
-			if err := chk.Check(ctx, health.Target{Node: n, InternalAddress: n, Component: comp}); err != nil {
+			// The controller manager and the scheduler restart when they
+			// lose their lease (after a partition, say): allow for it.
+			if err := chk.Wait(ctx, health.Target{Node: n, InternalAddress: n, Component: comp}, time.Minute); err != nil {
 				t.Errorf("%s %s: %v", n, comp, err)
 			}
 		}

@@ -375,7 +375,7 @@ func checkNode(ctx context.Context, t *testing.T, s *sandbox.Sandbox, n sandbox.
 	}
 
 	// A privileged container of rigger's image runs to its end.
-	logs := runContainer(ctx, t, dc, &container.Config{Image: s.SystemImages["alpine"], Cmd: []string{"version"}},
+	logs := runContainer(ctx, t, dc, &container.Config{Image: s.SystemImages["nginx_proxy"], Cmd: []string{"version"}},
 		&container.HostConfig{Privileged: true, NetworkMode: "host"})
 	if !strings.Contains(logs, "rigger ") {
 		t.Errorf("rigger version in a privileged container said %q", logs)
@@ -388,7 +388,7 @@ func checkNode(ctx context.Context, t *testing.T, s *sandbox.Sandbox, n sandbox.
 
 	// A file written through a bind mount of /etc/kubernetes (the archive
 	// API, as rigger writes certificates) lands in the node's directory.
-	cr, err := dc.ContainerCreate(ctx, &container.Config{Image: s.SystemImages["alpine"], Cmd: []string{"version"}},
+	cr, err := dc.ContainerCreate(ctx, &container.Config{Image: s.SystemImages["nginx_proxy"], Cmd: []string{"version"}},
 		&container.HostConfig{Binds: []string{"/etc/kubernetes:/etc/kubernetes"}}, nil, nil, "")
 	if err != nil {
 		t.Fatal(err)

@@ -103,6 +103,9 @@ func (b *builder) node(h *host) Node {
 	} else {
 		cs = append(cs, b.nginxProxy())
 	}
+	if b.criDockerd() {
+		cs = append(cs, b.sidekick())
+	}
 	cs = append(cs, b.kubelet(h), b.kubeProxy(h))
 	for i := range cs {
 		c := &cs[i]
@@ -346,7 +349,7 @@ func (b *builder) kubelet(h *host) Container {
 	}
 
 	var env, binds []string
-	if cri := b.c.EnableCRIDockerd; cri != nil && *cri {
+	if b.criDockerd() {
 		if b.minor < 27 { // the flag is gone from 1.27 on
 			f.set("container-runtime", "remote")
 		}
@@ -381,7 +384,34 @@ func (b *builder) kubelet(h *host) Container {
 	c := b.kubeComponent(Kubelet, s.BaseService, f, env, binds)
 	c.PidMode = PidModeHost
 	c.Privileged = true
+	if b.criDockerd() {
+		// RKE's kubelet: the entrypoint of rke-tools, from the sidekick's
+		// volume, starts cri-dockerd and then the kubelet.
+		c.Entrypoint = []string{RKEToolsEntrypoint}
+		c.Args = append([]string{Kubelet}, c.Args...)
+		c.VolumesFrom = []string{ServiceSidekick}
+	}
 	return c
+}
+
+// criDockerd reports whether the kubelet reaches Docker through cri-dockerd.
+func (b *builder) criDockerd() bool {
+	return b.c.EnableCRIDockerd != nil && *b.c.EnableCRIDockerd
+}
+
+// sidekick is RKE's service-sidekick: a container of the
+// kubernetes_services_sidecar image (rancher/rke-tools) that runs once and
+// whose volume /opt/rke-tools, with the entrypoint that starts cri-dockerd
+// and the cri-dockerd binary, the kubelet mounts.
+func (b *builder) sidekick() Container {
+	return Container{
+		Name:          ServiceSidekick,
+		Image:         b.c.SystemImages.KubernetesServicesSidecar,
+		Entrypoint:    []string{"/bin/true"},
+		NetworkMode:   NetworkModeHost,
+		RestartPolicy: RestartNo,
+		RunOnce:       true,
+	}
 }
 
 func (b *builder) kubeProxy(h *host) Container {

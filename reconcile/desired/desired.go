@@ -18,6 +18,9 @@ const (
 	NginxProxy            = "nginx-proxy"
 	Kubelet               = "kubelet"
 	KubeProxy             = "kube-proxy"
+	// ServiceSidekick holds rke-tools' /opt/rke-tools for the kubelet when
+	// it runs cri-dockerd (enable_cri_dockerd).
+	ServiceSidekick = "service-sidekick"
 )
 
 // Labels rigger puts on every container it creates.
@@ -40,6 +43,8 @@ const (
 	PidModeHost = "host"
 	// RestartAlways: Docker restarts a component that exits, etcd included.
 	RestartAlways = "always"
+	// RestartNo: a container that runs once (ServiceSidekick).
+	RestartNo = "no"
 )
 
 // minMinor is the oldest Kubernetes 1.x minor version whose flags Build
@@ -101,6 +106,12 @@ type Container struct {
 	Privileged bool `json:"privileged,omitempty"`
 	// RestartPolicy is the Docker restart policy (always RestartAlways).
 	RestartPolicy string `json:"restart_policy"`
+	// VolumesFrom are containers whose volumes this one mounts (the
+	// kubelet: ServiceSidekick's /opt/rke-tools).
+	VolumesFrom []string `json:"volumes_from,omitempty"`
+	// RunOnce containers run to completion: exited is their desired state,
+	// not a reason to start them again.
+	RunOnce bool `json:"run_once,omitempty"`
 	// Labels are LabelCluster, LabelComponent, LabelSpecHash and LabelSpec.
 	Labels map[string]string `json:"labels"`
 	// BootstrapArgs are appended to Args only when the container is created

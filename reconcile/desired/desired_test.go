@@ -250,11 +250,11 @@ func TestContainersPerRole(t *testing.T) {
 		roles string
 		want  []string
 	}{
-		{"[etcd]", []string{Etcd, NginxProxy, Kubelet, KubeProxy}},
-		{"[controlplane]", []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet, KubeProxy}},
-		{"[worker]", []string{NginxProxy, Kubelet, KubeProxy}},
-		{"[worker, etcd]", []string{Etcd, NginxProxy, Kubelet, KubeProxy}},
-		{"[etcd, controlplane, worker]", []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet, KubeProxy}},
+		{"[etcd]", []string{Etcd, NginxProxy, ServiceSidekick, Kubelet, KubeProxy}},
+		{"[controlplane]", []string{KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy}},
+		{"[worker]", []string{NginxProxy, ServiceSidekick, Kubelet, KubeProxy}},
+		{"[worker, etcd]", []string{Etcd, NginxProxy, ServiceSidekick, Kubelet, KubeProxy}},
+		{"[etcd, controlplane, worker]", []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.roles, func(t *testing.T) {
@@ -334,8 +334,12 @@ func TestArgsSortedByFlag(t *testing.T) {
 				if c.Name == NginxProxy {
 					continue
 				}
+				args := c.Args
+				if c.Name == Kubelet && c.Entrypoint[0] == RKEToolsEntrypoint {
+					args = args[1:] // rke-tools' entrypoint takes the command first
+				}
 				var flags []string
-				for _, a := range c.Args {
+				for _, a := range args {
 					if !strings.HasPrefix(a, "--") || !strings.Contains(a, "=") {
 						t.Errorf("%s %s: arg %q is not --flag=value", n.Address, c.Name, a)
 					}
@@ -367,7 +371,7 @@ func TestLabels(t *testing.T) {
 			if diff := cmp.Diff(want, c.Labels); diff != "" {
 				t.Errorf("%s %s labels (-want +got):\n%s", n.Address, c.Name, diff)
 			}
-			if c.NetworkMode != NetworkModeHost || c.RestartPolicy != RestartAlways {
+			if c.NetworkMode != NetworkModeHost || c.RestartPolicy != RestartAlways && !c.RunOnce {
 				t.Errorf("%s %s: network %q restart %q, want host and always", n.Address, c.Name, c.NetworkMode, c.RestartPolicy)
 			}
 			privileged := c.Name == Kubelet || c.Name == KubeProxy
@@ -614,4 +618,42 @@ func BenchmarkBuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestCRIDockerd: with cri-dockerd (the default from 1.24 on, as in RKE) the
+// kubelet runs rke-tools' entrypoint from the service-sidekick's volume,
+// which starts cri-dockerd; without it, the kubelet binary itself.
+func TestCRIDockerd(t *testing.T) {
+	const yml = "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
+	on := build(t, parse(t, yml))
+	kubelet := container(t, on, "10.0.0.1", Kubelet)
+	sidekick := container(t, on, "10.0.0.1", ServiceSidekick)
+	if kubelet.Entrypoint[0] != RKEToolsEntrypoint || kubelet.Args[0] != Kubelet ||
+		len(kubelet.VolumesFrom) != 1 || kubelet.VolumesFrom[0] != ServiceSidekick {
+		t.Errorf("kubelet with cri-dockerd: entrypoint %v, args[0] %q, volumes from %v", kubelet.Entrypoint, kubelet.Args[0], kubelet.VolumesFrom)
+	}
+	if !sidekick.RunOnce || sidekick.RestartPolicy != RestartNo || sidekick.Image != "rancher/rke-tools:v0.1.105" {
+		t.Errorf("sidekick %+v", sidekick)
+	}
+	n, _ := on.Node("10.0.0.1")
+	if names := containerNames(n); !slices.Equal(names, []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy}) {
+		t.Errorf("containers in start order: %v", names)
+	}
+
+	off := build(t, parse(t, yml+"enable_cri_dockerd: false\n"))
+	kubelet = container(t, off, "10.0.0.1", Kubelet)
+	if kubelet.Entrypoint[0] != "/usr/local/bin/kubelet" || len(kubelet.VolumesFrom) > 0 {
+		t.Errorf("kubelet without cri-dockerd: entrypoint %v, volumes from %v", kubelet.Entrypoint, kubelet.VolumesFrom)
+	}
+	if n, _ := off.Node("10.0.0.1"); slices.Contains(containerNames(n), ServiceSidekick) {
+		t.Error("a sidekick without cri-dockerd")
+	}
+}
+
+func containerNames(n *Node) []string {
+	var out []string
+	for _, c := range n.Containers {
+		out = append(out, c.Name)
+	}
+	return out
 }

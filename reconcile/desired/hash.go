@@ -30,11 +30,16 @@ type hashed struct {
 	Privileged    bool     `json:"privileged"`
 	RestartPolicy string   `json:"restart_policy"`
 	User          string   `json:"user"`
+	// Later fields are left out when empty, so that adding them changed
+	// no existing hash.
+	VolumesFrom []string `json:"volumes_from,omitempty"`
+	RunOnce     bool     `json:"run_once,omitempty"`
 }
 
 // Hash is the spec hash of the container: the first 16 hex digits of the
 // SHA-256 of a canonical JSON encoding of its image, entrypoint, args, env,
-// binds, network mode, PID mode, privileged flag, restart policy and user.
+// binds, network mode, PID mode, privileged flag, restart policy, user,
+// the containers whose volumes it mounts and whether it runs once.
 // Order matters within each list (it is Docker's order too).
 //
 // It does not cover Name (the planner matches containers by name), Labels
@@ -61,6 +66,8 @@ func (c Container) SpecJSON() string {
 		Privileged:    c.Privileged,
 		RestartPolicy: c.RestartPolicy,
 		User:          c.User,
+		VolumesFrom:   c.VolumesFrom,
+		RunOnce:       c.RunOnce,
 	}
 	b, err := json.Marshal(h)
 	if err != nil {

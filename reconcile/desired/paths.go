@@ -37,6 +37,9 @@ const (
 	DockerRootDir = "/var/lib/docker"
 	// CRIDockerdSocket is the CRI endpoint of cri-dockerd.
 	CRIDockerdSocket = "unix:///var/run/cri-dockerd.sock"
+	// RKEToolsEntrypoint is rke-tools' entrypoint, in ServiceSidekick's
+	// volume: it starts cri-dockerd when RKE_KUBELET_CRIDOCKERD is true.
+	RKEToolsEntrypoint = "/opt/rke-tools/entrypoint.sh"
 	// CRIDockerdDir is cri-dockerd's state directory (under prefix_path).
 	CRIDockerdDir = "/var/lib/cri-dockerd"
 

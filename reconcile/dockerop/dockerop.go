@@ -136,6 +136,7 @@ func containerConfig(c *desired.Container, extraArgs []string) (*container.Confi
 		PidMode:       container.PidMode(c.PidMode),
 		Privileged:    c.Privileged,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(c.RestartPolicy)},
+		VolumesFrom:   c.VolumesFrom,
 	}
 	return cfg, host
 }

@@ -33,7 +33,8 @@ type Health interface {
 
 var _ Health = (*health.Checker)(nil)
 
-// Hooks receive progress as Run makes it. Every field may be nil.
+// Hooks receive progress as Run makes it, one call at a time (Run
+// serializes them). Every field may be nil.
 type Hooks struct {
 	// Phase is called when a phase with work starts.
 	Phase func(p plan.Phase, title string)
@@ -224,9 +225,11 @@ func (r *runner) kubernetes(ctx context.Context, _ []plan.Step) error {
 
 // runner holds one Run's progress.
 type runner struct {
-	o   Options
-	mu  sync.Mutex
-	res *Result
+	o  Options
+	mu sync.Mutex
+	// hookMu serializes the calls of the hooks.
+	hookMu sync.Mutex
+	res    *Result
 	// ran marks the steps given an outcome, by index key.
 	ran map[stepKey]bool
 	// pending are steps of started phases not yet run.
@@ -263,6 +266,8 @@ func (r *runner) notRun() []plan.Step {
 
 func (r *runner) say(node, msg string, err error) {
 	if r.o.Hooks.Step != nil {
+		r.hookMu.Lock()
+		defer r.hookMu.Unlock()
 		r.o.Hooks.Step(node, msg, err)
 	}
 }

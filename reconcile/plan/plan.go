@@ -191,6 +191,8 @@ func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
 			s.Action, s.Reason = Create, reasonMissing
 		case oc.SpecHash != dc.Hash():
 			s.Action, s.Reason = Replace, specReason(oc.Spec, dc.SpecJSON())
+		case dc.RunOnce && (oc.State == "exited" || oc.State == "created" || oc.State == "running"):
+			continue // it ran, or runs, as it should
 		case oc.State != "running" && oc.State != "restarting":
 			s.Action, s.Reason = Restart, stateReason(oc.State)
 		case len(changed) > 0 && on.FilesRead && readsChanged(dc, changed, on):
@@ -354,12 +356,14 @@ func Rank(name string) int {
 		return 3
 	case desired.NginxProxy:
 		return 4
-	case desired.Kubelet:
+	case desired.ServiceSidekick:
 		return 5
-	case desired.KubeProxy:
+	case desired.Kubelet:
 		return 6
+	case desired.KubeProxy:
+		return 7
 	}
-	return 7
+	return 8
 }
 
 // phaseOf is the phase of a component on a node of cluster.yml.

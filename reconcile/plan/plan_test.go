@@ -127,20 +127,34 @@ func TestCompute(t *testing.T) {
 				"controlplane 10.0.0.2 create kube-apiserver (container missing)",
 				"controlplane 10.0.0.2 create kube-controller-manager (container missing)",
 				"controlplane 10.0.0.2 create kube-scheduler (container missing)",
+				"worker 10.0.0.1 create service-sidekick (container missing)",
 				"worker 10.0.0.1 create kubelet (container missing)",
 				"worker 10.0.0.1 create kube-proxy (container missing)",
+				"worker 10.0.0.2 create service-sidekick (container missing)",
 				"worker 10.0.0.2 create kubelet (container missing)",
 				"worker 10.0.0.2 create kube-proxy (container missing)",
 				"worker 10.0.0.3 create nginx-proxy (container missing)",
+				"worker 10.0.0.3 create service-sidekick (container missing)",
 				"worker 10.0.0.3 create kubelet (container missing)",
 				"worker 10.0.0.3 create kube-proxy (container missing)",
 				"worker 10.0.0.4 create nginx-proxy (container missing)",
+				"worker 10.0.0.4 create service-sidekick (container missing)",
 				"worker 10.0.0.4 create kubelet (container missing)",
 				"worker 10.0.0.4 create kube-proxy (container missing)",
 			},
 		},
 		{
 			name: "as applied",
+		},
+		{
+			name: "the sidekick ran and exited, as it should",
+			observe: func(o *observe.Cluster) {
+				for _, n := range o.Nodes {
+					c := n.Containers[desired.ServiceSidekick]
+					c.State = "exited"
+					n.Containers[desired.ServiceSidekick] = c
+				}
+			},
 		},
 		{
 			name:   "kube-api extra_args",
@@ -248,6 +262,7 @@ func TestCompute(t *testing.T) {
 			change: func(c *spec.Cluster) { c.Nodes = c.Nodes[:3] },
 			want: []string{
 				"removed-nodes 10.0.0.4 remove nginx-proxy (node removed from cluster.yml)",
+				"removed-nodes 10.0.0.4 remove service-sidekick (node removed from cluster.yml)",
 				"removed-nodes 10.0.0.4 remove kubelet (node removed from cluster.yml)",
 				"removed-nodes 10.0.0.4 remove kube-proxy (node removed from cluster.yml)",
 			},
@@ -310,9 +325,9 @@ func TestCompute(t *testing.T) {
 		{
 			name: "unknown rigger container on a node",
 			observe: func(o *observe.Cluster) {
-				o.Nodes["10.0.0.1"].Containers["service-sidekick"] = observe.Container{Name: "service-sidekick", State: "exited"}
+				o.Nodes["10.0.0.1"].Containers["rke-log-linker"] = observe.Container{Name: "rke-log-linker", State: "exited"}
 			},
-			want: []string{"worker 10.0.0.1 remove service-sidekick (not desired on this node)"},
+			want: []string{"worker 10.0.0.1 remove rke-log-linker (not desired on this node)"},
 		},
 	}
 	for _, tt := range tests {
