@@ -42,8 +42,8 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./sandbox
 
 .PHONY: bench
-bench: ## benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
+	RIGGER_E2E=1 $(GO) test -run '^$$' -bench . -benchmem ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 .PHONY: demo
 demo: prereqs build ## validate the examples, start the sandbox nodes, apply the sandbox cluster, show its status

@@ -190,6 +190,19 @@ func TestApplySandbox(t *testing.T) {
 		}
 		checkHealthy(ctx, t, a, c, first3)
 		checkNodes(ctx, t, a, c, s.Nodes[:3])
+		st, _, err := a.session(c).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := st.Etcd; e == nil || len(e.Members) != 3 || e.Error != "" {
+			t.Errorf("etcd status %+v, want 3 members", e)
+		} else {
+			for _, n := range first3 {
+				if e.Health[n] != "healthy" {
+					t.Errorf("etcd on %s: %s", n, e.Health[n])
+				}
+			}
+		}
 	})
 
 	t.Run("second apply changes nothing", func(t *testing.T) {

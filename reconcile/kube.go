@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -66,6 +69,18 @@ func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clie
 	return cs, nil
 }
 
+// apiBackoff spaces the retries of a call the API server failed for a
+// passing reason (about a minute in all): an API server whose etcd lost a
+// member answers Unavailable until its client moves on.
+var apiBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 8, Cap: 15 * time.Second}
+
+// retriable reports whether an API error may pass on its own.
+func retriable(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsUnexpectedServerError(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
+}
+
 // nodeBinding is the ClusterRoleBinding that lets the kubelets act as
 // nodes. They share the kube-node certificate (O=system:nodes, CN=system:node,
 // as in RKE), which the Node authorizer does not know as any one node, so
@@ -77,7 +92,7 @@ const nodeBinding = "system:node"
 // creates it.
 func ensureNodeAuthorization(ctx context.Context, cs kubernetes.Interface) error {
 	subject := rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.OnError(apiBackoff, retriable, func() error {
 		crb, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, nodeBinding, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -30,6 +32,20 @@ type Status struct {
 	KubernetesNodes []KubernetesNode `json:"kubernetes_nodes,omitempty"`
 	// KubernetesError says why the Nodes could not be listed.
 	KubernetesError string `json:"kubernetes_error,omitempty"`
+	// Etcd is the etcd cluster's membership and each member's health; nil
+	// with an external etcd.
+	Etcd *EtcdStatus `json:"etcd,omitempty"`
+}
+
+// EtcdStatus is what the etcd members say.
+type EtcdStatus struct {
+	// Members as a healthy member lists them.
+	Members []health.EtcdMember `json:"members,omitempty"`
+	// Health of the member on each etcd node of cluster.yml, by address:
+	// "healthy" or why not.
+	Health map[string]string `json:"health"`
+	// Error says why the members could not be listed.
+	Error string `json:"error,omitempty"`
 }
 
 // NodeStatus is one node of cluster.yml, or one that left it and still
@@ -90,7 +106,49 @@ func (s *Session) Status(ctx context.Context) (*Status, *Planned, error) {
 			nodes = list.Items
 		}
 	}
-	return BuildStatus(pl, nodes, kubeErr), pl, nil
+	st := BuildStatus(pl, nodes, kubeErr)
+	st.Etcd = s.etcdStatus(ctx, pl)
+	return st, pl, nil
+}
+
+// etcdStatus probes the member of every etcd node of cluster.yml and lists
+// the members through the first healthy one.
+func (s *Session) etcdStatus(ctx context.Context, pl *Planned) *EtcdStatus {
+	var targets []health.Target
+	for _, n := range pl.Desired.Nodes {
+		if _, ok := n.Container(desired.Etcd); ok {
+			targets = append(targets, health.Target{Node: n.Address, InternalAddress: n.InternalAddress, Component: desired.Etcd})
+		}
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	es := &EtcdStatus{Health: map[string]string{}}
+	chk, err := s.checker(pl.PKI)
+	if err != nil {
+		es.Error = err.Error()
+		return es
+	}
+	for _, t := range targets {
+		if on := pl.Observed.Nodes[t.Node]; on == nil || !on.Reachable {
+			es.Health[t.Node] = "node not reachable"
+			continue
+		}
+		if err := chk.Check(ctx, t); err != nil {
+			es.Health[t.Node] = err.Error()
+			continue
+		}
+		es.Health[t.Node] = "healthy"
+		if es.Members == nil {
+			if es.Members, err = chk.EtcdMembers(ctx, t); err != nil {
+				es.Error = err.Error()
+			}
+		}
+	}
+	if es.Members == nil && es.Error == "" {
+		es.Error = "no member is healthy"
+	}
+	return es
 }
 
 // BuildStatus puts a plan, what it was computed from and the Kubernetes

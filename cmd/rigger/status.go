@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -70,6 +71,16 @@ func healthy(st *reconcile.Status) bool {
 	if st.PendingSteps > 0 || st.KubernetesError != "" {
 		return false
 	}
+	if e := st.Etcd; e != nil {
+		if e.Error != "" {
+			return false
+		}
+		for _, h := range e.Health {
+			if h != "healthy" {
+				return false
+			}
+		}
+	}
 	for _, n := range st.Nodes {
 		if !n.Reachable || n.Removed || n.KubernetesNode == nil || n.KubernetesNode.Ready != "True" {
 			return false
@@ -129,6 +140,38 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", n.Name, n.Ready, n.KubeletVersion, n.InternalIP)
 		}
 		tw.Flush()
+	}
+	if e := st.Etcd; e != nil {
+		healthy := 0
+		for _, h := range e.Health {
+			if h == "healthy" {
+				healthy++
+			}
+		}
+		fmt.Fprintf(w, "\netcd: %d of %d members healthy", healthy, len(e.Health))
+		if len(e.Members) > 0 {
+			names := make([]string, 0, len(e.Members))
+			for _, m := range e.Members {
+				name := m.Name
+				if name == "" {
+					name = "(not started) " + strings.Join(m.PeerURLs, ",")
+				}
+				if m.IsLearner {
+					name += " (learner)"
+				}
+				names = append(names, name)
+			}
+			fmt.Fprintf(w, "; members: %s", strings.Join(names, ", "))
+		}
+		fmt.Fprintln(w)
+		for _, node := range slices.Sorted(maps.Keys(e.Health)) {
+			if h := e.Health[node]; h != "healthy" {
+				fmt.Fprintf(w, "  ! %s: %s\n", node, oneLine(h))
+			}
+		}
+		if e.Error != "" {
+			fmt.Fprintf(w, "  ! %s\n", oneLine(e.Error))
+		}
 	}
 	fmt.Fprintln(w)
 	if st.PendingSteps == 0 {

@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -332,6 +333,17 @@ func (b *builder) kubelet(h *host) Container {
 	if h.control && !h.worker {
 		f.set("register-with-taints", controlplaneTaint)
 	}
+	// The label that ties the Node to its machine in cluster.yml, whatever
+	// name the Node gets (a cloud provider may rename it). Labels the user
+	// gives in extra_args come first; this one is always added.
+	base := s.BaseService
+	labels := NodeAddressLabel + "=" + NodeAddressLabelValue(h.address)
+	if user := base.ExtraArgs["node-labels"]; user != "" {
+		labels = user + "," + labels
+		base.ExtraArgs = maps.Clone(base.ExtraArgs)
+		delete(base.ExtraArgs, "node-labels")
+	}
+	f.set("node-labels", labels)
 	// RKE sets --node-ip only when the internal address differs from the
 	// address; rigger sets it whenever it is an IP, so that the kubelet of
 	// a machine with several interfaces never picks another one.
@@ -381,7 +393,7 @@ func (b *builder) kubelet(h *host) Container {
 		// Flex volume drivers install to the usual place.
 		binds = append(binds, KubeletDir+"/volumeplugins:"+KubeletDir+"/volumeplugins:shared")
 	}
-	c := b.kubeComponent(Kubelet, s.BaseService, f, env, binds)
+	c := b.kubeComponent(Kubelet, base, f, env, binds)
 	c.PidMode = PidModeHost
 	c.Privileged = true
 	if b.criDockerd() {

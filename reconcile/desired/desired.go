@@ -35,6 +35,17 @@ const (
 	LabelSpec = "io.rigger.spec"
 )
 
+// NodeAddressLabel is the label every kubelet puts on its Node: the
+// node's address in cluster.yml (NodeAddressLabelValue). rigger finds a
+// machine's Node by it, never by name.
+const NodeAddressLabel = "rigger.io/node-address"
+
+// NodeAddressLabelValue is an address as a label value: an IPv6 address's
+// colons, which label values cannot hold, become underscores.
+func NodeAddressLabelValue(address string) string {
+	return strings.ReplaceAll(address, ":", "_")
+}
+
 // Container settings shared by every component, as RKE sets them.
 const (
 	// NetworkModeHost: every component uses the node's network.

@@ -657,3 +657,24 @@ func containerNames(n *Node) []string {
 	}
 	return out
 }
+
+// TestNodeAddressLabel: every kubelet labels its Node with its address,
+// after the labels the user gives in extra_args.
+func TestNodeAddressLabel(t *testing.T) {
+	d := build(t, parse(t, `nodes:
+  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}
+  - {address: "fd00::2", user: u, role: [worker], hostname_override: w2}
+services:
+  kubelet:
+    extra_args:
+      node-labels: team=a,tier=web
+`))
+	for node, want := range map[string]string{
+		"10.0.0.1": "team=a,tier=web,rigger.io/node-address=10.0.0.1",
+		"fd00::2":  "team=a,tier=web,rigger.io/node-address=fd00__2",
+	} {
+		if got := flagValues(container(t, d, node, Kubelet).Args, "node-labels"); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: --node-labels %v, want %q", node, got, want)
+		}
+	}
+}

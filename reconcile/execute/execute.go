@@ -61,6 +61,12 @@ type Options struct {
 	MaxUnavailableWorker int
 	// HealthTimeout bounds the wait for one component to become healthy.
 	HealthTimeout time.Duration
+	// BeforeNode and AfterNode, when set, wrap the changes of each node in
+	// the control-plane and worker phases: BeforeNode runs before its first
+	// step (cordon, drain), AfterNode once its changed components are
+	// healthy (the Node Ready, uncordon). An error stops the phase as a
+	// failed step does.
+	BeforeNode, AfterNode func(ctx context.Context, node string, steps []plan.Step) error
 	// Kubernetes, when set, runs once the control plane is healthy and
 	// before the workers change: the API objects the nodes need (the
 	// kubelets' authorization).
@@ -514,6 +520,12 @@ func byNode(steps []plan.Step) (nodes []string, groups map[string][]plan.Step) {
 // nodeSteps runs one node's steps in order, then waits for the components
 // it created, replaced or restarted to be healthy.
 func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) error {
+	if f := r.o.BeforeNode; f != nil {
+		if err := f(ctx, node, steps); err != nil {
+			r.say(node, "prepare for changes", err)
+			return err
+		}
+	}
 	var touched []string
 	for _, s := range steps {
 		if err := r.do(ctx, s); err != nil {
@@ -523,7 +535,16 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 			touched = append(touched, s.Component)
 		}
 	}
-	return r.waitHealthy(ctx, node, touched)
+	if err := r.waitHealthy(ctx, node, touched); err != nil {
+		return err
+	}
+	if f := r.o.AfterNode; f != nil {
+		if err := f(ctx, node, steps); err != nil {
+			r.say(node, "finish changes", err)
+			return err
+		}
+	}
+	return nil
 }
 
 // controlPlane changes one node at a time.

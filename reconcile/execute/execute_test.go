@@ -250,3 +250,44 @@ func TestRemovedNodesCleaned(t *testing.T) {
 		t.Error("cleaned before the containers were removed")
 	}
 }
+
+// TestNodeHooks: BeforeNode runs before a node's first step and AfterNode
+// after its components are healthy, for every node of the control-plane
+// and worker phases; a failing BeforeNode stops the phase before the node
+// changes.
+func TestNodeHooks(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now))
+	r := &recorder{}
+	o := options(d, r)
+	o.BeforeNode = func(_ context.Context, node string, _ []plan.Step) error {
+		r.log("before %s", node)
+		if node == "10.0.0.6" {
+			return errors.New("drain timed out")
+		}
+		return nil
+	}
+	o.AfterNode = func(_ context.Context, node string, _ []plan.Step) error {
+		r.log("after %s", node)
+		return nil
+	}
+	_, err := run(context.Background(), p, o, r.ops())
+	if err == nil || !strings.Contains(err.Error(), "drain timed out") {
+		t.Fatalf("error %v", err)
+	}
+	ev := r.events
+	for _, tc := range []struct{ node, first, healthy string }{
+		{"10.0.0.1", "kube-apiserver", "kube-scheduler"}, // its control-plane phase
+		{"10.0.0.4", "kubelet", "kube-proxy"},
+	} {
+		n := tc.node
+		before, first := index(ev, "before "+n), index(ev, "create "+n+" "+tc.first)
+		healthy, after := index(ev, "healthy "+n+" "+tc.healthy), index(ev, "after "+n)
+		if before < 0 || !(before < first && first < healthy && healthy < after) {
+			t.Errorf("%s: before %d, first step %d, healthy %d, after %d:\n%s", n, before, first, healthy, after, strings.Join(ev, "\n"))
+		}
+	}
+	if index(ev, "create 10.0.0.6") >= 0 {
+		t.Errorf("10.0.0.6 changed although BeforeNode failed:\n%s", strings.Join(ev, "\n"))
+	}
+}
