@@ -26,6 +26,7 @@ build: ## build bin/rigger (static)
 .PHONY: prereqs
 prereqs: ## install what the sandbox and the tests need (does nothing when present)
 	@bash hack/install-prereqs.sh
+	@bash hack/install-versitygw.sh >/dev/null
 
 .PHONY: lint
 lint: ## go vet and gofmt
@@ -40,6 +41,8 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 20m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./spec
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./sandbox
+	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) ./reconcile/etcdsnap
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSidecar$$' -fuzztime $(FUZZTIME) ./reconcile/etcdsnap
 
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -433,4 +435,162 @@ func checkNodes(ctx context.Context, t *testing.T, a *applier, c *spec.Cluster, 
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// TestEtcdMembershipSandbox grows a 3-member etcd cluster to 5 and back,
+// one member at a time, and refuses to add a member while one is down.
+func TestEtcdMembershipSandbox(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3, Nodes: 5, Images: true})
+	a := &applier{t: t, s: s, stateDir: filepath.Join(t.TempDir(), "state")}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	roles := func(etcdOnly ...int) *spec.Cluster {
+		r := map[int][]string{}
+		for i := range 3 {
+			r[i] = []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+		}
+		for _, i := range etcdOnly {
+			r[i] = []string{spec.RoleEtcd}
+		}
+		c := loadYML(t, sandboxtest.ClusterYML(t, s, r))
+		c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
+		return c
+	}
+	three, five := roles(), roles(3, 4)
+	a.apply(ctx, three)
+
+	// Data written before must survive every step: a ConfigMap lives in etcd.
+	sess := a.session(three)
+	pl := a.plan(ctx, three)
+	cs, err := sess.KubeClient(pl.PKI, pl.Observed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-membership", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkData := func(t *testing.T) {
+		t.Helper()
+		var err error
+		// An API server whose etcd client lost a member (a partition) may
+		// fail a call or two until the client moves on.
+		for range 10 {
+			var got *corev1.ConfigMap
+			if got, err = cs.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{}); err == nil {
+				if got.Data["k"] != "v" {
+					t.Errorf("the data written before: %v", got.Data)
+				}
+				return
+			}
+			time.Sleep(3 * time.Second)
+		}
+		t.Errorf("the data written before: %v", err)
+	}
+	members := func(t *testing.T, c *spec.Cluster) []string {
+		t.Helper()
+		pl := a.plan(ctx, c)
+		if pl.Observed.Etcd == nil {
+			t.Fatal("no etcd membership observed")
+		}
+		var names []string
+		for _, m := range pl.Observed.Etcd.Members {
+			if !m.Healthy || m.IsLearner {
+				t.Errorf("member %s: healthy %v learner %v %s", m, m.Healthy, m.IsLearner, m.Error)
+			}
+			names = append(names, m.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	etcdIDs := func() map[string]string {
+		ids := map[string]string{}
+		for k, id := range containerIDs(ctx, t, s) {
+			if strings.HasSuffix(k, "/"+desired.Etcd) {
+				ids[k] = id
+			}
+		}
+		return ids
+	}
+
+	t.Run("grow to five, one member at a time", func(t *testing.T) {
+		a.t = t
+		before := etcdIDs()
+		pl := a.apply(ctx, five)
+		if got := pl.Plan.Count(plan.AddMember); got != 2 {
+			t.Errorf("%d members added, want 2: %v", got, stepLines(pl.Plan))
+		}
+		if got := members(t, five); len(got) != 5 {
+			t.Errorf("members %v, want 5", got)
+		}
+		after := etcdIDs()
+		for k, id := range before {
+			if after[k] != id {
+				t.Errorf("%s was restarted", k)
+			}
+		}
+		checkData(t)
+	})
+
+	t.Run("shrink back to three", func(t *testing.T) {
+		a.t = t
+		before := etcdIDs()
+		sess := a.session(three)
+		pl, err := sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sess.Apply(ctx, pl, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), "--allow-removals") {
+			t.Fatalf("removing 2 of 5 nodes without --allow-removals: %v", err)
+		}
+		pl, err = sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pl.Plan.Count(plan.RemoveMember); got != 2 {
+			t.Errorf("%d members to remove, want 2: %v", got, stepLines(pl.Plan))
+		}
+		if _, err := sess.Apply(ctx, pl, ApplyOptions{AllowRemovals: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := members(t, three); len(got) != 3 {
+			t.Errorf("members %v, want 3", got)
+		}
+		after := etcdIDs()
+		for k, id := range before {
+			if strings.HasPrefix(k, s.Nodes[3].Address+"/") || strings.HasPrefix(k, s.Nodes[4].Address+"/") {
+				if _, ok := after[k]; ok {
+					t.Errorf("%s left on a removed node", k)
+				}
+			} else if after[k] != id {
+				t.Errorf("%s was restarted", k)
+			}
+		}
+		checkData(t)
+	})
+
+	t.Run("no member is added while one is down", func(t *testing.T) {
+		a.t = t
+		third := s.Nodes[2]
+		if err := s.Partition(ctx, third.Name); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := s.Heal(context.Background(), third.Name); err != nil {
+				t.Error(err)
+			}
+		}()
+		four := roles(3)
+		sess := a.session(four)
+		pl, err := sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sess.Apply(ctx, pl, ApplyOptions{})
+		var refused *etcdmember.RefusedError
+		if !errors.As(err, &refused) || !strings.Contains(err.Error(), "not every member is healthy") || !strings.Contains(err.Error(), third.Hostname) {
+			t.Fatalf("adding a member with %s down: %v", third.Name, err)
+		}
+		checkData(t)
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -122,6 +123,17 @@ type Planned struct {
 	// PKISource says where the PKI came from: the state directory, a node
 	// it was recovered from, or new.
 	PKISource string
+	// Warnings are what the cluster's layout is worth a word about (an
+	// even number of etcd members).
+	Warnings []string
+	// NodeChanges are what the Kubernetes Nodes need besides the steps
+	// (labels, taints, stale Nodes; package kubenode): Apply makes them
+	// also when the plan has no step.
+	NodeChanges []kubenode.Pending
+	// NotReady are the nodes of cluster.yml whose Node is not Ready, in
+	// cluster.yml order (kubenode.NotReady): changing them first costs no
+	// availability.
+	NotReady []string
 	// saveState is set when the state directory must be written before
 	// the plan is applied (new, recovered or changed PKI).
 	saveState bool
@@ -140,6 +152,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.observeEtcd(ctx, set, o)
 	for i := range d.Nodes {
 		files, err := s.nodeFiles(set, &d.Nodes[i])
 		if err != nil {
@@ -147,10 +160,15 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		}
 		d.Nodes[i].Files = files
 	}
-	return &Planned{
+	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
 		PKI: set, PKIChanges: changes, PKISource: source, saveState: save || len(changes) > 0,
-	}, nil
+		Warnings: etcdWarnings(s.c),
+	}
+	// kubenode: a node whose Node was deleted gets its kubelet restarted;
+	// labels, taints and stale Nodes to change.
+	s.planNodes(ctx, pl)
+	return pl, nil
 }
 
 // observe reads the nodes of cluster.yml and those of the last apply that
@@ -350,18 +368,25 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 	if err != nil {
 		return &execute.Result{NotRun: pl.Plan.Steps}, fmt.Errorf("upgrade_strategy.max_unavailable_worker: %w", err)
 	}
+	// kubenode: cordon, drain, Node Ready, labels, taints, stale Nodes.
+	side, hooks := s.kubeSide(pl, ao.Hooks)
 	res, err := execute.Run(ctx, pl.Plan, execute.Options{
 		Desired: pl.Desired,
 		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
 			return s.tr.Docker(ctx, node)
 		},
 		Health:               chk,
-		Hooks:                ao.Hooks,
+		Hooks:                hooks,
+		BeforeNode:           side.beforeNode,
+		AfterNode:            side.afterNode,
 		HelperImage:          s.c.SystemImages.Alpine,
 		MaxParallel:          s.c.Rigger.MaxParallel,
 		MaxUnavailableWorker: budget.Of(workers, 1),
 		MaxPlanAge:           MaxPlanAge,
 		Now:                  s.opts.Now,
+		Etcd: func(ctx context.Context) (execute.Membership, error) {
+			return s.etcdClient(ctx, pl.PKI, pl.Observed)
+		},
 		Kubernetes: func(ctx context.Context) error {
 			cs, err := s.KubeClient(pl.PKI, pl.Observed)
 			if err != nil {
@@ -370,9 +395,14 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 			if err := ensureNodeAuthorization(ctx, cs); err != nil {
 				return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", nodeBinding, err)
 			}
-			return nil
+			// kubenode: removed nodes' Nodes deleted, state Secret saved.
+			return side.kubernetes(ctx)
 		},
 	})
+	if err == nil {
+		// kubenode: labels, taints and stale Nodes, also after an empty plan.
+		err = side.reconcile(ctx)
+	}
 	if err == nil {
 		// The removed nodes are clean: the next plan need not look.
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
@@ -450,10 +480,20 @@ func (s *Session) Remove(ctx context.Context, pl *Planned, hooks execute.Hooks) 
 }
 
 // Kubeconfig returns the admin kubeconfig: the API server of the first
-// controlplane node, with the kube-admin certificate. The PKI comes from
-// the state directory or, when that is lost, from a controlplane node (and
-// is then saved to the state directory).
+// controlplane node, with the kube-admin certificate, from PKI.
 func (s *Session) Kubeconfig(ctx context.Context) ([]byte, error) {
+	set, err := s.PKI(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pki.AdminKubeconfig(set, s.req)
+}
+
+// PKI returns the cluster's certificates as they are: those of the state
+// directory or, when it has none, those of a controlplane node (then saved
+// to the state directory). It never makes or reissues any: a cluster that
+// no node runs yet is an error that says to apply first.
+func (s *Session) PKI(ctx context.Context) (*pki.Set, error) {
 	set, err := pki.Load(s.opts.StateDir)
 	var nf *pki.NotFoundError
 	if errors.As(err, &nf) {
@@ -470,5 +510,5 @@ func (s *Session) Kubeconfig(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pki.AdminKubeconfig(set, s.req)
+	return set, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -32,6 +33,17 @@ type Status struct {
 	KubernetesNodes []KubernetesNode `json:"kubernetes_nodes,omitempty"`
 	// KubernetesError says why the Nodes could not be listed.
 	KubernetesError string `json:"kubernetes_error,omitempty"`
+	// StaleNodes are Nodes that no node of cluster.yml owns (no address
+	// label and no node of their name, an address not in cluster.yml, or
+	// the loser of a duplicate); rigger.stale_nodes: delete deletes them.
+	StaleNodes []kubenode.Stale `json:"stale_nodes,omitempty"`
+	// DuplicateNodes are addresses that more than one Node claims.
+	DuplicateNodes []kubenode.Duplicate `json:"duplicate_nodes,omitempty"`
+	// MissingNodes are the nodes of cluster.yml without a Node, by address.
+	MissingNodes []string `json:"missing_nodes,omitempty"`
+	// NodeChanges are what an apply would change on the Nodes besides the
+	// steps: labels, taints, stale Nodes (Planned.NodeChanges).
+	NodeChanges []kubenode.Pending `json:"node_changes,omitempty"`
 	// Etcd is the etcd cluster's membership and each member's health; nil
 	// with an external etcd.
 	Etcd *EtcdStatus `json:"etcd,omitempty"`
@@ -107,6 +119,11 @@ func (s *Session) Status(ctx context.Context) (*Status, *Planned, error) {
 		}
 	}
 	st := BuildStatus(pl, nodes, kubeErr)
+	if kubeErr == nil {
+		// kubenode: Nodes by address label; stale, duplicate and missing ones.
+		linkStatus(st, kubenode.Link(kubenode.Machines(s.c), nodes))
+		st.NodeChanges = pl.NodeChanges
+	}
 	st.Etcd = s.etcdStatus(ctx, pl)
 	return st, pl, nil
 }

@@ -178,7 +178,7 @@ func toolsImageSpec() imageSpec {
 		changes:      []string{"ENV PATH=/bin"},
 		systemImages: []string{"alpine"},
 	}
-	for _, c := range []string{"sh", "rm", "find", "ls", "cat", "mkdir", "test"} {
+	for _, c := range []string{"sh", "rm", "find", "ls", "cat", "mkdir", "test", "sha256sum"} {
 		spec.links = append(spec.links, imageLink{path: "/bin/" + c, target: "busybox"})
 	}
 	return spec

@@ -13,8 +13,8 @@ import (
 )
 
 // TestCLISandbox drives the commands a user runs on a one-node sandbox:
-// plan, a saved plan applied, status, kubeconfig, a refused stale plan, a
-// declined apply, and remove.
+// plan, a saved plan applied, status, kubeconfig, etcd snapshots, a refused
+// stale plan, a declined apply, and remove.
 func TestCLISandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 7, Nodes: 1, Images: true})
 	dir := t.TempDir()
@@ -77,6 +77,27 @@ func TestCLISandbox(t *testing.T) {
 	out, _, code = run(t, args("kubeconfig")...)
 	if code != 0 || !strings.Contains(out, "https://"+node+":6443") || !strings.Contains(out, "client-key-data:") {
 		t.Fatalf("kubeconfig: exit %d\n%s", code, out)
+	}
+
+	// A snapshot of the one-member etcd: saved, listed, deleted.
+	out, errOut, code = run(t, args("snapshot", "save", "--name", "cli-snap")...)
+	if code != 0 || !strings.Contains(out, "Snapshot cli-snap saved") || !strings.Contains(out, "on 1 of 1 etcd node(s)") {
+		t.Fatalf("snapshot save: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(s.Nodes[0].Dir, "opt-rke", "etcd-snapshots", "cli-snap.json")); err != nil {
+		t.Errorf("snapshot save left no sidecar on the node: %v", err)
+	}
+	out, errOut, code = run(t, args("snapshot", "list")...)
+	if code != 0 || !strings.Contains(out, "cli-snap") || !strings.Contains(out, node) {
+		t.Errorf("snapshot list: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, args("snapshot", "delete", "cli-snap")...)
+	if code != 0 || !strings.Contains(out, node+": deleted cli-snap") {
+		t.Errorf("snapshot delete: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, args("snapshot", "list", "-o", "json")...)
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("snapshot list after delete: exit %d\n%s%s", code, out, errOut)
 	}
 
 	// The saved plan was made for a node without containers: refused now.

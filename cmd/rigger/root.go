@@ -44,6 +44,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newRemoveCommand(),
 		newKubeconfigCommand(),
 		newStatusCommand(),
+		newSnapshotCommand(),
 		newNginxProxyCommand(),
 		newSandboxCommand(),
 	)

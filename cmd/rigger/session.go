@@ -59,6 +59,9 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 		}
 	}
 	fmt.Fprint(w, "\n\n")
+	for _, warn := range pl.Warnings {
+		fmt.Fprintf(w, "Warning: %s\n\n", warn)
+	}
 	pl.Plan.Render(w)
 }
 

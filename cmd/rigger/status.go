@@ -28,8 +28,11 @@ node) and shows, per node: whether it answers, its containers and whether they
 match cluster.yml, and its Kubernetes Node's Ready condition; then how many
 changes a plan has and when the certificates expire. It changes nothing.
 
-Exit status: 0 when every node answers, every container is in sync and every
-Node is Ready; 1 otherwise.`,
+Nodes that no node of cluster.yml owns (stale), addresses several Nodes
+claim and nodes without a Node are listed after the nodes.
+
+Exit status: 0 when every node answers, every container is in sync, every
+Node is Ready and none is stale; 1 otherwise.`,
 		Example: `  rigger status -f cluster.yml
   rigger status -f cluster.yml -o json`,
 		Args: cobra.NoArgs,
@@ -68,7 +71,7 @@ Node is Ready; 1 otherwise.`,
 
 // healthy reports whether the cluster is as cluster.yml says and serving.
 func healthy(st *reconcile.Status) bool {
-	if st.PendingSteps > 0 || st.KubernetesError != "" {
+	if st.PendingSteps > 0 || st.KubernetesError != "" || len(st.StaleNodes) > 0 || len(st.NodeChanges) > 0 {
 		return false
 	}
 	if e := st.Etcd; e != nil {
@@ -141,6 +144,7 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 		}
 		tw.Flush()
 	}
+	renderNodeLinks(w, st)
 	if e := st.Etcd; e != nil {
 		healthy := 0
 		for _, h := range e.Health {
@@ -192,3 +196,30 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// renderNodeLinks lists the Nodes no node of cluster.yml owns, the
+// addresses several Nodes claim and the nodes without a Node.
+func renderNodeLinks(w io.Writer, st *reconcile.Status) {
+	if len(st.StaleNodes) == 0 && len(st.DuplicateNodes) == 0 && len(st.MissingNodes) == 0 && len(st.NodeChanges) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, a := range st.MissingNodes {
+		fmt.Fprintf(w, "  ! %s: no Kubernetes Node (the next apply restarts its kubelet if it runs)\n", a)
+	}
+	for _, d := range st.DuplicateNodes {
+		fmt.Fprintf(w, "  ! %s: claimed by several Nodes: %s counts, %s do(es) not\n", d.Address, d.Owner, strings.Join(d.Others, ", "))
+	}
+	if len(st.StaleNodes) > 0 {
+		fmt.Fprintln(w, "Stale Nodes (no node of cluster.yml owns them; rigger.stale_nodes: delete removes them):")
+		for _, n := range st.StaleNodes {
+			fmt.Fprintf(w, "  ! %s (Ready: %s): %s\n", n.Name, n.Ready, n.Reason)
+		}
+	}
+	if len(st.NodeChanges) > 0 {
+		fmt.Fprintln(w, "Pending changes to the Nodes (rigger apply makes them):")
+		for _, c := range st.NodeChanges {
+			fmt.Fprintf(w, "  ~ %s: Node %s: %s\n", c.Node, c.Name, c.Change)
+		}
+	}
+}

@@ -31,6 +31,10 @@ type Peer struct {
 	PeerURL string
 }
 
+// EtcdPeerURL is the peer URL of the etcd member of a node with this
+// internal address.
+func EtcdPeerURL(internal string) string { return "https://" + joinHostPort(internal, EtcdPeerPort) }
+
 // EtcdMemberName is the etcd member name of the node with this hostname.
 func EtcdMemberName(hostname string) string { return "etcd-" + hostname }
 
@@ -58,7 +62,7 @@ func EtcdBootstrapArgs(peers []Peer, state string) []string {
 func (b *builder) etcdPeers() []Peer {
 	peers := make([]Peer, 0, len(b.etcd))
 	for _, h := range b.etcd {
-		peers = append(peers, Peer{Name: EtcdMemberName(h.hostname), PeerURL: "https://" + joinHostPort(h.internal, EtcdPeerPort)})
+		peers = append(peers, Peer{Name: EtcdMemberName(h.hostname), PeerURL: EtcdPeerURL(h.internal)})
 	}
 	return peers
 }
@@ -83,7 +87,7 @@ func (b *builder) etcdContainer(h *host) Container {
 	f.set("listen-client-urls", "https://"+joinHostPort(listen, EtcdClientPort))
 	f.set("listen-peer-urls", "https://"+joinHostPort(listen, EtcdPeerPort))
 	f.set("advertise-client-urls", "https://"+joinHostPort(h.internal, EtcdClientPort))
-	f.set("initial-advertise-peer-urls", "https://"+joinHostPort(h.internal, EtcdPeerPort))
+	f.set("initial-advertise-peer-urls", EtcdPeerURL(h.internal))
 	f.set("trusted-ca-file", certPath(CertCA))
 	f.set("peer-trusted-ca-file", certPath(CertCA))
 	f.set("cert-file", certPath(cert))

@@ -1,10 +1,15 @@
 package dockerop
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +77,73 @@ func TestSandbox(t *testing.T) {
 		err := Run(ctx, cli, n.Name, sandbox.RiggerImage, []string{"/usr/local/bin/rigger", "no-such-command"}, nil)
 		if err == nil || !strings.Contains(err.Error(), "exited with code") || !strings.Contains(err.Error(), "no-such-command") {
 			t.Fatalf("failing command: %v; want the exit code and its output", err)
+		}
+		assertNoHelpers(ctx, t, cli)
+	})
+
+	t.Run("run with options and output", func(t *testing.T) {
+		out, err := RunOutput(ctx, cli, n.Name, sandbox.ToolsImage, []string{"sh", "-c", `echo "$GREETING"; echo to-stderr >&2`},
+			RunOptions{Env: []string{"GREETING=hello from the node"}})
+		if err != nil || string(out) != "hello from the node\n" {
+			t.Fatalf("output %q, %v; want stdout only", out, err)
+		}
+		// No network unless asked; the node's own network with "host".
+		out, err = RunOutput(ctx, cli, n.Name, sandbox.ToolsImage, []string{"ls", "/sys/class/net"}, RunOptions{})
+		if err != nil || strings.TrimSpace(string(out)) != "lo" {
+			t.Errorf("default network: %q %v; want loopback only", out, err)
+		}
+		out, err = RunOutput(ctx, cli, n.Name, sandbox.ToolsImage, []string{"ls", "/sys/class/net"}, RunOptions{NetworkMode: "host"})
+		if err != nil || !strings.Contains(string(out), "eth") && strings.Count(string(out), "\n") < 2 {
+			t.Errorf("host network: %q %v; want the node's interfaces", out, err)
+		}
+		assertNoHelpers(ctx, t, cli)
+	})
+
+	t.Run("streams, lists and stats", func(t *testing.T) {
+		dir := "/opt/rke/dockerop-e2e"
+		big := make([]byte, 3<<20+17)
+		for i := range big {
+			big[i] = byte(i * 7)
+		}
+		if err := WriteStream(ctx, cli, n.Name, sandbox.ToolsImage, dir+"/big", int64(len(big)), bytes.NewReader(big)); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteStream(ctx, cli, n.Name, sandbox.ToolsImage, dir+"/short", 10, strings.NewReader("abc")); err == nil {
+			t.Error("a source shorter than its size was written without an error")
+		}
+		if err := WriteFiles(ctx, cli, n.Name, sandbox.ToolsImage, dir, map[string][]byte{dir + "/small.json": []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		rc, size, err := OpenFile(ctx, cli, n.Name, sandbox.ToolsImage, dir+"/big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || size != int64(len(big)) || !bytes.Equal(got, big) {
+			t.Fatalf("read back %d of %d bytes (size %d): %v", len(got), len(big), size, err)
+		}
+		if _, _, err := OpenFile(ctx, cli, n.Name, sandbox.ToolsImage, dir+"/missing"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("missing file: %v", err)
+		}
+		fi, err := StatFile(ctx, cli, n.Name, sandbox.ToolsImage, dir+"/big")
+		if err != nil || fi.Size != int64(len(big)) {
+			t.Errorf("stat: %+v %v", fi, err)
+		}
+		if _, err := StatFile(ctx, cli, n.Name, sandbox.ToolsImage, dir+"/missing"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("stat of a missing file: %v", err)
+		}
+		list, err := ListDir(ctx, cli, n.Name, sandbox.ToolsImage, dir)
+		var names []string
+		for _, f := range list {
+			names = append(names, path.Base(f.Path))
+		}
+		if err != nil || !slices.Contains(names, "big") || !slices.Contains(names, "small.json") {
+			t.Errorf("list: %v %v", names, err)
+		}
+		files, err := ReadFiles(ctx, cli, n.Name, sandbox.ToolsImage, []string{dir + "/small.json", dir + "/gone.json"})
+		if err != nil || len(files) != 1 || string(files[dir+"/small.json"]) != "{}" {
+			t.Errorf("read files: %v %v", files, err)
 		}
 		assertNoHelpers(ctx, t, cli)
 	})

@@ -39,7 +39,7 @@ func withHelper(ctx context.Context, e Engine, node, image string, binds []strin
 	if err := EnsureImage(ctx, e, node, image); err != nil {
 		return err
 	}
-	id, err := createHelper(ctx, e, image, []string{helperCommand}, binds)
+	id, err := createHelper(ctx, e, image, []string{helperCommand}, RunOptions{Binds: binds})
 	if err != nil {
 		return fmt.Errorf("node %s: create helper container: %w", node, err)
 	}
@@ -47,7 +47,7 @@ func withHelper(ctx context.Context, e Engine, node, image string, binds []strin
 	return f(id)
 }
 
-func createHelper(ctx context.Context, e Engine, image string, cmd, binds []string) (string, error) {
+func createHelper(ctx context.Context, e Engine, image string, cmd []string, o RunOptions) (string, error) {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
 	resp, err := e.ContainerCreate(ctx,
@@ -55,10 +55,11 @@ func createHelper(ctx context.Context, e Engine, image string, cmd, binds []stri
 			Image:           image,
 			Entrypoint:      cmd[:1],
 			Cmd:             cmd[1:],
+			Env:             o.Env,
 			Labels:          map[string]string{LabelHelper: "true"},
-			NetworkDisabled: true,
+			NetworkDisabled: o.NetworkMode == "",
 		},
-		&container.HostConfig{Binds: binds},
+		&container.HostConfig{Binds: o.Binds, NetworkMode: container.NetworkMode(o.NetworkMode)},
 		nil, nil, "rigger-helper-"+hex.EncodeToString(suffix[:]))
 	if err != nil {
 		return "", err
@@ -182,35 +183,4 @@ func tarFiles(root string, files map[string][]byte) (*bytes.Buffer, error) {
 		return nil, err
 	}
 	return &buf, nil
-}
-
-// Run runs cmd in a one-shot helper container created from image with
-// binds, waits for it to end and removes it. A non-zero exit is an error
-// with the container's last log lines.
-func Run(ctx context.Context, e Engine, node, image string, cmd, binds []string) error {
-	if err := EnsureImage(ctx, e, node, image); err != nil {
-		return err
-	}
-	id, err := createHelper(ctx, e, image, cmd, binds)
-	if err != nil {
-		return fmt.Errorf("node %s: create helper container: %w", node, err)
-	}
-	defer func() { _ = e.ContainerRemove(context.WithoutCancel(ctx), id, container.RemoveOptions{Force: true}) }()
-	waitC, errC := e.ContainerWait(ctx, id, container.WaitConditionNextExit)
-	if err := e.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		return fmt.Errorf("node %s: start helper container: %w", node, err)
-	}
-	select {
-	case err := <-errC:
-		return fmt.Errorf("node %s: wait for helper container: %w", node, err)
-	case res := <-waitC:
-		if res.StatusCode != 0 {
-			msg := fmt.Sprintf("node %s: %s exited with code %d", node, strings.Join(cmd, " "), res.StatusCode)
-			if logs := Logs(ctx, e, id); logs != "" {
-				msg += ":\n" + logs
-			}
-			return errors.New(msg)
-		}
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
 )
@@ -67,6 +69,9 @@ type Options struct {
 	// healthy (the Node Ready, uncordon). An error stops the phase as a
 	// failed step does.
 	BeforeNode, AfterNode func(ctx context.Context, node string, steps []plan.Step) error
+	// Etcd connects to the running etcd cluster, for the plan's membership
+	// changes (AddMember, RemoveMember); called at most once, when needed.
+	Etcd func(ctx context.Context) (Membership, error)
 	// Kubernetes, when set, runs once the control plane is healthy and
 	// before the workers change: the API objects the nodes need (the
 	// kubelets' authorization).
@@ -170,6 +175,10 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		byPhase[s.Phase] = append(byPhase[s.Phase], s)
 	}
 	r.removed = p.RemovedNodes
+	r.unreachable = map[string]bool{}
+	for _, u := range p.Unreachable {
+		r.unreachable[u.Node] = true
+	}
 	phases := []struct {
 		phase plan.Phase
 		title string
@@ -201,6 +210,9 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 			o.Hooks.Phase(ph.phase, ph.title)
 		}
 		err = ph.run(ctx, steps)
+	}
+	if c, ok := r.etcdClient.(io.Closer); ok {
+		c.Close()
 	}
 	r.res.NotRun = append(r.res.NotRun, r.notRun()...)
 	r.res.Duration = o.Now().Sub(start)
@@ -245,6 +257,12 @@ type runner struct {
 	ops     nodeOps
 	// etcdNew is set when the plan creates every etcd member.
 	etcdNew bool
+	// etcdClient is the connection of the membership changes.
+	etcdClient Membership
+	// learners are the IDs of the members added as learners, by node.
+	learners map[string]uint64
+	// unreachable are the nodes the plan could not look at.
+	unreachable map[string]bool
 }
 
 type stepKey struct{ node, component string }
@@ -291,8 +309,13 @@ func (r *runner) do(ctx context.Context, s plan.Step) error {
 }
 
 func describe(s plan.Step) string {
-	if s.Action == plan.WriteFiles {
+	switch s.Action {
+	case plan.WriteFiles:
 		return fmt.Sprintf("wrote %d file(s) (%s)", len(s.Files), s.Reason)
+	case plan.AddMember:
+		return fmt.Sprintf("added etcd member %s as a learner", s.Member)
+	case plan.RemoveMember:
+		return fmt.Sprintf("removed etcd member %s (%s)", s.Member, s.Reason)
 	}
 	return fmt.Sprintf("%s %s (%s)", past(s.Action), s.Component, s.Reason)
 }
@@ -313,6 +336,13 @@ func past(a plan.Action) string {
 
 // apply does what one step says on its node.
 func (r *runner) apply(ctx context.Context, s plan.Step) error {
+	// Membership changes go through etcd, not the node (which may be gone).
+	switch s.Action {
+	case plan.AddMember:
+		return r.addMember(ctx, s)
+	case plan.RemoveMember:
+		return r.removeMember(ctx, s)
+	}
 	e, err := r.o.Nodes(ctx, s.Node)
 	if err != nil {
 		return err
@@ -333,7 +363,13 @@ func (r *runner) apply(ctx context.Context, s plan.Step) error {
 		}
 		return dockerop.WriteFiles(ctx, e, s.Node, r.o.HelperImage, desired.KubernetesDir, files)
 	case plan.Create:
-		_, err := dockerop.Create(ctx, e, s.Node, s.After, r.bootstrapArgs(s))
+		args := r.bootstrapArgs(s)
+		if _, joining := r.learner(s.Node); joining && s.Component == desired.Etcd {
+			if args, err = r.joinArgs(ctx, s); err != nil {
+				return err
+			}
+		}
+		_, err := dockerop.Create(ctx, e, s.Node, s.After, args)
 		return err
 	case plan.Replace:
 		_, err := dockerop.Replace(ctx, e, s.Node, s.After, r.bootstrapArgs(s))
@@ -443,16 +479,6 @@ func (r *runner) start(steps []plan.Step) {
 
 // etcd runs the etcd steps (see Run).
 func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
-	for _, s := range steps {
-		if s.Action == plan.Remove {
-			r.start(steps)
-			err := fmt.Errorf("node %s: removing an etcd member from a running cluster needs a membership change, "+
-				"which this version of rigger does not make yet: remove the member with etcdctl member remove first, "+
-				"or keep the etcd role on the node", s.Node)
-			r.record(s, err, 0)
-			return err
-		}
-	}
 	r.etcdNew = r.newEtcdCluster(steps)
 	if r.etcdNew {
 		// Every member at once: the first cannot become healthy alone.
@@ -463,14 +489,145 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 	}
 	r.start(steps)
 	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := r.do(ctx, s); err != nil {
 			return err
+		}
+		if s.Component != desired.Etcd || s.Action == plan.Remove {
+			continue
+		}
+		if id, ok := r.learner(s.Node); ok {
+			// The new member votes once it has caught up with the leader.
+			m, err := r.membership(ctx)
+			if err == nil {
+				err = m.Promote(ctx, id)
+			}
+			r.say(s.Node, "etcd member promoted from learner to voter", err)
+			if err != nil {
+				return err
+			}
 		}
 		if err := r.waitHealthy(ctx, s.Node, []string{desired.Etcd}); err != nil {
 			return err
 		}
 	}
 	return r.allEtcdHealthy(ctx)
+}
+
+// Membership changes the etcd cluster's members; *etcdmember.Client
+// implements it.
+type Membership interface {
+	Members(ctx context.Context) ([]etcdmember.Member, error)
+	AddLearner(ctx context.Context, peerURL string) (etcdmember.Member, error)
+	Promote(ctx context.Context, id uint64) error
+	Remove(ctx context.Context, id uint64) error
+}
+
+var _ Membership = (*etcdmember.Client)(nil)
+
+// membership connects to etcd once per Run.
+func (r *runner) membership(ctx context.Context) (Membership, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.etcdClient != nil {
+		return r.etcdClient, nil
+	}
+	if r.o.Etcd == nil {
+		return nil, errors.New("etcd membership changes need a connection to etcd, which this run has not")
+	}
+	m, err := r.o.Etcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.etcdClient = m
+	return m, nil
+}
+
+func (r *runner) learner(node string) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.learners[node]
+	return id, ok
+}
+
+// addMember adds the step's member as a learner, unless it is a member
+// already (an earlier apply added it and stopped).
+func (r *runner) addMember(ctx context.Context, s plan.Step) error {
+	m, err := r.membership(ctx)
+	if err != nil {
+		return err
+	}
+	members, err := m.Members(ctx)
+	if err != nil {
+		return err
+	}
+	peer := s.Member.PeerURLs[0]
+	added := etcdmember.Find(members, peer)
+	if added == nil {
+		if err := etcdmember.CheckAdd(members, etcdmember.Want{Node: s.Node, Name: s.Member.Name, PeerURL: peer}); err != nil {
+			return err
+		}
+		mem, err := m.AddLearner(ctx, peer)
+		if err != nil {
+			return err
+		}
+		added = &mem
+	}
+	if added.IsLearner {
+		r.mu.Lock()
+		if r.learners == nil {
+			r.learners = map[string]uint64{}
+		}
+		r.learners[s.Node] = added.ID
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// removeMember removes the step's member if it is still one, and only
+// while the members that stay keep their quorum.
+func (r *runner) removeMember(ctx context.Context, s plan.Step) error {
+	m, err := r.membership(ctx)
+	if err != nil {
+		return err
+	}
+	members, err := m.Members(ctx)
+	if err != nil {
+		return err
+	}
+	target := etcdmember.Find(members, s.Member.PeerURLs[0])
+	if target == nil {
+		return nil // gone already
+	}
+	if err := etcdmember.CheckRemove(members, *target); err != nil {
+		return err
+	}
+	return m.Remove(ctx, target.ID)
+}
+
+// joinArgs are the bootstrap flags of a member joining the running
+// cluster: the started members and itself, state existing.
+func (r *runner) joinArgs(ctx context.Context, s plan.Step) ([]string, error) {
+	m, err := r.membership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	members, err := m.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dn, ok := r.o.Desired.Node(s.Node)
+	if !ok {
+		return nil, fmt.Errorf("node %s: not in the desired cluster", s.Node)
+	}
+	w := etcdmember.Want{Node: s.Node, Name: desired.EtcdMemberName(dn.Hostname), PeerURL: desired.EtcdPeerURL(dn.InternalAddress)}
+	return []string{
+		"--initial-cluster=" + etcdmember.InitialCluster(members, w),
+		"--initial-cluster-state=" + desired.InitialClusterExisting,
+		"--initial-cluster-token=" + desired.EtcdClusterToken,
+	}, nil
 }
 
 // newEtcdCluster reports whether the steps create every etcd member of the
@@ -491,11 +648,12 @@ func (r *runner) newEtcdCluster(steps []plan.Step) bool {
 	return members > 0 && creates == members
 }
 
-// allEtcdHealthy waits for every etcd member of the desired cluster.
+// allEtcdHealthy waits for every etcd member of the desired cluster on a
+// node the plan could look at (the others are reported as unreachable).
 func (r *runner) allEtcdHealthy(ctx context.Context) error {
 	var errs []error
 	for _, n := range r.o.Desired.Nodes {
-		if _, ok := n.Container(desired.Etcd); !ok {
+		if _, ok := n.Container(desired.Etcd); !ok || r.unreachable[n.Address] {
 			continue
 		}
 		if err := r.waitHealthy(ctx, n.Address, []string{desired.Etcd}); err != nil {

@@ -3,7 +3,11 @@
 // the containers rigger manages there. It changes nothing.
 package observe
 
-import "time"
+import (
+	"time"
+
+	"github.com/rigger/rigger/reconcile/etcdmember"
+)
 
 // Cluster is what was seen on the nodes at one time.
 type Cluster struct {
@@ -11,6 +15,15 @@ type Cluster struct {
 	At time.Time
 	// Nodes by address: every node asked about, reachable or not.
 	Nodes map[string]*Node
+	// Etcd is the etcd cluster's membership as a member listed it, nil
+	// when none answered (a new cluster, or every member down). The
+	// reconcile layer fills it: reading it takes the cluster's certificates.
+	Etcd *Etcd `json:"etcd,omitempty"`
+}
+
+// Etcd is the membership of the etcd cluster.
+type Etcd struct {
+	Members []etcdmember.Member `json:"members"`
 }
 
 // Node is one node as observed.

@@ -2,12 +2,14 @@ package plan
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
@@ -30,7 +32,17 @@ const (
 	// WriteFiles writes the files of a node that are missing or differ
 	// (Step.Files); its Component is FilesComponent.
 	WriteFiles Action = "write-files"
+	// AddMember adds the node's etcd member to the running etcd cluster,
+	// as a learner, before its etcd container is created; it votes once
+	// it has caught up. Its Component is EtcdMemberComponent.
+	AddMember Action = "add-member"
+	// RemoveMember removes Step.Member from the etcd cluster, before its
+	// container (if any) stops. Its Component is EtcdMemberComponent.
+	RemoveMember Action = "remove-member"
 )
+
+// EtcdMemberComponent is the Component of AddMember and RemoveMember.
+const EtcdMemberComponent = "etcd-member"
 
 // FilesComponent is the Component of a WriteFiles step.
 const FilesComponent = "files"
@@ -64,6 +76,9 @@ type Step struct {
 	After *desired.Container
 	// Files are the paths a WriteFiles step writes, sorted.
 	Files []string
+	// Member is the etcd member a RemoveMember step removes, or the one an
+	// AddMember step adds (its peer URL and name).
+	Member *etcdmember.Member
 	// AfterHash is the spec hash of After in a plan read from JSON, which
 	// has no After.
 	AfterHash string
@@ -143,6 +158,9 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 			idx := phaseIndex(s.Phase)
 			phases[idx] = append(phases[idx], s)
 		}
+	}
+	if o.Etcd != nil {
+		phases[phaseIndex(PhaseEtcd)] = withMembership(d, o, phases[phaseIndex(PhaseEtcd)])
 	}
 	for _, steps := range phases {
 		p.Steps = append(p.Steps, steps...)
@@ -280,6 +298,66 @@ func listSome(names []string) string {
 	return strings.Join(names[:most], ", ") + fmt.Sprintf(" and %d more", len(names)-most)
 }
 
+// withMembership adds the membership changes of a running etcd cluster to
+// the etcd phase's container steps: members to remove that are unhealthy
+// first, each new member's AddMember right before its container is
+// created, then the healthy members to remove, and last the removal of
+// etcd containers from nodes that lost the role (their member is gone by
+// then).
+func withMembership(d *desired.Cluster, o *observe.Cluster, steps []Step) []Step {
+	var want []etcdmember.Want
+	for _, n := range d.Nodes {
+		if _, ok := n.Container(desired.Etcd); ok {
+			want = append(want, etcdmember.Want{Node: n.Address, Name: desired.EtcdMemberName(n.Hostname), PeerURL: desired.EtcdPeerURL(n.InternalAddress)})
+		}
+	}
+	changes := etcdmember.Plan(o.Etcd.Members, want)
+	removeStep := func(m etcdmember.Member) Step {
+		reason := "member " + m.String() + " is of no etcd node of cluster.yml"
+		if !m.Healthy {
+			reason += " (unhealthy: " + oneLine(m.Error) + ")"
+		}
+		return Step{Node: peerHost(m), Component: EtcdMemberComponent, Action: RemoveMember, Phase: PhaseEtcd, Reason: reason, Member: &m}
+	}
+	var out, containerRemovals []Step
+	for _, m := range changes.RemoveFirst {
+		out = append(out, removeStep(m))
+	}
+	for _, s := range steps {
+		if s.Action == Remove {
+			containerRemovals = append(containerRemovals, s)
+			continue
+		}
+		if s.Action == Create {
+			for _, w := range changes.Add {
+				if w.Node == s.Node {
+					out = append(out, Step{Node: s.Node, Component: EtcdMemberComponent, Action: AddMember, Phase: PhaseEtcd,
+						Reason: "new etcd node: joins as a learner, votes once it has caught up",
+						Member: &etcdmember.Member{Name: w.Name, PeerURLs: []string{w.PeerURL}, IsLearner: true}})
+				}
+			}
+		}
+		out = append(out, s)
+	}
+	for _, m := range changes.RemoveLast {
+		out = append(out, removeStep(m))
+	}
+	return append(out, containerRemovals...)
+}
+
+// peerHost is the host of a member's first peer URL: the node's internal
+// address, which names it in a plan.
+func peerHost(m etcdmember.Member) string {
+	if len(m.PeerURLs) == 0 {
+		return m.Name
+	}
+	u, err := url.Parse(m.PeerURLs[0])
+	if err != nil || u.Hostname() == "" {
+		return m.PeerURLs[0]
+	}
+	return u.Hostname()
+}
+
 // notDesiredReason says why a container should not run on a node of
 // cluster.yml, naming the role change when the component tells it.
 func notDesiredReason(dn *desired.Node, name string) string {
@@ -346,6 +424,8 @@ func Rank(name string) int {
 	switch name {
 	case FilesComponent:
 		return -1
+	case EtcdMemberComponent:
+		return 0
 	case desired.Etcd:
 		return 0
 	case desired.KubeAPIServer:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
@@ -596,5 +597,38 @@ func TestFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEtcdMembership: the membership changes of a running etcd cluster
+// sit in the etcd phase in a safe order.
+func TestEtcdMembership(t *testing.T) {
+	const grown = baseYML + "  - {address: 10.0.0.5, user: u, role: [etcd], hostname_override: n5}\n"
+	d := build(t, grown, nil)
+	o := asApplied(build(t, baseYML, nil))
+	o.Nodes["10.0.0.5"] = &observe.Node{Address: "10.0.0.5", Reachable: true}
+	member := func(id uint64, addr string, healthy bool) etcdmember.Member {
+		m := etcdmember.Member{ID: id, Name: "etcd-" + addr, PeerURLs: []string{"https://" + addr + ":2380"}, Healthy: healthy}
+		if !healthy {
+			m.Error = "connection refused"
+		}
+		return m
+	}
+	o.Etcd = &observe.Etcd{Members: []etcdmember.Member{
+		member(1, "10.0.0.1", true), member(2, "10.0.0.2", true), member(3, "10.0.0.3", true), member(9, "10.0.0.9", false),
+	}}
+	var got []string
+	for _, s := range Compute(d, o).Steps {
+		if s.Phase == PhaseEtcd {
+			got = append(got, line(s))
+		}
+	}
+	want := []string{
+		"etcd 10.0.0.9 remove-member etcd-member (member etcd-10.0.0.9 https://10.0.0.9:2380 is of no etcd node of cluster.yml (unhealthy: connection refused))",
+		"etcd 10.0.0.5 add-member etcd-member (new etcd node: joins as a learner, votes once it has caught up)",
+		"etcd 10.0.0.5 create etcd (container missing)",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("etcd phase (-want +got):\n%s", diff)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"fmt"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/observe"
 	"io"
 	"slices"
@@ -23,6 +24,10 @@ func symbol(a Action) string {
 		return "-"
 	case WriteFiles:
 		return "*"
+	case AddMember:
+		return "+"
+	case RemoveMember:
+		return "-"
 	}
 	return "?"
 }
@@ -70,6 +75,9 @@ func (p *Plan) Render(w io.Writer) {
 	if n := p.Count(WriteFiles); n > 0 {
 		files = fmt.Sprintf(", files to write on %d node(s)", n)
 	}
+	if add, rm := p.Count(AddMember), p.Count(RemoveMember); add+rm > 0 {
+		files += fmt.Sprintf(", etcd members to add %d and remove %d", add, rm)
+	}
 	fmt.Fprintf(w, "Plan: %d to create, %d to replace, %d to restart, %d to remove%s.\n",
 		p.Count(Create), p.Count(Replace), p.Count(Restart), p.Count(Remove), files)
 	if b := p.blockedCount(); b > 0 {
@@ -111,12 +119,14 @@ type stepJSON struct {
 	Before    *containerRef `json:"before,omitempty"`
 	After     *containerRef `json:"after,omitempty"`
 	Files     []string      `json:"files,omitempty"`
+	// Member is an etcd member step's member (no secret in it).
+	Member *etcdmember.Member `json:"member,omitempty"`
 }
 
 // MarshalJSON encodes the step with a summary of Before and After (ID,
 // image, state, spec hash): their env and spec labels may hold secrets.
 func (s Step) MarshalJSON() ([]byte, error) {
-	j := stepJSON{Node: s.Node, Component: s.Component, Action: s.Action, Phase: s.Phase, Reason: s.Reason, Files: s.Files}
+	j := stepJSON{Node: s.Node, Component: s.Component, Action: s.Action, Phase: s.Phase, Reason: s.Reason, Files: s.Files, Member: s.Member}
 	if b := s.Before; b != nil {
 		j.Before = &containerRef{ID: b.ID, Image: b.Image, State: b.State, SpecHash: b.SpecHash}
 	}
@@ -135,7 +145,7 @@ func (s *Step) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = Step{Node: j.Node, Component: j.Component, Action: j.Action, Phase: j.Phase, Reason: j.Reason, Files: j.Files}
+	*s = Step{Node: j.Node, Component: j.Component, Action: j.Action, Phase: j.Phase, Reason: j.Reason, Files: j.Files, Member: j.Member}
 	if b := j.Before; b != nil {
 		s.Before = &observe.Container{ID: b.ID, Name: j.Component, Image: b.Image, State: b.State, SpecHash: b.SpecHash}
 	}
@@ -156,7 +166,11 @@ func (s Step) key() string {
 	if s.Before != nil {
 		before = s.Before.ID + "@" + s.Before.SpecHash + "/" + s.Before.State
 	}
-	return fmt.Sprintf("%s %s %s %s → %s %s", s.Node, s.Action, s.Component, before, after, strings.Join(s.Files, ","))
+	member := ""
+	if s.Member != nil {
+		member = fmt.Sprintf(" member %x %s", s.Member.ID, strings.Join(s.Member.PeerURLs, ","))
+	}
+	return fmt.Sprintf("%s %s %s %s → %s %s%s", s.Node, s.Action, s.Component, before, after, strings.Join(s.Files, ","), member)
 }
 
 // Diff says how two plans differ in what they do, one line a difference

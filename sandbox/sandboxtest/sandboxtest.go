@@ -15,11 +15,12 @@
 //	1       sandbox (its own tests)
 //	2       transport
 //	3       reconcile
-//	4       etcd
+//	4       reconcile/etcdsnap
 //	5       gitops
 //	6       reconcile/observe
 //	7       cmd/rigger (the CLI end to end)
 //	8       reconcile/dockerop
+//	9       reconcile/kubenode
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+)
+
+func newSnapshotCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save, list and delete etcd snapshots",
+		Long: `Snapshot works on the cluster's etcd snapshots. A snapshot is taken on one
+healthy etcd member, verified (etcdctl snapshot status, size, sha256), kept
+under ` + etcdsnap.Dir + ` on every etcd node with a JSON sidecar, and
+uploaded to S3 when services.etcd.backup_config.s3backupconfig is set.`,
+	}
+	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotListCommand(), newSnapshotDeleteCommand())
+	return cmd
+}
+
+func newSnapshotSaveCommand() *cobra.Command {
+	var (
+		f    clusterFlags
+		name string
+	)
+	cmd := &cobra.Command{
+		Use:   "save",
+		Short: "Take an etcd snapshot now",
+		Long: `Save takes a snapshot of etcd on the first healthy etcd member (cluster.yml
+order) with etcdctl from the cluster's etcd image, checks it (etcdctl snapshot
+status, size, sha256), stores it under ` + etcdsnap.Dir + ` on that node with a
+sidecar <name>.json, copies it to every other etcd node (checking the sha256
+there) and, when s3backupconfig is set, uploads both to S3.
+
+The name is rigger-<cluster_name>-<UTC time>-<hostname> unless --name says
+otherwise; an existing snapshot is never overwritten.
+
+Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
+1 otherwise. A snapshot that was taken is kept, whatever failed after it.`,
+		Example: `  rigger snapshot save -f cluster.yml
+  rigger snapshot save -f cluster.yml --name before-upgrade`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if name != "" {
+				if err := etcdsnap.CheckName(name); err != nil {
+					return err
+				}
+			}
+			_, s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			w := cmd.OutOrStdout()
+			fmt.Fprintln(w, "==> etcd snapshot")
+			start := time.Now()
+			res, err := s.SaveSnapshot(cmd.Context(), reconcile.SnapshotOptions{
+				Name:     name,
+				Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
+			})
+			if res == nil || res.Sidecar == nil {
+				return err
+			}
+			renderSaved(w, res, time.Since(start))
+			if err != nil {
+				return &exitError{code: 1, msg: err.Error()}
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&name, "name", "", "name of the snapshot (default rigger-<cluster_name>-<UTC time>-<hostname>)")
+	return cmd
+}
+
+// renderSaved writes the closing summary of a save.
+func renderSaved(w io.Writer, res *reconcile.SnapshotResult, took time.Duration) {
+	sc := res.Sidecar
+	var on, failed []string
+	for _, c := range res.Copies {
+		if c.Err != nil {
+			failed = append(failed, c.Node)
+			fmt.Fprintf(w, "    %s: FAILED copy: %s\n", c.Node, indent(c.Err.Error()))
+		} else {
+			on = append(on, c.Node)
+		}
+	}
+	if res.S3Err != nil {
+		fmt.Fprintf(w, "    s3: FAILED: %s\n", indent(res.S3Err.Error()))
+	}
+	fmt.Fprintf(w, "\nSnapshot %s saved in %s: %d bytes, sha256 %s, revision %d, on %d of %d etcd node(s) under %s",
+		sc.Name, took.Round(100*time.Millisecond), sc.Size, sc.SHA256, sc.Revision, len(on), len(res.Copies), etcdsnap.Dir)
+	switch {
+	case res.S3 != "":
+		fmt.Fprintf(w, ", and in %s", res.S3)
+	case res.S3Err != nil:
+		fmt.Fprint(w, "; NOT uploaded to S3")
+	}
+	fmt.Fprintln(w, ".")
+	if len(failed) > 0 {
+		fmt.Fprintf(w, "Not on %s: run rigger snapshot save again when they answer.\n", strings.Join(failed, ", "))
+	}
+}
+
+func newSnapshotListCommand() *cobra.Command {
+	var (
+		f      clusterFlags
+		output string
+		noS3   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the etcd snapshots on the etcd nodes and in S3",
+		Long: `List shows every snapshot under ` + etcdsnap.Dir + ` on the etcd nodes and,
+when s3backupconfig is set, in S3: name, time, size, sha256 (from its
+sidecar) and where it is. A copy whose size differs from its sidecar's is
+marked damaged.
+
+Exit status: 1 when a node or S3 could not be listed (the rest is shown).`,
+		Example: `  rigger snapshot list -f cluster.yml
+  rigger snapshot list -f cluster.yml -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("unknown output format %q: use text or json", output)
+			}
+			_, s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			list, err := s.ListSnapshots(cmd.Context(), !noS3)
+			if list == nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				snaps := list.Snapshots
+				if snaps == nil {
+					snaps = []reconcile.SnapshotInfo{}
+				}
+				if err := enc.Encode(snaps); err != nil {
+					return err
+				}
+			} else {
+				renderSnapshots(cmd.OutOrStdout(), list.Snapshots)
+			}
+			if err != nil {
+				return &exitError{code: 1, msg: "some snapshots could not be listed: " + err.Error()}
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVar(&noS3, "no-s3", false, "list the etcd nodes only, not S3")
+	return cmd
+}
+
+func renderSnapshots(w io.Writer, snaps []reconcile.SnapshotInfo) {
+	if len(snaps) == 0 {
+		fmt.Fprintln(w, "No snapshots.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTAKEN (UTC)\tSIZE\tSHA256\tWHERE")
+	for _, si := range snaps {
+		sum := "(no sidecar)"
+		if si.Sidecar != nil {
+			sum = si.Sidecar.SHA256[:16] + "…"
+		}
+		where := slices.Clone(si.Nodes)
+		for _, d := range si.Damaged {
+			where = append(where, d+" (DAMAGED: size differs)")
+		}
+		if si.S3 != "" {
+			where = append(where, si.S3)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", si.Name, si.TakenAt.UTC().Format(time.DateTime), si.Size, sum, strings.Join(where, ", "))
+	}
+	tw.Flush()
+}
+
+func newSnapshotDeleteCommand() *cobra.Command {
+	var (
+		f    clusterFlags
+		inS3 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete an etcd snapshot from every etcd node (and S3 with --s3)",
+		Long: `Delete removes the snapshot NAME and its sidecar from every etcd node of
+cluster.yml and, with --s3, from S3.
+
+Exit status: 1 when the snapshot was found nowhere, or a node or S3 did not
+answer (it may still hold the snapshot).`,
+		Example: `  rigger snapshot delete -f cluster.yml rigger-prod-20261122T013000Z-node1
+  rigger snapshot delete -f cluster.yml --s3 before-upgrade`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := etcdsnap.CheckName(args[0]); err != nil {
+				return err
+			}
+			_, s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			res, err := s.DeleteSnapshot(cmd.Context(), args[0], inS3)
+			if res != nil {
+				for _, d := range res.Deleted {
+					fmt.Fprintf(cmd.OutOrStdout(), "    %s: deleted %s\n", d, args[0])
+				}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Snapshot %s deleted from %d place(s).\n", args[0], len(res.Deleted))
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVar(&inS3, "s3", false, "delete it from S3 too (s3backupconfig)")
+	return cmd
+}

@@ -1,0 +1,169 @@
+package etcdmember
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// Dialer dials an etcd member's address from wherever it is reachable (a
+// node of the cluster, through the transport).
+type Dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+// Timeouts of the client.
+const (
+	callTimeout = 10 * time.Second
+	// promoteTimeout bounds the wait for a learner to catch up with the
+	// leader's log before it can vote.
+	promoteTimeout = 3 * time.Minute
+)
+
+// Client talks to the etcd cluster.
+type Client struct {
+	c *clientv3.Client
+}
+
+// Dial connects to the cluster through the endpoints (https://host:2379),
+// each reached with dial, authenticated with tlsConfig (a client
+// certificate the members trust).
+func Dial(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial Dialer) (*Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         tlsConfig,
+		DialTimeout: callTimeout,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dial(ctx, addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd: %w", err)
+	}
+	return &Client{c: c}, nil
+}
+
+// Close closes the connections.
+func (c *Client) Close() error { return c.c.Close() }
+
+// Members lists the members, each with its health: whether it answers a
+// status request on its first client URL.
+func (c *Client) Members(ctx context.Context) ([]Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.c.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list etcd members: %w", err)
+	}
+	out := make([]Member, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		mem := Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner}
+		switch {
+		case len(m.ClientURLs) == 0:
+			mem.Error = "not started"
+		default:
+			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+			st, err := c.c.Status(sctx, m.ClientURLs[0])
+			scancel()
+			switch {
+			case err != nil:
+				mem.Error = err.Error()
+			case len(st.Errors) > 0:
+				mem.Error = strings.Join(st.Errors, "; ")
+			default:
+				mem.Healthy = true
+			}
+		}
+		out = append(out, mem)
+	}
+	return out, nil
+}
+
+// AddLearner adds a member that does not vote yet and returns it. etcd
+// refuses a change while its leader has not been in touch with every voter
+// for a few seconds (right after a promotion, say): that is waited out.
+func (c *Client) AddLearner(ctx context.Context, peerURL string) (Member, error) {
+	var resp *clientv3.MemberAddResponse
+	err := retry(ctx, changeTimeout, isUnhealthy, func(ctx context.Context) (err error) {
+		resp, err = c.c.MemberAddAsLearner(ctx, []string{peerURL})
+		return err
+	})
+	if err != nil {
+		return Member{}, fmt.Errorf("add etcd learner %s: %w", peerURL, err)
+	}
+	return Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, IsLearner: true}, nil
+}
+
+// Promote makes a learner a voting member once it has caught up with the
+// leader, retrying until then or promoteTimeout.
+func (c *Client) Promote(ctx context.Context, id uint64) error {
+	err := retry(ctx, promoteTimeout, func(err error) bool {
+		return errors.Is(err, errLearnerNotReady) || isUnhealthy(err)
+	}, func(ctx context.Context) error {
+		_, err := c.c.MemberPromote(ctx, id)
+		if errors.Is(err, rpctypes.ErrMemberNotLearner) {
+			return nil // promoted already
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("promote etcd member %x: %w", id, err)
+	}
+	return nil
+}
+
+// Remove removes a member, waiting out etcd's refusals while its leader
+// is not in touch with every voter.
+func (c *Client) Remove(ctx context.Context, id uint64) error {
+	err := retry(ctx, changeTimeout, isUnhealthy, func(ctx context.Context) error {
+		_, err := c.c.MemberRemove(ctx, id)
+		if errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return nil // removed already
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove etcd member %x: %w", id, err)
+	}
+	return nil
+}
+
+// errLearnerNotReady is etcd's answer to a promotion of a learner that has
+// not caught up yet (the client package has no value for it).
+var errLearnerNotReady = rpctypes.Error(rpctypes.ErrGRPCLearnerNotReady)
+
+// changeTimeout bounds the wait for etcd to accept a membership change.
+const changeTimeout = time.Minute
+
+func isUnhealthy(err error) bool { return errors.Is(err, rpctypes.ErrUnhealthy) }
+
+// retry calls f, each call bounded by callTimeout, until it succeeds, fails
+// in a way again does not accept, or timeout passes.
+func retry(ctx context.Context, timeout time.Duration, again func(error) bool, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wait := 500 * time.Millisecond
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+		err := f(cctx)
+		ccancel()
+		if err == nil || !again(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("still refused after %s: %w", timeout, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}

@@ -1,0 +1,541 @@
+package etcdsnap_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// TestSnapshotSandbox takes, verifies, lists, deletes and uploads etcd
+// snapshots of a real 3-member etcd on a sandbox, with a real S3 server
+// (versitygw over TLS with a private CA) on the host's loopback.
+func TestSnapshotSandbox(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 4, Nodes: 3, Images: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	gw := startVersitygw(t)
+	stateDir := filepath.Join(t.TempDir(), "state")
+
+	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: all, 1: all, 2: all})
+	load := func(change func(*spec.Cluster)) *spec.Cluster {
+		path := filepath.Join(t.TempDir(), "cluster.yml")
+		if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, diags, err := spec.Load(path)
+		if err != nil {
+			t.Fatalf("%v\n%v", err, diags)
+		}
+		c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
+		if change != nil {
+			change(c)
+		}
+		return c
+	}
+	withS3 := func(secret string) func(*spec.Cluster) {
+		return func(c *spec.Cluster) {
+			c.Services.Etcd.BackupConfig.S3BackupConfig = &spec.S3BackupConfig{
+				Endpoint: gw.endpoint, Region: "us-east-1", BucketName: gw.bucket, Folder: "clusters/test4",
+				AccessKey: gw.access, SecretKey: secret, CustomCA: gw.caPEM,
+			}
+		}
+	}
+	open := func(c *spec.Cluster) *reconcile.Session {
+		sess, err := reconcile.Open(c, reconcile.Options{StateDir: stateDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sess.Close() })
+		return sess
+	}
+	c := load(nil)
+	sess := open(c)
+	pl, err := sess.Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+
+	// Keys of our own, with values that can be found in the snapshot file.
+	d, err := desired.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := s.Nodes[0]
+	cli := dockerClient(t, n1)
+	var etcd *desired.Container
+	for i, ct := range d.Nodes[0].Containers {
+		if ct.Name == desired.Etcd {
+			etcd = &d.Nodes[0].Containers[i]
+		}
+	}
+	etcdctl := func(args ...string) []byte {
+		t.Helper()
+		var env []string
+		for _, e := range etcd.Env {
+			if strings.HasPrefix(e, "ETCDCTL_") {
+				env = append(env, e)
+			}
+		}
+		out, err := dockerop.RunOutput(ctx, cli, n1.Address, etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
+			Binds: []string{"/etc/kubernetes:/etc/kubernetes:ro"}, Env: env, NetworkMode: "host"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var values []string
+	var lastRev int64
+	for i := range 8 {
+		v := fmt.Sprintf("rigger-e2e-value-%d-%x", i, time.Now().UnixNano())
+		values = append(values, v)
+		var put struct{ Header struct{ Revision int64 } }
+		if err := json.Unmarshal(etcdctl("put", fmt.Sprintf("/rigger-e2e/key%d", i), v, "-w", "json"), &put); err != nil {
+			t.Fatal(err)
+		}
+		lastRev = put.Header.Revision
+	}
+	var count struct{ Count int64 }
+	if err := json.Unmarshal(etcdctl("get", "\x01", "--from-key", "--keys-only", "--limit=1", "-w", "json"), &count); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{s.Nodes[0].Address, s.Nodes[1].Address, s.Nodes[2].Address}
+	snapFile := func(n sandbox.Node, name string) string {
+		return filepath.Join(n.Dir, "opt-rke", "etcd-snapshots", name)
+	}
+
+	var first *etcdsnap.Sidecar
+	t.Run("save verifies and copies to every etcd node", func(t *testing.T) {
+		var lines []string
+		res, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Progress: func(node, msg string) { lines = append(lines, node+": "+msg) }})
+		if err != nil {
+			t.Fatalf("save: %v\n%s", err, strings.Join(lines, "\n"))
+		}
+		sc := res.Sidecar
+		first = sc
+		p, ok := etcdsnap.ParseName(sc.Name)
+		if !ok || p.Cluster != c.ClusterName || p.Hostname != d.Nodes[0].Hostname || sc.Node != addrs[0] {
+			t.Errorf("name %s (parsed %+v %v), node %s: want rigger's name for the first healthy member", sc.Name, p, ok, sc.Node)
+		}
+		if sc.Kind != etcdsnap.KindManual || sc.EtcdVersion != "3.4.23" || sc.Revision < lastRev || sc.TotalKeys < count.Count || sc.Size <= 0 {
+			t.Errorf("sidecar %+v: want a manual snapshot of etcd 3.4.23 at revision ≥ %d with ≥ %d keys", sc, lastRev, count.Count)
+		}
+		ca, err := os.ReadFile(filepath.Join(stateDir, "kube-ca.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(ca); sc.PKIFingerprint != hex.EncodeToString(sum[:]) {
+			t.Errorf("pki fingerprint %s is not the sha256 of kube-ca.pem", sc.PKIFingerprint)
+		}
+		if len(sc.Cluster.Nodes) != 3 || sc.Cluster.KubernetesVersion != c.KubernetesVersion || !slices.Contains(sc.Cluster.Nodes[2].Roles, spec.RoleEtcd) {
+			t.Errorf("cluster state %+v", sc.Cluster)
+		}
+		for i, cp := range res.Copies {
+			if cp.Node != addrs[i] || cp.Err != nil {
+				t.Errorf("copy %d: %+v", i, cp)
+			}
+		}
+		// On every node: the same bytes, and the sidecar beside them.
+		for _, n := range s.Nodes {
+			b, err := os.ReadFile(snapFile(n, sc.Name))
+			if err != nil {
+				t.Fatalf("%s: %v", n.Name, err)
+			}
+			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != sc.SHA256 || int64(len(b)) != sc.Size {
+				t.Errorf("%s: the snapshot's sha256 or size differs from the sidecar's", n.Name)
+			}
+			for _, v := range values {
+				if !bytes.Contains(b, []byte(v)) {
+					t.Errorf("%s: the snapshot does not hold the value %s written before it", n.Name, v)
+				}
+			}
+			side, err := os.ReadFile(snapFile(n, sc.Name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := etcdsnap.ParseSidecar(side)
+			if err != nil || got.SHA256 != sc.SHA256 {
+				t.Errorf("%s: sidecar %v %+v", n.Name, err, got)
+			}
+		}
+		// etcdctl agrees on the copy of the third node.
+		var st etcdsnap.Status
+		out := dockerRun(ctx, t, s.Nodes[2], etcd.Image, "etcdctl", "snapshot", "status", "/opt/rke/etcd-snapshots/"+sc.Name, "-w", "json")
+		if err := json.Unmarshal(out, &st); err != nil || st.TotalKeys != sc.TotalKeys || st.Revision != sc.Revision || st.Hash != sc.Hash {
+			t.Errorf("snapshot status on node3: %v %+v, sidecar %+v", err, st, sc)
+		}
+	})
+	if first == nil {
+		t.FailNow()
+	}
+
+	t.Run("a named snapshot is never overwritten", func(t *testing.T) {
+		if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "before-upgrade"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "before-upgrade"})
+		if err == nil || !strings.Contains(err.Error(), "already on") {
+			t.Fatalf("second save of one name: %v", err)
+		}
+		if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "../escape"}); err == nil {
+			t.Fatal("a name with a path was accepted")
+		}
+	})
+
+	t.Run("list", func(t *testing.T) {
+		list, err := sess.ListSnapshots(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, si := range list.Snapshots {
+			names = append(names, si.Name)
+			if !slices.Equal(si.Nodes, addrs) || si.Sidecar == nil || si.Size != si.Sidecar.Size || len(si.Damaged) > 0 || si.S3 != "" {
+				t.Errorf("%+v: want on every node, with its sidecar, not in s3", si)
+			}
+		}
+		if !slices.Equal(names, []string{first.Name, "before-upgrade"}) {
+			t.Errorf("listed %v", names)
+		}
+
+		// A copy that lost its tail is damaged, not held.
+		f := snapFile(s.Nodes[2], first.Name)
+		if err := os.Truncate(f, first.Size-100); err != nil {
+			t.Fatal(err)
+		}
+		list, err = sess.ListSnapshots(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if si := list.Snapshots[0]; !slices.Equal(si.Nodes, addrs[:2]) || !slices.Equal(si.Damaged, addrs[2:]) {
+			t.Errorf("after truncating node3's copy: nodes %v, damaged %v", si.Nodes, si.Damaged)
+		}
+	})
+
+	t.Run("an unhealthy member is passed over", func(t *testing.T) {
+		if err := cli.ContainerStop(ctx, desired.Etcd, container.StopOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cli.ContainerStart(context.WithoutCancel(ctx), desired.Etcd, container.StartOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		res, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "while-node1-is-down"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sidecar.Node != addrs[1] {
+			t.Errorf("taken on %s, want %s (node1's etcd is stopped)", res.Sidecar.Node, addrs[1])
+		}
+		// node1's engine answers: it gets its copy all the same.
+		if _, err := os.Stat(snapFile(n1, "while-node1-is-down")); err != nil {
+			t.Error(err)
+		}
+		if _, err := sess.DeleteSnapshot(ctx, "while-node1-is-down", false); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		res, err := sess.DeleteSnapshot(ctx, "before-upgrade", false)
+		if err != nil || !slices.Equal(res.Deleted, addrs) {
+			t.Fatalf("delete: %v %+v", err, res)
+		}
+		for _, n := range s.Nodes {
+			for _, f := range []string{"before-upgrade", "before-upgrade.json"} {
+				if _, err := os.Stat(snapFile(n, f)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s: %s still there (%v)", n.Name, f, err)
+				}
+			}
+		}
+		if _, err := sess.DeleteSnapshot(ctx, "before-upgrade", false); err == nil || !strings.Contains(err.Error(), "no snapshot named") {
+			t.Errorf("deleting it again: %v", err)
+		}
+		if _, err := sess.DeleteSnapshot(ctx, "before-upgrade", true); err == nil || !strings.Contains(err.Error(), "s3backupconfig is not set") {
+			t.Errorf("delete --s3 without s3backupconfig: %v", err)
+		}
+	})
+
+	t.Run("upload to s3", func(t *testing.T) {
+		s3sess := open(load(withS3(gw.secret)))
+		res, err := s3sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "to-s3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "s3://" + gw.bucket + "/clusters/test4/to-s3"; res.S3 != want {
+			t.Errorf("uploaded to %q, want %q", res.S3, want)
+		}
+		obj, err := gw.client.GetObject(ctx, gw.bucket, "clusters/test4/to-s3", minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(obj)
+		obj.Close()
+		if sum := sha256.Sum256(b); err != nil || hex.EncodeToString(sum[:]) != res.Sidecar.SHA256 {
+			t.Errorf("the object in s3 is not the snapshot: %v", err)
+		}
+		obj, err = gw.client.GetObject(ctx, gw.bucket, "clusters/test4/to-s3.json", minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		side, _ := io.ReadAll(obj)
+		obj.Close()
+		if sc, err := etcdsnap.ParseSidecar(side); err != nil || sc.SHA256 != res.Sidecar.SHA256 {
+			t.Errorf("sidecar in s3: %v", err)
+		}
+		if bytes.Contains(side, []byte(gw.secret)) || bytes.Contains(side, []byte(gw.access)) {
+			t.Error("the sidecar holds the s3 credentials")
+		}
+
+		list, err := s3sess.ListSnapshots(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(list.Snapshots, func(si reconcile.SnapshotInfo) bool { return si.Name == "to-s3" })
+		if i < 0 || list.Snapshots[i].S3 != res.S3 || !slices.Equal(list.Snapshots[i].Nodes, addrs) {
+			t.Errorf("list: %+v", list.Snapshots)
+		}
+
+		del, err := s3sess.DeleteSnapshot(ctx, "to-s3", true)
+		if err != nil || !slices.Contains(del.Deleted, res.S3) || len(del.Deleted) != 4 {
+			t.Errorf("delete --s3: %v %+v", err, del)
+		}
+		if _, err := gw.client.StatObject(ctx, gw.bucket, "clusters/test4/to-s3", minio.StatObjectOptions{}); err == nil {
+			t.Error("the object is still in s3")
+		}
+	})
+
+	t.Run("a wrong s3 secret keeps the local snapshot and says so", func(t *testing.T) {
+		wrong := "wrong-secret-" + hex.EncodeToString([]byte(t.Name()))[:12]
+		bad := open(load(withS3(wrong)))
+		res, err := bad.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "s3-down"})
+		var ue *reconcile.SnapshotUploadError
+		if !errors.As(err, &ue) || ue.Name != "s3-down" {
+			t.Fatalf("save with a wrong secret: %v; want a *SnapshotUploadError", err)
+		}
+		var se *etcdsnap.S3Error
+		if !errors.As(err, &se) || se.Temporary || (se.Code != "SignatureDoesNotMatch" && se.Code != "InvalidAccessKeyId") {
+			t.Errorf("s3 error %#v: want a permanent signature error", se)
+		}
+		for _, secret := range []string{wrong, gw.access} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the error shows a credential: %v", err)
+			}
+		}
+		if !strings.Contains(err.Error(), "kept on the etcd nodes") || res == nil || res.Sidecar == nil || res.S3 != "" {
+			t.Errorf("error %v, result %+v: want the local snapshot kept and named", err, res)
+		}
+		for _, n := range s.Nodes {
+			if _, err := os.Stat(snapFile(n, "s3-down")); err != nil {
+				t.Errorf("%s: the local snapshot is gone: %v", n.Name, err)
+			}
+		}
+	})
+}
+
+// dockerRun runs a one-shot container on a sandbox node with the snapshot
+// directory and the certificates bound, and returns its output.
+func dockerRun(ctx context.Context, t *testing.T, n sandbox.Node, image string, cmd ...string) []byte {
+	t.Helper()
+	out, err := dockerop.RunOutput(ctx, dockerClient(t, n), n.Address, image, cmd, dockerop.RunOptions{
+		Binds: []string{"/opt/rke/etcd-snapshots:/opt/rke/etcd-snapshots:ro"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// dockerClient talks to a sandbox node's engine from the host.
+func dockerClient(t *testing.T, n sandbox.Node) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// gateway is a versitygw serving S3 over TLS on the host's loopback.
+type gateway struct {
+	endpoint, bucket, access, secret, caPEM string
+	client                                  *minio.Client
+}
+
+// startVersitygw starts versitygw (installed by hack/install-versitygw.sh
+// when missing) with a bucket, and stops it by its pid when the test ends.
+// Its credentials are passed in its environment, not its arguments.
+func startVersitygw(t *testing.T) *gateway {
+	t.Helper()
+	bin := filepath.Join(cacheDir(), "bin", "versitygw")
+	if _, err := os.Stat(bin); err != nil {
+		script := findUp(t, "hack/install-versitygw.sh")
+		out, err := exec.Command("bash", script).CombinedOutput()
+		if err != nil {
+			t.Fatalf("install versitygw: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	caPEM, certFile, keyFile := tlsFiles(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := l.Addr().String()
+	l.Close()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gw := &gateway{endpoint: endpoint, bucket: "etcd-snapshots", access: "riggerE2EAccess",
+		secret: "riggerE2ESecret-" + hex.EncodeToString([]byte(time.Now().String()))[:16], caPEM: caPEM}
+	logFile, err := os.Create(filepath.Join(dir, "versitygw.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--port", endpoint, "--cert", certFile, "--key", keyFile, "posix", data)
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+gw.access, "ROOT_SECRET_ACCESS_KEY="+gw.secret)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // by its pid: the process this test started
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logFile.Name()); err == nil {
+				t.Logf("versitygw log:\n%s", b)
+			}
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(caPEM))
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	gw.client, err = minio.New(endpoint, &minio.Options{Creds: credentials.NewStaticV4(gw.access, gw.secret, ""),
+		Secure: true, Transport: tr, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = gw.client.MakeBucket(ctx, gw.bucket, minio.MakeBucketOptions{Region: "us-east-1"})
+		cancel()
+		if err == nil {
+			return gw
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw on %s did not make a bucket in 30s: %v", endpoint, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func cacheDir() string {
+	if d := os.Getenv("RIGGER_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/rigger"
+}
+
+// findUp finds rel in the test's directory or above.
+func findUp(t *testing.T, rel string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("no %s above the test's directory", rel)
+		}
+		dir = parent
+	}
+}
+
+// tlsFiles makes a CA and a certificate for 127.0.0.1 signed by it, writes
+// the certificate and key to dir, and returns the CA's PEM.
+func tlsFiles(t *testing.T, dir string) (caPEM, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rigger e2e s3 ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), certFile, keyFile
+}

@@ -1,0 +1,300 @@
+package etcdsnap
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rigger/rigger/spec"
+)
+
+var at = time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC)
+
+func TestName(t *testing.T) {
+	tests := []struct {
+		name              string
+		cluster, hostname string
+		t                 time.Time
+		want              string
+	}{
+		{name: "plain", cluster: "prod", hostname: "node1", t: at, want: "rigger-prod-20261122T013000Z-node1"},
+		{name: "local time is UTC in the name", cluster: "prod", hostname: "node1",
+			t: at.In(time.FixedZone("CET", 3600)), want: "rigger-prod-20261122T013000Z-node1"},
+		{name: "dashes and dots", cluster: "eu-west.prod", hostname: "ip-10-0-0-1.ec2.internal", t: at,
+			want: "rigger-eu-west.prod-20261122T013000Z-ip-10-0-0-1.ec2.internal"},
+		{name: "characters a file name cannot hold", cluster: "a b/c", hostname: "h:1", t: at,
+			want: "rigger-a-b-c-20261122T013000Z-h-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Name(tt.cluster, tt.t, tt.hostname)
+			if got != tt.want {
+				t.Fatalf("Name = %q, want %q", got, tt.want)
+			}
+			if err := CheckName(got); err != nil {
+				t.Fatalf("rigger's own name is refused: %v", err)
+			}
+			p, ok := ParseName(got)
+			if !ok || !p.Time.Equal(tt.t) {
+				t.Fatalf("ParseName(%q) = %+v, %v", got, p, ok)
+			}
+		})
+	}
+}
+
+func TestNamesSortByTime(t *testing.T) {
+	earlier := Name("prod", at, "node9")
+	later := Name("prod", at.Add(time.Second), "node1")
+	if !(earlier < later) {
+		t.Errorf("%s sorts after %s", earlier, later)
+	}
+}
+
+func TestParseName(t *testing.T) {
+	tests := []struct {
+		in   string
+		want ParsedName
+		ok   bool
+	}{
+		{in: "rigger-prod-20261122T013000Z-node1", want: ParsedName{"prod", at, "node1"}, ok: true},
+		// A cluster name that looks like a time: the last time is the name's.
+		{in: "rigger-x-20200101T000000Z-y-20261122T013000Z-node1", want: ParsedName{"x-20200101T000000Z-y", at, "node1"}, ok: true},
+		{in: "before-upgrade"},
+		{in: "rigger-prod-20261322T013000Z-node1"}, // month 13
+		{in: "rigger--20261122T013000Z-node1"},
+		{in: "rigger-prod-20261122T013000Z-"},
+		{in: "rigger-prod-20261122T013000Z-node1.json"},
+		{in: "etcd-snapshot-2026-11-22T01:30:00Z_etcd"}, // RKE's
+	}
+	for _, tt := range tests {
+		got, ok := ParseName(tt.in)
+		if ok != tt.ok || (ok && !cmp.Equal(got, tt.want)) {
+			t.Errorf("ParseName(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", "-flag", "x.json", "x.part", "a b", "ü", strings.Repeat("a", MaxNameLength+1)} {
+		if CheckName(bad) == nil {
+			t.Errorf("CheckName(%q) accepted it", bad)
+		}
+	}
+	for _, good := range []string{"before-upgrade", "a", "snap_1.db", "rigger-prod-20261122T013000Z-node1"} {
+		if err := CheckName(good); err != nil {
+			t.Errorf("CheckName(%q): %v", good, err)
+		}
+	}
+}
+
+// FuzzParseName: a name that parses is rigger's name of what it parsed to.
+func FuzzParseName(f *testing.F) {
+	for _, s := range []string{"rigger-prod-20261122T013000Z-node1", "rigger-a-20261122T013000Z-b-20261122T013000Z-c", "before", "rigger-"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, ok := ParseName(s)
+		if !ok {
+			return
+		}
+		if again := Name(p.Cluster, p.Time, p.Hostname); again != s {
+			t.Fatalf("ParseName(%q) = %+v, whose Name is %q", s, p, again)
+		}
+		if CheckName(s) != nil {
+			t.Fatalf("ParseName accepted %q, which CheckName refuses", s)
+		}
+	})
+}
+
+func validSidecar() *Sidecar {
+	return &Sidecar{
+		Format: SidecarFormat, Name: "rigger-prod-20261122T013000Z-node1", Kind: KindManual,
+		Node: "10.0.0.1", Hostname: "node1", TakenAt: at, Size: 2 << 20,
+		SHA256:   strings.Repeat("ab", 32),
+		Revision: 1234, Hash: 42, TotalKeys: 900, EtcdVersion: "3.4.23", EtcdImage: "rancher/mirrored-coreos-etcd:v3.5.16",
+		PKIFingerprint: strings.Repeat("0f", 32),
+		Cluster: ClusterState{ClusterName: "prod", KubernetesVersion: "v1.31.4", Nodes: []NodeState{
+			{Address: "10.0.0.1", Hostname: "node1", Roles: []string{"etcd", "controlplane", "worker"}},
+		}},
+	}
+}
+
+func TestSidecarRoundTrip(t *testing.T) {
+	sc := validSidecar()
+	b, err := sc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseSidecar(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sc, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseSidecarRefuses(t *testing.T) {
+	good, _ := validSidecar().Marshal()
+	tests := []struct {
+		name, in, want string
+	}{
+		{name: "not json", in: "nope", want: "decode sidecar"},
+		{name: "unknown field", in: strings.Replace(string(good), `"format"`, `"secret_key": "x", "format"`, 1), want: "unknown field"},
+		{name: "two objects", in: string(good) + "{}", want: "data after"},
+		{name: "newer format", in: strings.Replace(string(good), `"format": 1`, `"format": 2`, 1), want: "format 2"},
+		{name: "bad checksum", in: strings.Replace(string(good), strings.Repeat("ab", 32), "ABAB", 1), want: "sha256"},
+		{name: "empty", in: strings.Replace(string(good), `"size": 2097152`, `"size": 0`, 1), want: "never empty"},
+		{name: "path in name", in: strings.Replace(string(good), `"name": "rigger-prod-20261122T013000Z-node1"`, `"name": "../../etc/passwd"`, 1), want: "snapshot name"},
+		{name: "huge", in: strings.Repeat(" ", MaxSidecarSize+1), want: "more than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseSidecar([]byte(tt.in))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzParseSidecar: whatever a node or a bucket holds, a sidecar that
+// parses is valid and survives a round trip.
+func FuzzParseSidecar(f *testing.F) {
+	good, _ := validSidecar().Marshal()
+	f.Add(good)
+	f.Add([]byte(`{"format":1}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sc, err := ParseSidecar(b)
+		if err != nil {
+			return
+		}
+		if err := sc.Validate(); err != nil {
+			t.Fatalf("parsed an invalid sidecar: %v", err)
+		}
+		again, err := sc.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc2, err := ParseSidecar(again)
+		if err != nil || !cmp.Equal(sc, sc2) {
+			t.Fatalf("round trip: %v\n%s", err, cmp.Diff(sc, sc2))
+		}
+	})
+}
+
+func TestParseStatus(t *testing.T) {
+	st, err := ParseStatus([]byte(`{"hash":2958329797,"revision":123,"totalKey":456,"totalSize":2068480}` + "\n"))
+	if err != nil || st != (Status{Hash: 2958329797, Revision: 123, TotalKeys: 456, TotalSize: 2068480}) {
+		t.Fatalf("%+v %v", st, err)
+	}
+	for _, bad := range []string{`{"hash":1,"revision":1,"totalKey":0,"totalSize":10}`, `{"hash":1,"revision":0,"totalKey":3,"totalSize":10}`,
+		`{"hash":1,"revision":1,"totalKey":3,"totalSize":0}`, `Error: snapshot file has no hash`} {
+		if _, err := ParseStatus([]byte(bad)); err == nil {
+			t.Errorf("ParseStatus(%s) accepted it", bad)
+		}
+	}
+}
+
+func TestParseEndpointVersion(t *testing.T) {
+	out := `[{"Endpoint":"https://10.231.4.11:2379","Status":{"header":{"cluster_id":1,"member_id":2,"revision":77,"raft_term":3},"version":"3.4.23","dbSize":1234,"leader":2,"raftIndex":90,"raftTerm":3}}]`
+	v, err := ParseEndpointVersion([]byte(out))
+	if err != nil || v != "3.4.23" {
+		t.Fatalf("%q %v", v, err)
+	}
+	if _, err := ParseEndpointVersion([]byte(`[]`)); err == nil {
+		t.Error("no endpoint accepted")
+	}
+}
+
+func TestParseSHA256Sum(t *testing.T) {
+	sum := strings.Repeat("0123456789abcdef", 4)
+	got, err := ParseSHA256Sum([]byte(sum+"  /opt/rke/etcd-snapshots/x\n"), "/opt/rke/etcd-snapshots/x")
+	if err != nil || got != sum {
+		t.Fatalf("%q %v", got, err)
+	}
+	if _, err := ParseSHA256Sum([]byte(sum+"  /other\n"), "/opt/rke/etcd-snapshots/x"); err == nil {
+		t.Error("the checksum of another file was taken")
+	}
+	if _, err := ParseSHA256Sum([]byte("xyz  /f\n"), "/f"); err == nil {
+		t.Error("a checksum that is not hex was taken")
+	}
+}
+
+func TestRetry(t *testing.T) {
+	var pauses []time.Duration
+	r := Retry{Attempts: 4, First: time.Second, Max: 3 * time.Second,
+		Sleep: func(_ context.Context, d time.Duration) error { pauses = append(pauses, d); return nil }}
+	calls := 0
+	err := r.do(context.Background(), func() error {
+		calls++
+		if calls < 4 {
+			return &S3Error{Temporary: true, msg: "slow down"}
+		}
+		return nil
+	})
+	if err != nil || calls != 4 || !cmp.Equal(pauses, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}) {
+		t.Errorf("err %v, %d calls, pauses %v", err, calls, pauses)
+	}
+
+	pauses, calls = nil, 0
+	err = r.do(context.Background(), func() error { calls++; return &S3Error{Code: "AccessDenied", msg: "denied"} })
+	if calls != 1 || len(pauses) != 0 || err == nil {
+		t.Errorf("a permanent error was retried: %d calls, %v", calls, err)
+	}
+
+	calls = 0
+	err = r.do(context.Background(), func() error { calls++; return errors.New("connection refused") })
+	if calls != 4 || err == nil || !strings.Contains(err.Error(), "gave up after 4") {
+		t.Errorf("network errors: %d calls, %v", calls, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls = 0
+	err = Retry{Attempts: 5, First: time.Hour}.do(ctx, func() error { calls++; return errors.New("down") })
+	if calls != 1 || !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled retry: %d calls, %v", calls, err)
+	}
+}
+
+func TestNewS3(t *testing.T) {
+	base := spec.S3BackupConfig{Endpoint: "s3.example.com", BucketName: "b", Folder: "/a/b/", AccessKey: "AKIAEXAMPLE", SecretKey: "very-secret"}
+	s, err := NewS3(&base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Where("snap"); got != "s3://b/a/b/snap" {
+		t.Errorf("Where = %s", got)
+	}
+	if !strings.HasPrefix(s.cl.EndpointURL().String(), "https://") {
+		t.Errorf("endpoint %s: TLS is always used", s.cl.EndpointURL())
+	}
+	for name, change := range map[string]func(*spec.S3BackupConfig){
+		"scheme":    func(c *spec.S3BackupConfig) { c.Endpoint = "http://127.0.0.1:9000" },
+		"no bucket": func(c *spec.S3BackupConfig) { c.BucketName = "" },
+		"bad ca":    func(c *spec.S3BackupConfig) { c.CustomCA = "not a pem" },
+	} {
+		c := base
+		change(&c)
+		if _, err := NewS3(&c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestS3ErrorsHideCredentials(t *testing.T) {
+	s, err := NewS3(&spec.S3BackupConfig{Endpoint: "s3.example.com", BucketName: "b", AccessKey: "AKIAEXAMPLE", SecretKey: "very-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.wrap("upload", "k", errors.New("server said: key AKIAEXAMPLE with secret very-secret is wrong"))
+	if strings.Contains(err.Error(), "AKIAEXAMPLE") || strings.Contains(err.Error(), "very-secret") {
+		t.Errorf("credentials in %q", err)
+	}
+}

@@ -1,0 +1,361 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+// DefaultReadyTimeout is how long AfterNode waits for a new or changed
+// kubelet's Node to be Ready.
+const DefaultReadyTimeout = 2 * time.Minute
+
+// Config is what Hooks need.
+type Config struct {
+	// Client is the cluster's API server.
+	Client kubernetes.Interface
+	// Machines are the nodes of cluster.yml.
+	Machines []Machine
+	// Drain: upgrade_strategy.drain. Nodes are cordoned before their
+	// changes either way.
+	Drain      bool
+	DrainInput spec.NodeDrainInput
+	// ReadyTimeout bounds the wait for a Node to be Ready (zero:
+	// DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+	// Logs returns the last log lines of a component on a node, for the
+	// error of a Node that does not become Ready; nil: none.
+	Logs func(ctx context.Context, node, component string) string
+	// Say reports progress, one line per call; it may be called from
+	// several goroutines at once. Nil: silent.
+	Say func(node, message string)
+}
+
+// Hooks are execute.Options' BeforeNode and AfterNode for one plan: they
+// cordon (and drain) a node whose components are about to be replaced or
+// restarted, and once its last change is done wait for its Node to be
+// Ready, set its labels and taints, and uncordon it.
+type Hooks struct {
+	cfg Config
+	mu  sync.Mutex
+	// remaining counts the container steps of each node not run yet.
+	remaining map[string]int
+	// heartbeat is the Ready heartbeat of a node's Node before its
+	// kubelet changed, by address.
+	heartbeat map[string]time.Time
+}
+
+// NewHooks returns the hooks for plan p.
+func NewHooks(cfg Config, p *plan.Plan) *Hooks {
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	h := &Hooks{cfg: cfg, remaining: map[string]int{}, heartbeat: map[string]time.Time{}}
+	for _, s := range p.Steps {
+		if s.Action != plan.WriteFiles {
+			h.remaining[s.Node]++
+		}
+	}
+	return h
+}
+
+func (h *Hooks) say(node, format string, args ...any) {
+	if h.cfg.Say != nil {
+		h.cfg.Say(node, fmt.Sprintf(format, args...))
+	}
+}
+
+func (h *Hooks) machine(address string) Machine {
+	for _, m := range h.cfg.Machines {
+		if m.Address == address {
+			return m
+		}
+	}
+	return Machine{Address: address}
+}
+
+// disrupts are the components whose replacement or restart disturbs the
+// node's pods or its API server: the node is cordoned (and drained) first.
+var disrupts = map[string]bool{
+	desired.Kubelet: true, desired.KubeProxy: true, desired.ServiceSidekick: true,
+	desired.KubeAPIServer: true, desired.KubeControllerManager: true, desired.KubeScheduler: true,
+}
+
+// Disruptive reports whether steps replace or restart a component that
+// serves the node's pods (or the cluster's API), so that the node must be
+// cordoned, and drained when asked, first. Creating a missing component
+// is not: the node was not serving with it anyway.
+func Disruptive(steps []plan.Step) bool {
+	for _, s := range steps {
+		if (s.Action == plan.Replace || s.Action == plan.Restart) && disrupts[s.Component] {
+			return true
+		}
+	}
+	return false
+}
+
+// touchesKubelet reports whether the steps create, replace or restart the
+// kubelet: its Node must then be Ready again.
+func touchesKubelet(steps []plan.Step) bool {
+	for _, s := range steps {
+		if s.Component == desired.Kubelet && s.Action != plan.Remove {
+			return true
+		}
+	}
+	return false
+}
+
+// BeforeNode cordons the node's Node when the steps are Disruptive, and
+// drains it when asked (upgrade_strategy.drain) and the Node is Ready (a
+// NotReady Node's pods cannot be evicted: its kubelet does not answer). A
+// node without a Node, or an API server that does not answer (the one
+// being repaired, say), is no reason to stop: the changes go on. A failed
+// drain stops them, and uncordons the Node.
+//
+// When the kubelet changes, BeforeNode notes the Node's last heartbeat: the
+// Node counts as Ready again only once the new kubelet reported.
+func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) error {
+	if !Disruptive(steps) && !touchesKubelet(steps) {
+		return nil
+	}
+	m := h.machine(node)
+	nodes, err := FindNodes(ctx, h.cfg.Client, node, m.Hostname)
+	if err != nil {
+		if Disruptive(steps) {
+			h.say(node, "not cordoned: %v", err)
+		}
+		return nil
+	}
+	l := Link([]Machine{m}, nodes)
+	n := l.Owned[node]
+	if n == nil {
+		return nil
+	}
+	if touchesKubelet(steps) {
+		h.mu.Lock()
+		h.heartbeat[node] = Heartbeat(n)
+		h.mu.Unlock()
+	}
+	if !Disruptive(steps) {
+		return nil
+	}
+	cordoned, err := Cordon(ctx, h.cfg.Client, n)
+	if err != nil {
+		return err
+	}
+	_, ours := n.Annotations[AnnotationCordoned]
+	switch {
+	case cordoned:
+		h.say(node, "cordoned Node %s", n.Name)
+	case !ours:
+		h.say(node, "Node %s was cordoned already (not by rigger: it stays cordoned)", n.Name)
+	}
+	if !h.cfg.Drain {
+		return nil
+	}
+	if r := Ready(n); r != string(corev1.ConditionTrue) {
+		h.say(node, "Node %s not drained: it is not Ready (%s)", n.Name, r)
+		return nil
+	}
+	began := time.Now()
+	evicted, err := Drain(ctx, h.cfg.Client, n.Name, h.cfg.DrainInput, nil)
+	if err != nil {
+		if cordoned || ours {
+			if fresh, gerr := FindNodes(context.WithoutCancel(ctx), h.cfg.Client, node, m.Hostname); gerr == nil {
+				if o := Link([]Machine{m}, fresh).Owned[node]; o != nil {
+					if _, uerr := Uncordon(context.WithoutCancel(ctx), h.cfg.Client, o); uerr == nil {
+						err = fmt.Errorf("%w (Node %s uncordoned again; nothing on the node changed)", err, n.Name)
+					}
+				}
+			}
+		}
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	h.say(node, "drained Node %s: %d pod(s) evicted (%s)", n.Name, evicted, time.Since(began).Round(100*time.Millisecond))
+	return nil
+}
+
+// AfterNode runs once the node's changed components are healthy: when the
+// kubelet was created, replaced or restarted, it waits for the Node to be
+// registered and Ready (the error names the kubelet's last log lines and
+// says the next apply tries again), then sets its labels and taints. Once
+// the node's last step of the plan is done, it uncordons the Node if
+// rigger cordoned it.
+func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) error {
+	h.mu.Lock()
+	for _, s := range steps {
+		if s.Action != plan.WriteFiles {
+			h.remaining[node]--
+		}
+	}
+	last := h.remaining[node] <= 0
+	h.mu.Unlock()
+
+	m := h.machine(node)
+	var n *corev1.Node
+	if touchesKubelet(steps) {
+		began := time.Now()
+		h.mu.Lock()
+		after := h.heartbeat[node]
+		h.mu.Unlock()
+		var err error
+		n, err = WaitReady(ctx, h.cfg.Client, node, m.Hostname, after, h.cfg.ReadyTimeout)
+		if err != nil {
+			if nr := (*NotReadyError)(nil); errors.As(err, &nr) && h.cfg.Logs != nil {
+				nr.Logs = h.cfg.Logs(context.WithoutCancel(ctx), node, desired.Kubelet)
+			}
+			return err
+		}
+		h.say(node, "Node %s Ready (%s)", n.Name, time.Since(began).Round(100*time.Millisecond))
+		if c, err := Sync(ctx, h.cfg.Client, n.Name, m); err != nil {
+			return fmt.Errorf("node %s: %w", node, err)
+		} else if c != nil {
+			h.say(node, "Node %s: %s", n.Name, c)
+		}
+	}
+	if !last {
+		return nil
+	}
+	if n == nil {
+		nodes, err := FindNodes(ctx, h.cfg.Client, node, m.Hostname)
+		if err != nil {
+			if Disruptive(steps) {
+				return fmt.Errorf("node %s: uncordon: %w", node, err)
+			}
+			return nil
+		}
+		if n = Link([]Machine{m}, nodes).Owned[node]; n == nil {
+			return nil
+		}
+	}
+	if _, ours := n.Annotations[AnnotationCordoned]; !ours {
+		return nil
+	}
+	if r := Ready(n); r != string(corev1.ConditionTrue) {
+		// Uncordoned by a later apply, once Ready.
+		h.say(node, "Node %s left cordoned: not Ready (%s)", n.Name, r)
+		return nil
+	}
+	if _, err := Uncordon(ctx, h.cfg.Client, n); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	h.say(node, "uncordoned Node %s", n.Name)
+	return nil
+}
+
+// Reconciled is what Reconcile found and did.
+type Reconciled struct {
+	Linkage *Linkage
+	// Synced are the Nodes whose labels or taints changed, by name.
+	Synced []string
+	// Uncordoned are Nodes an earlier apply left cordoned.
+	Uncordoned []string
+	// Deleted are stale Nodes deleted (stale_nodes: delete).
+	Deleted []string
+}
+
+// Reconcile brings every Node of the cluster in line: each machine's
+// labels and taints, the Nodes an interrupted apply left cordoned (once
+// Ready) uncordoned, and with policy spec.StaleNodesDelete the stale Nodes
+// cordoned and deleted (with spec.StaleNodesReport they are only in the
+// result). say may be nil.
+func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine, policy string, say func(node, msg string)) (*Reconciled, error) {
+	if say == nil {
+		say = func(string, string) {}
+	}
+	nodes, err := ListNodes(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	l := Link(machines, nodes)
+	r := &Reconciled{Linkage: l}
+	var errs []error
+	for _, m := range machines {
+		n := l.Owned[m.Address]
+		if n == nil {
+			continue
+		}
+		c, err := Sync(ctx, cs, n.Name, m)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if c != nil {
+			r.Synced = append(r.Synced, n.Name)
+			say(m.Address, fmt.Sprintf("Node %s: %s", n.Name, c))
+		}
+		if _, ours := n.Annotations[AnnotationCordoned]; ours && Ready(n) == string(corev1.ConditionTrue) {
+			if _, err := Uncordon(ctx, cs, n); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.Uncordoned = append(r.Uncordoned, n.Name)
+			say(m.Address, fmt.Sprintf("uncordoned Node %s (cordoned by an earlier apply)", n.Name))
+		}
+	}
+	if policy == spec.StaleNodesDelete {
+		byName := map[string]*corev1.Node{}
+		for i := range nodes {
+			byName[nodes[i].Name] = &nodes[i]
+		}
+		for _, s := range l.Stale {
+			if _, err := Cordon(ctx, cs, byName[s.Name]); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if err := Delete(ctx, cs, s.Name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.Deleted = append(r.Deleted, s.Name)
+			say("kubernetes", fmt.Sprintf("deleted stale Node %s (%s)", s.Name, s.Reason))
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+// Pending is a change the Nodes need that no container step makes, for
+// plans and status.
+type Pending struct {
+	// Node is the machine's address, or "kubernetes" for a stale Node.
+	Node string `json:"node"`
+	// Name is the Node's name.
+	Name string `json:"name"`
+	// Change says what, for people.
+	Change string `json:"change"`
+}
+
+// Changes are what Reconcile would do to nodes, as Link found them: labels
+// and taints to set, Nodes an earlier apply left cordoned to uncordon and,
+// with policy spec.StaleNodesDelete, stale Nodes to delete. It is pure.
+func Changes(machines []Machine, l *Linkage, policy string) []Pending {
+	var out []Pending
+	for _, m := range machines {
+		n := l.Owned[m.Address]
+		if n == nil {
+			continue
+		}
+		labels, taints := Wanted(m)
+		if c := Diff(n, labels, taints); !c.Empty() {
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: c.String()})
+		}
+		if _, ours := n.Annotations[AnnotationCordoned]; ours && Ready(n) == string(corev1.ConditionTrue) {
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "uncordon (cordoned by an earlier apply)"})
+		}
+	}
+	if policy == spec.StaleNodesDelete {
+		for _, s := range l.Stale {
+			out = append(out, Pending{Node: "kubernetes", Name: s.Name, Change: "delete stale Node (" + s.Reason + ")"})
+		}
+	}
+	return out
+}

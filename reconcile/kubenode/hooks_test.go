@@ -1,0 +1,168 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+func TestDisruptive(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []plan.Step
+		want  bool
+	}{
+		{"kubelet replaced", []plan.Step{{Component: desired.Kubelet, Action: plan.Replace}}, true},
+		{"kube-proxy restarted", []plan.Step{{Component: desired.KubeProxy, Action: plan.Restart}}, true},
+		{"API server replaced", []plan.Step{{Component: desired.KubeAPIServer, Action: plan.Replace}}, true},
+		{"kubelet created: the node served nothing", []plan.Step{{Component: desired.Kubelet, Action: plan.Create}}, false},
+		{"nginx-proxy replaced", []plan.Step{{Component: desired.NginxProxy, Action: plan.Replace}}, false},
+		{"no steps", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Disruptive(tt.steps); got != tt.want {
+				t.Errorf("Disruptive = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReconcile: labels set, a Node left cordoned by rigger uncordoned,
+// one cordoned by someone else kept, and stale Nodes deleted only under
+// stale_nodes: delete.
+func TestReconcile(t *testing.T) {
+	ctx := context.Background()
+	ready := func(n corev1.Node) *corev1.Node { return &n }
+	n1 := ready(node("n1", "10.0.0.1", "True", 0))
+	n1.Spec.Unschedulable = true
+	n1.Annotations = map[string]string{AnnotationCordoned: "true"}
+	n2 := ready(node("n2", "10.0.0.2", "True", 0))
+	n2.Spec.Unschedulable = true
+	ghost := ready(node("ghost", "10.0.0.9", "Unknown", 0))
+	ms := machines()[:2]
+	for _, policy := range []string{spec.StaleNodesReport, spec.StaleNodesDelete} {
+		t.Run(policy, func(t *testing.T) {
+			cs := fake.NewClientset(n1.DeepCopy(), n2.DeepCopy(), ghost.DeepCopy())
+			r, err := Reconcile(ctx, cs, ms, policy, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(r.Synced, []string{"n1", "n2"}) || !slices.Equal(r.Uncordoned, []string{"n1"}) {
+				t.Errorf("synced %v, uncordoned %v", r.Synced, r.Uncordoned)
+			}
+			got, _ := cs.CoreV1().Nodes().Get(ctx, "n2", metav1.GetOptions{})
+			if !got.Spec.Unschedulable || got.Labels[LabelRoleWorker] != "true" {
+				t.Errorf("n2: unschedulable %v, labels %v", got.Spec.Unschedulable, got.Labels)
+			}
+			_, err = cs.CoreV1().Nodes().Get(ctx, "ghost", metav1.GetOptions{})
+			if deleted := apierrors.IsNotFound(err); deleted != (policy == spec.StaleNodesDelete) || len(r.Linkage.Stale) != 1 {
+				t.Errorf("ghost deleted: %v, stale %v", deleted, r.Linkage.Stale)
+			}
+		})
+	}
+}
+
+// TestAfterNodeNotReady: a kubelet whose Node never registers stops the
+// node's changes with the kubelet's last lines and says the next apply
+// looks again.
+func TestAfterNodeNotReady(t *testing.T) {
+	cs := fake.NewClientset()
+	steps := []plan.Step{{Node: "10.0.0.2", Component: desired.Kubelet, Action: plan.Create, Phase: plan.PhaseWorker}}
+	h := NewHooks(Config{
+		Client: cs, Machines: machines(), ReadyTimeout: 3 * time.Second,
+		Logs: func(_ context.Context, node, component string) string {
+			return component + " on " + node + ": Unable to register node with API server"
+		},
+	}, &plan.Plan{Steps: steps})
+	ctx := context.Background()
+	if err := h.BeforeNode(ctx, "10.0.0.2", steps); err != nil {
+		t.Fatal(err)
+	}
+	err := h.AfterNode(ctx, "10.0.0.2", steps)
+	var nr *NotReadyError
+	if !errors.As(err, &nr) {
+		t.Fatalf("AfterNode = %v, want a NotReadyError", err)
+	}
+	for _, want := range []string{"its kubelet registered no Node within", "the next apply checks it again",
+		"last lines of kubelet on 10.0.0.2:\nkubelet on 10.0.0.2: Unable to register node"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// TestHooksCordonOnce: a node changed in the control-plane and the worker
+// phase is cordoned before the first and uncordoned after the last.
+func TestHooksCordonOnce(t *testing.T) {
+	ctx := context.Background()
+	n1 := node("n1", "10.0.0.1", "True", 0)
+	cs := fake.NewClientset(&n1)
+	cp := []plan.Step{{Node: "10.0.0.1", Component: desired.KubeAPIServer, Action: plan.Replace, Phase: plan.PhaseControlPlane}}
+	worker := []plan.Step{{Node: "10.0.0.1", Component: desired.KubeProxy, Action: plan.Replace, Phase: plan.PhaseWorker}}
+	files := []plan.Step{{Node: "10.0.0.1", Component: plan.FilesComponent, Action: plan.WriteFiles, Phase: plan.PhaseFiles}}
+	var said []string
+	h := NewHooks(Config{Client: cs, Machines: machines(), Say: func(node, msg string) { said = append(said, msg) }},
+		&plan.Plan{Steps: slices.Concat(files, cp, worker)})
+	unschedulable := func() bool {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Spec.Unschedulable
+	}
+	for i, phase := range [][]plan.Step{cp, worker} {
+		if err := h.BeforeNode(ctx, "10.0.0.1", phase); err != nil {
+			t.Fatal(err)
+		}
+		if !unschedulable() {
+			t.Errorf("phase %d: not cordoned during the changes", i)
+		}
+		if err := h.AfterNode(ctx, "10.0.0.1", phase); err != nil {
+			t.Fatal(err)
+		}
+		if last := i == 1; unschedulable() == last {
+			t.Errorf("phase %d: unschedulable %v after the changes", i, unschedulable())
+		}
+	}
+	want := []string{"cordoned Node n1", "uncordoned Node n1"}
+	if !slices.Equal(said, want) {
+		t.Errorf("progress %q, want %q", said, want)
+	}
+}
+
+func TestChanges(t *testing.T) {
+	n1 := node("n1", "10.0.0.1", "True", 0)
+	n1.Labels[LabelRoleEtcd], n1.Labels[LabelRoleControlPlane], n1.Labels[LabelRoleWorker] = "true", "true", "true"
+	n1.Annotations = map[string]string{AnnotationManagedLabels: LabelRoleControlPlane + "," + LabelRoleEtcd + "," + LabelRoleWorker + "," + desired.NodeAddressLabel}
+	n2 := node("n2", "10.0.0.2", "True", 0)
+	n2.Spec.Unschedulable = true
+	n2.Annotations = map[string]string{AnnotationCordoned: "true"}
+	ghost := node("ghost", "10.0.0.9", "Unknown", 0)
+	nodes := []corev1.Node{n1, n2, ghost}
+	ms := machines()[:2]
+	got := Changes(ms, Link(ms, nodes), spec.StaleNodesDelete)
+	want := []Pending{
+		{Node: "10.0.0.2", Name: "n2", Change: "label node-role.kubernetes.io/worker=true"},
+		{Node: "10.0.0.2", Name: "n2", Change: "uncordon (cordoned by an earlier apply)"},
+		{Node: "kubernetes", Name: "ghost", Change: "delete stale Node (its address 10.0.0.9 is not in cluster.yml)"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Changes = %+v\nwant %+v", got, want)
+	}
+	if got := Changes(ms, Link(ms, nodes), spec.StaleNodesReport); len(got) != 2 {
+		t.Errorf("with stale_nodes: report: %+v", got)
+	}
+}

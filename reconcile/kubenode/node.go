@@ -1,0 +1,269 @@
+package kubenode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/kubectl/pkg/drain"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/spec"
+)
+
+// FindNodes returns the Nodes of the machine at address: those labelled
+// with it, or else the unlabelled Node named hostname (a kubelet that
+// registered before rigger labelled Nodes). Hostname may be empty.
+func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname string) ([]corev1.Node, error) {
+	var list *corev1.NodeList
+	err := retry.OnError(Backoff, Retriable, func() (err error) {
+		list, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+			LabelSelector: desired.NodeAddressLabel + "=" + desired.NodeAddressLabelValue(address)})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the Nodes of %s: %w", address, err)
+	}
+	if len(list.Items) > 0 || hostname == "" {
+		return list.Items, nil
+	}
+	var n *corev1.Node
+	err = retry.OnError(Backoff, Retriable, func() (err error) {
+		n, err = cs.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
+		return err
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read Node %s: %w", hostname, err)
+	case n.Labels[desired.NodeAddressLabel] != "":
+		return nil, nil // another machine's
+	}
+	return []corev1.Node{*n}, nil
+}
+
+// ListNodes lists every Node, retried on passing errors.
+func ListNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {
+	var list *corev1.NodeList
+	err := retry.OnError(Backoff, Retriable, func() (err error) {
+		list, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list Nodes: %w", err)
+	}
+	return list.Items, nil
+}
+
+// patchNode applies a JSON merge patch, retried on passing errors.
+func patchNode(ctx context.Context, cs kubernetes.Interface, name string, patch map[string]any) error {
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	return retry.OnError(Backoff, Retriable, func() error {
+		_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// Cordon marks the Node unschedulable and notes that rigger did
+// (AnnotationCordoned). A Node already unschedulable is left as it is and
+// Cordon returns false: whoever cordoned it uncordons it.
+func Cordon(ctx context.Context, cs kubernetes.Interface, n *corev1.Node) (bool, error) {
+	if n.Spec.Unschedulable {
+		return false, nil
+	}
+	err := patchNode(ctx, cs, n.Name, map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{AnnotationCordoned: "true"}},
+		"spec":     map[string]any{"unschedulable": true},
+	})
+	if err != nil {
+		return false, fmt.Errorf("cordon Node %s: %w", n.Name, err)
+	}
+	return true, nil
+}
+
+// Uncordon makes the Node schedulable again when rigger cordoned it
+// (AnnotationCordoned), and reports whether it did.
+func Uncordon(ctx context.Context, cs kubernetes.Interface, n *corev1.Node) (bool, error) {
+	if _, ours := n.Annotations[AnnotationCordoned]; !ours {
+		return false, nil
+	}
+	err := patchNode(ctx, cs, n.Name, map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{AnnotationCordoned: nil}},
+		"spec":     map[string]any{"unschedulable": nil},
+	})
+	if err != nil {
+		return false, fmt.Errorf("uncordon Node %s: %w", n.Name, err)
+	}
+	return true, nil
+}
+
+// Drain evicts the pods of the Node (kubectl drain, with
+// upgrade_strategy.node_drain_input's settings), DaemonSets' pods aside
+// when IgnoreDaemonSets. It returns how many pods it evicted or deleted.
+// The Node should be cordoned first.
+func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.NodeDrainInput, out io.Writer) (int, error) {
+	if out == nil {
+		out = io.Discard
+	}
+	ignoreDS := in.IgnoreDaemonSets == nil || *in.IgnoreDaemonSets
+	timeout := time.Duration(in.Timeout) * time.Second
+	if timeout <= 0 {
+		timeout = time.Duration(spec.DefaultDrainTimeout) * time.Second
+	}
+	// Pods are evicted in parallel.
+	var evicted atomic.Int32
+	h := &drain.Helper{
+		Ctx: ctx, Client: cs, Force: in.Force, GracePeriodSeconds: in.GracePeriod,
+		IgnoreAllDaemonSets: ignoreDS, DeleteEmptyDirData: in.DeleteLocalData, Timeout: timeout,
+		Out: out, ErrOut: out,
+		OnPodDeletionOrEvictionFinished: func(_ *corev1.Pod, _ bool, err error) {
+			if err == nil {
+				evicted.Add(1)
+			}
+		},
+	}
+	if err := drain.RunNodeDrain(h, name); err != nil {
+		return int(evicted.Load()), fmt.Errorf("drain Node %s: %w: set upgrade_strategy.node_drain_input (force, delete_local_data, "+
+			"timeout) or move those pods, then apply again", name, err)
+	}
+	return int(evicted.Load()), nil
+}
+
+// NotReadyError is a Node that did not become Ready in time.
+type NotReadyError struct {
+	Address string
+	// Node is the Node's name; "" when none registered.
+	Node   string
+	Ready  string
+	Waited time.Duration
+	// Logs are the kubelet's last lines, when known.
+	Logs string
+}
+
+func (e *NotReadyError) Error() string {
+	var b strings.Builder
+	if e.Node == "" {
+		fmt.Fprintf(&b, "node %s: its kubelet registered no Node within %s", e.Address, e.Waited)
+	} else {
+		fmt.Fprintf(&b, "node %s: Node %s not Ready within %s (Ready: %s)", e.Address, e.Node, e.Waited, e.Ready)
+	}
+	b.WriteString("; the next apply checks it again")
+	if e.Logs != "" {
+		fmt.Fprintf(&b, "\nlast lines of kubelet on %s:\n%s", e.Address, e.Logs)
+	}
+	return b.String()
+}
+
+// ReadyPoll is how often WaitReady looks.
+const ReadyPoll = 2 * time.Second
+
+// WaitReady waits up to timeout for the machine's Node to be registered
+// and Ready, and returns it. When after is set, the Ready condition must
+// have been reported after it (by the kubelet's clock: pass a heartbeat
+// the Node had before its kubelet changed, never rigger's own time), so
+// that the old kubelet's last word does not count. On timeout the error
+// is a *NotReadyError. Errors of the API server are retried until the
+// timeout.
+func WaitReady(ctx context.Context, cs kubernetes.Interface, address, hostname string, after time.Time, timeout time.Duration) (*corev1.Node, error) {
+	var (
+		last    *corev1.Node
+		lastErr error
+	)
+	began := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, ReadyPoll, timeout, true, func(ctx context.Context) (bool, error) {
+		nodes, err := FindNodes(ctx, cs, address, hostname)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		l := Link([]Machine{{Address: address, Hostname: hostname}}, nodes)
+		last = l.Owned[address]
+		return last != nil && Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after), nil
+	})
+	if err == nil {
+		return last, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	e := &NotReadyError{Address: address, Waited: time.Since(began).Round(time.Second)}
+	if last != nil {
+		e.Node, e.Ready = last.Name, Ready(last)
+	} else if lastErr != nil {
+		return nil, fmt.Errorf("node %s: wait for its Node: %w", address, lastErr)
+	}
+	return nil, e
+}
+
+// Heartbeat is when the kubelet last reported the Node's Ready condition
+// (zero without one).
+func Heartbeat(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// Delete deletes the Node (gone already is no error).
+func Delete(ctx context.Context, cs kubernetes.Interface, name string) error {
+	err := retry.OnError(Backoff, Retriable, func() error {
+		return cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Node %s: %w", name, err)
+	}
+	return nil
+}
+
+// RemoveNode takes the Nodes of a machine that left cluster.yml out of
+// the cluster before its containers are removed: cordoned, drained (when
+// Ready: a NotReady Node's pods cannot be evicted) and deleted. hostname
+// (may be empty) finds an unlabelled Node. It returns the Nodes deleted.
+func RemoveNode(ctx context.Context, cs kubernetes.Interface, address, hostname string, in spec.NodeDrainInput) ([]string, error) {
+	nodes, err := FindNodes(ctx, cs, address, hostname)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for i := range nodes {
+		n := &nodes[i]
+		if _, err := Cordon(ctx, cs, n); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if Ready(n) == string(corev1.ConditionTrue) {
+			if _, err := Drain(ctx, cs, n.Name, in, nil); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := Delete(ctx, cs, n.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, n.Name)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return removed, fmt.Errorf("node %s: take its Node out of the cluster: %w", address, err)
+	}
+	return removed, nil
+}
