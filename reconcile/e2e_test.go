@@ -20,6 +20,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -183,6 +184,34 @@ func TestApplySandbox(t *testing.T) {
 	first3 := []string{s.Nodes[0].Address, s.Nodes[1].Address, s.Nodes[2].Address}
 
 	t.Run("each node's Docker client reaches its own engine", func(t *testing.T) { checkSSHReachesNodes(t, s, c) })
+
+	t.Run("no new CA while a node does not answer", func(t *testing.T) {
+		a.t = t
+		third := s.Nodes[2]
+		if err := s.Partition(ctx, third.Name); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := s.Heal(context.Background(), third.Name); err != nil {
+				t.Error(err)
+			}
+		}()
+		sess := a.session(c)
+		pl, err := sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var newCA *NewCAError
+		if !strings.HasPrefix(pl.PKISource, "new, for this plan only") || !errors.As(pl.Blocked(), &newCA) {
+			t.Fatalf("PKI %q, blocked %v", pl.PKISource, pl.Blocked())
+		}
+		if _, err := sess.Apply(ctx, pl, ApplyOptions{}); !errors.As(err, &newCA) {
+			t.Fatalf("apply with a node down and no PKI: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(a.stateDir, "kube-ca.pem")); err == nil {
+			t.Error("a CA was saved")
+		}
+	})
 
 	t.Run("fresh apply converges", func(t *testing.T) {
 		a.t = t
@@ -522,6 +551,15 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 		}
 		if got := members(t, five); len(got) != 5 {
 			t.Errorf("members %v, want 5", got)
+		}
+		list, err := a.session(five).ListSnapshots(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(list.Snapshots, func(i SnapshotInfo) bool {
+			return i.Sidecar != nil && i.Sidecar.Kind == etcdsnap.KindBeforeChange
+		}) {
+			t.Errorf("no snapshot taken before the membership change: %+v", list.Snapshots)
 		}
 		after := etcdIDs()
 		for k, id := range before {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/kubenode"
@@ -134,10 +135,17 @@ type Planned struct {
 	// cluster.yml order (kubenode.NotReady): changing them first costs no
 	// availability.
 	NotReady []string
+	// newCA says why this plan's new CA must not be applied (nodes that may
+	// hold the real one did not answer); nil when it may.
+	newCA error
 	// saveState is set when the state directory must be written before
 	// the plan is applied (new, recovered or changed PKI).
 	saveState bool
 }
+
+// Blocked says why the plan must not be applied (a new CA while nodes that
+// may hold the cluster's did not answer); nil when it may be.
+func (p *Planned) Blocked() error { return p.newCA }
 
 // Plan observes the nodes and computes what must change for them to run
 // what cluster.yml asks for. It changes nothing, on the nodes or in the
@@ -148,10 +156,11 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, fmt.Errorf("build desired state: %w", err)
 	}
 	o := s.observe(ctx)
-	set, changes, source, save, err := s.resolvePKI(ctx, o)
+	rp, err := s.resolvePKI(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	set := rp.set
 	s.observeEtcd(ctx, set, o)
 	for i := range d.Nodes {
 		files, err := s.nodeFiles(set, &d.Nodes[i])
@@ -162,7 +171,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	}
 	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
-		PKI: set, PKIChanges: changes, PKISource: source, saveState: save || len(changes) > 0,
+		PKI: set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, newCA: rp.newCA,
 		Warnings: etcdWarnings(s.c),
 	}
 	// kubenode: a node whose Node was deleted gets its kubelet restarted;
@@ -223,32 +232,50 @@ func (s *Session) nodeFiles(set *pki.Set, n *desired.Node) (map[string][]byte, e
 	return files, nil
 }
 
+// resolvedPKI is the cluster's PKI for a plan and where it came from.
+type resolvedPKI struct {
+	set     *pki.Set
+	changes []pki.Change
+	source  string
+	// save is set when the state directory must be written before apply.
+	save bool
+	// newCA, when set, says why the new CA must not be applied.
+	newCA error
+}
+
 // resolvePKI finds the cluster's PKI: the state directory's, or, when that
 // is lost, a controlplane node's. Only a cluster with no trace on any node
 // gets a new CA. The PKI found is then completed (pki.Ensure).
-func (s *Session) resolvePKI(ctx context.Context, o *observe.Cluster) (set *pki.Set, changes []pki.Change, source string, save bool, err error) {
+func (s *Session) resolvePKI(ctx context.Context, o *observe.Cluster) (*resolvedPKI, error) {
+	r := &resolvedPKI{}
 	existing, err := pki.Load(s.opts.StateDir)
 	var nf *pki.NotFoundError
 	switch {
 	case err == nil:
-		source = "state directory " + s.opts.StateDir
+		r.source = "state directory " + s.opts.StateDir
 		if err := s.checkSameCA(existing, o); err != nil {
-			return nil, nil, "", false, err
+			return nil, err
 		}
 	case errors.As(err, &nf):
-		existing, source, err = s.recoverPKI(ctx, o)
-		if err != nil {
-			return nil, nil, "", false, err
+		var newCA *NewCAError
+		existing, r.source, err = s.recoverPKI(ctx, o)
+		switch {
+		case errors.As(err, &newCA):
+			// A plan may show what a new CA would change; Apply refuses.
+			r.source, r.newCA = "new, for this plan only: "+err.Error(), err
+		case err != nil:
+			return nil, err
+		default:
+			r.save = true
 		}
-		save = true
 	default:
-		return nil, nil, "", false, err
+		return nil, err
 	}
-	set, changes, err = pki.Ensure(existing, s.req, s.opts.Now())
-	if err != nil {
-		return nil, nil, "", false, err
+	if r.set, r.changes, err = pki.Ensure(existing, s.req, s.opts.Now()); err != nil {
+		return nil, err
 	}
-	return set, changes, source, save, nil
+	r.save = r.save || len(r.changes) > 0
+	return r, nil
 }
 
 // caPath is the CA certificate on every node.
@@ -313,11 +340,23 @@ func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set,
 			"restore the state directory, or bring a controlplane node with /etc/kubernetes/ssl back", msg, strings.Join(traces, ", "))
 	}
 	if len(unreachable) > 0 {
-		return nil, "", fmt.Errorf("the state directory %s has no certificates and nodes %s did not answer: "+
-			"rigger makes a new CA only when every node answers and none runs this cluster; try again when they answer",
-			s.opts.StateDir, strings.Join(unreachable, ", "))
+		return nil, "", &NewCAError{StateDir: s.opts.StateDir, Unreachable: unreachable}
 	}
 	return nil, "new (no node runs this cluster yet)", nil
+}
+
+// NewCAError is a cluster without certificates anywhere rigger could look
+// while some of its nodes did not answer: they may hold the CA. A plan
+// shows what a new CA would change; apply refuses to make one.
+type NewCAError struct {
+	StateDir    string
+	Unreachable []string
+}
+
+func (e *NewCAError) Error() string {
+	return fmt.Sprintf("the state directory %s has no certificates and nodes %s did not answer: "+
+		"rigger makes a new CA only when every node answers and none runs this cluster; try again when they answer",
+		e.StateDir, strings.Join(e.Unreachable, ", "))
 }
 
 func sortedAddrs(o *observe.Cluster) []string {
@@ -342,6 +381,9 @@ type ApplyOptions struct {
 // rigger does not have), then runs the plan (execute.Run), and records the
 // cluster's nodes for the next plan.
 func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+	if pl.newCA != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, pl.newCA
+	}
 	if err := s.checkRemovals(pl.Plan, ao.AllowRemovals); err != nil {
 		return &execute.Result{NotRun: pl.Plan.Steps}, err
 	}
@@ -384,6 +426,18 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 		MaxUnavailableWorker: budget.Of(workers, 1),
 		MaxPlanAge:           MaxPlanAge,
 		Now:                  s.opts.Now,
+		BeforeEtcdChange: func(ctx context.Context) error {
+			res, err := s.SaveSnapshot(ctx, SnapshotOptions{Kind: etcdsnap.KindBeforeChange})
+			if res == nil || res.Sidecar == nil {
+				return err
+			}
+			if err != nil {
+				// Taken and verified on one member at least: enough to go on.
+				s.opts.Log.Warn("snapshot before the etcd change taken, not everywhere", "cluster", s.c.ClusterName,
+					"snapshot", res.Sidecar.Name, "error", err)
+			}
+			return nil
+		},
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
 			return s.etcdClient(ctx, pl.PKI, pl.Observed)
 		},

@@ -66,6 +66,9 @@ cluster.yml could not be reached.`,
 					return err
 				}
 			}
+			if err := pl.Blocked(); err != nil {
+				return err
+			}
 			if pl.Plan.Empty() && len(pl.PKIChanges) == 0 {
 				return unreachableExit(pl.Plan)
 			}

@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // run executes rigger with args and returns its output and exit code.
@@ -124,5 +129,36 @@ func TestCommandsShowWarnings(t *testing.T) {
 	out, errOut, code := run(t, "config", "defaults", "-f", path)
 	if code != 0 || !strings.Contains(errOut, "even number of etcd nodes (2)") || !strings.Contains(out, "address: 10.0.0.2") {
 		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+// TestKnownHostsFlag: --known-hosts replaces rigger.ssh.known_hosts_file.
+// Opening a session connects to nothing.
+func TestKnownHostsFlag(t *testing.T) {
+	dir := t.TempDir()
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/id", pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yml := "ssh_key_path: " + dir + "/id\nnodes:\n  - {address: 192.0.2.10, user: u, role: [etcd, controlplane, worker]}\n"
+	if err := os.WriteFile(dir+"/cluster.yml", []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := clusterFlags{file: dir + "/cluster.yml", stateDir: dir + "/state", knownHosts: dir + "/known_hosts"}
+	cmd := newRootCommand(io.Discard, io.Discard)
+	c, s, err := f.open(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if c.Rigger.SSH.KnownHostsFile != dir+"/known_hosts" {
+		t.Errorf("known_hosts_file %q, want the flag's", c.Rigger.SSH.KnownHostsFile)
 	}
 }

@@ -30,8 +30,8 @@ checked and nothing must change.`,
   rigger plan -f cluster.yml -o json --out plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("unknown output format %q: use text or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			_, s, err := f.open(cmd)
 			if err != nil {
@@ -54,9 +54,7 @@ checked and nothing must change.`,
 			}
 			switch output {
 			case "json":
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(p); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), p); err != nil {
 					return err
 				}
 			default:
@@ -74,7 +72,7 @@ checked and nothing must change.`,
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

@@ -19,14 +19,17 @@ import (
 // clusterFlags are the flags of every command that works on a cluster's
 // nodes: the cluster.yml and where its state lives.
 type clusterFlags struct {
-	file     string
-	stateDir string
+	file       string
+	stateDir   string
+	knownHosts string
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {
 	addFileFlag(cmd, &f.file)
 	cmd.Flags().StringVar(&f.stateDir, "state-dir", "",
 		"directory of the cluster's certificates and node record, never in git (default $XDG_STATE_HOME/rigger/<cluster_name> or ~/.local/state/rigger/<cluster_name>)")
+	cmd.Flags().StringVar(&f.knownHosts, "known-hosts", "",
+		"known_hosts file the nodes' SSH host keys are checked against (default: rigger.ssh.known_hosts_file of cluster.yml)")
 }
 
 // open loads cluster.yml and opens a reconcile session on it.
@@ -34,6 +37,9 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*spec.Cluster, *reconcile.Sessi
 	c, err := loadCluster(cmd, f.file)
 	if err != nil {
 		return nil, nil, err
+	}
+	if f.knownHosts != "" {
+		c.Rigger.SSH.KnownHostsFile = f.knownHosts
 	}
 	dir := f.stateDir
 	if dir == "" {

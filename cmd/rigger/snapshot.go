@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -18,13 +17,13 @@ import (
 func newSnapshotCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
-		Short: "Save, list and delete etcd snapshots",
+		Short: "Save, list, delete and restore etcd snapshots",
 		Long: `Snapshot works on the cluster's etcd snapshots. A snapshot is taken on one
 healthy etcd member, verified (etcdctl snapshot status, size, sha256), kept
 under ` + etcdsnap.Dir + ` on every etcd node with a JSON sidecar, and
 uploaded to S3 when services.etcd.backup_config.s3backupconfig is set.`,
 	}
-	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotListCommand(), newSnapshotDeleteCommand())
+	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotListCommand(), newSnapshotDeleteCommand(), newSnapshotRestoreCommand())
 	return cmd
 }
 
@@ -131,8 +130,8 @@ Exit status: 1 when a node or S3 could not be listed (the rest is shown).`,
   rigger snapshot list -f cluster.yml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("unknown output format %q: use text or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			_, s, err := f.open(cmd)
 			if err != nil {
@@ -144,13 +143,11 @@ Exit status: 1 when a node or S3 could not be listed (the rest is shown).`,
 				return err
 			}
 			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
 				snaps := list.Snapshots
 				if snaps == nil {
 					snaps = []reconcile.SnapshotInfo{}
 				}
-				if err := enc.Encode(snaps); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), snaps); err != nil {
 					return err
 				}
 			} else {
@@ -163,7 +160,7 @@ Exit status: 1 when a node or S3 could not be listed (the rest is shown).`,
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutputFlag(cmd, &output)
 	cmd.Flags().BoolVar(&noS3, "no-s3", false, "list the etcd nodes only, not S3")
 	return cmd
 }
@@ -233,4 +230,101 @@ answer (it may still hold the snapshot).`,
 	f.add(cmd)
 	cmd.Flags().BoolVar(&inS3, "s3", false, "delete it from S3 too (s3backupconfig)")
 	return cmd
+}
+
+func newSnapshotRestoreCommand() *cobra.Command {
+	var (
+		f   clusterFlags
+		yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "restore NAME",
+		Short: "Restore etcd from a snapshot, checking it everywhere before anything stops",
+		Long: `Restore brings the cluster's etcd back to the snapshot NAME.
+
+It checks first and changes nothing until every check has passed: every
+etcd node of cluster.yml answers and holds the snapshot with its sidecar's
+size and sha256 (computed on each node; a missing copy is copied from a node
+with a verified one, or from S3, and verified there; a copy that differs from
+its sidecar is refused, not replaced), the sidecar's CA fingerprint is the
+cluster's CA, and etcdctl snapshot status agrees with the sidecar on every
+node.
+
+Then, after asking (unless --yes), it stops and removes kube-apiserver on
+every controlplane node and etcd on every etcd node, moves each etcd data
+directory aside (/var/lib/etcd/member → member.before-restore-<UTC time>,
+kept), restores the snapshot on every member with etcdctl, runs the normal
+apply (every etcd member at once, then the API servers) and checks that etcd
+and the API servers are healthy.
+
+Exit status: 0 when the cluster runs on the snapshot and is healthy; 1
+otherwise. A failure after the first container stopped says what was done on
+each node, where its old data is, and the commands to put it back.`,
+		Example: `  rigger snapshot restore -f cluster.yml rigger-prod-20261122T013000Z-node1
+  rigger snapshot restore -f cluster.yml --yes before-upgrade`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := etcdsnap.CheckName(name); err != nil {
+				return err
+			}
+			_, s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			w := cmd.OutOrStdout()
+			start := time.Now()
+			res, err := s.RestoreSnapshot(cmd.Context(), name, reconcile.RestoreOptions{
+				Phase:    func(title string) { fmt.Fprintf(w, "==> %s\n", title) },
+				Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
+				Hooks:    progressHooks(w),
+				Checked: func(chk *reconcile.RestoreCheck) error {
+					renderRestoreCheck(w, chk)
+					if yes {
+						return nil
+					}
+					return confirm(cmd, "Restore etcd from "+name+"? Every write since it was taken is lost, and the API servers are down meanwhile.")
+				},
+			})
+			if err != nil {
+				return err
+			}
+			renderRestored(w, res, time.Since(start))
+			return nil
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "restore without asking")
+	return cmd
+}
+
+// renderRestoreCheck writes what the check found and what the restore
+// will do.
+func renderRestoreCheck(w io.Writer, chk *reconcile.RestoreCheck) {
+	sc := chk.Sidecar
+	fmt.Fprintf(w, "\nSnapshot %s: taken %s on %s, %d bytes, revision %d, %d keys, etcd %s; verified on %d etcd node(s).\n",
+		sc.Name, sc.TakenAt.UTC().Format(time.DateTime), sc.Node, sc.Size, sc.Revision, sc.TotalKeys, sc.EtcdVersion, len(chk.Members))
+	fmt.Fprintf(w, "The restore stops kube-apiserver on %s and etcd on", strings.Join(chk.ControlPlane, ", "))
+	for i, m := range chk.Members {
+		if i > 0 {
+			fmt.Fprint(w, ",")
+		}
+		fmt.Fprintf(w, " %s", m.Node)
+	}
+	fmt.Fprintln(w, ", moves each etcd data directory aside (kept), restores the snapshot on every member and applies cluster.yml.")
+}
+
+// renderRestored writes the closing summary of a restore.
+func renderRestored(w io.Writer, res *reconcile.RestoreResult, took time.Duration) {
+	fmt.Fprintf(w, "\nSnapshot %s restored in %s on %d etcd member(s); etcd and the API servers are healthy.\n",
+		res.Check.Sidecar.Name, took.Round(100*time.Millisecond), len(res.Restored))
+	if len(res.MovedAside) > 0 {
+		fmt.Fprintln(w, "The data etcd had before is kept (remove it when you no longer need it):")
+		for _, m := range res.Check.Members {
+			if a, ok := res.MovedAside[m.Node]; ok {
+				fmt.Fprintf(w, "  %s: %s\n", m.Node, a)
+			}
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/kubenode"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -37,8 +37,8 @@ Node is Ready and none is stale; 1 otherwise.`,
   rigger status -f cluster.yml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("unknown output format %q: use text or json", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			_, s, err := f.open(cmd)
 			if err != nil {
@@ -50,9 +50,7 @@ Node is Ready and none is stale; 1 otherwise.`,
 				return err
 			}
 			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(st); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), st); err != nil {
 					return err
 				}
 			} else {
@@ -65,7 +63,7 @@ Node is Ready and none is stale; 1 otherwise.`,
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
@@ -216,10 +214,5 @@ func renderNodeLinks(w io.Writer, st *reconcile.Status) {
 			fmt.Fprintf(w, "  ! %s (Ready: %s): %s\n", n.Name, n.Ready, n.Reason)
 		}
 	}
-	if len(st.NodeChanges) > 0 {
-		fmt.Fprintln(w, "Pending changes to the Nodes (rigger apply makes them):")
-		for _, c := range st.NodeChanges {
-			fmt.Fprintf(w, "  ~ %s: Node %s: %s\n", c.Node, c.Name, c.Change)
-		}
-	}
+	kubenode.RenderPending(w, st.NodeChanges)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -47,8 +46,7 @@ Exit status: 0 when the file is valid (warnings allowed), 1 otherwise.`,
 		},
 	}
 	addFileFlag(cmd, &file)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
@@ -68,9 +66,7 @@ func printDiagnostics(w io.Writer, format, file string, diags spec.Diagnostics) 
 		if diags == nil {
 			diags = spec.Diagnostics{}
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return printJSON(w, struct {
 			File        string           `json:"file"`
 			Valid       bool             `json:"valid"`
 			Errors      int              `json:"errors"`

@@ -30,6 +30,9 @@ const (
 const (
 	KindManual    = "manual"
 	KindScheduled = "scheduled"
+	// KindBeforeChange is taken by apply before it changes etcd's
+	// membership or replaces a member; kept like manual ones.
+	KindBeforeChange = "before-change"
 )
 
 // nameRE is what a snapshot name may be: a file name and an S3 key part

@@ -23,7 +23,7 @@ const MaxSidecarSize = 1 << 20
 type Sidecar struct {
 	Format int    `json:"format"`
 	Name   string `json:"name"`
-	// Kind is KindManual or KindScheduled.
+	// Kind is KindManual, KindScheduled or KindBeforeChange.
 	Kind string `json:"kind"`
 	// Node is the address of the etcd node the snapshot was taken on, and
 	// Hostname its hostname.
@@ -81,8 +81,8 @@ func (s *Sidecar) Validate() error {
 	if err := CheckName(s.Name); err != nil {
 		errs = append(errs, err)
 	}
-	if s.Kind != KindManual && s.Kind != KindScheduled {
-		errs = append(errs, fmt.Errorf("kind %q is neither %s nor %s", s.Kind, KindManual, KindScheduled))
+	if s.Kind != KindManual && s.Kind != KindScheduled && s.Kind != KindBeforeChange {
+		errs = append(errs, fmt.Errorf("kind %q is not %s, %s or %s", s.Kind, KindManual, KindScheduled, KindBeforeChange))
 	}
 	if s.Size <= 0 {
 		errs = append(errs, fmt.Errorf("size %d: a snapshot is never empty", s.Size))

@@ -69,6 +69,10 @@ type Options struct {
 	// healthy (the Node Ready, uncordon). An error stops the phase as a
 	// failed step does.
 	BeforeNode, AfterNode func(ctx context.Context, node string, steps []plan.Step) error
+	// BeforeEtcdChange, when set, runs once before the first membership
+	// change or etcd member replacement of a running cluster: a snapshot.
+	// Its error stops the run before etcd changes.
+	BeforeEtcdChange func(ctx context.Context) error
 	// Etcd connects to the running etcd cluster, for the plan's membership
 	// changes (AddMember, RemoveMember); called at most once, when needed.
 	Etcd func(ctx context.Context) (Membership, error)
@@ -488,9 +492,18 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		return r.allEtcdHealthy(ctx)
 	}
 	r.start(steps)
+	snapshotted := false
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if changesEtcd(s) && !snapshotted && r.o.BeforeEtcdChange != nil {
+			snapshotted = true
+			err := r.o.BeforeEtcdChange(ctx)
+			r.say("etcd", "snapshot before the change", err)
+			if err != nil {
+				return fmt.Errorf("snapshot before changing etcd (nothing was changed): %w", err)
+			}
 		}
 		if err := r.do(ctx, s); err != nil {
 			return err
@@ -514,6 +527,13 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		}
 	}
 	return r.allEtcdHealthy(ctx)
+}
+
+// changesEtcd reports whether a step changes a running etcd cluster's
+// membership or replaces one of its members (a new version, new flags).
+func changesEtcd(s plan.Step) bool {
+	return s.Action == plan.AddMember || s.Action == plan.RemoveMember ||
+		s.Component == desired.Etcd && s.Action == plan.Replace
 }
 
 // Membership changes the etcd cluster's members; *etcdmember.Client

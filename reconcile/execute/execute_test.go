@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -289,5 +290,42 @@ func TestNodeHooks(t *testing.T) {
 	}
 	if index(ev, "create 10.0.0.6") >= 0 {
 		t.Errorf("10.0.0.6 changed although BeforeNode failed:\n%s", strings.Join(ev, "\n"))
+	}
+}
+
+// TestSnapshotBeforeEtcdChange: a running etcd cluster gets one snapshot
+// before its first membership change, and none changes if it fails.
+func TestSnapshotBeforeEtcdChange(t *testing.T) {
+	d := build(t, clusterYML)
+	etcd, _ := d.Nodes[0].Container(desired.Etcd)
+	member := &etcdmember.Member{Name: "etcd-new", PeerURLs: []string{"https://10.0.0.8:2380"}, IsLearner: true}
+	p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{
+		{Node: "10.0.0.9", Component: plan.EtcdMemberComponent, Action: plan.RemoveMember, Phase: plan.PhaseEtcd, Member: member},
+		{Node: "10.0.0.1", Component: desired.Etcd, Action: plan.Restart, Phase: plan.PhaseEtcd, After: etcd},
+		{Node: "10.0.0.1", Component: desired.Etcd, Action: plan.Replace, Phase: plan.PhaseEtcd, After: etcd},
+	}}
+	for _, fail := range []bool{false, true} {
+		r := &recorder{}
+		o := options(d, r)
+		o.BeforeEtcdChange = func(context.Context) error {
+			r.log("snapshot")
+			if fail {
+				return errors.New("no healthy member")
+			}
+			return nil
+		}
+		_, err := run(context.Background(), p, o, r.ops())
+		snapshots := 0
+		for _, e := range r.events {
+			if e == "snapshot" {
+				snapshots++
+			}
+		}
+		if snapshots != 1 || r.events[0] != "snapshot" {
+			t.Errorf("fail=%v: events %v, want one snapshot first", fail, r.events)
+		}
+		if fail && (err == nil || len(r.events) != 1) {
+			t.Errorf("a failed snapshot: error %v, events %v; want nothing changed", err, r.events)
+		}
 	}
 }
