@@ -306,3 +306,31 @@ func (s *S3) Delete(ctx context.Context, name string) (found bool, err error) {
 	}
 	return found, nil
 }
+
+// Open streams the snapshot name from the folder, with its size; closing
+// the reader ends the download. The caller verifies the content against
+// the sidecar's sha256. A missing object is an *S3Error with Code
+// NoSuchKey.
+func (s *S3) Open(ctx context.Context, name string) (io.ReadCloser, int64, error) {
+	key := s.Key(name)
+	var st minio.ObjectInfo
+	err := s.Retry.do(ctx, func() error {
+		var err error
+		st, err = s.cl.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+		return s.wrap("stat", key, err)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	obj, err := s.cl.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, 0, s.wrap("download", key, err)
+	}
+	return obj, st.Size, nil
+}
+
+// Sidecar reads the sidecar of the snapshot name from the folder; a
+// missing one is an *S3Error with Code NoSuchKey.
+func (s *S3) Sidecar(ctx context.Context, name string) (*Sidecar, error) {
+	return s.readSidecar(ctx, name)
+}

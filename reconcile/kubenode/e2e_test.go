@@ -385,11 +385,38 @@ func TestNodesSandbox(t *testing.T) {
 		c = changed
 	})
 
+	t.Run("an API server change cordons its node around it", func(t *testing.T) {
+		e.t = t
+		changed := e.cluster([]int{1, 2}, func(c *spec.Cluster) {
+			c.UpgradeStrategy.Drain = new(true)
+			c.Services.Kubelet.ExtraArgs["v"] = "4"
+			c.Services.KubeAPI.ExtraArgs = map[string]string{"v": "3"}
+		})
+		pl := e.apply(ctx, changed)
+		if got := steps(pl.Plan); !slices.Equal(got, []string{n1.Address + " replace kube-apiserver"}) {
+			t.Fatalf("steps %v", got)
+		}
+		var order []int
+		for _, want := range []string{"cordoned Node " + n1.Hostname, "drained Node " + n1.Hostname, "replaced kube-apiserver",
+			"kube-apiserver healthy", "uncordoned Node " + n1.Hostname} {
+			order = append(order, slices.IndexFunc(e.events, func(l string) bool { return strings.HasPrefix(l, n1.Address+": "+want) }))
+		}
+		if !slices.IsSorted(order) || order[0] < 0 {
+			t.Errorf("progress out of order (%v):\n%s", order, strings.Join(e.events, "\n"))
+		}
+		if node := getNode(ctx, t, cs, n1.Hostname); node.Spec.Unschedulable {
+			t.Errorf("%s left cordoned", n1.Hostname)
+		}
+		e.inSync(ctx, changed)
+		c = changed
+	})
+
 	t.Run("a worker removed from cluster.yml loses its Node first", func(t *testing.T) {
 		e.t = t
 		without := e.cluster([]int{1}, func(cl *spec.Cluster) {
 			cl.UpgradeStrategy.Drain = new(true)
 			cl.Services.Kubelet.ExtraArgs["v"] = "4"
+			cl.Services.KubeAPI.ExtraArgs = map[string]string{"v": "3"}
 		})
 		pl := e.apply(ctx, without)
 		if !slices.Equal(pl.Plan.RemovedNodes, []string{n3.Address}) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -358,4 +359,16 @@ func Changes(machines []Machine, l *Linkage, policy string) []Pending {
 		}
 	}
 	return out
+}
+
+// RenderPending writes the pending Node changes for people, one a line,
+// after a title; nothing when there are none.
+func RenderPending(w io.Writer, pending []Pending) {
+	if len(pending) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Pending changes to the Nodes (rigger apply makes them):")
+	for _, c := range pending {
+		fmt.Fprintf(w, "  ~ %s: Node %s: %s\n", c.Node, c.Name, c.Change)
+	}
 }

@@ -1,0 +1,231 @@
+package etcdsnap_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// TestRestoreSandbox restores a snapshot of a real 3-member etcd on a
+// sandbox: a damaged copy is refused before anything stops, a missing copy
+// is fetched from another node, and after the restore etcd holds exactly
+// the keys of the snapshot, with etcd and the API servers healthy.
+func TestRestoreSandbox(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 11, Nodes: 3, Images: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	stateDir := filepath.Join(t.TempDir(), "state")
+
+	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: all, 1: all, 2: all})
+	path := filepath.Join(t.TempDir(), "cluster.yml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, diags, err := spec.Load(path)
+	if err != nil {
+		t.Fatalf("%v\n%v", err, diags)
+	}
+	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
+	sess, err := reconcile.Open(c, reconcile.Options{StateDir: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	pl, err := sess.Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+
+	d, err := desired.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clis := make([]*client.Client, len(s.Nodes))
+	for i, n := range s.Nodes {
+		clis[i] = dockerClient(t, n)
+	}
+	var etcd *desired.Container
+	for i, ct := range d.Nodes[0].Containers {
+		if ct.Name == desired.Etcd {
+			etcd = &d.Nodes[0].Containers[i]
+		}
+	}
+	n1 := s.Nodes[0]
+	etcdctl := func(args ...string) []byte {
+		t.Helper()
+		var env []string
+		for _, e := range etcd.Env {
+			if strings.HasPrefix(e, "ETCDCTL_") {
+				env = append(env, e)
+			}
+		}
+		out, err := dockerop.RunOutput(ctx, clis[0], n1.Address, etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
+			Binds: []string{"/etc/kubernetes:/etc/kubernetes:ro"}, Env: env, NetworkMode: "host"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	keys := func() []string {
+		t.Helper()
+		var got []string
+		for _, l := range strings.Split(string(etcdctl("get", "/rigger-restore/", "--prefix", "--keys-only")), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				got = append(got, l)
+			}
+		}
+		return got
+	}
+	var before []string
+	for i := range 5 {
+		k := fmt.Sprintf("/rigger-restore/before%d", i)
+		etcdctl("put", k, "v")
+		before = append(before, k)
+	}
+	const name = "restore-e2e"
+	if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: name}); err != nil {
+		t.Fatalf("save: %v", err)
+	}
+	for i := range 5 {
+		etcdctl("put", fmt.Sprintf("/rigger-restore/after%d", i), "v")
+	}
+	if got := keys(); len(got) != 10 {
+		t.Fatalf("keys before the restore: %v", got)
+	}
+
+	containerIDs := func() map[string]string {
+		t.Helper()
+		ids := map[string]string{}
+		for i, cli := range clis {
+			list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ct := range list {
+				if ct.Labels[dockerop.LabelHelper] != "" {
+					continue
+				}
+				ids[s.Nodes[i].Name+" "+strings.Join(ct.Names, ",")] = ct.ID + " " + ct.State
+			}
+		}
+		return ids
+	}
+	snapFile := func(n sandbox.Node) string { return filepath.Join(n.Dir, "opt-rke", "etcd-snapshots", name) }
+	good, err := os.ReadFile(snapFile(s.Nodes[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a damaged copy is refused before anything stops", func(t *testing.T) {
+		bad := slices.Clone(good)
+		bad[len(bad)/2] ^= 0xff
+		if err := os.WriteFile(snapFile(s.Nodes[1]), bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		idsBefore := containerIDs()
+		checked := false
+		_, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{Checked: func(*reconcile.RestoreCheck) error {
+			checked = true
+			return nil
+		}})
+		if err == nil || checked || !strings.Contains(err.Error(), "nothing was stopped") ||
+			!strings.Contains(err.Error(), s.Nodes[1].Address) || !strings.Contains(err.Error(), "damaged") {
+			t.Fatalf("restore of a damaged copy: err %v, checked %v; want it refused before the confirmation, naming node %s", err, checked, s.Nodes[1].Address)
+		}
+		if after := containerIDs(); !maps.Equal(idsBefore, after) {
+			t.Errorf("containers changed by a refused restore:\nbefore %v\nafter  %v", idsBefore, after)
+		}
+		if got := keys(); len(got) != 10 {
+			t.Errorf("keys after a refused restore: %v", got)
+		}
+		if err := os.WriteFile(snapFile(s.Nodes[1]), good, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("restore: exactly the snapshot's keys, etcd and API servers healthy", func(t *testing.T) {
+		// A copy missing on the third node is fetched from a verified one.
+		for _, f := range []string{snapFile(s.Nodes[2]), snapFile(s.Nodes[2]) + ".json"} {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var lines []string
+		say := func(l string) { lines = append(lines, l) }
+		res, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{
+			Phase:    func(title string) { say("==> " + title) },
+			Progress: func(node, msg string) { say(node + ": " + msg) },
+		})
+		if err != nil {
+			t.Fatalf("restore: %v\n%s", err, strings.Join(lines, "\n"))
+		}
+		t.Logf("restore:\n%s", strings.Join(lines, "\n"))
+		if len(res.Check.Fetched) != 1 || res.Check.Fetched[0] != s.Nodes[2].Address {
+			t.Errorf("fetched to %v, want the third node", res.Check.Fetched)
+		}
+		if len(res.Restored) != 3 || len(res.MovedAside) != 3 {
+			t.Errorf("restored on %v, old data moved aside %v: want all three", res.Restored, res.MovedAside)
+		}
+		if got := keys(); !slices.Equal(got, before) {
+			t.Errorf("keys after the restore: %v, want exactly %v", got, before)
+		}
+		// The old data is kept where the result says.
+		for i, n := range s.Nodes {
+			aside := res.MovedAside[n.Address]
+			out, err := dockerop.RunOutput(ctx, clis[i], n.Address, c.SystemImages.Alpine, []string{"ls", aside, "/var/lib/etcd/member"},
+				dockerop.RunOptions{Binds: []string{"/var/lib/etcd:/var/lib/etcd:ro"}})
+			if err != nil || !strings.Contains(string(out), "snap") || !strings.Contains(string(out), "wal") {
+				t.Errorf("%s: old data %s and the new member: %v %q", n.Name, aside, err, out)
+			}
+		}
+		// The apply after it left nothing to do.
+		pl, err := sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pl.Plan.Steps) != 0 {
+			var b strings.Builder
+			pl.Plan.Render(&b)
+			t.Errorf("plan after the restore is not empty:\n%s", b.String())
+		}
+		// The API server works on the restored data.
+		cs, err := sess.KubeClient(pl.PKI, pl.Observed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.Discovery().ServerVersion(); err != nil {
+			t.Errorf("API server after the restore: %v", err)
+		}
+		var st []struct {
+			Status struct {
+				Header struct {
+					MemberID uint64 `json:"member_id"`
+				}
+			}
+		}
+		if err := json.Unmarshal(etcdctl("endpoint", "status", "--cluster", "-w", "json"), &st); err != nil || len(st) != 3 {
+			t.Errorf("etcd endpoint status --cluster: %v, %d members", err, len(st))
+		}
+	})
+}
