@@ -419,6 +419,7 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 		},
 		Health:               chk,
 		Hooks:                hooks,
+		First:                pl.NotReady,
 		BeforeNode:           side.beforeNode,
 		AfterNode:            side.afterNode,
 		HelperImage:          s.c.SystemImages.Alpine,

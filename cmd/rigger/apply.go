@@ -69,7 +69,7 @@ cluster.yml could not be reached.`,
 			if err := pl.Blocked(); err != nil {
 				return err
 			}
-			if pl.Plan.Empty() && len(pl.PKIChanges) == 0 {
+			if pl.Plan.Empty() && len(pl.PKIChanges) == 0 && len(pl.NodeChanges) == 0 {
 				return unreachableExit(pl.Plan)
 			}
 			if !yes && planFile == "" {

@@ -60,7 +60,7 @@ checked and nothing must change.`,
 			default:
 				renderPlanned(cmd.OutOrStdout(), pl)
 			}
-			if !p.Empty() {
+			if !p.Empty() || len(pl.NodeChanges) > 0 {
 				return &exitError{code: 2}
 			}
 			for _, u := range p.Unreachable {

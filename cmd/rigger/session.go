@@ -12,6 +12,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )
@@ -67,6 +68,14 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 	fmt.Fprint(w, "\n\n")
 	for _, warn := range pl.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
+	}
+	if len(pl.NodeChanges) > 0 {
+		kubenode.RenderPending(w, pl.NodeChanges)
+		fmt.Fprintln(w)
+		if pl.Plan.Empty() && len(pl.Plan.Unreachable) == 0 {
+			fmt.Fprintln(w, "No changes to the containers and files on the nodes.")
+			return
+		}
 	}
 	pl.Plan.Render(w)
 }

@@ -63,6 +63,9 @@ type Options struct {
 	MaxUnavailableWorker int
 	// HealthTimeout bounds the wait for one component to become healthy.
 	HealthTimeout time.Duration
+	// First are nodes whose control-plane and worker changes go before the
+	// others' (Nodes already NotReady: changing them first costs nothing).
+	First []string
 	// BeforeNode and AfterNode, when set, wrap the changes of each node in
 	// the control-plane and worker phases: BeforeNode runs before its first
 	// step (cordon, drain), AfterNode once its changed components are
@@ -695,6 +698,23 @@ func byNode(steps []plan.Step) (nodes []string, groups map[string][]plan.Step) {
 	return nodes, groups
 }
 
+// rollingOrder is byNode with the nodes of Options.First moved to the
+// front, in their order otherwise.
+func (r *runner) rollingOrder(steps []plan.Step) ([]string, map[string][]plan.Step) {
+	nodes, groups := byNode(steps)
+	slices.SortStableFunc(nodes, func(a, b string) int {
+		fa, fb := slices.Contains(r.o.First, a), slices.Contains(r.o.First, b)
+		switch {
+		case fa && !fb:
+			return -1
+		case fb && !fa:
+			return 1
+		}
+		return 0
+	})
+	return nodes, groups
+}
+
 // nodeSteps runs one node's steps in order, then waits for the components
 // it created, replaced or restarted to be healthy.
 func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) error {
@@ -728,7 +748,7 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 // controlPlane changes one node at a time.
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 	r.start(steps)
-	nodes, groups := byNode(steps)
+	nodes, groups := r.rollingOrder(steps)
 	for _, n := range nodes {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -744,7 +764,7 @@ func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 // before the next starts, and a failed batch stops the phase.
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
 	r.start(steps)
-	nodes, groups := byNode(steps)
+	nodes, groups := r.rollingOrder(steps)
 	for batch := range slices.Chunk(nodes, r.o.MaxUnavailableWorker) {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -329,3 +329,24 @@ func TestSnapshotBeforeEtcdChange(t *testing.T) {
 		}
 	}
 }
+
+// TestNotReadyFirst: the nodes of Options.First change before the others.
+func TestNotReadyFirst(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now))
+	r := &recorder{}
+	o := options(d, r)
+	o.MaxUnavailableWorker = 1
+	o.First = []string{"10.0.0.7", "10.0.0.3"}
+	if _, err := run(context.Background(), p, o, r.ops()); err != nil {
+		t.Fatal(err)
+	}
+	ev := r.events
+	if !(index(ev, "create 10.0.0.3 kube-apiserver") < index(ev, "create 10.0.0.1 kube-apiserver")) {
+		t.Errorf("controlplane: 10.0.0.3 not first:\n%s", strings.Join(ev, "\n"))
+	}
+	first := index(ev, "create 10.0.0.1 kubelet")
+	if !(index(ev, "create 10.0.0.7 kubelet") < first && index(ev, "create 10.0.0.3 kubelet") < first) {
+		t.Errorf("workers: 10.0.0.7 and 10.0.0.3 not first:\n%s", strings.Join(ev, "\n"))
+	}
+}

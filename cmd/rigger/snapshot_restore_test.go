@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+)
+
+func TestSnapshotRestoreRefusesBadNamesBeforeConnecting(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/cluster.yml"
+	// 192.0.2.0/24 is TEST-NET-1: nothing answers there, nothing is tried.
+	yml := "nodes:\n  - {address: 192.0.2.1, user: u, role: [etcd, controlplane, worker]}\n"
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := run(t, "snapshot", "restore", "../x", "-f", path, "--state-dir", dir+"/state", "--yes")
+	if code != 1 || !strings.Contains(errOut, "snapshot name") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(dir + "/state"); !os.IsNotExist(err) {
+		t.Errorf("state directory made for a refused restore: %v", err)
+	}
+}
+
+func TestRenderRestore(t *testing.T) {
+	sc := &etcdsnap.Sidecar{Name: "snap1", Node: "10.0.0.1", TakenAt: time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC),
+		Size: 2048, Revision: 77, TotalKeys: 12, EtcdVersion: "3.4.23"}
+	chk := &reconcile.RestoreCheck{Sidecar: sc, ControlPlane: []string{"10.0.0.1"},
+		Members: []reconcile.RestoreMember{{Node: "10.0.0.1"}, {Node: "10.0.0.2"}}}
+	var b bytes.Buffer
+	renderRestoreCheck(&b, chk)
+	renderRestored(&b, &reconcile.RestoreResult{Check: chk, Restored: []string{"10.0.0.1", "10.0.0.2"},
+		MovedAside: map[string]string{"10.0.0.2": "/var/lib/etcd/member.before-restore-20261122T020000Z"}}, 1500*time.Millisecond)
+	out := b.String()
+	for _, want := range []string{
+		"Snapshot snap1: taken 2026-11-22 01:30:00 on 10.0.0.1, 2048 bytes, revision 77, 12 keys, etcd 3.4.23; verified on 2 etcd node(s).",
+		"stops kube-apiserver on 10.0.0.1 and etcd on 10.0.0.1, 10.0.0.2,",
+		"Snapshot snap1 restored in 1.5s on 2 etcd member(s)",
+		"  10.0.0.2: /var/lib/etcd/member.before-restore-20261122T020000Z\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
