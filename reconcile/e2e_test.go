@@ -354,8 +354,24 @@ func TestApplySandbox(t *testing.T) {
 			}
 		}
 		defer heal()
-		// A change for every node: the reachable ones converge.
+		// A change for every node. With the default budget
+		// (max_unavailable_worker 10% of 3: 1), the node down uses it up:
+		// nothing changes and apply says why.
 		changed := sandboxCluster(t, s, 3, nil, extraArg(kubeAPIArgs, "v", "3"), extraArg(kubeletArgs, "v", "3"))
+		before := containerIDs(ctx, t, s)
+		sess := a.session(changed)
+		blocked, err := sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sess.Apply(ctx, blocked, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), "max_unavailable_worker allows 1 of the 3 worker nodes") {
+			t.Fatalf("apply with the budget used up: %v", err)
+		}
+		if after := containerIDs(ctx, t, s); !mapsEqual(before, after) {
+			t.Errorf("containers changed although the budget was used up")
+		}
+		// With room for two, the reachable ones converge.
+		changed.UpgradeStrategy.MaxUnavailableWorker = "2"
 		pl := a.apply(ctx, changed)
 		if len(pl.Plan.Unreachable) != 1 || pl.Plan.Unreachable[0].Node != third.Address || pl.Plan.Count(plan.Remove) != 0 {
 			t.Fatalf("unreachable %+v, %d removals", pl.Plan.Unreachable, pl.Plan.Count(plan.Remove))

@@ -400,15 +400,13 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 	if err != nil {
 		return &execute.Result{NotRun: pl.Plan.Steps}, err
 	}
-	workers := 0
-	for _, n := range pl.Desired.Nodes {
-		if slices.Contains(n.Roles, spec.RoleWorker) {
-			workers++
-		}
-	}
-	budget, err := spec.ParseBudget(s.c.UpgradeStrategy.MaxUnavailableWorker, 1)
+	workerBatch, workersBlocked, err := s.unavailability(pl, spec.RoleWorker, s.c.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
 	if err != nil {
-		return &execute.Result{NotRun: pl.Plan.Steps}, fmt.Errorf("upgrade_strategy.max_unavailable_worker: %w", err)
+		return &execute.Result{NotRun: pl.Plan.Steps}, err
+	}
+	_, cpBlocked, err := s.unavailability(pl, spec.RoleControlPlane, s.c.UpgradeStrategy.MaxUnavailableControlplane, "max_unavailable_controlplane")
+	if err != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, err
 	}
 	// kubenode: cordon, drain, Node Ready, labels, taints, stale Nodes.
 	side, hooks := s.kubeSide(pl, ao.Hooks)
@@ -424,7 +422,9 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 		AfterNode:            side.afterNode,
 		HelperImage:          s.c.SystemImages.Alpine,
 		MaxParallel:          s.c.Rigger.MaxParallel,
-		MaxUnavailableWorker: budget.Of(workers, 1),
+		MaxUnavailableWorker: workerBatch,
+		WorkersBlocked:       workersBlocked,
+		ControlPlaneBlocked:  cpBlocked,
 		MaxPlanAge:           MaxPlanAge,
 		Now:                  s.opts.Now,
 		BeforeEtcdChange: func(ctx context.Context) error {
@@ -463,6 +463,38 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
 	return res, err
+}
+
+// unavailability resolves an upgrade_strategy budget for the nodes with
+// role: the nodes that may change at once, the budget less those already
+// unavailable (unreachable, or NotReady and not about to change). When
+// nothing is left, the phase is blocked with the reason.
+func (s *Session) unavailability(pl *Planned, role, value, key string) (batch int, blocked error, err error) {
+	total := 0
+	var down []string
+	unreachable := map[string]bool{}
+	for _, u := range pl.Plan.Unreachable {
+		unreachable[u.Node] = true
+	}
+	for _, n := range pl.Desired.Nodes {
+		if !slices.Contains(n.Roles, role) {
+			continue
+		}
+		total++
+		if unreachable[n.Address] {
+			down = append(down, n.Address)
+		}
+	}
+	budget, err := spec.ParseBudget(value, 1)
+	if err != nil {
+		return 0, nil, fmt.Errorf("upgrade_strategy.%s: %w", key, err)
+	}
+	most := budget.Of(total, 1)
+	if batch = most - len(down); batch < 1 {
+		return 0, fmt.Errorf("upgrade_strategy.%s allows %d of the %d %s nodes to be unavailable, and %d are already (%s): "+
+			"nothing more changes there until they answer; or raise the budget", key, most, total, role, len(down), strings.Join(down, ", ")), nil
+	}
+	return batch, nil, nil
 }
 
 // MaxPlanAge is how old an observation Apply acts on may be.

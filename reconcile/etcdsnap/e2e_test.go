@@ -385,7 +385,7 @@ func dockerRun(ctx context.Context, t *testing.T, n sandbox.Node, image string, 
 }
 
 // dockerClient talks to a sandbox node's engine from the host.
-func dockerClient(t *testing.T, n sandbox.Node) *client.Client {
+func dockerClient(t testing.TB, n sandbox.Node) *client.Client {
 	t.Helper()
 	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
 	if err != nil {

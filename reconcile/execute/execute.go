@@ -58,6 +58,10 @@ type Options struct {
 	// MaxParallel bounds the nodes worked on at once where order does not
 	// matter (files, removed nodes): rigger.max_parallel.
 	MaxParallel int
+	// WorkersBlocked and ControlPlaneBlocked, when set, stop their phase
+	// before it changes anything, with the reason: the unavailability
+	// budget is used up by nodes already down.
+	WorkersBlocked, ControlPlaneBlocked error
 	// MaxUnavailableWorker is how many worker nodes change at once
 	// (upgrade_strategy.max_unavailable_worker, resolved to a count).
 	MaxUnavailableWorker int
@@ -748,6 +752,9 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 // controlPlane changes one node at a time.
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 	r.start(steps)
+	if err := r.o.ControlPlaneBlocked; err != nil {
+		return err
+	}
 	nodes, groups := r.rollingOrder(steps)
 	for _, n := range nodes {
 		if err := ctx.Err(); err != nil {
@@ -764,6 +771,9 @@ func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 // before the next starts, and a failed batch stops the phase.
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
 	r.start(steps)
+	if err := r.o.WorkersBlocked; err != nil {
+		return err
+	}
 	nodes, groups := r.rollingOrder(steps)
 	for batch := range slices.Chunk(nodes, r.o.MaxUnavailableWorker) {
 		if err := ctx.Err(); err != nil {
