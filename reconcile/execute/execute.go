@@ -751,31 +751,24 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 
 // controlPlane changes one node at a time.
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
-	r.start(steps)
-	if err := r.o.ControlPlaneBlocked; err != nil {
-		return err
-	}
-	nodes, groups := r.rollingOrder(steps)
-	for _, n := range nodes {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := r.nodeSteps(ctx, n, groups[n]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.rolling(ctx, steps, 1, r.o.ControlPlaneBlocked)
 }
 
-// workers changes MaxUnavailableWorker nodes at once; a batch finishes
-// before the next starts, and a failed batch stops the phase.
+// workers changes MaxUnavailableWorker nodes at once.
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
+	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.o.WorkersBlocked)
+}
+
+// rolling changes the nodes of steps in batches of size (nodes of
+// Options.First first); a batch finishes before the next starts, and a
+// failed batch stops the phase. blocked, when set, stops it at once.
+func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, blocked error) error {
 	r.start(steps)
-	if err := r.o.WorkersBlocked; err != nil {
-		return err
+	if blocked != nil {
+		return blocked
 	}
 	nodes, groups := r.rollingOrder(steps)
-	for batch := range slices.Chunk(nodes, r.o.MaxUnavailableWorker) {
+	for batch := range slices.Chunk(nodes, size) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
