@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/errdefs"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rigger/rigger/reconcile/desired"
@@ -318,10 +319,30 @@ func initialCluster(members []RestoreMember) string {
 	return strings.Join(parts, ",")
 }
 
-// restoreCommand is the etcdctl command that restores file as member m of
-// members into dataDir (a path in the container, which must not exist).
-func restoreCommand(file string, m RestoreMember, members []RestoreMember, dataDir string) []string {
-	return []string{"etcdctl", "snapshot", "restore", file,
+// offlineTool is the program of an etcd image that reads snapshot files:
+// etcdctl, or etcdutl from etcd 3.6 on (whose etcdctl no longer has
+// `snapshot restore` and `snapshot status`). A tag that is no version
+// gives etcdctl.
+func offlineTool(image string) string {
+	tag := image
+	if i := strings.LastIndexAny(image, ":/"); i >= 0 && image[i] == ':' {
+		tag = image[i+1:]
+	} else {
+		return "etcdctl"
+	}
+	tag, _, _ = strings.Cut(strings.TrimPrefix(tag, "v"), "-")
+	var major, minor int
+	if n, _ := fmt.Sscanf(tag, "%d.%d", &major, &minor); n == 2 && (major > 3 || major == 3 && minor >= 6) {
+		return "etcdutl"
+	}
+	return "etcdctl"
+}
+
+// restoreCommand is the command of the etcd image that restores file as
+// member m of members into dataDir (a path in the container, which must
+// not exist).
+func restoreCommand(image, file string, m RestoreMember, members []RestoreMember, dataDir string) []string {
+	return []string{offlineTool(image), "snapshot", "restore", file,
 		"--name", m.Name,
 		"--initial-cluster", initialCluster(members),
 		"--initial-cluster-token", desired.EtcdClusterToken,
@@ -412,17 +433,12 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 		if !ok {
 			continue
 		}
-		to := m.node.Address
+		to, where := m.node.Address, "node "+src
 		if src == fromS3 {
+			where = store.Where(name)
 			err = s.fetchFromS3(ctx, store, to, sc, side)
 		} else {
 			err = s.copySnapshot(ctx, src, to, sc, side)
-		}
-		where := src
-		if src == fromS3 {
-			where = store.Where(name)
-		} else {
-			where = "node " + src
 		}
 		if err != nil {
 			fetchErrs = append(fetchErrs, fmt.Errorf("node %s: fetch %s from %s: %w", to, name, where, err))
@@ -446,14 +462,14 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 		g.Go(func() error {
 			st, err := s.snapshotStatus(gctx, m, name)
 			if err == nil && (st.Hash != sc.Hash || st.Revision != sc.Revision || st.TotalKeys != sc.TotalKeys) {
-				err = fmt.Errorf("etcdctl snapshot status says hash %d, revision %d, %d keys; the sidecar hash %d, revision %d, %d keys",
+				err = fmt.Errorf("snapshot status says hash %d, revision %d, %d keys; the sidecar hash %d, revision %d, %d keys",
 					st.Hash, st.Revision, st.TotalKeys, sc.Hash, sc.Revision, sc.TotalKeys)
 			}
 			if err != nil {
 				statusErrs[i] = fmt.Errorf("node %s: %w", m.node.Address, err)
 				return nil
 			}
-			progress(m.node.Address, fmt.Sprintf("etcdctl snapshot status: revision %d, %d keys, hash %d", st.Revision, st.TotalKeys, st.Hash))
+			progress(m.node.Address, fmt.Sprintf("snapshot status: revision %d, %d keys, hash %d", st.Revision, st.TotalKeys, st.Hash))
 			return nil
 		})
 	}
@@ -559,7 +575,7 @@ func (s *Session) snapshotStatus(ctx context.Context, m etcdNode, name string) (
 		return etcdsnap.Status{}, err
 	}
 	out, err := dockerop.RunOutput(ctx, e, m.node.Address, m.etcd.Image,
-		[]string{"etcdctl", "snapshot", "status", path.Join(etcdsnap.Dir, name), "-w", "json"},
+		[]string{offlineTool(m.etcd.Image), "snapshot", "status", path.Join(etcdsnap.Dir, name), "-w", "json"},
 		dockerop.RunOptions{Binds: []string{etcdsnap.Dir + ":" + etcdsnap.Dir + ":ro"}, Env: []string{"ETCDCTL_API=3"}})
 	if err != nil {
 		return etcdsnap.Status{}, err
@@ -659,6 +675,10 @@ func (r *restorer) stop(ctx context.Context, node, component string) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
+	if _, err := e.ContainerInspect(ctx, component); errdefs.IsNotFound(err) {
+		r.progress(node, component+" was not there")
+		return nil
+	}
 	if err := dockerop.Remove(ctx, e, node, component); err != nil {
 		return err
 	}
@@ -719,12 +739,12 @@ func (r *restorer) restore(ctx context.Context, m etcdNode) error {
 			me = rm
 		}
 	}
-	cmd := restoreCommand(path.Join(etcdsnap.Dir, r.name), me, r.chk.Members, path.Join(inContainer, restoreDirName))
+	cmd := restoreCommand(m.etcd.Image, path.Join(etcdsnap.Dir, r.name), me, r.chk.Members, path.Join(inContainer, restoreDirName))
 	if _, err := dockerop.RunOutput(ctx, e, node, m.etcd.Image, cmd, dockerop.RunOptions{
 		Binds: []string{host + ":" + inContainer, etcdsnap.Dir + ":" + etcdsnap.Dir + ":ro"},
 		Env:   []string{"ETCDCTL_API=3"},
 	}); err != nil {
-		return fmt.Errorf("etcdctl snapshot restore: %w", err)
+		return fmt.Errorf("%s snapshot restore: %w", cmd[0], err)
 	}
 	member := path.Join(host, "member")
 	tmp := path.Join(host, restoreDirName)

@@ -3,6 +3,7 @@ package etcdsnap_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -149,6 +150,7 @@ func TestRestoreSandbox(t *testing.T) {
 			checked = true
 			return nil
 		}})
+		t.Logf("refused: %v", err)
 		if err == nil || checked || !strings.Contains(err.Error(), "nothing was stopped") ||
 			!strings.Contains(err.Error(), s.Nodes[1].Address) || !strings.Contains(err.Error(), "damaged") {
 			t.Fatalf("restore of a damaged copy: err %v, checked %v; want it refused before the confirmation, naming node %s", err, checked, s.Nodes[1].Address)
@@ -173,6 +175,26 @@ func TestRestoreSandbox(t *testing.T) {
 		}
 		var lines []string
 		say := func(l string) { lines = append(lines, l) }
+
+		// A failure half-way (the copy of the third node vanishes once
+		// checked) says what was done and where the old data is.
+		_, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{
+			Checked: func(*reconcile.RestoreCheck) error { return os.Remove(snapFile(s.Nodes[2])) },
+		})
+		var re *reconcile.RestoreError
+		if !errors.As(err, &re) {
+			t.Fatalf("restore with a copy gone after the check: %v, want a *RestoreError", err)
+		}
+		t.Logf("half-way failure:\n%v", err)
+		first := maps.Clone(re.MovedAside)
+		if re.Step != "restore the snapshot" || len(first) != 3 || slices.Contains(re.Restored, s.Nodes[2].Address) || len(re.Restored) != 2 ||
+			!strings.Contains(err.Error(), s.Nodes[2].Address+": not restored; its old data is in /var/lib/etcd/member.before-restore-") ||
+			!strings.Contains(err.Error(), "docker run --rm -v /var/lib/etcd:/var/lib/etcd") {
+			t.Errorf("half-way failure: step %q, moved aside %v, restored %v", re.Step, re.MovedAside, re.Restored)
+		}
+
+		// Running it again finishes the restore; the first run's old data
+		// keeps its place.
 		res, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{
 			Phase:    func(title string) { say("==> " + title) },
 			Progress: func(node, msg string) { say(node + ": " + msg) },
@@ -181,22 +203,47 @@ func TestRestoreSandbox(t *testing.T) {
 			t.Fatalf("restore: %v\n%s", err, strings.Join(lines, "\n"))
 		}
 		t.Logf("restore:\n%s", strings.Join(lines, "\n"))
-		if len(res.Check.Fetched) != 1 || res.Check.Fetched[0] != s.Nodes[2].Address {
+		for _, want := range []string{
+			s.Nodes[0].Address + ": etcd was not there",
+			s.Nodes[2].Address + ": /var/lib/etcd/member was not there: nothing to move aside",
+		} {
+			if !slices.Contains(lines, want) {
+				t.Errorf("the second run does not say %q", want)
+			}
+		}
+		if len(res.Check.Fetched) != 1 || res.Check.Fetched[0] != s.Nodes[2].Address || res.Check.FetchedFrom[s.Nodes[2].Address] != "node "+s.Nodes[0].Address {
 			t.Errorf("fetched to %v, want the third node", res.Check.Fetched)
 		}
-		if len(res.Restored) != 3 || len(res.MovedAside) != 3 {
-			t.Errorf("restored on %v, old data moved aside %v: want all three", res.Restored, res.MovedAside)
+		if len(res.Restored) != 3 {
+			t.Errorf("restored on %v: want all three", res.Restored)
+		}
+		// The second run moved aside the members the first one restored,
+		// and found none on the node where it failed.
+		if _, ok := res.MovedAside[s.Nodes[2].Address]; ok || len(res.MovedAside) != 2 {
+			t.Errorf("second run moved aside %v: want the first two nodes' restored members", res.MovedAside)
 		}
 		if got := keys(); !slices.Equal(got, before) {
 			t.Errorf("keys after the restore: %v, want exactly %v", got, before)
 		}
 		// The old data is kept where the result says.
 		for i, n := range s.Nodes {
-			aside := res.MovedAside[n.Address]
+			aside := first[n.Address]
 			out, err := dockerop.RunOutput(ctx, clis[i], n.Address, c.SystemImages.Alpine, []string{"ls", aside, "/var/lib/etcd/member"},
 				dockerop.RunOptions{Binds: []string{"/var/lib/etcd:/var/lib/etcd:ro"}})
 			if err != nil || !strings.Contains(string(out), "snap") || !strings.Contains(string(out), "wal") {
 				t.Errorf("%s: old data %s and the new member: %v %q", n.Name, aside, err, out)
+			}
+		}
+		// No helper container is left behind.
+		for i, cli := range clis {
+			list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ct := range list {
+				if ct.Labels[dockerop.LabelHelper] != "" {
+					t.Errorf("%s: helper container %v (%s) left behind", s.Nodes[i].Name, ct.Names, ct.Command)
+				}
 			}
 		}
 		// The apply after it left nothing to do.
@@ -226,6 +273,45 @@ func TestRestoreSandbox(t *testing.T) {
 		}
 		if err := json.Unmarshal(etcdctl("endpoint", "status", "--cluster", "-w", "json"), &st); err != nil || len(st) != 3 {
 			t.Errorf("etcd endpoint status --cluster: %v, %d members", err, len(st))
+		}
+	})
+
+	t.Run("a snapshot on no etcd node is fetched from s3", func(t *testing.T) {
+		gw := startVersitygw(t)
+		c3 := *c
+		bc := *c.Services.Etcd.BackupConfig
+		bc.S3BackupConfig = &spec.S3BackupConfig{Endpoint: gw.endpoint, Region: "us-east-1", BucketName: gw.bucket,
+			Folder: "clusters/test11", AccessKey: gw.access, SecretKey: gw.secret, CustomCA: gw.caPEM}
+		c3.Services.Etcd.BackupConfig = &bc
+		sess3, err := reconcile.Open(&c3, reconcile.Options{StateDir: stateDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess3.Close()
+		etcdctl("put", "/rigger-restore/s3-before", "v")
+		const name = "restore-s3"
+		saved, err := sess3.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: name})
+		if err != nil || saved.S3 == "" {
+			t.Fatalf("save with s3: %v (s3 %q)", err, saved.S3)
+		}
+		etcdctl("put", "/rigger-restore/s3-after", "v")
+		for _, n := range s.Nodes {
+			for _, f := range []string{name, name + ".json"} {
+				if err := os.Remove(filepath.Join(n.Dir, "opt-rke", "etcd-snapshots", f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		res, err := sess3.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{})
+		if err != nil {
+			t.Fatalf("restore from s3: %v", err)
+		}
+		if len(res.Check.Fetched) != 3 || res.Check.FetchedFrom[s.Nodes[1].Address] != saved.S3 {
+			t.Errorf("fetched to %v from %v, want every node from %s", res.Check.Fetched, res.Check.FetchedFrom, saved.S3)
+		}
+		want := append(slices.Clone(before), "/rigger-restore/s3-before")
+		if got := keys(); !slices.Equal(got, want) {
+			t.Errorf("keys after the restore from s3: %v, want exactly %v", got, want)
 		}
 	})
 }

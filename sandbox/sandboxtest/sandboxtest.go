@@ -21,6 +21,8 @@
 //	7       cmd/rigger (the CLI end to end)
 //	8       reconcile/dockerop
 //	9       reconcile/kubenode
+//	11      reconcile/etcdsnap (restore, TestRestoreSandbox)
+//	12      cmd/rigger (restore through the CLI, TestCLIRestoreSandbox)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
