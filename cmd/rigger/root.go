@@ -20,10 +20,14 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "rigger",
 		Short: "Declarative GitOps reconciler for RKE-style Kubernetes clusters",
 		Long: `rigger makes a Kubernetes cluster converge to the cluster.yml (RKE's format)
-kept in git. It observes the live nodes, computes a plan, pushes each node's
-containers and files over SSH (the Docker socket tunnelled, as RKE does) or an
-agent tunnel, keeps etcd snapshots on a schedule and commits the cluster's
-status back to git.
+kept in git. It observes the live nodes, computes a plan and pushes each
+node's containers and files over SSH (the Docker socket tunnelled, as RKE
+does), in an order that keeps the cluster serving; it takes, verifies and
+restores etcd snapshots. "rigger serve", which follows a git repository,
+keeps snapshots on a schedule and commits the cluster's status back, is not
+in this version yet.
+
+Start with: rigger validate, rigger plan, rigger apply (see docs/operations.md).
 
 Every flag can also be set from the environment: RIGGER_ followed by the
 flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).`,
