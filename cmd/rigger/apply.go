@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/watch"
 )
 
 func newApplyCommand() *cobra.Command {
@@ -17,6 +20,7 @@ func newApplyCommand() *cobra.Command {
 		yes           bool
 		planFile      string
 		allowRemovals bool
+		watchFile     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "apply",
@@ -44,53 +48,86 @@ from a controlplane node; it never makes a new CA for a running cluster.
 With --plan, apply carries out a plan saved by "rigger plan --out" without
 asking, and refuses if the nodes changed since it was made.
 
+With --watch (and --yes), apply stays running and plans and applies again
+each time cluster.yml is saved (editors that replace the file included); a
+file that does not validate is reported and nothing changes until it does.
+
 Exit status: 0 when the cluster converged, 1 on failure or when a node of
 cluster.yml could not be reached.`,
 		Example: `  rigger apply -f cluster.yml
   rigger plan -f cluster.yml --out plan.json && rigger apply -f cluster.yml --plan plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, s, err := f.open(cmd)
-			if err != nil {
-				return err
+			o := applyOnce{flags: f, yes: yes, planFile: planFile, allowRemovals: allowRemovals}
+			if !watchFile {
+				return o.run(cmd)
 			}
-			defer s.Close()
+			if !yes || planFile != "" {
+				return errors.New("--watch applies every saved change without asking: give --yes (and no --plan)")
+			}
 			out := cmd.OutOrStdout()
-			pl, err := s.Plan(cmd.Context())
-			if err != nil {
-				return err
-			}
-			renderPlanned(out, pl)
-			if planFile != "" {
-				if err := checkSavedPlan(planFile, pl.Plan); err != nil {
-					return err
+			return watch.File(cmd.Context(), f.file, watch.DefaultDebounce, func(ctx context.Context) {
+				if err := o.run(cmd); err != nil {
+					var ex *exitError
+					if !errors.As(err, &ex) || ex.msg != "" {
+						fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
+					}
 				}
-			}
-			if err := pl.Blocked(); err != nil {
-				return err
-			}
-			if pl.Plan.Empty() && len(pl.PKIChanges) == 0 && len(pl.NodeChanges) == 0 {
-				return unreachableExit(pl.Plan)
-			}
-			if !yes && planFile == "" {
-				if err := confirm(cmd, "Apply these changes?"); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintln(out)
-			res, err := s.Apply(cmd.Context(), pl, reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: allowRemovals})
-			renderResult(out, "Apply", res, err)
-			if err != nil {
-				return err
-			}
-			return unreachableExit(pl.Plan)
+				fmt.Fprintf(out, "\nWatching %s: every save is planned and applied (Ctrl-C to stop).\n", f.file)
+			})
 		},
 	}
 	f.add(cmd)
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking")
 	cmd.Flags().StringVar(&planFile, "plan", "", "carry out this plan (from rigger plan --out); refused if the nodes changed since")
 	cmd.Flags().BoolVar(&allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
+	cmd.Flags().BoolVar(&watchFile, "watch", false, "after applying, apply again each time cluster.yml is saved (with --yes)")
 	return cmd
+}
+
+// applyOnce is one plan and apply of the command.
+type applyOnce struct {
+	flags         clusterFlags
+	yes           bool
+	planFile      string
+	allowRemovals bool
+}
+
+func (o applyOnce) run(cmd *cobra.Command) error {
+	_, s, err := o.flags.open(cmd)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	out := cmd.OutOrStdout()
+	pl, err := s.Plan(cmd.Context())
+	if err != nil {
+		return err
+	}
+	renderPlanned(out, pl)
+	if o.planFile != "" {
+		if err := checkSavedPlan(o.planFile, pl.Plan); err != nil {
+			return err
+		}
+	}
+	if err := pl.Blocked(); err != nil {
+		return err
+	}
+	if pl.Plan.Empty() && len(pl.PKIChanges) == 0 && len(pl.NodeChanges) == 0 {
+		return unreachableExit(pl.Plan)
+	}
+	if !o.yes && o.planFile == "" {
+		if err := confirm(cmd, "Apply these changes?"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(out)
+	res, err := s.Apply(cmd.Context(), pl, reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals})
+	renderResult(out, "Apply", res, err)
+	if err != nil {
+		return err
+	}
+	return unreachableExit(pl.Plan)
 }
 
 // unreachableExit is exit status 1 when a node of cluster.yml could not be

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -109,6 +110,57 @@ func TestCLISandbox(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "No changes") {
 		t.Fatalf("plan after apply: exit %d\n%s", code, out)
 	}
+
+	// apply --watch: a saved change is applied, an invalid save is
+	// reported and changes nothing, Ctrl-C ends it.
+	t.Run("watch", func(t *testing.T) {
+		if _, _, code := run(t, args("apply", "--watch")...); code != 1 {
+			t.Errorf("--watch without --yes: exit %d", code)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var wout, werr syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			_, _, code := runTo(t, ctx, "", &wout, &werr, args("apply", "--watch", "--yes")...)
+			done <- code
+		}()
+		waitFor := func(what, text string) {
+			t.Helper()
+			deadline := time.Now().Add(2 * time.Minute)
+			for !strings.Contains(wout.String()+werr.String(), text) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %s (%q) in:\n%s%s", what, text, wout.String(), werr.String())
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		waitFor("first round", "Watching ")
+		changed := strings.Replace(yml, `conntrack-max-per-core: "0"`, "conntrack-max-per-core: \"0\"\n      v: \"3\"", 1)
+		if changed == yml {
+			t.Fatal("the example cluster.yml has no kube-proxy extra_args to extend")
+		}
+		if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("apply of the saved change", "replaced kube-proxy (args changed: +--v=3)")
+		if err := os.WriteFile(file, []byte(changed+"\nkubernetes_verison: v1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("diagnostics of an invalid save", `unknown key "kubernetes_verison"`)
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("--watch ended with exit %d", code)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("--watch did not end after cancel")
+		}
+		if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	out, errOut, code = run(t, args("remove", "--yes")...)
 	if code != 0 || !strings.Contains(out, "Remove complete") || !strings.Contains(out, "6 removed") {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -25,10 +26,21 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 func runWithInput(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cmd := newRootCommand(&out, &errOut)
+	return runTo(t, context.Background(), stdin, &out, &errOut, args...)
+}
+
+// runTo runs rigger with ctx, writing its output to out and errOut as it
+// comes (a syncBuffer when read while it runs).
+func runTo(t *testing.T, ctx context.Context, stdin string, out, errOut interface {
+	io.Writer
+	String() string
+	WriteString(string) (int, error)
+}, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := newRootCommand(out, errOut)
 	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(context.Background())
+	err := cmd.ExecuteContext(ctx)
 	var ex *exitError
 	switch {
 	case err == nil:
@@ -161,4 +173,28 @@ func TestKnownHostsFlag(t *testing.T) {
 	if c.Rigger.SSH.KnownHostsFile != dir+"/known_hosts" {
 		t.Errorf("known_hosts_file %q, want the flag's", c.Rigger.SSH.KnownHostsFile)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) WriteString(p string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.WriteString(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
