@@ -143,7 +143,7 @@ func TestCLISandbox(t *testing.T) {
 		if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		waitFor("apply of the saved change", "replaced kube-proxy (args changed: +--v=3)")
+		waitFor("apply of the saved change", "replaced kube-proxy (args changed: +--v=3")
 		if err := os.WriteFile(file, []byte(changed+"\nkubernetes_verison: v1\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
