@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -86,12 +88,16 @@ func (k *kubeSide) afterNode(ctx context.Context, node string, steps []plan.Step
 }
 
 // kubernetes runs in the Kubernetes phase, once the control plane is
-// healthy: the Nodes of the machines that left cluster.yml are cordoned,
+// healthy: the kubelets are authorized (ensureNodeAuthorization), the
+// Nodes of the machines that left cluster.yml are cordoned,
 // drained and deleted before their containers go, and the cluster's state
 // and PKI are saved in the Secret kube-system/rigger-cluster-state.
 func (k *kubeSide) kubernetes(ctx context.Context) error {
 	if k.cs == nil {
-		return nil
+		return errors.New("connect to the API server: no controlplane node was reachable when the plan was made")
+	}
+	if err := ensureNodeAuthorization(ctx, k.cs); err != nil {
+		return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", nodeBinding, err)
 	}
 	in := spec.NodeDrainInput{}
 	if u := k.s.c.UpgradeStrategy; u != nil && u.DrainInput != nil {
@@ -135,39 +141,21 @@ func (k *kubeSide) reconcile(ctx context.Context) error {
 func (s *Session) planNodes(ctx context.Context, pl *Planned) {
 	cs, err := s.KubeClient(pl.PKI, pl.Observed)
 	if err != nil {
+		pl.NodesErr = err
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	nodes, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
 	if err != nil {
+		pl.NodesErr = fmt.Errorf("list Nodes: %w", err)
 		return
 	}
 	machines := kubenode.Machines(s.c)
 	l := kubenode.Link(machines, nodes.Items)
+	pl.Nodes, pl.Link = nodes.Items, l
 	missing := kubenode.MissingNodes(l, kubenode.KubeletRunning(pl.Observed))
 	kubenode.RestartMissing(pl.Plan, pl.Desired, pl.Observed, missing)
 	pl.NodeChanges = kubenode.Changes(machines, l, s.c.Rigger.StaleNodes)
 	pl.NotReady = kubenode.NotReady(machines, l)
-}
-
-// linkStatus puts what kubenode.Link found into st: each node of
-// cluster.yml gets the Node labelled with its address (BuildStatus matched
-// by name), and the stale, duplicate and missing Nodes are listed.
-func linkStatus(st *Status, l *kubenode.Linkage) {
-	st.StaleNodes, st.DuplicateNodes, st.MissingNodes = l.Stale, l.Duplicates, l.Missing
-	for i := range st.Nodes {
-		ns := &st.Nodes[i]
-		if ns.Removed {
-			continue
-		}
-		ns.KubernetesNode = nil
-		if n := l.Owned[ns.Address]; n != nil {
-			for j := range st.KubernetesNodes {
-				if st.KubernetesNodes[j].Name == n.Name {
-					ns.KubernetesNode = &st.KubernetesNodes[j]
-				}
-			}
-		}
-	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
@@ -135,6 +137,12 @@ type Planned struct {
 	// cluster.yml order (kubenode.NotReady): changing them first costs no
 	// availability.
 	NotReady []string
+	// Nodes are the Kubernetes Nodes as the API server listed them, and
+	// Link which machine owns which; NodesErr says why they could not be
+	// listed (then both are empty).
+	Nodes    []corev1.Node
+	Link     *kubenode.Linkage
+	NodesErr error
 	// newCA says why this plan's new CA must not be applied (nodes that may
 	// hold the real one did not answer); nil when it may.
 	newCA error
@@ -442,17 +450,7 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
 			return s.etcdClient(ctx, pl.PKI, pl.Observed)
 		},
-		Kubernetes: func(ctx context.Context) error {
-			cs, err := s.KubeClient(pl.PKI, pl.Observed)
-			if err != nil {
-				return err
-			}
-			if err := ensureNodeAuthorization(ctx, cs); err != nil {
-				return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", nodeBinding, err)
-			}
-			// kubenode: removed nodes' Nodes deleted, state Secret saved.
-			return side.kubernetes(ctx)
-		},
+		Kubernetes: side.kubernetes,
 	})
 	if err == nil {
 		// kubenode: labels, taints and stale Nodes, also after an empty plan.

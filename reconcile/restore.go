@@ -18,6 +18,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
@@ -105,14 +106,7 @@ const asideInfix = ".before-restore-"
 // A failure after the first container stopped is a *RestoreError that
 // says what was done and how to go on.
 func (s *Session) RestoreSnapshot(ctx context.Context, name string, o RestoreOptions) (*RestoreResult, error) {
-	var mu sync.Mutex
-	progress := func(node, msg string) {
-		if o.Progress != nil {
-			mu.Lock()
-			defer mu.Unlock()
-			o.Progress(node, msg)
-		}
-	}
+	progress := serialized(o.Progress)
 	phase := func(title string) {
 		if o.Phase != nil {
 			o.Phase(title)
@@ -124,17 +118,9 @@ func (s *Session) RestoreSnapshot(ctx context.Context, name string, o RestoreOpt
 	if len(s.c.Services.Etcd.ExternalURLs) > 0 {
 		return nil, errors.New("restore a snapshot: services.etcd.external_urls is set: rigger does not run this cluster's etcd")
 	}
-	set, err := s.PKI(ctx)
+	set, d, members, err := s.etcdCluster(ctx, "restore a snapshot")
 	if err != nil {
 		return nil, err
-	}
-	d, err := desired.Build(s.c)
-	if err != nil {
-		return nil, fmt.Errorf("build desired state: %w", err)
-	}
-	members := etcdNodes(d)
-	if len(members) == 0 {
-		return nil, errors.New("restore a snapshot: cluster.yml has no etcd node")
 	}
 
 	phase("Check snapshot " + name + " (nothing is changed)")
@@ -373,10 +359,7 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 		}
 	}
 	copies := make([]nodeCopy, len(members))
-	g, gctx := errgroup.WithContext(ctx)
-	if s.c.Rigger.MaxParallel > 0 {
-		g.SetLimit(s.c.Rigger.MaxParallel)
-	}
+	g, gctx := s.fanOut(ctx)
 	for i, m := range members {
 		g.Go(func() error {
 			copies[i] = s.findCopy(gctx, m.node.Address, name)
@@ -454,10 +437,7 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 
 	// etcdctl must read it, and agree with the sidecar, on every node.
 	statusErrs := make([]error, len(members))
-	g, gctx = errgroup.WithContext(ctx)
-	if s.c.Rigger.MaxParallel > 0 {
-		g.SetLimit(s.c.Rigger.MaxParallel)
-	}
+	g, gctx = s.fanOut(ctx)
 	for i, m := range members {
 		g.Go(func() error {
 			st, err := s.snapshotStatus(gctx, m, name)
@@ -530,13 +510,8 @@ func (s *Session) findS3Copy(ctx context.Context, store *etcdsnap.S3, name strin
 	return false, 0, nil, nil
 }
 
-// fetchFromS3 streams the snapshot from S3 to the node, checks its sha256
-// there and writes its sidecar; a copy that fails is removed.
+// fetchFromS3 streams the snapshot from S3 to the node (placeSnapshot).
 func (s *Session) fetchFromS3(ctx context.Context, store *etcdsnap.S3, to string, sc *etcdsnap.Sidecar, side []byte) error {
-	e, err := s.tr.Docker(ctx, to)
-	if err != nil {
-		return err
-	}
 	rc, size, err := store.Open(ctx, sc.Name)
 	if err != nil {
 		return err
@@ -545,27 +520,7 @@ func (s *Session) fetchFromS3(ctx context.Context, store *etcdsnap.S3, to string
 	if size != sc.Size {
 		return fmt.Errorf("the snapshot in s3 is %d bytes, its sidecar says %d", size, sc.Size)
 	}
-	file := path.Join(etcdsnap.Dir, sc.Name)
-	removeBad := func(err error) error {
-		if rerr := s.removeSnapshotFiles(context.WithoutCancel(ctx), e, to, sc.Name); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		return err
-	}
-	if err := dockerop.WriteStream(ctx, e, to, s.c.SystemImages.Alpine, file, size, rc); err != nil {
-		return removeBad(err)
-	}
-	sum, err := s.sha256On(ctx, e, to, file)
-	if err != nil {
-		return removeBad(err)
-	}
-	if sum != sc.SHA256 {
-		return removeBad(fmt.Errorf("the copy has sha256 %s, the sidecar says %s: removed", sum, sc.SHA256))
-	}
-	if err := dockerop.WriteFiles(ctx, e, to, s.c.SystemImages.Alpine, etcdsnap.Dir, map[string][]byte{file + etcdsnap.SidecarSuffix: side}); err != nil {
-		return removeBad(err)
-	}
-	return nil
+	return s.placeSnapshot(ctx, to, sc, side, rc, size)
 }
 
 // snapshotStatus runs `etcdctl snapshot status` on the member's copy.
@@ -783,15 +738,18 @@ func (r *restorer) verify(ctx context.Context, set *pki.Set) error {
 		r.progress(t.Node, "etcd healthy")
 	}
 	if len(errs) == 0 {
-		m := r.members[0]
-		got, err := chk.EtcdMembers(ctx, health.Target{Node: m.node.Address, InternalAddress: m.node.InternalAddress, Component: desired.Etcd})
-		if err == nil {
+		o := r.s.observe(ctx)
+		r.s.observeEtcd(ctx, set, o)
+		err := errors.New("no member answered")
+		var got []etcdmember.Member
+		if o.Etcd != nil {
+			got = o.Etcd.Members
 			err = sameMembers(got, r.chk.Members)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("etcd members: %w", err))
 		} else {
-			r.progress(m.node.Address, fmt.Sprintf("etcd has the %d members restored, all voters", len(got)))
+			r.progress(r.members[0].node.Address, fmt.Sprintf("etcd has the %d members restored, all voters", len(got)))
 		}
 	}
 	byAddr := map[string]string{}
@@ -815,10 +773,10 @@ const restoreHealthTimeout = 2 * time.Minute
 
 // sameMembers checks that the etcd cluster has exactly the restored
 // members, all voting.
-func sameMembers(got []health.EtcdMember, want []RestoreMember) error {
+func sameMembers(got []etcdmember.Member, want []RestoreMember) error {
 	var problems []string
 	for _, w := range want {
-		i := slices.IndexFunc(got, func(m health.EtcdMember) bool { return m.Name == w.Name && slices.Contains(m.PeerURLs, w.PeerURL) })
+		i := slices.IndexFunc(got, func(m etcdmember.Member) bool { return m.Name == w.Name && slices.Contains(m.PeerURLs, w.PeerURL) })
 		switch {
 		case i < 0:
 			problems = append(problems, "member "+w.Name+" ("+w.PeerURL+") is missing")

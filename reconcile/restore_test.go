@@ -8,8 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -192,15 +192,15 @@ func TestDecideRestore(t *testing.T) {
 
 func TestSameMembers(t *testing.T) {
 	want := []RestoreMember{{Name: "etcd-a", PeerURL: "https://10.0.0.1:2380"}, {Name: "etcd-b", PeerURL: "https://10.0.0.2:2380"}}
-	a := health.EtcdMember{Name: "etcd-a", PeerURLs: []string{"https://10.0.0.1:2380"}}
-	b := health.EtcdMember{Name: "etcd-b", PeerURLs: []string{"https://10.0.0.2:2380"}}
-	if err := sameMembers([]health.EtcdMember{b, a}, want); err != nil {
+	a := etcdmember.Member{Name: "etcd-a", PeerURLs: []string{"https://10.0.0.1:2380"}}
+	b := etcdmember.Member{Name: "etcd-b", PeerURLs: []string{"https://10.0.0.2:2380"}}
+	if err := sameMembers([]etcdmember.Member{b, a}, want); err != nil {
 		t.Errorf("same members: %v", err)
 	}
 	learner := b
 	learner.IsLearner = true
-	old := health.EtcdMember{Name: "etcd-old", PeerURLs: []string{"https://10.0.0.9:2380"}}
-	for _, got := range [][]health.EtcdMember{{a}, {a, learner}, {a, b, old}} {
+	old := etcdmember.Member{Name: "etcd-old", PeerURLs: []string{"https://10.0.0.9:2380"}}
+	for _, got := range [][]etcdmember.Member{{a}, {a, learner}, {a, b, old}} {
 		if err := sameMembers(got, want); err == nil {
 			t.Errorf("members %v accepted, want %v", got, want)
 		}

@@ -103,14 +103,7 @@ func etcdctlEnv(c *desired.Container) []string {
 // taken is never removed for a failed copy or upload: the result then says
 // where it is, and the error what failed (a *SnapshotUploadError for S3).
 func (s *Session) SaveSnapshot(ctx context.Context, o SnapshotOptions) (*SnapshotResult, error) {
-	var progressMu sync.Mutex
-	progress := func(node, msg string) {
-		if o.Progress != nil {
-			progressMu.Lock()
-			defer progressMu.Unlock()
-			o.Progress(node, msg)
-		}
-	}
+	progress := serialized(o.Progress)
 	kind := o.Kind
 	if kind == "" {
 		kind = etcdsnap.KindManual
@@ -120,17 +113,9 @@ func (s *Session) SaveSnapshot(ctx context.Context, o SnapshotOptions) (*Snapsho
 			return nil, err
 		}
 	}
-	set, err := s.PKI(ctx)
+	set, d, members, err := s.etcdCluster(ctx, "take a snapshot")
 	if err != nil {
 		return nil, err
-	}
-	d, err := desired.Build(s.c)
-	if err != nil {
-		return nil, fmt.Errorf("build desired state: %w", err)
-	}
-	members := etcdNodes(d)
-	if len(members) == 0 {
-		return nil, errors.New("take a snapshot: cluster.yml has no etcd node")
 	}
 	src, err := s.healthyMember(ctx, set, members)
 	if err != nil {
@@ -165,10 +150,7 @@ func (s *Session) SaveSnapshot(ctx context.Context, o SnapshotOptions) (*Snapsho
 	if err != nil {
 		return res, err
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	if s.c.Rigger.MaxParallel > 0 {
-		g.SetLimit(s.c.Rigger.MaxParallel)
-	}
+	g, gctx := s.fanOut(ctx)
 	for i, m := range members {
 		res.Copies[i].Node = m.node.Address
 		if m.node.Address == src.node.Address {
@@ -385,20 +367,51 @@ func (s *Session) removeSnapshotFiles(ctx context.Context, e dockerop.Engine, no
 		[]string{etcdsnap.Dir + ":" + etcdsnap.Dir})
 }
 
+// etcdCluster is what every snapshot operation starts from: the cluster's
+// PKI, its desired state and its etcd nodes (at least one).
+func (s *Session) etcdCluster(ctx context.Context, verb string) (*pki.Set, *desired.Cluster, []etcdNode, error) {
+	set, err := s.PKI(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("build desired state: %w", err)
+	}
+	members := etcdNodes(d)
+	if len(members) == 0 {
+		return nil, nil, nil, errors.New(verb + ": cluster.yml has no etcd node")
+	}
+	return set, d, members, nil
+}
+
+// fanOut is an errgroup for work on several nodes, at most
+// rigger.max_parallel at once.
+func (s *Session) fanOut(ctx context.Context) (*errgroup.Group, context.Context) {
+	g, gctx := s.fanOut(ctx)
+	return g, gctx
+}
+
+// serialized calls f one call at a time; a nil f is a no-op.
+func serialized(f func(node, msg string)) func(node, msg string) {
+	var mu sync.Mutex
+	return func(node, msg string) {
+		if f != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			f(node, msg)
+		}
+	}
+}
+
 // copySnapshot streams the snapshot from node from to node to through the
-// archive API, checks its sha256 there, and writes its sidecar. A copy that
-// fails is removed.
+// archive API (placeSnapshot).
 func (s *Session) copySnapshot(ctx context.Context, from, to string, sc *etcdsnap.Sidecar, side []byte) error {
 	src, err := s.tr.Docker(ctx, from)
 	if err != nil {
 		return err
 	}
-	dst, err := s.tr.Docker(ctx, to)
-	if err != nil {
-		return err
-	}
-	file := path.Join(etcdsnap.Dir, sc.Name)
-	rc, size, err := dockerop.OpenFile(ctx, src, from, s.c.SystemImages.Alpine, file)
+	rc, size, err := dockerop.OpenFile(ctx, src, from, s.c.SystemImages.Alpine, path.Join(etcdsnap.Dir, sc.Name))
 	if err != nil {
 		return err
 	}
@@ -406,13 +419,25 @@ func (s *Session) copySnapshot(ctx context.Context, from, to string, sc *etcdsna
 	if size != sc.Size {
 		return fmt.Errorf("the snapshot on %s is %d bytes, its sidecar says %d", from, size, sc.Size)
 	}
+	return s.placeSnapshot(ctx, to, sc, side, rc, size)
+}
+
+// placeSnapshot writes the snapshot read from r (size bytes) to node to,
+// checks its sha256 there against the sidecar, and writes the sidecar. A
+// copy that fails is removed.
+func (s *Session) placeSnapshot(ctx context.Context, to string, sc *etcdsnap.Sidecar, side []byte, r io.Reader, size int64) error {
+	dst, err := s.tr.Docker(ctx, to)
+	if err != nil {
+		return err
+	}
+	file := path.Join(etcdsnap.Dir, sc.Name)
 	removeBad := func(err error) error {
 		if rerr := s.removeSnapshotFiles(context.WithoutCancel(ctx), dst, to, sc.Name); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
 	}
-	if err := dockerop.WriteStream(ctx, dst, to, s.c.SystemImages.Alpine, file, size, rc); err != nil {
+	if err := dockerop.WriteStream(ctx, dst, to, s.c.SystemImages.Alpine, file, size, r); err != nil {
 		return removeBad(err)
 	}
 	sum, err := s.sha256On(ctx, dst, to, file)
@@ -420,7 +445,7 @@ func (s *Session) copySnapshot(ctx context.Context, from, to string, sc *etcdsna
 		return removeBad(err)
 	}
 	if sum != sc.SHA256 {
-		return removeBad(fmt.Errorf("the copy has sha256 %s, the snapshot %s: removed", sum, sc.SHA256))
+		return removeBad(fmt.Errorf("the copy has sha256 %s, the sidecar says %s: removed", sum, sc.SHA256))
 	}
 	if err := dockerop.WriteFiles(ctx, dst, to, s.c.SystemImages.Alpine, etcdsnap.Dir, map[string][]byte{file + etcdsnap.SidecarSuffix: side}); err != nil {
 		return removeBad(err)
@@ -468,10 +493,7 @@ func (s *Session) ListSnapshots(ctx context.Context, withS3 bool) (*SnapshotList
 		err      error
 	}
 	lists := make([]nodeList, len(addrs))
-	g, gctx := errgroup.WithContext(ctx)
-	if s.c.Rigger.MaxParallel > 0 {
-		g.SetLimit(s.c.Rigger.MaxParallel)
-	}
+	g, gctx := s.fanOut(ctx)
 	for i, a := range addrs {
 		g.Go(func() error {
 			l := &lists[i]
@@ -611,10 +633,7 @@ func (s *Session) DeleteSnapshot(ctx context.Context, name string, withS3 bool) 
 	}
 	deleted := make([]bool, len(addrs))
 	errs := make([]error, len(addrs))
-	g, gctx := errgroup.WithContext(ctx)
-	if s.c.Rigger.MaxParallel > 0 {
-		g.SetLimit(s.c.Rigger.MaxParallel)
-	}
+	g, gctx := s.fanOut(ctx)
 	for i, a := range addrs {
 		g.Go(func() error {
 			e, err := s.tr.Docker(gctx, a)

@@ -2,16 +2,14 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -45,14 +43,14 @@ type Status struct {
 	// steps: labels, taints, stale Nodes (Planned.NodeChanges).
 	NodeChanges []kubenode.Pending `json:"node_changes,omitempty"`
 	// Etcd is the etcd cluster's membership and each member's health; nil
-	// with an external etcd.
+	// when no node runs etcd (an external etcd).
 	Etcd *EtcdStatus `json:"etcd,omitempty"`
 }
 
 // EtcdStatus is what the etcd members say.
 type EtcdStatus struct {
-	// Members as a healthy member lists them.
-	Members []health.EtcdMember `json:"members,omitempty"`
+	// Members as a member lists them, with their health.
+	Members []etcdmember.Member `json:"members,omitempty"`
 	// Health of the member on each etcd node of cluster.yml, by address:
 	// "healthy" or why not.
 	Health map[string]string `json:"health"`
@@ -95,95 +93,74 @@ type KubernetesNode struct {
 	KubeletVersion string `json:"kubelet_version,omitempty"`
 }
 
-// Status observes the cluster and lists its Kubernetes Nodes. A failure
-// to reach the API server is part of the status, not an error.
+// Status observes the cluster (a plan: the nodes, etcd and the Kubernetes
+// Nodes) and says what it saw. A failure to reach the API server is part
+// of the status, not an error.
 func (s *Session) Status(ctx context.Context) (*Status, *Planned, error) {
 	pl, err := s.Plan(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	var (
-		nodes   []corev1.Node
-		kubeErr error
-	)
-	if cs, err := s.KubeClient(pl.PKI, pl.Observed); err != nil {
-		kubeErr = err
-	} else {
-		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		list, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
-		cancel()
-		if err != nil {
-			kubeErr = fmt.Errorf("list Nodes: %w", err)
-		} else {
-			nodes = list.Items
-		}
-	}
-	st := BuildStatus(pl, nodes, kubeErr)
-	if kubeErr == nil {
-		// kubenode: Nodes by address label; stale, duplicate and missing ones.
-		linkStatus(st, kubenode.Link(kubenode.Machines(s.c), nodes))
-		st.NodeChanges = pl.NodeChanges
-	}
-	st.Etcd = s.etcdStatus(ctx, pl)
-	return st, pl, nil
+	return BuildStatus(pl), pl, nil
 }
 
-// etcdStatus probes the member of every etcd node of cluster.yml and lists
-// the members through the first healthy one.
-func (s *Session) etcdStatus(ctx context.Context, pl *Planned) *EtcdStatus {
-	var targets []health.Target
-	for _, n := range pl.Desired.Nodes {
-		if _, ok := n.Container(desired.Etcd); ok {
-			targets = append(targets, health.Target{Node: n.Address, InternalAddress: n.InternalAddress, Component: desired.Etcd})
-		}
-	}
-	if len(targets) == 0 {
-		return nil
-	}
+// etcdStatus is what the plan's observation says of etcd: the members a
+// member listed, and for each etcd node of cluster.yml whether its member
+// answered. It probes nothing itself.
+func etcdStatus(pl *Planned) *EtcdStatus {
 	es := &EtcdStatus{Health: map[string]string{}}
-	chk, err := s.checker(pl.PKI)
-	if err != nil {
-		es.Error = err.Error()
-		return es
-	}
-	for _, t := range targets {
-		if on := pl.Observed.Nodes[t.Node]; on == nil || !on.Reachable {
-			es.Health[t.Node] = "node not reachable"
+	for _, n := range pl.Desired.Nodes {
+		if _, ok := n.Container(desired.Etcd); !ok {
 			continue
 		}
-		if err := chk.Check(ctx, t); err != nil {
-			es.Health[t.Node] = err.Error()
-			continue
-		}
-		es.Health[t.Node] = "healthy"
-		if es.Members == nil {
-			if es.Members, err = chk.EtcdMembers(ctx, t); err != nil {
-				es.Error = err.Error()
+		switch on := pl.Observed.Nodes[n.Address]; {
+		case on == nil || !on.Reachable:
+			es.Health[n.Address] = "node not reachable"
+		case pl.Observed.Etcd == nil:
+			es.Health[n.Address] = "no etcd member answered"
+		default:
+			m := etcdmember.Find(pl.Observed.Etcd.Members, desired.EtcdPeerURL(n.InternalAddress))
+			switch {
+			case m == nil:
+				es.Health[n.Address] = "not a member"
+			case m.Healthy:
+				es.Health[n.Address] = "healthy"
+			default:
+				es.Health[n.Address] = m.Error
 			}
 		}
 	}
-	if es.Members == nil && es.Error == "" {
-		es.Error = "no member is healthy"
+	if len(es.Health) == 0 {
+		return nil
+	}
+	if pl.Observed.Etcd != nil {
+		es.Members = pl.Observed.Etcd.Members
+	} else {
+		es.Error = "no etcd member answered"
 	}
 	return es
 }
 
-// BuildStatus puts a plan, what it was computed from and the Kubernetes
-// Nodes together. A Node belongs to the node whose hostname it has.
-func BuildStatus(pl *Planned, nodes []corev1.Node, kubeErr error) *Status {
+// BuildStatus puts a plan and what it was computed from together: the
+// nodes, their containers, the Kubernetes Nodes (each machine's found by
+// its address label, kubenode.Link), etcd and the certificates.
+func BuildStatus(pl *Planned) *Status {
 	st := &Status{
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
-		Certificates: pki.Expiry(pl.PKI),
+		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges,
 	}
-	if kubeErr != nil {
-		st.KubernetesError = kubeErr.Error()
+	if pl.NodesErr != nil {
+		st.KubernetesError = pl.NodesErr.Error()
+	}
+	if l := pl.Link; l != nil {
+		st.StaleNodes, st.DuplicateNodes, st.MissingNodes = l.Stale, l.Duplicates, l.Missing
 	}
 	pending := map[string]bool{}
 	for _, s := range pl.Plan.Steps {
 		pending[s.Node+"/"+s.Component] = true
 	}
 	byName := map[string]*KubernetesNode{}
-	for _, n := range nodes {
+	for _, n := range pl.Nodes {
 		kn := KubernetesNode{Name: n.Name, Ready: string(corev1.ConditionUnknown), KubeletVersion: n.Status.NodeInfo.KubeletVersion}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
@@ -212,8 +189,10 @@ func BuildStatus(pl *Planned, nodes []corev1.Node, kubeErr error) *Status {
 					Health: c.Health, InSync: !pending[addr+"/"+name]})
 			}
 		}
-		if kn := byName[hostname]; kn != nil && hostname != "" {
-			ns.KubernetesNode = kn
+		if pl.Link != nil && !removed {
+			if n := pl.Link.Owned[addr]; n != nil {
+				ns.KubernetesNode = byName[n.Name]
+			}
 		}
 		st.Nodes = append(st.Nodes, ns)
 	}

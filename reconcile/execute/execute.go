@@ -248,7 +248,7 @@ func (r *runner) runsEmpty(ph plan.Phase, p *plan.Plan) bool {
 
 func (r *runner) kubernetes(ctx context.Context, _ []plan.Step) error {
 	err := r.o.Kubernetes(ctx)
-	r.say("kubernetes", "kubelets authorized", err)
+	r.say("kubernetes", "API objects up to date", err)
 	return err
 }
 
@@ -459,6 +459,12 @@ func (r *runner) files(ctx context.Context, steps []plan.Step) error {
 // joins the errors; a failure does not cancel the others.
 func (r *runner) parallel(ctx context.Context, steps []plan.Step, limit int, f func(context.Context, plan.Step) error) error {
 	r.start(steps)
+	return each(steps, limit, func(s plan.Step) error { return f(ctx, s) })
+}
+
+// each calls f for every item, limit at once (no limit when ≤ 0), and
+// joins the errors; a failure does not stop the others.
+func each[T any](items []T, limit int, f func(T) error) error {
 	var (
 		g    errgroup.Group
 		mu   sync.Mutex
@@ -468,9 +474,9 @@ func (r *runner) parallel(ctx context.Context, steps []plan.Step, limit int, f f
 		limit = -1
 	}
 	g.SetLimit(limit)
-	for _, s := range steps {
+	for _, it := range items {
 		g.Go(func() error {
-			if err := f(ctx, s); err != nil {
+			if err := f(it); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -772,23 +778,7 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, block
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var (
-			g    errgroup.Group
-			mu   sync.Mutex
-			errs []error
-		)
-		for _, n := range batch {
-			g.Go(func() error {
-				if err := r.nodeSteps(ctx, n, groups[n]); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-				return nil
-			})
-		}
-		_ = g.Wait()
-		if err := errors.Join(errs...); err != nil {
+		if err := each(batch, len(batch), func(n string) error { return r.nodeSteps(ctx, n, groups[n]) }); err != nil {
 			return err
 		}
 	}
@@ -804,30 +794,7 @@ var CleanPaths = []string{desired.KubernetesDir, desired.EtcdHostDataDir, "/var/
 func (r *runner) removedNodes(ctx context.Context, steps []plan.Step) error {
 	r.start(steps)
 	_, groups := byNode(steps)
-	nodes := r.removed
-	var (
-		g    errgroup.Group
-		mu   sync.Mutex
-		errs []error
-	)
-	limit := r.o.MaxParallel
-	if limit <= 0 {
-		limit = -1
-	}
-	g.SetLimit(limit)
-	for _, n := range nodes {
-		g.Go(func() error {
-			err := r.cleanNode(ctx, n, groups[n])
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-	return errors.Join(errs...)
+	return each(r.removed, r.o.MaxParallel, func(n string) error { return r.cleanNode(ctx, n, groups[n]) })
 }
 
 func (r *runner) cleanNode(ctx context.Context, node string, steps []plan.Step) error {

@@ -8,7 +8,6 @@
 package health
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -145,56 +144,8 @@ func selfSigned() *tls.Config {
 	return &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // see above
 }
 
-// EtcdMember is a member of an etcd cluster as the cluster lists it.
-type EtcdMember struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	// PeerURLs and ClientURLs are the member's advertised URLs; a member
-	// added but not started yet has no name and no client URLs.
-	PeerURLs   []string `json:"peer_urls"`
-	ClientURLs []string `json:"client_urls,omitempty"`
-	// IsLearner is set for a member that does not vote yet.
-	IsLearner bool `json:"is_learner,omitempty"`
-}
-
-// EtcdMembers lists the etcd cluster's members as the member on the target
-// node knows them, through etcd's JSON gateway (/v3/cluster/member/list).
-func (c *Checker) EtcdMembers(ctx context.Context, t Target) ([]EtcdMember, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	body, err := c.do(ctx, t.Node, http.MethodPost, "https://"+net.JoinHostPort(t.InternalAddress, EtcdClientPort)+"/v3/cluster/member/list",
-		strings.NewReader("{}"), c.verified(t.InternalAddress))
-	if err != nil {
-		return nil, err
-	}
-	var resp struct {
-		Members []struct {
-			ID         json.Number `json:"ID"`
-			Name       string      `json:"name"`
-			PeerURLs   []string    `json:"peerURLs"`
-			ClientURLs []string    `json:"clientURLs"`
-			IsLearner  bool        `json:"isLearner"`
-		} `json:"members"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&resp); err != nil {
-		return nil, fmt.Errorf("etcd member list: %w", err)
-	}
-	out := make([]EtcdMember, 0, len(resp.Members))
-	for _, m := range resp.Members {
-		out = append(out, EtcdMember{ID: m.ID.String(), Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
-	}
-	return out, nil
-}
-
 // get fetches url from the node and returns the body of a 200 answer.
 func (c *Checker) get(ctx context.Context, node, url string, tlsConfig *tls.Config) ([]byte, error) {
-	return c.do(ctx, node, http.MethodGet, url, nil, tlsConfig)
-}
-
-// do sends a request from the node and returns the body of a 200 answer.
-func (c *Checker) do(ctx context.Context, node, method, url string, body io.Reader, tlsConfig *tls.Config) ([]byte, error) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return c.Dial(ctx, node, network, addr)
@@ -203,7 +154,7 @@ func (c *Checker) do(ctx context.Context, node, method, url string, body io.Read
 		DisableKeepAlives: true,
 	}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}

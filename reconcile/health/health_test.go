@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/pki"
 )
@@ -134,32 +133,5 @@ func TestWaitTimesOut(t *testing.T) {
 	}
 	if len(*dialed) < 2 {
 		t.Errorf("probed %d times in 1.2s, want a retry", len(*dialed))
-	}
-}
-
-func TestEtcdMembers(t *testing.T) {
-	set := cluster(t)
-	etcdCert := pki.EtcdCertName(pki.Node{Address: "10.0.0.1", InternalAddress: "10.0.0.1"})
-	// What etcd 3.4's gateway answers: IDs as strings of uint64.
-	etcd := server(t, set, etcdCert, func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v3/cluster/member/list" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Write([]byte(`{"header":{"cluster_id":"1"},"members":[
-			{"ID":"17237436991929493444","name":"etcd-n1","peerURLs":["https://10.0.0.1:2380"],"clientURLs":["https://10.0.0.1:2379"]},
-			{"ID":"9372538179322589801","peerURLs":["https://10.0.0.2:2380"],"isLearner":true}]}`))
-	})
-	c, _ := checker(t, set, map[string]string{"10.0.0.1:2379": etcd.Listener.Addr().String()})
-	got, err := c.EtcdMembers(context.Background(), Target{Node: "10.0.0.1", InternalAddress: "10.0.0.1", Component: desired.Etcd})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []EtcdMember{
-		{ID: "17237436991929493444", Name: "etcd-n1", PeerURLs: []string{"https://10.0.0.1:2380"}, ClientURLs: []string{"https://10.0.0.1:2379"}},
-		{ID: "9372538179322589801", PeerURLs: []string{"https://10.0.0.2:2380"}, IsLearner: true},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("members (-want +got):\n%s", diff)
 	}
 }
