@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -41,15 +42,7 @@ func saveNodes(dir string, nodes []spec.Node) error {
 	if err != nil {
 		return fmt.Errorf("encode nodes: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create state directory: %w", err)
-	}
-	tmp := filepath.Join(dir, "."+nodesFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("save nodes: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, nodesFile)); err != nil {
-		os.Remove(tmp)
+	if err := pki.WriteStateFile(dir, nodesFile, append(b, '\n')); err != nil {
 		return fmt.Errorf("save nodes: %w", err)
 	}
 	return nil

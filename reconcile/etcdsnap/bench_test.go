@@ -3,18 +3,13 @@ package etcdsnap_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
-	"github.com/rigger/rigger/spec"
 )
 
 // BenchmarkSnapshotSandbox compares, on one etcd member of a one-node
@@ -25,27 +20,9 @@ import (
 func BenchmarkSnapshotSandbox(b *testing.B) {
 	s := sandboxtest.Start(b, sandbox.Options{Subnet: 4, Nodes: 1, Images: true})
 	ctx := context.Background()
-	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-	path := filepath.Join(b.TempDir(), "cluster.yml")
-	if err := os.WriteFile(path, []byte(sandboxtest.ClusterYML(b, s, map[int][]string{0: all})), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	c, _, err := spec.Load(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: filepath.Join(b.TempDir(), "state")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sess.Close()
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	c := loadCluster(b, s, nil)
+	sess := openSession(b, c, filepath.Join(b.TempDir(), "state"))
+	apply(ctx, b, sess)
 
 	b.Run("rigger", func(b *testing.B) {
 		i := 0
@@ -63,26 +40,11 @@ func BenchmarkSnapshotSandbox(b *testing.B) {
 		}
 	})
 
-	d, err := desired.Build(c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	etcd, _ := d.Nodes[0].Container(desired.Etcd)
-	var env []string
-	for _, e := range etcd.Env {
-		if strings.HasPrefix(e, "ETCDCTL_") {
-			env = append(env, e)
-		}
-	}
 	n := s.Nodes[0]
-	cli := dockerClient(b, n)
+	etcdctl := etcdctlOn(ctx, b, c, dockerClient(b, n), n.Address)
 	b.Run("etcdctl", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := dockerop.RunOutput(ctx, cli, n.Address, etcd.Image,
-				[]string{"etcdctl", "snapshot", "save", "/tmp/bench.db"},
-				dockerop.RunOptions{Binds: []string{"/etc/kubernetes:/etc/kubernetes:ro"}, Env: env, NetworkMode: "host"}); err != nil {
-				b.Fatal(err)
-			}
+			etcdctl("snapshot", "save", "/tmp/bench.db")
 		}
 	})
 }

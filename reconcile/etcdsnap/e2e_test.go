@@ -51,23 +51,7 @@ func TestSnapshotSandbox(t *testing.T) {
 	gw := startVersitygw(t)
 	stateDir := filepath.Join(t.TempDir(), "state")
 
-	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: all, 1: all, 2: all})
-	load := func(change func(*spec.Cluster)) *spec.Cluster {
-		path := filepath.Join(t.TempDir(), "cluster.yml")
-		if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c, diags, err := spec.Load(path)
-		if err != nil {
-			t.Fatalf("%v\n%v", err, diags)
-		}
-		c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-		if change != nil {
-			change(c)
-		}
-		return c
-	}
+	load := func(change func(*spec.Cluster)) *spec.Cluster { return loadCluster(t, s, change) }
 	withS3 := func(secret string) func(*spec.Cluster) {
 		return func(c *spec.Cluster) {
 			c.Services.Etcd.BackupConfig.S3BackupConfig = &spec.S3BackupConfig{
@@ -76,52 +60,15 @@ func TestSnapshotSandbox(t *testing.T) {
 			}
 		}
 	}
-	open := func(c *spec.Cluster) *reconcile.Session {
-		sess, err := reconcile.Open(c, reconcile.Options{StateDir: stateDir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sess.Close() })
-		return sess
-	}
+	open := func(c *spec.Cluster) *reconcile.Session { return openSession(t, c, stateDir) }
 	c := load(nil)
 	sess := open(c)
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{}); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	apply(ctx, t, sess)
 
 	// Keys of our own, with values that can be found in the snapshot file.
-	d, err := desired.Build(c)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n1 := s.Nodes[0]
 	cli := dockerClient(t, n1)
-	var etcd *desired.Container
-	for i, ct := range d.Nodes[0].Containers {
-		if ct.Name == desired.Etcd {
-			etcd = &d.Nodes[0].Containers[i]
-		}
-	}
-	etcdctl := func(args ...string) []byte {
-		t.Helper()
-		var env []string
-		for _, e := range etcd.Env {
-			if strings.HasPrefix(e, "ETCDCTL_") {
-				env = append(env, e)
-			}
-		}
-		out, err := dockerop.RunOutput(ctx, cli, n1.Address, etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
-			Binds: []string{"/etc/kubernetes:/etc/kubernetes:ro"}, Env: env, NetworkMode: "host"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	etcdctl := etcdctlOn(ctx, t, c, cli, n1.Address)
 	var values []string
 	var lastRev int64
 	for i := range 8 {
@@ -152,7 +99,7 @@ func TestSnapshotSandbox(t *testing.T) {
 		sc := res.Sidecar
 		first = sc
 		p, ok := etcdsnap.ParseName(sc.Name)
-		if !ok || p.Cluster != c.ClusterName || p.Hostname != d.Nodes[0].Hostname || sc.Node != addrs[0] {
+		if !ok || p.Cluster != c.ClusterName || p.Hostname != s.Nodes[0].Hostname || sc.Node != addrs[0] {
 			t.Errorf("name %s (parsed %+v %v), node %s: want rigger's name for the first healthy member", sc.Name, p, ok, sc.Node)
 		}
 		if sc.Kind != etcdsnap.KindManual || sc.EtcdVersion != "3.4.23" || sc.Revision < lastRev || sc.TotalKeys < count.Count || sc.Size <= 0 {
@@ -198,7 +145,7 @@ func TestSnapshotSandbox(t *testing.T) {
 		}
 		// etcdctl agrees on the copy of the third node.
 		var st etcdsnap.Status
-		out := dockerRun(ctx, t, s.Nodes[2], etcd.Image, "etcdctl", "snapshot", "status", "/opt/rke/etcd-snapshots/"+sc.Name, "-w", "json")
+		out := dockerRun(ctx, t, s.Nodes[2], c.Services.Etcd.Image, "etcdctl", "snapshot", "status", "/opt/rke/etcd-snapshots/"+sc.Name, "-w", "json")
 		if err := json.Unmarshal(out, &st); err != nil || st.TotalKeys != sc.TotalKeys || st.Revision != sc.Revision || st.Hash != sc.Hash {
 			t.Errorf("snapshot status on node3: %v %+v, sidecar %+v", err, st, sc)
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -34,60 +33,15 @@ func TestRestoreSandbox(t *testing.T) {
 	defer cancel()
 	stateDir := filepath.Join(t.TempDir(), "state")
 
-	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: all, 1: all, 2: all})
-	path := filepath.Join(t.TempDir(), "cluster.yml")
-	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, diags, err := spec.Load(path)
-	if err != nil {
-		t.Fatalf("%v\n%v", err, diags)
-	}
-	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: stateDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{}); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-
-	d, err := desired.Build(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadCluster(t, s, nil)
+	sess := openSession(t, c, stateDir)
+	apply(ctx, t, sess)
 	clis := make([]*client.Client, len(s.Nodes))
 	for i, n := range s.Nodes {
 		clis[i] = dockerClient(t, n)
 	}
-	var etcd *desired.Container
-	for i, ct := range d.Nodes[0].Containers {
-		if ct.Name == desired.Etcd {
-			etcd = &d.Nodes[0].Containers[i]
-		}
-	}
 	n1 := s.Nodes[0]
-	etcdctl := func(args ...string) []byte {
-		t.Helper()
-		var env []string
-		for _, e := range etcd.Env {
-			if strings.HasPrefix(e, "ETCDCTL_") {
-				env = append(env, e)
-			}
-		}
-		out, err := dockerop.RunOutput(ctx, clis[0], n1.Address, etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
-			Binds: []string{"/etc/kubernetes:/etc/kubernetes:ro"}, Env: env, NetworkMode: "host"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	etcdctl := etcdctlOn(ctx, t, c, clis[0], n1.Address)
 	keys := func() []string {
 		t.Helper()
 		var got []string

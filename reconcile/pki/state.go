@@ -162,11 +162,8 @@ const (
 // not match is reissued by the next Ensure (CAs never change, so never
 // theirs).
 func Save(dir string, s *Set) error {
-	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return fmt.Errorf("create state directory: %w", err)
-	}
-	if err := os.Chmod(dir, dirMode); err != nil {
-		return fmt.Errorf("restrict state directory: %w", err)
+	if err := makeStateDir(dir); err != nil {
+		return err
 	}
 	want := map[string][]byte{}
 	for p, b := range Files(s) {
@@ -194,6 +191,27 @@ func Save(dir string, s *Set) error {
 		}
 	}
 	return nil
+}
+
+// makeStateDir creates the state directory, or restricts it, to 0700.
+func makeStateDir(dir string) error {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	if err := os.Chmod(dir, dirMode); err != nil {
+		return fmt.Errorf("restrict state directory: %w", err)
+	}
+	return nil
+}
+
+// WriteStateFile replaces the file name of the state directory dir (made
+// when missing, mode 0700) with b, atomically and with mode 0600: for what
+// rigger keeps there beside the PKI.
+func WriteStateFile(dir, name string, b []byte) error {
+	if err := makeStateDir(dir); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, name), b)
 }
 
 // writeFile replaces p with b atomically: a temporary file in the same
