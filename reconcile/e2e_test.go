@@ -225,6 +225,12 @@ func TestApplySandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, n := range st.Nodes {
+			// Read from the node: a leaf certificate issued now, for a year.
+			if e := n.CertsExpire; e == nil || time.Until(*e) < 360*24*time.Hour || time.Until(*e) > 366*24*time.Hour {
+				t.Errorf("%s: first certificate expires %v, want in about a year", n.Address, e)
+			}
+		}
 		if e := st.Etcd; e == nil || len(e.Members) != 3 || e.Error != "" {
 			t.Errorf("etcd status %+v, want 3 members", e)
 		} else {

@@ -69,6 +69,9 @@ type NodeStatus struct {
 	Reachable  bool              `json:"reachable"`
 	Error      string            `json:"error,omitempty"`
 	Containers []ContainerStatus `json:"containers,omitempty"`
+	// CertsExpire is when the first certificate in the node's
+	// /etc/kubernetes expires, as read from the node; nil when none was read.
+	CertsExpire *time.Time `json:"certs_expire,omitempty"`
 	// KubernetesNode is the node's Node object; nil when there is none.
 	KubernetesNode *KubernetesNode `json:"kubernetes_node,omitempty"`
 }
@@ -183,6 +186,11 @@ func BuildStatus(pl *Planned) *Status {
 		on := pl.Observed.Nodes[addr]
 		if on != nil {
 			ns.Reachable, ns.Error = on.Reachable, on.Error
+			for _, t := range on.CertExpiry {
+				if ns.CertsExpire == nil || t.Before(*ns.CertsExpire) {
+					ns.CertsExpire = &t
+				}
+			}
 			for _, name := range sortedContainerNames(on) {
 				c := on.Containers[name]
 				ns.Containers = append(ns.Containers, ContainerStatus{Name: name, Image: c.Image, State: c.State,
