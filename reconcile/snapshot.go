@@ -388,7 +388,10 @@ func (s *Session) etcdCluster(ctx context.Context, verb string) (*pki.Set, *desi
 // fanOut is an errgroup for work on several nodes, at most
 // rigger.max_parallel at once.
 func (s *Session) fanOut(ctx context.Context) (*errgroup.Group, context.Context) {
-	g, gctx := s.fanOut(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	if s.c.Rigger.MaxParallel > 0 {
+		g.SetLimit(s.c.Rigger.MaxParallel)
+	}
 	return g, gctx
 }
 

@@ -1,10 +1,13 @@
 package reconcile
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -41,5 +44,28 @@ func TestNodesFile(t *testing.T) {
 	}
 	if _, err := loadNodes(dir); err == nil || !strings.Contains(err.Error(), "move it away") {
 		t.Errorf("damaged file: %v", err)
+	}
+}
+
+// TestFanOut: work on several nodes runs at most rigger.max_parallel at once.
+func TestFanOut(t *testing.T) {
+	s := &Session{c: &spec.Cluster{Rigger: spec.Rigger{MaxParallel: 2}}}
+	g, _ := s.fanOut(context.Background())
+	var running, most atomic.Int32
+	for range 6 {
+		g.Go(func() error {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(20 * time.Millisecond)
+			running.Add(-1)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if most.Load() != 2 {
+		t.Errorf("%d at once, want 2", most.Load())
 	}
 }
