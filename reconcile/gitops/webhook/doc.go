@@ -1,0 +1,46 @@
+// Package webhook is the HTTP endpoint through which a git forge tells
+// `rigger serve` that the repository it follows has changed. A webhook only
+// asks rigger to fetch now: what is applied always comes from git itself, so
+// a forged or replayed request can at worst cause an early fetch.
+//
+// The endpoint's path is derived from the shared secret (see [Path]), so the
+// URL to give the forge is
+//
+//	https://rigger.example/hooks/<id>
+//
+// where <id> is the first 32 hex characters of HMAC-SHA256(secret,
+// "rigger webhook path"). Every other path answers 404, and every method but
+// POST 405. Forges must send their payload as application/json (a
+// form-encoded payload answers 400). Use a secret of at least 16 random
+// bytes, for example the output of `openssl rand -hex 32`.
+//
+// GitHub: Settings → Webhooks → Add webhook. Payload URL: the URL above;
+// Content type: application/json; Secret: the secret; events: "Just the push
+// event". GitHub signs the body in X-Hub-Signature-256. Its ping event, sent
+// when the webhook is created, answers 200 "pong".
+//
+// GitLab: Settings → Webhooks → Add new webhook. URL: the URL above; Secret
+// token: the secret; Trigger: Push events (a branch filter for the followed
+// branch saves requests). GitLab sends the token as it is in X-Gitlab-Token,
+// so use HTTPS.
+//
+// Gitea and Forgejo: Settings → Webhooks → Add webhook → Gitea (or
+// Forgejo). Target URL: the URL above; HTTP method: POST; POST content type:
+// application/json; Secret: the secret; Trigger on: Push events. They sign
+// the body in X-Gitea-Signature or X-Forgejo-Signature.
+//
+// Anything else (a CI job, a script) uses the generic form: a POST whose
+// X-Rigger-Signature-256 header is "sha256=" followed by the hex HMAC-SHA256
+// of the body (see [Sign]). The body may be empty, or JSON naming the ref:
+//
+//	body='{"ref":"refs/heads/main"}'
+//	sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac "$SECRET" | awk '{print $NF}')
+//	curl -X POST -H 'Content-Type: application/json' \
+//	     -H "X-Rigger-Signature-256: sha256=$sig" -d "$body" https://rigger.example/hooks/<id>
+//
+// Only pushes to the followed branch trigger a fetch; pushes to other
+// branches, tags and deletions answer 202 "ignored: ...". The endpoint is
+// rate limited as a whole (default 1 request a second, bursts of 10) before
+// anything is authenticated; since the path is secret, only those who know
+// it can use up the budget.
+package webhook

@@ -1,0 +1,301 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of [Config].
+const (
+	// DefaultMaxBody is the largest body accepted when Config.MaxBody is 0.
+	// Push payloads of large pushes stay well below it.
+	DefaultMaxBody int64 = 1 << 20
+	// DefaultRate is the sustained number of requests a second when
+	// Config.Rate is 0.
+	DefaultRate rate.Limit = 1
+	// DefaultBurst is the number of requests accepted at once when
+	// Config.Burst is 0.
+	DefaultBurst = 10
+	// MinSecretLen is the shortest secret New accepts, in bytes.
+	MinSecretLen = 16
+)
+
+// Results of a request, as passed to Config.Observe and logged under the key
+// "result". They are stable: metrics are labelled with them.
+const (
+	// ResultAccepted: an authenticated push to the followed branch; Trigger
+	// was called.
+	ResultAccepted = "accepted"
+	// ResultIgnored: an authenticated event that is not a push to the
+	// followed branch (another branch, a tag, a deletion, another event).
+	ResultIgnored = "ignored"
+	// ResultUnauthorized: no signature or token header at all.
+	ResultUnauthorized = "unauthorized"
+	// ResultForbidden: a signature or token that does not match the secret.
+	ResultForbidden = "forbidden"
+	// ResultBadRequest: an authenticated body that is not a push payload.
+	ResultBadRequest = "bad_request"
+	// ResultTooLarge: a body over Config.MaxBody.
+	ResultTooLarge = "too_large"
+	// ResultRateLimited: over Config.Rate and Config.Burst.
+	ResultRateLimited = "rate_limited"
+	// ResultMethodNotAllowed: not a POST.
+	ResultMethodNotAllowed = "method_not_allowed"
+	// ResultPing: GitHub's ping event, authenticated.
+	ResultPing = "ping"
+)
+
+// Config of the webhook endpoint.
+type Config struct {
+	// Secret shared with the forge; at least MinSecretLen bytes.
+	Secret []byte
+	// Branch followed: only pushes to refs/heads/<Branch> trigger. A
+	// leading "refs/heads/" is accepted.
+	Branch string
+	// Trigger is called for an accepted push, on the request's goroutine;
+	// it must not block (serve does a non-blocking send).
+	Trigger func(Event)
+	// MaxBody caps the body, in bytes (413 above); DefaultMaxBody when 0.
+	MaxBody int64
+	// Rate and Burst limit requests to the endpoint as a whole (429 with
+	// Retry-After above); DefaultRate and DefaultBurst when 0.
+	Rate  rate.Limit
+	Burst int
+	// Observe, when not nil, is called once for each request to the
+	// endpoint's path with the provider (a Provider* constant) and the
+	// result (a Result* constant); for metrics.
+	Observe func(provider, result string)
+	// Log receives one line per request; nil discards them.
+	Log *slog.Logger
+}
+
+// Event is an accepted push.
+type Event struct {
+	// Provider that sent it: a Provider* constant.
+	Provider string
+	// Ref pushed, such as "refs/heads/main"; empty when a generic request
+	// did not say.
+	Ref string
+	// After is the new head commit when the payload gives one that looks
+	// like a commit id (40 or 64 hex characters), else empty.
+	After string
+}
+
+// Path is the path the endpoint for secret is served at: "/hooks/" and the
+// first 32 hex characters of HMAC-SHA256(secret, "rigger webhook path").
+// Knowing the path does not reveal the secret.
+func Path(secret []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("rigger webhook path"))
+	return "/hooks/" + hex.EncodeToString(m.Sum(nil))[:32]
+}
+
+// Sign returns the signature of body for the generic provider's
+// X-Rigger-Signature-256 header (and GitHub's X-Hub-Signature-256):
+// "sha256=" and the hex HMAC-SHA256 of body with secret.
+func Sign(secret, body []byte) string {
+	return "sha256=" + hex.EncodeToString(mac(secret, body))
+}
+
+// mac is HMAC-SHA256(secret, body).
+func mac(secret, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// handler serves one endpoint. It is safe for concurrent use: its only
+// mutable part is the limiter, which is.
+type handler struct {
+	secret  []byte
+	path    string
+	ref     string // refs/heads/<branch>
+	branch  string
+	trigger func(Event)
+	maxBody int64
+	limiter *rate.Limiter
+	observe func(provider, result string)
+	log     *slog.Logger
+}
+
+// New returns the handler of the endpoint described by cfg. It serves only
+// Path(cfg.Secret) and answers 404 elsewhere; mount it with
+// mux.Handle(Path(secret), h), without stripping the prefix.
+func New(cfg Config) (http.Handler, error) {
+	var errs []error
+	if len(cfg.Secret) < MinSecretLen {
+		errs = append(errs, fmt.Errorf("webhook secret is %d bytes: use at least %d random bytes (for example `openssl rand -hex 32`)", len(cfg.Secret), MinSecretLen))
+	}
+	branch := strings.TrimPrefix(cfg.Branch, "refs/heads/")
+	if branch == "" {
+		errs = append(errs, errors.New("webhook branch is empty: set the branch rigger follows"))
+	}
+	if cfg.Trigger == nil {
+		errs = append(errs, errors.New("webhook trigger is nil: pass the function that requests a fetch"))
+	}
+	if cfg.MaxBody < 0 {
+		errs = append(errs, fmt.Errorf("webhook body limit is %d: use a positive number of bytes, or 0 for %d", cfg.MaxBody, DefaultMaxBody))
+	}
+	if cfg.Rate < 0 || cfg.Burst < 0 {
+		errs = append(errs, fmt.Errorf("webhook rate %v burst %d: use positive values, or 0 for %v a second and bursts of %d", cfg.Rate, cfg.Burst, DefaultRate, DefaultBurst))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("configure webhook: %w", err)
+	}
+
+	h := &handler{
+		secret:  append([]byte(nil), cfg.Secret...),
+		path:    Path(cfg.Secret),
+		ref:     "refs/heads/" + branch,
+		branch:  branch,
+		trigger: cfg.Trigger,
+		maxBody: cfg.MaxBody,
+		observe: cfg.Observe,
+		log:     cfg.Log,
+	}
+	if h.maxBody == 0 {
+		h.maxBody = DefaultMaxBody
+	}
+	limit, burst := cfg.Rate, cfg.Burst
+	if limit == 0 {
+		limit = DefaultRate
+	}
+	if burst == 0 {
+		burst = DefaultBurst
+	}
+	h.limiter = rate.NewLimiter(limit, burst)
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	return h, nil
+}
+
+// outcome is the answer to one request.
+type outcome struct {
+	code   int
+	result string // a Result* constant
+	msg    string // the response body: one short line, no secret, nothing of the request body
+	reason string // for the log only; may name what the payload said, never the secret
+	retry  int    // seconds, for Retry-After
+	event  *Event // set when Trigger is to be called
+}
+
+// ServeHTTP answers a webhook request; see the package documentation.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The path is derived from the secret: compare it in constant time.
+	if subtle.ConstantTimeCompare([]byte(r.URL.Path), []byte(h.path)) != 1 {
+		http.NotFound(w, r)
+		return
+	}
+	p := detect(r.Header)
+	o := h.handle(w, r, p)
+	if o.event != nil {
+		h.trigger(*o.event)
+	}
+
+	level := slog.LevelInfo
+	if o.code >= 400 {
+		level = slog.LevelWarn
+	}
+	attrs := []any{"provider", p.name, "result", o.result, "status", o.code, "remote", r.RemoteAddr}
+	if o.reason != "" {
+		attrs = append(attrs, "reason", o.reason)
+	}
+	if o.event != nil {
+		attrs = append(attrs, "ref", o.event.Ref, "after", o.event.After)
+	}
+	h.log.Log(r.Context(), level, "webhook request", attrs...)
+	if h.observe != nil {
+		h.observe(p.name, o.result)
+	}
+
+	switch o.code {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", http.MethodPost)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(o.retry))
+	}
+	http.Error(w, o.msg, o.code)
+}
+
+// handle decides the answer to a request to the endpoint's path, in the
+// documented order: method, rate, body size, authentication, event, branch.
+func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) outcome {
+	if r.Method != http.MethodPost {
+		return outcome{code: http.StatusMethodNotAllowed, result: ResultMethodNotAllowed,
+			msg: "method not allowed: send a POST", reason: "method " + r.Method}
+	}
+	if retry, ok := h.allow(); !ok {
+		return outcome{code: http.StatusTooManyRequests, result: ResultRateLimited,
+			msg: "too many requests: retry after " + strconv.Itoa(retry) + "s", retry: retry}
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return outcome{code: http.StatusRequestEntityTooLarge, result: ResultTooLarge,
+				msg: fmt.Sprintf("payload too large: the limit is %d bytes", h.maxBody)}
+		}
+		return outcome{code: http.StatusBadRequest, result: ResultBadRequest,
+			msg: "could not read the body", reason: err.Error()}
+	}
+
+	switch p.authenticate(r.Header, h.secret, body) {
+	case authMissing:
+		return outcome{code: http.StatusUnauthorized, result: ResultUnauthorized,
+			msg: "missing signature: " + p.missing, reason: "no signature header"}
+	case authMismatch:
+		return outcome{code: http.StatusForbidden, result: ResultForbidden,
+			msg: p.mismatch, reason: "signature does not match"}
+	}
+
+	switch p.kind(r.Header) {
+	case eventPing:
+		return outcome{code: http.StatusOK, result: ResultPing, msg: "pong"}
+	case eventOther:
+		return outcome{code: http.StatusAccepted, result: ResultIgnored,
+			msg: "ignored: not a push event", reason: "event " + p.event(r.Header)}
+	}
+
+	push, err := p.parse(body)
+	if err != nil {
+		return outcome{code: http.StatusBadRequest, result: ResultBadRequest,
+			msg: "bad payload: send the push event as application/json", reason: err.Error()}
+	}
+	if why := push.ignored(h.ref, h.branch); why != "" {
+		return outcome{code: http.StatusAccepted, result: ResultIgnored,
+			msg: "ignored: " + why, reason: "ref " + strconv.Quote(push.ref)}
+	}
+	return outcome{code: http.StatusAccepted, result: ResultAccepted, msg: "fetch requested",
+		event: &Event{Provider: p.name, Ref: push.ref, After: push.after}}
+}
+
+// allow takes a token from the limiter, or says how many seconds to wait
+// for one.
+func (h *handler) allow() (retryAfter int, ok bool) {
+	res := h.limiter.Reserve()
+	if !res.OK() {
+		return 1, false
+	}
+	d := res.Delay()
+	if d == 0 {
+		return 0, true
+	}
+	res.Cancel()
+	return max(1, int(math.Ceil(d.Seconds()))), false
+}
+
+// compile-time check that the handler is one.
+var _ http.Handler = (*handler)(nil)
