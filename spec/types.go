@@ -713,6 +713,8 @@ type Restore struct {
 	Restore bool `json:"restore,omitempty"`
 	// Name of the snapshot to restore.
 	SnapshotName string `json:"snapshot_name,omitempty"`
+	// Request id: each id is restored once; defaults to snapshot_name. Change it to restore the same snapshot again.
+	ID string `json:"id,omitempty"`
 }
 
 // RotateCertificates rotates certificates.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // validator checks a decoded, defaulted cluster as a whole.
@@ -693,9 +694,7 @@ func (v *validator) bastion(c *Cluster) {
 }
 
 func (v *validator) misc(c *Cluster) {
-	if c.Restore.Restore && c.Restore.SnapshotName == "" {
-		v.errorf("restore.snapshot_name", "Name the snapshot to restore (see `rigger snapshot list`).", "restore is requested without a snapshot_name")
-	}
+	v.restore(&c.Restore)
 	if rc := c.RotateCertificates; rc != nil {
 		for i, s := range rc.Services {
 			v.oneOf(fmt.Sprintf("rotate_certificates.services[%d]", i), s, false,
@@ -707,6 +706,43 @@ func (v *validator) misc(c *Cluster) {
 	}
 	if c.PrefixPath != "" && !path.IsAbs(c.PrefixPath) {
 		v.errorf("prefix_path", "", "prefix_path %q is not an absolute path", c.PrefixPath)
+	}
+}
+
+// snapshotNameRE and maxSnapshotName are the rules of
+// etcdsnap.CheckName (which imports spec), so that a restore request
+// rigger cannot carry out is refused when cluster.yml is read.
+var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+const (
+	maxSnapshotName = 200
+	// maxRestoreID bounds restore.id, which is kept in the state directory
+	// and printed.
+	maxRestoreID = 200
+)
+
+func (v *validator) restore(r *Restore) {
+	if !r.Restore {
+		if r.ID != "" {
+			v.warnf("restore.id", "Set restore.restore to true to request the restore, or remove restore.id.", "restore.id is set but restore.restore is false: nothing is restored")
+		}
+		return
+	}
+	n := r.SnapshotName
+	switch {
+	case n == "":
+		v.errorf("restore.snapshot_name", "Name the snapshot to restore (see `rigger snapshot list`).", "restore is requested without a snapshot_name")
+	case len(n) > maxSnapshotName || !snapshotNameRE.MatchString(n) || strings.HasSuffix(n, ".json") || strings.HasSuffix(n, ".part"):
+		v.errorf("restore.snapshot_name", "Snapshot names have letters, digits, '.', '_' and '-' only, start with a letter or digit, do not end in .json or .part and have at most 200 characters (see `rigger snapshot list`).",
+			"%q cannot name a snapshot rigger restores", n)
+	}
+	id := r.ID
+	switch {
+	case id == "":
+	case len(id) > maxRestoreID:
+		v.errorf("restore.id", "Use a shorter id: a date, a ticket number.", "restore.id has %d characters, at most %d are allowed", len(id), maxRestoreID)
+	case strings.TrimSpace(id) != id || strings.IndexFunc(id, unicode.IsControl) >= 0:
+		v.errorf("restore.id", "Use printable characters without leading or trailing spaces.", "restore.id %q has control characters or leading or trailing spaces", id)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -50,6 +51,14 @@ from a controlplane node; it never makes a new CA for a running cluster.
 
 With --plan, apply carries out a plan saved by "rigger plan --out" without
 asking, and refuses if the nodes changed since it was made.
+
+A restore requested in cluster.yml (restore: {restore: true, snapshot_name:
+NAME, id: ID}) comes first: apply checks the snapshot, asks (unless --yes),
+restores it as "rigger snapshot restore" does, then plans and applies as
+usual. Each id is restored once (recorded in the state directory, also when
+the restore fails after it began to stop containers); to restore again,
+give restore.id a new value. A restore refused before anything stopped is
+not recorded and is tried again on the next apply.
 
 With --watch (and --yes), apply stays running and plans and applies again
 each time cluster.yml is saved (editors that replace the file included); a
@@ -103,6 +112,9 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 	}
 	defer s.Close()
 	out := cmd.OutOrStdout()
+	if err := o.restoreFirst(cmd, s); err != nil {
+		return err
+	}
 	pl, err := s.Plan(cmd.Context())
 	if err != nil {
 		return err
@@ -131,6 +143,48 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 		return err
 	}
 	return unreachableExit(pl.Plan)
+}
+
+// restoreFirst carries out the restore cluster.yml requests, when its id
+// was not carried out yet, before anything is planned: with the output
+// and the question of rigger snapshot restore. A request done already is
+// mentioned, nothing more.
+func (o applyOnce) restoreFirst(cmd *cobra.Command, s *reconcile.Session) error {
+	req, err := s.RequestedRestore()
+	if err != nil || req == nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "%s\n\n", restoreNotice(req))
+	if req.Done != nil {
+		return nil
+	}
+	if o.planFile != "" {
+		return fmt.Errorf("cluster.yml requests a restore of snapshot %s (id %s), which changes what a saved plan was made for: "+
+			"run rigger apply without --plan (it restores first), or remove restore from cluster.yml", req.SnapshotName, req.ID)
+	}
+	start := time.Now()
+	res, err := s.RestorePending(cmd.Context(), reconcile.RestoreOptions{
+		Phase:    func(title string) { fmt.Fprintf(w, "==> %s\n", title) },
+		Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
+		Hooks:    progressHooks(w),
+		Checked: func(chk *reconcile.RestoreCheck) error {
+			renderRestoreCheck(w, chk)
+			if o.yes {
+				return nil
+			}
+			return confirm(cmd, "Restore etcd from "+req.SnapshotName+" as cluster.yml requests (id "+req.ID+")? "+
+				"Every write since it was taken is lost, and the API servers are down meanwhile.")
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if res != nil {
+		renderRestored(w, res, time.Since(start))
+		fmt.Fprintln(w)
+	}
+	return nil
 }
 
 // unreachableExit is exit status 1 when a node of cluster.yml could not be

@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/reconcile"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -23,6 +27,10 @@ containers to create, replace, restart or remove. It changes nothing.
 Unreachable nodes are listed with the reason and nothing is planned for them;
 a node is only ever removed when it is gone from cluster.yml.
 
+A restore requested in cluster.yml (restore: {restore: true, snapshot_name,
+id}) that was not carried out yet is shown first: apply restores it before
+anything else (see rigger apply). One that was is mentioned once.
+
 Exit status: 2 when there are changes; otherwise 1 when a node of
 cluster.yml could not be checked (or on any error), and 0 when every node was
 checked and nothing must change.`,
@@ -38,11 +46,23 @@ checked and nothing must change.`,
 				return err
 			}
 			defer s.Close()
+			req, err := s.RequestedRestore()
+			if err != nil {
+				return err
+			}
 			pl, err := s.Plan(cmd.Context())
 			if err != nil {
 				return err
 			}
 			p := pl.Plan
+			if n := restoreNotice(req); n != "" {
+				// Not part of the plan's JSON: beside it, for people.
+				w := cmd.OutOrStdout()
+				if output == "json" {
+					w = cmd.ErrOrStderr()
+				}
+				fmt.Fprintf(w, "%s\n\n", n)
+			}
 			if out != "" {
 				b, err := json.MarshalIndent(p, "", "  ")
 				if err != nil {
@@ -60,7 +80,7 @@ checked and nothing must change.`,
 			default:
 				renderPlanned(cmd.OutOrStdout(), pl)
 			}
-			if !p.Empty() || len(pl.NodeChanges) > 0 {
+			if !p.Empty() || len(pl.NodeChanges) > 0 || req != nil && req.Done == nil {
 				return &exitError{code: 2}
 			}
 			for _, u := range p.Unreachable {
@@ -76,4 +96,32 @@ checked and nothing must change.`,
 	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// restoreNotice is what plan and apply say about the restore cluster.yml
+// requests; "" when it requests none.
+func restoreNotice(req *reconcile.RestoreRequest) string {
+	if req == nil {
+		return ""
+	}
+	d := req.Done
+	if d == nil {
+		return fmt.Sprintf("Restore requested: snapshot %s (id %s) — apply restores it first", req.SnapshotName, req.ID)
+	}
+	at := func(t time.Time) string { return t.UTC().Format(time.DateTime) + " UTC" }
+	switch {
+	case d.FinishedAt.IsZero():
+		return fmt.Sprintf("restore id %s was started at %s and did not finish (rigger stopped during it); it is not tried again: "+
+			"check the cluster (rigger status), and give restore.id a new value to restore again", req.ID, at(d.StartedAt))
+	case d.Error != "":
+		return fmt.Sprintf("restore id %s failed at %s and is not tried again (give restore.id a new value to try again): %s",
+			req.ID, at(d.FinishedAt), firstLine(d.Error))
+	}
+	return fmt.Sprintf("restore id %s was done at %s; nothing to restore", req.ID, at(d.FinishedAt))
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
 }

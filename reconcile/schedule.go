@@ -1,0 +1,248 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/spec"
+)
+
+// SnapshotSchedule is the decision whether a scheduled snapshot is due.
+type SnapshotSchedule struct {
+	// Enabled is backup_config.enabled: when false nothing is ever due.
+	Enabled bool
+	// Due says a snapshot must be taken now.
+	Due bool
+	// Next is when the next scheduled snapshot is (or was) due: the last
+	// successful snapshot's time plus interval_hours, or the time of the
+	// decision when there is none. Zero when disabled.
+	Next time.Time
+	// Last is the newest successful snapshot, of any kind; nil when none.
+	Last *SnapshotInfo
+	// Reason says why, for people.
+	Reason string
+}
+
+// Complete says whether the snapshot was taken successfully and is still
+// usable: rigger wrote its sidecar (the last step of a save, after the
+// checks) and at least one etcd node holds a copy of the sidecar's size,
+// or S3 holds it. A file without a sidecar (a save that stopped half-way,
+// RKE's, a file put there by hand) or only damaged copies is not.
+func (si SnapshotInfo) Complete() bool {
+	return si.Sidecar != nil && (len(si.Nodes) > 0 || si.S3 != "")
+}
+
+// kind is the snapshot's kind from its sidecar, "" when it has none.
+func (si SnapshotInfo) kind() string {
+	if si.Sidecar == nil {
+		return ""
+	}
+	return si.Sidecar.Kind
+}
+
+// NextSnapshot decides whether a scheduled snapshot is due at now under
+// backup_config b (as spec.Load defaults it), given the snapshots found on
+// the etcd nodes and in S3. The interval counts from the newest complete
+// snapshot of any kind (SnapshotInfo.Complete), never from when a
+// container started: a cluster with none is due at once. A nil b or
+// enabled: false disables the schedule. It does no I/O.
+func NextSnapshot(b *spec.BackupConfig, snaps []SnapshotInfo, now time.Time) SnapshotSchedule {
+	if b == nil {
+		return SnapshotSchedule{Reason: "services.etcd.backup_config is not set: no scheduled snapshots"}
+	}
+	if b.Enabled != nil && !*b.Enabled {
+		return SnapshotSchedule{Reason: "services.etcd.backup_config.enabled is false: no scheduled snapshots"}
+	}
+	hours := b.IntervalHours
+	if hours <= 0 {
+		hours = spec.DefaultEtcdIntervalHours
+	}
+	interval := time.Duration(hours) * time.Hour
+	d := SnapshotSchedule{Enabled: true}
+	for i := range snaps {
+		si := &snaps[i]
+		if !si.Complete() {
+			continue
+		}
+		if d.Last == nil || si.TakenAt.After(d.Last.TakenAt) || si.TakenAt.Equal(d.Last.TakenAt) && si.Name > d.Last.Name {
+			d.Last = si
+		}
+	}
+	if d.Last == nil {
+		d.Due, d.Next = true, now
+		d.Reason = "no complete snapshot found on the etcd nodes or in s3: one is due now"
+		return d
+	}
+	last := d.Last.TakenAt
+	d.Next = last.Add(interval)
+	ago := now.Sub(last).Round(time.Second)
+	switch {
+	case !now.Before(d.Next):
+		d.Due = true
+		d.Reason = fmt.Sprintf("the last complete snapshot, %s, was taken %s ago, at %s; interval_hours is %d: one is due now",
+			d.Last.Name, ago, last.UTC().Format(time.RFC3339), hours)
+	case last.After(now):
+		d.Reason = fmt.Sprintf("the last complete snapshot, %s, is dated %s, after now (%s): check the clock where rigger runs; the next is due at %s",
+			d.Last.Name, last.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), d.Next.UTC().Format(time.RFC3339))
+	default:
+		d.Reason = fmt.Sprintf("the last complete snapshot, %s, was taken %s ago; interval_hours is %d: the next is due at %s, in %s",
+			d.Last.Name, ago, hours, d.Next.UTC().Format(time.RFC3339), d.Next.Sub(now).Round(time.Second))
+	}
+	return d
+}
+
+// Retain returns the snapshots that retention removes: for scheduled
+// snapshots, and separately for before-change ones, all but the newest
+// retention complete ones of the kind, and the incomplete ones of the kind
+// older than the oldest kept (an incomplete snapshot never takes the place
+// of a complete one, and a newer one is left for people to look at).
+// Manual snapshots and those without a sidecar are never removed. A
+// retention below 1 removes nothing. Newest is by time, then name; the
+// result is sorted oldest first. It does no I/O.
+func Retain(snaps []SnapshotInfo, retention int) (remove []SnapshotInfo) {
+	if retention < 1 {
+		return nil
+	}
+	for _, kind := range []string{etcdsnap.KindScheduled, etcdsnap.KindBeforeChange} {
+		var of []SnapshotInfo
+		for _, si := range snaps {
+			if si.kind() == kind {
+				of = append(of, si)
+			}
+		}
+		// Newest first.
+		slices.SortFunc(of, func(a, b SnapshotInfo) int {
+			return cmp.Or(b.TakenAt.Compare(a.TakenAt), strings.Compare(b.Name, a.Name))
+		})
+		kept := 0
+		for _, si := range of {
+			if kept >= retention {
+				remove = append(remove, si)
+				continue
+			}
+			if si.Complete() {
+				kept++
+			}
+		}
+	}
+	slices.SortFunc(remove, func(a, b SnapshotInfo) int {
+		return cmp.Or(a.TakenAt.Compare(b.TakenAt), strings.Compare(a.Name, b.Name))
+	})
+	return remove
+}
+
+// ScheduledSnapshotResult is what one ScheduledSnapshot decided and did.
+type ScheduledSnapshotResult struct {
+	// Schedule is the decision, made before any snapshot was taken.
+	Schedule SnapshotSchedule
+	// ListErr says which etcd nodes (or S3) could not be listed; the
+	// decision and retention used the rest.
+	ListErr error
+	// Snapshot is the snapshot taken (its sidecar has the name, time,
+	// size and sha256; Copies and S3 say where it is); nil when none was.
+	Snapshot *SnapshotResult
+	// CopyErr says which etcd nodes did not get a verified copy; S3Err why
+	// the upload to S3 failed (a *SnapshotUploadError). The snapshot is
+	// taken all the same: it is on the other nodes.
+	CopyErr error
+	S3Err   error
+	// Deleted are the snapshots retention removed, oldest first;
+	// RetentionErr says what could not be removed (they are tried again
+	// next time). Neither makes the snapshot a failure.
+	Deleted      []string
+	RetentionErr error
+}
+
+// ScheduledSnapshot is one tick of the snapshot schedule, for `rigger
+// serve`: it lists the snapshots on the etcd nodes (and in S3 when
+// s3backupconfig is set), decides with NextSnapshot at the session's
+// time, takes a scheduled snapshot when one is due (SaveSnapshot, whose
+// taking is bounded by backup_config.timeout), then removes what Retain
+// says, from the nodes and from S3. Only snapshots of this cluster
+// (their sidecar's cluster_name) are considered: an S3 folder may be
+// shared. With backup_config disabled it does nothing.
+//
+// The error is non-nil only when a due snapshot could not be taken at all
+// (then retention does not run) or ctx ended; everything else that failed
+// is in the result.
+func (s *Session) ScheduledSnapshot(ctx context.Context) (*ScheduledSnapshotResult, error) {
+	b := s.c.Services.Etcd.BackupConfig
+	res := &ScheduledSnapshotResult{}
+	if b == nil || b.Enabled != nil && !*b.Enabled {
+		res.Schedule = NextSnapshot(b, nil, s.opts.Now())
+		return res, nil
+	}
+	list, err := s.ListSnapshots(ctx, true)
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("list snapshots: %w", err)
+	}
+	res.ListErr = err
+	var snaps []SnapshotInfo
+	if list != nil {
+		for _, si := range list.Snapshots {
+			if si.Sidecar == nil || si.Sidecar.Cluster.ClusterName == s.c.ClusterName {
+				snaps = append(snaps, si)
+			}
+		}
+	}
+	res.Schedule = NextSnapshot(b, snaps, s.opts.Now())
+	log := s.opts.Log.With("cluster", s.c.ClusterName, "phase", "scheduled snapshot")
+	if res.Schedule.Due {
+		log.Info("taking a scheduled snapshot", "reason", res.Schedule.Reason)
+		sr, err := s.SaveSnapshot(ctx, SnapshotOptions{Kind: etcdsnap.KindScheduled})
+		if sr == nil || sr.Sidecar == nil {
+			return res, fmt.Errorf("take the scheduled snapshot (%s): %w", res.Schedule.Reason, err)
+		}
+		res.Snapshot = sr
+		res.S3Err = sr.S3Err
+		var copyErrs []error
+		for _, c := range sr.Copies {
+			if c.Err != nil {
+				copyErrs = append(copyErrs, fmt.Errorf("node %s: %w", c.Node, c.Err))
+			}
+		}
+		res.CopyErr = errors.Join(copyErrs...)
+		if err != nil {
+			log.Warn("scheduled snapshot taken, not everywhere", "snapshot", sr.Sidecar.Name, "error", err)
+		}
+		snaps = append(snaps, takenInfo(sr))
+	}
+	s3 := s.s3Config() != nil
+	var errs []error
+	for _, si := range Retain(snaps, b.Retention) {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		// Where the listing did not find it, there is nothing to delete.
+		_, err := s.DeleteSnapshot(ctx, si.Name, s3 && si.S3 != "")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove snapshot %s (retention %d): %w", si.Name, b.Retention, err))
+			continue
+		}
+		res.Deleted = append(res.Deleted, si.Name)
+		log.Info("snapshot removed by retention", "snapshot", si.Name, "reason", fmt.Sprintf("more than %d %s snapshots", b.Retention, si.kind()))
+	}
+	res.RetentionErr = errors.Join(errs...)
+	return res, nil
+}
+
+// takenInfo is the SnapshotInfo of a snapshot SaveSnapshot took, as a
+// listing would find it.
+func takenInfo(sr *SnapshotResult) SnapshotInfo {
+	sc := sr.Sidecar
+	si := SnapshotInfo{Name: sc.Name, Sidecar: sc, TakenAt: sc.TakenAt, Size: sc.Size, S3: sr.S3}
+	for _, c := range sr.Copies {
+		if c.Err == nil {
+			si.Nodes = append(si.Nodes, c.Node)
+		}
+	}
+	slices.Sort(si.Nodes)
+	return si
+}
