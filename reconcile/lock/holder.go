@@ -1,0 +1,67 @@
+package lock
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Holder says who holds a lock, for people. It is stored beside the lock (in
+// the lock file, in an annotation of the Lease) so that whoever is refused
+// can name the holder.
+type Holder struct {
+	// ID names the holder uniquely, e.g. "rigger serve on host1 (pid 42)".
+	// It is also the holderIdentity of a Lease.
+	ID string `json:"id"`
+	// Host is the host name of the holder.
+	Host string `json:"host"`
+	// PID is the holder's process id on Host.
+	PID int `json:"pid"`
+	// Command is what the holder is doing: "serve", "apply",
+	// "snapshot restore", ...
+	Command string `json:"command"`
+	// Since is when the holder took the lock (or started, as Me says).
+	Since time.Time `json:"since"`
+}
+
+// Me returns the Holder for this process running command, from now on.
+func Me(command string) Holder {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	pid := os.Getpid()
+	return Holder{
+		ID:      fmt.Sprintf("rigger %s on %s (pid %d)", command, host, pid),
+		Host:    host,
+		PID:     pid,
+		Command: command,
+		Since:   time.Now().UTC().Truncate(time.Second),
+	}
+}
+
+// HeldError is returned when a lock is held by someone else. Its message
+// says who holds it and what to do.
+type HeldError struct {
+	// Holder is who holds the lock, as far as it could be read.
+	Holder Holder
+	// Lock names the lock: a file path, or "lease namespace/name".
+	Lock string
+}
+
+// Error says who holds the lock since when, and what to do next.
+func (e *HeldError) Error() string {
+	msg := fmt.Sprintf("%s is held by %s", e.Lock, e.Holder.ID)
+	if !e.Holder.Since.IsZero() {
+		ago := time.Since(e.Holder.Since).Round(time.Second)
+		if ago < 0 {
+			ago = 0
+		}
+		msg += fmt.Sprintf(" since %s (%s ago)", e.Holder.Since.UTC().Format(time.RFC3339), ago)
+	}
+	msg += ": wait for it to finish (rigger apply --wait-lock), or stop it"
+	if e.Holder.PID > 0 && e.Holder.Host != "" {
+		msg += fmt.Sprintf(" (pid %d on %s)", e.Holder.PID, e.Holder.Host)
+	}
+	return msg + "; a holder that crashed releases the lock by itself"
+}

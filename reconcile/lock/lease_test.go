@@ -1,0 +1,390 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	testNS    = "kube-system"
+	testLease = "rigger-cluster1"
+)
+
+// testTiming keeps lease tests short. A Lease records whole seconds, so
+// Duration cannot be shorter.
+var testTiming = LeaseTiming{Duration: time.Second, RenewDeadline: 300 * time.Millisecond, RetryPeriod: 30 * time.Millisecond}
+
+// newCluster returns a fake clientset whose Leases honour resourceVersion
+// as the API server does (optimistic concurrency), which the fake's tracker
+// alone does not: without it a takeover could never be noticed.
+func newCluster() *fake.Clientset {
+	c := fake.NewClientset()
+	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	var mu sync.Mutex
+	rv := 0
+	c.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch a.GetVerb() {
+		case "create":
+			l := a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			rv++
+			l.ResourceVersion = strconv.Itoa(rv)
+			if err := c.Tracker().Create(gvr, l, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			return true, l, nil
+		case "update":
+			l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			cur, err := c.Tracker().Get(gvr, a.GetNamespace(), l.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			if cur.(*coordinationv1.Lease).ResourceVersion != l.ResourceVersion {
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), l.Name, errors.New("the object has been modified"))
+			}
+			rv++
+			l.ResourceVersion = strconv.Itoa(rv)
+			if err := c.Tracker().Update(gvr, l, a.GetNamespace()); err != nil {
+				return true, nil, err
+			}
+			return true, l, nil
+		case "get":
+			obj, err := c.Tracker().Get(gvr, a.GetNamespace(), a.(k8stesting.GetAction).GetName())
+			return true, obj, err
+		}
+		return false, nil, nil
+	})
+	return c
+}
+
+func getLease(t *testing.T, c *fake.Clientset) *coordinationv1.Lease {
+	t.Helper()
+	l, err := c.CoordinationV1().Leases(testNS).Get(context.Background(), testLease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get the lease: %v", err)
+	}
+	return l
+}
+
+func mustLease(t *testing.T, c *fake.Clientset, h Holder) (context.Context, func()) {
+	t.Helper()
+	held, release, err := Lease(t.Context(), c, testNS, testLease, h, false, testTiming)
+	if err != nil {
+		t.Fatalf("Lease for %s: %v", h.ID, err)
+	}
+	t.Cleanup(release)
+	return held, release
+}
+
+func TestLeaseRefusedNamesHolder(t *testing.T) {
+	c := newCluster()
+	first := testHolder("rigger apply on host1 (pid 42)")
+	held, _ := mustLease(t, c, first)
+
+	l := getLease(t, c)
+	if got := ptr.Deref(l.Spec.HolderIdentity, ""); got != first.ID {
+		t.Errorf("holderIdentity = %q, want %q", got, first.ID)
+	}
+
+	start := time.Now()
+	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("second"), false, testTiming)
+	var heldErr *HeldError
+	if !errors.As(err, &heldErr) {
+		t.Fatalf("second Lease: got %v, want a *HeldError", err)
+	}
+	if diff := cmp.Diff(&HeldError{Holder: first, Lock: "lease " + testNS + "/" + testLease}, heldErr); diff != "" {
+		t.Errorf("HeldError (-want +got):\n%s", diff)
+	}
+	if d := time.Since(start); d > testTiming.Duration/2 {
+		t.Errorf("refusing took %v, want it at once", d)
+	}
+	if held.Err() != nil {
+		t.Errorf("the first holder's context ended: %v", context.Cause(held))
+	}
+}
+
+func TestLeaseAfterRelease(t *testing.T) {
+	c := newCluster()
+	held, release := mustLease(t, c, testHolder("first"))
+	release()
+	if held.Err() == nil {
+		t.Error("held is not cancelled after release")
+	}
+	l := getLease(t, c)
+	if id := ptr.Deref(l.Spec.HolderIdentity, ""); id != "" || l.Annotations[HolderAnnotation] != "" {
+		t.Errorf("released lease: holder %q, annotation %q; want both empty", id, l.Annotations[HolderAnnotation])
+	}
+
+	start := time.Now()
+	mustLease(t, c, testHolder("second"))
+	if d := time.Since(start); d > testTiming.Duration/2 {
+		t.Errorf("taking a released lease took %v, want it at once", d)
+	}
+	h, err := parseHolder([]byte(getLease(t, c).Annotations[HolderAnnotation]))
+	if err != nil || h.ID != "second" {
+		t.Errorf("annotation names %+v (%v), want second", h, err)
+	}
+}
+
+func TestLeaseWait(t *testing.T) {
+	c := newCluster()
+	_, release := mustLease(t, c, testHolder("first"))
+
+	type result struct {
+		release func()
+		err     error
+	}
+	got := make(chan result, 1)
+	go func() {
+		_, r, err := Lease(t.Context(), c, testNS, testLease, testHolder("second"), true, testTiming)
+		got <- result{r, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("waiting Lease returned (%v) while the lease was held", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiting Lease: %v", r.err)
+		}
+		r.release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiting Lease did not get the released lease")
+	}
+}
+
+func TestLeaseWaitCancelled(t *testing.T) {
+	c := newCluster()
+	mustLease(t, c, testHolder("first"))
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, _, err := Lease(ctx, c, testNS, testLease, testHolder("second"), true, testTiming)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want it to wrap context.DeadlineExceeded", err)
+	}
+	var heldErr *HeldError
+	if !errors.As(err, &heldErr) || heldErr.Holder.ID != "first" {
+		t.Errorf("got %v, want it to wrap a *HeldError naming first", err)
+	}
+	if id := ptr.Deref(getLease(t, c).Spec.HolderIdentity, ""); id != "first" {
+		t.Errorf("after giving up, the lease is held by %q, want first", id)
+	}
+}
+
+func TestLeaseExpiredTakenOver(t *testing.T) {
+	c := newCluster()
+	old := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	_, err := c.CoordinationV1().Leases(testNS).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testLease,
+			Annotations: map[string]string{HolderAnnotation: `{"id":"crashed"}`}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To("crashed"),
+			LeaseDurationSeconds: ptr.To[int32](1),
+			AcquireTime:          &old,
+			RenewTime:            &old,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLease(t, c, testHolder("me"))
+	l := getLease(t, c)
+	if id := ptr.Deref(l.Spec.HolderIdentity, ""); id != "me" {
+		t.Errorf("holderIdentity = %q, want me", id)
+	}
+	if h, err := parseHolder([]byte(l.Annotations[HolderAnnotation])); err != nil || h.ID != "me" {
+		t.Errorf("annotation names %+v (%v), want me", h, err)
+	}
+}
+
+func TestLeaseLostToAnotherHolder(t *testing.T) {
+	c := newCluster()
+	held, release := mustLease(t, c, testHolder("first"))
+
+	// Someone else takes the lease over, as after a partition.
+	l := getLease(t, c)
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity = ptr.To("intruder")
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](30)
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	l.Annotations = map[string]string{HolderAnnotation: `{"id":"intruder"}`}
+	if err := retryUpdate(t, c, l); err != nil {
+		t.Fatal(err)
+	}
+
+	select {
+	case <-held.Done():
+		if !errors.Is(context.Cause(held), ErrLost) {
+			t.Errorf("cause = %v, want ErrLost", context.Cause(held))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("held was not cancelled after the lease was taken over")
+	}
+	release()
+	if id := ptr.Deref(getLease(t, c).Spec.HolderIdentity, ""); id != "intruder" {
+		t.Errorf("release gave up someone else's lease: holder %q", id)
+	}
+}
+
+// retryUpdate writes l's spec and annotations over the current lease,
+// retrying while the holder's renewals conflict with it.
+func retryUpdate(t *testing.T, c *fake.Clientset, l *coordinationv1.Lease) error {
+	for range 50 {
+		cur := getLease(t, c)
+		cur.Spec, cur.Annotations = l.Spec, l.Annotations
+		_, err := c.CoordinationV1().Leases(testNS).Update(t.Context(), cur, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("the lease kept changing")
+}
+
+func TestLeaseTimingRejected(t *testing.T) {
+	tests := []struct {
+		name   string
+		timing LeaseTiming
+	}{
+		{"under a second", LeaseTiming{Duration: 500 * time.Millisecond, RenewDeadline: 100 * time.Millisecond, RetryPeriod: 10 * time.Millisecond}},
+		{"renew deadline above duration", LeaseTiming{Duration: time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 10 * time.Millisecond}},
+		{"retry period above renew deadline", LeaseTiming{Duration: time.Second, RenewDeadline: 100 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := Lease(t.Context(), newCluster(), testNS, testLease, testHolder("me"), false, tt.timing)
+			if err == nil {
+				t.Fatal("Lease accepted the timing")
+			}
+			err = RunLeader(t.Context(), newCluster(), testNS, testLease, "me", tt.timing, func(context.Context) {
+				t.Error("run ran with a bad timing")
+			}, slog.New(slog.DiscardHandler))
+			if err == nil {
+				t.Fatal("RunLeader accepted the timing")
+			}
+		})
+	}
+}
+
+func TestLeaseTimingDefaults(t *testing.T) {
+	got := LeaseTiming{RetryPeriod: time.Second}.withDefaults()
+	want := LeaseTiming{Duration: DefaultLeaseDuration, RenewDeadline: DefaultRenewDeadline, RetryPeriod: time.Second}
+	if got != want {
+		t.Errorf("withDefaults = %+v, want %+v", got, want)
+	}
+}
+
+// TestRunLeaderOneAtATime runs two replicas whose work ends after a while,
+// so that leadership moves: their work never overlaps, and each replica
+// knows when it leads.
+func TestRunLeaderOneAtATime(t *testing.T) {
+	c := newCluster()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+
+	var active, overlaps, terms atomic.Int32
+	var mu sync.Mutex
+	ran := map[string]int{}
+	electors := map[string]*Elector{}
+	for _, id := range []string{"serve-0", "serve-1"} {
+		electors[id] = NewElector(c, testNS, testLease, id, testTiming, slog.New(slog.DiscardHandler))
+	}
+	var wg sync.WaitGroup
+	for id, e := range electors {
+		wg.Go(func() {
+			err := e.Run(ctx, func(workCtx context.Context) {
+				if active.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				defer active.Add(-1)
+				terms.Add(1)
+				mu.Lock()
+				ran[id]++
+				mu.Unlock()
+				if !e.IsLeader() {
+					t.Errorf("%s runs but IsLeader is false", id)
+				}
+				for other, o := range electors {
+					if other != id && o.IsLeader() {
+						t.Errorf("%s and %s both say they lead", id, other)
+					}
+				}
+				select {
+				case <-workCtx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			})
+			if err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("work overlapped %d times", n)
+	}
+	if n := terms.Load(); n < 3 {
+		t.Errorf("work ran %d times in 3s, want leadership to move several times", n)
+	}
+	for id, e := range electors {
+		if e.IsLeader() {
+			t.Errorf("%s still says it leads after Run returned", id)
+		}
+	}
+	t.Logf("terms per replica: %v", ran)
+	if id := ptr.Deref(getLease(t, c).Spec.HolderIdentity, ""); id != "" {
+		t.Errorf("after both replicas stopped the lease is held by %q", id)
+	}
+}
+
+// TestLeaseRefusedByServe: an apply refused because serve leads names the
+// replica that leads.
+func TestLeaseRefusedByServe(t *testing.T) {
+	c := newCluster()
+	ctx, cancel := context.WithCancel(t.Context())
+	leading := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- RunLeader(ctx, c, testNS, testLease, "serve-0", testTiming, func(ctx context.Context) {
+			close(leading)
+			<-ctx.Done()
+		}, slog.New(slog.DiscardHandler))
+	}()
+	select {
+	case <-leading:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the only replica did not lead")
+	}
+	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("apply"), false, testTiming)
+	var heldErr *HeldError
+	if !errors.As(err, &heldErr) {
+		t.Fatalf("Lease while serve leads: got %v, want a *HeldError", err)
+	}
+	if h := heldErr.Holder; h.ID != "serve-0" || h.Command != "serve" || h.Since.IsZero() {
+		t.Errorf("HeldError names %+v, want serve-0, command serve, with a time", h)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("RunLeader: %v", err)
+	}
+	mustLease(t, c, testHolder("apply"))
+}
