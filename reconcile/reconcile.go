@@ -67,6 +67,8 @@ type Session struct {
 	req  pki.Request
 	// former are the nodes of the last apply gone from cluster.yml.
 	former []spec.Node
+	// unlock releases the cluster's lock (Lock); nil when not held.
+	unlock func()
 }
 
 // Open prepares a reconcile of c, which must be loaded and valid
@@ -106,8 +108,12 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	return s, nil
 }
 
-// Close closes the transport the session made.
+// Close releases the cluster's lock if the session holds it and closes
+// the transport the session made.
 func (s *Session) Close() error {
+	if s.unlock != nil {
+		s.unlock()
+	}
 	if s.own {
 		return s.tr.Close()
 	}
@@ -529,11 +535,26 @@ func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
 	}
 	total := len(s.c.Nodes) + len(removed)
 	if most := budget.Of(total, 0); len(removed) > most {
-		return fmt.Errorf("the plan removes %d of %d nodes (%s), more than rigger.max_removed_nodes (%s) allows: "+
-			"if cluster.yml is complete and this is meant, apply with --allow-removals",
-			len(removed), total, strings.Join(removed, ", "), s.c.Rigger.MaxRemovedNodes)
+		return &RemovalGuardError{Removed: removed, Total: total, Limit: s.c.Rigger.MaxRemovedNodes}
 	}
 	return nil
+}
+
+// RemovalGuardError is a plan that removes more nodes than
+// rigger.max_removed_nodes allows: a guard against a truncated cluster.yml.
+type RemovalGuardError struct {
+	// Removed are the addresses of the nodes the plan removes.
+	Removed []string
+	// Total is how many nodes rigger knows, the removed ones included.
+	Total int
+	// Limit is rigger.max_removed_nodes.
+	Limit string
+}
+
+func (e *RemovalGuardError) Error() string {
+	return fmt.Sprintf("the plan removes %d of %d nodes (%s), more than rigger.max_removed_nodes (%s) allows: "+
+		"if cluster.yml is complete and this is meant, apply with --allow-removals (or raise rigger.max_removed_nodes)",
+		len(e.Removed), e.Total, strings.Join(e.Removed, ", "), e.Limit)
 }
 
 // PlanRemove observes the nodes and plans the teardown of the cluster:

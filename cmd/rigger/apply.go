@@ -22,6 +22,7 @@ func newApplyCommand() *cobra.Command {
 		planFile      string
 		allowRemovals bool
 		watchFile     bool
+		waitLock      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "apply",
@@ -64,12 +65,18 @@ With --watch (and --yes), apply stays running and plans and applies again
 each time cluster.yml is saved (editors that replace the file included); a
 file that does not validate is reported and nothing changes until it does.
 
+One rigger at a time changes a cluster: apply holds the cluster's lock in
+the state directory while it runs. When another apply, or "rigger serve"
+with the same state directory, holds it, apply refuses and says who holds
+it, or with --wait-lock waits until it is free.
+
 Exit status: 0 when the cluster converged, 1 on failure or when a node of
 cluster.yml could not be reached.`,
 		Example: `  rigger apply -f cluster.yml
   rigger plan -f cluster.yml --out plan.json && rigger apply -f cluster.yml --plan plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.lockAs, f.waitLock = "apply", waitLock
 			o := applyOnce{flags: f, yes: yes, planFile: planFile, allowRemovals: allowRemovals}
 			if !watchFile {
 				return o.run(cmd)
@@ -93,6 +100,7 @@ cluster.yml could not be reached.`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking")
 	cmd.Flags().StringVar(&planFile, "plan", "", "carry out this plan (from rigger plan --out); refused if the nodes changed since")
 	cmd.Flags().BoolVar(&allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
+	cmd.Flags().BoolVar(&waitLock, "wait-lock", false, "when another rigger (an apply, or serve) is changing the cluster, wait for it instead of refusing")
 	cmd.Flags().BoolVar(&watchFile, "watch", false, "after applying, apply again each time cluster.yml is saved (with --yes)")
 	return cmd
 }

@@ -25,6 +25,7 @@ directory is kept.`,
 		Example: `  rigger remove -f cluster.yml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.lockAs = "remove"
 			c, s, err := f.open(cmd)
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )
@@ -23,6 +25,10 @@ type clusterFlags struct {
 	file       string
 	stateDir   string
 	knownHosts string
+	// lockAs, when set, is the command open takes the cluster's lock for
+	// (commands that change the cluster); waitLock waits for it.
+	lockAs   string
+	waitLock bool
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {
@@ -53,7 +59,29 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*spec.Cluster, *reconcile.Sessi
 	if err != nil {
 		return nil, nil, err
 	}
+	if f.lockAs != "" {
+		if err := lockSession(cmd, s, f.lockAs, f.waitLock); err != nil {
+			s.Close()
+			return nil, nil, err
+		}
+	}
 	return c, s, nil
+}
+
+// lockSession takes the cluster's lock (in the state directory) for the
+// session, until it is closed. When another rigger holds it (an apply, or
+// serve reconciling the cluster), it refuses naming the holder, or with
+// wait says who it waits for and waits.
+func lockSession(cmd *cobra.Command, s *reconcile.Session, command string, wait bool) error {
+	_, err := s.Lock(cmd.Context(), command, false)
+	var held *lock.HeldError
+	if !wait || !errors.As(err, &held) {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for the cluster's lock, held by %s since %s (Ctrl-C to stop waiting)…\n",
+		held.Holder.ID, held.Holder.Since.Local().Format("15:04:05"))
+	_, err = s.Lock(cmd.Context(), command, true)
+	return err
 }
 
 // renderPlanned writes the plan and where the certificates come from.

@@ -55,6 +55,7 @@ Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
 					return err
 				}
 			}
+			f.lockAs = "snapshot save"
 			_, s, err := f.open(cmd)
 			if err != nil {
 				return err
@@ -209,6 +210,7 @@ answer (it may still hold the snapshot).`,
 			if err := etcdsnap.CheckName(args[0]); err != nil {
 				return err
 			}
+			f.lockAs = "snapshot delete"
 			_, s, err := f.open(cmd)
 			if err != nil {
 				return err
@@ -268,6 +270,7 @@ each node, where its old data is, and the commands to put it back.`,
 			if err := etcdsnap.CheckName(name); err != nil {
 				return err
 			}
+			f.lockAs = "snapshot restore"
 			_, s, err := f.open(cmd)
 			if err != nil {
 				return err
