@@ -23,11 +23,12 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 kept in git. It observes the live nodes, computes a plan and pushes each
 node's containers and files over SSH (the Docker socket tunnelled, as RKE
 does), in an order that keeps the cluster serving; it takes, verifies and
-restores etcd snapshots. "rigger serve", which follows a git repository,
-keeps snapshots on a schedule and commits the cluster's status back, is not
-in this version yet.
+restores etcd snapshots. "rigger serve" follows a git repository: every
+cluster.yml in it is reconciled when pushed and checked for drift, its etcd
+snapshots are taken on schedule, and its status is committed back.
 
-Start with: rigger validate, rigger plan, rigger apply (see docs/operations.md).
+Start with: rigger validate, rigger plan, rigger apply (see docs/operations.md);
+for GitOps, rigger serve (see docs/gitops.md).
 
 Every flag can also be set from the environment: RIGGER_ followed by the
 flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).`,
@@ -49,6 +50,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newKubeconfigCommand(),
 		newStatusCommand(),
 		newSnapshotCommand(),
+		newServeCommand(),
 		newNginxProxyCommand(),
 		newSandboxCommand(),
 	)

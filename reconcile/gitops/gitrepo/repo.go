@@ -411,3 +411,57 @@ func validBranch(b string) error {
 	}
 	return nil
 }
+
+// maxHistory bounds how far back LastChange walks.
+const maxHistory = 10000
+
+// LastChange is the commit, on the first-parent history of rev, that gave
+// path the content it has at rev: the revision a cluster.yml was last
+// changed in, the same for everyone who reads it, whatever commits (status
+// commits, other files) came after. It walks at most maxHistory commits
+// and returns the oldest one reached when the content goes back further.
+func (r *Repo) LastChange(rev, path string) (string, error) {
+	p, err := cleanPath(path)
+	if err != nil {
+		return "", r.errorf("find the last change of %s in %s: %w", path, r.remote.url, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hash, err := r.resolve(rev)
+	if err != nil {
+		return "", r.errorf("find the last change of %s in %s: %w", p, r.remote.url, err)
+	}
+	blobAt := func(h plumbing.Hash) (*object.Commit, plumbing.Hash, error) {
+		c, err := r.repo.CommitObject(h)
+		if err != nil {
+			return nil, plumbing.ZeroHash, fmt.Errorf("read commit %s: %w", h, err)
+		}
+		t, err := c.Tree()
+		if err != nil {
+			return nil, plumbing.ZeroHash, fmt.Errorf("read tree of %s: %w", h, err)
+		}
+		e, ok, err := r.entry(t, p)
+		if err != nil || !ok {
+			return c, plumbing.ZeroHash, err
+		}
+		return c, e.Hash, nil
+	}
+	c, want, err := blobAt(hash)
+	if err != nil {
+		return "", r.errorf("find the last change of %s in %s: %w", p, r.remote.url, err)
+	}
+	for range maxHistory {
+		if len(c.ParentHashes) == 0 {
+			break
+		}
+		parent, blob, err := blobAt(c.ParentHashes[0])
+		if err != nil {
+			return "", r.errorf("find the last change of %s in %s: %w", p, r.remote.url, err)
+		}
+		if blob != want {
+			break
+		}
+		c = parent
+	}
+	return c.Hash.String(), nil
+}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/mail"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/gitops"
+	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/reconcile/gitops/webhook"
+	"github.com/rigger/rigger/reconcile/lock"
+)
+
+// Environment variables serve reads secrets from (flags would show them in
+// the process list).
+const (
+	envGitToken      = "RIGGER_GIT_TOKEN"
+	envWebhookSecret = "RIGGER_WEBHOOK_SECRET"
+)
+
+// serveOptions are serve's flags.
+type serveOptions struct {
+	repo, branch, path, statusBranch string
+	interval, driftInterval          time.Duration
+	maxConcurrent                    int
+	workdir, stateDir                string
+	sshKey, knownHosts               string
+	gitUser, gitTokenFile            string
+	webhookSecretFile                string
+	listen                           string
+	author                           string
+	leaderElect                      bool
+	leaseNamespace, leaseName        string
+	kubeconfig                       string
+	logFormat, logLevel              string
+}
+
+func newServeCommand() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Follow a git repository: reconcile every cluster.yml in it and commit each cluster's status back",
+		Long: `Serve clones --repo and follows --branch: every cluster.yml under --path is
+one cluster, reconciled on its own (at most --max-concurrent at once), with
+its state directory <--state-dir>/<cluster_name>, the layout "rigger apply"
+uses, so that both share the certificates and the lock.
+
+A cluster is reconciled when its cluster.yml changes (a fetch every
+--interval, moved by up to 10%, or at once when a webhook says a push
+happened), at every drift check (--drift-interval: what was changed on the
+nodes by hand is repaired and recorded), when a retry is due after a
+failure, and when services.etcd.backup_config asks for a snapshot (counted
+from the last successful one; retention applied after each). With
+rigger.suspend: true in cluster.yml the cluster is observed and reported,
+not changed.
+
+After each reconcile, status.yml is written beside the cluster.yml (or at the
+same path on --status-branch) and committed when its meaning changed, by
+--author with the trailer "Rigger-Status: <path of cluster.yml>". A status
+commit never starts a reconcile. A push rejected because someone pushed first
+is redone on top of their commit: nothing is ever force-pushed.
+
+Git credentials: --git-ssh-key and --git-known-hosts for ssh:// and
+user@host:path URLs (host keys are always checked); for https://, a token
+or password in --git-token-file or $RIGGER_GIT_TOKEN, with
+--git-username.
+
+Webhooks: with a secret in --webhook-secret-file or $RIGGER_WEBHOOK_SECRET,
+serve accepts GitHub, GitLab, Gitea/Forgejo and generic HMAC-SHA256 push
+webhooks at a path derived from the secret (logged at start) and fetches at
+once; every other request is refused.
+
+HTTP (--listen): /healthz (the process runs), /readyz (the repository was
+fetched and, with --leader-elect, this replica leads), /metrics (Prometheus),
+and the webhook.
+
+One reconciler per cluster: each reconcile holds the cluster's lock in its
+state directory (a "rigger apply" with the same state directory waits or
+refuses, naming the holder); with --leader-elect (in a cluster, several
+replicas), only the replica holding the Lease --lease-namespace/--lease-name
+reconciles.`,
+		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
+    --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook
+  RIGGER_GIT_TOKEN=$TOKEN rigger serve --repo https://gitea.example/ops/clusters.git --status-branch rigger-status`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.repo, "repo", "", "URL of the git repository to follow (ssh://, user@host:path, https://, file://)")
+	fl.StringVar(&o.branch, "branch", "main", "branch holding the cluster.yml files")
+	fl.StringVar(&o.path, "path", ".", "directory of the repository searched for cluster.yml files")
+	fl.StringVar(&o.statusBranch, "status-branch", "", "commit status.yml files to this branch instead of --branch")
+	fl.DurationVar(&o.interval, "interval", gitops.DefaultInterval, "time between fetches of the branch")
+	fl.DurationVar(&o.driftInterval, "drift-interval", gitops.DefaultDriftInterval, "time between drift checks of each cluster")
+	fl.IntVar(&o.maxConcurrent, "max-concurrent", gitops.DefaultMaxConcurrent, "clusters reconciled at once")
+	fl.StringVar(&o.workdir, "workdir", "", "directory of serve's clone of the repository (default: <state-dir>/serve/<hash of --repo>)")
+	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the clusters' state directories, one per cluster_name, never in git (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	fl.StringVar(&o.sshKey, "git-ssh-key", "", "private key for SSH git URLs")
+	fl.StringVar(&o.knownHosts, "git-known-hosts", "", "known_hosts file the git server's host key is checked against (SSH URLs)")
+	fl.StringVar(&o.gitUser, "git-username", "git", "user name for HTTPS git URLs")
+	fl.StringVar(&o.gitTokenFile, "git-token-file", "", "file holding the token or password for HTTPS git URLs (else $"+envGitToken+")")
+	fl.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (else $"+envWebhookSecret+"); without one, no webhook is served")
+	fl.StringVar(&o.listen, "listen", ":8080", "address of the HTTP server (health, metrics, webhook)")
+	fl.StringVar(&o.author, "author", "rigger <rigger@localhost>", `author of the status commits, as "Name <email>"`)
+	fl.BoolVar(&o.leaderElect, "leader-elect", false, "in a Kubernetes cluster: reconcile only while holding a Lease (several replicas may run)")
+	fl.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace)")
+	fl.StringVar(&o.leaseName, "lease-name", "rigger-serve", "name of the Lease")
+	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (default: the in-cluster service account)")
+	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.repo == "" {
+		return errors.New("give the repository to follow: --repo URL")
+	}
+	author, err := mail.ParseAddress(o.author)
+	if err != nil {
+		return fmt.Errorf("--author %q: %w: give \"Name <email>\"", o.author, err)
+	}
+	if o.stateDir == "" {
+		d, err := reconcile.DefaultStateDir("x")
+		if err != nil {
+			return err
+		}
+		o.stateDir = filepath.Dir(d)
+	}
+	if o.workdir == "" {
+		sum := sha256.Sum256([]byte(o.repo))
+		o.workdir = filepath.Join(o.stateDir, "serve", hex.EncodeToString(sum[:8]))
+	}
+	auth := gitrepo.Auth{SSHKeyFile: o.sshKey, KnownHostsFile: o.knownHosts, Username: o.gitUser}
+	if auth.Password, err = secretFrom(o.gitTokenFile, envGitToken); err != nil {
+		return err
+	}
+	secret, err := secretFrom(o.webhookSecretFile, envWebhookSecret)
+	if err != nil {
+		return err
+	}
+	repo, err := gitrepo.Open(ctx, o.workdir, o.repo, auth)
+	if err != nil {
+		return err
+	}
+	metrics := gitops.NewMetrics()
+	srv, err := gitops.New(gitops.Config{
+		Repo: repo, RepoURL: gitrepo.StripURL(o.repo), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
+		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
+		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	var leading func() bool
+	var elect func(ctx context.Context, run func(context.Context)) error
+	if o.leaderElect {
+		client, ns, err := o.leaseClient()
+		if err != nil {
+			return err
+		}
+		leader := lock.NewElector(client, ns, o.leaseName, lock.Me("serve").ID, lock.LeaseTiming{}, log)
+		leading, elect = leader.IsLeader, leader.Run
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case leading != nil && !leading():
+			http.Error(w, "not the leader: another replica reconciles", http.StatusServiceUnavailable)
+		case !srv.Ready():
+			http.Error(w, "the repository has not been fetched yet", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+	mux.Handle("/metrics", metrics.Handler())
+	if len(secret) > 0 {
+		h, err := webhook.New(webhook.Config{Secret: []byte(secret), Branch: o.branch, Log: log, Observe: metrics.Webhook,
+			Trigger: func(webhook.Event) { srv.Trigger() }})
+		if err != nil {
+			return fmt.Errorf("webhook: %w", err)
+		}
+		mux.Handle(webhook.Path([]byte(secret)), h)
+		log.Info("webhook ready: point the forge's push webhook at this path", "path", webhook.Path([]byte(secret)))
+	} else {
+		log.Info("no webhook secret: the branch is only polled", "interval", o.interval)
+	}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w: give another --listen", o.listen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
+	log.Info("rigger serve starts", "repo", gitrepo.StripURL(o.repo), "branch", o.branch, "path", o.path,
+		"listen", ln.Addr().String(), "state_dir", o.stateDir)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer func() {
+			shut, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(shut)
+		}()
+		if elect == nil {
+			return srv.Run(gctx)
+		}
+		return elect(gctx, func(ctx context.Context) { _ = srv.Run(ctx) })
+	})
+	err = g.Wait()
+	log.Info("rigger serve stopped")
+	return err
+}
+
+// leaseClient is the Kubernetes client and namespace of the Lease.
+func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("--leader-elect: %w: run in a pod with a service account, or give --kubeconfig", err)
+	}
+	ns := o.leaseNamespace
+	if ns == "" {
+		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		if err != nil {
+			return nil, "", fmt.Errorf("--leader-elect: find the pod's namespace: %w: give --lease-namespace", err)
+		}
+		ns = strings.TrimSpace(string(b))
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("--leader-elect: %w", err)
+	}
+	return client, ns, nil
+}
+
+// secretFrom reads a secret from a file, else from an environment
+// variable; "" when neither has one.
+func secretFrom(file, env string) (string, error) {
+	if file == "" {
+		return os.Getenv(env), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read secret: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// newLogger is serve's logger: text or JSON lines on stderr.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: give debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: give text or json", format)
+}

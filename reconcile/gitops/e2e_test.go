@@ -1,0 +1,538 @@
+package gitops_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/rigger/rigger/reconcile/gitops"
+	"github.com/rigger/rigger/reconcile/gitops/webhook"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// subnet is this package's sandbox (sandboxtest's table).
+const subnet = 5
+
+const (
+	clusterPath = "clusters/sandbox/cluster.yml"
+	statusPath  = "clusters/sandbox/status.yml"
+	secret      = "e2e-webhook-secret-0123456789abcdef"
+	author      = "rigger-e2e <rigger-e2e@example.test>"
+	// oneFlag is the kube-proxy setting of the example; withFlag adds a
+	// flag beside it: a one-flag change.
+	oneFlag  = `conntrack-max-per-core: "0"`
+	withFlag = oneFlag + "\n      v: \"2\""
+)
+
+// TestServeSandbox follows a bare repository served on loopback whose
+// post-receive hook calls serve's webhook (as a forge does), against a real
+// one-node cluster on the sandbox:
+//   - a push of cluster.yml converges the cluster and a status commit appears;
+//   - a human commit pushed while rigger commits its status is kept, and so
+//     is rigger's;
+//   - status commits and commits that do not touch cluster.yml start no
+//     reconcile;
+//   - a bad signature is refused (403) and fetches nothing;
+//   - a container removed by hand is repaired by the drift check and recorded;
+//   - two serve processes on the same cluster never apply at once;
+//   - no status commit carries a secret.
+func TestServeSandbox(t *testing.T) {
+	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 1, Images: true})
+	bin := buildRigger(t)
+	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+	yml := sandboxtest.ClusterYML(t, sb, map[int][]string{0: all})
+	if !strings.Contains(yml, oneFlag) {
+		t.Fatalf("the example cluster.yml has no %s to change", oneFlag)
+	}
+
+	port := freePort(t)
+	origin := newOrigin(t, port)
+	origin.commit(t, "add the sandbox cluster", map[string]string{clusterPath: yml, "README.md": "clusters\n"})
+	origin.push(t)
+
+	stateDir := t.TempDir()
+	a := startServe(t, bin, "a", origin, stateDir, port, true)
+
+	// 1. The first push converges the cluster; its status is committed.
+	first := origin.head(t)
+	st := origin.waitStatus(t, "the first reconcile", 10*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == first && ready(f) == "True"
+	})
+	if st.Status == nil || len(st.Status.Nodes) != 1 || !st.Status.Nodes[0].Reachable {
+		t.Fatalf("status.yml does not show the node: %+v", st.Status)
+	}
+
+	// 2. A one-flag change, and a human commit pushed right behind it,
+	// while rigger reconciles and then commits its status.
+	origin.pull(t)
+	origin.commit(t, "kube-proxy: log more", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
+	origin.push(t)
+	change := origin.head(t)
+	origin.commit(t, "docs: a human's commit", map[string]string{"README.md": "clusters, written by a human\n"})
+	origin.push(t)
+	human := origin.head(t)
+	st = origin.waitStatus(t, "the reconcile of the change", 5*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == change && ready(f) == "True"
+	})
+	for _, c := range st.Status.Nodes[0].Containers {
+		if !c.InSync {
+			t.Errorf("after the change, %s is not in sync: %+v", c.Name, c)
+		}
+	}
+	if got := origin.show(t, "main:README.md"); got != "clusters, written by a human\n" {
+		t.Errorf("the human's README.md is now %q", got)
+	}
+	if log := origin.git(t, "log", "--format=%H", "main"); !strings.Contains(log, human) || !strings.Contains(log, change) {
+		t.Errorf("a commit was lost: main's history\n%s\nlacks %s or %s", log, human, change)
+	}
+	// Rigger's status commits were pushed after the human's: their
+	// trailer is there, and the hook called the webhook for them too.
+	if msgs := origin.git(t, "log", "--format=%B", human+"..main"); !strings.Contains(msgs, gitops.TrailerKey+": "+clusterPath) {
+		t.Errorf("no status commit after the human's commit:\n%s", msgs)
+	}
+
+	// 3. Neither the status commits nor the README commit started a
+	// reconcile: only the two changes of cluster.yml did.
+	time.Sleep(3 * time.Second) // the hook's webhook of the last status commit
+	if got := a.count(func(e logEntry) bool { return e.Msg == "reconcile starts" && e.Trigger == "change" }); got != 2 {
+		t.Errorf("%d reconciles of a change, want 2 (the first push and the flag):\n%s", got, a.tail())
+	}
+
+	// 4. A bad signature is refused and fetches nothing.
+	fetches := a.metric(t, `rigger_git_fetches_total{result="ok"}`)
+	body := `{"ref":"refs/heads/main"}`
+	code := postWebhook(t, port, body, webhook.Sign([]byte("not-the-secret-xxxxxxxxxx"), []byte(body)))
+	if code != http.StatusForbidden && code != http.StatusUnauthorized {
+		t.Errorf("a bad signature got %d", code)
+	}
+	if code := postWebhook(t, port, body, ""); code != http.StatusUnauthorized {
+		t.Errorf("no signature got %d, want 401", code)
+	}
+	time.Sleep(time.Second)
+	if after := a.metric(t, `rigger_git_fetches_total{result="ok"}`); after != fetches {
+		t.Errorf("a refused webhook fetched: %v fetches before, %v after", fetches, after)
+	}
+
+	// 5. Drift: kube-proxy removed by hand comes back at the next drift
+	// check, recorded in status.yml.
+	cli := dockerClient(t, sb.Nodes[0])
+	if err := cli.ContainerRemove(context.Background(), "kube-proxy", container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	origin.waitStatus(t, "the drift repair", 3*time.Minute, func(f *gitops.StatusFile) bool {
+		for _, d := range f.Drift {
+			if d.Component == "kube-proxy" && d.Error == "" {
+				return ready(f) == "True"
+			}
+		}
+		return false
+	})
+	if _, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil {
+		t.Errorf("kube-proxy was not recreated: %v", err)
+	}
+
+	// 6. A second serve on the same cluster (same state directory, its
+	// own clone): a change is applied by one of them at a time.
+	b := startServe(t, bin, "b", origin, stateDir, 0, false)
+	origin.pull(t)
+	origin.commit(t, "kube-proxy: log less", map[string]string{clusterPath: yml})
+	origin.push(t)
+	third := origin.head(t)
+	origin.waitStatus(t, "the reconcile with two servers", 5*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == third && ready(f) == "True"
+	})
+	time.Sleep(5 * time.Second)
+	checkNoOverlap(t, a, b)
+
+	// 7. No status commit holds a secret.
+	scanStatusCommits(t, origin, filepath.Join(stateDir, "sandbox"))
+}
+
+// ready is the Ready condition's status.
+func ready(f *gitops.StatusFile) string {
+	for _, c := range f.Conditions {
+		if c.Type == gitops.ConditionReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// buildRigger compiles the rigger command.
+func buildRigger(t testing.TB) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "rigger")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/rigger/rigger/cmd/rigger")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build rigger: %v\n%s", err, msg)
+	}
+	return out
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func dockerClient(t testing.TB, n sandbox.Node) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// origin is a bare repository with a post-receive hook that calls the
+// webhook of the serve listening on port, and a working clone of it.
+type origin struct {
+	bare, work string
+}
+
+func newOrigin(t testing.TB, port int) *origin {
+	t.Helper()
+	dir := t.TempDir()
+	o := &origin{bare: filepath.Join(dir, "origin.git"), work: filepath.Join(dir, "work")}
+	run(t, dir, "git", "init", "-q", "--bare", "-b", "main", o.bare)
+	body := `{"ref":"refs/heads/main"}`
+	hook := fmt.Sprintf("#!/bin/sh\ncurl -s -o /dev/null -m 5 -X POST -H 'Content-Type: application/json' "+
+		"-H 'X-Rigger-Signature-256: %s' --data '%s' http://127.0.0.1:%d%s || true\n",
+		webhook.Sign([]byte(secret), []byte(body)), body, port, webhook.Path([]byte(secret)))
+	if err := os.WriteFile(filepath.Join(o.bare, "hooks", "post-receive"), []byte(hook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "git", "clone", "-q", o.bare, o.work)
+	run(t, o.work, "git", "checkout", "-q", "-b", "main")
+	return o
+}
+
+func run(t testing.TB, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Human", "GIT_AUTHOR_EMAIL=human@example.test",
+		"GIT_COMMITTER_NAME=Human", "GIT_COMMITTER_EMAIL=human@example.test")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+func (o *origin) git(t testing.TB, args ...string) string {
+	t.Helper()
+	return run(t, o.bare, "git", args...)
+}
+
+func (o *origin) show(t testing.TB, obj string) string {
+	t.Helper()
+	return o.git(t, "show", obj)
+}
+
+func (o *origin) head(t testing.TB) string {
+	t.Helper()
+	return strings.TrimSpace(run(t, o.work, "git", "rev-parse", "HEAD"))
+}
+
+func (o *origin) commit(t testing.TB, msg string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(o.work, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, o.work, "git", "add", p)
+	}
+	run(t, o.work, "git", "commit", "-q", "-m", msg)
+}
+
+// push pushes main; when rigger pushed a status commit first, it rebases
+// on it and pushes again, as a person would.
+func (o *origin) push(t testing.TB) {
+	t.Helper()
+	for range 5 {
+		cmd := exec.Command("git", "push", "-q", "origin", "main")
+		cmd.Dir = o.work
+		if cmd.Run() == nil {
+			return
+		}
+		o.pull(t)
+	}
+	t.Fatal("git push rejected five times")
+}
+
+// pull takes rigger's status commits into the working clone.
+func (o *origin) pull(t testing.TB) {
+	t.Helper()
+	run(t, o.work, "git", "pull", "-q", "--rebase", "origin", "main")
+}
+
+// waitStatus waits until main's status.yml satisfies ok.
+func (o *origin) waitStatus(t testing.TB, what string, timeout time.Duration, ok func(*gitops.StatusFile) bool) *gitops.StatusFile {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("git", "-C", o.bare, "show", "main:"+statusPath).Output()
+		if err == nil {
+			last = string(out)
+			if f := gitops.ParseStatus(out); f != nil && ok(f) {
+				return f
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: status.yml did not get there in %s; last:\n%s", what, timeout, last)
+	return nil
+}
+
+// serveProc is a running `rigger serve` and its JSON log.
+type serveProc struct {
+	name string
+	port int
+	mu   sync.Mutex
+	log  []logEntry
+	raw  bytes.Buffer
+}
+
+type logEntry struct {
+	Time    time.Time `json:"time"`
+	Msg     string    `json:"msg"`
+	Trigger string    `json:"trigger"`
+	Steps   int       `json:"steps"`
+}
+
+// startServe starts rigger serve on origin; with webhook, it listens on
+// port with the webhook secret (port 0: a free one, no webhook).
+func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port int, hook bool) *serveProc {
+	t.Helper()
+	if port == 0 {
+		port = freePort(t)
+	}
+	dir := t.TempDir()
+	args := []string{"serve", "--repo", "file://" + o.bare, "--branch", "main", "--path", "clusters",
+		"--state-dir", stateDir, "--workdir", filepath.Join(dir, "clone"), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--interval", "2s", "--drift-interval", "20s", "--author", author, "--log-format", "json", "--log-level", "debug"}
+	if hook {
+		f := filepath.Join(dir, "webhook-secret")
+		if err := os.WriteFile(f, []byte(secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--webhook-secret-file", f, "--interval", "1h")
+	}
+	p := &serveProc{name: name, port: port}
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var e logEntry
+			_ = json.Unmarshal(sc.Bytes(), &e)
+			p.mu.Lock()
+			p.log = append(p.log, e)
+			p.raw.Write(sc.Bytes())
+			p.raw.WriteByte('\n')
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("serve %s log:\n%s", name, p.tail())
+		}
+	})
+	return p
+}
+
+func (p *serveProc) count(match func(logEntry) bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.log {
+		if match(e) {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *serveProc) entries() []logEntry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]logEntry(nil), p.log...)
+}
+
+// tail is the end of the raw log.
+func (p *serveProc) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.raw.String()
+	if len(s) > 20000 {
+		s = s[len(s)-20000:]
+	}
+	return s
+}
+
+// metric reads one sample of serve's /metrics (0 when absent).
+func (p *serveProc) metric(t testing.TB, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+func postWebhook(t testing.TB, port int, body, sig string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", port, webhook.Path([]byte(secret))), strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if sig != "" {
+		req.Header.Set("X-Rigger-Signature-256", sig)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// checkNoOverlap checks that the two servers never held the cluster's lock
+// at the same time, from their logs' "cluster locked"/"cluster unlocked".
+func checkNoOverlap(t testing.TB, procs ...*serveProc) {
+	t.Helper()
+	type span struct {
+		who        string
+		start, end time.Time
+	}
+	var spans []span
+	for _, p := range procs {
+		var open *span
+		for _, e := range p.entries() {
+			switch e.Msg {
+			case "cluster locked":
+				open = &span{who: p.name, start: e.Time}
+			case "cluster unlocked":
+				if open != nil {
+					open.end = e.Time
+					spans = append(spans, *open)
+					open = nil
+				}
+			}
+		}
+		if open != nil {
+			open.end = time.Now()
+			spans = append(spans, *open)
+		}
+	}
+	held := map[string]int{}
+	for i, a := range spans {
+		held[a.who]++
+		for _, b := range spans[i+1:] {
+			if a.who != b.who && a.start.Before(b.end) && b.start.Before(a.end) {
+				t.Errorf("serve %s (%s–%s) and serve %s (%s–%s) held the cluster at once",
+					a.who, a.start.Format(time.StampMilli), a.end.Format(time.StampMilli),
+					b.who, b.start.Format(time.StampMilli), b.end.Format(time.StampMilli))
+			}
+		}
+	}
+	for _, p := range procs {
+		if held[p.name] == 0 {
+			t.Errorf("serve %s never held the cluster's lock: the test proves nothing", p.name)
+		}
+	}
+}
+
+// secretPatterns are what must never be in a status commit.
+var secretPatterns = []*regexp.Regexp{
+	regexp.MustCompile(`PRIVATE KEY`),
+	regexp.MustCompile(`(?i)(password|secret_key|token)\s*:`),
+	regexp.MustCompile(regexp.QuoteMeta(secret)),
+}
+
+// scanStatusCommits checks every commit of rigger's for keys, tokens and
+// passwords, and for the cluster's own key material.
+func scanStatusCommits(t testing.TB, o *origin, clusterState string) {
+	t.Helper()
+	patterns := secretPatterns
+	keys, _ := filepath.Glob(filepath.Join(clusterState, "*key*"))
+	for _, k := range keys {
+		b, err := os.ReadFile(k)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
+				patterns = append(patterns, regexp.MustCompile(regexp.QuoteMeta(line)))
+				break
+			}
+		}
+	}
+	if len(patterns) == len(secretPatterns) {
+		t.Errorf("no key found in %s to look for: the scan would prove less than it claims", clusterState)
+	}
+	commits := strings.Fields(o.git(t, "log", "--format=%H", "--author=rigger-e2e", "main"))
+	if len(commits) == 0 {
+		t.Fatal("no status commit to scan")
+	}
+	for _, c := range commits {
+		patch := o.git(t, "show", "--format=%B", c)
+		for _, re := range patterns {
+			if loc := re.FindStringIndex(patch); loc != nil {
+				t.Errorf("status commit %s holds a secret (%s)", c, re)
+			}
+		}
+	}
+}

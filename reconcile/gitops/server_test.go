@@ -1,0 +1,111 @@
+package gitops_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"os/exec"
+
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/rigger/rigger/reconcile/gitops"
+	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+)
+
+// TestServerInvalidSpec follows a real repository whose cluster.yml has a
+// mistake: the status commit says Stalled with the file and line, and
+// neither that commit nor a commit of another file starts a reconcile.
+func TestServerInvalidSpec(t *testing.T) {
+	o := newOrigin(t, freePort(t)) // nothing listens: the hook's call fails, as a forge's may
+	o.commit(t, "a cluster with a typo", map[string]string{
+		"clusters/bad/cluster.yml": "kubernetes_verison: v1.31.4\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n",
+		"README.md":                "clusters\n",
+	})
+	o.push(t)
+	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan gitops.Event, 100)
+	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
+		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
+		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
+		Events: func(e gitops.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	starts := 0
+	wait := func(kind gitops.EventKind) gitops.Event {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case e := <-events:
+				if e.Kind == gitops.EventReconcileStart {
+					starts++
+				}
+				if e.Kind == kind {
+					return e
+				}
+			case <-timeout:
+				t.Fatalf("no %s event", kind)
+			}
+		}
+	}
+	wait(gitops.EventStatusWritten)
+	out, err := bareGit(o, "show", "main:clusters/bad/status.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := gitops.ParseStatus([]byte(out))
+	if f == nil {
+		t.Fatalf("status.yml does not parse:\n%s", out)
+	}
+	var stalled *gitops.Condition
+	for i, c := range f.Conditions {
+		if c.Type == gitops.ConditionStalled {
+			stalled = &f.Conditions[i]
+		}
+	}
+	if stalled == nil || stalled.Status != "True" || stalled.Reason != "InvalidSpec" ||
+		!strings.Contains(stalled.Message, "clusters/bad/cluster.yml:1") || !strings.Contains(stalled.Message, "kubernetes_version") {
+		t.Errorf("Stalled condition %+v: want InvalidSpec naming the file, line and the key meant", stalled)
+	}
+	if msg, _ := bareGit(o, "log", "-1", "--format=%an <%ae>%n%B", "main"); !strings.Contains(msg, "rigger-e2e <rigger-e2e@example.test>") ||
+		!strings.Contains(msg, gitops.TrailerKey+": clusters/bad/cluster.yml") {
+		t.Errorf("the status commit lacks the author or the trailer:\n%s", msg)
+	}
+
+	// The status commit, then a commit of another file: fetched, not
+	// reconciled, and status.yml is not committed again.
+	srv.Trigger()
+	wait(gitops.EventFetched)
+	o.pull(t)
+	o.commit(t, "docs", map[string]string{"README.md": "clusters, more\n"})
+	o.push(t)
+	srv.Trigger()
+	wait(gitops.EventFetched)
+	srv.Trigger()
+	wait(gitops.EventFetched)
+	if starts != 1 {
+		t.Errorf("%d reconciles, want 1: a commit that does not change cluster.yml started one", starts)
+	}
+	if n, _ := bareGit(o, "rev-list", "--count", "--author=rigger-e2e", "main"); strings.TrimSpace(n) != "1" {
+		t.Errorf("%s status commits, want 1", strings.TrimSpace(n))
+	}
+}
+
+// bareGit runs git in the bare repository.
+func bareGit(o *origin, args ...string) (string, error) {
+	cmd := exec.Command("git", append([]string{"-C", o.bare}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

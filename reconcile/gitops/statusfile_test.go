@@ -1,0 +1,115 @@
+package gitops
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rigger/rigger/reconcile"
+)
+
+func TestSameMeaning(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	base := func(change func(*StatusFile)) []byte {
+		f := &StatusFile{APIVersion: "rigger.io/v1", Kind: "ClusterStatus", Cluster: "c", ObservedRevision: "abc",
+			LastReconcile: &LastReconcile{Trigger: "change", FinishedAt: t0, Duration: "1s", Steps: 3},
+			Conditions:    []Condition{{Type: ConditionReady, Status: conditionTrue, Reason: "ReconciliationSucceeded", LastTransitionTime: t0}},
+			Status:        &reconcile.Status{Cluster: "c", ObservedAt: t0, Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true}}}}
+		if change != nil {
+			change(f)
+		}
+		b, err := f.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tests := []struct {
+		name   string
+		change func(*StatusFile)
+		same   bool
+	}{
+		{"identical", nil, true},
+		{"observed later", func(f *StatusFile) { f.Status.ObservedAt = t0.Add(time.Hour) }, true},
+		{"another reconcile, nothing to do", func(f *StatusFile) {
+			f.LastReconcile = &LastReconcile{Trigger: "drift-check", FinishedAt: t0.Add(time.Hour), Duration: "300ms"}
+		}, true},
+		{"new revision", func(f *StatusFile) { f.ObservedRevision = "def" }, false},
+		{"node unreachable", func(f *StatusFile) { f.Status.Nodes[0].Reachable = false }, false},
+		{"condition changed", func(f *StatusFile) { f.Conditions[0].Status = conditionFalse }, false},
+		{"drift repaired", func(f *StatusFile) {
+			f.Drift = []DriftRepair{{RepairedAt: t0, Node: "10.0.0.1", Component: "kube-proxy", Action: "create"}}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SameMeaning(base(nil), base(tt.change)); got != tt.same {
+				t.Errorf("SameMeaning = %v, want %v", got, tt.same)
+			}
+		})
+	}
+	if SameMeaning([]byte("{not yaml"), base(nil)) {
+		t.Error("a status.yml that does not parse means the same as a good one")
+	}
+	if !strings.HasPrefix(string(base(nil)), "# Written by rigger serve") {
+		t.Error("status.yml does not start with its header")
+	}
+	if got := ParseStatus(base(nil)); got == nil || got.ObservedRevision != "abc" {
+		t.Errorf("ParseStatus lost the revision: %+v", got)
+	}
+}
+
+func TestConditions(t *testing.T) {
+	now := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	earlier := now.Add(-time.Hour)
+	inSync := &reconcile.Status{}
+	pending := &reconcile.Status{PendingSteps: 2}
+	unreachable := &reconcile.Status{Nodes: []reconcile.NodeStatus{{Address: "10.0.0.2"}, {Address: "10.0.0.3", Reachable: true}}}
+	type want struct{ ready, reconciling, stalled, reason string }
+	tests := []struct {
+		name string
+		out  outcome
+		prev []Condition
+		want want
+		// since is the Ready condition's transition time.
+		since time.Time
+	}{
+		{"converged", outcome{status: inSync}, nil, want{"True", "False", "False", "ReconciliationSucceeded"}, now},
+		{"converged again keeps the transition time", outcome{status: inSync},
+			[]Condition{{Type: ConditionReady, Status: "True", LastTransitionTime: earlier}},
+			want{"True", "False", "False", "ReconciliationSucceeded"}, earlier},
+		{"failed step", outcome{err: errors.New("node 10.0.0.1: kube-apiserver not healthy"), retry: true, status: pending},
+			[]Condition{{Type: ConditionReady, Status: "True", LastTransitionTime: earlier}},
+			want{"False", "True", "False", "ReconciliationFailed"}, now},
+		{"invalid cluster.yml", outcome{stalled: "InvalidSpec", err: errors.New("cluster.yml:3: unknown key")},
+			nil, want{"False", "False", "True", "InvalidSpec"}, now},
+		{"removal guard", outcome{stalled: "RemovalGuard", err: errors.New("removes 3 of 4")}, nil,
+			want{"False", "False", "True", "RemovalGuard"}, now},
+		{"suspended in sync", outcome{suspended: true, status: inSync}, nil, want{"True", "False", "False", "Suspended"}, now},
+		{"suspended with changes", outcome{suspended: true, status: pending}, nil, want{"Unknown", "False", "False", "Suspended"}, now},
+		{"node unreachable", outcome{retry: true, status: unreachable}, nil, want{"False", "True", "False", "NodesUnreachable"}, now},
+		{"still pending", outcome{status: pending}, nil, want{"False", "True", "False", "Progressing"}, now},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conds := conditions(tt.out, "0123456789abcdef", tt.prev, now)
+			got := map[string]Condition{}
+			for _, c := range conds {
+				got[c.Type] = c
+			}
+			g := want{got[ConditionReady].Status, got[ConditionReconciling].Status, got[ConditionStalled].Status, got[ConditionReady].Reason}
+			if diff := cmp.Diff(tt.want, g, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			if !got[ConditionReady].LastTransitionTime.Equal(tt.since) {
+				t.Errorf("Ready's transition time = %v, want %v", got[ConditionReady].LastTransitionTime, tt.since)
+			}
+			if tt.out.err != nil && !strings.Contains(got[ConditionReady].Message, tt.out.err.Error()) {
+				t.Errorf("Ready's message %q does not say why (%v)", got[ConditionReady].Message, tt.out.err)
+			}
+		})
+	}
+}

@@ -1,0 +1,601 @@
+package gitops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+// Retry delays after a failed reconcile: doubling from retryMin, never
+// longer than the drift interval.
+const (
+	retryMin      = 15 * time.Second
+	lockHeldRetry = 30 * time.Second
+	// snapshotRetry is the wait after a failed scheduled snapshot.
+	snapshotRetry = time.Minute
+)
+
+// clusterRef is one cluster.yml as fetched.
+type clusterRef struct {
+	Path    string
+	Content []byte
+	Blob    string
+	// Revision is the commit that last changed the file; Head the branch's
+	// head when it was fetched.
+	Revision, Head string
+}
+
+// worker reconciles one cluster.yml: when its content changes, at every
+// drift check, and when a retry or a snapshot is due. Everything but
+// latest is owned by run's goroutine.
+type worker struct {
+	srv        *Server
+	path       string
+	statusPath string
+	log        *slog.Logger
+	cancel     context.CancelFunc
+	notify     chan struct{}
+	// name is the cluster_name last read (Server.claim).
+	name atomic.Pointer[string]
+
+	mu     sync.Mutex
+	latest clusterRef
+
+	// applied is the content last acted on to the end (converged, or
+	// stalled on something only a person can fix); its Revision is the
+	// commit it was first seen at.
+	applied clusterRef
+	prev    *StatusFile
+	drift   []DriftRepair
+	// lastRun and retryAt decide the next wake-up; snapshotDue is when
+	// the etcd schedule asks for the next snapshot (zero: none).
+	lastRun, retryAt, snapshotDue time.Time
+	failures                      int
+	snapshots                     *SnapshotStatus
+	restore                       *RestoreStatus
+}
+
+// offer hands the worker the cluster.yml of a new fetch; only the newest
+// is kept.
+func (w *worker) offer(ref clusterRef) {
+	w.mu.Lock()
+	w.latest = ref
+	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) current() clusterRef {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest
+}
+
+func (w *worker) stop() { w.cancel() }
+
+// readStatus reads status.yml as the repository has it at rev (or at the
+// status branch's head) and takes from it what the next status carries
+// on: the conditions' transition times, the drift repaired, the snapshots
+// and the last restore. The repository, not the memory of one server, is
+// the record: a restarted server, or another one, goes on from it.
+func (w *worker) readStatus(ctx context.Context, rev string) *StatusFile {
+	cfg := w.srv.cfg
+	if cfg.StatusBranch != "" {
+		head, err := cfg.Repo.Fetch(ctx, cfg.StatusBranch)
+		if err != nil {
+			return nil // no status branch yet
+		}
+		rev = head.Hash
+	}
+	f, ok, err := cfg.Repo.ReadFile(rev, w.statusPath)
+	if err != nil || !ok {
+		return nil
+	}
+	prev := ParseStatus(f.Content)
+	if prev == nil {
+		return nil
+	}
+	w.prev, w.drift, w.snapshots, w.restore = prev, prev.Drift, prev.Snapshots, prev.Restore
+	return prev
+}
+
+// run reconciles at once (a drift check of what the nodes run now), then
+// whenever the content changes or a timer is due, until ctx ends.
+func (w *worker) run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		cause := ""
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.notify:
+			ref := w.current()
+			if ref.Blob == w.applied.Blob && w.retryAt.IsZero() {
+				continue // a commit that did not touch this cluster.yml
+			}
+			cause = "change"
+		case <-timer.C:
+			cause = w.dueCause()
+		}
+		w.reconcile(ctx, cause)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(w.nextWake().Sub(w.srv.cfg.Now()), 0))
+	}
+}
+
+// nextWake is the earliest of the next drift check, retry and snapshot.
+func (w *worker) nextWake() time.Time {
+	next := w.lastRun.Add(w.srv.cfg.DriftInterval)
+	for _, t := range []time.Time{w.retryAt, w.snapshotDue} {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// dueCause names why the timer fired.
+func (w *worker) dueCause() string {
+	now := w.srv.cfg.Now()
+	switch {
+	case w.lastRun.IsZero():
+		return "start"
+	case !w.retryAt.IsZero() && !now.Before(w.retryAt):
+		return "retry"
+	case !w.snapshotDue.IsZero() && !now.Before(w.snapshotDue) && now.Before(w.lastRun.Add(w.srv.cfg.DriftInterval)):
+		return "snapshot"
+	}
+	return "drift-check"
+}
+
+// outcome is what one reconcile found and did.
+type outcome struct {
+	cluster   string
+	suspended bool
+	// stalled is the reason when only a person can make it go on.
+	stalled string
+	// retry is set when trying again later may succeed (a failure, a lock
+	// held, nodes unreachable); retryIn overrides the backoff.
+	retry   bool
+	retryIn time.Duration
+	err     error
+	steps   int
+	failed  int
+	status  *reconcile.Status
+}
+
+// reconcile runs one reconcile of the newest cluster.yml and writes its
+// status.yml, also when it fails.
+func (w *worker) reconcile(ctx context.Context, cause string) {
+	cfg := w.srv.cfg
+	release, err := w.srv.acquire(ctx)
+	if err != nil {
+		return
+	}
+	defer release()
+	ref := w.current()
+	w.readStatus(ctx, ref.Head)
+	changed := ref.Blob != w.applied.Blob
+	if changed {
+		cause = "change"
+	}
+	start := cfg.Now()
+	log := w.log.With("revision", short(ref.Revision), "trigger", cause)
+	log.Info("reconcile starts")
+	cfg.Events(Event{Kind: EventReconcileStart, Path: w.path, Revision: ref.Revision})
+
+	out := w.attempt(ctx, log, ref, changed)
+	end := cfg.Now()
+	w.lastRun = end
+	if out.retry {
+		w.failures++
+		d := out.retryIn
+		if d == 0 {
+			d = min(retryMin<<min(w.failures-1, 10), cfg.DriftInterval)
+		}
+		w.retryAt = end.Add(d)
+	} else {
+		w.failures, w.retryAt = 0, time.Time{}
+		if changed {
+			w.applied = clusterRef{Path: ref.Path, Blob: ref.Blob, Revision: ref.Revision}
+		}
+	}
+	if w.applied.Blob == "" {
+		// Never acted on to the end: the revision being tried is the one
+		// status.yml is about.
+		w.applied.Revision = ref.Revision
+	}
+	cfg.Metrics.reconciled(out, end.Sub(start))
+	f := w.statusFile(out, cause, start, end)
+	err = w.writeStatus(ctx, f)
+	cfg.Events(Event{Kind: EventReconcileEnd, Path: w.path, Revision: ref.Revision, Err: out.err})
+	switch {
+	case out.err != nil:
+		log.Warn("reconcile did not converge", "cluster", out.cluster, "err", out.err, "retry_at", w.retryAt)
+	default:
+		log.Info("reconcile done", "cluster", out.cluster, "steps", out.steps, "duration", end.Sub(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		log.Error("write status.yml", "err", err)
+		if w.retryAt.IsZero() {
+			w.retryAt = end.Add(retryMin)
+		}
+	}
+}
+
+// attempt loads the cluster.yml, takes the cluster's lock, plans and
+// applies (unless suspended), takes a due snapshot, and observes the result.
+func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, changed bool) (out outcome) {
+	cfg := w.srv.cfg
+	c, diags := spec.Parse(ref.Content, ref.Path)
+	for _, d := range diags {
+		if d.Severity != spec.SeverityError {
+			log.Warn("cluster.yml", "diagnostic", d.String())
+		}
+	}
+	if err := diags.Err(); err != nil {
+		return outcome{stalled: "InvalidSpec", err: err}
+	}
+	out.cluster, out.suspended = c.ClusterName, c.Rigger.Suspend
+	log = log.With("cluster", c.ClusterName)
+	if other := w.srv.claim(c.ClusterName, w.path); other != "" {
+		out.stalled, out.err = "DuplicateCluster", fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own (its state directory is named for it)", c.ClusterName, other)
+		return out
+	}
+	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now})
+	if err != nil {
+		out.stalled, out.err = "InvalidSpec", err
+		return out
+	}
+	defer s.Close()
+	unlock, err := s.Lock(ctx, "serve", false)
+	var held *lock.HeldError
+	if errors.As(err, &held) {
+		out.retry, out.retryIn, out.err = true, lockHeldRetry, err
+		return out
+	}
+	if err != nil {
+		out.retry, out.err = true, err
+		return out
+	}
+	log.Debug("cluster locked")
+	defer func() {
+		// Logged before the release, so that logs never show two holders.
+		log.Debug("cluster unlocked")
+		unlock()
+	}()
+
+	if !out.suspended {
+		if err := w.restoreRequested(ctx, log, s); err != nil {
+			out.retry, out.err = true, err
+			return out
+		}
+	}
+	pl, err := s.Plan(ctx)
+	if err != nil {
+		out.retry, out.err = true, fmt.Errorf("plan: %w", err)
+		return out
+	}
+	out.status = reconcile.BuildStatus(pl)
+	if !out.suspended {
+		out = w.apply(ctx, log, s, pl, changed, out)
+	}
+	w.snapshot(ctx, log, s, c)
+	if out.steps > 0 || len(pl.NodeChanges) > 0 {
+		st, _, err := s.Status(ctx)
+		if err == nil {
+			out.status = st
+		}
+	}
+	if !out.retry && out.stalled == "" && len(unreachable(pl.Plan)) > 0 {
+		out.retry = true
+	}
+	return out
+}
+
+// apply carries out the plan; when cluster.yml did not change, what it
+// repairs is drift and is recorded.
+func (w *worker) apply(ctx context.Context, log *slog.Logger, s *reconcile.Session, pl *reconcile.Planned, changed bool, out outcome) outcome {
+	if err := pl.Blocked(); err != nil {
+		out.stalled, out.err = "NewCABlocked", err
+		return out
+	}
+	if pl.Plan.Empty() && len(pl.PKIChanges) == 0 && len(pl.NodeChanges) == 0 {
+		return out
+	}
+	res, err := s.Apply(ctx, pl, reconcile.ApplyOptions{Hooks: logHooks(log)})
+	if res != nil {
+		out.steps, out.failed = len(res.Done), len(res.Failed())
+		if !changed {
+			w.recordDrift(out.cluster, res)
+		}
+	}
+	var guard *reconcile.RemovalGuardError
+	switch {
+	case errors.As(err, &guard):
+		out.stalled, out.err = "RemovalGuard", err
+	case err != nil:
+		out.retry, out.err = true, err
+	}
+	return out
+}
+
+// restoreRequested carries out the restore request of cluster.yml (restore:
+// with a new id), once: see reconcile.Session.RestorePending.
+func (w *worker) restoreRequested(ctx context.Context, log *slog.Logger, s *reconcile.Session) error {
+	req, err := s.PendingRestore()
+	if err != nil || req == nil {
+		return err
+	}
+	log.Warn("restoring etcd as cluster.yml requests", "snapshot", req.SnapshotName, "id", req.ID)
+	_, err = s.RestorePending(ctx, reconcile.RestoreOptions{
+		Phase:    func(title string) { log.Info(title, "phase", "restore") },
+		Progress: func(node, msg string) { log.Info(msg, "node", node, "phase", "restore") },
+		Hooks:    logHooks(log),
+	})
+	var rerr *reconcile.RestoreError
+	if err != nil && !errors.As(err, &rerr) {
+		// Refused before anything stopped: not recorded, tried again.
+		return fmt.Errorf("restore %s (id %s): %w", req.SnapshotName, req.ID, err)
+	}
+	w.restore = &RestoreStatus{ID: req.ID, Snapshot: req.SnapshotName, At: w.srv.cfg.Now().UTC().Truncate(time.Second)}
+	if err != nil {
+		w.restore.Error = err.Error()
+		return err
+	}
+	return nil
+}
+
+// snapshot takes the etcd snapshot the schedule asks for, if any, and
+// applies retention; it sets when the schedule is due next.
+func (w *worker) snapshot(ctx context.Context, log *slog.Logger, s *reconcile.Session, c *spec.Cluster) {
+	now := w.srv.cfg.Now()
+	r, err := s.ScheduledSnapshot(ctx)
+	if r == nil || !r.Schedule.Enabled {
+		w.snapshots, w.snapshotDue = nil, time.Time{}
+		return
+	}
+	st := &SnapshotStatus{Removed: r.Deleted}
+	if w.snapshots != nil {
+		st.Last = w.snapshots.Last
+	}
+	if l := r.Schedule.Last; l != nil {
+		st.Last = snapshotRef(l.Name, l.Sidecar, l.TakenAt, l.Size)
+	}
+	next := r.Schedule.Next
+	if r.Snapshot != nil && r.Snapshot.Sidecar != nil {
+		sc := r.Snapshot.Sidecar
+		st.Last = snapshotRef(sc.Name, sc, sc.TakenAt, sc.Size)
+		next = sc.TakenAt.Add(time.Duration(c.Services.Etcd.BackupConfig.IntervalHours) * time.Hour)
+		w.srv.cfg.Metrics.snapshot(c.ClusterName, nil)
+		log.Info("scheduled snapshot taken", "snapshot", sc.Name, "next", next)
+	}
+	var problems []error
+	for _, e := range []error{err, r.ListErr, r.CopyErr, r.S3Err, r.RetentionErr} {
+		if e != nil {
+			problems = append(problems, e)
+		}
+	}
+	if err != nil {
+		w.srv.cfg.Metrics.snapshot(c.ClusterName, err)
+		log.Error("scheduled snapshot failed", "err", err)
+		next = now.Add(snapshotRetry) // tried again soon, not at the next drift check
+	}
+	if len(problems) > 0 {
+		st.Error = errors.Join(problems...).Error()
+	}
+	if st.Last != nil {
+		w.srv.cfg.Metrics.snapshotTaken(c.ClusterName, st.Last.Taken)
+	}
+	if !next.IsZero() && err == nil {
+		t := next.UTC().Truncate(time.Second)
+		st.Next = &t
+	}
+	w.snapshots, w.snapshotDue = st, next
+}
+
+func snapshotRef(name string, sc *etcdsnap.Sidecar, taken time.Time, size int64) *SnapshotRef {
+	ref := &SnapshotRef{Name: name, Taken: taken.UTC(), Size: size}
+	if sc != nil {
+		ref.Kind, ref.SHA256 = sc.Kind, sc.SHA256
+	}
+	return ref
+}
+
+// recordDrift keeps the steps a drift check carried out, newest first.
+func (w *worker) recordDrift(cluster string, res *execute.Result) {
+	at := w.srv.cfg.Now().UTC().Truncate(time.Second)
+	var rec []DriftRepair
+	for _, o := range res.Done {
+		d := DriftRepair{RepairedAt: at, Node: o.Step.Node, Component: o.Step.Component, Action: string(o.Step.Action), Reason: o.Step.Reason}
+		if o.Err != nil {
+			d.Error = o.Err.Error()
+		}
+		rec = append(rec, d)
+	}
+	w.srv.cfg.Metrics.drift(cluster, len(rec))
+	w.drift = append(rec, w.drift...)
+	if len(w.drift) > maxDrift {
+		w.drift = w.drift[:maxDrift]
+	}
+}
+
+func unreachable(p *plan.Plan) []string {
+	var nodes []string
+	for _, u := range p.Unreachable {
+		if !u.Removed {
+			nodes = append(nodes, u.Node)
+		}
+	}
+	return nodes
+}
+
+// logHooks turn the executor's progress into log lines.
+func logHooks(log *slog.Logger) execute.Hooks {
+	return execute.Hooks{
+		Phase: func(p plan.Phase, title string) { log.Info(title, "phase", string(p)) },
+		Step: func(node, msg string, err error) {
+			if err != nil {
+				log.Warn(msg, "node", node, "err", err)
+				return
+			}
+			log.Info(msg, "node", node)
+		},
+	}
+}
+
+// writeStatus commits status.yml when its meaning changed.
+func (w *worker) writeStatus(ctx context.Context, f *StatusFile) error {
+	cfg := w.srv.cfg
+	b, err := f.Marshal()
+	if err != nil {
+		return err
+	}
+	branch := cfg.Branch
+	if cfg.StatusBranch != "" {
+		branch = cfg.StatusBranch
+	}
+	ready := "Unknown"
+	for _, c := range f.Conditions {
+		if c.Type == ConditionReady {
+			ready = c.Status + " (" + c.Reason + ")"
+		}
+	}
+	name := f.Cluster
+	if name == "" {
+		name = w.path
+	}
+	author := cfg.Author
+	author.When = cfg.Now()
+	hash, changed, err := cfg.Repo.CommitFile(ctx, gitrepo.FileCommit{
+		Branch: branch, Path: w.statusPath, Content: b,
+		Same:    func(old []byte) bool { return SameMeaning(old, b) },
+		Message: fmt.Sprintf("rigger: status of %s: Ready %s\n\nObserved revision %s of %s.", name, ready, short(f.ObservedRevision), w.path),
+		Trailer: TrailerKey + ": " + w.path,
+		Author:  author,
+	})
+	if err != nil {
+		cfg.Metrics.statusCommit("failed")
+		return err
+	}
+	w.prev = f
+	if changed {
+		cfg.Metrics.statusCommit("committed")
+		w.log.Info("status.yml committed", "commit", short(hash), "branch", branch)
+		cfg.Events(Event{Kind: EventStatusWritten, Path: w.path, Revision: hash})
+	}
+	return nil
+}
+
+// statusFile is the status.yml of one reconcile.
+func (w *worker) statusFile(out outcome, cause string, start, end time.Time) *StatusFile {
+	cfg := w.srv.cfg
+	f := &StatusFile{
+		APIVersion: "rigger.io/v1", Kind: "ClusterStatus", Cluster: out.cluster,
+		Source:           Source{Repository: cfg.RepoURL, Branch: cfg.Branch, Path: w.path, Blob: w.applied.Blob},
+		ObservedRevision: w.applied.Revision, Suspended: out.suspended,
+		LastReconcile: &LastReconcile{Trigger: cause, FinishedAt: end.UTC().Truncate(time.Second),
+			Duration: end.Sub(start).Round(time.Millisecond).String(), Steps: out.steps, Failed: out.failed},
+		Drift: w.drift, Snapshots: w.snapshots, Restore: w.restore, Status: out.status,
+	}
+	if f.Cluster == "" && w.prev != nil {
+		f.Cluster = w.prev.Cluster
+	}
+	var prev []Condition
+	if w.prev != nil {
+		prev = w.prev.Conditions
+	}
+	f.Conditions = conditions(out, w.applied.Revision, prev, end.UTC().Truncate(time.Second))
+	return f
+}
+
+// conditions are Ready, Reconciling and Stalled for an outcome, as Flux
+// sets them: Stalled when only a person can make it go on, Reconciling
+// while rigger will try again by itself, Ready when the nodes run what
+// cluster.yml says.
+func conditions(out outcome, revision string, prev []Condition, now time.Time) []Condition {
+	var conds []Condition
+	set := func(typ, status, reason, msg string) {
+		conds = setCondition(conds, prev, Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: now})
+	}
+	msg := ""
+	if out.err != nil {
+		msg = out.err.Error()
+	}
+	pending := 0
+	if out.status != nil {
+		pending = out.status.PendingSteps
+	}
+	switch {
+	case out.stalled != "":
+		set(ConditionReady, conditionFalse, out.stalled, msg)
+		set(ConditionReconciling, conditionFalse, out.stalled, "")
+		set(ConditionStalled, conditionTrue, out.stalled, msg)
+	case out.suspended:
+		status, m := conditionTrue, "rigger.suspend is set: the cluster is observed, not changed; the nodes run what cluster.yml says"
+		if pending > 0 || out.err != nil {
+			status, m = conditionUnknown, fmt.Sprintf("rigger.suspend is set: the cluster is observed, not changed; %d step(s) are pending", pending)
+		}
+		if out.err != nil {
+			m += ": " + msg
+		}
+		set(ConditionReady, status, "Suspended", m)
+		set(ConditionReconciling, conditionFalse, "Suspended", "")
+		set(ConditionStalled, conditionFalse, "Suspended", "")
+	case out.err != nil:
+		set(ConditionReady, conditionFalse, "ReconciliationFailed", msg)
+		set(ConditionReconciling, conditionTrue, "RetryScheduled", "rigger tries again by itself")
+		set(ConditionStalled, conditionFalse, "RetryScheduled", "")
+	case out.retry:
+		m := "some nodes of cluster.yml could not be reached and were left as they are"
+		if out.status != nil {
+			var nodes []string
+			for _, n := range out.status.Nodes {
+				if !n.Reachable && !n.Removed {
+					nodes = append(nodes, n.Address)
+				}
+			}
+			m = fmt.Sprintf("%d node(s) of cluster.yml could not be reached and were left as they are: %v", len(nodes), nodes)
+		}
+		set(ConditionReady, conditionFalse, "NodesUnreachable", m)
+		set(ConditionReconciling, conditionTrue, "RetryScheduled", "rigger tries again by itself")
+		set(ConditionStalled, conditionFalse, "RetryScheduled", "")
+	case pending > 0:
+		set(ConditionReady, conditionFalse, "Progressing", fmt.Sprintf("%d step(s) still pending after the apply", pending))
+		set(ConditionReconciling, conditionTrue, "Progressing", "")
+		set(ConditionStalled, conditionFalse, "Progressing", "")
+	default:
+		set(ConditionReady, conditionTrue, "ReconciliationSucceeded", fmt.Sprintf("the nodes run what cluster.yml of %s says", short(revision)))
+		set(ConditionReconciling, conditionFalse, "ReconciliationSucceeded", "")
+		set(ConditionStalled, conditionFalse, "ReconciliationSucceeded", "")
+	}
+	return conds
+}
+
+func short(rev string) string {
+	if len(rev) > 12 {
+		return rev[:12]
+	}
+	return rev
+}
