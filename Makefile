@@ -23,6 +23,11 @@ help: ## list the targets
 build: ## build bin/rigger (static)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rigger
 
+.PHONY: image
+image: build ## build the image rigger/rigger:dev (bin/rigger and the CA bundle) with the local Docker engine
+	cp /etc/ssl/certs/ca-certificates.crt bin/ca-certificates.crt
+	docker build -t rigger/rigger:dev .
+
 .PHONY: prereqs
 prereqs: ## install what the sandbox and the tests need (does nothing when present)
 	@bash hack/install-prereqs.sh

@@ -1,0 +1,552 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rigger/rigger/spec"
+)
+
+// deployDir holds the manifests of rigger serve's in-cluster deployment.
+const deployDir = "../../deploy"
+
+// secretPlaceholder is the only value a Secret template in deploy/ may hold.
+const secretPlaceholder = "REPLACE_ME"
+
+// deployObject is one document of a file in deploy/.
+type deployObject struct {
+	file string
+	obj  runtime.Object
+}
+
+// strictDecoder decodes Kubernetes manifests into client-go's typed objects
+// and fails on unknown kinds, unknown or duplicate fields. (scheme.Codecs
+// is lenient: it drops unknown fields, so a misspelled field would pass.)
+func strictDecoder() runtime.Decoder {
+	return serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+}
+
+// loadDeploy decodes every document of every deploy/*.yaml but the
+// kustomization.
+func loadDeploy(t *testing.T) []deployObject {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", deployDir, err)
+	}
+	dec := strictDecoder()
+	var objs []deployObject
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := yamlDocuments(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(docs) == 0 {
+			t.Errorf("%s: no object", f)
+		}
+		for i, doc := range docs {
+			obj, _, err := dec.Decode(doc, nil, nil)
+			if err != nil {
+				t.Errorf("%s: document %d: %v", f, i+1, err)
+				continue
+			}
+			objs = append(objs, deployObject{file: filepath.Base(f), obj: obj})
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return objs
+}
+
+// yamlDocuments splits a YAML stream into its documents, leaving out those
+// that hold only comments.
+func yamlDocuments(b []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var v any
+		if err := yaml.Unmarshal(doc, &v); err != nil {
+			return nil, err
+		}
+		if v != nil {
+			docs = append(docs, doc)
+		}
+	}
+}
+
+// only returns the single object of type T in objs.
+func only[T runtime.Object](t *testing.T, objs []deployObject) T {
+	t.Helper()
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.obj.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("deploy/ has %d objects of type %T, want 1", len(found), zero)
+	}
+	return found[0]
+}
+
+func all[T runtime.Object](objs []deployObject) []T {
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.obj.(T); ok {
+			found = append(found, v)
+		}
+	}
+	return found
+}
+
+func TestDeployStrictDecoderRejectsMistakes(t *testing.T) {
+	// The checks below are only worth something if a mistake fails.
+	for name, doc := range map[string]string{
+		"unknown field":  "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 2}\n",
+		"unknown kind":   "apiVersion: v1\nkind: Secrett\nmetadata: {name: x}\n",
+		"duplicate key":  "apiVersion: v1\nkind: Secret\nmetadata: {name: x}\ntype: Opaque\ntype: Opaque\n",
+		"no kind at all": "apiVersion: v1\nmetadata: {name: x}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, _, err := strictDecoder().Decode([]byte(doc), nil, nil); err == nil {
+				t.Errorf("decoded without error:\n%s", doc)
+			}
+		})
+	}
+}
+
+func TestDeployManifests(t *testing.T) {
+	objs := loadDeploy(t)
+	for _, o := range objs {
+		if ns := objectNamespace(o.obj); ns != "" && ns != "rigger-system" {
+			t.Errorf("%s: %T in namespace %q, want rigger-system", o.file, o.obj, ns)
+		}
+	}
+	only[*corev1.Namespace](t, objs)
+	only[*corev1.Service](t, objs)
+	only[*corev1.PersistentVolumeClaim](t, objs)
+}
+
+// TestDeployKustomization builds deploy/ as `kubectl apply -k` does: every
+// manifest but the Secret templates is in it, and no Secret is.
+func TestDeployKustomization(t *testing.T) {
+	objs := loadDeploy(t)
+	b, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Namespace  string   `json:"namespace"`
+		Resources  []string `json:"resources"`
+	}
+	if err := yaml.UnmarshalStrict(b, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if k.Namespace != "rigger-system" {
+		t.Errorf("kustomization.yaml: namespace %q, want rigger-system", k.Namespace)
+	}
+
+	var want []string // kind/name of every object of the files listed
+	for _, o := range objs {
+		_, secret := o.obj.(*corev1.Secret)
+		listed := slices.Contains(k.Resources, o.file)
+		switch {
+		case secret && listed:
+			t.Errorf("kustomization.yaml lists %s: `kubectl apply -k` would overwrite the real Secret with placeholders", o.file)
+		case !secret && !listed:
+			t.Errorf("kustomization.yaml does not list %s (%T)", o.file, o.obj)
+		case listed:
+			want = append(want, kindName(o.obj))
+		}
+	}
+
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), deployDir)
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	var got []string
+	for _, r := range m.Resources() {
+		got = append(got, r.GetKind()+"/"+r.GetName())
+		if r.GetKind() != "Namespace" && r.GetNamespace() != "rigger-system" {
+			t.Errorf("kustomize build: %s/%s in namespace %q", r.GetKind(), r.GetName(), r.GetNamespace())
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("kustomize build deploy/ (-files listed, +built):\n%s", d)
+	}
+}
+
+func TestDeployRBACOnlyLeases(t *testing.T) {
+	objs := loadDeploy(t)
+	for _, o := range objs {
+		switch o.obj.(type) {
+		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+			t.Errorf("%s: %T: rigger needs no cluster-wide rights", o.file, o.obj)
+		}
+	}
+	role := only[*rbacv1.Role](t, objs)
+	if len(role.Rules) == 0 {
+		t.Errorf("Role %s grants nothing: --leader-elect needs leases", role.Name)
+	}
+	allowed := []string{"get", "create", "update"}
+	for i, r := range role.Rules {
+		if !slices.Equal(r.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(r.Resources, []string{"leases"}) {
+			t.Errorf("Role %s rule %d: groups %v, resources %v: only coordination.k8s.io leases", role.Name, i, r.APIGroups, r.Resources)
+		}
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("Role %s rule %d: non-resource URLs %v", role.Name, i, r.NonResourceURLs)
+		}
+		for _, v := range r.Verbs {
+			if !slices.Contains(allowed, v) {
+				t.Errorf("Role %s rule %d: verb %q, want only %v", role.Name, i, v, allowed)
+			}
+		}
+		for _, v := range allowed {
+			if !slices.Contains(r.Verbs, v) {
+				t.Errorf("Role %s rule %d: lacks verb %q that leader election needs", role.Name, i, v)
+			}
+		}
+	}
+
+	sa := only[*corev1.ServiceAccount](t, objs)
+	rb := only[*rbacv1.RoleBinding](t, objs)
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name {
+		t.Errorf("RoleBinding %s binds %s %s, want Role %s", rb.Name, rb.RoleRef.Kind, rb.RoleRef.Name, role.Name)
+	}
+	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: "rigger-system"}}
+	if d := cmp.Diff(wantSubj, rb.Subjects); d != "" {
+		t.Errorf("RoleBinding %s subjects (-want +got):\n%s", rb.Name, d)
+	}
+	if got := only[*appsv1.Deployment](t, objs).Spec.Template.Spec.ServiceAccountName; got != sa.Name {
+		t.Errorf("the Deployment runs as service account %q, want %q", got, sa.Name)
+	}
+}
+
+func TestDeploySecretsArePlaceholders(t *testing.T) {
+	objs := loadDeploy(t)
+	secrets := all[*corev1.Secret](objs)
+	if len(secrets) == 0 {
+		t.Fatal("deploy/ has no Secret template")
+	}
+	for _, s := range secrets {
+		if len(s.Data)+len(s.StringData) == 0 {
+			t.Errorf("Secret %s has no key: the template should show which keys to fill in", s.Name)
+		}
+		for k, v := range s.StringData {
+			if v != secretPlaceholder {
+				t.Errorf("Secret %s: stringData.%s is not the placeholder %s", s.Name, k, secretPlaceholder)
+			}
+		}
+		for k, v := range s.Data {
+			if string(v) != secretPlaceholder {
+				t.Errorf("Secret %s: data.%s is not the placeholder %s", s.Name, k, secretPlaceholder)
+			}
+		}
+	}
+	// Not in a Secret either: a comment or an env value.
+	files, _ := filepath.Glob(filepath.Join(deployDir, "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"PRIVATE KEY", "BEGIN OPENSSH", "ghp_", "glpat-"} {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s holds %q: deploy/ must hold no credential", f, s)
+			}
+		}
+	}
+}
+
+// TestDeployServe checks the Deployment against serve's real flags: its
+// arguments parse, and every path and port they name is mounted or exposed.
+func TestDeployServe(t *testing.T) {
+	objs := loadDeploy(t)
+	d := only[*appsv1.Deployment](t, objs)
+	pod := d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.Image != "rigger/rigger:dev" {
+		t.Errorf("image %q, want rigger/rigger:dev", c.Image)
+	}
+	if len(c.Command) > 0 {
+		t.Errorf("command %v replaces the image's entrypoint (rigger)", c.Command)
+	}
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Fatalf("args %v, want serve and its flags", c.Args)
+	}
+
+	cmd := newServeCommand()
+	if err := cmd.ParseFlags(c.Args[1:]); err != nil {
+		t.Fatalf("serve %v: %v", c.Args[1:], err)
+	}
+	if rest := cmd.Flags().Args(); len(rest) > 0 {
+		t.Errorf("serve takes no arguments, the Deployment gives %v", rest)
+	}
+	fl := cmd.Flags()
+	str := func(name string) string {
+		v, err := fl.GetString(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v, _ := fl.GetBool("leader-elect"); !v {
+		t.Error("--leader-elect is not set: two replicas would both reconcile")
+	}
+	if got := str("path"); got != "clusters/" {
+		t.Errorf("--path %q, want clusters/", got)
+	}
+	if str("repo") == "" {
+		t.Error("--repo is not set")
+	}
+
+	// Mounts: the state directory on the PersistentVolumeClaim, the clone
+	// on a writable volume, git credentials from the git Secret.
+	pvc := only[*corev1.PersistentVolumeClaim](t, objs)
+	secrets := map[string]*corev1.Secret{}
+	for _, s := range all[*corev1.Secret](objs) {
+		secrets[s.Name] = s
+	}
+	if m, v := mountOf(pod, c, str("state-dir")); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name || m.ReadOnly {
+		t.Errorf("--state-dir %s is not on a writable mount of PersistentVolumeClaim %s", str("state-dir"), pvc.Name)
+	}
+	if m, v := mountOf(pod, c, str("workdir")); v == nil || v.Secret != nil || m.ReadOnly {
+		t.Errorf("--workdir %s is not on a writable volume", str("workdir"))
+	}
+	for _, flag := range []string{"git-ssh-key", "git-known-hosts"} {
+		checkSecretFile(t, pod, c, secrets, "--"+flag, str(flag))
+	}
+
+	// The nodes' SSH key and known_hosts, where cluster.yml's defaults
+	// point inside the pod.
+	home := envValue(c, "HOME")
+	if home == "" {
+		t.Error("HOME is not set: cluster.yml's ~/.ssh paths cannot be found")
+	} else {
+		for _, p := range []string{spec.DefaultSSHKeyPath, spec.DefaultKnownHostsFile} {
+			checkSecretFile(t, pod, c, secrets, "cluster.yml's "+p, path.Join(home, strings.TrimPrefix(p, "~/")))
+		}
+	}
+
+	// The secrets serve reads from the environment (its flags' help names
+	// them) come from a Secret of deploy/.
+	envs := secretEnvs(cmd)
+	if len(envs) < 2 {
+		t.Errorf("serve's flags name %d environment variables (%v), want the git token's and the webhook secret's", len(envs), envs)
+	}
+	for _, name := range envs {
+		e := envVar(c, name)
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("env %s is not taken from a Secret", name)
+			continue
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		if s := secrets[ref.Name]; s == nil || !hasKey(s, ref.Key) {
+			t.Errorf("env %s: Secret %s has no key %s in deploy/", name, ref.Name, ref.Key)
+		}
+	}
+
+	// The HTTP server: port, probes, Service.
+	_, portText, _ := strings.Cut(str("listen"), ":")
+	port, err := strconv.Atoi(portText)
+	if err != nil || port != 8080 {
+		t.Errorf("--listen %q, want port 8080", str("listen"))
+	}
+	var httpPort *corev1.ContainerPort
+	for i := range c.Ports {
+		if c.Ports[i].ContainerPort == int32(port) {
+			httpPort = &c.Ports[i]
+		}
+	}
+	if httpPort == nil || httpPort.Name == "" {
+		t.Fatalf("no named container port %d (--listen)", port)
+	}
+	for name, p := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{"readiness": {c.ReadinessProbe, "/readyz"}, "liveness": {c.LivenessProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("no HTTP %s probe", name)
+			continue
+		}
+		g := p.probe.HTTPGet
+		if g.Path != p.path || (g.Port.String() != httpPort.Name && g.Port.IntValue() != port) {
+			t.Errorf("%s probe %s on port %s, want %s on %s", name, g.Path, g.Port.String(), p.path, httpPort.Name)
+		}
+	}
+	svc := only[*corev1.Service](t, objs)
+	for k, v := range svc.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("Service %s selects %s=%s, which the pods do not have", svc.Name, k, v)
+		}
+	}
+	if len(svc.Spec.Ports) == 0 || (svc.Spec.Ports[0].TargetPort.String() != httpPort.Name && svc.Spec.Ports[0].TargetPort.IntValue() != port) {
+		t.Errorf("Service %s does not send to container port %s", svc.Name, httpPort.Name)
+	}
+
+	// Hardening.
+	psc, sc := pod.SecurityContext, c.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Error("the pod does not run as a non-root user")
+	}
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("the root filesystem is not read-only")
+	}
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("privilege escalation is not turned off")
+	}
+	if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Error("no memory request or limit")
+	}
+}
+
+// secretEnvs are the environment variables serve's flags say they fall
+// back to ("else $RIGGER_…").
+func secretEnvs(cmd *cobra.Command) []string {
+	var envs []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		for _, m := range regexp.MustCompile(`\$(RIGGER_[A-Z_]+)`).FindAllStringSubmatch(f.Usage, -1) {
+			if !slices.Contains(envs, m[1]) {
+				envs = append(envs, m[1])
+			}
+		}
+	})
+	return envs
+}
+
+// checkSecretFile checks that file is a key of a Secret of deploy/ mounted
+// in the container.
+func checkSecretFile(t *testing.T, pod corev1.PodSpec, c corev1.Container, secrets map[string]*corev1.Secret, what, file string) {
+	t.Helper()
+	m, v := mountOf(pod, c, file)
+	if v == nil || v.Secret == nil {
+		t.Errorf("%s: %s is not on a Secret volume", what, file)
+		return
+	}
+	s := secrets[v.Secret.SecretName]
+	if s == nil {
+		t.Errorf("%s: Secret %s is not in deploy/", what, v.Secret.SecretName)
+		return
+	}
+	key := strings.TrimPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/")
+	for _, it := range v.Secret.Items {
+		if it.Path == key {
+			key = it.Key
+		}
+	}
+	if !hasKey(s, key) {
+		t.Errorf("%s: %s is key %q of Secret %s, which it does not have", what, file, key, s.Name)
+	}
+}
+
+// mountOf is the container's mount that holds p (the deepest) and its
+// volume; nil when none does.
+func mountOf(pod corev1.PodSpec, c corev1.Container, p string) (*corev1.VolumeMount, *corev1.Volume) {
+	var best *corev1.VolumeMount
+	for i, m := range c.VolumeMounts {
+		mp := strings.TrimSuffix(m.MountPath, "/")
+		if (p == mp || strings.HasPrefix(p, mp+"/")) && (best == nil || len(mp) > len(best.MountPath)) {
+			best = &c.VolumeMounts[i]
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	for i, v := range pod.Volumes {
+		if v.Name == best.Name {
+			return best, &pod.Volumes[i]
+		}
+	}
+	return best, nil
+}
+
+func envVar(c corev1.Container, name string) *corev1.EnvVar {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}
+
+func envValue(c corev1.Container, name string) string {
+	if e := envVar(c, name); e != nil {
+		return e.Value
+	}
+	return ""
+}
+
+func hasKey(s *corev1.Secret, key string) bool {
+	_, a := s.StringData[key]
+	_, b := s.Data[key]
+	return a || b
+}
+
+func objectNamespace(obj runtime.Object) string {
+	if o, ok := obj.(interface{ GetNamespace() string }); ok {
+		return o.GetNamespace()
+	}
+	return ""
+}
+
+func kindName(obj runtime.Object) string {
+	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+	name := ""
+	if o, ok := obj.(interface{ GetName() string }); ok {
+		name = o.GetName()
+	}
+	if err != nil || len(gvks) == 0 {
+		return "?/" + name
+	}
+	return gvks[0].Kind + "/" + name
+}
