@@ -48,6 +48,7 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./sandbox
 	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) ./reconcile/etcdsnap
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSidecar$$' -fuzztime $(FUZZTIME) ./reconcile/etcdsnap
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./reconcile/gitops/webhook
 
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)

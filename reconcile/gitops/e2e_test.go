@@ -38,7 +38,7 @@ const (
 	// oneFlag is the kube-proxy setting of the example; withFlag adds a
 	// flag beside it: a one-flag change.
 	oneFlag  = `conntrack-max-per-core: "0"`
-	withFlag = oneFlag + "\n      v: \"2\""
+	withFlag = oneFlag + "\n      v: \"4\"" // RKE's default is 2
 )
 
 // TestServeSandbox follows a bare repository served on loopback whose
@@ -78,9 +78,22 @@ func TestServeSandbox(t *testing.T) {
 	if st.Status == nil || len(st.Status.Nodes) != 1 || !st.Status.Nodes[0].Reachable {
 		t.Fatalf("status.yml does not show the node: %+v", st.Status)
 	}
+	if code := a.readyz(); code != http.StatusOK {
+		t.Errorf("/readyz of a serve that fetched: %d", code)
+	}
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", a.port)); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 
 	// 2. A one-flag change, and a human commit pushed right behind it,
 	// while rigger reconciles and then commits its status.
+	cli := dockerClient(t, sb.Nodes[0])
+	before, err := cli.ContainerInspect(context.Background(), "kube-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
 	origin.pull(t)
 	origin.commit(t, "kube-proxy: log more", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
 	origin.push(t)
@@ -95,6 +108,10 @@ func TestServeSandbox(t *testing.T) {
 		if !c.InSync {
 			t.Errorf("after the change, %s is not in sync: %+v", c.Name, c)
 		}
+	}
+	if after, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil || after.ID == before.ID ||
+		!strings.Contains(strings.Join(after.Args, " "), "--v=4") {
+		t.Errorf("the change did not replace kube-proxy with --v=4 (%v)", err)
 	}
 	if got := origin.show(t, "main:README.md"); got != "clusters, written by a human\n" {
 		t.Errorf("the human's README.md is now %q", got)
@@ -115,6 +132,18 @@ func TestServeSandbox(t *testing.T) {
 		t.Errorf("%d reconciles of a change, want 2 (the first push and the flag):\n%s", got, a.tail())
 	}
 
+	// A drift check that finds nothing commits nothing.
+	commits := origin.git(t, "rev-list", "--count", "--author=rigger-e2e", "main")
+	since := time.Now()
+	if !a.waitLog(time.Minute, func(e logEntry) bool {
+		return e.Msg == "reconcile done" && e.Trigger == "drift-check" && e.Time.After(since)
+	}) {
+		t.Error("no drift check in a minute (--drift-interval 20s)")
+	}
+	if now := origin.git(t, "rev-list", "--count", "--author=rigger-e2e", "main"); now != commits {
+		t.Errorf("a drift check that changed nothing committed status.yml (%s commits, then %s)", strings.TrimSpace(commits), strings.TrimSpace(now))
+	}
+
 	// 4. A bad signature is refused and fetches nothing.
 	fetches := a.metric(t, `rigger_git_fetches_total{result="ok"}`)
 	body := `{"ref":"refs/heads/main"}`
@@ -132,7 +161,6 @@ func TestServeSandbox(t *testing.T) {
 
 	// 5. Drift: kube-proxy removed by hand comes back at the next drift
 	// check, recorded in status.yml.
-	cli := dockerClient(t, sb.Nodes[0])
 	if err := cli.ContainerRemove(context.Background(), "kube-proxy", container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +176,46 @@ func TestServeSandbox(t *testing.T) {
 		t.Errorf("kube-proxy was not recreated: %v", err)
 	}
 
-	// 6. A second serve on the same cluster (same state directory, its
+	// 6. Suspended: a change is planned and reported, not applied; the
+	// drift checks change nothing either. Resumed: the change is applied.
+	proxy, err := cli.ContainerInspect(context.Background(), "kube-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The nodes run withFlag since 2: going back to yml is a change.
+	suspended := strings.Replace(yml, "rigger:\n", "rigger:\n  suspend: true\n", 1)
+	origin.pull(t)
+	origin.commit(t, "suspend, and a change that must wait", map[string]string{clusterPath: suspended})
+	origin.push(t)
+	pause := origin.head(t)
+	st = origin.waitStatus(t, "the suspended reconcile", 3*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == pause && f.Suspended
+	})
+	if r := condition(st, gitops.ConditionReady); r.Reason != "Suspended" || r.Status != "Unknown" || st.Status.PendingSteps == 0 {
+		t.Errorf("suspended with a change pending: Ready %+v, %d steps pending", r, st.Status.PendingSteps)
+	}
+	if now, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil || now.ID != proxy.ID {
+		t.Errorf("a suspended cluster's kube-proxy was changed (%v)", err)
+	}
+	origin.pull(t)
+	origin.commit(t, "resume", map[string]string{clusterPath: yml})
+	origin.push(t)
+	resume := origin.head(t)
+	origin.waitStatus(t, "the resumed reconcile", 5*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == resume && ready(f) == "True" && !f.Suspended
+	})
+	if now, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil || now.ID == proxy.ID {
+		t.Errorf("the resumed change did not replace kube-proxy (%v)", err)
+	}
+	if st.Snapshots == nil || st.Snapshots.Last == nil || st.Snapshots.Last.Kind != "scheduled" || st.Snapshots.Next == nil {
+		t.Errorf("status.yml has no scheduled snapshot (backup_config is on by default): %+v", st.Snapshots)
+	}
+
+	// 7. A second serve on the same cluster (same state directory, its
 	// own clone): a change is applied by one of them at a time.
 	b := startServe(t, bin, "b", origin, stateDir, 0, false)
 	origin.pull(t)
-	origin.commit(t, "kube-proxy: log less", map[string]string{clusterPath: yml})
+	origin.commit(t, "kube-proxy: log more again", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
 	origin.push(t)
 	third := origin.head(t)
 	origin.waitStatus(t, "the reconcile with two servers", 5*time.Minute, func(f *gitops.StatusFile) bool {
@@ -161,8 +224,84 @@ func TestServeSandbox(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	checkNoOverlap(t, a, b)
 
-	// 7. No status commit holds a secret.
+	// 8. Replicas with --leader-elect (the Lease in the sandbox cluster's
+	// API server): one is ready and reconciles; when it stops, the other
+	// takes over.
+	a.stop()
+	b.stop()
+	kubeconfig := writeKubeconfig(t, bin, yml, filepath.Join(stateDir, "sandbox"))
+	c := startServe(t, bin, "c", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
+	d := startServe(t, bin, "d", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
+	leader, follower := waitLeader(t, c, d)
+	if follower.count(func(e logEntry) bool { return e.Msg == "reconcile starts" }) != 0 {
+		t.Errorf("serve %s reconciled without leading", follower.name)
+	}
+	if !leader.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
+		t.Errorf("the leader, serve %s, never reconciled", leader.name)
+	}
+	leader.stop()
+	if got, _ := waitLeader(t, follower); got != follower {
+		t.Fatal("no new leader")
+	}
+	if !follower.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
+		t.Errorf("the new leader, serve %s, never reconciled", follower.name)
+	}
+
+	// 9. No status commit holds a secret.
 	scanStatusCommits(t, origin, filepath.Join(stateDir, "sandbox"))
+}
+
+func condition(f *gitops.StatusFile, typ string) gitops.Condition {
+	for _, c := range f.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return gitops.Condition{}
+}
+
+// writeKubeconfig is the sandbox cluster's admin kubeconfig, from rigger
+// kubeconfig.
+func writeKubeconfig(t testing.TB, bin, yml, state string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yml"), []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "kubeconfig")
+	if msg, err := exec.Command(bin, "kubeconfig", "-f", filepath.Join(dir, "cluster.yml"), "--state-dir", state, "--out", out).CombinedOutput(); err != nil {
+		t.Fatalf("rigger kubeconfig: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// waitLeader waits until exactly one of procs answers /readyz with 200
+// (the others 503) and returns it and one of the others.
+func waitLeader(t testing.TB, procs ...*serveProc) (leader, follower *serveProc) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		var ready, notReady []*serveProc
+		for _, p := range procs {
+			if p.readyz() == http.StatusOK {
+				ready = append(ready, p)
+			} else {
+				notReady = append(notReady, p)
+			}
+		}
+		if len(ready) > 1 {
+			t.Fatalf("%d replicas ready at once: only the leader may be", len(ready))
+		}
+		if len(ready) == 1 {
+			if len(notReady) > 0 {
+				return ready[0], notReady[0]
+			}
+			return ready[0], nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatal("no replica became the leader in 2m")
+	return nil, nil
 }
 
 // ready is the Ready condition's status.
@@ -316,6 +455,8 @@ func (o *origin) waitStatus(t testing.TB, what string, timeout time.Duration, ok
 type serveProc struct {
 	name string
 	port int
+	// stop interrupts serve and waits for it to end.
+	stop func()
 	mu   sync.Mutex
 	log  []logEntry
 	raw  bytes.Buffer
@@ -330,7 +471,7 @@ type logEntry struct {
 
 // startServe starts rigger serve on origin; with webhook, it listens on
 // port with the webhook secret (port 0: a free one, no webhook).
-func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port int, hook bool) *serveProc {
+func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port int, hook bool, extra ...string) *serveProc {
 	t.Helper()
 	if port == 0 {
 		port = freePort(t)
@@ -346,6 +487,7 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 		}
 		args = append(args, "--webhook-secret-file", f, "--interval", "1h")
 	}
+	args = append(args, extra...)
 	p := &serveProc{name: name, port: port}
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
@@ -370,7 +512,7 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 			p.mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() {
+	p.stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
@@ -379,11 +521,34 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 			<-done
 		}
 		_ = cmd.Wait()
+	})
+	t.Cleanup(func() {
+		p.stop()
 		if t.Failed() {
 			t.Logf("serve %s log:\n%s", name, p.tail())
 		}
 	})
 	return p
+}
+
+// readyz is the status of serve's /readyz (0 when it does not answer).
+func (p *serveProc) readyz() int {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", p.port))
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitLog waits until a log entry matches.
+func (p *serveProc) waitLog(timeout time.Duration, match func(logEntry) bool) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if p.count(match) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *serveProc) count(match func(logEntry) bool) int {

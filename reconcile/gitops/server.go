@@ -168,9 +168,16 @@ func (s *Server) Ready() bool { return s.ready.Load() }
 
 // Run fetches the repository now, then at every interval and on every
 // Trigger, until ctx ends; it then waits for the reconciles under way to
-// stop (they see ctx end between steps).
+// stop (they see ctx end between steps). It may be run again after it
+// returned (a replica that leads again), not twice at once.
 func (s *Server) Run(ctx context.Context) error {
-	defer s.wg.Wait()
+	defer func() {
+		s.wg.Wait()
+		// A later Run (leadership regained) starts the workers again.
+		s.mu.Lock()
+		s.workers = map[string]*worker{}
+		s.mu.Unlock()
+	}()
 	for {
 		s.sync(ctx)
 		wait := time.NewTimer(jittered(s.cfg.Interval))

@@ -109,3 +109,73 @@ func bareGit(o *origin, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// TestServerStatusBranchAndDuplicates: with a status branch, status.yml
+// files go there and the branch of cluster.yml gets none; two cluster.yml
+// with one cluster_name are refused, the second naming the first.
+func TestServerStatusBranchAndDuplicates(t *testing.T) {
+	o := newOrigin(t, freePort(t))
+	// Nodes on a closed loopback port: they cannot be reached, at once.
+	dup := "cluster_name: dup\nnodes:\n  - {address: 127.0.0.1, port: 1, user: u, role: [etcd, controlplane, worker]}\n" +
+		"rigger:\n  ssh:\n    host_key_policy: \"off\"\n"
+	o.commit(t, "two clusters with one name", map[string]string{"clusters/a/cluster.yml": dup, "clusters/b/cluster.yml": dup})
+	o.push(t)
+	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan string, 10)
+	srv, err := gitops.New(gitops.Config{Repo: repo, Branch: "main", StatusBranch: "rigger-status", Path: "clusters",
+		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour, MaxConcurrent: 2,
+		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
+		Events: func(e gitops.Event) {
+			if e.Kind == gitops.EventStatusWritten {
+				written <- e.Path
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 2 {
+		select {
+		case <-written:
+		case <-time.After(time.Minute):
+			t.Fatal("the two status files were not written in a minute")
+		}
+	}
+	if out, err := bareGit(o, "ls-tree", "-r", "--name-only", "main"); err != nil || strings.Contains(out, "status.yml") {
+		t.Errorf("main got a status.yml (%v):\n%s", err, out)
+	}
+	reasons := map[string]string{}
+	for _, p := range []string{"clusters/a/status.yml", "clusters/b/status.yml"} {
+		out, err := bareGit(o, "show", "rigger-status:"+p)
+		if err != nil {
+			t.Fatalf("%s on the status branch: %v\n%s", p, err, out)
+		}
+		f := gitops.ParseStatus([]byte(out))
+		if f == nil {
+			t.Fatalf("%s does not parse:\n%s", p, out)
+		}
+		for _, c := range f.Conditions {
+			if c.Type == gitops.ConditionStalled && c.Status == "True" && c.Reason == "DuplicateCluster" {
+				reasons[p] = c.Message
+			}
+		}
+	}
+	if len(reasons) != 1 {
+		t.Fatalf("%d of the two clusters refused as duplicates, want 1: %v", len(reasons), reasons)
+	}
+	for p, msg := range reasons {
+		other := "clusters/a/cluster.yml"
+		if strings.HasPrefix(p, "clusters/a/") {
+			other = "clusters/b/cluster.yml"
+		}
+		if !strings.Contains(msg, other) || !strings.Contains(msg, `"dup"`) {
+			t.Errorf("%s: %q does not name %s and the name", p, msg, other)
+		}
+	}
+}
