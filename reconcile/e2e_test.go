@@ -12,7 +12,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -66,17 +65,6 @@ func extraArg(service func(*spec.Cluster) *map[string]string, flag, value string
 
 func kubeAPIArgs(c *spec.Cluster) *map[string]string { return &c.Services.KubeAPI.ExtraArgs }
 func kubeletArgs(c *spec.Cluster) *map[string]string { return &c.Services.Kubelet.ExtraArgs }
-
-// dockerClient talks to a sandbox node's engine from the host.
-func dockerClient(t testing.TB, n sandbox.Node) *client.Client {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
 
 // loadYML writes yml to a file and loads it.
 func loadYML(t testing.TB, yml string) *spec.Cluster {
@@ -151,7 +139,7 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 	t.Helper()
 	ids := map[string]string{}
 	for _, n := range s.Nodes {
-		cli := dockerClient(t, n)
+		cli := sandboxtest.DockerClient(t, n)
 		list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
 			Filters: filters.NewArgs(filters.Arg("label", desired.LabelCluster))})
 		if err != nil {
@@ -289,7 +277,7 @@ func TestApplySandbox(t *testing.T) {
 	t.Run("a container removed by hand is recreated alone", func(t *testing.T) {
 		a.t = t
 		n2 := s.Nodes[1]
-		if err := dockerClient(t, n2).ContainerRemove(ctx, desired.KubeScheduler, container.RemoveOptions{Force: true}); err != nil {
+		if err := sandboxtest.DockerClient(t, n2).ContainerRemove(ctx, desired.KubeScheduler, container.RemoveOptions{Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		before := containerIDs(ctx, t, s)

@@ -2,16 +2,11 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -58,29 +53,17 @@ func requestOf(r spec.Restore) *RestoreRequest {
 
 // loadRestores reads the restores done; none when there is no file.
 func loadRestores(dir string) ([]RestoreRecord, error) {
-	p := filepath.Join(dir, restoresFile)
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the restores done: %w", err)
-	}
 	var recs []RestoreRecord
-	if err := json.Unmarshal(b, &recs); err != nil {
-		return nil, fmt.Errorf("read the restores done: %s: %w; repair it, or move it away if no restore request of cluster.yml "+
-			"must be kept from running again", p, err)
+	if err := readStateJSON(dir, restoresFile, &recs); err != nil {
+		return nil, fmt.Errorf("read the restores done: %w; repair it, or move it away if no restore request of cluster.yml "+
+			"must be kept from running again", err)
 	}
 	return recs, nil
 }
 
 // saveRestores replaces the restores file atomically, mode 0600.
 func saveRestores(dir string, recs []RestoreRecord) error {
-	b, err := json.MarshalIndent(recs, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode the restores done: %w", err)
-	}
-	if err := pki.WriteStateFile(dir, restoresFile, append(b, '\n')); err != nil {
+	if err := writeStateJSON(dir, restoresFile, recs); err != nil {
 		return fmt.Errorf("save the restores done: %w", err)
 	}
 	return nil

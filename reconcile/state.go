@@ -21,31 +21,46 @@ const nodesFile = "nodes.json"
 
 // loadNodes reads the nodes of the last apply; none when there is no file.
 func loadNodes(dir string) ([]spec.Node, error) {
-	b, err := os.ReadFile(filepath.Join(dir, nodesFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the nodes of the last apply: %w", err)
-	}
 	var nodes []spec.Node
-	if err := json.Unmarshal(b, &nodes); err != nil {
-		p := filepath.Join(dir, nodesFile)
-		return nil, fmt.Errorf("read the nodes of the last apply: %s: %w; move it away if it is damaged (nodes removed from cluster.yml are then not cleaned)", p, err)
+	if err := readStateJSON(dir, nodesFile, &nodes); err != nil {
+		return nil, fmt.Errorf("read the nodes of the last apply: %w; move it away if it is damaged (nodes removed from cluster.yml are then not cleaned)", err)
 	}
 	return nodes, nil
 }
 
 // saveNodes replaces the nodes file atomically.
 func saveNodes(dir string, nodes []spec.Node) error {
-	b, err := json.MarshalIndent(nodes, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode nodes: %w", err)
-	}
-	if err := pki.WriteStateFile(dir, nodesFile, append(b, '\n')); err != nil {
+	if err := writeStateJSON(dir, nodesFile, nodes); err != nil {
 		return fmt.Errorf("save nodes: %w", err)
 	}
 	return nil
+}
+
+// readStateJSON decodes a JSON file of the state directory into v, which it
+// leaves as it is when there is no such file.
+func readStateJSON(dir, name string, v any) error {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return nil
+}
+
+// writeStateJSON replaces a JSON file of the state directory atomically,
+// mode 0600.
+func writeStateJSON(dir, name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", name, err)
+	}
+	return pki.WriteStateFile(dir, name, append(b, '\n'))
 }
 
 // formerNodes are the nodes of the last apply that cluster.yml no longer has.

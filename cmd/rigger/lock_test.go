@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/ssh"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/lock"
@@ -21,17 +17,7 @@ import (
 // once the lock is released.
 func TestApplyLock(t *testing.T) {
 	dir := t.TempDir()
-	_, key, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := ssh.MarshalPrivateKey(key, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dir+"/id", pem.EncodeToMemory(block), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeKey(t, dir)
 	// A node on a closed loopback port: the plan after the lock fails fast.
 	yml := "ssh_key_path: " + dir + "/id\nnodes:\n  - {address: 127.0.0.1, port: 1, user: u, role: [etcd, controlplane, worker]}\n" +
 		"rigger:\n  ssh:\n    host_key_policy: \"off\"\n"

@@ -146,8 +146,9 @@ func TestCommandsShowWarnings(t *testing.T) {
 
 // TestKnownHostsFlag: --known-hosts replaces rigger.ssh.known_hosts_file.
 // Opening a session connects to nothing.
-func TestKnownHostsFlag(t *testing.T) {
-	dir := t.TempDir()
+// writeKey writes a new SSH private key to dir/id.
+func writeKey(t *testing.T, dir string) {
+	t.Helper()
 	_, key, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +160,11 @@ func TestKnownHostsFlag(t *testing.T) {
 	if err := os.WriteFile(dir+"/id", pem.EncodeToMemory(block), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestKnownHostsFlag(t *testing.T) {
+	dir := t.TempDir()
+	writeKey(t, dir)
 	yml := "ssh_key_path: " + dir + "/id\nnodes:\n  - {address: 192.0.2.10, user: u, role: [etcd, controlplane, worker]}\n"
 	if err := os.WriteFile(dir+"/cluster.yml", []byte(yml), 0o600); err != nil {
 		t.Fatal(err)

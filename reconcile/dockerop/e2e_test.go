@@ -28,11 +28,7 @@ import (
 func TestSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Name: "dockerop", Subnet: 8, Nodes: 1, Images: true})
 	n := s.Nodes[0]
-	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := sandboxtest.DockerClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

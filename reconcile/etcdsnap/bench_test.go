@@ -41,7 +41,7 @@ func BenchmarkSnapshotSandbox(b *testing.B) {
 	})
 
 	n := s.Nodes[0]
-	etcdctl := etcdctlOn(ctx, b, c, dockerClient(b, n), n.Address)
+	etcdctl := etcdctlOn(ctx, b, c, sandboxtest.DockerClient(b, n), n.Address)
 	b.Run("etcdctl", func(b *testing.B) {
 		for b.Loop() {
 			etcdctl("snapshot", "save", "/tmp/bench.db")

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
@@ -67,7 +66,7 @@ func TestSnapshotSandbox(t *testing.T) {
 
 	// Keys of our own, with values that can be found in the snapshot file.
 	n1 := s.Nodes[0]
-	cli := dockerClient(t, n1)
+	cli := sandboxtest.DockerClient(t, n1)
 	etcdctl := etcdctlOn(ctx, t, c, cli, n1.Address)
 	var values []string
 	var lastRev int64
@@ -323,23 +322,12 @@ func TestSnapshotSandbox(t *testing.T) {
 // directory and the certificates bound, and returns its output.
 func dockerRun(ctx context.Context, t *testing.T, n sandbox.Node, image string, cmd ...string) []byte {
 	t.Helper()
-	out, err := dockerop.RunOutput(ctx, dockerClient(t, n), n.Address, image, cmd, dockerop.RunOptions{
+	out, err := dockerop.RunOutput(ctx, sandboxtest.DockerClient(t, n), n.Address, image, cmd, dockerop.RunOptions{
 		Binds: []string{"/opt/rke/etcd-snapshots:/opt/rke/etcd-snapshots:ro"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// dockerClient talks to a sandbox node's engine from the host.
-func dockerClient(t testing.TB, n sandbox.Node) *client.Client {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
 }
 
 // gateway is a versitygw serving S3 over TLS on the host's loopback.

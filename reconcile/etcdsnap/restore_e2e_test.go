@@ -38,7 +38,7 @@ func TestRestoreSandbox(t *testing.T) {
 	apply(ctx, t, sess)
 	clis := make([]*client.Client, len(s.Nodes))
 	for i, n := range s.Nodes {
-		clis[i] = dockerClient(t, n)
+		clis[i] = sandboxtest.DockerClient(t, n)
 	}
 	n1 := s.Nodes[0]
 	etcdctl := etcdctlOn(ctx, t, c, clis[0], n1.Address)

@@ -111,7 +111,7 @@ func TestScheduleSandbox(t *testing.T) {
 
 	// Keys before and after the last snapshot, for the restore.
 	n1 := s.Nodes[0]
-	etcdctl := etcdctlOn(ctx, t, c, dockerClient(t, n1), n1.Address)
+	etcdctl := etcdctlOn(ctx, t, c, sandboxtest.DockerClient(t, n1), n1.Address)
 	etcdctl("put", "/rigger-schedule/before", "v")
 	fourth := tick(3*time.Hour, true, second)
 	etcdctl("put", "/rigger-schedule/after", "v")

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
@@ -89,7 +88,7 @@ func TestServeSandbox(t *testing.T) {
 
 	// 2. A one-flag change, and a human commit pushed right behind it,
 	// while rigger reconciles and then commits its status.
-	cli := dockerClient(t, sb.Nodes[0])
+	cli := sandboxtest.DockerClient(t, sb.Nodes[0])
 	before, err := cli.ContainerInspect(context.Background(), "kube-proxy")
 	if err != nil {
 		t.Fatal(err)
@@ -333,16 +332,6 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func dockerClient(t testing.TB, n sandbox.Node) *client.Client {
-	t.Helper()
-	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
 }
 
 // origin is a bare repository with a post-receive hook that calls the

@@ -254,6 +254,7 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	if prev := w.readStatus(ctx, ref.Head); prev != nil && prev.Source.Blob != "" {
 		// What an earlier run applied: unchanged content is no change.
 		w.applied = clusterRef{Path: w.path, Blob: prev.Source.Blob, Revision: prev.ObservedRevision}
+		w.tried = prev.Source.Blob
 	}
 	s.wg.Add(1)
 	go func() {

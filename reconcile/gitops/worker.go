@@ -58,8 +58,10 @@ type worker struct {
 	// stalled on something only a person can fix); its Revision is the
 	// commit it was first seen at.
 	applied clusterRef
-	prev    *StatusFile
-	drift   []DriftRepair
+	// tried is the blob of the content last reconciled, converged or not.
+	tried string
+	prev  *StatusFile
+	drift []DriftRepair
 	// lastRun and retryAt decide the next wake-up; snapshotDue is when
 	// the etcd schedule asks for the next snapshot (zero: none).
 	lastRun, retryAt, snapshotDue time.Time
@@ -125,9 +127,10 @@ func (w *worker) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.notify:
-			ref := w.current()
-			if ref.Blob == w.applied.Blob && w.retryAt.IsZero() {
-				continue // a commit that did not touch this cluster.yml
+			if w.current().Blob == w.tried {
+				// A commit that did not touch this cluster.yml; a failed
+				// reconcile of it is retried by the timer, with backoff.
+				continue
 			}
 			cause = "change"
 		case <-timer.C:
@@ -195,6 +198,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	}
 	defer release()
 	ref := w.current()
+	w.tried = ref.Blob
 	w.readStatus(ctx, ref.Head)
 	changed := ref.Blob != w.applied.Blob
 	if changed {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -488,12 +487,7 @@ func drainWorkload(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 // containerCreated is when the container was created on the node.
 func containerCreated(ctx context.Context, t *testing.T, n sandbox.Node, name string) time.Time {
 	t.Helper()
-	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	info, err := cli.ContainerInspect(ctx, name)
+	info, err := sandboxtest.DockerClient(t, n).ContainerInspect(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
+
 	"github.com/rigger/rigger/sandbox"
 )
 
@@ -136,4 +138,16 @@ func ClusterYML(t testing.TB, s *sandbox.Sandbox, roles map[int][]string) string
 		out = append(out, strings.ReplaceAll(line, "/var/lib/rigger-sandbox/rigger/", "/var/lib/rigger-sandbox/"+s.Name+"/"))
 	}
 	return strings.Join(out, "\n")
+}
+
+// DockerClient is a client of node n's Docker engine, through its socket
+// on the host; it is closed when the test ends.
+func DockerClient(t testing.TB, n sandbox.Node) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
