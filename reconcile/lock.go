@@ -2,16 +2,26 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/rigger/rigger/reconcile/lock"
 )
 
 // LockFileName is the cluster's lock in its state directory.
 const LockFileName = "lock"
+
+// The Lease, in the cluster's own API server, that Apply holds while it
+// changes the cluster: rigger processes with different state directories
+// (a laptop, a serve running elsewhere) see each other there.
+const (
+	ClusterLeaseNamespace = "kube-system"
+	ClusterLeaseName      = "rigger-apply"
+)
 
 // Lock takes the cluster's lock, a file in the state directory, for the
 // command named (apply, serve, snapshot restore, …): two rigger processes
@@ -27,10 +37,65 @@ func (s *Session) Lock(ctx context.Context, command string, wait bool) (release 
 	if err != nil {
 		return nil, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err)
 	}
+	s.lockAs, s.lockWait = command, wait
 	s.unlock = sync.OnceFunc(func() {
 		if err := rel(); err != nil {
 			s.opts.Log.Warn("release the cluster's lock", "cluster", s.c.ClusterName, "err", err)
 		}
 	})
 	return s.unlock, nil
+}
+
+// clusterLeaseTiming outlasts an API server's restart: with one
+// controlplane node, an apply that replaces kube-apiserver cannot renew the
+// Lease until the new one answers.
+var clusterLeaseTiming = lock.LeaseTiming{Duration: time.Minute, RenewDeadline: 45 * time.Second, RetryPeriod: 5 * time.Second}
+
+// leaseCluster takes the cluster's Lease (ClusterLeaseNamespace/
+// ClusterLeaseName) for an apply of pl, as the command that took the lock
+// (Lock), waiting for it as Lock did; release gives it up. Losing it midway
+// (the API server down longer than the lease lasts) is logged, not fatal:
+// stopping an apply halfway would do more harm. A cluster whose API server did not
+// answer the plan (a new cluster, a control plane down) has no Lease to
+// take: the apply goes on with the state directory's lock alone.
+func (s *Session) leaseCluster(ctx context.Context, pl *Planned) (func(), error) {
+	none := func() {}
+	if pl.NodesErr != nil {
+		return none, nil
+	}
+	cs, err := s.KubeClient(pl.PKI, pl.Observed)
+	if err != nil {
+		return none, nil
+	}
+	command := s.lockAs
+	if command == "" {
+		command = "apply"
+	}
+	h := lock.Me(command)
+	held, giveUp, err := lock.Lease(ctx, cs, ClusterLeaseNamespace, ClusterLeaseName, h, false, clusterLeaseTiming)
+	var taken *lock.HeldError
+	if errors.As(err, &taken) && s.lockWait {
+		s.opts.Log.Warn("waiting for the cluster's Lease", "cluster", s.c.ClusterName, "holder", taken.Holder.ID)
+		held, giveUp, err = lock.Lease(ctx, cs, ClusterLeaseNamespace, ClusterLeaseName, h, true, clusterLeaseTiming)
+	}
+	switch {
+	case errors.As(err, &taken):
+		return nil, fmt.Errorf("cluster %s is being changed by another rigger: %w", s.c.ClusterName, err)
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("lease cluster %s: %w", s.c.ClusterName, err)
+	case err != nil:
+		s.opts.Log.Warn("the cluster's Lease could not be taken; going on with the state directory's lock alone",
+			"cluster", s.c.ClusterName, "err", err)
+		return none, nil
+	}
+	stop := context.AfterFunc(held, func() {
+		if errors.Is(context.Cause(held), lock.ErrLost) {
+			s.opts.Log.Warn("the cluster's Lease was lost during the apply (the API server did not answer for too long)",
+				"cluster", s.c.ClusterName)
+		}
+	})
+	return func() {
+		stop()
+		giveUp()
+	}, nil
 }

@@ -69,6 +69,10 @@ type Session struct {
 	former []spec.Node
 	// unlock releases the cluster's lock (Lock); nil when not held.
 	unlock func()
+	// lockAs and lockWait are Lock's command and wait, for the Lease
+	// Apply takes.
+	lockAs   string
+	lockWait bool
 }
 
 // Open prepares a reconcile of c, which must be loaded and valid
@@ -401,6 +405,11 @@ func (s *Session) Apply(ctx context.Context, pl *Planned, ao ApplyOptions) (*exe
 	if err := s.checkRemovals(pl.Plan, ao.AllowRemovals); err != nil {
 		return &execute.Result{NotRun: pl.Plan.Steps}, err
 	}
+	unlease, err := s.leaseCluster(ctx, pl)
+	if err != nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, err
+	}
+	defer unlease()
 	if pl.saveState {
 		if err := pki.Save(s.opts.StateDir, pl.PKI); err != nil {
 			return &execute.Result{NotRun: pl.Plan.Steps}, fmt.Errorf("save certificates before applying: %w", err)

@@ -68,7 +68,10 @@ file that does not validate is reported and nothing changes until it does.
 One rigger at a time changes a cluster: apply holds the cluster's lock in
 the state directory while it runs. When another apply, or "rigger serve"
 with the same state directory, holds it, apply refuses and says who holds
-it, or with --wait-lock waits until it is free.
+it, or with --wait-lock waits until it is free. Once the cluster's API server
+answers, apply also holds the Lease kube-system/rigger-apply in it while it
+changes the cluster, so that riggers with other state directories (another
+machine, a serve elsewhere) are excluded too.
 
 Exit status: 0 when the cluster converged, 1 on failure or when a node of
 cluster.yml could not be reached.`,

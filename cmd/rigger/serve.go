@@ -95,9 +95,11 @@ and the webhook.
 
 One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
-refuses, naming the holder); with --leader-elect (in a cluster, several
-replicas), only the replica holding the Lease --lease-namespace/--lease-name
-reconciles.`,
+refuses, naming the holder), and each apply holds the Lease
+kube-system/rigger-apply in the reconciled cluster's API server, which
+riggers with other state directories respect too; with --leader-elect (in a
+cluster, several replicas), only the replica holding the Lease
+--lease-namespace/--lease-name reconciles.`,
 		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
     --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook
   RIGGER_GIT_TOKEN=$TOKEN rigger serve --repo https://gitea.example/ops/clusters.git --status-branch rigger-status`,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -14,13 +15,19 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
+	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
@@ -246,7 +253,28 @@ func TestServeSandbox(t *testing.T) {
 		t.Errorf("the new leader, serve %s, never reconciled", follower.name)
 	}
 
-	// 9. No status commit holds a secret.
+	// 9. The cluster's Lease, in its own API server: a CLI apply with a
+	// state directory of its own (another machine) is refused while another
+	// rigger holds it, naming the holder.
+	cs := kubeClient(t, kubeconfig)
+	other := lock.Holder{ID: "rigger serve on elsewhere (pid 7)", Host: "elsewhere", PID: 7, Command: "serve", Since: time.Now()}
+	lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer lcancel()
+	_, release, err := lock.Lease(lctx, cs, reconcile.ClusterLeaseNamespace, reconcile.ClusterLeaseName, other, true, lock.LeaseTiming{})
+	if err != nil {
+		t.Fatalf("take the cluster's Lease: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "cluster.yml")
+	if err := os.WriteFile(file, []byte(strings.Replace(yml, oneFlag, oneFlag+"\n      v: \"5\"", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "apply", "--yes", "-f", file, "--state-dir", t.TempDir()).CombinedOutput()
+	release()
+	if err == nil || !strings.Contains(string(out), other.ID) {
+		t.Errorf("apply while another rigger holds the cluster's Lease: %v\n%s\nwant a refusal naming %q", err, out, other.ID)
+	}
+
+	// 10. No status commit holds a secret.
 	scanStatusCommits(t, origin, filepath.Join(stateDir, "sandbox"))
 }
 
@@ -486,10 +514,16 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	logFile, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopping atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sc := bufio.NewScanner(stderr)
+		defer logFile.Close()
+		sc := bufio.NewScanner(io.TeeReader(stderr, logFile))
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			var e logEntry
@@ -500,8 +534,12 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 			p.raw.WriteByte('\n')
 			p.mu.Unlock()
 		}
+		if !stopping.Load() {
+			t.Errorf("serve %s ended by itself; its log ends:\n%s", name, p.tail())
+		}
 	}()
 	p.stop = sync.OnceFunc(func() {
+		stopping.Store(true)
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
@@ -689,4 +727,18 @@ func scanStatusCommits(t testing.TB, o *origin, clusterState string) {
 			}
 		}
 	}
+}
+
+// kubeClient is a client of the sandbox cluster's API server.
+func kubeClient(t testing.TB, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }

@@ -336,9 +336,14 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, s *reconcile.Sessi
 		}
 	}
 	var guard *reconcile.RemovalGuardError
+	var held *lock.HeldError
 	switch {
 	case errors.As(err, &guard):
 		out.stalled, out.err = "RemovalGuard", err
+	case errors.As(err, &held):
+		// Another rigger applies (the cluster's Lease): later, not with
+		// backoff.
+		out.retry, out.retryIn, out.err = true, lockHeldRetry, err
 	case err != nil:
 		out.retry, out.err = true, err
 	}

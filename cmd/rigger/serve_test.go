@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestServeRefusesBadFlags: serve says what is wrong before it clones or
+// listens.
+func TestServeRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no repository", nil, "--repo URL"},
+		{"author without email", []string{"--repo", "file:///nowhere", "--author", "rigger"}, `give "Name <email>"`},
+		{"log format", []string{"--repo", "file:///nowhere", "--log-format", "xml"}, "give text or json"},
+		{"log level", []string{"--repo", "file:///nowhere", "--log-level", "loud"}, "give debug, info, warn or error"},
+		{"webhook secret file missing", []string{"--repo", "file:///nowhere", "--webhook-secret-file", dir + "/none"}, "read secret"},
+		{"repository missing", []string{"--repo", "file://" + dir + "/none.git", "--state-dir", dir}, dir + "/none.git"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := run(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
+			if code == 0 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant it to say %q", code, stderr, tt.want)
+			}
+		})
+	}
+}
