@@ -176,14 +176,7 @@ func TestApplySandbox(t *testing.T) {
 	t.Run("no new CA while a node does not answer", func(t *testing.T) {
 		a.t = t
 		third := s.Nodes[2]
-		if err := s.Partition(ctx, third.Name); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := s.Heal(context.Background(), third.Name); err != nil {
-				t.Error(err)
-			}
-		}()
+		sandboxtest.Partition(ctx, t, s, third.Name)
 		sess := a.session(c)
 		pl, err := sess.Plan(ctx)
 		if err != nil {
@@ -335,19 +328,7 @@ func TestApplySandbox(t *testing.T) {
 	t.Run("a partitioned node is reported, not removed", func(t *testing.T) {
 		a.t = t
 		third := s.Nodes[2]
-		if err := s.Partition(ctx, third.Name); err != nil {
-			t.Fatal(err)
-		}
-		healed := false
-		heal := func() {
-			if !healed {
-				healed = true
-				if err := s.Heal(context.Background(), third.Name); err != nil {
-					t.Error(err)
-				}
-			}
-		}
-		defer heal()
+		heal := sandboxtest.Partition(ctx, t, s, third.Name)
 		// A change for every node. With the default budget
 		// (max_unavailable_worker 10% of 3: 1), the node down uses it up:
 		// nothing changes and apply says why.
@@ -620,14 +601,7 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 	t.Run("no member is added while one is down", func(t *testing.T) {
 		a.t = t
 		third := s.Nodes[2]
-		if err := s.Partition(ctx, third.Name); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := s.Heal(context.Background(), third.Name); err != nil {
-				t.Error(err)
-			}
-		}()
+		sandboxtest.Partition(ctx, t, s, third.Name)
 		four := roles(3)
 		sess := a.session(four)
 		pl, err := sess.Plan(ctx)

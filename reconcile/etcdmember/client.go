@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Dialer dials an etcd member's address from wherever it is reachable (a
@@ -151,19 +153,17 @@ func isUnhealthy(err error) bool { return errors.Is(err, rpctypes.ErrUnhealthy) 
 func retry(ctx context.Context, timeout time.Duration, again func(error) bool, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	wait := 500 * time.Millisecond
-	for {
+	var err error
+	delay := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}.DelayFunc()
+	if werr := delay.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-		err := f(cctx)
-		ccancel()
-		if err == nil || !again(err) {
-			return err
+		defer ccancel()
+		if err = f(cctx); err != nil && again(err) {
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("still refused after %s: %w", timeout, err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
+		return true, err
+	}); werr != nil && ctx.Err() != nil {
+		return fmt.Errorf("still refused after %s: %w", timeout, err)
 	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"path"
 	"slices"
@@ -18,56 +19,38 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/rigger/rigger/spec"
 )
 
 // Retry is how an S3 operation is retried: Attempts tries in all, the
-// pause doubling from First up to Max. Sleep waits (nil: a timer that
-// ends early with ctx).
+// pause doubling from First up to Max.
 type Retry struct {
 	Attempts   int
 	First, Max time.Duration
-	Sleep      func(ctx context.Context, d time.Duration) error
 }
 
 // DefaultRetry is what S3 uploads use: 5 tries over about 15 seconds.
 var DefaultRetry = Retry{Attempts: 5, First: time.Second, Max: 8 * time.Second}
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // do runs op until it succeeds, fails permanently (a *S3Error that is not
 // Temporary), ctx ends or the attempts are spent.
 func (r Retry) do(ctx context.Context, op func() error) error {
-	sleep := r.Sleep
-	if sleep == nil {
-		sleep = sleepCtx
-	}
 	attempts := max(r.Attempts, 1)
-	pause := r.First
+	delay := wait.Backoff{Duration: r.First, Factor: 2, Cap: max(r.Max, r.First), Steps: math.MaxInt32}.DelayFunc()
+	tries := 0
 	var err error
-	for i := range attempts {
-		if err = op(); err == nil {
-			return nil
-		}
+	werr := delay.Until(ctx, true, true, func(context.Context) (bool, error) {
+		tries++
+		err = op()
 		var se *S3Error
-		if errors.As(err, &se) && !se.Temporary || i == attempts-1 {
-			break
-		}
-		if serr := sleep(ctx, pause); serr != nil {
-			return errors.Join(err, serr)
-		}
-		pause = min(pause*2, max(r.Max, r.First))
-	}
-	if attempts > 1 {
+		return err == nil || errors.As(err, &se) && !se.Temporary || tries == attempts, nil
+	})
+	switch {
+	case werr != nil:
+		return errors.Join(err, werr)
+	case err != nil && tries == attempts && attempts > 1:
 		return fmt.Errorf("%w (gave up after %d attempt(s))", err, attempts)
 	}
 	return err

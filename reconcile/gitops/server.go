@@ -222,16 +222,21 @@ func (s *Server) sync(ctx context.Context) {
 	seen := map[string]bool{}
 	for _, f := range files {
 		seen[f.Path] = true
-		// The revision of a cluster.yml is the commit that last changed
-		// it: every server names the same one, and status commits after
-		// it do not change it.
-		rev, err := s.cfg.Repo.LastChange(head.Hash, f.Path)
-		if err != nil {
-			log.Warn("find the commit that last changed a cluster.yml", "path", f.Path, "err", err)
-			rev = head.Hash
-		}
-		ref := clusterRef{Path: f.Path, Content: f.Content, Blob: f.Blob, Revision: rev, Head: head.Hash}
 		w := s.workers[f.Path]
+		ref := clusterRef{Path: f.Path, Content: f.Content, Blob: f.Blob, Head: head.Hash}
+		if w != nil && w.current().Blob == f.Blob {
+			ref.Revision = w.current().Revision // unchanged: no history walk
+		} else {
+			// The revision of a cluster.yml is the commit that last changed
+			// it: every server names the same one, and status commits after
+			// it do not change it.
+			rev, err := s.cfg.Repo.LastChange(head.Hash, f.Path)
+			if err != nil {
+				log.Warn("find the commit that last changed a cluster.yml", "path", f.Path, "err", err)
+				rev = head.Hash
+			}
+			ref.Revision = rev
+		}
 		if w == nil {
 			w = s.startWorker(ctx, ref)
 			s.workers[f.Path] = w
@@ -251,7 +256,7 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &worker{srv: s, path: ref.Path, statusPath: path.Join(path.Dir(ref.Path), StatusFileName),
 		notify: make(chan struct{}, 1), cancel: cancel, log: s.cfg.Log.With("path", ref.Path), latest: ref}
-	if prev := w.readStatus(ctx, ref.Head); prev != nil && prev.Source.Blob != "" {
+	if prev := w.readStatus(ctx, ref.Head, true); prev != nil && prev.Source.Blob != "" {
 		// What an earlier run applied: unchanged content is no change.
 		w.applied = clusterRef{Path: w.path, Blob: prev.Source.Blob, Revision: prev.ObservedRevision}
 		w.tried = prev.Source.Blob

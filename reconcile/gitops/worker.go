@@ -95,14 +95,18 @@ func (w *worker) stop() { w.cancel() }
 // on: the conditions' transition times, the drift repaired, the snapshots
 // and the last restore. The repository, not the memory of one server, is
 // the record: a restarted server, or another one, goes on from it.
-func (w *worker) readStatus(ctx context.Context, rev string) *StatusFile {
+//
+// With a status branch, the branch is read as last fetched: at start
+// (fetch), and by every status commit since, which fetches it first.
+func (w *worker) readStatus(ctx context.Context, rev string, fetch bool) *StatusFile {
 	cfg := w.srv.cfg
 	if cfg.StatusBranch != "" {
-		head, err := cfg.Repo.Fetch(ctx, cfg.StatusBranch)
-		if err != nil {
-			return nil // no status branch yet
+		rev = cfg.StatusBranch
+		if fetch {
+			if _, err := cfg.Repo.Fetch(ctx, cfg.StatusBranch); err != nil {
+				return nil // no status branch yet
+			}
 		}
-		rev = head.Hash
 	}
 	f, ok, err := cfg.Repo.ReadFile(rev, w.statusPath)
 	if err != nil || !ok {
@@ -199,7 +203,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	defer release()
 	ref := w.current()
 	w.tried = ref.Blob
-	w.readStatus(ctx, ref.Head)
+	w.readStatus(ctx, ref.Head, false)
 	changed := ref.Blob != w.applied.Blob
 	if changed {
 		cause = "change"

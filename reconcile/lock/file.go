@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+	kwait "k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Backoff between two attempts of File to take a held lock when it waits.
@@ -46,22 +48,24 @@ func File(ctx context.Context, path string, h Holder, wait bool) (release func()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create the directory of lock file %s: %w", path, err)
 	}
-	delay := FileRetryMin
-	for {
-		release, err := tryFile(path, h)
-		var held *HeldError
-		if err == nil || !errors.As(err, &held) || !wait {
-			return release, err
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("stop waiting for the lock: %w: %w", context.Cause(ctx), err)
-		case <-t.C:
-		}
-		delay = min(2*delay, FileRetryMax)
+	release, err = tryFile(path, h)
+	var held *HeldError
+	if err == nil || !errors.As(err, &held) || !wait {
+		return release, err
 	}
+	// Tried again, the pause doubling from FileRetryMin to FileRetryMax.
+	delay := kwait.Backoff{Duration: FileRetryMin, Factor: 2, Cap: FileRetryMax, Steps: math.MaxInt32}.DelayFunc()
+	werr := delay.Until(ctx, false, true, func(context.Context) (bool, error) {
+		release, err = tryFile(path, h)
+		if errors.As(err, &held) {
+			return false, nil
+		}
+		return true, err
+	})
+	if werr != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("stop waiting for the lock: %w: %w", context.Cause(ctx), err)
+	}
+	return release, err
 }
 
 // tryFile makes one attempt at taking the lock; it returns a *HeldError

@@ -109,10 +109,7 @@ func TestObserveSandbox(t *testing.T) {
 		t.Errorf("node2: %+v, want reachable with no containers", n)
 	}
 
-	if err := s.Partition(ctx, n2.Name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Heal(context.Background(), n2.Name) })
+	sandboxtest.Partition(ctx, t, s, n2.Name)
 	begin := time.Now()
 	got = observe()
 	t.Logf("Observe with node2 partitioned took %s; node2: %v", time.Since(begin), got.Nodes[n2.Address].Err)

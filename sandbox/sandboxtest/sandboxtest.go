@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +151,20 @@ func DockerClient(t testing.TB, n sandbox.Node) *client.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// Partition cuts node name of s off the network until the test ends (or
+// heal is called, which may be called more than once).
+func Partition(ctx context.Context, t testing.TB, s *sandbox.Sandbox, name string) (heal func()) {
+	t.Helper()
+	if err := s.Partition(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	heal = sync.OnceFunc(func() {
+		if err := s.Heal(context.Background(), name); err != nil {
+			t.Errorf("heal node %s: %v", name, err)
+		}
+	})
+	t.Cleanup(heal)
+	return heal
 }

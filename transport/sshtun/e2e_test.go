@@ -250,10 +250,7 @@ func TestE2E(t *testing.T) {
 		cfg.ConnectTimeout = 2 * time.Second
 		tr := newT(t, cfg)
 		roundTrip(t, tr, n1.Name, echoAddr)
-		if err := sb.Partition(ctx, n1.Name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sb.Heal(context.Background(), n1.Name) })
+		sandboxtest.Partition(ctx, t, sb, n1.Name)
 		// The live connection goes silent; keepalives find it dead, and
 		// the reconnection cannot get through.
 		start := time.Now()

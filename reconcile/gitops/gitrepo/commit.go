@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Defaults for FileCommit.
@@ -97,26 +97,27 @@ func (r *Repo) CommitFile(ctx context.Context, c FileCommit) (hash string, chang
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for attempt := 1; ; attempt++ {
-		hash, changed, err := r.commitOnce(ctx, c)
-		if err == nil {
-			return hash, changed, nil
-		}
-		if !errors.Is(err, errMoved) {
-			return "", false, r.errorf("commit %s on %s of %s: %w", c.Path, c.Branch, r.remote.url, err)
-		}
-		if attempt >= attempts {
-			return "", false, r.errorf("commit %s on %s of %s: %w (%d attempts): it will be tried again on the next reconcile",
-				c.Path, c.Branch, r.remote.url, ErrConflict, attempts)
-		}
-		wait := jitter(backoff)
-		log.Info("branch moved while pushing, committing again on the new head",
-			"branch", c.Branch, "path", c.Path, "attempt", attempt, "wait", wait)
-		if err := sleep(ctx, wait); err != nil {
-			return "", false, r.errorf("commit %s on %s of %s: %w", c.Path, c.Branch, r.remote.url, err)
-		}
-		backoff *= 2
+	// Each retry waits twice as long as the one before, jittered.
+	attempt := 0
+	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: backoff, Factor: 2, Jitter: 1, Steps: attempts},
+		func(ctx context.Context) (bool, error) {
+			attempt++
+			hash, changed, err = r.commitOnce(ctx, c)
+			if errors.Is(err, errMoved) {
+				log.Info("branch moved while pushing, committing again on the new head",
+					"branch", c.Branch, "path", c.Path, "attempt", attempt)
+				return false, nil
+			}
+			return err == nil, err
+		})
+	switch {
+	case wait.Interrupted(err) && ctx.Err() == nil:
+		return "", false, r.errorf("commit %s on %s of %s: %w (%d attempts): it will be tried again on the next reconcile",
+			c.Path, c.Branch, r.remote.url, ErrConflict, attempts)
+	case err != nil:
+		return "", false, r.errorf("commit %s on %s of %s: %w", c.Path, c.Branch, r.remote.url, err)
 	}
+	return hash, changed, nil
 }
 
 // errMoved means the push lost a race: the branch moved on the remote.
@@ -225,10 +226,16 @@ func (r *Repo) push(ctx context.Context, branch string, commit, head plumbing.Ha
 		opts.RequireRemoteRefs = []config.RefSpec{config.RefSpec(head.String() + ":" + dst.String())}
 	}
 	err := r.repo.PushContext(ctx, opts)
-	if errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return nil
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return withHint(err)
 	}
-	return withHint(err)
+	// The branch as last fetched is now the commit: ReadFile of the
+	// branch sees it without another fetch.
+	tracking := plumbing.NewHashReference(plumbing.NewRemoteReferenceName(remoteName, branch), commit)
+	if err := r.repo.Storer.SetReference(tracking); err != nil {
+		return fmt.Errorf("record the pushed commit as %s: %w", tracking.Name(), err)
+	}
+	return nil
 }
 
 // storeBlob writes content as a blob; the caller holds r.mu.
@@ -352,21 +359,4 @@ func IsRiggerCommit(message, trailerKey string) bool {
 		}
 	}
 	return false
-}
-
-// jitter returns d scaled by a random factor in [0.5, 1.5).
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.5 + rand.Float64()))
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
 }
