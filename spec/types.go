@@ -735,7 +735,7 @@ type Rigger struct {
 	MaxRemovedNodes string `json:"max_removed_nodes,omitempty"`
 	// What to do with Kubernetes Nodes that no node of cluster.yml owns: `report` or `delete` (cordon, drain, delete).
 	StaleNodes string `json:"stale_nodes,omitempty"`
-	// Observe and report the cluster but change nothing.
+	// `rigger serve` observes and reports the cluster but changes nothing (no apply, no drift repair, no restore; scheduled snapshots go on). `rigger apply` by hand still applies.
 	Suspend bool `json:"suspend,omitempty"`
 }
 

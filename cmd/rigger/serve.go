@@ -273,8 +273,9 @@ func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
 	return client, ns, nil
 }
 
-// secretFrom reads a secret from a file, else from an environment
-// variable; "" when neither has one.
+// secretFrom reads a secret from a file, trimmed of surrounding white
+// space, else from an environment variable; "" when neither is given. The
+// secret never appears in an error.
 func secretFrom(file, env string) (string, error) {
 	if file == "" {
 		return os.Getenv(env), nil
@@ -283,7 +284,11 @@ func secretFrom(file, env string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("read secret: %s is empty: write the secret into it", file)
+	}
+	return s, nil
 }
 
 // newLogger is serve's logger: text or JSON lines on stderr.

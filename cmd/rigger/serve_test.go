@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,7 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"log format", []string{"--repo", "file:///nowhere", "--log-format", "xml"}, "give text or json"},
 		{"log level", []string{"--repo", "file:///nowhere", "--log-level", "loud"}, "give debug, info, warn or error"},
 		{"webhook secret file missing", []string{"--repo", "file:///nowhere", "--webhook-secret-file", dir + "/none"}, "read secret"},
+		{"empty token file", []string{"--repo", "file:///nowhere", "--git-token-file", emptyFile(t, dir)}, "is empty"},
 		{"repository missing", []string{"--repo", "file://" + dir + "/none.git", "--state-dir", dir}, dir + "/none.git"},
 	}
 	for _, tt := range tests {
@@ -29,4 +31,13 @@ func TestServeRefusesBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+func emptyFile(t *testing.T, dir string) string {
+	t.Helper()
+	p := dir + "/empty"
+	if err := os.WriteFile(p, []byte("  \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
@@ -36,21 +35,6 @@ type Auth struct {
 
 // redacted replaces secrets in error text.
 const redacted = "xxxxx"
-
-// PasswordFromFile reads a token or password from path, trimmed of
-// surrounding white space, for Auth.Password (the CLI's --git-token-file).
-// The file's content never appears in the error.
-func PasswordFromFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read git token file: %w", err)
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return "", fmt.Errorf("git token file %s is empty: write the token into it", path)
-	}
-	return s, nil
-}
 
 // remote is a parsed repository URL with its credentials split off.
 type remote struct {

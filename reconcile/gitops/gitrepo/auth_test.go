@@ -122,36 +122,6 @@ func TestHTTPSBasicAuth(t *testing.T) {
 	}
 }
 
-func TestPasswordFromFile(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	tests := []struct {
-		name, path, want string
-		wantErr          bool
-	}{
-		{name: "trimmed", path: write("token", "  "+goodToken+"\n"), want: goodToken},
-		{name: "empty", path: write("empty", " \n"), wantErr: true},
-		{name: "missing", path: filepath.Join(dir, "nope"), wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := PasswordFromFile(tt.path)
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("PasswordFromFile = %q, %v; want %q, error=%v", got, err, tt.want, tt.wantErr)
-			}
-			if err != nil && !strings.Contains(err.Error(), filepath.Base(tt.path)) {
-				t.Errorf("error does not name the file: %v", err)
-			}
-		})
-	}
-}
-
 func TestStripURL(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"https://git:tok@example.com/r.git", "https://git@example.com/r.git"},
