@@ -141,6 +141,9 @@ func Retain(snaps []SnapshotInfo, retention int) (remove []SnapshotInfo) {
 type ScheduledSnapshotResult struct {
 	// Schedule is the decision, made before any snapshot was taken.
 	Schedule SnapshotSchedule
+	// Next is when the next scheduled snapshot is due after this call
+	// (counted from the snapshot taken, if one was); zero when disabled.
+	Next time.Time
 	// ListErr says which etcd nodes (or S3) could not be listed; the
 	// decision and retention used the rest.
 	ListErr error
@@ -212,6 +215,9 @@ func (s *Session) ScheduledSnapshot(ctx context.Context) (*ScheduledSnapshotResu
 			log.Warn("scheduled snapshot taken, not everywhere", "snapshot", sr.Sidecar.Name, "error", err)
 		}
 		snaps = append(snaps, takenInfo(sr))
+		res.Next = NextSnapshot(b, snaps, s.opts.Now()).Next
+	} else {
+		res.Next = res.Schedule.Next
 	}
 	s3 := s.s3Config() != nil
 	var errs []error

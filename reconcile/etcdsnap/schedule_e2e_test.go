@@ -86,6 +86,9 @@ func TestScheduleSandbox(t *testing.T) {
 		if res.Snapshot == nil {
 			return ""
 		}
+		if !res.Next.Equal(t0.Add(at + time.Hour)) {
+			t.Errorf("+%s: next snapshot due %s, want an interval after this one", at, res.Next)
+		}
 		sc := res.Snapshot.Sidecar
 		if sc.Kind != etcdsnap.KindScheduled || !sc.TakenAt.Equal(t0.Add(at)) || sc.Size <= 0 || len(sc.SHA256) != 64 {
 			t.Errorf("+%s: sidecar %+v: want a scheduled snapshot taken at %s", at, sc, t0.Add(at))

@@ -396,11 +396,10 @@ func (w *worker) snapshot(ctx context.Context, log *slog.Logger, s *reconcile.Se
 	if l := r.Schedule.Last; l != nil {
 		st.Last = snapshotRef(l.Name, l.Sidecar, l.TakenAt, l.Size)
 	}
-	next := r.Schedule.Next
+	next := r.Next
 	if r.Snapshot != nil && r.Snapshot.Sidecar != nil {
 		sc := r.Snapshot.Sidecar
 		st.Last = snapshotRef(sc.Name, sc, sc.TakenAt, sc.Size)
-		next = sc.TakenAt.Add(time.Duration(c.Services.Etcd.BackupConfig.IntervalHours) * time.Hour)
 		w.srv.cfg.Metrics.snapshot(c.ClusterName, nil)
 		log.Info("scheduled snapshot taken", "snapshot", sc.Name, "next", next)
 	}
