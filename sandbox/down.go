@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Down removes the sandbox called name and everything it made: its
@@ -125,11 +126,11 @@ func (s *Sandbox) down(ctx context.Context) error {
 		if err := removeNodeNet(ctx, n); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
 		}
-		if err := removeCgroups(s.cgroupPath(n)); err != nil {
+		if err := removeCgroups(ctx, s.cgroupPath(n)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
 		}
 	}
-	if err := removeCgroups(cgroupRoot + "/" + s.Name); err != nil {
+	if err := removeCgroups(ctx, cgroupRoot+"/"+s.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeBridge(ctx, s.Bridge); err != nil {
@@ -187,9 +188,24 @@ func cgroupDirs(path string) []string {
 	return out
 }
 
+// cgroupBusyWait is how long a busy cgroup is tried again: a process
+// killed a moment ago stays in its cgroup until its parent reaps it (PID 1
+// here reaps only now and then).
+const cgroupBusyWait = 10 * time.Second
+
 // removeCgroups removes cgroup path and every cgroup below it, in every
-// hierarchy. The processes in them must have ended.
-func removeCgroups(path string) error {
+// hierarchy. The processes in them must have ended; a cgroup still busy
+// with one not reaped yet is tried again for up to cgroupBusyWait.
+func removeCgroups(ctx context.Context, path string) error {
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cgroupBusyWait, true, func(context.Context) (bool, error) {
+		err = removeCgroupsOnce(path)
+		return !errors.Is(err, unix.EBUSY), nil
+	})
+	return err
+}
+
+func removeCgroupsOnce(path string) error {
 	var errs []error
 	for _, dir := range cgroupDirs(path) {
 		var dirs []string
@@ -268,7 +284,7 @@ func cleanupOrphans(ctx context.Context) error {
 			}
 		}
 	}
-	if err := removeCgroups(cgroupRoot); err != nil {
+	if err := removeCgroups(ctx, cgroupRoot); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -295,7 +311,7 @@ func cleanupShared(ctx context.Context) error {
 	if err := removeHostMountpoints(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroups(cgroupRoot); err != nil {
+	if err := removeCgroups(ctx, cgroupRoot); err != nil {
 		errs = append(errs, err)
 	}
 	// ip-netns(8) makes /run/netns a mount of its own; take it away when
