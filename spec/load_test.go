@@ -1,33 +1,20 @@
 package spec
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/rigger/rigger/internal/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
-
-// golden compares got with the file at path, or writes it with -update.
-func golden(t *testing.T, path, got string) {
+// checkGolden compares got with the file at path (golden.Check).
+func checkGolden(t *testing.T, path, got string) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./spec -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs (-want +got; go test ./spec -update rewrites it):\n%s", path, diff)
-	}
+	golden.Check(t, path, []byte(got))
 }
 
 // TestInvalidFixtures checks the diagnostics of every file in
@@ -48,7 +35,7 @@ func TestInvalidFixtures(t *testing.T) {
 				b.WriteString(d.String())
 				b.WriteString("\n")
 			}
-			golden(t, strings.TrimSuffix(f, ".yml")+".golden", b.String())
+			checkGolden(t, strings.TrimSuffix(f, ".yml")+".golden", b.String())
 		})
 	}
 }

@@ -23,7 +23,7 @@ func TestReferenceUpToDate(t *testing.T) {
 	r := &reference{docs: docs, seen: map[reflect.Type]string{}}
 	r.b.WriteString(referenceIntro)
 	r.section("", reflect.ValueOf(c).Elem(), docs["Cluster"][""])
-	golden(t, "../docs/cluster-yml.md", r.b.String())
+	checkGolden(t, "../docs/cluster-yml.md", r.b.String())
 }
 
 const referenceIntro = `# cluster.yml reference

@@ -2,15 +2,16 @@ package desired
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rigger/rigger/spec"
 	"sigs.k8s.io/yaml"
+
+	"github.com/rigger/rigger/internal/golden"
+	"github.com/rigger/rigger/spec"
 )
 
 // loadFile returns the defaulted cluster of a cluster.yml.
@@ -65,20 +66,7 @@ func TestConfigFilesGolden(t *testing.T) {
 		{"config-files-custom", filepath.Join("testdata", "config-files.yml"), "10.20.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := renderFiles(configFiles(t, loadFile(t, tc.cluster), tc.node))
-			file := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(file, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("config files differ from %s (-want +got); if intended, run go test -update:\n%s", file, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", tc.name+".golden"), renderFiles(configFiles(t, loadFile(t, tc.cluster), tc.node)))
 		})
 	}
 }

@@ -2,16 +2,12 @@ package desired
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/rigger/rigger/internal/golden"
 	"github.com/rigger/rigger/spec"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 // load returns the defaulted example cluster examples/clusters/<name>.
 func load(t testing.TB, name string) *spec.Cluster {
@@ -40,20 +36,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := render(t, d)
-			file := filepath.Join("testdata", name+".golden")
-			if *update {
-				if err := os.WriteFile(file, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("desired state of %s differs from %s (-want +got); if intended, run go test -update:\n%s", name, file, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", name+".golden"), render(t, d))
 		})
 	}
 }

@@ -2,36 +2,20 @@ package plan
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/rigger/rigger/internal/golden"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
-// golden compares got with testdata/<name>.golden, or writes it with -update.
-func golden(t *testing.T, name, got string) {
+// checkGolden compares got with testdata/<name>.golden (golden.Check).
+func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	file := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run go test ./reconcile/plan -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs (-want +got); if intended, run go test ./reconcile/plan -update:\n%s", file, diff)
-	}
+	golden.Check(t, filepath.Join("testdata", name+".golden"), []byte(got))
 }
 
 func mustJSON(t testing.TB, v any) string {
@@ -93,9 +77,9 @@ func TestRender(t *testing.T) {
 			p := Compute(build(t, baseYML, tt.change), o)
 			var b strings.Builder
 			p.Render(&b)
-			golden(t, tt.name, b.String())
+			checkGolden(t, tt.name, b.String())
 			if tt.name == "mixed" {
-				golden(t, tt.name+".json", mustJSON(t, p))
+				checkGolden(t, tt.name+".json", mustJSON(t, p))
 			}
 		})
 	}
