@@ -6,16 +6,9 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -67,49 +60,4 @@ func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clie
 		return nil, fmt.Errorf("connect to the API server: %w", err)
 	}
 	return cs, nil
-}
-
-// apiBackoff spaces the retries of a call the API server failed for a
-// passing reason (about a minute in all): an API server whose etcd lost a
-// member answers Unavailable until its client moves on.
-var apiBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 8, Cap: 15 * time.Second}
-
-// retriable reports whether an API error may pass on its own.
-func retriable(err error) bool {
-	return apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
-		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) ||
-		apierrors.IsUnexpectedServerError(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
-}
-
-// nodeBinding is the ClusterRoleBinding that lets the kubelets act as
-// nodes. They share the kube-node certificate (O=system:nodes, CN=system:node,
-// as in RKE), which the Node authorizer does not know as any one node, so
-// RBAC grants the group the system:node role, as RKE does.
-const nodeBinding = "system:node"
-
-// ensureNodeAuthorization adds the system:nodes group to the system:node
-// ClusterRoleBinding (which the API server creates without subjects), or
-// creates it.
-func ensureNodeAuthorization(ctx context.Context, cs kubernetes.Interface) error {
-	subject := rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}
-	return retry.OnError(apiBackoff, retriable, func() error {
-		crb, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, nodeBinding, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: nodeBinding},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: nodeBinding},
-				Subjects:   []rbacv1.Subject{subject},
-			}, metav1.CreateOptions{})
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		if slices.Contains(crb.Subjects, subject) {
-			return nil
-		}
-		crb.Subjects = append(crb.Subjects, subject)
-		_, err = cs.RbacV1().ClusterRoleBindings().Update(ctx, crb, metav1.UpdateOptions{})
-		return err
-	})
 }

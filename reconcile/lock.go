@@ -33,7 +33,7 @@ func (s *Session) Lock(ctx context.Context, command string, wait bool) (release 
 	if err := os.MkdirAll(s.opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err)
 	}
-	rel, err := lock.File(ctx, filepath.Join(s.opts.StateDir, LockFileName), lock.Me(command), wait)
+	rel, err := lock.File(ctx, filepath.Join(s.opts.StateDir, LockFileName), lock.Me(command, s.opts.Now()), wait)
 	if err != nil {
 		return nil, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err)
 	}
@@ -71,7 +71,7 @@ func (s *Session) leaseCluster(ctx context.Context, pl *Planned) (func(), error)
 	if command == "" {
 		command = "apply"
 	}
-	h := lock.Me(command)
+	h := lock.Me(command, s.opts.Now())
 	held, giveUp, err := lock.Lease(ctx, cs, ClusterLeaseNamespace, ClusterLeaseName, h, false, clusterLeaseTiming)
 	var taken *lock.HeldError
 	if errors.As(err, &taken) && s.lockWait {

@@ -88,7 +88,7 @@ func (k *kubeSide) afterNode(ctx context.Context, node string, steps []plan.Step
 }
 
 // kubernetes runs in the Kubernetes phase, once the control plane is
-// healthy: the kubelets are authorized (ensureNodeAuthorization), the
+// healthy: the kubelets are authorized (kubenode.AuthorizeKubelets), the
 // Nodes of the machines that left cluster.yml are cordoned,
 // drained and deleted before their containers go, and the cluster's state
 // and PKI are saved in the Secret kube-system/rigger-cluster-state.
@@ -96,8 +96,8 @@ func (k *kubeSide) kubernetes(ctx context.Context) error {
 	if k.cs == nil {
 		return errors.New("connect to the API server: no controlplane node was reachable when the plan was made")
 	}
-	if err := ensureNodeAuthorization(ctx, k.cs); err != nil {
-		return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", nodeBinding, err)
+	if err := kubenode.AuthorizeKubelets(ctx, k.cs); err != nil {
+		return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", kubenode.NodeBinding, err)
 	}
 	in := spec.NodeDrainInput{}
 	if u := k.s.c.UpgradeStrategy; u != nil && u.DrainInput != nil {

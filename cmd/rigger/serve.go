@@ -186,7 +186,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		leader := lock.NewElector(client, ns, o.leaseName, lock.Me("serve").ID, lock.LeaseTiming{}, log)
+		leader := lock.NewElector(client, ns, o.leaseName, lock.Me("serve", time.Now()).ID, lock.LeaseTiming{}, log)
 		leading, elect = leader.IsLeader, leader.Run
 	}
 

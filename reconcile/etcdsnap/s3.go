@@ -31,8 +31,8 @@ type Retry struct {
 	First, Max time.Duration
 }
 
-// DefaultRetry is what S3 uploads use: 5 tries over about 15 seconds.
-var DefaultRetry = Retry{Attempts: 5, First: time.Second, Max: 8 * time.Second}
+// defaultRetry is what S3 uploads use: 5 tries over about 15 seconds.
+func defaultRetry() Retry { return Retry{Attempts: 5, First: time.Second, Max: 8 * time.Second} }
 
 // do runs op until it succeeds, fails permanently (a *S3Error that is not
 // Temporary), ctx ends or the attempts are spent.
@@ -111,7 +111,7 @@ func NewS3(cfg *spec.S3BackupConfig) (*S3, error) {
 		return nil, fmt.Errorf("s3backupconfig: %s", redact(err.Error(), secrets))
 	}
 	return &S3{cl: cl, endpoint: cfg.Endpoint, bucket: cfg.BucketName, folder: strings.Trim(cfg.Folder, "/"),
-		secrets: secrets, Retry: DefaultRetry}, nil
+		secrets: secrets, Retry: defaultRetry()}, nil
 }
 
 // Key is the object key of a file of the folder.

@@ -14,11 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
 )
@@ -456,36 +455,10 @@ func (r *runner) files(ctx context.Context, steps []plan.Step) error {
 }
 
 // parallel runs f for every step, limit at once (no limit when ≤ 0), and
-// joins the errors; a failure does not cancel the others.
+// joins the errors; a failure does not stop the others.
 func (r *runner) parallel(ctx context.Context, steps []plan.Step, limit int, f func(context.Context, plan.Step) error) error {
 	r.start(steps)
-	return each(steps, limit, func(s plan.Step) error { return f(ctx, s) })
-}
-
-// each calls f for every item, limit at once (no limit when ≤ 0), and
-// joins the errors; a failure does not stop the others.
-func each[T any](items []T, limit int, f func(T) error) error {
-	var (
-		g    errgroup.Group
-		mu   sync.Mutex
-		errs []error
-	)
-	if limit <= 0 {
-		limit = -1
-	}
-	g.SetLimit(limit)
-	for _, it := range items {
-		g.Go(func() error {
-			if err := f(it); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-	return errors.Join(errs...)
+	return fanout.Each(ctx, steps, limit, func(ctx context.Context, _ int, s plan.Step) error { return f(ctx, s) })
 }
 
 func (r *runner) start(steps []plan.Step) {
@@ -778,23 +751,25 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, block
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := each(batch, len(batch), func(n string) error { return r.nodeSteps(ctx, n, groups[n]) }); err != nil {
+		if err := fanout.Each(ctx, batch, len(batch), func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// CleanPaths are what a node removed from cluster.yml is cleaned of after
+// cleanPaths are what a node removed from cluster.yml is cleaned of after
 // its containers are gone: rigger's files and the components' data.
-var CleanPaths = []string{desired.KubernetesDir, desired.EtcdHostDataDir, "/var/log/kube-audit"}
+func cleanPaths() []string {
+	return []string{desired.KubernetesDir, desired.EtcdHostDataDir, "/var/log/kube-audit"}
+}
 
 // removedNodes removes the containers of nodes gone from cluster.yml and
 // cleans their files, MaxParallel nodes at once.
 func (r *runner) removedNodes(ctx context.Context, steps []plan.Step) error {
 	r.start(steps)
 	_, groups := byNode(steps)
-	return each(r.removed, r.o.MaxParallel, func(n string) error { return r.cleanNode(ctx, n, groups[n]) })
+	return fanout.Each(ctx, r.removed, r.o.MaxParallel, func(ctx context.Context, _ int, n string) error { return r.cleanNode(ctx, n, groups[n]) })
 }
 
 func (r *runner) cleanNode(ctx context.Context, node string, steps []plan.Step) error {
@@ -804,7 +779,7 @@ func (r *runner) cleanNode(ctx context.Context, node string, steps []plan.Step) 
 		}
 	}
 	err := r.ops.clean(ctx, node)
-	r.say(node, "cleaned "+strings.Join(CleanPaths, ", "), err)
+	r.say(node, "cleaned "+strings.Join(cleanPaths(), ", "), err)
 	return err
 }
 
@@ -816,14 +791,15 @@ func (r *runner) cleanFiles(ctx context.Context, node string) error {
 	return clean(ctx, e, node, r.o.HelperImage)
 }
 
-// clean empties CleanPaths on the node with a one-shot helper container
+// clean empties cleanPaths on the node with a one-shot helper container
 // (the directories stay: they may be mount points).
 func clean(ctx context.Context, e dockerop.Engine, node, image string) error {
 	const script = `for d in "$@"; do [ -d "/host$d" ] && find "/host$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done; exit 0`
-	binds := make([]string, 0, len(CleanPaths))
-	for _, p := range CleanPaths {
+	paths := cleanPaths()
+	binds := make([]string, 0, len(paths))
+	for _, p := range paths {
 		binds = append(binds, p+":/host"+p)
 	}
-	cmd := append([]string{"sh", "-c", script, "clean"}, CleanPaths...)
+	cmd := append([]string{"sh", "-c", script, "clean"}, paths...)
 	return dockerop.Run(ctx, e, node, image, cmd, binds)
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/rigger/rigger/reconcile/desired"
@@ -28,7 +27,7 @@ import (
 // registered before rigger labelled Nodes). Hostname may be empty.
 func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname string) ([]corev1.Node, error) {
 	var list *corev1.NodeList
-	err := retry.OnError(Backoff, Retriable, func() (err error) {
+	err := retryAPI(func() (err error) {
 		list, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 			LabelSelector: desired.NodeAddressLabel + "=" + desired.NodeAddressLabelValue(address)})
 		return err
@@ -40,7 +39,7 @@ func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname s
 		return list.Items, nil
 	}
 	var n *corev1.Node
-	err = retry.OnError(Backoff, Retriable, func() (err error) {
+	err = retryAPI(func() (err error) {
 		n, err = cs.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
 		return err
 	})
@@ -58,7 +57,7 @@ func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname s
 // ListNodes lists every Node, retried on passing errors.
 func ListNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {
 	var list *corev1.NodeList
-	err := retry.OnError(Backoff, Retriable, func() (err error) {
+	err := retryAPI(func() (err error) {
 		list, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		return err
 	})
@@ -74,7 +73,7 @@ func patchNode(ctx context.Context, cs kubernetes.Interface, name string, patch 
 	if err != nil {
 		return err
 	}
-	return retry.OnError(Backoff, Retriable, func() error {
+	return retryAPI(func() error {
 		_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{})
 		return err
 	})
@@ -224,7 +223,7 @@ func Heartbeat(n *corev1.Node) time.Time {
 
 // Delete deletes the Node (gone already is no error).
 func Delete(ctx context.Context, cs kubernetes.Interface, name string) error {
-	err := retry.OnError(Backoff, Retriable, func() error {
+	err := retryAPI(func() error {
 		return cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

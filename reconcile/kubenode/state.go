@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
@@ -85,7 +84,7 @@ func SaveState(ctx context.Context, cs kubernetes.Interface, c *spec.Cluster, se
 		return fmt.Errorf("save the cluster state: %w", err)
 	}
 	secrets := cs.CoreV1().Secrets(StateNamespace)
-	err = retry.OnError(Backoff, Retriable, func() error {
+	err = retryAPI(func() error {
 		old, err := secrets.Get(ctx, StateSecret, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = secrets.Create(ctx, &corev1.Secret{
@@ -123,7 +122,7 @@ func (*NoStateError) Error() string {
 // is a *NoStateError.
 func LoadState(ctx context.Context, cs kubernetes.Interface) (*pki.Set, *ClusterState, error) {
 	var sec *corev1.Secret
-	err := retry.OnError(Backoff, Retriable, func() (err error) {
+	err := retryAPI(func() (err error) {
 		sec, err = cs.CoreV1().Secrets(StateNamespace).Get(ctx, StateSecret, metav1.GetOptions{})
 		return err
 	})

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/spec"
@@ -242,7 +241,7 @@ func (c *Change) Patch(resourceVersion string) ([]byte, error) {
 func Sync(ctx context.Context, cs kubernetes.Interface, name string, m Machine) (*Change, error) {
 	labels, taints := Wanted(m)
 	var done *Change
-	err := retry.OnError(Backoff, Retriable, func() error {
+	err := retryAPI(func() error {
 		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -50,7 +50,7 @@ func (e *Elector) Run(ctx context.Context, run func(ctx context.Context)) error 
 	desc := fmt.Sprintf("lease %s/%s", e.namespace, e.name)
 	log := e.log.With("lease", e.namespace+"/"+e.name, "id", e.id)
 	klogCtx := klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
-	me := Me("serve")
+	me := Me("serve", e.timing.Now())
 	annotation, err := json.Marshal(Holder{ID: e.id, Host: me.Host, PID: me.PID, Command: me.Command})
 	if err != nil {
 		return fmt.Errorf("encode the holder of %s: %w", desc, err)

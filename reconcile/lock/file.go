@@ -79,7 +79,7 @@ func tryFile(path string, h Holder) (func() error, error) {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			holder := readHolder(f)
 			f.Close()
-			return nil, &HeldError{Holder: holder, Lock: path}
+			return nil, &HeldError{Holder: holder, Lock: path, At: h.Since}
 		}
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)

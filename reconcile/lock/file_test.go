@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // holdLockChild takes the lock at path, says "locked" on stdout and holds
 // the lock until stdin is closed.
 func holdLockChild(path string) int {
-	release, err := File(context.Background(), path, Me("apply"), false)
+	release, err := File(context.Background(), path, Me("apply", time.Now()), false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -58,12 +58,13 @@ func TestFileHeldInSameProcess(t *testing.T) {
 	}
 	defer release()
 
-	_, err = File(t.Context(), path, testHolder("second"), false)
+	second := testHolder("second")
+	_, err = File(t.Context(), path, second, false)
 	var held *HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("second File: got %v, want a *HeldError", err)
 	}
-	if diff := cmp.Diff(&HeldError{Holder: first, Lock: path}, held); diff != "" {
+	if diff := cmp.Diff(&HeldError{Holder: first, Lock: path, At: second.Since}, held); diff != "" {
 		t.Errorf("HeldError (-want +got):\n%s", diff)
 	}
 	for _, want := range []string{path, first.ID, "2026-11-22T03:00:00Z", "--wait-lock", "pid 42 on host1"} {
@@ -250,8 +251,9 @@ func TestHeldErrorMessage(t *testing.T) {
 	}{
 		{
 			name: "full holder",
-			err:  &HeldError{Holder: testHolder("rigger serve on host1 (pid 42)"), Lock: "/var/lib/rigger/c.lock"},
-			want: []string{"/var/lib/rigger/c.lock is held by rigger serve on host1 (pid 42) since 2026-11-22T03:00:00Z (", " ago)", "rigger apply --wait-lock", "(pid 42 on host1)"},
+			err: &HeldError{Holder: testHolder("rigger serve on host1 (pid 42)"), Lock: "/var/lib/rigger/c.lock",
+				At: time.Date(2026, 11, 22, 3, 1, 30, 0, time.UTC)},
+			want: []string{"/var/lib/rigger/c.lock is held by rigger serve on host1 (pid 42) since 2026-11-22T03:00:00Z (1m30s ago)", "rigger apply --wait-lock", "(pid 42 on host1)"},
 		},
 		{
 			name:   "only an identity",
@@ -278,7 +280,7 @@ func TestHeldErrorMessage(t *testing.T) {
 }
 
 func TestMe(t *testing.T) {
-	h := Me("snapshot restore")
+	h := Me("snapshot restore", time.Now())
 	host, _ := os.Hostname()
 	if h.PID != os.Getpid() || h.Host != host || h.Command != "snapshot restore" || h.Since.IsZero() {
 		t.Errorf("Me = %+v", h)

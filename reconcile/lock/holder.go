@@ -24,8 +24,9 @@ type Holder struct {
 	Since time.Time `json:"since"`
 }
 
-// Me returns the Holder for this process running command, from now on.
-func Me(command string) Holder {
+// Me returns the Holder for this process running command, from now on
+// (the caller's clock).
+func Me(command string, now time.Time) Holder {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
@@ -36,7 +37,7 @@ func Me(command string) Holder {
 		Host:    host,
 		PID:     pid,
 		Command: command,
-		Since:   time.Now().UTC().Truncate(time.Second),
+		Since:   now.UTC().Truncate(time.Second),
 	}
 }
 
@@ -47,17 +48,19 @@ type HeldError struct {
 	Holder Holder
 	// Lock names the lock: a file path, or "lease namespace/name".
 	Lock string
+	// At is when the lock was found held (the refused one's clock); zero
+	// when unknown.
+	At time.Time
 }
 
 // Error says who holds the lock since when, and what to do next.
 func (e *HeldError) Error() string {
 	msg := fmt.Sprintf("%s is held by %s", e.Lock, e.Holder.ID)
 	if !e.Holder.Since.IsZero() {
-		ago := time.Since(e.Holder.Since).Round(time.Second)
-		if ago < 0 {
-			ago = 0
+		msg += " since " + e.Holder.Since.UTC().Format(time.RFC3339)
+		if !e.At.IsZero() {
+			msg += fmt.Sprintf(" (%s ago)", max(e.At.Sub(e.Holder.Since).Round(time.Second), 0))
 		}
-		msg += fmt.Sprintf(" since %s (%s ago)", e.Holder.Since.UTC().Format(time.RFC3339), ago)
 	}
 	msg += ": wait for it to finish (rigger apply --wait-lock), or stop it"
 	if e.Holder.PID > 0 && e.Holder.Host != "" {

@@ -53,6 +53,9 @@ type LeaseTiming struct {
 	RenewDeadline time.Duration
 	// RetryPeriod is the time between two attempts to take or renew.
 	RetryPeriod time.Duration
+	// Now is the clock that judges whether a holder's lease has expired
+	// (nil: time.Now).
+	Now func() time.Time
 }
 
 // withDefaults fills the zero fields of t.
@@ -65,6 +68,9 @@ func (t LeaseTiming) withDefaults() LeaseTiming {
 	}
 	if t.RetryPeriod == 0 {
 		t.RetryPeriod = DefaultRetryPeriod
+	}
+	if t.Now == nil {
+		t.Now = time.Now
 	}
 	return t
 }
@@ -91,12 +97,13 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 	t := d.withDefaults()
 	leases := client.CoordinationV1().Leases(namespace)
 	if !wait {
-		holder, err := otherHolder(ctx, leases, name, h.ID, time.Now())
+		now := t.Now()
+		holder, err := otherHolder(ctx, leases, name, h.ID, now)
 		if err != nil {
 			return nil, nil, fmt.Errorf("read %s: %w", desc, err)
 		}
 		if holder != nil {
-			return nil, nil, &HeldError{Holder: *holder, Lock: desc}
+			return nil, nil, &HeldError{Holder: *holder, Lock: desc, At: now}
 		}
 	}
 	annotation, err := json.Marshal(h)
@@ -154,8 +161,9 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 	case <-ctx.Done():
 		giveUp()
 		err := fmt.Errorf("stop waiting for %s: %w", desc, context.Cause(ctx))
-		if holder, herr := otherHolder(context.WithoutCancel(ctx), leases, name, h.ID, time.Now()); herr == nil && holder != nil {
-			err = fmt.Errorf("%w: %w", err, &HeldError{Holder: *holder, Lock: desc})
+		now := t.Now()
+		if holder, herr := otherHolder(context.WithoutCancel(ctx), leases, name, h.ID, now); herr == nil && holder != nil {
+			err = fmt.Errorf("%w: %w", err, &HeldError{Holder: *holder, Lock: desc, At: now})
 		}
 		return nil, nil, err
 	case <-limit:
@@ -167,7 +175,7 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 		if holder == nil {
 			holder = &Holder{ID: "another reconciler"}
 		}
-		return nil, nil, &HeldError{Holder: *holder, Lock: desc}
+		return nil, nil, &HeldError{Holder: *holder, Lock: desc, At: t.Now()}
 	}
 }
 
