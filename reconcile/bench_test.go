@@ -1,10 +1,10 @@
-package reconcile
+package reconcile_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
@@ -16,20 +16,11 @@ import (
 // make bench does.
 func BenchmarkSandbox(b *testing.B) {
 	s := sandboxtest.Start(b, sandbox.Options{Subnet: 3, Images: true})
-	c := sandboxCluster(b, s, 3, nil)
+	c := rt.Cluster(b, s, rt.Roles(3))
 	ctx := context.Background()
-	sess, err := Open(c, Options{StateDir: filepath.Join(b.TempDir(), "state")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sess.Close()
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := sess.Apply(ctx, pl, ApplyOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	a := rt.New(b)
+	a.Apply(ctx, b, c)
+	sess := a.Session(b, c)
 
 	b.Run("plan", func(b *testing.B) {
 		for b.Loop() {
@@ -44,10 +35,10 @@ func BenchmarkSandbox(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if !pl.Plan.Empty() {
+			if pl.Changes() {
 				b.Fatalf("not a no-op: %d steps", len(pl.Plan.Steps))
 			}
-			if _, err := sess.Apply(ctx, pl, ApplyOptions{}); err != nil {
+			if _, err := a.ApplyPlanned(ctx, b, sess, pl); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,8 +1,9 @@
-package reconcile
+package reconcile_test
 
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,123 +16,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport/sshtun"
 )
-
-// sandboxYML is the example sandbox cluster on sandbox s: its first nodes
-// nodes with every role, and the workers given by index.
-func sandboxYML(t testing.TB, s *sandbox.Sandbox, nodes int, workers ...int) string {
-	roles := map[int][]string{}
-	for i := range nodes {
-		roles[i] = []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-	}
-	for _, w := range workers {
-		roles[w] = []string{spec.RoleWorker}
-	}
-	return sandboxtest.ClusterYML(t, s, roles)
-}
-
-// sandboxCluster is sandboxYML loaded, then changed by each change.
-func sandboxCluster(t testing.TB, s *sandbox.Sandbox, nodes int, workers []int, changes ...func(*spec.Cluster)) *spec.Cluster {
-	t.Helper()
-	c := loadYML(t, sandboxYML(t, s, nodes, workers...))
-	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-	for _, change := range changes {
-		change(c)
-	}
-	return c
-}
-
-// extraArg sets an extra_args flag of a service.
-func extraArg(service func(*spec.Cluster) *map[string]string, flag, value string) func(*spec.Cluster) {
-	return func(c *spec.Cluster) {
-		m := service(c)
-		if *m == nil {
-			*m = map[string]string{}
-		}
-		(*m)[flag] = value
-	}
-}
-
-func kubeAPIArgs(c *spec.Cluster) *map[string]string { return &c.Services.KubeAPI.ExtraArgs }
-func kubeletArgs(c *spec.Cluster) *map[string]string { return &c.Services.Kubelet.ExtraArgs }
-
-// loadYML writes yml to a file and loads it.
-func loadYML(t testing.TB, yml string) *spec.Cluster {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "cluster.yml")
-	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, diags, err := spec.Load(path)
-	if err != nil {
-		t.Fatalf("%v\n%v\n%s", err, diags, yml)
-	}
-	return c
-}
-
-// applier runs plan and apply against the sandbox with one state directory.
-type applier struct {
-	t        *testing.T
-	s        *sandbox.Sandbox
-	stateDir string
-	events   []string
-}
-
-func (a *applier) session(c *spec.Cluster) *Session {
-	a.t.Helper()
-	sess, err := Open(c, Options{StateDir: a.stateDir})
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	a.t.Cleanup(func() { sess.Close() })
-	return sess
-}
-
-func (a *applier) plan(ctx context.Context, c *spec.Cluster) *Planned {
-	a.t.Helper()
-	pl, err := a.session(c).Plan(ctx)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return pl
-}
-
-// apply plans and applies c, and returns the plan it applied.
-func (a *applier) apply(ctx context.Context, c *spec.Cluster) *Planned {
-	a.t.Helper()
-	sess := a.session(c)
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	a.events = nil
-	res, err := sess.Apply(ctx, pl, ApplyOptions{Hooks: execute.Hooks{
-		Step: func(node, msg string, err error) {
-			e := node + ": " + msg
-			if err != nil {
-				e += ": " + err.Error()
-			}
-			a.events = append(a.events, e)
-		},
-	}})
-	if err != nil {
-		var b strings.Builder
-		pl.Plan.Render(&b)
-		a.t.Fatalf("apply: %v\nplan:\n%s\nprogress:\n%s\nnot run: %d", err, b.String(), strings.Join(a.events, "\n"), len(res.NotRun))
-	}
-	return pl
-}
 
 // containerIDs are the IDs of the cluster's containers on every node, by
 // "address/name".
@@ -152,21 +49,12 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 	return ids
 }
 
-// stepLines are a plan's steps as "node action component".
-func stepLines(p *plan.Plan) []string {
-	var out []string
-	for _, s := range p.Steps {
-		out = append(out, s.Node+" "+string(s.Action)+" "+s.Component)
-	}
-	return out
-}
-
 // TestApplySandbox is the engine end to end on three sandbox nodes with
 // every role and a fourth that joins as a worker and leaves again.
 func TestApplySandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3, Nodes: 4, Images: true})
-	a := &applier{t: t, s: s, stateDir: filepath.Join(t.TempDir(), "state")}
-	c := sandboxCluster(t, s, 3, nil)
+	a := rt.New(t)
+	c := rt.Cluster(t, s, rt.Roles(3))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	first3 := []string{s.Nodes[0].Address, s.Nodes[1].Address, s.Nodes[2].Address}
@@ -174,35 +62,33 @@ func TestApplySandbox(t *testing.T) {
 	t.Run("each node's Docker client reaches its own engine", func(t *testing.T) { checkSSHReachesNodes(t, s, c) })
 
 	t.Run("no new CA while a node does not answer", func(t *testing.T) {
-		a.t = t
-		third := s.Nodes[2]
-		sandboxtest.Partition(ctx, t, s, third.Name)
-		sess := a.session(c)
+		sandboxtest.Partition(ctx, t, s, s.Nodes[2].Name)
+		sess := a.Session(t, c)
 		pl, err := sess.Plan(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var newCA *NewCAError
-		if !strings.HasPrefix(pl.PKISource, "new, for this plan only") || !errors.As(pl.Blocked(), &newCA) {
-			t.Fatalf("PKI %q, blocked %v", pl.PKISource, pl.Blocked())
+		var newCA *reconcile.NewCAError
+		if pl.PKISource.Kind != reconcile.PKINew || !errors.As(pl.Blocked(), &newCA) {
+			t.Fatalf("PKI %s, blocked %v", pl.PKISource, pl.Blocked())
 		}
-		if _, err := sess.Apply(ctx, pl, ApplyOptions{}); !errors.As(err, &newCA) {
-			t.Fatalf("apply with a node down and no PKI: %v", err)
+		_, err = a.ApplyPlanned(ctx, t, sess, pl)
+		if reason, stalled := reconcile.Classify(err); !errors.As(err, &newCA) || reason != reconcile.ReasonNewCABlocked || !stalled {
+			t.Fatalf("apply with a node down and no PKI: %v (%s, stalled %v)", err, reason, stalled)
 		}
-		if _, err := os.Stat(filepath.Join(a.stateDir, "kube-ca.pem")); err == nil {
+		if _, err := os.Stat(filepath.Join(a.StateDir, "kube-ca.pem")); err == nil {
 			t.Error("a CA was saved")
 		}
 	})
 
 	t.Run("fresh apply converges", func(t *testing.T) {
-		a.t = t
-		pl := a.apply(ctx, c)
-		if pl.Plan.Count(plan.Create) != 18 || !strings.HasPrefix(pl.PKISource, "new") {
-			t.Errorf("fresh plan: %d creates, PKI %q", pl.Plan.Count(plan.Create), pl.PKISource)
+		pl := a.Apply(ctx, t, c)
+		if pl.Plan.Count(plan.Create) != 18 || pl.PKISource.Kind != reconcile.PKINew || !pl.Plan.NewEtcd {
+			t.Errorf("fresh plan: %d creates, PKI %s, new etcd %v", pl.Plan.Count(plan.Create), pl.PKISource, pl.Plan.NewEtcd)
 		}
 		checkHealthy(ctx, t, a, c, first3)
 		checkNodes(ctx, t, a, c, s.Nodes[:3])
-		st, _, err := a.session(c).Status(ctx)
+		st, _, err := a.Session(t, c).Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,38 +110,37 @@ func TestApplySandbox(t *testing.T) {
 	})
 
 	t.Run("second apply changes nothing", func(t *testing.T) {
-		a.t = t
 		before := containerIDs(ctx, t, s)
-		pl := a.plan(ctx, c)
-		if !pl.Plan.Empty() || len(pl.PKIChanges) > 0 {
-			t.Fatalf("plan after apply: %v, certificates %v", stepLines(pl.Plan), pl.PKIChanges)
+		pl := a.Plan(ctx, t, c)
+		if pl.Changes() {
+			t.Fatalf("plan after apply: %v, certificates %v, Node changes %v", rt.StepLines(pl.Plan), pl.PKIChanges, pl.NodeChanges)
 		}
-		a.apply(ctx, c)
-		if after := containerIDs(ctx, t, s); !mapsEqual(before, after) {
+		a.Apply(ctx, t, c)
+		if after := containerIDs(ctx, t, s); !maps.Equal(before, after) {
 			t.Errorf("containers changed: %v → %v", before, after)
 		}
 	})
 
 	t.Run("kube-api extra_args replaces the API servers one at a time", func(t *testing.T) {
-		a.t = t
 		before := containerIDs(ctx, t, s)
-		changed := sandboxCluster(t, s, 3, nil, extraArg(kubeAPIArgs, "v", "3"))
-		pl := a.apply(ctx, changed)
+		changed := rt.Cluster(t, s, rt.Roles(3), rt.ExtraArg(rt.KubeAPIArgs, "v", "3"))
+		pl := a.Apply(ctx, t, changed)
 		want := []string{}
 		for _, n := range first3 {
 			want = append(want, n+" replace kube-apiserver")
 		}
-		if got := stepLines(pl.Plan); !slices.Equal(got, want) {
+		if got := rt.StepLines(pl.Plan); !slices.Equal(got, want) {
 			t.Fatalf("steps %v, want %v", got, want)
 		}
 		// Node i+1's API server is replaced after node i's is healthy.
+		events := a.Events()
 		for i := 1; i < 3; i++ {
-			healthy := slices.IndexFunc(a.events, func(e string) bool {
+			healthy := slices.IndexFunc(events, func(e string) bool {
 				return strings.HasPrefix(e, first3[i-1]+": kube-apiserver healthy")
 			})
-			next := slices.IndexFunc(a.events, func(e string) bool { return strings.HasPrefix(e, first3[i]+": replaced kube-apiserver") })
+			next := slices.IndexFunc(events, func(e string) bool { return strings.HasPrefix(e, first3[i]+": replaced kube-apiserver") })
 			if healthy < 0 || next < healthy {
-				t.Errorf("%s replaced before %s was healthy:\n%s", first3[i], first3[i-1], strings.Join(a.events, "\n"))
+				t.Errorf("%s replaced before %s was healthy:\n%s", first3[i], first3[i-1], strings.Join(events, "\n"))
 			}
 		}
 		after := containerIDs(ctx, t, s)
@@ -268,14 +153,13 @@ func TestApplySandbox(t *testing.T) {
 	})
 
 	t.Run("a container removed by hand is recreated alone", func(t *testing.T) {
-		a.t = t
 		n2 := s.Nodes[1]
 		if err := sandboxtest.DockerClient(t, n2).ContainerRemove(ctx, desired.KubeScheduler, container.RemoveOptions{Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		before := containerIDs(ctx, t, s)
-		pl := a.apply(ctx, c)
-		if got := stepLines(pl.Plan); !slices.Equal(got, []string{n2.Address + " create kube-scheduler"}) {
+		pl := a.Apply(ctx, t, c)
+		if got := rt.StepLines(pl.Plan); !slices.Equal(got, []string{n2.Address + " create kube-scheduler"}) {
 			t.Fatalf("steps %v", got)
 		}
 		after := containerIDs(ctx, t, s)
@@ -287,11 +171,10 @@ func TestApplySandbox(t *testing.T) {
 	})
 
 	t.Run("a worker joins and leaves", func(t *testing.T) {
-		a.t = t
 		n4 := s.Nodes[3]
-		withWorker := sandboxCluster(t, s, 3, []int{3}, extraArg(kubeAPIArgs, "v", "3"))
+		withWorker := rt.Cluster(t, s, rt.Roles(3, 3), rt.ExtraArg(rt.KubeAPIArgs, "v", "3"))
 		before := containerIDs(ctx, t, s)
-		pl := a.apply(ctx, withWorker)
+		pl := a.Apply(ctx, t, withWorker)
 		for _, st := range pl.Plan.Steps {
 			if st.Node != n4.Address {
 				t.Errorf("a step on another node than the new worker: %s %s %s", st.Node, st.Action, st.Component)
@@ -306,7 +189,7 @@ func TestApplySandbox(t *testing.T) {
 		}
 
 		before = after
-		pl = a.apply(ctx, c)
+		pl = a.Apply(ctx, t, c)
 		if !slices.Equal(pl.Plan.RemovedNodes, []string{n4.Address}) {
 			t.Fatalf("removed nodes %v", pl.Plan.RemovedNodes)
 		}
@@ -326,53 +209,46 @@ func TestApplySandbox(t *testing.T) {
 	})
 
 	t.Run("a partitioned node is reported, not removed", func(t *testing.T) {
-		a.t = t
 		third := s.Nodes[2]
 		heal := sandboxtest.Partition(ctx, t, s, third.Name)
 		// A change for every node. With the default budget
 		// (max_unavailable_worker 10% of 3: 1), the node down uses it up:
 		// nothing changes and apply says why.
-		changed := sandboxCluster(t, s, 3, nil, extraArg(kubeAPIArgs, "v", "3"), extraArg(kubeletArgs, "v", "3"))
+		changed := rt.Cluster(t, s, rt.Roles(3), rt.ExtraArg(rt.KubeAPIArgs, "v", "3"), rt.ExtraArg(rt.KubeletArgs, "v", "3"))
 		before := containerIDs(ctx, t, s)
-		sess := a.session(changed)
-		blocked, err := sess.Plan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sess.Apply(ctx, blocked, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), "max_unavailable_worker allows 1 of the 3 worker nodes") {
+		if _, _, err := a.TryApply(ctx, t, changed); err == nil || !strings.Contains(err.Error(), "max_unavailable_worker allows 1 of the 3 worker nodes") {
 			t.Fatalf("apply with the budget used up: %v", err)
 		}
-		if after := containerIDs(ctx, t, s); !mapsEqual(before, after) {
+		if after := containerIDs(ctx, t, s); !maps.Equal(before, after) {
 			t.Errorf("containers changed although the budget was used up")
 		}
 		// With room for two, the reachable ones converge.
 		changed.UpgradeStrategy.MaxUnavailableWorker = "2"
-		pl := a.apply(ctx, changed)
-		if len(pl.Plan.Unreachable) != 1 || pl.Plan.Unreachable[0].Node != third.Address || pl.Plan.Count(plan.Remove) != 0 {
+		pl := a.Apply(ctx, t, changed)
+		if !slices.Equal(pl.Unreachable(), []string{third.Address}) || pl.Complete() || pl.Plan.Count(plan.Remove) != 0 {
 			t.Fatalf("unreachable %+v, %d removals", pl.Plan.Unreachable, pl.Plan.Count(plan.Remove))
 		}
-		if got := stepLines(pl.Plan); !slices.Equal(got, []string{first3[0] + " replace kubelet", first3[1] + " replace kubelet"}) {
+		if got := rt.StepLines(pl.Plan); !slices.Equal(got, []string{first3[0] + " replace kubelet", first3[1] + " replace kubelet"}) {
 			t.Errorf("steps %v", got)
 		}
 		heal()
-		pl = a.apply(ctx, changed)
-		if got := stepLines(pl.Plan); !slices.Equal(got, []string{third.Address + " replace kubelet"}) {
+		pl = a.Apply(ctx, t, changed)
+		if got := rt.StepLines(pl.Plan); !slices.Equal(got, []string{third.Address + " replace kubelet"}) {
 			t.Errorf("after healing: steps %v", got)
 		}
 		c = changed
 	})
 
 	t.Run("a lost state directory is recovered from the nodes", func(t *testing.T) {
-		a.t = t
-		if err := os.RemoveAll(a.stateDir); err != nil {
+		if err := os.RemoveAll(a.StateDir); err != nil {
 			t.Fatal(err)
 		}
-		pl := a.plan(ctx, c)
-		if !strings.HasPrefix(pl.PKISource, "recovered from node") || !pl.Plan.Empty() || len(pl.PKIChanges) > 0 {
-			t.Fatalf("PKI %q, steps %v, certificates %v; want recovered and nothing to do", pl.PKISource, stepLines(pl.Plan), pl.PKIChanges)
+		pl := a.Plan(ctx, t, c)
+		if pl.PKISource.Kind != reconcile.PKIRecovered || !pl.Plan.Empty() || len(pl.PKIChanges) > 0 {
+			t.Fatalf("PKI %s, steps %v, certificates %v; want recovered and nothing to do", pl.PKISource, rt.StepLines(pl.Plan), pl.PKIChanges)
 		}
-		a.apply(ctx, c)
-		if _, err := os.Stat(filepath.Join(a.stateDir, "kube-ca-key.pem")); err != nil {
+		a.Apply(ctx, t, c)
+		if _, err := os.Stat(filepath.Join(a.StateDir, "kube-ca-key.pem")); err != nil {
 			t.Errorf("the recovered PKI was not saved: %v", err)
 		}
 		checkHealthy(ctx, t, a, c, first3)
@@ -380,27 +256,50 @@ func TestApplySandbox(t *testing.T) {
 	})
 }
 
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
+// checkSSHReachesNodes checks that the SSH transport cluster.yml describes
+// reaches each node's own Docker engine.
+func checkSSHReachesNodes(t *testing.T, s *sandbox.Sandbox, c *spec.Cluster) {
+	tr := transport(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range s.Nodes[:len(c.Nodes)] {
+		dc, err := tr.Docker(ctx, n.Address)
+		if err != nil {
+			t.Fatalf("%s: %v", n.Address, err)
+		}
+		info, err := dc.Info(ctx)
+		if err != nil {
+			t.Fatalf("%s: docker info: %v", n.Address, err)
+		}
+		if info.Name != n.Hostname {
+			t.Errorf("%s: the Docker client reached the engine of %q, want %q", n.Address, info.Name, n.Hostname)
 		}
 	}
-	return true
 }
 
-// checkHealthy probes etcd on every node and the API server.
-func checkHealthy(ctx context.Context, t *testing.T, a *applier, c *spec.Cluster, nodes []string) {
+// transport is the SSH transport of c, closed when the test ends.
+func transport(t *testing.T, c *spec.Cluster) *sshtun.Transport {
 	t.Helper()
-	pl := a.plan(ctx, c)
-	sess := a.session(c)
-	chk, err := sess.checker(pl.PKI)
+	cfg, err := reconcile.SSHConfig(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr, err := sshtun.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// checkHealthy probes etcd on every node and the API server.
+func checkHealthy(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Cluster, nodes []string) {
+	t.Helper()
+	tlsConfig, err := a.Plan(ctx, t, c).PKI.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chk := &health.Checker{Dial: transport(t, c).Dial, TLS: tlsConfig}
 	for _, n := range nodes {
 		for _, comp := range []string{desired.Etcd, desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler, desired.Kubelet} {
 			// The controller manager and the scheduler restart when they
@@ -414,75 +313,55 @@ func checkHealthy(ctx context.Context, t *testing.T, a *applier, c *spec.Cluster
 
 // checkNodes lists the Nodes with client-go through the admin kubeconfig
 // and waits until those of the sandbox nodes want are Ready.
-func checkNodes(ctx context.Context, t *testing.T, a *applier, c *spec.Cluster, want []sandbox.Node) {
+func checkNodes(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Cluster, want []sandbox.Node) {
 	t.Helper()
-	kc, err := a.session(c).Kubeconfig(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	cs := a.Client(ctx, t, c)
+	rt.Eventually(ctx, t, 3*time.Minute, "every Node Ready", func(ctx context.Context) (bool, error) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
 		ready := map[string]bool{}
-		if err == nil {
-			for _, n := range nodes.Items {
-				for _, cond := range n.Status.Conditions {
-					if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-						ready[n.Name] = true
-					}
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready[n.Name] = true
 				}
 			}
 		}
-		missing := []string{}
+		var missing []string
 		for _, n := range want {
 			if !ready[n.Hostname] {
 				missing = append(missing, n.Hostname)
 			}
 		}
-		if err == nil && len(missing) == 0 {
-			return
+		if len(missing) > 0 {
+			return false, errors.New("not Ready: " + strings.Join(missing, ", "))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Nodes not Ready: %v (ready: %v), err %v", missing, ready, err)
-		}
-		time.Sleep(2 * time.Second)
-	}
+		return true, nil
+	})
 }
 
 // TestEtcdMembershipSandbox grows a 3-member etcd cluster to 5 and back,
 // one member at a time, and refuses to add a member while one is down.
 func TestEtcdMembershipSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3, Nodes: 5, Images: true})
-	a := &applier{t: t, s: s, stateDir: filepath.Join(t.TempDir(), "state")}
+	a := rt.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	roles := func(etcdOnly ...int) *spec.Cluster {
-		r := map[int][]string{}
-		for i := range 3 {
-			r[i] = []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-		}
+	withEtcd := func(etcdOnly ...int) *spec.Cluster {
+		r := rt.Roles(3)
 		for _, i := range etcdOnly {
 			r[i] = []string{spec.RoleEtcd}
 		}
-		c := loadYML(t, sandboxtest.ClusterYML(t, s, r))
-		c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-		return c
+		return rt.Cluster(t, s, r)
 	}
-	three, five := roles(), roles(3, 4)
-	a.apply(ctx, three)
+	three, five := withEtcd(), withEtcd(3, 4)
+	a.Apply(ctx, t, three)
 
 	// Data written before must survive every step: a ConfigMap lives in etcd.
-	sess := a.session(three)
-	pl := a.plan(ctx, three)
-	cs, err := sess.KubeClient(pl.PKI, pl.Observed)
+	pl := a.Plan(ctx, t, three)
+	cs, err := a.Session(t, three).KubeClient(pl.PKI, pl.Observed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,26 +371,13 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 	}
 	checkData := func(t *testing.T) {
 		t.Helper()
-		var err error
-		// An API server whose etcd client lost a member (a partition) may
-		// fail a call or two until the client moves on.
-		for range 10 {
-			var got *corev1.ConfigMap
-			if got, err = cs.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{}); err == nil {
-				if got.Data["k"] != "v" {
-					t.Errorf("the data written before: %v", got.Data)
-				}
-				return
-			}
-			time.Sleep(3 * time.Second)
-		}
-		t.Errorf("the data written before: %v", err)
+		checkConfigMap(ctx, t, cs, cm)
 	}
 	members := func(t *testing.T, c *spec.Cluster) []string {
 		t.Helper()
-		pl := a.plan(ctx, c)
+		pl := a.Plan(ctx, t, c)
 		if pl.Observed.Etcd == nil {
-			t.Fatal("no etcd membership observed")
+			t.Fatalf("no etcd membership observed: %v", pl.Observed.EtcdErr)
 		}
 		var names []string
 		for _, m := range pl.Observed.Etcd.Members {
@@ -534,20 +400,19 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 	}
 
 	t.Run("grow to five, one member at a time", func(t *testing.T) {
-		a.t = t
 		before := etcdIDs()
-		pl := a.apply(ctx, five)
+		pl := a.Apply(ctx, t, five)
 		if got := pl.Plan.Count(plan.AddMember); got != 2 {
-			t.Errorf("%d members added, want 2: %v", got, stepLines(pl.Plan))
+			t.Errorf("%d members added, want 2: %v", got, rt.StepLines(pl.Plan))
 		}
 		if got := members(t, five); len(got) != 5 {
 			t.Errorf("members %v, want 5", got)
 		}
-		list, err := a.session(five).ListSnapshots(ctx, false)
+		list, err := etcdsnap.List(ctx, a.Etcd(ctx, t, five), false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.ContainsFunc(list.Snapshots, func(i SnapshotInfo) bool {
+		if !slices.ContainsFunc(list.Snapshots, func(i etcdsnap.Info) bool {
 			return i.Sidecar != nil && i.Sidecar.Kind == etcdsnap.KindBeforeChange
 		}) {
 			t.Errorf("no snapshot taken before the membership change: %+v", list.Snapshots)
@@ -562,25 +427,18 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 	})
 
 	t.Run("shrink back to three", func(t *testing.T) {
-		a.t = t
 		before := etcdIDs()
-		sess := a.session(three)
-		pl, err := sess.Plan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sess.Apply(ctx, pl, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), "--allow-removals") {
+		_, _, err := a.TryApply(ctx, t, three)
+		var guard *reconcile.RemovalGuardError
+		if reason, stalled := reconcile.Classify(err); !errors.As(err, &guard) || !strings.Contains(err.Error(), "--allow-removals") ||
+			reason != reconcile.ReasonRemovalGuard || !stalled {
 			t.Fatalf("removing 2 of 5 nodes without --allow-removals: %v", err)
 		}
-		pl, err = sess.Plan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a.Options.AllowRemovals = true
+		defer func() { a.Options.AllowRemovals = false }()
+		pl := a.Apply(ctx, t, three)
 		if got := pl.Plan.Count(plan.RemoveMember); got != 2 {
-			t.Errorf("%d members to remove, want 2: %v", got, stepLines(pl.Plan))
-		}
-		if _, err := sess.Apply(ctx, pl, ApplyOptions{AllowRemovals: true}); err != nil {
-			t.Fatal(err)
+			t.Errorf("%d members removed, want 2: %v", got, rt.StepLines(pl.Plan))
 		}
 		if got := members(t, three); len(got) != 3 {
 			t.Errorf("members %v, want 3", got)
@@ -599,20 +457,30 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 	})
 
 	t.Run("no member is added while one is down", func(t *testing.T) {
-		a.t = t
 		third := s.Nodes[2]
 		sandboxtest.Partition(ctx, t, s, third.Name)
-		four := roles(3)
-		sess := a.session(four)
-		pl, err := sess.Plan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = sess.Apply(ctx, pl, ApplyOptions{})
+		_, _, err := a.TryApply(ctx, t, withEtcd(3))
 		var refused *etcdmember.RefusedError
 		if !errors.As(err, &refused) || !strings.Contains(err.Error(), "not every member is healthy") || !strings.Contains(err.Error(), third.Hostname) {
 			t.Fatalf("adding a member with %s down: %v", third.Name, err)
 		}
 		checkData(t)
+	})
+}
+
+// checkConfigMap checks that cm is still there as written. An API server
+// whose etcd client lost a member (a partition) may fail a call or two
+// until the client moves on: it is asked until a deadline.
+func checkConfigMap(ctx context.Context, t *testing.T, cs kubernetes.Interface, cm *corev1.ConfigMap) {
+	t.Helper()
+	rt.Eventually(ctx, t, time.Minute, "the data written before", func(ctx context.Context) (bool, error) {
+		got, err := cs.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if !maps.Equal(got.Data, cm.Data) {
+			t.Errorf("the data written before: %v, want %v", got.Data, cm.Data)
+		}
+		return true, nil
 	})
 }

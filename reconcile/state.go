@@ -1,15 +1,10 @@
 package reconcile
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 
-	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -22,45 +17,29 @@ const nodesFile = "nodes.json"
 // loadNodes reads the nodes of the last apply; none when there is no file.
 func loadNodes(dir string) ([]spec.Node, error) {
 	var nodes []spec.Node
-	if err := readStateJSON(dir, nodesFile, &nodes); err != nil {
+	if err := statedir.ReadJSON(dir, nodesFile, &nodes); err != nil {
 		return nil, fmt.Errorf("read the nodes of the last apply: %w; move it away if it is damaged (nodes removed from cluster.yml are then not cleaned)", err)
 	}
 	return nodes, nil
 }
 
-// saveNodes replaces the nodes file atomically.
-func saveNodes(dir string, nodes []spec.Node) error {
-	if err := writeStateJSON(dir, nodesFile, nodes); err != nil {
+// recordNodes saves, before anything changes, the nodes an apply touches:
+// cluster.yml's and the former ones not cleaned yet.
+func (s *Session) recordNodes() error {
+	if err := statedir.WriteJSON(s.opts.StateDir, nodesFile, slices.Concat(s.c.Nodes, s.former)); err != nil {
 		return fmt.Errorf("save nodes: %w", err)
 	}
 	return nil
 }
 
-// readStateJSON decodes a JSON file of the state directory into v, which it
-// leaves as it is when there is no such file.
-func readStateJSON(dir, name string, v any) error {
-	p := filepath.Join(dir, name)
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+// forgetNodes drops from the record the former nodes that were cleaned.
+func (s *Session) forgetNodes(cleaned []string) error {
+	keep := slices.DeleteFunc(slices.Clone(s.former), func(n spec.Node) bool { return slices.Contains(cleaned, n.Address) })
+	if err := statedir.WriteJSON(s.opts.StateDir, nodesFile, slices.Concat(s.c.Nodes, keep)); err != nil {
+		return fmt.Errorf("save nodes: %w", err)
 	}
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", p, err)
-	}
+	s.former = keep
 	return nil
-}
-
-// writeStateJSON replaces a JSON file of the state directory atomically,
-// mode 0600.
-func writeStateJSON(dir, name string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", name, err)
-	}
-	return pki.WriteStateFile(dir, name, append(b, '\n'))
 }
 
 // formerNodes are the nodes of the last apply that cluster.yml no longer has.

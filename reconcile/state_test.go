@@ -1,17 +1,16 @@
 package reconcile
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 )
 
 // TestNodesFile: the record of the last apply's nodes round-trips, is
@@ -22,7 +21,7 @@ func TestNodesFile(t *testing.T) {
 		t.Fatalf("no state directory: %v, %v", nodes, err)
 	}
 	want := []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleWorker}, SSHKeyPath: "/k"}}
-	if err := saveNodes(dir, want); err != nil {
+	if err := statedir.WriteJSON(dir, nodesFile, want); err != nil {
 		t.Fatal(err)
 	}
 	got, err := loadNodes(dir)
@@ -47,25 +46,36 @@ func TestNodesFile(t *testing.T) {
 	}
 }
 
-// TestFanOut: work on several nodes runs at most rigger.max_parallel at once.
-func TestFanOut(t *testing.T) {
-	s := &Session{c: &spec.Cluster{Rigger: spec.Rigger{MaxParallel: 2}}}
-	g, _ := s.fanOut(context.Background())
-	var running, most atomic.Int32
-	for range 6 {
-		g.Go(func() error {
-			n := running.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+// TestOpenClassifiesStateErrors: a damaged state file stalls (only a
+// person can repair it), one that cannot be read is retried.
+func TestOpenClassifiesStateErrors(t *testing.T) {
+	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleWorker}}}}
+	spec.SetDefaults(c)
+	tr := struct{ transport.Transport }{} // Open connects to nothing
+	tests := []struct {
+		name       string
+		prepare    func(dir string) error
+		wantReason Reason
+		wantStall  bool
+	}{
+		{"damaged nodes.json", func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, nodesFile), []byte("{"), 0o600)
+		}, ReasonStateDamaged, true},
+		{"nodes.json unreadable", func(dir string) error {
+			return os.Mkdir(filepath.Join(dir, nodesFile), 0o700)
+		}, ReasonFailed, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := tt.prepare(dir); err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond)
-			running.Add(-1)
-			return nil
+			_, err := Open(c, Options{StateDir: dir, Transport: tr})
+			reason, stalled := Classify(err)
+			if err == nil || reason != tt.wantReason || stalled != tt.wantStall {
+				t.Errorf("Open: %v, classified %s stalled=%v; want %s stalled=%v", err, reason, stalled, tt.wantReason, tt.wantStall)
+			}
 		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if most.Load() != 2 {
-		t.Errorf("%d at once, want 2", most.Load())
 	}
 }

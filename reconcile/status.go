@@ -34,9 +34,9 @@ type Status struct {
 	// StaleNodes are Nodes that no node of cluster.yml owns (no address
 	// label and no node of their name, an address not in cluster.yml, or
 	// the loser of a duplicate); rigger.stale_nodes: delete deletes them.
-	StaleNodes []kubenode.Stale `json:"stale_nodes,omitempty"`
+	StaleNodes []observe.Stale `json:"stale_nodes,omitempty"`
 	// DuplicateNodes are addresses that more than one Node claims.
-	DuplicateNodes []kubenode.Duplicate `json:"duplicate_nodes,omitempty"`
+	DuplicateNodes []observe.Duplicate `json:"duplicate_nodes,omitempty"`
 	// MissingNodes are the nodes of cluster.yml without a Node, by address.
 	MissingNodes []string `json:"missing_nodes,omitempty"`
 	// NodeChanges are what an apply would change on the Nodes besides the
@@ -146,16 +146,20 @@ func etcdStatus(pl *Planned) *EtcdStatus {
 
 // BuildStatus puts a plan and what it was computed from together: the
 // nodes, their containers, the Kubernetes Nodes (each machine's found by
-// its address label, kubenode.Link), etcd and the certificates.
+// its address label, observe.Link), etcd and the certificates.
 func BuildStatus(pl *Planned) *Status {
 	st := &Status{
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
 		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges,
 	}
-	if pl.NodesErr != nil {
-		st.KubernetesError = pl.NodesErr.Error()
+	k := pl.Observed.Kubernetes
+	if k == nil {
+		k = &observe.Kubernetes{}
 	}
-	if l := pl.Link; l != nil {
+	if k.Err != nil {
+		st.KubernetesError = k.Err.Error()
+	}
+	if l := k.Link; l != nil {
 		st.StaleNodes, st.DuplicateNodes, st.MissingNodes = l.Stale, l.Duplicates, l.Missing
 	}
 	pending := map[string]bool{}
@@ -163,7 +167,7 @@ func BuildStatus(pl *Planned) *Status {
 		pending[s.Node+"/"+s.Component] = true
 	}
 	byName := map[string]*KubernetesNode{}
-	for _, n := range pl.Nodes {
+	for _, n := range k.Nodes {
 		kn := KubernetesNode{Name: n.Name, Ready: string(corev1.ConditionUnknown), KubeletVersion: n.Status.NodeInfo.KubeletVersion}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
@@ -197,8 +201,8 @@ func BuildStatus(pl *Planned) *Status {
 					Health: c.Health, InSync: !pending[addr+"/"+name]})
 			}
 		}
-		if pl.Link != nil && !removed {
-			if n := pl.Link.Owned[addr]; n != nil {
+		if k.Link != nil && !removed {
+			if n := k.Link.Owned[addr]; n != nil {
 				ns.KubernetesNode = byName[n.Name]
 			}
 		}

@@ -1,12 +1,11 @@
 package reconcile
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rigger/rigger/sandbox"
+
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport/sshtun"
 )
@@ -42,34 +41,5 @@ func TestSSHConfigFromClusterYML(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
-	}
-}
-
-// sandboxCluster writes a cluster.yml for the nodes of s, every node with
-// every role, and loads it.
-func checkSSHReachesNodes(t *testing.T, s *sandbox.Sandbox, c *spec.Cluster) {
-	cfg, err := SSHConfig(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := sshtun.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, n := range s.Nodes[:len(c.Nodes)] {
-		dc, err := tr.Docker(ctx, n.Address)
-		if err != nil {
-			t.Fatalf("%s: %v", n.Address, err)
-		}
-		info, err := dc.Info(ctx)
-		if err != nil {
-			t.Fatalf("%s: docker info: %v", n.Address, err)
-		}
-		if info.Name != n.Hostname {
-			t.Errorf("%s: the Docker client reached the engine of %q, want %q", n.Address, info.Name, n.Hostname)
-		}
 	}
 }

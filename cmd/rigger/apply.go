@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/watch"
 )
@@ -117,7 +118,7 @@ type applyOnce struct {
 }
 
 func (o applyOnce) run(cmd *cobra.Command) error {
-	_, s, err := o.flags.open(cmd)
+	s, err := o.flags.open(cmd)
 	if err != nil {
 		return err
 	}
@@ -139,8 +140,8 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 	if err := pl.Blocked(); err != nil {
 		return err
 	}
-	if pl.Plan.Empty() && len(pl.PKIChanges) == 0 && len(pl.NodeChanges) == 0 {
-		return unreachableExit(pl.Plan)
+	if !pl.Changes() {
+		return unreachableExit(pl)
 	}
 	if !o.yes && o.planFile == "" {
 		if err := confirm(cmd, "Apply these changes?"); err != nil {
@@ -148,20 +149,20 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 		}
 	}
 	fmt.Fprintln(out)
-	res, err := s.Apply(cmd.Context(), pl, reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals})
+	res, err := s.Apply(cmd.Context(), s.lock, pl, reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals})
 	renderResult(out, "Apply", res, err)
 	if err != nil {
 		return err
 	}
-	return unreachableExit(pl.Plan)
+	return unreachableExit(pl)
 }
 
 // restoreFirst carries out the restore cluster.yml requests, when its id
 // was not carried out yet, before anything is planned: with the output
 // and the question of rigger snapshot restore. A request done already is
 // mentioned, nothing more.
-func (o applyOnce) restoreFirst(cmd *cobra.Command, s *reconcile.Session) error {
-	req, err := s.RequestedRestore()
+func (o applyOnce) restoreFirst(cmd *cobra.Command, s *opened) error {
+	req, err := s.RestoreRequest()
 	if err != nil || req == nil {
 		return err
 	}
@@ -175,11 +176,11 @@ func (o applyOnce) restoreFirst(cmd *cobra.Command, s *reconcile.Session) error 
 			"run rigger apply without --plan (it restores first), or remove restore from cluster.yml", req.SnapshotName, req.ID)
 	}
 	start := time.Now()
-	res, err := s.RestorePending(cmd.Context(), reconcile.RestoreOptions{
+	res, err := s.RestorePending(cmd.Context(), s.lock, etcdsnap.RestoreOptions{
 		Phase:    func(title string) { fmt.Fprintf(w, "==> %s\n", title) },
 		Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
 		Hooks:    progressHooks(w),
-		Checked: func(chk *reconcile.RestoreCheck) error {
+		Checked: func(chk *etcdsnap.RestoreCheck) error {
 			renderRestoreCheck(w, chk)
 			if o.yes {
 				return nil
@@ -200,16 +201,11 @@ func (o applyOnce) restoreFirst(cmd *cobra.Command, s *reconcile.Session) error 
 
 // unreachableExit is exit status 1 when a node of cluster.yml could not be
 // reached: the cluster did not fully converge.
-func unreachableExit(p *plan.Plan) error {
-	var nodes []string
-	for _, u := range p.Unreachable {
-		if !u.Removed {
-			nodes = append(nodes, u.Node)
-		}
-	}
-	if len(nodes) == 0 {
+func unreachableExit(pl *reconcile.Planned) error {
+	if pl.Complete() {
 		return nil
 	}
+	nodes := pl.Unreachable()
 	return &exitError{code: 1, msg: fmt.Sprintf("%d node(s) of cluster.yml could not be reached and were left as they are: %v", len(nodes), nodes)}
 }
 

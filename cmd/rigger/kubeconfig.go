@@ -25,7 +25,7 @@ when the state directory is lost.`,
   rigger kubeconfig -f cluster.yml --out ~/.kube/config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}

@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 
-	"github.com/rigger/rigger/spec"
 	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/spec"
 )
 
 // loadCluster loads the cluster.yml a command works on. Errors are printed

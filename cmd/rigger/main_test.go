@@ -171,12 +171,12 @@ func TestKnownHostsFlag(t *testing.T) {
 	}
 	f := clusterFlags{file: dir + "/cluster.yml", stateDir: dir + "/state", knownHosts: dir + "/known_hosts"}
 	cmd := newRootCommand(io.Discard, io.Discard)
-	c, s, err := f.open(cmd)
+	s, err := f.open(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if c.Rigger.SSH.KnownHostsFile != dir+"/known_hosts" {
+	if c := s.c; c.Rigger.SSH.KnownHostsFile != dir+"/known_hosts" {
 		t.Errorf("known_hosts_file %q, want the flag's", c.Rigger.SSH.KnownHostsFile)
 	}
 }

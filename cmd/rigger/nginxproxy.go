@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rigger/rigger/nodeproxy"
 	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/nodeproxy"
 )
 
 // envCPHosts is the variable of RKE's nginx-proxy container: the

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -41,12 +41,12 @@ checked and nothing must change.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			req, err := s.RequestedRestore()
+			req, err := s.RestoreRequest()
 			if err != nil {
 				return err
 			}
@@ -83,10 +83,8 @@ checked and nothing must change.`,
 			if !p.Empty() || len(pl.NodeChanges) > 0 || req != nil && req.Done == nil {
 				return &exitError{code: 2}
 			}
-			for _, u := range p.Unreachable {
-				if !u.Removed {
-					return &exitError{code: 1}
-				}
+			if !pl.Complete() {
+				return &exitError{code: 1}
 			}
 			return nil
 		},
@@ -100,7 +98,7 @@ checked and nothing must change.`,
 
 // restoreNotice is what plan and apply say about the restore cluster.yml
 // requests; "" when it requests none.
-func restoreNotice(req *reconcile.RestoreRequest) string {
+func restoreNotice(req *etcdsnap.RestoreRequest) string {
 	if req == nil {
 		return ""
 	}

@@ -26,7 +26,7 @@ directory is kept.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.lockAs = "remove"
-			c, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -38,20 +38,20 @@ directory is kept.`,
 			}
 			pl.Plan.Render(out)
 			if len(pl.Plan.RemovedNodes) == 0 {
-				return unreachableExit(pl.Plan)
+				return unreachableExit(pl)
 			}
 			if !yes {
-				if err := confirm(cmd, fmt.Sprintf("Remove cluster %s from %d node(s)? Its etcd data is deleted.", c.ClusterName, len(pl.Plan.RemovedNodes))); err != nil {
+				if err := confirm(cmd, fmt.Sprintf("Remove cluster %s from %d node(s)? Its etcd data is deleted.", s.c.ClusterName, len(pl.Plan.RemovedNodes))); err != nil {
 					return err
 				}
 			}
 			fmt.Fprintln(out)
-			res, err := s.Remove(cmd.Context(), pl, progressHooks(out))
+			res, err := s.Remove(cmd.Context(), s.lock, pl, progressHooks(out))
 			renderResult(out, "Remove", res, err)
 			if err != nil {
 				return err
 			}
-			return unreachableExit(pl.Plan)
+			return unreachableExit(pl)
 		},
 	}
 	f.add(cmd)

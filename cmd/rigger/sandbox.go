@@ -10,9 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rigger/rigger/sandbox"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/rigger/rigger/sandbox"
 )
 
 func newSandboxCommand() *cobra.Command {

@@ -23,11 +23,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/statedir"
 )
 
 // Environment variables serve reads secrets from (flags would show them in
@@ -147,7 +147,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return fmt.Errorf("--author %q: %w: give \"Name <email>\"", o.author, err)
 	}
 	if o.stateDir == "" {
-		d, err := reconcile.DefaultStateDir("x")
+		d, err := statedir.Default("x")
 		if err != nil {
 			return err
 		}

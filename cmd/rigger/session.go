@@ -12,10 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -39,54 +41,82 @@ func (f *clusterFlags) add(cmd *cobra.Command) {
 		"known_hosts file the nodes' SSH host keys are checked against (default: rigger.ssh.known_hosts_file of cluster.yml)")
 }
 
-// open loads cluster.yml and opens a reconcile session on it.
-func (f *clusterFlags) open(cmd *cobra.Command) (*spec.Cluster, *reconcile.Session, error) {
+// opened is a cluster.yml with a reconcile session on it, and the
+// cluster's lock when the command changes the cluster.
+type opened struct {
+	c *spec.Cluster
+	*reconcile.Session
+	// lock is held for commands that change the cluster (lockAs); nil
+	// otherwise.
+	lock *reconcile.Lock
+}
+
+// Close releases the lock and closes the session.
+func (o *opened) Close() {
+	if o.lock != nil {
+		o.lock.Release()
+	}
+	o.Session.Close()
+}
+
+// etcd is the session's value for the etcd snapshot operations.
+func (o *opened) etcd(cmd *cobra.Command) (*etcdsnap.Cluster, error) {
+	return o.Etcd(cmd.Context(), o.lock)
+}
+
+// open loads cluster.yml and opens a reconcile session on it; with lockAs
+// set it takes the cluster's lock too.
+func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 	c, err := loadCluster(cmd, f.file)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if f.knownHosts != "" {
 		c.Rigger.SSH.KnownHostsFile = f.knownHosts
 	}
 	dir := f.stateDir
 	if dir == "" {
-		if dir, err = reconcile.DefaultStateDir(c.ClusterName); err != nil {
-			return nil, nil, err
+		if dir, err = statedir.Default(c.ClusterName); err != nil {
+			return nil, err
 		}
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	o := &opened{c: c, Session: s}
 	if f.lockAs != "" {
-		if err := lockSession(cmd, s, f.lockAs, f.waitLock); err != nil {
+		if o.lock, err = lockSession(cmd, s, f.lockAs, f.waitLock); err != nil {
 			s.Close()
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return c, s, nil
+	return o, nil
 }
 
 // lockSession takes the cluster's lock (in the state directory) for the
-// session, until it is closed. When another rigger holds it (an apply, or
-// serve reconciling the cluster), it refuses naming the holder, or with
-// wait says who it waits for and waits.
-func lockSession(cmd *cobra.Command, s *reconcile.Session, command string, wait bool) error {
-	_, err := s.Lock(cmd.Context(), command, false)
+// session. When another rigger holds it (an apply, or serve reconciling
+// the cluster), it refuses naming the holder, or with wait says who it
+// waits for and waits.
+func lockSession(cmd *cobra.Command, s *reconcile.Session, command string, wait bool) (*reconcile.Lock, error) {
+	lk, err := s.Lock(cmd.Context(), command, false)
 	var held *lock.HeldError
 	if !wait || !errors.As(err, &held) {
-		return err
+		return lk, err
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for the cluster's lock, held by %s since %s (Ctrl-C to stop waiting)…\n",
 		held.Holder.ID, held.Holder.Since.Local().Format("15:04:05"))
-	_, err = s.Lock(cmd.Context(), command, true)
-	return err
+	return s.Lock(cmd.Context(), command, true)
 }
 
 // renderPlanned writes the plan and where the certificates come from.
 func renderPlanned(w io.Writer, pl *reconcile.Planned) {
-	fmt.Fprintf(w, "Certificates: %s", pl.PKISource)
+	if err := pl.Blocked(); err != nil {
+		fmt.Fprintf(w, "Certificates: new, for this plan only: %v", err)
+	} else {
+		fmt.Fprintf(w, "Certificates: %s", pl.PKISource)
+	}
 	if n := len(pl.PKIChanges); n > 0 {
 		fmt.Fprintf(w, "; %d to issue:", n)
 		for _, c := range pl.PKIChanges {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 )
 
@@ -56,7 +55,7 @@ Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
 				}
 			}
 			f.lockAs = "snapshot save"
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -64,7 +63,11 @@ Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
 			w := cmd.OutOrStdout()
 			fmt.Fprintln(w, "==> etcd snapshot")
 			start := time.Now()
-			res, err := s.SaveSnapshot(cmd.Context(), reconcile.SnapshotOptions{
+			ec, err := s.etcd(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := etcdsnap.Save(cmd.Context(), ec, etcdsnap.SaveOptions{
 				Name:     name,
 				Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
 			})
@@ -84,7 +87,7 @@ Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
 }
 
 // renderSaved writes the closing summary of a save.
-func renderSaved(w io.Writer, res *reconcile.SnapshotResult, took time.Duration) {
+func renderSaved(w io.Writer, res *etcdsnap.SaveResult, took time.Duration) {
 	sc := res.Sidecar
 	var on, failed []string
 	for _, c := range res.Copies {
@@ -134,19 +137,23 @@ Exit status: 1 when a node or S3 could not be listed (the rest is shown).`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			list, err := s.ListSnapshots(cmd.Context(), !noS3)
+			ec, err := s.etcd(cmd)
+			if err != nil {
+				return err
+			}
+			list, err := etcdsnap.List(cmd.Context(), ec, !noS3)
 			if list == nil {
 				return err
 			}
 			if output == "json" {
 				snaps := list.Snapshots
 				if snaps == nil {
-					snaps = []reconcile.SnapshotInfo{}
+					snaps = []etcdsnap.Info{}
 				}
 				if err := printJSON(cmd.OutOrStdout(), snaps); err != nil {
 					return err
@@ -166,7 +173,7 @@ Exit status: 1 when a node or S3 could not be listed (the rest is shown).`,
 	return cmd
 }
 
-func renderSnapshots(w io.Writer, snaps []reconcile.SnapshotInfo) {
+func renderSnapshots(w io.Writer, snaps []etcdsnap.Info) {
 	if len(snaps) == 0 {
 		fmt.Fprintln(w, "No snapshots.")
 		return
@@ -211,12 +218,16 @@ answer (it may still hold the snapshot).`,
 				return err
 			}
 			f.lockAs = "snapshot delete"
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			res, err := s.DeleteSnapshot(cmd.Context(), args[0], inS3)
+			ec, err := s.etcd(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := etcdsnap.Delete(cmd.Context(), ec, args[0], inS3)
 			if res != nil {
 				for _, d := range res.Deleted {
 					fmt.Fprintf(cmd.OutOrStdout(), "    %s: deleted %s\n", d, args[0])
@@ -271,18 +282,22 @@ each node, where its old data is, and the commands to put it back.`,
 				return err
 			}
 			f.lockAs = "snapshot restore"
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			w := cmd.OutOrStdout()
 			start := time.Now()
-			res, err := s.RestoreSnapshot(cmd.Context(), name, reconcile.RestoreOptions{
+			ec, err := s.etcd(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := etcdsnap.Restore(cmd.Context(), ec, name, etcdsnap.RestoreOptions{
 				Phase:    func(title string) { fmt.Fprintf(w, "==> %s\n", title) },
 				Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
 				Hooks:    progressHooks(w),
-				Checked: func(chk *reconcile.RestoreCheck) error {
+				Checked: func(chk *etcdsnap.RestoreCheck) error {
 					renderRestoreCheck(w, chk)
 					if yes {
 						return nil
@@ -304,7 +319,7 @@ each node, where its old data is, and the commands to put it back.`,
 
 // renderRestoreCheck writes what the check found and what the restore
 // will do.
-func renderRestoreCheck(w io.Writer, chk *reconcile.RestoreCheck) {
+func renderRestoreCheck(w io.Writer, chk *etcdsnap.RestoreCheck) {
 	sc := chk.Sidecar
 	fmt.Fprintf(w, "\nSnapshot %s: taken %s on %s, %d bytes, revision %d, %d keys, etcd %s; verified on %d etcd node(s).\n",
 		sc.Name, sc.TakenAt.UTC().Format(time.DateTime), sc.Node, sc.Size, sc.Revision, sc.TotalKeys, sc.EtcdVersion, len(chk.Members))
@@ -319,7 +334,7 @@ func renderRestoreCheck(w io.Writer, chk *reconcile.RestoreCheck) {
 }
 
 // renderRestored writes the closing summary of a restore.
-func renderRestored(w io.Writer, res *reconcile.RestoreResult, took time.Duration) {
+func renderRestored(w io.Writer, res *etcdsnap.RestoreResult, took time.Duration) {
 	fmt.Fprintf(w, "\nSnapshot %s restored in %s on %d etcd member(s); etcd and the API servers are healthy.\n",
 		res.Check.Sidecar.Name, took.Round(100*time.Millisecond), len(res.Restored))
 	if len(res.MovedAside) > 0 {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 )
 
@@ -31,11 +30,11 @@ func TestSnapshotRestoreRefusesBadNamesBeforeConnecting(t *testing.T) {
 func TestRenderRestore(t *testing.T) {
 	sc := &etcdsnap.Sidecar{Name: "snap1", Node: "10.0.0.1", TakenAt: time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC),
 		Size: 2048, Revision: 77, TotalKeys: 12, EtcdVersion: "3.4.23"}
-	chk := &reconcile.RestoreCheck{Sidecar: sc, ControlPlane: []string{"10.0.0.1"},
-		Members: []reconcile.RestoreMember{{Node: "10.0.0.1"}, {Node: "10.0.0.2"}}}
+	chk := &etcdsnap.RestoreCheck{Sidecar: sc, ControlPlane: []string{"10.0.0.1"},
+		Members: []etcdsnap.RestoreMember{{Node: "10.0.0.1"}, {Node: "10.0.0.2"}}}
 	var b bytes.Buffer
 	renderRestoreCheck(&b, chk)
-	renderRestored(&b, &reconcile.RestoreResult{Check: chk, Restored: []string{"10.0.0.1", "10.0.0.2"},
+	renderRestored(&b, &etcdsnap.RestoreResult{Check: chk, Restored: []string{"10.0.0.1", "10.0.0.2"},
 		MovedAside: map[string]string{"10.0.0.2": "/var/lib/etcd/member.before-restore-20261122T020000Z"}}, 1500*time.Millisecond)
 	out := b.String()
 	for _, want := range []string{

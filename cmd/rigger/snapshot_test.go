@@ -8,16 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 )
 
 func TestRenderSavedKeepsTheLocalSnapshotInSight(t *testing.T) {
 	sc := &etcdsnap.Sidecar{Name: "rigger-prod-20261122T013000Z-node1", Size: 2048, SHA256: strings.Repeat("ab", 32), Revision: 77}
-	res := &reconcile.SnapshotResult{
+	res := &etcdsnap.SaveResult{
 		Sidecar: sc,
-		Copies:  []reconcile.SnapshotCopy{{Node: "10.0.0.1"}, {Node: "10.0.0.2", Err: errors.New("connection refused")}, {Node: "10.0.0.3"}},
-		S3Err:   &reconcile.SnapshotUploadError{Name: sc.Name, Err: errors.New("access denied")},
+		Copies:  []etcdsnap.Copy{{Node: "10.0.0.1"}, {Node: "10.0.0.2", Err: errors.New("connection refused")}, {Node: "10.0.0.3"}},
+		S3Err:   &etcdsnap.UploadError{Name: sc.Name, Err: errors.New("access denied")},
 	}
 	var b bytes.Buffer
 	renderSaved(&b, res, 1500*time.Millisecond)
@@ -43,7 +42,7 @@ func TestRenderSnapshots(t *testing.T) {
 	}
 	b.Reset()
 	at := time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC)
-	renderSnapshots(&b, []reconcile.SnapshotInfo{
+	renderSnapshots(&b, []etcdsnap.Info{
 		{Name: "rke-old", TakenAt: at, Size: 10, Nodes: []string{"10.0.0.1"}},
 		{Name: "rigger-prod-20261122T013000Z-node1", TakenAt: at, Size: 2048, Nodes: []string{"10.0.0.1"}, Damaged: []string{"10.0.0.2"},
 			S3: "s3://b/f/rigger-prod-20261122T013000Z-node1", Sidecar: &etcdsnap.Sidecar{SHA256: strings.Repeat("0123456789abcdef", 4)}},

@@ -40,7 +40,7 @@ Node is Ready and none is stale; 1 otherwise.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			_, s, err := f.open(cmd)
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}

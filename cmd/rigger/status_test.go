@@ -7,6 +7,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/observe"
 )
 
 // TestStatusNodeLinks: stale, duplicate and missing Nodes are shown, and a
@@ -17,8 +18,8 @@ func TestStatusNodeLinks(t *testing.T) {
 	if !healthy(st) {
 		t.Fatal("a cluster in sync is not healthy")
 	}
-	st.StaleNodes = []kubenode.Stale{{Name: "ghost", Ready: "Unknown", Reason: "its address 10.0.0.9 is not in cluster.yml"}}
-	st.DuplicateNodes = []kubenode.Duplicate{{Address: "10.0.0.1", Owner: "n1", Others: []string{"old-n1"}}}
+	st.StaleNodes = []observe.Stale{{Name: "ghost", Ready: "Unknown", Reason: "its address 10.0.0.9 is not in cluster.yml"}}
+	st.DuplicateNodes = []observe.Duplicate{{Address: "10.0.0.1", Owner: "n1", Others: []string{"old-n1"}}}
 	st.MissingNodes = []string{"10.0.0.2"}
 	st.NodeChanges = []kubenode.Pending{{Node: "10.0.0.1", Name: "n1", Change: "label tier=web"}}
 	if healthy(st) {

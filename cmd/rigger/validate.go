@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/rigger/rigger/spec"
 	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/spec"
 )
 
 // defaultClusterFile is the cluster.yml read when -f is not given, as RKE.

@@ -3,11 +3,12 @@ package etcdsnap_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
@@ -21,19 +22,20 @@ func BenchmarkSnapshotSandbox(b *testing.B) {
 	s := sandboxtest.Start(b, sandbox.Options{Subnet: 4, Nodes: 1, Images: true})
 	ctx := context.Background()
 	c := loadCluster(b, s, nil)
-	sess := openSession(b, c, filepath.Join(b.TempDir(), "state"))
-	apply(ctx, b, sess)
+	a := rt.New(b)
+	a.Apply(ctx, b, c)
+	sess := a.Etcd(ctx, b, c)
 
 	b.Run("rigger", func(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			i++
 			name := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
-			if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: name}); err != nil {
+			if _, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: name}); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			if _, err := sess.DeleteSnapshot(ctx, name, false); err != nil {
+			if _, err := etcdsnap.Delete(ctx, sess, name, false); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()

@@ -27,11 +27,12 @@ import (
 	"testing"
 	"time"
 
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
@@ -48,7 +49,8 @@ func TestSnapshotSandbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	gw := startVersitygw(t)
-	stateDir := filepath.Join(t.TempDir(), "state")
+	a := rt.New(t)
+	stateDir := a.StateDir
 
 	load := func(change func(*spec.Cluster)) *spec.Cluster { return loadCluster(t, s, change) }
 	withS3 := func(secret string) func(*spec.Cluster) {
@@ -59,10 +61,10 @@ func TestSnapshotSandbox(t *testing.T) {
 			}
 		}
 	}
-	open := func(c *spec.Cluster) *reconcile.Session { return openSession(t, c, stateDir) }
+	open := func(c *spec.Cluster) *etcdsnap.Cluster { return a.Etcd(ctx, t, c) }
 	c := load(nil)
+	a.Apply(ctx, t, c)
 	sess := open(c)
-	apply(ctx, t, sess)
 
 	// Keys of our own, with values that can be found in the snapshot file.
 	n1 := s.Nodes[0]
@@ -91,7 +93,7 @@ func TestSnapshotSandbox(t *testing.T) {
 	var first *etcdsnap.Sidecar
 	t.Run("save verifies and copies to every etcd node", func(t *testing.T) {
 		var lines []string
-		res, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Progress: func(node, msg string) { lines = append(lines, node+": "+msg) }})
+		res, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Progress: func(node, msg string) { lines = append(lines, node+": "+msg) }})
 		if err != nil {
 			t.Fatalf("save: %v\n%s", err, strings.Join(lines, "\n"))
 		}
@@ -154,20 +156,20 @@ func TestSnapshotSandbox(t *testing.T) {
 	}
 
 	t.Run("a named snapshot is never overwritten", func(t *testing.T) {
-		if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "before-upgrade"}); err != nil {
+		if _, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: "before-upgrade"}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "before-upgrade"})
+		_, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: "before-upgrade"})
 		if err == nil || !strings.Contains(err.Error(), "already on") {
 			t.Fatalf("second save of one name: %v", err)
 		}
-		if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "../escape"}); err == nil {
+		if _, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: "../escape"}); err == nil {
 			t.Fatal("a name with a path was accepted")
 		}
 	})
 
 	t.Run("list", func(t *testing.T) {
-		list, err := sess.ListSnapshots(ctx, true)
+		list, err := etcdsnap.List(ctx, sess, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +189,7 @@ func TestSnapshotSandbox(t *testing.T) {
 		if err := os.Truncate(f, first.Size-100); err != nil {
 			t.Fatal(err)
 		}
-		list, err = sess.ListSnapshots(ctx, false)
+		list, err = etcdsnap.List(ctx, sess, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +207,7 @@ func TestSnapshotSandbox(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		res, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "while-node1-is-down"})
+		res, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: "while-node1-is-down"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,13 +218,13 @@ func TestSnapshotSandbox(t *testing.T) {
 		if _, err := os.Stat(snapFile(n1, "while-node1-is-down")); err != nil {
 			t.Error(err)
 		}
-		if _, err := sess.DeleteSnapshot(ctx, "while-node1-is-down", false); err != nil {
+		if _, err := etcdsnap.Delete(ctx, sess, "while-node1-is-down", false); err != nil {
 			t.Error(err)
 		}
 	})
 
 	t.Run("delete", func(t *testing.T) {
-		res, err := sess.DeleteSnapshot(ctx, "before-upgrade", false)
+		res, err := etcdsnap.Delete(ctx, sess, "before-upgrade", false)
 		if err != nil || !slices.Equal(res.Deleted, addrs) {
 			t.Fatalf("delete: %v %+v", err, res)
 		}
@@ -233,17 +235,17 @@ func TestSnapshotSandbox(t *testing.T) {
 				}
 			}
 		}
-		if _, err := sess.DeleteSnapshot(ctx, "before-upgrade", false); err == nil || !strings.Contains(err.Error(), "no snapshot named") {
+		if _, err := etcdsnap.Delete(ctx, sess, "before-upgrade", false); err == nil || !strings.Contains(err.Error(), "no snapshot named") {
 			t.Errorf("deleting it again: %v", err)
 		}
-		if _, err := sess.DeleteSnapshot(ctx, "before-upgrade", true); err == nil || !strings.Contains(err.Error(), "s3backupconfig is not set") {
+		if _, err := etcdsnap.Delete(ctx, sess, "before-upgrade", true); err == nil || !strings.Contains(err.Error(), "s3backupconfig is not set") {
 			t.Errorf("delete --s3 without s3backupconfig: %v", err)
 		}
 	})
 
 	t.Run("upload to s3", func(t *testing.T) {
 		s3sess := open(load(withS3(gw.secret)))
-		res, err := s3sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "to-s3"})
+		res, err := etcdsnap.Save(ctx, s3sess, etcdsnap.SaveOptions{Name: "to-s3"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,16 +274,16 @@ func TestSnapshotSandbox(t *testing.T) {
 			t.Error("the sidecar holds the s3 credentials")
 		}
 
-		list, err := s3sess.ListSnapshots(ctx, true)
+		list, err := etcdsnap.List(ctx, s3sess, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(list.Snapshots, func(si reconcile.SnapshotInfo) bool { return si.Name == "to-s3" })
+		i := slices.IndexFunc(list.Snapshots, func(si etcdsnap.Info) bool { return si.Name == "to-s3" })
 		if i < 0 || list.Snapshots[i].S3 != res.S3 || !slices.Equal(list.Snapshots[i].Nodes, addrs) {
 			t.Errorf("list: %+v", list.Snapshots)
 		}
 
-		del, err := s3sess.DeleteSnapshot(ctx, "to-s3", true)
+		del, err := etcdsnap.Delete(ctx, s3sess, "to-s3", true)
 		if err != nil || !slices.Contains(del.Deleted, res.S3) || len(del.Deleted) != 4 {
 			t.Errorf("delete --s3: %v %+v", err, del)
 		}
@@ -293,8 +295,8 @@ func TestSnapshotSandbox(t *testing.T) {
 	t.Run("a wrong s3 secret keeps the local snapshot and says so", func(t *testing.T) {
 		wrong := "wrong-secret-" + hex.EncodeToString([]byte(t.Name()))[:12]
 		bad := open(load(withS3(wrong)))
-		res, err := bad.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: "s3-down"})
-		var ue *reconcile.SnapshotUploadError
+		res, err := etcdsnap.Save(ctx, bad, etcdsnap.SaveOptions{Name: "s3-down"})
+		var ue *etcdsnap.UploadError
 		if !errors.As(err, &ue) || ue.Name != "s3-down" {
 			t.Fatalf("save with a wrong secret: %v; want a *SnapshotUploadError", err)
 		}

@@ -2,19 +2,16 @@ package etcdsnap_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
 
 	"github.com/docker/docker/client"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/sandbox"
-	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -22,48 +19,10 @@ import (
 // every role, changed by change (which may be nil).
 func loadCluster(t testing.TB, s *sandbox.Sandbox, change func(*spec.Cluster)) *spec.Cluster {
 	t.Helper()
-	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-	roles := map[int][]string{}
-	for i := range s.Nodes {
-		roles[i] = all
+	if change == nil {
+		return rt.Cluster(t, s, rt.Roles(len(s.Nodes)))
 	}
-	path := filepath.Join(t.TempDir(), "cluster.yml")
-	if err := os.WriteFile(path, []byte(sandboxtest.ClusterYML(t, s, roles)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, diags, err := spec.Load(path)
-	if err != nil {
-		t.Fatalf("%v\n%v", err, diags)
-	}
-	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-	if change != nil {
-		change(c)
-	}
-	return c
-}
-
-// openSession opens a session on c with the state directory, closed when
-// the test ends.
-func openSession(t testing.TB, c *spec.Cluster, stateDir string) *reconcile.Session {
-	t.Helper()
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: stateDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
-	return sess
-}
-
-// apply plans and applies with sess.
-func apply(ctx context.Context, t testing.TB, sess *reconcile.Session) {
-	t.Helper()
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{}); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), change)
 }
 
 // etcdctlOn returns a function that runs etcdctl against the etcd member of

@@ -1,7 +1,3 @@
-// Package etcdsnap is what rigger knows about etcd snapshots apart from
-// reaching the nodes: their names, the JSON sidecar beside each snapshot,
-// the etcdctl and sha256sum output that verifies them, and their copy in
-// S3. It does no node I/O; reconcile's Session wires it to the transport.
 package etcdsnap
 
 import (

@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -31,11 +33,11 @@ func TestRestoreSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 11, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	stateDir := filepath.Join(t.TempDir(), "state")
-
+	a := rt.New(t)
 	c := loadCluster(t, s, nil)
-	sess := openSession(t, c, stateDir)
-	apply(ctx, t, sess)
+	a.Apply(ctx, t, c)
+	sess, release := a.EtcdLocked(ctx, t, c)
+	defer release()
 	clis := make([]*client.Client, len(s.Nodes))
 	for i, n := range s.Nodes {
 		clis[i] = sandboxtest.DockerClient(t, n)
@@ -59,7 +61,7 @@ func TestRestoreSandbox(t *testing.T) {
 		before = append(before, k)
 	}
 	const name = "restore-e2e"
-	if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: name}); err != nil {
+	if _, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: name}); err != nil {
 		t.Fatalf("save: %v", err)
 	}
 	for i := range 5 {
@@ -100,7 +102,7 @@ func TestRestoreSandbox(t *testing.T) {
 		}
 		idsBefore := containerIDs()
 		checked := false
-		_, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{Checked: func(*reconcile.RestoreCheck) error {
+		_, err := etcdsnap.Restore(ctx, sess, name, etcdsnap.RestoreOptions{Checked: func(*etcdsnap.RestoreCheck) error {
 			checked = true
 			return nil
 		}})
@@ -132,10 +134,10 @@ func TestRestoreSandbox(t *testing.T) {
 
 		// A failure half-way (the copy of the third node vanishes once
 		// checked) says what was done and where the old data is.
-		_, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{
-			Checked: func(*reconcile.RestoreCheck) error { return os.Remove(snapFile(s.Nodes[2])) },
+		_, err := etcdsnap.Restore(ctx, sess, name, etcdsnap.RestoreOptions{
+			Checked: func(*etcdsnap.RestoreCheck) error { return os.Remove(snapFile(s.Nodes[2])) },
 		})
-		var re *reconcile.RestoreError
+		var re *etcdsnap.RestoreError
 		if !errors.As(err, &re) {
 			t.Fatalf("restore with a copy gone after the check: %v, want a *RestoreError", err)
 		}
@@ -149,7 +151,7 @@ func TestRestoreSandbox(t *testing.T) {
 
 		// Running it again finishes the restore; the first run's old data
 		// keeps its place.
-		res, err := sess.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{
+		res, err := etcdsnap.Restore(ctx, sess, name, etcdsnap.RestoreOptions{
 			Phase:    func(title string) { say("==> " + title) },
 			Progress: func(node, msg string) { say(node + ": " + msg) },
 		})
@@ -201,17 +203,14 @@ func TestRestoreSandbox(t *testing.T) {
 			}
 		}
 		// The apply after it left nothing to do.
-		pl, err := sess.Plan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pl := a.Plan(ctx, t, c)
 		if len(pl.Plan.Steps) != 0 {
 			var b strings.Builder
 			pl.Plan.Render(&b)
 			t.Errorf("plan after the restore is not empty:\n%s", b.String())
 		}
 		// The API server works on the restored data.
-		cs, err := sess.KubeClient(pl.PKI, pl.Observed)
+		cs, err := a.Session(t, c).KubeClient(pl.PKI, pl.Observed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,14 +236,12 @@ func TestRestoreSandbox(t *testing.T) {
 		bc.S3BackupConfig = &spec.S3BackupConfig{Endpoint: gw.endpoint, Region: "us-east-1", BucketName: gw.bucket,
 			Folder: "clusters/test11", AccessKey: gw.access, SecretKey: gw.secret, CustomCA: gw.caPEM}
 		c3.Services.Etcd.BackupConfig = &bc
-		sess3, err := reconcile.Open(&c3, reconcile.Options{StateDir: stateDir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sess3.Close()
+		release() // sess's lock: sess3 takes its own
+		sess3, release3 := a.EtcdLocked(ctx, t, &c3)
+		defer release3()
 		etcdctl("put", "/rigger-restore/s3-before", "v")
 		const name = "restore-s3"
-		saved, err := sess3.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: name})
+		saved, err := etcdsnap.Save(ctx, sess3, etcdsnap.SaveOptions{Name: name})
 		if err != nil || saved.S3 == "" {
 			t.Fatalf("save with s3: %v (s3 %q)", err, saved.S3)
 		}
@@ -256,7 +253,7 @@ func TestRestoreSandbox(t *testing.T) {
 				}
 			}
 		}
-		res, err := sess3.RestoreSnapshot(ctx, name, reconcile.RestoreOptions{})
+		res, err := etcdsnap.Restore(ctx, sess3, name, etcdsnap.RestoreOptions{})
 		if err != nil {
 			t.Fatalf("restore from s3: %v", err)
 		}

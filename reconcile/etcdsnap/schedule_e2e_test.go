@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/reconcile"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -47,29 +48,26 @@ func TestScheduleSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 13, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	stateDir := filepath.Join(t.TempDir(), "state")
-
+	a := rt.New(t)
 	c := loadCluster(t, s, func(c *spec.Cluster) {
 		b := c.Services.Etcd.BackupConfig
 		on := true
 		b.Enabled, b.IntervalHours, b.Retention = &on, 1, 2
 	})
-	apply(ctx, t, openSession(t, c, stateDir))
+	a.Apply(ctx, t, c)
 
 	t0 := time.Now().UTC().Truncate(time.Second)
 	clock := &fakeClock{now: t0}
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: stateDir, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
+	a.Now = clock.Now
+	sess := a.Etcd(ctx, t, c)
+	a.Now = nil
 
 	// tick runs the schedule at t0+at and checks whether it took a
 	// snapshot and what retention deleted; it returns the snapshot's name.
 	tick := func(at time.Duration, wantTaken bool, wantDeleted ...string) string {
 		t.Helper()
 		clock.Set(t0.Add(at))
-		res, err := sess.ScheduledSnapshot(ctx)
+		res, err := etcdsnap.Scheduled(ctx, sess)
 		if err != nil {
 			t.Fatalf("+%s: %v", at, err)
 		}
@@ -98,7 +96,7 @@ func TestScheduleSandbox(t *testing.T) {
 
 	first := tick(0, true)
 	clock.Set(t0.Add(10 * time.Minute))
-	res, err := sess.ScheduledSnapshot(ctx)
+	res, err := etcdsnap.Scheduled(ctx, sess)
 	if err != nil || res.Snapshot != nil || res.Schedule.Due || !res.Schedule.Next.Equal(t0.Add(time.Hour)) ||
 		res.Schedule.Last == nil || res.Schedule.Last.Name != first {
 		t.Fatalf("+10m: %+v, %v: want no snapshot, the next at +1h after %s", res, err, first)
@@ -107,7 +105,7 @@ func TestScheduleSandbox(t *testing.T) {
 	// A manual snapshot at the same instant as the scheduled one: it does
 	// not move the schedule, and retention never removes it.
 	const manual = "schedule-e2e-manual"
-	if _, err := sess.SaveSnapshot(ctx, reconcile.SnapshotOptions{Name: manual}); err != nil {
+	if _, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: manual}); err != nil {
 		t.Fatalf("manual snapshot: %v", err)
 	}
 	third := tick(2*time.Hour, true, first)
@@ -164,13 +162,13 @@ func TestScheduleSandbox(t *testing.T) {
 
 	// The restore request of cluster.yml, carried out once.
 	c.Restore = spec.Restore{Restore: true, SnapshotName: fourth, ID: "r1"}
-	rs := openSession(t, c, stateDir)
-	req, err := rs.PendingRestore()
-	if err != nil || req == nil || req.ID != "r1" || req.SnapshotName != fourth {
-		t.Fatalf("pending restore %+v, %v: want r1 of %s", req, err, fourth)
+	rs := a.Session(t, c)
+	req, err := rs.RestoreRequest()
+	if err != nil || req == nil || req.ID != "r1" || req.SnapshotName != fourth || req.Done != nil {
+		t.Fatalf("requested restore %+v, %v: want r1 of %s, pending", req, err, fourth)
 	}
 	var lines []string
-	rres, err := rs.RestorePending(ctx, reconcile.RestoreOptions{
+	rres, err := rs.RestorePending(ctx, a.Lock(ctx, t, rs), etcdsnap.RestoreOptions{
 		Phase:    func(title string) { lines = append(lines, "==> "+title) },
 		Progress: func(node, msg string) { lines = append(lines, node+": "+msg) },
 	})
@@ -190,15 +188,12 @@ func TestScheduleSandbox(t *testing.T) {
 		t.Errorf("keys after the restore %v, want only the one written before %s", keys, fourth)
 	}
 
-	again := openSession(t, c, stateDir)
-	if req, err := again.PendingRestore(); err != nil || req != nil {
-		t.Errorf("pending restore on a new session after r1: %+v, %v; want none", req, err)
-	}
-	done, err := again.RequestedRestore()
+	again := a.Session(t, c)
+	done, err := again.RestoreRequest()
 	if err != nil || done == nil || done.Done == nil || done.Done.Error != "" || done.Done.FinishedAt.IsZero() {
-		t.Errorf("requested restore %+v, %v: want r1 recorded as done", done, err)
+		t.Errorf("requested restore on a new session %+v, %v: want r1 recorded as done", done, err)
 	}
-	if res, err := again.RestorePending(ctx, reconcile.RestoreOptions{}); err != nil || res != nil {
+	if res, err := again.RestorePending(ctx, nil, etcdsnap.RestoreOptions{}); err != nil || res != nil {
 		t.Errorf("RestorePending after r1: %+v, %v; want nothing done", res, err)
 	}
 }

@@ -66,9 +66,6 @@ type Options struct {
 	MaxUnavailableWorker int
 	// HealthTimeout bounds the wait for one component to become healthy.
 	HealthTimeout time.Duration
-	// First are nodes whose control-plane and worker changes go before the
-	// others' (Nodes already NotReady: changing them first costs nothing).
-	First []string
 	// BeforeNode and AfterNode, when set, wrap the changes of each node in
 	// the control-plane and worker phases: BeforeNode runs before its first
 	// step (cordon, drain), AfterNode once its changed components are
@@ -184,7 +181,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	for _, s := range p.Steps {
 		byPhase[s.Phase] = append(byPhase[s.Phase], s)
 	}
-	r.removed = p.RemovedNodes
+	r.removed, r.first, r.etcdNew = p.RemovedNodes, p.First, p.NewEtcd
 	r.unreachable = map[string]bool{}
 	for _, u := range p.Unreachable {
 		r.unreachable[u.Node] = true
@@ -265,7 +262,9 @@ type runner struct {
 	// removed are the nodes removed from cluster.yml to clean.
 	removed []string
 	ops     nodeOps
-	// etcdNew is set when the plan creates every etcd member.
+	// first are the nodes whose changes go first (Plan.First).
+	first []string
+	// etcdNew is set when the plan starts a new etcd cluster (Plan.NewEtcd).
 	etcdNew bool
 	// etcdClient is the connection of the membership changes.
 	etcdClient Membership
@@ -469,7 +468,6 @@ func (r *runner) start(steps []plan.Step) {
 
 // etcd runs the etcd steps (see Run).
 func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
-	r.etcdNew = r.newEtcdCluster(steps)
 	if r.etcdNew {
 		// Every member at once: the first cannot become healthy alone.
 		if err := r.parallel(ctx, steps, -1, func(ctx context.Context, s plan.Step) error { return r.do(ctx, s) }); err != nil {
@@ -636,24 +634,6 @@ func (r *runner) joinArgs(ctx context.Context, s plan.Step) ([]string, error) {
 	}, nil
 }
 
-// newEtcdCluster reports whether the steps create every etcd member of the
-// desired cluster: no member runs yet.
-func (r *runner) newEtcdCluster(steps []plan.Step) bool {
-	members := 0
-	for _, n := range r.o.Desired.Nodes {
-		if _, ok := n.Container(desired.Etcd); ok {
-			members++
-		}
-	}
-	creates := 0
-	for _, s := range steps {
-		if s.Action == plan.Create {
-			creates++
-		}
-	}
-	return members > 0 && creates == members
-}
-
 // allEtcdHealthy waits for every etcd member of the desired cluster on a
 // node the plan could look at (the others are reported as unreachable).
 func (r *runner) allEtcdHealthy(ctx context.Context) error {
@@ -681,12 +661,12 @@ func byNode(steps []plan.Step) (nodes []string, groups map[string][]plan.Step) {
 	return nodes, groups
 }
 
-// rollingOrder is byNode with the nodes of Options.First moved to the
+// rollingOrder is byNode with the nodes of Plan.First moved to the
 // front, in their order otherwise.
 func (r *runner) rollingOrder(steps []plan.Step) ([]string, map[string][]plan.Step) {
 	nodes, groups := byNode(steps)
 	slices.SortStableFunc(nodes, func(a, b string) int {
-		fa, fb := slices.Contains(r.o.First, a), slices.Contains(r.o.First, b)
+		fa, fb := slices.Contains(r.first, a), slices.Contains(r.first, b)
 		switch {
 		case fa && !fb:
 			return -1
@@ -739,7 +719,7 @@ func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
 }
 
 // rolling changes the nodes of steps in batches of size (nodes of
-// Options.First first); a batch finishes before the next starts, and a
+// Plan.First first); a batch finishes before the next starts, and a
 // failed batch stops the phase. blocked, when set, stops it at once.
 func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, blocked error) error {
 	r.start(steps)

@@ -330,14 +330,14 @@ func TestSnapshotBeforeEtcdChange(t *testing.T) {
 	}
 }
 
-// TestNotReadyFirst: the nodes of Options.First change before the others.
+// TestNotReadyFirst: the nodes of Plan.First change before the others.
 func TestNotReadyFirst(t *testing.T) {
 	d := build(t, clusterYML)
 	p := plan.Compute(d, empty(d, now))
 	r := &recorder{}
 	o := options(d, r)
 	o.MaxUnavailableWorker = 1
-	o.First = []string{"10.0.0.7", "10.0.0.3"}
+	p.First = []string{"10.0.0.7", "10.0.0.3"}
 	if _, err := run(context.Background(), p, o, r.ops()); err != nil {
 		t.Fatal(err)
 	}

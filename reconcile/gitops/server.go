@@ -13,9 +13,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
-	"github.com/rigger/rigger/spec"
 )
 
 // Defaults of Config.
@@ -75,8 +73,8 @@ type Config struct {
 	// Author signs the status commits.
 	Author object.Signature
 	// Open opens a reconcile session (reconcile.Open when nil; tests
-	// give a transport).
-	Open func(c *spec.Cluster, opts reconcile.Options) (*reconcile.Session, error)
+	// give a transport, or a fake).
+	Open Opener
 	Log  *slog.Logger
 	// Metrics receives what happens (nil: none).
 	Metrics *Metrics
@@ -139,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
 	}
 	if cfg.Open == nil {
-		cfg.Open = reconcile.Open
+		cfg.Open = openReconcile
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

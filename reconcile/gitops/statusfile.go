@@ -135,6 +135,24 @@ const (
 	conditionUnknown = "Unknown"
 )
 
+// Reasons of the conditions besides the failures' (reconcile.Reason).
+const (
+	// ReasonSucceeded: the nodes run what cluster.yml says.
+	ReasonSucceeded = "ReconciliationSucceeded"
+	// ReasonProgressing: the apply ran, and steps are still pending.
+	ReasonProgressing = "Progressing"
+	// ReasonSuspended: rigger.suspend is set.
+	ReasonSuspended = "Suspended"
+	// ReasonRetryScheduled: rigger tries again by itself.
+	ReasonRetryScheduled = "RetryScheduled"
+	// ReasonNodesUnreachable: nodes of cluster.yml did not answer and
+	// were left as they are.
+	ReasonNodesUnreachable = "NodesUnreachable"
+	// ReasonDuplicateCluster: another cluster.yml has the same
+	// cluster_name. Stalls.
+	ReasonDuplicateCluster reconcile.Reason = "DuplicateCluster"
+)
+
 // Marshal is the status.yml for f.
 func (f *StatusFile) Marshal() ([]byte, error) {
 	b, err := yaml.Marshal(f)

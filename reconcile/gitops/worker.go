@@ -14,7 +14,6 @@ import (
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
-	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )
@@ -181,7 +180,7 @@ type outcome struct {
 	cluster   string
 	suspended bool
 	// stalled is the reason when only a person can make it go on.
-	stalled string
+	stalled reconcile.Reason
 	// retry is set when trying again later may succeed (a failure, a lock
 	// held, nodes unreachable); retryIn overrides the backoff.
 	retry   bool
@@ -190,6 +189,30 @@ type outcome struct {
 	steps   int
 	failed  int
 	status  *reconcile.Status
+}
+
+// fail records err as reconcile.Classify says: a stall, or a retry (a
+// held lock after lockHeldRetry, anything else with backoff).
+func (o *outcome) fail(err error) {
+	o.err = err
+	switch reason, stalls := reconcile.Classify(err); {
+	case stalls:
+		o.stalled = reason
+	case reason == reconcile.ReasonLockHeld:
+		o.retry, o.retryIn = true, lockHeldRetry
+	default:
+		o.retry = true
+	}
+}
+
+// retryDelay is the wait before the next try after out, the failures-th
+// in a row: out.retryIn when set, else doubling from retryMin, never
+// longer than the drift interval.
+func retryDelay(out outcome, failures int, drift time.Duration) time.Duration {
+	if out.retryIn > 0 {
+		return out.retryIn
+	}
+	return min(retryMin<<min(failures-1, 10), drift)
 }
 
 // reconcile runs one reconcile of the newest cluster.yml and writes its
@@ -218,11 +241,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	w.lastRun = end
 	if out.retry {
 		w.failures++
-		d := out.retryIn
-		if d == 0 {
-			d = min(retryMin<<min(w.failures-1, 10), cfg.DriftInterval)
-		}
-		w.retryAt = end.Add(d)
+		w.retryAt = end.Add(retryDelay(out, w.failures, cfg.DriftInterval))
 	} else {
 		w.failures, w.retryAt = 0, time.Time{}
 		if changed {
@@ -263,60 +282,55 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		}
 	}
 	if err := diags.Err(); err != nil {
-		return outcome{stalled: "InvalidSpec", err: err}
+		return outcome{stalled: reconcile.ReasonInvalidSpec, err: err}
 	}
 	out.cluster, out.suspended = c.ClusterName, c.Rigger.Suspend
 	log = log.With("cluster", c.ClusterName)
 	if other := w.srv.claim(c.ClusterName, w.path); other != "" {
-		out.stalled, out.err = "DuplicateCluster", fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own (its state directory is named for it)", c.ClusterName, other)
+		out.stalled, out.err = ReasonDuplicateCluster, fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own (its state directory is named for it)", c.ClusterName, other)
 		return out
 	}
 	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now})
 	if err != nil {
-		out.stalled, out.err = "InvalidSpec", err
+		out.fail(err)
 		return out
 	}
 	defer s.Close()
-	unlock, err := s.Lock(ctx, "serve", false)
-	var held *lock.HeldError
-	if errors.As(err, &held) {
-		out.retry, out.retryIn, out.err = true, lockHeldRetry, err
-		return out
-	}
+	lk, err := s.Lock(ctx, "serve", false)
 	if err != nil {
-		out.retry, out.err = true, err
+		out.fail(err)
 		return out
 	}
 	log.Debug("cluster locked")
 	defer func() {
 		// Logged before the release, so that logs never show two holders.
 		log.Debug("cluster unlocked")
-		unlock()
+		lk.Release()
 	}()
 
 	if !out.suspended {
-		if err := w.restoreRequested(ctx, log, s); err != nil {
-			out.retry, out.err = true, err
+		if err := w.restoreRequested(ctx, log, s, lk); err != nil {
+			out.fail(err)
 			return out
 		}
 	}
 	pl, err := s.Plan(ctx)
 	if err != nil {
-		out.retry, out.err = true, fmt.Errorf("plan: %w", err)
+		out.fail(fmt.Errorf("plan: %w", err))
 		return out
 	}
 	out.status = reconcile.BuildStatus(pl)
 	if !out.suspended {
-		out = w.apply(ctx, log, s, pl, changed, out)
+		out = w.apply(ctx, log, s, lk, pl, changed, out)
 	}
-	w.snapshot(ctx, log, s, c)
+	w.snapshot(ctx, log, s, lk, c)
 	if out.steps > 0 || len(pl.NodeChanges) > 0 {
 		st, _, err := s.Status(ctx)
 		if err == nil {
 			out.status = st
 		}
 	}
-	if !out.retry && out.stalled == "" && len(unreachable(pl.Plan)) > 0 {
+	if !out.retry && out.stalled == "" && !pl.Complete() {
 		out.retry = true
 	}
 	return out
@@ -324,50 +338,37 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 
 // apply carries out the plan; when cluster.yml did not change, what it
 // repairs is drift and is recorded.
-func (w *worker) apply(ctx context.Context, log *slog.Logger, s *reconcile.Session, pl *reconcile.Planned, changed bool, out outcome) outcome {
-	if err := pl.Blocked(); err != nil {
-		out.stalled, out.err = "NewCABlocked", err
+func (w *worker) apply(ctx context.Context, log *slog.Logger, s Session, lk *reconcile.Lock, pl *reconcile.Planned, changed bool, out outcome) outcome {
+	if !pl.Changes() {
 		return out
 	}
-	if pl.Plan.Empty() && len(pl.PKIChanges) == 0 && len(pl.NodeChanges) == 0 {
-		return out
-	}
-	res, err := s.Apply(ctx, pl, reconcile.ApplyOptions{Hooks: logHooks(log)})
+	res, err := s.Apply(ctx, lk, pl, reconcile.ApplyOptions{Hooks: logHooks(log)})
 	if res != nil {
 		out.steps, out.failed = len(res.Done), len(res.Failed())
 		if !changed {
 			w.recordDrift(out.cluster, res)
 		}
 	}
-	var guard *reconcile.RemovalGuardError
-	var held *lock.HeldError
-	switch {
-	case errors.As(err, &guard):
-		out.stalled, out.err = "RemovalGuard", err
-	case errors.As(err, &held):
-		// Another rigger applies (the cluster's Lease): later, not with
-		// backoff.
-		out.retry, out.retryIn, out.err = true, lockHeldRetry, err
-	case err != nil:
-		out.retry, out.err = true, err
+	if err != nil {
+		out.fail(err)
 	}
 	return out
 }
 
 // restoreRequested carries out the restore request of cluster.yml (restore:
 // with a new id), once: see reconcile.Session.RestorePending.
-func (w *worker) restoreRequested(ctx context.Context, log *slog.Logger, s *reconcile.Session) error {
-	req, err := s.PendingRestore()
-	if err != nil || req == nil {
+func (w *worker) restoreRequested(ctx context.Context, log *slog.Logger, s Session, lk *reconcile.Lock) error {
+	req, err := s.RestoreRequest()
+	if err != nil || req == nil || req.Done != nil {
 		return err
 	}
 	log.Warn("restoring etcd as cluster.yml requests", "snapshot", req.SnapshotName, "id", req.ID)
-	_, err = s.RestorePending(ctx, reconcile.RestoreOptions{
+	_, err = s.RestorePending(ctx, lk, etcdsnap.RestoreOptions{
 		Phase:    func(title string) { log.Info(title, "phase", "restore") },
 		Progress: func(node, msg string) { log.Info(msg, "node", node, "phase", "restore") },
 		Hooks:    logHooks(log),
 	})
-	var rerr *reconcile.RestoreError
+	var rerr *etcdsnap.RestoreError
 	if err != nil && !errors.As(err, &rerr) {
 		// Refused before anything stopped: not recorded, tried again.
 		return fmt.Errorf("restore %s (id %s): %w", req.SnapshotName, req.ID, err)
@@ -382,9 +383,9 @@ func (w *worker) restoreRequested(ctx context.Context, log *slog.Logger, s *reco
 
 // snapshot takes the etcd snapshot the schedule asks for, if any, and
 // applies retention; it sets when the schedule is due next.
-func (w *worker) snapshot(ctx context.Context, log *slog.Logger, s *reconcile.Session, c *spec.Cluster) {
+func (w *worker) snapshot(ctx context.Context, log *slog.Logger, s Session, lk *reconcile.Lock, c *spec.Cluster) {
 	now := w.srv.cfg.Now()
-	r, err := s.ScheduledSnapshot(ctx)
+	r, err := s.ScheduledSnapshot(ctx, lk)
 	if r == nil || !r.Schedule.Enabled {
 		w.snapshots, w.snapshotDue = nil, time.Time{}
 		return
@@ -451,16 +452,6 @@ func (w *worker) recordDrift(cluster string, res *execute.Result) {
 	if len(w.drift) > maxDrift {
 		w.drift = w.drift[:maxDrift]
 	}
-}
-
-func unreachable(p *plan.Plan) []string {
-	var nodes []string
-	for _, u := range p.Unreachable {
-		if !u.Removed {
-			nodes = append(nodes, u.Node)
-		}
-	}
-	return nodes
 }
 
 // logHooks turn the executor's progress into log lines.
@@ -561,9 +552,9 @@ func conditions(out outcome, revision string, prev []Condition, now time.Time) [
 	}
 	switch {
 	case out.stalled != "":
-		set(ConditionReady, conditionFalse, out.stalled, msg)
-		set(ConditionReconciling, conditionFalse, out.stalled, "")
-		set(ConditionStalled, conditionTrue, out.stalled, msg)
+		set(ConditionReady, conditionFalse, string(out.stalled), msg)
+		set(ConditionReconciling, conditionFalse, string(out.stalled), "")
+		set(ConditionStalled, conditionTrue, string(out.stalled), msg)
 	case out.suspended:
 		status, m := conditionTrue, "rigger.suspend is set: the cluster is observed, not changed; the nodes run what cluster.yml says"
 		if pending > 0 || out.err != nil {
@@ -572,13 +563,14 @@ func conditions(out outcome, revision string, prev []Condition, now time.Time) [
 		if out.err != nil {
 			m += ": " + msg
 		}
-		set(ConditionReady, status, "Suspended", m)
-		set(ConditionReconciling, conditionFalse, "Suspended", "")
-		set(ConditionStalled, conditionFalse, "Suspended", "")
+		set(ConditionReady, status, ReasonSuspended, m)
+		set(ConditionReconciling, conditionFalse, ReasonSuspended, "")
+		set(ConditionStalled, conditionFalse, ReasonSuspended, "")
 	case out.err != nil:
-		set(ConditionReady, conditionFalse, "ReconciliationFailed", msg)
-		set(ConditionReconciling, conditionTrue, "RetryScheduled", "rigger tries again by itself")
-		set(ConditionStalled, conditionFalse, "RetryScheduled", "")
+		reason, _ := reconcile.Classify(out.err)
+		set(ConditionReady, conditionFalse, string(reason), msg)
+		set(ConditionReconciling, conditionTrue, ReasonRetryScheduled, "rigger tries again by itself")
+		set(ConditionStalled, conditionFalse, ReasonRetryScheduled, "")
 	case out.retry:
 		m := "some nodes of cluster.yml could not be reached and were left as they are"
 		if out.status != nil {
@@ -590,17 +582,17 @@ func conditions(out outcome, revision string, prev []Condition, now time.Time) [
 			}
 			m = fmt.Sprintf("%d node(s) of cluster.yml could not be reached and were left as they are: %v", len(nodes), nodes)
 		}
-		set(ConditionReady, conditionFalse, "NodesUnreachable", m)
-		set(ConditionReconciling, conditionTrue, "RetryScheduled", "rigger tries again by itself")
-		set(ConditionStalled, conditionFalse, "RetryScheduled", "")
+		set(ConditionReady, conditionFalse, ReasonNodesUnreachable, m)
+		set(ConditionReconciling, conditionTrue, ReasonRetryScheduled, "rigger tries again by itself")
+		set(ConditionStalled, conditionFalse, ReasonRetryScheduled, "")
 	case pending > 0:
-		set(ConditionReady, conditionFalse, "Progressing", fmt.Sprintf("%d step(s) still pending after the apply", pending))
-		set(ConditionReconciling, conditionTrue, "Progressing", "")
-		set(ConditionStalled, conditionFalse, "Progressing", "")
+		set(ConditionReady, conditionFalse, ReasonProgressing, fmt.Sprintf("%d step(s) still pending after the apply", pending))
+		set(ConditionReconciling, conditionTrue, ReasonProgressing, "")
+		set(ConditionStalled, conditionFalse, ReasonProgressing, "")
 	default:
-		set(ConditionReady, conditionTrue, "ReconciliationSucceeded", fmt.Sprintf("the nodes run what cluster.yml of %s says", short(revision)))
-		set(ConditionReconciling, conditionFalse, "ReconciliationSucceeded", "")
-		set(ConditionStalled, conditionFalse, "ReconciliationSucceeded", "")
+		set(ConditionReady, conditionTrue, ReasonSucceeded, fmt.Sprintf("the nodes run what cluster.yml of %s says", short(revision)))
+		set(ConditionReconciling, conditionFalse, ReasonSucceeded, "")
+		set(ConditionStalled, conditionFalse, ReasonSucceeded, "")
 	}
 	return conds
 }

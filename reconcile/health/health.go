@@ -10,7 +10,6 @@ package health
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,14 +45,13 @@ const (
 )
 
 // Checker probes components. Its zero value is not usable: Dial, and for
-// etcd and the API server ClientCert and CA, must be set.
+// etcd and the API server TLS, must be set.
 type Checker struct {
 	Dial Dialer
-	// ClientCert authenticates to etcd and the API server: the kube-node
-	// certificate, which both accept.
-	ClientCert tls.Certificate
-	// CA verifies etcd's and the API server's certificates.
-	CA *x509.CertPool
+	// TLS verifies etcd's and the API server's certificates (RootCAs) and
+	// authenticates to them (Certificates): pki.Set.ClientTLS, the
+	// kube-node certificate, which both accept.
+	TLS *tls.Config
 }
 
 // Target is one component of one node to probe.
@@ -128,12 +126,12 @@ func (c *Checker) Check(ctx context.Context, t Target) error {
 // certificate verified against the cluster CA for the address dialled, and
 // the client certificate.
 func (c *Checker) verified(serverName string) *tls.Config {
-	return &tls.Config{
-		RootCAs:      c.CA,
-		Certificates: []tls.Certificate{c.ClientCert},
-		ServerName:   serverName,
-		MinVersion:   tls.VersionTLS12,
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLS != nil {
+		cfg = c.TLS.Clone()
 	}
+	cfg.ServerName = serverName
+	return cfg
 }
 
 // selfSigned is the TLS configuration for the controller manager and the

@@ -65,8 +65,7 @@ func checker(t *testing.T, set *pki.Set, routes map[string]string) (*Checker, *[
 			var d net.Dialer
 			return d.DialContext(ctx, network, to)
 		},
-		ClientCert: pair(t, set, pki.KubeNodeCertName),
-		CA:         pool,
+		TLS: &tls.Config{Certificates: []tls.Certificate{pair(t, set, pki.KubeNodeCertName)}, RootCAs: pool},
 	}, &dialed
 }
 

@@ -2,8 +2,7 @@ package kubenode_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -17,133 +16,25 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
-	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/observe"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
 )
 
-// e2e applies clusters to one sandbox with one state directory.
-type e2e struct {
-	t        *testing.T
-	s        *sandbox.Sandbox
-	stateDir string
-	// events are the progress lines of the last apply.
-	events []string
-}
-
-// cluster is the example sandbox cluster with node1 (every role) and the
-// workers given by index, changed by each change.
-func (e *e2e) cluster(workers []int, changes ...func(*spec.Cluster)) *spec.Cluster {
-	e.t.Helper()
-	roles := map[int][]string{0: {spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}}
+// cluster is the example sandbox cluster of s with node1 (every role) and
+// the workers given by index, changed by each change.
+func cluster(t testing.TB, s *sandbox.Sandbox, workers []int, changes ...func(*spec.Cluster)) *spec.Cluster {
+	t.Helper()
+	roles := rt.Roles(1)
 	for _, w := range workers {
 		roles[w] = []string{spec.RoleWorker}
 	}
-	path := filepath.Join(e.t.TempDir(), "cluster.yml")
-	if err := os.WriteFile(path, []byte(sandboxtest.ClusterYML(e.t, e.s, roles)), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	c, diags, err := spec.Load(path)
-	if err != nil {
-		e.t.Fatalf("%v\n%v", err, diags)
-	}
-	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-	for _, change := range changes {
-		change(c)
-	}
-	return c
-}
-
-func (e *e2e) session(c *spec.Cluster) *reconcile.Session {
-	e.t.Helper()
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: e.stateDir})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { sess.Close() })
-	return sess
-}
-
-// apply plans and applies c and returns the plan it applied.
-func (e *e2e) apply(ctx context.Context, c *spec.Cluster) *reconcile.Planned {
-	e.t.Helper()
-	sess := e.session(c)
-	pl, err := sess.Plan(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var mu sync.Mutex
-	e.events = nil
-	res, err := sess.Apply(ctx, pl, reconcile.ApplyOptions{AllowRemovals: true, Hooks: execute.Hooks{
-		Step: func(node, msg string, err error) {
-			line := node + ": " + msg
-			if err != nil {
-				line += ": " + err.Error()
-			}
-			mu.Lock()
-			e.events = append(e.events, line)
-			mu.Unlock()
-		},
-	}})
-	if err != nil {
-		var b strings.Builder
-		pl.Plan.Render(&b)
-		e.t.Fatalf("apply: %v\nplan:\n%s\nprogress:\n%s\nnot run: %d", err, b.String(), strings.Join(e.events, "\n"), len(res.NotRun))
-	}
-	e.t.Logf("apply:\n%s", strings.Join(e.events, "\n"))
-	return pl
-}
-
-// plan plans c.
-func (e *e2e) plan(ctx context.Context, c *spec.Cluster) *reconcile.Planned {
-	e.t.Helper()
-	pl, err := e.session(c).Plan(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return pl
-}
-
-// inSync checks that a plan of c has nothing to do, on the nodes or on the
-// Nodes.
-func (e *e2e) inSync(ctx context.Context, c *spec.Cluster) {
-	e.t.Helper()
-	if pl := e.plan(ctx, c); !pl.Plan.Empty() || len(pl.NodeChanges) > 0 {
-		e.t.Errorf("after apply: steps %v, Node changes %+v", steps(pl.Plan), pl.NodeChanges)
-	}
-}
-
-// client is client-go through the admin kubeconfig.
-func (e *e2e) client(ctx context.Context, c *spec.Cluster) kubernetes.Interface {
-	e.t.Helper()
-	kc, err := e.session(c).Kubeconfig(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return cs
-}
-
-func steps(p *plan.Plan) []string {
-	var out []string
-	for _, s := range p.Steps {
-		out = append(out, s.Node+" "+string(s.Action)+" "+s.Component)
-	}
-	return out
+	return rt.Cluster(t, s, roles, changes...)
 }
 
 func getNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
@@ -163,20 +54,20 @@ func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
 // three sandbox nodes: node1 with every role, node2 and node3 workers.
 func TestNodesSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 9, Nodes: 3, Images: true})
-	e := &e2e{t: t, s: s, stateDir: filepath.Join(t.TempDir(), "state")}
+	e := rt.New(t)
+	e.Options.AllowRemovals = true
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	n1, n2, n3 := s.Nodes[0], s.Nodes[1], s.Nodes[2]
-	c := e.cluster([]int{1, 2})
+	c := cluster(t, s, []int{1, 2})
 	var cs kubernetes.Interface
 
 	t.Run("fresh apply: every Node Ready, role labels, state Secret", func(t *testing.T) {
-		e.t = t
-		e.apply(ctx, c)
-		cs = e.client(ctx, c)
+		e.Apply(ctx, t, c)
+		cs = e.Client(ctx, t, c)
 		for _, n := range s.Nodes {
 			node := getNode(ctx, t, cs, n.Hostname)
-			if kubenode.Ready(node) != "True" {
+			if observe.Ready(node) != "True" {
 				t.Errorf("%s not Ready after apply", n.Hostname)
 			}
 			if node.Labels[kubenode.LabelRoleWorker] != "true" || node.Labels[desired.NodeAddressLabel] != n.Address {
@@ -186,7 +77,7 @@ func TestNodesSandbox(t *testing.T) {
 				t.Errorf("%s etcd label: %v", n.Hostname, node.Labels)
 			}
 		}
-		if !slices.ContainsFunc(e.events, func(l string) bool { return strings.HasPrefix(l, n2.Address+": Node "+n2.Hostname+" Ready") }) {
+		if !slices.ContainsFunc(e.Events(), func(l string) bool { return strings.HasPrefix(l, n2.Address+": Node "+n2.Hostname+" Ready") }) {
 			t.Errorf("no Ready wait for %s in the progress", n2.Address)
 		}
 		set, st, err := kubenode.LoadState(ctx, cs)
@@ -202,28 +93,27 @@ func TestNodesSandbox(t *testing.T) {
 	}
 
 	t.Run("labels and taints from cluster.yml sync, others' stay", func(t *testing.T) {
-		e.t = t
 		patch := []byte(`{"metadata":{"labels":{"example.com/theirs":"1"}}}`)
 		if _, err := cs.CoreV1().Nodes().Patch(ctx, n2.Hostname, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		labelled := e.cluster([]int{1, 2}, func(c *spec.Cluster) {
+		labelled := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.Nodes[1].Labels = map[string]string{"tier": "web"}
 			c.Nodes[1].Taints = []spec.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}}
 		})
-		planned := e.plan(ctx, labelled)
+		planned := e.Plan(ctx, t, labelled)
 		want := []kubenode.Pending{{Node: n2.Address, Name: n2.Hostname, Change: "label tier=web, taint dedicated=web:NoSchedule"}}
 		if !planned.Plan.Empty() || !slices.Equal(planned.NodeChanges, want) {
-			t.Errorf("plan: steps %v, Node changes %+v, want %+v", steps(planned.Plan), planned.NodeChanges, want)
+			t.Errorf("plan: steps %v, Node changes %+v, want %+v", rt.StepLines(planned.Plan), planned.NodeChanges, want)
 		}
-		e.apply(ctx, labelled)
-		e.inSync(ctx, labelled)
+		e.Apply(ctx, t, labelled)
+		e.InSync(ctx, t, labelled)
 		node := getNode(ctx, t, cs, n2.Hostname)
 		if node.Labels["tier"] != "web" || !hasTaint(node, "dedicated", corev1.TaintEffectNoSchedule) || node.Labels["example.com/theirs"] != "1" {
 			t.Errorf("after adding: labels %v, taints %v", node.Labels, node.Spec.Taints)
 		}
-		e.apply(ctx, c)
-		e.inSync(ctx, c)
+		e.Apply(ctx, t, c)
+		e.InSync(ctx, t, c)
 		node = getNode(ctx, t, cs, n2.Hostname)
 		if _, ok := node.Labels["tier"]; ok || hasTaint(node, "dedicated", corev1.TaintEffectNoSchedule) {
 			t.Errorf("after removing: labels %v, taints %v", node.Labels, node.Spec.Taints)
@@ -234,61 +124,58 @@ func TestNodesSandbox(t *testing.T) {
 	})
 
 	t.Run("a Node deleted by hand comes back", func(t *testing.T) {
-		e.t = t
 		if err := cs.CoreV1().Nodes().Delete(ctx, n3.Hostname, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		st, _, err := e.session(c).Status(ctx)
+		st, _, err := e.Session(t, c).Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(st.MissingNodes, []string{n3.Address}) {
 			t.Errorf("status: missing Nodes %v, want %s", st.MissingNodes, n3.Address)
 		}
-		pl := e.apply(ctx, c)
-		if got := steps(pl.Plan); !slices.Equal(got, []string{n3.Address + " restart kubelet"}) {
+		pl := e.Apply(ctx, t, c)
+		if got := rt.StepLines(pl.Plan); !slices.Equal(got, []string{n3.Address + " restart kubelet"}) {
 			t.Errorf("steps %v, want the kubelet restarted", got)
 		}
-		if node := getNode(ctx, t, cs, n3.Hostname); kubenode.Ready(node) != "True" || node.Labels[kubenode.LabelRoleWorker] != "true" {
-			t.Errorf("Node back: Ready %s, labels %v", kubenode.Ready(node), node.Labels)
+		if node := getNode(ctx, t, cs, n3.Hostname); observe.Ready(node) != "True" || node.Labels[kubenode.LabelRoleWorker] != "true" {
+			t.Errorf("Node back: Ready %s, labels %v", observe.Ready(node), node.Labels)
 		}
-		e.inSync(ctx, c)
+		e.InSync(ctx, t, c)
 	})
 
 	t.Run("a Node of no machine is stale: reported, then deleted under stale_nodes: delete", func(t *testing.T) {
-		e.t = t
 		ghost := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "ghost",
 			Labels: map[string]string{desired.NodeAddressLabel: "10.231.9.99"}}}
 		if _, err := cs.CoreV1().Nodes().Create(ctx, ghost, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		st, _, err := e.session(c).Status(ctx)
+		st, _, err := e.Session(t, c).Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(st.StaleNodes) != 1 || st.StaleNodes[0].Name != "ghost" {
 			t.Errorf("stale Nodes %+v, want ghost", st.StaleNodes)
 		}
-		e.apply(ctx, c) // report: kept
+		e.Apply(ctx, t, c) // report: kept
 		if _, err := cs.CoreV1().Nodes().Get(ctx, "ghost", metav1.GetOptions{}); err != nil {
 			t.Errorf("stale_nodes: report deleted the stale Node: %v", err)
 		}
-		deleting := e.cluster([]int{1, 2}, func(c *spec.Cluster) { c.Rigger.StaleNodes = spec.StaleNodesDelete })
-		if pl := e.plan(ctx, deleting); len(pl.NodeChanges) != 1 || pl.NodeChanges[0].Name != "ghost" {
+		deleting := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) { c.Rigger.StaleNodes = spec.StaleNodesDelete })
+		if pl := e.Plan(ctx, t, deleting); len(pl.NodeChanges) != 1 || pl.NodeChanges[0].Name != "ghost" {
 			t.Errorf("planned Node changes %+v, want ghost deleted", pl.NodeChanges)
 		}
-		e.apply(ctx, deleting)
-		e.inSync(ctx, deleting)
+		e.Apply(ctx, t, deleting)
+		e.InSync(ctx, t, deleting)
 		if _, err := cs.CoreV1().Nodes().Get(ctx, "ghost", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("stale_nodes: delete kept the stale Node: %v", err)
 		}
-		if !slices.ContainsFunc(e.events, func(l string) bool { return strings.Contains(l, "deleted stale Node ghost") }) {
+		if !slices.ContainsFunc(e.Events(), func(l string) bool { return strings.Contains(l, "deleted stale Node ghost") }) {
 			t.Errorf("no progress line for the deletion")
 		}
 	})
 
 	t.Run("drain: pods evicted before the kubelet changes, Node uncordoned after", func(t *testing.T) {
-		e.t = t
 		uid := drainWorkload(ctx, t, cs, n2.Hostname)
 		// Watch the pods and the Node while the apply runs.
 		var (
@@ -330,17 +217,17 @@ func TestNodesSandbox(t *testing.T) {
 				}
 			}
 		}()
-		drained := e.cluster([]int{1, 2}, func(c *spec.Cluster) {
+		drained := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.UpgradeStrategy.Drain = new(true)
 			c.Services.Kubelet.ExtraArgs["v"] = "3"
 		})
-		pl := e.apply(ctx, drained)
-		e.inSync(ctx, drained)
+		pl := e.Apply(ctx, t, drained)
+		e.InSync(ctx, t, drained)
 		kubeletCreated := containerCreated(ctx, t, n2, desired.Kubelet)
 		wstop()
 		wg.Wait()
-		if !slices.Contains(steps(pl.Plan), n2.Address+" replace kubelet") {
-			t.Fatalf("steps %v", steps(pl.Plan))
+		if !slices.Contains(rt.StepLines(pl.Plan), n2.Address+" replace kubelet") {
+			t.Fatalf("steps %v", rt.StepLines(pl.Plan))
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -361,7 +248,7 @@ func TestNodesSandbox(t *testing.T) {
 			t.Errorf("the Node's last heartbeat %v is older than the new kubelet (%v)", hb, kubeletCreated)
 		}
 		for _, want := range []string{"cordoned Node " + n2.Hostname, "drained Node " + n2.Hostname + ": 2 pod(s) evicted", "uncordoned Node " + n2.Hostname} {
-			if !slices.ContainsFunc(e.events, func(l string) bool { return strings.HasPrefix(l, n2.Address+": "+want) }) {
+			if !slices.ContainsFunc(e.Events(), func(l string) bool { return strings.HasPrefix(l, n2.Address+": "+want) }) {
 				t.Errorf("no progress line %q", want)
 			}
 		}
@@ -369,15 +256,14 @@ func TestNodesSandbox(t *testing.T) {
 	})
 
 	t.Run("a Node cordoned by someone else stays cordoned", func(t *testing.T) {
-		e.t = t
 		if _, err := cs.CoreV1().Nodes().Patch(ctx, n3.Hostname, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		changed := e.cluster([]int{1, 2}, func(c *spec.Cluster) {
+		changed := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.UpgradeStrategy.Drain = new(true)
 			c.Services.Kubelet.ExtraArgs["v"] = "4"
 		})
-		e.apply(ctx, changed)
+		e.Apply(ctx, t, changed)
 		if node := getNode(ctx, t, cs, n3.Hostname); !node.Spec.Unschedulable {
 			t.Errorf("rigger uncordoned a Node it did not cordon")
 		}
@@ -385,47 +271,45 @@ func TestNodesSandbox(t *testing.T) {
 	})
 
 	t.Run("an API server change cordons its node around it", func(t *testing.T) {
-		e.t = t
-		changed := e.cluster([]int{1, 2}, func(c *spec.Cluster) {
+		changed := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.UpgradeStrategy.Drain = new(true)
 			c.Services.Kubelet.ExtraArgs["v"] = "4"
 			c.Services.KubeAPI.ExtraArgs = map[string]string{"v": "3"}
 		})
-		pl := e.apply(ctx, changed)
-		if got := steps(pl.Plan); !slices.Equal(got, []string{n1.Address + " replace kube-apiserver"}) {
+		pl := e.Apply(ctx, t, changed)
+		if got := rt.StepLines(pl.Plan); !slices.Equal(got, []string{n1.Address + " replace kube-apiserver"}) {
 			t.Fatalf("steps %v", got)
 		}
 		var order []int
 		for _, want := range []string{"cordoned Node " + n1.Hostname, "drained Node " + n1.Hostname, "replaced kube-apiserver",
 			"kube-apiserver healthy", "uncordoned Node " + n1.Hostname} {
-			order = append(order, slices.IndexFunc(e.events, func(l string) bool { return strings.HasPrefix(l, n1.Address+": "+want) }))
+			order = append(order, slices.IndexFunc(e.Events(), func(l string) bool { return strings.HasPrefix(l, n1.Address+": "+want) }))
 		}
 		if !slices.IsSorted(order) || order[0] < 0 {
-			t.Errorf("progress out of order (%v):\n%s", order, strings.Join(e.events, "\n"))
+			t.Errorf("progress out of order (%v):\n%s", order, strings.Join(e.Events(), "\n"))
 		}
 		if node := getNode(ctx, t, cs, n1.Hostname); node.Spec.Unschedulable {
 			t.Errorf("%s left cordoned", n1.Hostname)
 		}
-		e.inSync(ctx, changed)
+		e.InSync(ctx, t, changed)
 		c = changed
 	})
 
 	t.Run("a worker removed from cluster.yml loses its Node first", func(t *testing.T) {
-		e.t = t
-		without := e.cluster([]int{1}, func(cl *spec.Cluster) {
+		without := cluster(t, s, []int{1}, func(cl *spec.Cluster) {
 			cl.UpgradeStrategy.Drain = new(true)
 			cl.Services.Kubelet.ExtraArgs["v"] = "4"
 			cl.Services.KubeAPI.ExtraArgs = map[string]string{"v": "3"}
 		})
-		pl := e.apply(ctx, without)
+		pl := e.Apply(ctx, t, without)
 		if !slices.Equal(pl.Plan.RemovedNodes, []string{n3.Address}) {
 			t.Fatalf("removed nodes %v", pl.Plan.RemovedNodes)
 		}
 		if _, err := cs.CoreV1().Nodes().Get(ctx, n3.Hostname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the removed worker's Node: %v", err)
 		}
-		deletedAt := slices.IndexFunc(e.events, func(l string) bool { return strings.HasPrefix(l, n3.Address+": deleted Node") })
-		removedAt := slices.IndexFunc(e.events, func(l string) bool { return strings.HasPrefix(l, n3.Address+": removed kubelet") })
+		deletedAt := slices.IndexFunc(e.Events(), func(l string) bool { return strings.HasPrefix(l, n3.Address+": deleted Node") })
+		removedAt := slices.IndexFunc(e.Events(), func(l string) bool { return strings.HasPrefix(l, n3.Address+": removed kubelet") })
 		if deletedAt < 0 || removedAt < deletedAt {
 			t.Errorf("Node deleted at line %d, kubelet removed at line %d", deletedAt, removedAt)
 		}
@@ -457,31 +341,26 @@ func drainWorkload(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 	if _, err := cs.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	var uids []types.UID
+	rt.Eventually(ctx, t, 3*time.Minute, "the drain-test pods running on "+nodeName, func(ctx context.Context) (bool, error) {
 		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drain-test"})
-		var uids []types.UID
-		if err == nil {
-			for _, p := range pods.Items {
-				if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == nodeName {
-					uids = append(uids, p.UID)
-				}
+		if err != nil {
+			return false, err
+		}
+		uids = nil
+		var states []string
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName == nodeName {
+				uids = append(uids, p.UID)
 			}
+			states = append(states, p.Name+" "+string(p.Status.Phase)+" on "+p.Spec.NodeName)
 		}
-		if len(uids) == 2 {
-			return uids
+		if len(uids) != 2 {
+			return false, fmt.Errorf("pods: %v", states)
 		}
-		if time.Now().After(deadline) {
-			var states []string
-			if pods != nil {
-				for _, p := range pods.Items {
-					states = append(states, p.Name+" "+string(p.Status.Phase)+" on "+p.Spec.NodeName)
-				}
-			}
-			t.Fatalf("pods not running on %s: %v (err %v)", nodeName, states, err)
-		}
-		time.Sleep(2 * time.Second)
-	}
+		return true, nil
+	})
+	return uids
 }
 
 // containerCreated is when the container was created on the node.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )
@@ -163,7 +164,7 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 	if !h.cfg.Drain {
 		return nil
 	}
-	if r := Ready(n); r != string(corev1.ConditionTrue) {
+	if r := observe.Ready(n); r != string(corev1.ConditionTrue) {
 		h.say(node, "Node %s not drained: it is not Ready (%s)", n.Name, r)
 		return nil
 	}
@@ -241,7 +242,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 	if _, ours := n.Annotations[AnnotationCordoned]; !ours {
 		return nil
 	}
-	if r := Ready(n); r != string(corev1.ConditionTrue) {
+	if r := observe.Ready(n); r != string(corev1.ConditionTrue) {
 		// Uncordoned by a later apply, once Ready.
 		h.say(node, "Node %s left cordoned: not Ready (%s)", n.Name, r)
 		return nil
@@ -255,7 +256,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 
 // Reconciled is what Reconcile found and did.
 type Reconciled struct {
-	Linkage *Linkage
+	Linkage *observe.Linkage
 	// Synced are the Nodes whose labels or taints changed, by name.
 	Synced []string
 	// Uncordoned are Nodes an earlier apply left cordoned.
@@ -294,7 +295,7 @@ func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine,
 			r.Synced = append(r.Synced, n.Name)
 			say(m.Address, fmt.Sprintf("Node %s: %s", n.Name, c))
 		}
-		if _, ours := n.Annotations[AnnotationCordoned]; ours && Ready(n) == string(corev1.ConditionTrue) {
+		if _, ours := n.Annotations[AnnotationCordoned]; ours && observe.Ready(n) == string(corev1.ConditionTrue) {
 			if _, err := Uncordon(ctx, cs, n); err != nil {
 				errs = append(errs, err)
 				continue
@@ -338,7 +339,7 @@ type Pending struct {
 // Changes are what Reconcile would do to nodes, as Link found them: labels
 // and taints to set, Nodes an earlier apply left cordoned to uncordon and,
 // with policy spec.StaleNodesDelete, stale Nodes to delete. It is pure.
-func Changes(machines []Machine, l *Linkage, policy string) []Pending {
+func Changes(machines []Machine, l *observe.Linkage, policy string) []Pending {
 	var out []Pending
 	for _, m := range machines {
 		n := l.Owned[m.Address]
@@ -349,7 +350,7 @@ func Changes(machines []Machine, l *Linkage, policy string) []Pending {
 		if c := Diff(n, labels, taints); !c.Empty() {
 			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: c.String()})
 		}
-		if _, ours := n.Annotations[AnnotationCordoned]; ours && Ready(n) == string(corev1.ConditionTrue) {
+		if _, ours := n.Annotations[AnnotationCordoned]; ours && observe.Ready(n) == string(corev1.ConditionTrue) {
 			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "uncordon (cordoned by an earlier apply)"})
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -193,7 +194,7 @@ func WaitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 		}
 		l := Link([]Machine{{Address: address, Hostname: hostname}}, nodes)
 		last = l.Owned[address]
-		return last != nil && Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after), nil
+		return last != nil && observe.Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after), nil
 	})
 	if err == nil {
 		return last, nil
@@ -203,7 +204,7 @@ func WaitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 	}
 	e := &NotReadyError{Address: address, Waited: time.Since(began).Round(time.Second)}
 	if last != nil {
-		e.Node, e.Ready = last.Name, Ready(last)
+		e.Node, e.Ready = last.Name, observe.Ready(last)
 	} else if lastErr != nil {
 		return nil, fmt.Errorf("node %s: wait for its Node: %w", address, lastErr)
 	}
@@ -249,7 +250,7 @@ func RemoveNode(ctx context.Context, cs kubernetes.Interface, address, hostname 
 			errs = append(errs, err)
 			continue
 		}
-		if Ready(n) == string(corev1.ConditionTrue) {
+		if observe.Ready(n) == string(corev1.ConditionTrue) {
 			if _, err := Drain(ctx, cs, n.Name, in, nil); err != nil {
 				errs = append(errs, err)
 				continue

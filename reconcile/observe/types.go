@@ -6,24 +6,44 @@ package observe
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/rigger/rigger/reconcile/etcdmember"
 )
 
-// Cluster is what was seen on the nodes at one time.
+// Cluster is what was seen of a cluster at one time: its nodes, the
+// membership of its etcd and the Nodes its API server lists. It is filled
+// once per reconcile and not changed afterwards.
 type Cluster struct {
 	// At is when the observation started.
 	At time.Time
 	// Nodes by address: every node asked about, reachable or not.
 	Nodes map[string]*Node
 	// Etcd is the etcd cluster's membership as a member listed it, nil
-	// when none answered (a new cluster, or every member down). The
-	// reconcile layer fills it: reading it takes the cluster's certificates.
-	Etcd *Etcd `json:"etcd,omitempty"`
+	// when none answered (a new cluster, or every member down) or rigger
+	// runs no etcd (external_urls). Reading it takes the cluster's
+	// certificates: the reconcile layer fills it, with EtcdErr saying why
+	// it is nil when a member should have answered.
+	Etcd    *Etcd `json:"etcd,omitempty"`
+	EtcdErr error `json:"-"`
+	// Kubernetes is what the API server says of the Nodes; nil when it
+	// was not asked (no certificates yet).
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 }
 
 // Etcd is the membership of the etcd cluster.
 type Etcd struct {
 	Members []etcdmember.Member `json:"members"`
+}
+
+// Kubernetes is the Nodes the API server lists and which machine of
+// cluster.yml owns which (Link).
+type Kubernetes struct {
+	Nodes []corev1.Node `json:"-"`
+	Link  *Linkage      `json:"-"`
+	// Err says why the Nodes could not be listed (then Nodes and Link are
+	// empty): no controlplane node reachable, the API server down.
+	Err error `json:"-"`
 }
 
 // Node is one node as observed.

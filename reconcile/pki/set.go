@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -161,4 +163,23 @@ func parsePair(c Cert) (pair, error) {
 		return pair{}, errors.New("private key does not match the certificate")
 	}
 	return pair{crt, key}, nil
+}
+
+// ClientTLS is the TLS configuration rigger speaks to etcd and the API
+// servers with: the kube-node certificate, which both accept, and the
+// cluster CA to verify them. ServerName is left to the caller.
+func (s *Set) ClientTLS() (*tls.Config, error) {
+	node, ok := s.Certs[KubeNodeCertName]
+	if !ok {
+		return nil, fmt.Errorf("no %s certificate in the set", KubeNodeCertName)
+	}
+	cert, err := tls.X509KeyPair(node.CertPEM, node.KeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the %s certificate: %w", KubeNodeCertName, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Certs[CACertName].CertPEM) {
+		return nil, fmt.Errorf("the %s certificate does not parse", CACertName)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/rigger/rigger/reconcile/statedir"
 )
 
 // NodeDir is where certificates live on the nodes, as RKE puts them.
@@ -149,11 +151,9 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("no certificates in state directory %s: recover them from a control-plane node", e.Dir)
 }
 
-// Modes of the state directory and its files.
-const (
-	dirMode  = 0o700
-	fileMode = 0o600
-)
+// keyMode is the widest mode a private key in the state directory may
+// have (statedir writes them so).
+const keyMode = 0o600
 
 // Save writes the set to the state directory dir (mode 0700), one name.pem
 // and name-key.pem per name (mode 0600), each replaced atomically, and
@@ -162,7 +162,7 @@ const (
 // not match is reissued by the next Ensure (CAs never change, so never
 // theirs).
 func Save(dir string, s *Set) error {
-	if err := makeStateDir(dir); err != nil {
+	if err := statedir.Make(dir); err != nil {
 		return err
 	}
 	want := map[string][]byte{}
@@ -175,7 +175,7 @@ func Save(dir string, s *Set) error {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		if err := writeFile(filepath.Join(dir, n), want[n]); err != nil {
+		if err := statedir.WriteFile(dir, n, want[n]); err != nil {
 			return err
 		}
 	}
@@ -190,64 +190,7 @@ func Save(dir string, s *Set) error {
 			}
 		}
 	}
-	return nil
-}
-
-// makeStateDir creates the state directory, or restricts it, to 0700.
-func makeStateDir(dir string) error {
-	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return fmt.Errorf("create state directory: %w", err)
-	}
-	if err := os.Chmod(dir, dirMode); err != nil {
-		return fmt.Errorf("restrict state directory: %w", err)
-	}
-	return nil
-}
-
-// WriteStateFile replaces the file name of the state directory dir (made
-// when missing, mode 0700) with b, atomically and with mode 0600: for what
-// rigger keeps there beside the PKI.
-func WriteStateFile(dir, name string, b []byte) error {
-	if err := makeStateDir(dir); err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(dir, name), b)
-}
-
-// writeFile replaces p with b atomically: a temporary file in the same
-// directory, synced, then renamed over p.
-func writeFile(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	tmp := f.Name()
-	done := false
-	defer func() {
-		if !done {
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(fileMode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	done = true
-	return nil
+	return statedir.SyncDir(dir)
 }
 
 // Load reads the PKI from the state directory dir. A missing directory, or
@@ -273,7 +216,7 @@ func Load(dir string) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read state directory: %w", err)
 		}
-		if perm := info.Mode().Perm(); strings.HasSuffix(n, "-key.pem") && perm&^fileMode != 0 {
+		if perm := info.Mode().Perm(); strings.HasSuffix(n, "-key.pem") && perm&^keyMode != 0 {
 			return nil, fmt.Errorf("load certificates: private key %s has mode %#o, wider than 0600: run chmod 600 %s", p, perm, p)
 		}
 		b, err := os.ReadFile(p)

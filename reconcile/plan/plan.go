@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/observe"
@@ -107,10 +109,32 @@ type Plan struct {
 	// ObservedAt is when the observation the plan was computed from
 	// started; the executor refuses a stale plan.
 	ObservedAt time.Time `json:"observed_at"`
+	// First are the nodes of cluster.yml whose Kubernetes Node is not
+	// Ready, in cluster.yml order: their control-plane and worker changes
+	// go before the others' (they serve nothing now, so changing them
+	// first costs no availability).
+	First []string `json:"first,omitempty"`
+	// NewEtcd is set when the plan starts a new etcd cluster: every etcd
+	// member of cluster.yml is created, and all of them at once (a lone
+	// first member could not become healthy). Otherwise an etcd member the
+	// plan creates joins the running cluster.
+	NewEtcd bool `json:"new_etcd,omitempty"`
 }
 
 // Empty reports whether the plan changes nothing.
 func (p *Plan) Empty() bool { return len(p.Steps) == 0 }
+
+// UnreachableNodes are the nodes of cluster.yml the plan could not look at
+// (removed nodes that did not answer are not counted: they block nothing).
+func (p *Plan) UnreachableNodes() []string {
+	var out []string
+	for _, u := range p.Unreachable {
+		if !u.Removed {
+			out = append(out, u.Node)
+		}
+	}
+	return out
+}
 
 // Count returns the number of steps with the action.
 func (p *Plan) Count(a Action) int {
@@ -131,12 +155,21 @@ const (
 	reasonNotDesired  = "not desired on this node"
 	reasonNodeRemoved = "node removed from cluster.yml"
 	errNotObserved    = "node was not observed"
+	// ReasonNodeMissing is the reason of a kubelet restart for a machine
+	// whose Kubernetes Node is gone while its kubelet runs.
+	ReasonNodeMissing = "its Kubernetes Node is missing (deleted?): the kubelet registers it again when it starts"
 )
 
 // Compute returns the plan that turns o into d. It is pure: it reads its
 // arguments and returns a new value whose Before and After point at copies
 // of observed containers and into d. A nil o is an observation of no node:
 // every node of d is then unreachable.
+//
+// Besides the containers and files, it decides from the observed
+// Kubernetes Nodes (o.Kubernetes, when the API server answered) which
+// kubelets restart because their Node is missing, and which nodes go
+// first (Plan.First); and from the etcd steps whether etcd starts as a new
+// cluster (Plan.NewEtcd).
 func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 	if o == nil {
 		o = &observe.Cluster{}
@@ -154,11 +187,13 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 			p.Unreachable = append(p.Unreachable, Unreachable{Node: dn.Address, Error: nodeError(on)})
 			continue
 		}
-		for _, s := range nodeSteps(dn, on) {
+		for _, s := range nodeSteps(dn, on, nodeMissing(o, dn.Address)) {
 			idx := phaseIndex(s.Phase)
 			phases[idx] = append(phases[idx], s)
 		}
 	}
+	p.NewEtcd = newEtcd(d, phases[phaseIndex(PhaseEtcd)])
+	p.First = notReady(d, o)
 	if o.Etcd != nil {
 		phases[phaseIndex(PhaseEtcd)] = withMembership(d, o, phases[phaseIndex(PhaseEtcd)])
 	}
@@ -192,8 +227,10 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 }
 
 // nodeSteps are the steps of a reachable node of cluster.yml, in start
-// order of the components.
-func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
+// order of the components. nodeMissing says that its Kubernetes Node is
+// missing: a running kubelet that nothing else changes is restarted, since
+// a kubelet registers its Node only when it starts.
+func nodeSteps(dn *desired.Node, on *observe.Node, nodeMissing bool) []Step {
 	var steps []Step
 	changed, reason := changedFiles(dn, on)
 	if len(changed) > 0 {
@@ -215,6 +252,8 @@ func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
 			s.Action, s.Reason = Restart, stateReason(oc.State)
 		case len(changed) > 0 && on.FilesRead && readsChanged(dc, changed, on):
 			s.Action, s.Reason = Restart, "reads changed files"
+		case dc.Name == desired.Kubelet && nodeMissing && oc.State == "running":
+			s.Action, s.Reason = Restart, ReasonNodeMissing
 		default:
 			continue
 		}
@@ -235,6 +274,46 @@ func nodeSteps(dn *desired.Node, on *observe.Node) []Step {
 	}
 	slices.SortStableFunc(steps, func(a, b Step) int { return Rank(a.Component) - Rank(b.Component) })
 	return steps
+}
+
+// nodeMissing reports whether the API server lists no Node for the
+// machine at address (false when it was not asked).
+func nodeMissing(o *observe.Cluster, address string) bool {
+	k := o.Kubernetes
+	return k != nil && k.Link != nil && slices.Contains(k.Link.Missing, address)
+}
+
+// notReady are the nodes of d whose Node is not Ready, in d's order.
+func notReady(d *desired.Cluster, o *observe.Cluster) []string {
+	k := o.Kubernetes
+	if k == nil || k.Link == nil {
+		return nil
+	}
+	var out []string
+	for _, dn := range d.Nodes {
+		if n := k.Link.Owned[dn.Address]; n != nil && observe.Ready(n) != string(corev1.ConditionTrue) {
+			out = append(out, dn.Address)
+		}
+	}
+	return out
+}
+
+// newEtcd reports whether the etcd phase's steps create every etcd member
+// of d: no member runs yet, and they must start together.
+func newEtcd(d *desired.Cluster, etcdSteps []Step) bool {
+	members := 0
+	for _, n := range d.Nodes {
+		if _, ok := n.Container(desired.Etcd); ok {
+			members++
+		}
+	}
+	creates := 0
+	for _, s := range etcdSteps {
+		if s.Component == desired.Etcd && s.Action == Create {
+			creates++
+		}
+	}
+	return members > 0 && creates == members
 }
 
 // changedFiles returns the desired files of a node that are missing or

@@ -1,4 +1,4 @@
-package reconcile
+package etcdsnap
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -54,7 +55,7 @@ func requestOf(r spec.Restore) *RestoreRequest {
 // loadRestores reads the restores done; none when there is no file.
 func loadRestores(dir string) ([]RestoreRecord, error) {
 	var recs []RestoreRecord
-	if err := readStateJSON(dir, restoresFile, &recs); err != nil {
+	if err := statedir.ReadJSON(dir, restoresFile, &recs); err != nil {
 		return nil, fmt.Errorf("read the restores done: %w; repair it, or move it away if no restore request of cluster.yml "+
 			"must be kept from running again", err)
 	}
@@ -63,7 +64,7 @@ func loadRestores(dir string) ([]RestoreRecord, error) {
 
 // saveRestores replaces the restores file atomically, mode 0600.
 func saveRestores(dir string, recs []RestoreRecord) error {
-	if err := writeStateJSON(dir, restoresFile, recs); err != nil {
+	if err := statedir.WriteJSON(dir, restoresFile, recs); err != nil {
 		return fmt.Errorf("save the restores done: %w", err)
 	}
 	return nil
@@ -88,15 +89,15 @@ func dropRestore(dir, id string) error {
 	return saveRestores(dir, slices.DeleteFunc(recs, func(r RestoreRecord) bool { return r.ID == id }))
 }
 
-// RequestedRestore is the restore cluster.yml requests, with the record of
-// its id when it was carried out already; nil when cluster.yml requests
-// none. It reads the state directory only.
-func (s *Session) RequestedRestore() (*RestoreRequest, error) {
-	req := requestOf(s.c.Restore)
+// RequestedRestore is the restore r (cluster.yml's restore:) requests, with
+// the record of its id when it was carried out already; nil when r
+// requests none. It reads the state directory dir only.
+func RequestedRestore(dir string, r spec.Restore) (*RestoreRequest, error) {
+	req := requestOf(r)
 	if req == nil {
 		return nil, nil
 	}
-	recs, err := loadRestores(s.opts.StateDir)
+	recs, err := loadRestores(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -106,35 +107,33 @@ func (s *Session) RequestedRestore() (*RestoreRequest, error) {
 	return req, nil
 }
 
-// PendingRestore is the restore cluster.yml requests when its id was not
-// carried out yet; nil when there is none, or it was done.
-func (s *Session) PendingRestore() (*RestoreRequest, error) {
-	req, err := s.RequestedRestore()
+// PendingRestore is the restore r requests when its id was not carried out
+// yet; nil when there is none, or it was done.
+func PendingRestore(dir string, r spec.Restore) (*RestoreRequest, error) {
+	req, err := RequestedRestore(dir, r)
 	if err != nil || req == nil || req.Done != nil {
 		return nil, err
 	}
 	return req, nil
 }
 
-// RestorePending carries out the pending restore request of cluster.yml
-// (PendingRestore) with RestoreSnapshot; nil, nil when none is pending.
+// RunRestoreRequest carries out req (PendingRestore) with Restore and keeps
+// its record in the state directory dir.
 //
-// The id is recorded in the state directory once the check has passed and
-// o.Checked agreed, before anything is stopped, and the record is
-// completed with the outcome: a restore that fails after that is not
-// tried again (the error says how to go on), and one interrupted midway
-// is not repeated either. A refusal before anything stopped (the check
-// failed, Checked said no) is not recorded: the next apply tries again
-// and reports it again.
-func (s *Session) RestorePending(ctx context.Context, o RestoreOptions) (*RestoreResult, error) {
-	req, err := s.PendingRestore()
-	if err != nil || req == nil {
-		return nil, err
+// The id is recorded once the check has passed and o.Checked agreed,
+// before anything is stopped, and the record is completed with the
+// outcome: a restore that fails after that is not tried again (the error
+// says how to go on), and one interrupted midway is not repeated either. A
+// refusal before anything stopped (the check failed, Checked said no) is
+// not recorded: the next apply tries again and reports it again.
+func RunRestoreRequest(ctx context.Context, cl *Cluster, dir string, req *RestoreRequest, o RestoreOptions) (*RestoreResult, error) {
+	restore := func(ctx context.Context, name string, o RestoreOptions) (*RestoreResult, error) {
+		return Restore(ctx, cl, name, o)
 	}
-	return runRestoreRequest(ctx, s.opts.StateDir, req, s.opts.Now, s.RestoreSnapshot, o)
+	return runRestoreRequest(ctx, dir, req, cl.Now, restore, o)
 }
 
-// restoreFunc is RestoreSnapshot: the seam runRestoreRequest is tested
+// restoreFunc is Restore: the seam runRestoreRequest is tested
 // through.
 type restoreFunc func(ctx context.Context, name string, o RestoreOptions) (*RestoreResult, error)
 
@@ -166,7 +165,7 @@ func runRestoreRequest(ctx context.Context, dir string, req *RestoreRequest, now
 			return res, fmt.Errorf("restore request %s (snapshot %s), not recorded, tried again on the next apply: %w", req.ID, req.SnapshotName, err)
 		}
 		// A restore that succeeded without its check being agreed to:
-		// not RestoreSnapshot's contract.
+		// not Restore's contract.
 		return res, fmt.Errorf("restore request %s (snapshot %s): the restore ended without its check", req.ID, req.SnapshotName)
 	case err != nil && !errors.As(err, &re):
 		// Ended between the record and the first stop: nothing changed.

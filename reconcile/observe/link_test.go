@@ -1,4 +1,4 @@
-package kubenode
+package observe
 
 import (
 	"testing"
@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/spec"
 )
 
 // node is a Node named name, labelled with address (none when ""), with
@@ -28,9 +27,9 @@ func node(name, address, ready string, created int) corev1.Node {
 
 func machines() []Machine {
 	return []Machine{
-		{Address: "10.0.0.1", Hostname: "n1", Roles: []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}},
-		{Address: "10.0.0.2", Hostname: "n2", Roles: []string{spec.RoleWorker}},
-		{Address: "fd00::3", Hostname: "n3", Roles: []string{spec.RoleWorker}},
+		{Address: "10.0.0.1", Hostname: "n1"},
+		{Address: "10.0.0.2", Hostname: "n2"},
+		{Address: "fd00::3", Hostname: "n3"},
 	}
 }
 
@@ -129,19 +128,4 @@ func isEmpty(v any) bool {
 		return len(x) == 0
 	}
 	return false
-}
-
-func TestMissingAndNotReady(t *testing.T) {
-	l := Link(machines(), []corev1.Node{node("n1", "10.0.0.1", "False", 0), node("n3", "fd00::3", "True", 0)})
-	running := map[string]bool{"10.0.0.2": true}
-	if got := MissingNodes(l, func(a string) bool { return running[a] }); !cmp.Equal(got, []string{"10.0.0.2"}) {
-		t.Errorf("MissingNodes = %v", got)
-	}
-	running = map[string]bool{}
-	if got := MissingNodes(l, func(a string) bool { return running[a] }); len(got) != 0 {
-		t.Errorf("MissingNodes without a running kubelet = %v, want none: a new node's kubelet is created, not restarted", got)
-	}
-	if got := NotReady(machines(), l); !cmp.Equal(got, []string{"10.0.0.1"}) {
-		t.Errorf("NotReady = %v", got)
-	}
 }

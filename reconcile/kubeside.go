@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -30,10 +28,11 @@ type kubeSide struct {
 	say func(node, msg string)
 }
 
-// kubeSide returns the Kubernetes side of applying pl, and hooks whose
-// Step calls are serialized with the side's own progress lines (execute
-// serializes its own calls only).
-func (s *Session) kubeSide(pl *Planned, h execute.Hooks) (*kubeSide, execute.Hooks) {
+// kubeSide returns the Kubernetes side of applying pl through cs (nil
+// when no controlplane node was reachable), and hooks whose Step calls are
+// serialized with the side's own progress lines (execute serializes its
+// own calls only).
+func (s *Session) kubeSide(pl *Planned, cs kubernetes.Interface, h execute.Hooks) (*kubeSide, execute.Hooks) {
 	if step := h.Step; step != nil {
 		var mu sync.Mutex
 		h.Step = func(node, msg string, err error) {
@@ -42,20 +41,17 @@ func (s *Session) kubeSide(pl *Planned, h execute.Hooks) (*kubeSide, execute.Hoo
 			step(node, msg, err)
 		}
 	}
-	ks := &kubeSide{s: s, pl: pl, say: func(node, msg string) {
+	ks := &kubeSide{s: s, pl: pl, cs: cs, say: func(node, msg string) {
 		if h.Step != nil {
 			h.Step(node, msg, nil)
 		}
 	}}
-	if cs, err := s.KubeClient(pl.PKI, pl.Observed); err == nil {
-		ks.cs = cs
-	}
 	u := s.c.UpgradeStrategy
 	if u == nil {
 		u = &spec.UpgradeStrategy{}
 	}
 	cfg := kubenode.Config{
-		Client: ks.cs, Machines: kubenode.Machines(s.c),
+		Client: cs, Machines: kubenode.Machines(s.c),
 		Drain: u.Drain != nil && *u.Drain,
 		Logs: func(ctx context.Context, node, component string) string {
 			e, err := s.tr.Docker(ctx, node)
@@ -89,9 +85,9 @@ func (k *kubeSide) afterNode(ctx context.Context, node string, steps []plan.Step
 
 // kubernetes runs in the Kubernetes phase, once the control plane is
 // healthy: the kubelets are authorized (kubenode.AuthorizeKubelets), the
-// Nodes of the machines that left cluster.yml are cordoned,
-// drained and deleted before their containers go, and the cluster's state
-// and PKI are saved in the Secret kube-system/rigger-cluster-state.
+// Nodes of the machines that left cluster.yml are cordoned, drained and
+// deleted before their containers go, and the cluster's state and PKI are
+// saved in the Secret kube-system/rigger-cluster-state.
 func (k *kubeSide) kubernetes(ctx context.Context) error {
 	if k.cs == nil {
 		return errors.New("connect to the API server: no controlplane node was reachable when the plan was made")
@@ -130,32 +126,4 @@ func (k *kubeSide) reconcile(ctx context.Context) error {
 	}
 	_, err := kubenode.Reconcile(ctx, k.cs, kubenode.Machines(k.s.c), k.s.c.Rigger.StaleNodes, k.say)
 	return err
-}
-
-// planNodes asks the API server what the Nodes need (package kubenode):
-// it adds to the plan a restart of the kubelet of each node of cluster.yml
-// whose Node is missing while the kubelet runs (the Node was deleted: a
-// kubelet registers only when it starts), and sets pl.NodeChanges (labels,
-// taints, stale Nodes) and pl.NotReady. Without an API server to ask, the
-// plan stays as it is.
-func (s *Session) planNodes(ctx context.Context, pl *Planned) {
-	cs, err := s.KubeClient(pl.PKI, pl.Observed)
-	if err != nil {
-		pl.NodesErr = err
-		return
-	}
-	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	nodes, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
-	if err != nil {
-		pl.NodesErr = fmt.Errorf("list Nodes: %w", err)
-		return
-	}
-	machines := kubenode.Machines(s.c)
-	l := kubenode.Link(machines, nodes.Items)
-	pl.Nodes, pl.Link = nodes.Items, l
-	missing := kubenode.MissingNodes(l, kubenode.KubeletRunning(pl.Observed))
-	kubenode.RestartMissing(pl.Plan, pl.Desired, pl.Observed, missing)
-	pl.NodeChanges = kubenode.Changes(machines, l, s.c.Rigger.StaleNodes)
-	pl.NotReady = kubenode.NotReady(machines, l)
 }

@@ -1,4 +1,4 @@
-package reconcile
+package etcdsnap
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
-	"github.com/rigger/rigger/transport"
 )
 
 func TestRequestOf(t *testing.T) {
@@ -140,47 +140,33 @@ func TestRunRestoreRequest(t *testing.T) {
 // new id makes it pending again, and the record file is private.
 func TestPendingRestore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleEtcd}}}}
-	spec.SetDefaults(c)
-	open := func(r spec.Restore) *Session {
+	pending := func(r spec.Restore) *RestoreRequest {
 		t.Helper()
-		c.Restore = r
-		// A transport that reaches no node: the request is read from
-		// cluster.yml and the state directory only (a call would panic).
-		s, err := Open(c, Options{StateDir: dir, Transport: struct{ transport.Transport }{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	pending := func(s *Session) *RestoreRequest {
-		t.Helper()
-		p, err := s.PendingRestore()
+		p, err := PendingRestore(dir, r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	if p := pending(open(spec.Restore{})); p != nil {
+	s1 := spec.Restore{Restore: true, SnapshotName: "s1"}
+	if p := pending(spec.Restore{}); p != nil {
 		t.Fatalf("no request: pending %+v", p)
 	}
-	s := open(spec.Restore{Restore: true, SnapshotName: "s1"})
-	if p := pending(s); p == nil || p.ID != "s1" || p.SnapshotName != "s1" {
+	if p := pending(s1); p == nil || p.ID != "s1" || p.SnapshotName != "s1" {
 		t.Fatalf("pending %+v, want id s1", p)
 	}
 	at := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	if err := putRestore(dir, RestoreRecord{ID: "s1", SnapshotName: "s1", StartedAt: at, FinishedAt: at}); err != nil {
 		t.Fatal(err)
 	}
-	if p := pending(open(spec.Restore{Restore: true, SnapshotName: "s1"})); p != nil {
+	if p := pending(s1); p != nil {
 		t.Fatalf("done: pending %+v", p)
 	}
-	req, err := s.RequestedRestore()
+	req, err := RequestedRestore(dir, s1)
 	if err != nil || req == nil || req.Done == nil || !req.Done.FinishedAt.Equal(at) {
 		t.Fatalf("requested %+v, %v: want the record of s1", req, err)
 	}
-	if p := pending(open(spec.Restore{Restore: true, SnapshotName: "s1", ID: "again"})); p == nil || p.ID != "again" {
+	if p := pending(spec.Restore{Restore: true, SnapshotName: "s1", ID: "again"}); p == nil || p.ID != "again" {
 		t.Fatalf("a new id: pending %+v", p)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, restoresFile)); err != nil || fi.Mode().Perm() != 0o600 {
@@ -190,7 +176,9 @@ func TestPendingRestore(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, restoresFile), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := open(spec.Restore{Restore: true, SnapshotName: "s1", ID: "x"}).PendingRestore(); err == nil || !strings.Contains(err.Error(), "move it away") {
-		t.Errorf("damaged file: %v", err)
+	_, err = PendingRestore(dir, spec.Restore{Restore: true, SnapshotName: "s1", ID: "x"})
+	var damaged *statedir.DamagedError
+	if !errors.As(err, &damaged) || !strings.Contains(err.Error(), "move it away") {
+		t.Errorf("damaged file: %v; want a *statedir.DamagedError that says what to do", err)
 	}
 }

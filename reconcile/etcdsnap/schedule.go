@@ -1,4 +1,4 @@
-package reconcile
+package etcdsnap
 
 import (
 	"cmp"
@@ -9,12 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/spec"
 )
 
-// SnapshotSchedule is the decision whether a scheduled snapshot is due.
-type SnapshotSchedule struct {
+// Schedule is the decision whether a scheduled snapshot is due.
+type Schedule struct {
 	// Enabled is backup_config.enabled: when false nothing is ever due.
 	Enabled bool
 	// Due says a snapshot must be taken now.
@@ -24,7 +23,7 @@ type SnapshotSchedule struct {
 	// decision when there is none. Zero when disabled.
 	Next time.Time
 	// Last is the newest successful snapshot, of any kind; nil when none.
-	Last *SnapshotInfo
+	Last *Info
 	// Reason says why, for people.
 	Reason string
 }
@@ -34,12 +33,12 @@ type SnapshotSchedule struct {
 // checks) and at least one etcd node holds a copy of the sidecar's size,
 // or S3 holds it. A file without a sidecar (a save that stopped half-way,
 // RKE's, a file put there by hand) or only damaged copies is not.
-func (si SnapshotInfo) Complete() bool {
+func (si Info) Complete() bool {
 	return si.Sidecar != nil && (len(si.Nodes) > 0 || si.S3 != "")
 }
 
 // kind is the snapshot's kind from its sidecar, "" when it has none.
-func (si SnapshotInfo) kind() string {
+func (si Info) kind() string {
 	if si.Sidecar == nil {
 		return ""
 	}
@@ -49,22 +48,22 @@ func (si SnapshotInfo) kind() string {
 // NextSnapshot decides whether a scheduled snapshot is due at now under
 // backup_config b (as spec.Load defaults it), given the snapshots found on
 // the etcd nodes and in S3. The interval counts from the newest complete
-// snapshot of any kind (SnapshotInfo.Complete), never from when a
+// snapshot of any kind (Info.Complete), never from when a
 // container started: a cluster with none is due at once. A nil b or
 // enabled: false disables the schedule. It does no I/O.
-func NextSnapshot(b *spec.BackupConfig, snaps []SnapshotInfo, now time.Time) SnapshotSchedule {
+func NextSnapshot(b *spec.BackupConfig, snaps []Info, now time.Time) Schedule {
 	if b == nil {
-		return SnapshotSchedule{Reason: "services.etcd.backup_config is not set: no scheduled snapshots"}
+		return Schedule{Reason: "services.etcd.backup_config is not set: no scheduled snapshots"}
 	}
 	if b.Enabled != nil && !*b.Enabled {
-		return SnapshotSchedule{Reason: "services.etcd.backup_config.enabled is false: no scheduled snapshots"}
+		return Schedule{Reason: "services.etcd.backup_config.enabled is false: no scheduled snapshots"}
 	}
 	hours := b.IntervalHours
 	if hours <= 0 {
 		hours = spec.DefaultEtcdIntervalHours
 	}
 	interval := time.Duration(hours) * time.Hour
-	d := SnapshotSchedule{Enabled: true}
+	d := Schedule{Enabled: true}
 	for i := range snaps {
 		si := &snaps[i]
 		if !si.Complete() {
@@ -105,19 +104,19 @@ func NextSnapshot(b *spec.BackupConfig, snaps []SnapshotInfo, now time.Time) Sna
 // Manual snapshots and those without a sidecar are never removed. A
 // retention below 1 removes nothing. Newest is by time, then name; the
 // result is sorted oldest first. It does no I/O.
-func Retain(snaps []SnapshotInfo, retention int) (remove []SnapshotInfo) {
+func Retain(snaps []Info, retention int) (remove []Info) {
 	if retention < 1 {
 		return nil
 	}
-	for _, kind := range []string{etcdsnap.KindScheduled, etcdsnap.KindBeforeChange} {
-		var of []SnapshotInfo
+	for _, kind := range []string{KindScheduled, KindBeforeChange} {
+		var of []Info
 		for _, si := range snaps {
 			if si.kind() == kind {
 				of = append(of, si)
 			}
 		}
 		// Newest first.
-		slices.SortFunc(of, func(a, b SnapshotInfo) int {
+		slices.SortFunc(of, func(a, b Info) int {
 			return cmp.Or(b.TakenAt.Compare(a.TakenAt), strings.Compare(b.Name, a.Name))
 		})
 		kept := 0
@@ -131,16 +130,16 @@ func Retain(snaps []SnapshotInfo, retention int) (remove []SnapshotInfo) {
 			}
 		}
 	}
-	slices.SortFunc(remove, func(a, b SnapshotInfo) int {
+	slices.SortFunc(remove, func(a, b Info) int {
 		return cmp.Or(a.TakenAt.Compare(b.TakenAt), strings.Compare(a.Name, b.Name))
 	})
 	return remove
 }
 
-// ScheduledSnapshotResult is what one ScheduledSnapshot decided and did.
-type ScheduledSnapshotResult struct {
+// ScheduledResult is what one Scheduled call decided and did.
+type ScheduledResult struct {
 	// Schedule is the decision, made before any snapshot was taken.
-	Schedule SnapshotSchedule
+	Schedule Schedule
 	// Next is when the next scheduled snapshot is due after this call
 	// (counted from the snapshot taken, if one was); zero when disabled.
 	Next time.Time
@@ -149,9 +148,9 @@ type ScheduledSnapshotResult struct {
 	ListErr error
 	// Snapshot is the snapshot taken (its sidecar has the name, time,
 	// size and sha256; Copies and S3 say where it is); nil when none was.
-	Snapshot *SnapshotResult
+	Snapshot *SaveResult
 	// CopyErr says which etcd nodes did not get a verified copy; S3Err why
-	// the upload to S3 failed (a *SnapshotUploadError). The snapshot is
+	// the upload to S3 failed (a *UploadError). The snapshot is
 	// taken all the same: it is on the other nodes.
 	CopyErr error
 	S3Err   error
@@ -162,10 +161,10 @@ type ScheduledSnapshotResult struct {
 	RetentionErr error
 }
 
-// ScheduledSnapshot is one tick of the snapshot schedule, for `rigger
+// Scheduled is one tick of the snapshot schedule, for `rigger
 // serve`: it lists the snapshots on the etcd nodes (and in S3 when
 // s3backupconfig is set), decides with NextSnapshot at the session's
-// time, takes a scheduled snapshot when one is due (SaveSnapshot, whose
+// time, takes a scheduled snapshot when one is due (Save, whose
 // taking is bounded by backup_config.timeout), then removes what Retain
 // says, from the nodes and from S3. Only snapshots of this cluster
 // (their sidecar's cluster_name) are considered: an S3 folder may be
@@ -174,31 +173,31 @@ type ScheduledSnapshotResult struct {
 // The error is non-nil only when a due snapshot could not be taken at all
 // (then retention does not run) or ctx ended; everything else that failed
 // is in the result.
-func (s *Session) ScheduledSnapshot(ctx context.Context) (*ScheduledSnapshotResult, error) {
-	b := s.c.Services.Etcd.BackupConfig
-	res := &ScheduledSnapshotResult{}
+func Scheduled(ctx context.Context, cl *Cluster) (*ScheduledResult, error) {
+	b := cl.Backup
+	res := &ScheduledResult{}
 	if b == nil || b.Enabled != nil && !*b.Enabled {
-		res.Schedule = NextSnapshot(b, nil, s.opts.Now())
+		res.Schedule = NextSnapshot(b, nil, cl.Now())
 		return res, nil
 	}
-	list, err := s.ListSnapshots(ctx, true)
+	list, err := List(ctx, cl, true)
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("list snapshots: %w", err)
 	}
 	res.ListErr = err
-	var snaps []SnapshotInfo
+	var snaps []Info
 	if list != nil {
 		for _, si := range list.Snapshots {
-			if si.Sidecar == nil || si.Sidecar.Cluster.ClusterName == s.c.ClusterName {
+			if si.Sidecar == nil || si.Sidecar.Cluster.ClusterName == cl.Name {
 				snaps = append(snaps, si)
 			}
 		}
 	}
-	res.Schedule = NextSnapshot(b, snaps, s.opts.Now())
-	log := s.opts.Log.With("cluster", s.c.ClusterName, "phase", "scheduled snapshot")
+	res.Schedule = NextSnapshot(b, snaps, cl.Now())
+	log := cl.Log.With("cluster", cl.Name, "phase", "scheduled snapshot")
 	if res.Schedule.Due {
 		log.Info("taking a scheduled snapshot", "reason", res.Schedule.Reason)
-		sr, err := s.SaveSnapshot(ctx, SnapshotOptions{Kind: etcdsnap.KindScheduled})
+		sr, err := Save(ctx, cl, SaveOptions{Kind: KindScheduled})
 		if sr == nil || sr.Sidecar == nil {
 			return res, fmt.Errorf("take the scheduled snapshot (%s): %w", res.Schedule.Reason, err)
 		}
@@ -215,11 +214,11 @@ func (s *Session) ScheduledSnapshot(ctx context.Context) (*ScheduledSnapshotResu
 			log.Warn("scheduled snapshot taken, not everywhere", "snapshot", sr.Sidecar.Name, "error", err)
 		}
 		snaps = append(snaps, takenInfo(sr))
-		res.Next = NextSnapshot(b, snaps, s.opts.Now()).Next
+		res.Next = NextSnapshot(b, snaps, cl.Now()).Next
 	} else {
 		res.Next = res.Schedule.Next
 	}
-	s3 := s.s3Config() != nil
+	s3 := cl.s3Config() != nil
 	var errs []error
 	for _, si := range Retain(snaps, b.Retention) {
 		if err := ctx.Err(); err != nil {
@@ -227,7 +226,7 @@ func (s *Session) ScheduledSnapshot(ctx context.Context) (*ScheduledSnapshotResu
 			break
 		}
 		// Where the listing did not find it, there is nothing to delete.
-		_, err := s.DeleteSnapshot(ctx, si.Name, s3 && si.S3 != "")
+		_, err := Delete(ctx, cl, si.Name, s3 && si.S3 != "")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("remove snapshot %s (retention %d): %w", si.Name, b.Retention, err))
 			continue
@@ -239,11 +238,11 @@ func (s *Session) ScheduledSnapshot(ctx context.Context) (*ScheduledSnapshotResu
 	return res, nil
 }
 
-// takenInfo is the SnapshotInfo of a snapshot SaveSnapshot took, as a
+// takenInfo is the Info of a snapshot SaveSnapshot took, as a
 // listing would find it.
-func takenInfo(sr *SnapshotResult) SnapshotInfo {
+func takenInfo(sr *SaveResult) Info {
 	sc := sr.Sidecar
-	si := SnapshotInfo{Name: sc.Name, Sidecar: sc, TakenAt: sc.TakenAt, Size: sc.Size, S3: sr.S3}
+	si := Info{Name: sc.Name, Sidecar: sc, TakenAt: sc.TakenAt, Size: sc.Size, S3: sr.S3}
 	for _, c := range sr.Copies {
 		if c.Err == nil {
 			si.Nodes = append(si.Nodes, c.Node)

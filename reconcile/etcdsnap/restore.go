@@ -1,4 +1,4 @@
-package reconcile
+package etcdsnap
 
 import (
 	"context"
@@ -14,18 +14,17 @@ import (
 	"time"
 
 	"github.com/docker/docker/errdefs"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
-	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/pki"
 )
 
-// RestoreOptions are the choices of one RestoreSnapshot.
+// RestoreOptions are the choices of one Restore.
 type RestoreOptions struct {
 	// Phase, when set, is called when a part of the restore starts, with
 	// its title.
@@ -45,7 +44,7 @@ type RestoreOptions struct {
 // RestoreCheck is what the check before a restore found: the snapshot,
 // verified on every etcd node.
 type RestoreCheck struct {
-	Sidecar *etcdsnap.Sidecar
+	Sidecar *Sidecar
 	// Verified are the etcd nodes whose copy had the sidecar's size and
 	// sha256; Fetched those it was copied to (from FetchedFrom), verified.
 	Verified []string
@@ -66,7 +65,7 @@ type RestoreMember struct {
 	PeerURL string
 }
 
-// RestoreResult is what RestoreSnapshot did.
+// RestoreResult is what Restore did.
 type RestoreResult struct {
 	Check *RestoreCheck
 	// MovedAside is node → the data directory the node's etcd had before,
@@ -86,7 +85,7 @@ const restoreDirName = "rigger-restore"
 // asideInfix names a data directory moved aside: member.before-restore-<time>.
 const asideInfix = ".before-restore-"
 
-// RestoreSnapshot restores the snapshot name on every etcd node of
+// Restore restores the snapshot name on every etcd node of
 // cluster.yml and brings the cluster back on it.
 //
 // It checks first and changes nothing until the check has passed: every
@@ -100,31 +99,35 @@ const asideInfix = ".before-restore-"
 // etcd on every etcd node, moves each etcd data directory aside
 // (member → member.before-restore-<time>, kept), restores the snapshot on
 // every member with etcdctl from the etcd image, runs the normal apply
-// (which creates every etcd member at once, as a new cluster, and the API
-// servers), and checks that etcd and the API servers are healthy.
+// (cl.Reapply: it creates every etcd member at once, as a new cluster, and
+// the API servers), and checks that etcd and the API servers are healthy
+// and that the members (cl.Members) are exactly those restored.
 //
 // A failure after the first container stopped is a *RestoreError that
 // says what was done and how to go on.
-func (s *Session) RestoreSnapshot(ctx context.Context, name string, o RestoreOptions) (*RestoreResult, error) {
+func Restore(ctx context.Context, cl *Cluster, name string, o RestoreOptions) (*RestoreResult, error) {
 	progress := serialized(o.Progress)
 	phase := func(title string) {
 		if o.Phase != nil {
 			o.Phase(title)
 		}
 	}
-	if err := etcdsnap.CheckName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	if len(s.c.Services.Etcd.ExternalURLs) > 0 {
+	if cl.External {
 		return nil, errors.New("restore a snapshot: services.etcd.external_urls is set: rigger does not run this cluster's etcd")
 	}
-	set, d, members, err := s.etcdCluster(ctx, "restore a snapshot")
+	if cl.Reapply == nil || cl.Members == nil {
+		return nil, errors.New("restore a snapshot: the cluster cannot be applied again from here (no Reapply or Members)")
+	}
+	members, err := cl.members("restore a snapshot")
 	if err != nil {
 		return nil, err
 	}
 
 	phase("Check snapshot " + name + " (nothing is changed)")
-	chk, err := s.checkRestore(ctx, name, set, d, members, progress)
+	chk, err := cl.checkRestore(ctx, name, members, progress)
 	if err != nil {
 		return nil, fmt.Errorf("restore snapshot %s refused, nothing was stopped: %w", name, err)
 	}
@@ -137,9 +140,9 @@ func (s *Session) RestoreSnapshot(ctx context.Context, name string, o RestoreOpt
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
-	r := &restorer{s: s, name: name, chk: chk, members: members, progress: progress, res: res,
-		stamp: s.opts.Now().UTC().Format("20060102T150405Z")}
-	return res, r.run(ctx, phase, o.Hooks, set)
+	r := &restorer{cl: cl, name: name, chk: chk, members: members, progress: progress, res: res,
+		stamp: cl.Now().UTC().Format("20060102T150405Z")}
+	return res, r.run(ctx, phase, o.Hooks)
 }
 
 // nodeCopy is what the check found of the snapshot on one etcd node.
@@ -154,7 +157,7 @@ type nodeCopy struct {
 	SHA256  string
 	// Sidecar is the node's sidecar of the snapshot, nil when none;
 	// SidecarErr when it could not be read.
-	Sidecar    *etcdsnap.Sidecar
+	Sidecar    *Sidecar
 	SidecarErr error
 }
 
@@ -163,7 +166,7 @@ type s3Copy struct {
 	Where   string
 	Present bool
 	Size    int64
-	Sidecar *etcdsnap.Sidecar
+	Sidecar *Sidecar
 	// Err: S3 could not be asked.
 	Err error
 }
@@ -173,7 +176,7 @@ const fromS3 = "s3"
 
 // restoreDecision is what the check decided from what it found.
 type restoreDecision struct {
-	Sidecar  *etcdsnap.Sidecar
+	Sidecar  *Sidecar
 	Verified []string
 	// Fetch is node → source: a node address with a verified copy, or
 	// fromS3.
@@ -200,7 +203,7 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca s
 		return nil, fmt.Errorf("a restore needs every etcd node to answer: %w", errors.Join(errs...))
 	}
 	// The sidecar: every node's must agree.
-	var sc *etcdsnap.Sidecar
+	var sc *Sidecar
 	var scFrom string
 	for _, c := range copies {
 		if c.Sidecar == nil {
@@ -255,7 +258,7 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca s
 		default:
 			errs = append(errs, fmt.Errorf("node %s: the copy of %s is %d bytes with sha256 %s, its sidecar says %d bytes, sha256 %s: it is damaged; "+
 				"remove %s on that node (then rigger copies a verified one there) or restore another snapshot",
-				c.Node, name, c.Size, c.SHA256, sc.Size, sc.SHA256, path.Join(etcdsnap.Dir, name)))
+				c.Node, name, c.Size, c.SHA256, sc.Size, sc.SHA256, path.Join(Dir, name)))
 		}
 	}
 	if len(errs) > 0 {
@@ -352,35 +355,31 @@ func etcdDataBind(c *desired.Container) (host, inContainer string, err error) {
 
 // checkRestore is the check before a restore: it changes nothing on the
 // cluster (it may copy a missing snapshot to a node's snapshot directory).
-func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d *desired.Cluster, members []etcdNode, progress func(node, msg string)) (*RestoreCheck, error) {
+func (cl *Cluster) checkRestore(ctx context.Context, name string, members []etcdNode, progress func(node, msg string)) (*RestoreCheck, error) {
 	for _, m := range members {
 		if _, _, err := etcdDataBind(m.etcd); err != nil {
 			return nil, fmt.Errorf("node %s: %w", m.node.Address, err)
 		}
 	}
 	copies := make([]nodeCopy, len(members))
-	g, gctx := s.fanOut(ctx)
-	for i, m := range members {
-		g.Go(func() error {
-			copies[i] = s.findCopy(gctx, m.node.Address, name)
-			return nil
-		})
-	}
-	_ = g.Wait()
+	_ = fanout.Each(ctx, members, cl.MaxParallel, func(ctx context.Context, i int, m etcdNode) error {
+		copies[i] = cl.findCopy(ctx, m.node.Address, name)
+		return nil
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	caSum := sha256.Sum256(set.Certs[pki.CACertName].CertPEM)
+	caSum := sha256.Sum256(cl.PKI.Certs[pki.CACertName].CertPEM)
 	ca := hex.EncodeToString(caSum[:])
-	cfg := s.s3Config()
+	cfg := cl.s3Config()
 	dec, err := decideRestore(name, copies, nil, cfg != nil, ca)
-	var store *etcdsnap.S3
+	var store *S3
 	if err == nil && dec.NeedS3 {
 		s3c := &s3Copy{}
-		store, s3c.Err = etcdsnap.NewS3(cfg)
+		store, s3c.Err = NewS3(cfg)
 		if s3c.Err == nil {
 			s3c.Where = store.Where(name)
-			s3c.Present, s3c.Size, s3c.Sidecar, s3c.Err = s.findS3Copy(ctx, store, name)
+			s3c.Present, s3c.Size, s3c.Sidecar, s3c.Err = cl.findS3Copy(ctx, store, name)
 		}
 		dec, err = decideRestore(name, copies, s3c, true, ca)
 	}
@@ -393,14 +392,14 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 	}
 
 	chk := &RestoreCheck{Sidecar: sc, Verified: dec.Verified, FetchedFrom: map[string]string{}, Members: restoreMembers(members)}
-	for _, n := range d.Nodes {
+	for _, n := range cl.Desired.Nodes {
 		if _, ok := n.Container(desired.KubeAPIServer); ok {
 			chk.ControlPlane = append(chk.ControlPlane, n.Address)
 		}
 	}
 	// The controlplane nodes must answer too: their API servers stop.
 	for _, a := range chk.ControlPlane {
-		if _, err := s.tr.Docker(ctx, a); err != nil {
+		if _, err := cl.Engine(ctx, a); err != nil {
 			return nil, fmt.Errorf("a restore stops the API server of every controlplane node: node %s: %w", a, err)
 		}
 	}
@@ -419,9 +418,9 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 		to, where := m.node.Address, "node "+src
 		if src == fromS3 {
 			where = store.Where(name)
-			err = s.fetchFromS3(ctx, store, to, sc, side)
+			err = cl.fetchFromS3(ctx, store, to, sc, side)
 		} else {
-			err = s.copySnapshot(ctx, src, to, sc, side)
+			err = cl.copySnapshot(ctx, src, to, sc, side)
 		}
 		if err != nil {
 			fetchErrs = append(fetchErrs, fmt.Errorf("node %s: fetch %s from %s: %w", to, name, where, err))
@@ -436,25 +435,18 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 	}
 
 	// etcdctl must read it, and agree with the sidecar, on every node.
-	statusErrs := make([]error, len(members))
-	g, gctx = s.fanOut(ctx)
-	for i, m := range members {
-		g.Go(func() error {
-			st, err := s.snapshotStatus(gctx, m, name)
-			if err == nil && (st.Hash != sc.Hash || st.Revision != sc.Revision || st.TotalKeys != sc.TotalKeys) {
-				err = fmt.Errorf("snapshot status says hash %d, revision %d, %d keys; the sidecar hash %d, revision %d, %d keys",
-					st.Hash, st.Revision, st.TotalKeys, sc.Hash, sc.Revision, sc.TotalKeys)
-			}
-			if err != nil {
-				statusErrs[i] = fmt.Errorf("node %s: %w", m.node.Address, err)
-				return nil
-			}
-			progress(m.node.Address, fmt.Sprintf("snapshot status: revision %d, %d keys, hash %d", st.Revision, st.TotalKeys, st.Hash))
-			return nil
-		})
-	}
-	_ = g.Wait()
-	if err := errors.Join(statusErrs...); err != nil {
+	if err := fanout.Each(ctx, members, cl.MaxParallel, func(ctx context.Context, _ int, m etcdNode) error {
+		st, err := cl.snapshotStatus(ctx, m, name)
+		if err == nil && (st.Hash != sc.Hash || st.Revision != sc.Revision || st.TotalKeys != sc.TotalKeys) {
+			err = fmt.Errorf("snapshot status says hash %d, revision %d, %d keys; the sidecar hash %d, revision %d, %d keys",
+				st.Hash, st.Revision, st.TotalKeys, sc.Hash, sc.Revision, sc.TotalKeys)
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: %w", m.node.Address, err)
+		}
+		progress(m.node.Address, fmt.Sprintf("snapshot status: revision %d, %d keys, hash %d", st.Revision, st.TotalKeys, st.Hash))
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	return chk, nil
@@ -462,19 +454,19 @@ func (s *Session) checkRestore(ctx context.Context, name string, set *pki.Set, d
 
 // findCopy stats the snapshot on a node, computes its sha256 there and
 // reads its sidecar.
-func (s *Session) findCopy(ctx context.Context, node, name string) nodeCopy {
+func (cl *Cluster) findCopy(ctx context.Context, node, name string) nodeCopy {
 	c := nodeCopy{Node: node}
-	e, err := s.tr.Docker(ctx, node)
+	e, err := cl.Engine(ctx, node)
 	if err != nil {
 		c.Err = err
 		return c
 	}
-	file := path.Join(etcdsnap.Dir, name)
-	fi, err := dockerop.StatFile(ctx, e, node, s.c.SystemImages.Alpine, file)
+	file := path.Join(Dir, name)
+	fi, err := dockerop.StatFile(ctx, e, node, cl.HelperImage, file)
 	switch {
 	case err == nil:
 		c.Present, c.Size = true, fi.Size
-		if c.SHA256, err = s.sha256On(ctx, e, node, file); err != nil {
+		if c.SHA256, err = cl.sha256On(ctx, e, node, file); err != nil {
 			c.Err = err
 			return c
 		}
@@ -482,19 +474,19 @@ func (s *Session) findCopy(ctx context.Context, node, name string) nodeCopy {
 		c.Err = err
 		return c
 	}
-	files, err := dockerop.ReadFiles(ctx, e, node, s.c.SystemImages.Alpine, []string{file + etcdsnap.SidecarSuffix})
+	files, err := dockerop.ReadFiles(ctx, e, node, cl.HelperImage, []string{file + SidecarSuffix})
 	if err != nil {
 		c.Err = err
 		return c
 	}
-	if b, ok := files[file+etcdsnap.SidecarSuffix]; ok {
-		c.Sidecar, c.SidecarErr = etcdsnap.ParseSidecar(b)
+	if b, ok := files[file+SidecarSuffix]; ok {
+		c.Sidecar, c.SidecarErr = ParseSidecar(b)
 	}
 	return c
 }
 
 // findS3Copy looks for the snapshot and its sidecar in S3.
-func (s *Session) findS3Copy(ctx context.Context, store *etcdsnap.S3, name string) (present bool, size int64, sc *etcdsnap.Sidecar, err error) {
+func (cl *Cluster) findS3Copy(ctx context.Context, store *S3, name string) (present bool, size int64, sc *Sidecar, err error) {
 	objs, err := store.List(ctx)
 	if err != nil {
 		return false, 0, nil, err
@@ -511,7 +503,7 @@ func (s *Session) findS3Copy(ctx context.Context, store *etcdsnap.S3, name strin
 }
 
 // fetchFromS3 streams the snapshot from S3 to the node (placeSnapshot).
-func (s *Session) fetchFromS3(ctx context.Context, store *etcdsnap.S3, to string, sc *etcdsnap.Sidecar, side []byte) error {
+func (cl *Cluster) fetchFromS3(ctx context.Context, store *S3, to string, sc *Sidecar, side []byte) error {
 	rc, size, err := store.Open(ctx, sc.Name)
 	if err != nil {
 		return err
@@ -520,27 +512,27 @@ func (s *Session) fetchFromS3(ctx context.Context, store *etcdsnap.S3, to string
 	if size != sc.Size {
 		return fmt.Errorf("the snapshot in s3 is %d bytes, its sidecar says %d", size, sc.Size)
 	}
-	return s.placeSnapshot(ctx, to, sc, side, rc, size)
+	return cl.placeSnapshot(ctx, to, sc, side, rc, size)
 }
 
 // snapshotStatus runs `etcdctl snapshot status` on the member's copy.
-func (s *Session) snapshotStatus(ctx context.Context, m etcdNode, name string) (etcdsnap.Status, error) {
-	e, err := s.tr.Docker(ctx, m.node.Address)
+func (cl *Cluster) snapshotStatus(ctx context.Context, m etcdNode, name string) (Status, error) {
+	e, err := cl.Engine(ctx, m.node.Address)
 	if err != nil {
-		return etcdsnap.Status{}, err
+		return Status{}, err
 	}
 	out, err := dockerop.RunOutput(ctx, e, m.node.Address, m.etcd.Image,
-		[]string{offlineTool(m.etcd.Image), "snapshot", "status", path.Join(etcdsnap.Dir, name), "-w", "json"},
-		dockerop.RunOptions{Binds: []string{etcdsnap.Dir + ":" + etcdsnap.Dir + ":ro"}, Env: []string{"ETCDCTL_API=3"}})
+		[]string{offlineTool(m.etcd.Image), "snapshot", "status", path.Join(Dir, name), "-w", "json"},
+		dockerop.RunOptions{Binds: []string{Dir + ":" + Dir + ":ro"}, Env: []string{"ETCDCTL_API=3"}})
 	if err != nil {
-		return etcdsnap.Status{}, err
+		return Status{}, err
 	}
-	return etcdsnap.ParseStatus(out)
+	return ParseStatus(out)
 }
 
 // restorer is the destructive part of one restore.
 type restorer struct {
-	s        *Session
+	cl       *Cluster
 	name     string
 	stamp    string
 	chk      *RestoreCheck
@@ -553,12 +545,12 @@ type restorer struct {
 	stopped []string
 }
 
-func (r *restorer) run(ctx context.Context, phase func(string), hooks execute.Hooks, set *pki.Set) error {
+func (r *restorer) run(ctx context.Context, phase func(string), hooks execute.Hooks) error {
 	fail := func(step string, err error) error {
 		return r.failure(step, err)
 	}
 	phase("Stop kube-apiserver on every controlplane node")
-	if err := r.each(ctx, r.chk.ControlPlane, func(ctx context.Context, node string) error {
+	if err := fanout.Each(ctx, r.chk.ControlPlane, r.cl.MaxParallel, func(ctx context.Context, _ int, node string) error {
 		return r.stop(ctx, node, desired.KubeAPIServer)
 	}); err != nil {
 		return fail("stop kube-apiserver", err)
@@ -578,55 +570,26 @@ func (r *restorer) run(ctx context.Context, phase func(string), hooks execute.Ho
 		return fail("restore the snapshot", err)
 	}
 	phase("Apply: etcd and the control plane back")
-	pl, err := r.s.Plan(ctx)
-	if err != nil {
-		return fail("plan the apply", err)
-	}
-	res, err := r.s.Apply(ctx, pl, ApplyOptions{Hooks: hooks})
+	res, err := r.cl.Reapply(ctx, hooks)
 	r.res.Apply = res
 	if err != nil {
 		return fail("apply", err)
 	}
 	phase("Verify")
-	if err := r.verify(ctx, set); err != nil {
+	if err := r.verify(ctx); err != nil {
 		return fail("verify", err)
 	}
 	return nil
 }
 
-// each runs f for every node, MaxParallel at once, and joins the errors.
-func (r *restorer) each(ctx context.Context, nodes []string, f func(ctx context.Context, node string) error) error {
-	var g errgroup.Group
-	if n := r.s.c.Rigger.MaxParallel; n > 0 {
-		g.SetLimit(n)
-	}
-	errs := make([]error, len(nodes))
-	for i, n := range nodes {
-		g.Go(func() error {
-			if err := ctx.Err(); err != nil {
-				errs[i] = fmt.Errorf("node %s: %w", n, err)
-				return nil
-			}
-			errs[i] = f(ctx, n)
-			return nil
-		})
-	}
-	_ = g.Wait()
-	return errors.Join(errs...)
-}
-
+// eachMember runs f for every etcd node, MaxParallel at once, and joins
+// the errors.
 func (r *restorer) eachMember(ctx context.Context, f func(ctx context.Context, m etcdNode) error) error {
-	nodes := make([]string, len(r.members))
-	byNode := map[string]etcdNode{}
-	for i, m := range r.members {
-		nodes[i] = m.node.Address
-		byNode[m.node.Address] = m
-	}
-	return r.each(ctx, nodes, func(ctx context.Context, node string) error { return f(ctx, byNode[node]) })
+	return fanout.Each(ctx, r.members, r.cl.MaxParallel, func(ctx context.Context, _ int, m etcdNode) error { return f(ctx, m) })
 }
 
 func (r *restorer) stop(ctx context.Context, node, component string) error {
-	e, err := r.s.tr.Docker(ctx, node)
+	e, err := r.cl.Engine(ctx, node)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
@@ -650,7 +613,7 @@ func (r *restorer) stop(ctx context.Context, node, component string) error {
 func (r *restorer) moveAside(ctx context.Context, m etcdNode) error {
 	node := m.node.Address
 	host, _, _ := etcdDataBind(m.etcd)
-	e, err := r.s.tr.Docker(ctx, node)
+	e, err := r.cl.Engine(ctx, node)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
@@ -663,7 +626,7 @@ if [ -e %[2]s ]; then
   mv %[2]s %[3]s
   echo moved
 fi`, path.Join(host, restoreDirName), member, aside)
-	out, err := dockerop.RunOutput(ctx, e, node, r.s.c.SystemImages.Alpine, []string{"sh", "-c", script},
+	out, err := dockerop.RunOutput(ctx, e, node, r.cl.HelperImage, []string{"sh", "-c", script},
 		dockerop.RunOptions{Binds: []string{host + ":" + host}})
 	if err != nil {
 		return fmt.Errorf("move %s aside: %w", member, err)
@@ -684,7 +647,7 @@ fi`, path.Join(host, restoreDirName), member, aside)
 func (r *restorer) restore(ctx context.Context, m etcdNode) error {
 	node := m.node.Address
 	host, inContainer, _ := etcdDataBind(m.etcd)
-	e, err := r.s.tr.Docker(ctx, node)
+	e, err := r.cl.Engine(ctx, node)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
@@ -694,9 +657,9 @@ func (r *restorer) restore(ctx context.Context, m etcdNode) error {
 			me = rm
 		}
 	}
-	cmd := restoreCommand(m.etcd.Image, path.Join(etcdsnap.Dir, r.name), me, r.chk.Members, path.Join(inContainer, restoreDirName))
+	cmd := restoreCommand(m.etcd.Image, path.Join(Dir, r.name), me, r.chk.Members, path.Join(inContainer, restoreDirName))
 	if _, err := dockerop.RunOutput(ctx, e, node, m.etcd.Image, cmd, dockerop.RunOptions{
-		Binds: []string{host + ":" + inContainer, etcdsnap.Dir + ":" + etcdsnap.Dir + ":ro"},
+		Binds: []string{host + ":" + inContainer, Dir + ":" + Dir + ":ro"},
 		Env:   []string{"ETCDCTL_API=3"},
 	}); err != nil {
 		return fmt.Errorf("%s snapshot restore: %w", cmd[0], err)
@@ -710,7 +673,7 @@ rmdir %[1]s`, tmp, member)
 	if u := m.etcd.User; u != "" {
 		script += "\nchown -R " + u + " " + member
 	}
-	if err := dockerop.Run(ctx, e, node, r.s.c.SystemImages.Alpine, []string{"sh", "-c", script}, []string{host + ":" + host}); err != nil {
+	if err := dockerop.Run(ctx, e, node, r.cl.HelperImage, []string{"sh", "-c", script}, []string{host + ":" + host}); err != nil {
 		return fmt.Errorf("put the restored data in place: %w", err)
 	}
 	r.mu.Lock()
@@ -723,8 +686,8 @@ rmdir %[1]s`, tmp, member)
 // verify checks that every etcd member is healthy and a voter of one
 // cluster of exactly the restored members, and that every API server is
 // healthy.
-func (r *restorer) verify(ctx context.Context, set *pki.Set) error {
-	chk, err := r.s.checker(set)
+func (r *restorer) verify(ctx context.Context) error {
+	chk, err := r.cl.checker()
 	if err != nil {
 		return err
 	}
@@ -738,12 +701,8 @@ func (r *restorer) verify(ctx context.Context, set *pki.Set) error {
 		r.progress(t.Node, "etcd healthy")
 	}
 	if len(errs) == 0 {
-		o := r.s.observe(ctx)
-		r.s.observeEtcd(ctx, set, o)
-		err := errors.New("no member answered")
-		var got []etcdmember.Member
-		if o.Etcd != nil {
-			got = o.Etcd.Members
+		got, err := r.cl.Members(ctx)
+		if err == nil {
 			err = sameMembers(got, r.chk.Members)
 		}
 		if err != nil {
@@ -752,12 +711,11 @@ func (r *restorer) verify(ctx context.Context, set *pki.Set) error {
 			r.progress(r.members[0].node.Address, fmt.Sprintf("etcd has the %d members restored, all voters", len(got)))
 		}
 	}
-	byAddr := map[string]string{}
-	for _, n := range r.s.c.Nodes {
-		byAddr[n.Address] = n.InternalAddress
-	}
 	for _, a := range r.chk.ControlPlane {
-		t := health.Target{Node: a, InternalAddress: byAddr[a], Component: desired.KubeAPIServer}
+		t := health.Target{Node: a, Component: desired.KubeAPIServer}
+		if n, ok := r.cl.Desired.Node(a); ok {
+			t.InternalAddress = n.InternalAddress
+		}
 		if err := chk.Wait(ctx, t, restoreHealthTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: kube-apiserver: %w", a, err))
 			continue
@@ -799,7 +757,7 @@ func (r *restorer) failure(step string, err error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	re := &RestoreError{Name: r.name, Step: step, Err: err, Stopped: slices.Clone(r.stopped),
-		MovedAside: map[string]string{}, Restored: slices.Clone(r.res.Restored), HelperImage: r.s.c.SystemImages.Alpine}
+		MovedAside: map[string]string{}, Restored: slices.Clone(r.res.Restored), HelperImage: r.cl.HelperImage}
 	for k, v := range r.res.MovedAside {
 		re.MovedAside[k] = v
 	}

@@ -1,4 +1,4 @@
-package reconcile
+package etcdsnap
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
-	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -61,7 +60,7 @@ func TestRestoreCommand(t *testing.T) {
 
 func TestDecideRestore(t *testing.T) {
 	const name, ca = "snap1", "ca-sum"
-	sc := &etcdsnap.Sidecar{Name: name, Size: 100, SHA256: "good", PKIFingerprint: ca}
+	sc := &Sidecar{Name: name, Size: 100, SHA256: "good", PKIFingerprint: ca}
 	ok := func(node string) nodeCopy {
 		return nodeCopy{Node: node, Present: true, Size: 100, SHA256: "good", Sidecar: sc}
 	}

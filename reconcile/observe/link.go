@@ -1,49 +1,22 @@
-// Package kubenode keeps the Kubernetes side of the nodes in line with
-// cluster.yml: which Node object belongs to which machine (the kubelet's
-// desired.NodeAddressLabel), the Nodes nobody owns any more, the labels and
-// taints rigger manages, cordon and drain around a node's changes, the wait
-// for a new kubelet's Node to be Ready, the removal of a node's Node, and a
-// copy of the cluster's state in a Secret.
-//
-// The decisions (Link, Diff, MissingNodes, RestartMissing) are pure
-// functions; the rest talks to the API server through a
-// kubernetes.Interface.
-package kubenode
+package observe
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/spec"
 )
 
-// Machine is a node of cluster.yml as the Kubernetes side sees it.
+// Machine is a node of cluster.yml as its Kubernetes Node is found:
+// by the address label its kubelet sets, or by its hostname.
 type Machine struct {
 	// Address is the node's address in cluster.yml, its identity.
 	Address string
 	// Hostname is the name its kubelet registers (hostname_override).
 	Hostname string
-	Roles    []string
-	// Labels and Taints are those cluster.yml gives the node.
-	Labels map[string]string
-	Taints []spec.Taint
-}
-
-// Machines are the nodes of c, in cluster.yml order.
-func Machines(c *spec.Cluster) []Machine {
-	out := make([]Machine, 0, len(c.Nodes))
-	for _, n := range c.Nodes {
-		out = append(out, Machine{
-			Address: n.Address, Hostname: n.HostnameOverride, Roles: slices.Clone(n.Role),
-			Labels: maps.Clone(n.Labels), Taints: slices.Clone(n.Taints),
-		})
-	}
-	return out
 }
 
 // Stale is a Node that no machine of cluster.yml owns.
@@ -183,29 +156,4 @@ func Ready(n *corev1.Node) string {
 		}
 	}
 	return string(corev1.ConditionUnknown)
-}
-
-// MissingNodes are the machines of cluster.yml that have no Node while
-// their kubelet runs: someone deleted the Node, and the kubelet registers
-// only when it starts. running reports whether a machine's kubelet runs.
-func MissingNodes(l *Linkage, running func(address string) bool) []string {
-	var out []string
-	for _, a := range l.Missing {
-		if running(a) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// NotReady are the machines whose Node is not Ready, in cluster.yml order:
-// they serve nothing now, so changing them first costs no availability.
-func NotReady(machines []Machine, l *Linkage) []string {
-	var out []string
-	for _, m := range machines {
-		if n := l.Owned[m.Address]; n != nil && Ready(n) != string(corev1.ConditionTrue) {
-			out = append(out, m.Address)
-		}
-	}
-	return out
 }

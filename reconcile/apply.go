@@ -1,0 +1,225 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+// ApplyOptions are the choices of one apply.
+type ApplyOptions struct {
+	Hooks execute.Hooks
+	// AllowRemovals lets an apply remove more nodes than
+	// rigger.max_removed_nodes allows.
+	AllowRemovals bool
+}
+
+// MaxPlanAge is how old an observation Apply acts on may be.
+const MaxPlanAge = 15 * time.Minute
+
+// Apply carries out pl, from Plan, under the cluster's lock lk (Lock): it
+// takes the cluster's Lease, saves the PKI to the state directory first
+// (so that a crash never leaves nodes with certificates rigger does not
+// have), records the nodes it touches, runs the plan (execute.Run) with a
+// snapshot before any etcd change, and makes the Kubernetes side of the
+// nodes right (package kubenode). The result lists what was done, also on
+// error.
+func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+	notRun := &execute.Result{NotRun: pl.Plan.Steps}
+	if lk == nil {
+		return notRun, errors.New("apply: the cluster's lock is not held (Session.Lock)")
+	}
+	if err := pl.Blocked(); err != nil {
+		return notRun, err
+	}
+	if err := s.checkRemovals(pl.Plan, ao.AllowRemovals); err != nil {
+		return notRun, err
+	}
+	cs, leased := s.apiClients(pl)
+	unlease, err := s.leaseCluster(ctx, leased, lk)
+	if err != nil {
+		return notRun, err
+	}
+	defer unlease()
+	if pl.saveState {
+		if err := pki.Save(s.opts.StateDir, pl.PKI); err != nil {
+			return notRun, fmt.Errorf("save certificates before applying: %w", err)
+		}
+	}
+	if err := s.recordNodes(); err != nil {
+		return notRun, err
+	}
+	chk, err := s.checker(pl.PKI)
+	if err != nil {
+		return notRun, err
+	}
+	workerBatch, workersBlocked, err := s.unavailability(pl, spec.RoleWorker, s.c.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
+	if err != nil {
+		return notRun, err
+	}
+	_, cpBlocked, err := s.unavailability(pl, spec.RoleControlPlane, s.c.UpgradeStrategy.MaxUnavailableControlplane, "max_unavailable_controlplane")
+	if err != nil {
+		return notRun, err
+	}
+	// kubenode: cordon, drain, Node Ready, labels, taints, stale Nodes.
+	side, hooks := s.kubeSide(pl, cs, ao.Hooks)
+	res, err := execute.Run(ctx, pl.Plan, execute.Options{
+		Desired: pl.Desired,
+		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
+			return s.tr.Docker(ctx, node)
+		},
+		Health:               chk,
+		Hooks:                hooks,
+		BeforeNode:           side.beforeNode,
+		AfterNode:            side.afterNode,
+		HelperImage:          s.c.SystemImages.Alpine,
+		MaxParallel:          s.c.Rigger.MaxParallel,
+		MaxUnavailableWorker: workerBatch,
+		WorkersBlocked:       workersBlocked,
+		ControlPlaneBlocked:  cpBlocked,
+		MaxPlanAge:           MaxPlanAge,
+		Now:                  s.opts.Now,
+		BeforeEtcdChange: func(ctx context.Context) error {
+			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)
+		},
+		Etcd: func(ctx context.Context) (execute.Membership, error) {
+			return s.etcdClient(ctx, pl.PKI, pl.Observed)
+		},
+		Kubernetes: side.kubernetes,
+	})
+	if err == nil {
+		// kubenode: labels, taints and stale Nodes, also after an empty plan.
+		err = side.reconcile(ctx)
+	}
+	if err == nil {
+		// The removed nodes are clean: the next plan need not look.
+		err = s.forgetNodes(pl.Plan.RemovedNodes)
+	}
+	return res, err
+}
+
+// apiClients are the API server's client for the Kubernetes side of an
+// apply (nil when no controlplane node was reachable) and for the
+// cluster's Lease (nil also when the API server did not answer the plan).
+func (s *Session) apiClients(pl *Planned) (side, lease kubernetes.Interface) {
+	cs, err := s.KubeClient(pl.PKI, pl.Observed)
+	if err != nil {
+		return nil, nil
+	}
+	if k := pl.Observed.Kubernetes; k == nil || k.Err != nil {
+		return cs, nil
+	}
+	return cs, cs
+}
+
+// snapshotBeforeChange takes the etcd snapshot that goes before a
+// membership or version change. One verified copy is enough to go on.
+func (s *Session) snapshotBeforeChange(ctx context.Context, set *pki.Set, d *desired.Cluster) error {
+	res, err := etcdsnap.Save(ctx, s.etcdOps(set, d), etcdsnap.SaveOptions{Kind: etcdsnap.KindBeforeChange})
+	if res == nil || res.Sidecar == nil {
+		return err
+	}
+	if err != nil {
+		s.opts.Log.Warn("snapshot before the etcd change taken, not everywhere", "cluster", s.c.ClusterName,
+			"snapshot", res.Sidecar.Name, "error", err)
+	}
+	return nil
+}
+
+// unavailability resolves an upgrade_strategy budget for the nodes with
+// role: the nodes that may change at once, the budget less those already
+// unavailable (unreachable). When nothing is left, the phase is blocked
+// with the reason.
+func (s *Session) unavailability(pl *Planned, role, value, key string) (batch int, blocked error, err error) {
+	total := 0
+	var down []string
+	unreachable := pl.Unreachable()
+	for _, n := range pl.Desired.Nodes {
+		if !slices.Contains(n.Roles, role) {
+			continue
+		}
+		total++
+		if slices.Contains(unreachable, n.Address) {
+			down = append(down, n.Address)
+		}
+	}
+	budget, err := spec.ParseBudget(value, 1)
+	if err != nil {
+		return 0, nil, stalls(ReasonInvalidSpec, fmt.Errorf("upgrade_strategy.%s: %w", key, err))
+	}
+	most := budget.Of(total, 1)
+	if batch = most - len(down); batch < 1 {
+		return 0, fmt.Errorf("upgrade_strategy.%s allows %d of the %d %s nodes to be unavailable, and %d are already (%s): "+
+			"nothing more changes there until they answer; or raise the budget", key, most, total, role, len(down), strings.Join(down, ", ")), nil
+	}
+	return batch, nil, nil
+}
+
+// checkRemovals is the guard against a truncated cluster.yml: removing
+// more nodes than rigger.max_removed_nodes allows needs AllowRemovals.
+func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
+	removed := slices.Clone(p.RemovedNodes)
+	for _, u := range p.Unreachable {
+		if u.Removed {
+			removed = append(removed, u.Node)
+		}
+	}
+	if len(removed) == 0 || allow {
+		return nil
+	}
+	budget, err := spec.ParseBudget(s.c.Rigger.MaxRemovedNodes, 0)
+	if err != nil {
+		return stalls(ReasonInvalidSpec, fmt.Errorf("rigger.max_removed_nodes: %w", err))
+	}
+	total := len(s.c.Nodes) + len(removed)
+	if most := budget.Of(total, 0); len(removed) > most {
+		return stalls(ReasonRemovalGuard, &RemovalGuardError{Removed: removed, Total: total, Limit: s.c.Rigger.MaxRemovedNodes})
+	}
+	return nil
+}
+
+// PlanRemove observes the nodes and plans the teardown of the cluster:
+// every container of the cluster removed and rigger's files cleaned on
+// every node of cluster.yml and of the last apply.
+func (s *Session) PlanRemove(ctx context.Context) (*Planned, error) {
+	o := s.observeNodes(ctx)
+	d := &desired.Cluster{Name: s.c.ClusterName}
+	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o}, nil
+}
+
+// Remove carries out a plan from PlanRemove under the cluster's lock. The
+// state directory is kept: the certificates are still those of any node
+// that did not answer.
+func (s *Session) Remove(ctx context.Context, lk *Lock, pl *Planned, hooks execute.Hooks) (*execute.Result, error) {
+	if lk == nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, errors.New("remove: the cluster's lock is not held (Session.Lock)")
+	}
+	res, err := execute.Run(ctx, pl.Plan, execute.Options{
+		Desired: pl.Desired,
+		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
+			return s.tr.Docker(ctx, node)
+		},
+		Hooks:       hooks,
+		HelperImage: s.c.SystemImages.Alpine,
+		MaxParallel: s.c.Rigger.MaxParallel,
+		MaxPlanAge:  MaxPlanAge,
+		Now:         s.opts.Now,
+	})
+	if err == nil {
+		err = s.forgetNodes(pl.Plan.RemovedNodes)
+	}
+	return res, err
+}

@@ -1,0 +1,124 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/spec"
+)
+
+// apiServerLocal is the API server as seen from a controlplane node.
+const apiServerLocal = "127.0.0.1:" + pki.APIServerPort
+
+// KubeClient returns a client-go client of the cluster's API server as the
+// admin (kube-admin), connected through the transport to the loopback of
+// a reachable controlplane node: the API server need not be reachable from
+// where rigger runs. The first reachable controlplane node of o in
+// cluster.yml order serves, the others when its connection fails.
+func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clientset, error) {
+	var cps []string
+	for _, n := range s.c.Nodes {
+		if slices.Contains(n.Role, spec.RoleControlPlane) {
+			if on := o.Nodes[n.Address]; on != nil && on.Reachable {
+				cps = append(cps, n.Address)
+			}
+		}
+	}
+	if len(cps) == 0 {
+		return nil, errors.New("connect to the API server: no controlplane node is reachable")
+	}
+	ca, admin := set.Certs[pki.CACertName], set.Certs[pki.KubeAdminCertName]
+	cfg := &rest.Config{
+		// The name the API server's certificate holds for its loopback.
+		Host: "https://" + apiServerLocal,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: ca.CertPEM, CertData: admin.CertPEM, KeyData: admin.KeyPEM,
+		},
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var errs []error
+			for _, node := range cps {
+				conn, err := s.tr.Dial(ctx, node, network, apiServerLocal)
+				if err == nil {
+					return conn, nil
+				}
+				errs = append(errs, err)
+			}
+			return nil, errors.Join(errs...)
+		},
+		UserAgent: "rigger",
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the API server: %w", err)
+	}
+	return cs, nil
+}
+
+// etcdClient connects to the etcd members that run on reachable nodes (of
+// cluster.yml or the last apply), each through its own node, with the
+// kube-node certificate, which etcd trusts as the API server's.
+func (s *Session) etcdClient(ctx context.Context, set *pki.Set, o *observe.Cluster) (*etcdmember.Client, error) {
+	internal := map[string]string{} // internal address → node address
+	var endpoints []string
+	var via []string // nodes that run etcd: they dial members they do not know
+	for _, n := range slices.Concat(s.c.Nodes, s.former) {
+		internal[n.InternalAddress] = n.Address
+		on := o.Nodes[n.Address]
+		if on == nil || !on.Reachable {
+			continue
+		}
+		if c, ok := on.Containers[desired.Etcd]; ok && c.State == "running" {
+			endpoints = append(endpoints, "https://"+net.JoinHostPort(n.InternalAddress, health.EtcdClientPort))
+			via = append(via, n.Address)
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, errors.New("connect to etcd: no reachable node runs an etcd member")
+	}
+	tlsConfig, err := set.ClientTLS()
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd: %w", err)
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if n, ok := internal[host]; ok {
+			return s.tr.Dial(ctx, n, "tcp", addr)
+		}
+		// A member rigger does not know the node of: reach it from the
+		// nodes that run etcd, which share its network.
+		var errs []error
+		for _, n := range via {
+			conn, err := s.tr.Dial(ctx, n, "tcp", addr)
+			if err == nil {
+				return conn, nil
+			}
+			errs = append(errs, err)
+		}
+		return nil, errors.Join(errs...)
+	}
+	return etcdmember.Dial(ctx, endpoints, tlsConfig, dial)
+}
+
+// checker probes components through the transport with the kube-node
+// certificate, which etcd and the API server accept.
+func (s *Session) checker(set *pki.Set) (*health.Checker, error) {
+	cfg, err := set.ClientTLS()
+	if err != nil {
+		return nil, fmt.Errorf("health checks: %w", err)
+	}
+	return &health.Checker{Dial: s.tr.Dial, TLS: cfg}, nil
+}

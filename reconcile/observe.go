@@ -1,0 +1,90 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+)
+
+// observe reads, once, everything a plan is computed from: the nodes (of
+// cluster.yml and those the last apply left), the cluster's PKI (the state
+// directory's, or recovered from a node), the etcd membership and the
+// Nodes the API server lists. The observed value is complete when it
+// returns; what could not be read is recorded in it.
+func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, error) {
+	o := s.observeNodes(ctx)
+	rp, err := s.resolvePKI(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.observeEtcd(ctx, rp.set, o)
+	s.observeKubernetes(ctx, rp.set, o)
+	return o, rp, nil
+}
+
+// observeNodes reads the nodes of cluster.yml and those of the last apply
+// that left it (rigger keeps no other inventory of removed nodes).
+func (s *Session) observeNodes(ctx context.Context) *observe.Cluster {
+	addrs := make([]string, 0, len(s.c.Nodes)+len(s.former))
+	for _, n := range slices.Concat(s.c.Nodes, s.former) {
+		addrs = append(addrs, n.Address)
+	}
+	return observe.Observe(ctx, s.tr, observe.Request{
+		Cluster: s.c.ClusterName, Nodes: addrs, MaxParallel: s.c.Rigger.MaxParallel,
+		FilesImage: s.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir, Now: s.opts.Now,
+	})
+}
+
+// observeEtcd reads the etcd cluster's membership into o when a member
+// answers; without one (a new cluster, or every member down) o.Etcd stays
+// nil, with o.EtcdErr saying why, and the plan makes no membership change.
+func (s *Session) observeEtcd(ctx context.Context, set *pki.Set, o *observe.Cluster) {
+	if len(s.c.Services.Etcd.ExternalURLs) > 0 {
+		return
+	}
+	cli, err := s.etcdClient(ctx, set, o)
+	if err != nil {
+		o.EtcdErr = err
+		return
+	}
+	defer cli.Close()
+	members, err := cli.Members(ctx)
+	if err != nil {
+		s.opts.Log.Warn("etcd membership not read", "cluster", s.c.ClusterName, "error", err)
+		o.EtcdErr = err
+		return
+	}
+	o.Etcd = &observe.Etcd{Members: members}
+}
+
+// nodeListTimeout bounds the listing of the Nodes: an API server that does
+// not answer makes the plan go on without them.
+const nodeListTimeout = 15 * time.Second
+
+// observeKubernetes lists the Nodes into o and links them to the machines
+// of cluster.yml (observe.Link by address label or hostname).
+func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observe.Cluster) {
+	o.Kubernetes = &observe.Kubernetes{}
+	cs, err := s.KubeClient(set, o)
+	if err != nil {
+		o.Kubernetes.Err = err
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, nodeListTimeout)
+	defer cancel()
+	nodes, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
+	if err != nil {
+		o.Kubernetes.Err = fmt.Errorf("list Nodes: %w", err)
+		return
+	}
+	o.Kubernetes.Nodes = nodes.Items
+	o.Kubernetes.Link = kubenode.Link(kubenode.Machines(s.c), nodes.Items)
+}

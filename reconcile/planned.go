@@ -1,0 +1,97 @@
+package reconcile
+
+import (
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+)
+
+// Planned is a plan with everything it was computed from: one observation
+// of the cluster (Observed), the desired state, and the certificates. It
+// is not changed after Plan returns it: Apply carries it out as it is.
+type Planned struct {
+	Plan     *plan.Plan
+	Desired  *desired.Cluster
+	Observed *observe.Cluster
+	// PKI is the certificate set the desired files hold.
+	PKI *pki.Set
+	// PKIChanges are the certificates issued or reissued for this plan.
+	PKIChanges []pki.Change
+	// PKISource says where the PKI came from.
+	PKISource PKISource
+	// Warnings are what the cluster's layout is worth a word about (an
+	// even number of etcd members).
+	Warnings []string
+	// NodeChanges are what the Kubernetes Nodes need besides the steps
+	// (labels, taints, stale Nodes; package kubenode): Apply makes them
+	// also when the plan has no step.
+	NodeChanges []kubenode.Pending
+	// newCA says why this plan's new CA must not be applied (nodes that may
+	// hold the real one did not answer); nil when it may.
+	newCA error
+	// saveState is set when the state directory must be written before
+	// the plan is applied (new, recovered or changed PKI).
+	saveState bool
+}
+
+// Blocked says why the plan must not be applied (a new CA while nodes that
+// may hold the cluster's did not answer, a *NewCAError wrapped in an
+// *Error); nil when it may be.
+func (p *Planned) Blocked() error {
+	if p.newCA == nil {
+		return nil
+	}
+	return stalls(ReasonNewCABlocked, p.newCA)
+}
+
+// Changes reports whether applying the plan changes anything: containers,
+// files, certificates or the Kubernetes Nodes.
+func (p *Planned) Changes() bool {
+	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0
+}
+
+// Unreachable are the nodes of cluster.yml the plan could not look at (and
+// an apply leaves as they are), in cluster.yml order.
+func (p *Planned) Unreachable() []string { return p.Plan.UnreachableNodes() }
+
+// Complete reports whether every node of cluster.yml was looked at: once
+// such a plan is applied, the cluster runs what cluster.yml says.
+func (p *Planned) Complete() bool { return len(p.Unreachable()) == 0 }
+
+// PKISource says where a plan's certificates come from.
+type PKISource struct {
+	Kind PKIKind
+	// From is the state directory (PKIStateDir) or the node
+	// (PKIRecovered) they were read from.
+	From string
+}
+
+// PKIKind is where a plan's certificates come from.
+type PKIKind string
+
+const (
+	// PKIStateDir: the state directory's.
+	PKIStateDir PKIKind = "state-directory"
+	// PKIRecovered: read from a controlplane node, the state directory
+	// having none (Apply saves them there first).
+	PKIRecovered PKIKind = "recovered"
+	// PKINew: a new CA, since no node runs the cluster yet. When some node
+	// did not answer, the plan is Blocked: it only shows what a new CA
+	// would change.
+	PKINew PKIKind = "new"
+)
+
+// String says where the certificates come from, for people.
+func (s PKISource) String() string {
+	switch s.Kind {
+	case PKIStateDir:
+		return "state directory " + s.From
+	case PKIRecovered:
+		return "recovered from node " + s.From + " (the state directory had none)"
+	case PKINew:
+		return "new (no node runs this cluster yet)"
+	}
+	return string(s.Kind)
+}

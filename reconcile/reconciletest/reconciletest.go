@@ -1,0 +1,275 @@
+// Package reconciletest runs the reconcile engine against a real sandbox
+// (package sandboxtest) in tests: the example cluster moved onto the
+// sandbox's nodes, sessions with a state directory of the test's own, and
+// plan and apply under the cluster's lock, failing the test with the plan
+// and the progress lines when an apply fails.
+package reconciletest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// allRoles are the roles of a node that runs everything.
+var allRoles = []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+
+// Roles gives the first n nodes of a sandbox every role, and the nodes
+// of workers (by index) the worker role: the roles argument of Cluster.
+func Roles(n int, workers ...int) map[int][]string {
+	roles := map[int][]string{}
+	for i := range n {
+		roles[i] = slices.Clone(allRoles)
+	}
+	for _, w := range workers {
+		roles[w] = []string{spec.RoleWorker}
+	}
+	return roles
+}
+
+// Cluster is the example sandbox cluster (sandboxtest.ClusterYML) on s
+// with the nodes and roles given, loaded as `rigger apply` loads it, with
+// a short SSH connect timeout (a partitioned node is given up quickly),
+// then changed by each change.
+func Cluster(t testing.TB, s *sandbox.Sandbox, roles map[int][]string, changes ...func(*spec.Cluster)) *spec.Cluster {
+	t.Helper()
+	c := Load(t, sandboxtest.ClusterYML(t, s, roles))
+	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
+	for _, change := range changes {
+		change(c)
+	}
+	return c
+}
+
+// Load writes yml to a file and loads it.
+func Load(t testing.TB, yml string) *spec.Cluster {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cluster.yml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, diags, err := spec.Load(path)
+	if err != nil {
+		t.Fatalf("%v\n%v\n%s", err, diags, yml)
+	}
+	return c
+}
+
+// ExtraArg sets an extra_args flag of the service that service returns.
+func ExtraArg(service func(*spec.Cluster) *map[string]string, flag, value string) func(*spec.Cluster) {
+	return func(c *spec.Cluster) {
+		m := service(c)
+		if *m == nil {
+			*m = map[string]string{}
+		}
+		(*m)[flag] = value
+	}
+}
+
+// KubeAPIArgs and KubeletArgs are services for ExtraArg.
+func KubeAPIArgs(c *spec.Cluster) *map[string]string { return &c.Services.KubeAPI.ExtraArgs }
+func KubeletArgs(c *spec.Cluster) *map[string]string { return &c.Services.Kubelet.ExtraArgs }
+
+// Applier plans and applies clusters with one state directory, as one
+// `rigger apply` user would. Its methods take the (sub)test they run for.
+type Applier struct {
+	StateDir string
+	// Options are those of every Apply (AllowRemovals, …); its Hooks are
+	// the Applier's own.
+	Options reconcile.ApplyOptions
+	// Now is the sessions' clock (nil: time.Now).
+	Now func() time.Time
+
+	mu sync.Mutex
+	// events are the progress lines of the last apply.
+	events []string
+}
+
+// New is an Applier with a state directory of the test's.
+func New(t testing.TB) *Applier {
+	return &Applier{StateDir: filepath.Join(t.TempDir(), "state")}
+}
+
+// Session opens a session on c, closed when the test ends.
+func (a *Applier) Session(t testing.TB, c *spec.Cluster) *reconcile.Session {
+	t.Helper()
+	sess, err := reconcile.Open(c, reconcile.Options{StateDir: a.StateDir, Now: a.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+// Lock takes the cluster's lock of sess, released by the caller or when
+// the test ends.
+func (a *Applier) Lock(ctx context.Context, t testing.TB, sess *reconcile.Session) *reconcile.Lock {
+	t.Helper()
+	lk, err := sess.Lock(ctx, "apply", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lk.Release)
+	return lk
+}
+
+// Plan plans c.
+func (a *Applier) Plan(ctx context.Context, t testing.TB, c *spec.Cluster) *reconcile.Planned {
+	t.Helper()
+	pl, err := a.Session(t, c).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
+}
+
+// Apply plans and applies c under the cluster's lock, fails the test when
+// that fails, and returns the plan it applied.
+func (a *Applier) Apply(ctx context.Context, t testing.TB, c *spec.Cluster) *reconcile.Planned {
+	t.Helper()
+	pl, res, err := a.TryApply(ctx, t, c)
+	if err != nil {
+		var b strings.Builder
+		pl.Plan.Render(&b)
+		t.Fatalf("apply: %v\nplan:\n%s\nprogress:\n%s\nnot run: %d", err, b.String(), strings.Join(a.Events(), "\n"), len(res.NotRun))
+	}
+	t.Logf("apply:\n%s", strings.Join(a.Events(), "\n"))
+	return pl
+}
+
+// TryApply plans and applies c under the cluster's lock and returns what
+// happened; only a failed plan fails the test.
+func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (*reconcile.Planned, *execute.Result, error) {
+	t.Helper()
+	sess := a.Session(t, c)
+	pl, err := sess.Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.ApplyPlanned(ctx, t, sess, pl)
+	return pl, res, err
+}
+
+// ApplyPlanned applies pl with sess under the cluster's lock, recording
+// the progress lines, and returns what Apply did.
+func (a *Applier) ApplyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *reconcile.Planned) (*execute.Result, error) {
+	t.Helper()
+	lk := a.Lock(ctx, t, sess)
+	defer lk.Release()
+	a.mu.Lock()
+	a.events = nil
+	a.mu.Unlock()
+	o := a.Options
+	o.Hooks = execute.Hooks{Step: func(node, msg string, err error) {
+		line := node + ": " + msg
+		if err != nil {
+			line += ": " + err.Error()
+		}
+		a.mu.Lock()
+		a.events = append(a.events, line)
+		a.mu.Unlock()
+	}}
+	return sess.Apply(ctx, lk, pl, o)
+}
+
+// Events are the progress lines of the last apply, "node: message[: error]".
+func (a *Applier) Events() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.events)
+}
+
+// InSync checks that a plan of c changes nothing, on the nodes or on the
+// Nodes.
+func (a *Applier) InSync(ctx context.Context, t testing.TB, c *spec.Cluster) {
+	t.Helper()
+	if pl := a.Plan(ctx, t, c); pl.Changes() {
+		t.Errorf("not in sync: steps %v, Node changes %+v", StepLines(pl.Plan), pl.NodeChanges)
+	}
+}
+
+// Etcd is the value of c's snapshot operations (save, list, delete; not
+// restore, which needs the lock: EtcdLocked).
+func (a *Applier) Etcd(ctx context.Context, t testing.TB, c *spec.Cluster) *etcdsnap.Cluster {
+	t.Helper()
+	ec, err := a.Session(t, c).Etcd(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ec
+}
+
+// EtcdLocked is the value of c's snapshot operations under the cluster's
+// lock, restore included; release gives the lock up (or the end of the
+// test).
+func (a *Applier) EtcdLocked(ctx context.Context, t testing.TB, c *spec.Cluster) (ec *etcdsnap.Cluster, release func()) {
+	t.Helper()
+	sess := a.Session(t, c)
+	lk := a.Lock(ctx, t, sess)
+	ec, err := sess.Etcd(ctx, lk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ec, lk.Release
+}
+
+// Client is client-go through c's admin kubeconfig.
+func (a *Applier) Client(ctx context.Context, t testing.TB, c *spec.Cluster) kubernetes.Interface {
+	t.Helper()
+	kc, err := a.Session(t, c).Kubeconfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// Eventually checks cond until it holds, fails for good (an error), or
+// timeout passes; then it fails the test with what, cond's last error and
+// the time waited. A slow machine only makes it wait longer.
+func Eventually(ctx context.Context, t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not so after %s (last error: %v)", what, time.Since(start).Round(time.Second), last)
+	}
+}
+
+// StepLines are a plan's steps as "node action component".
+func StepLines(p *plan.Plan) []string {
+	var out []string
+	for _, s := range p.Steps {
+		out = append(out, s.Node+" "+string(s.Action)+" "+s.Component)
+	}
+	return out
+}

@@ -1,0 +1,95 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/statedir"
+)
+
+// Etcd is the value the cluster's etcd snapshot operations work on
+// (etcdsnap.Save, List, Delete, Restore, Scheduled, RunRestoreRequest),
+// with the cluster's certificates (PKI). A restore re-applies cluster.yml
+// under lk, the cluster's lock, which it needs; with lk nil, Restore
+// refuses.
+func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error) {
+	set, err := s.PKI(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+	}
+	ec := s.etcdOps(set, d)
+	if lk != nil {
+		ec.Reapply = func(ctx context.Context, hooks execute.Hooks) (*execute.Result, error) {
+			pl, err := s.Plan(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("plan: %w", err)
+			}
+			return s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks})
+		}
+		ec.Members = func(ctx context.Context) ([]etcdmember.Member, error) {
+			o := s.observeNodes(ctx)
+			cli, err := s.etcdClient(ctx, set, o)
+			if err != nil {
+				return nil, err
+			}
+			defer cli.Close()
+			return cli.Members(ctx)
+		}
+	}
+	return ec, nil
+}
+
+// RestoreRequest is the restore cluster.yml requests (restore:), with the
+// record of its id when it was carried out already; nil when it requests
+// none.
+func (s *Session) RestoreRequest() (*etcdsnap.RestoreRequest, error) {
+	req, err := etcdsnap.RequestedRestore(s.opts.StateDir, s.c.Restore)
+	return req, stateErr(err)
+}
+
+// RestorePending carries out the restore cluster.yml requests, when its id
+// was not carried out yet (etcdsnap.RunRestoreRequest), under lk; nil, nil
+// when none is pending.
+func (s *Session) RestorePending(ctx context.Context, lk *Lock, o etcdsnap.RestoreOptions) (*etcdsnap.RestoreResult, error) {
+	req, err := etcdsnap.PendingRestore(s.opts.StateDir, s.c.Restore)
+	if err != nil || req == nil {
+		return nil, stateErr(err)
+	}
+	ec, err := s.Etcd(ctx, lk)
+	if err != nil {
+		return nil, err
+	}
+	return etcdsnap.RunRestoreRequest(ctx, ec, s.opts.StateDir, req, o)
+}
+
+// stateErr classifies an error reading the state directory: a damaged
+// file stalls, anything else is retried.
+func stateErr(err error) error {
+	var damaged *statedir.DamagedError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &damaged):
+		return stalls(ReasonStateDamaged, err)
+	}
+	return retries(ReasonFailed, err)
+}
+
+// ScheduledSnapshot is one tick of the etcd snapshot schedule
+// (etcdsnap.Scheduled) under lk.
+func (s *Session) ScheduledSnapshot(ctx context.Context, lk *Lock) (*etcdsnap.ScheduledResult, error) {
+	ec, err := s.Etcd(ctx, lk)
+	if err != nil {
+		return nil, err
+	}
+	return etcdsnap.Scheduled(ctx, ec)
+}

@@ -1,0 +1,136 @@
+// Package statedir keeps what rigger stores about a cluster outside git: a
+// directory per cluster (mode 0700) whose files (mode 0600) are replaced
+// atomically and durably — the PKI, the nodes of the last apply, the
+// restores done, the cluster's lock.
+package statedir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
+)
+
+// Default is where a cluster's state lives unless told otherwise:
+// $XDG_STATE_HOME/rigger/<cluster_name>, or ~/.local/state/rigger/<cluster_name>.
+func Default(clusterName string) (string, error) {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("find the state directory: %w: give --state-dir", err)
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(base, "rigger", clusterName), nil
+}
+
+// Make creates the state directory dir, or restricts it, to mode 0700.
+func Make(dir string) error {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	if err := os.Chmod(dir, dirMode); err != nil {
+		return fmt.Errorf("restrict state directory: %w", err)
+	}
+	return nil
+}
+
+// WriteFile replaces the file name of the state directory dir (made when
+// missing) with b, mode 0600: a temporary file in dir, synced, renamed over
+// the old one, and the directory synced, so that a crash leaves the old
+// file or the new one, whole, and a completed write survives power loss.
+func WriteFile(dir, name string, b []byte) error {
+	if err := Make(dir); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, name)
+	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	tmp := f.Name()
+	done := false
+	defer func() {
+		if !done {
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(fileMode); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	done = true
+	return SyncDir(dir)
+}
+
+// SyncDir makes the entries of dir (renames, removals) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync state directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync state directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// DamagedError is a state file that was read but does not decode: only a
+// person can repair it (or move it away), so retrying does not help.
+type DamagedError struct {
+	Path string
+	Err  error
+}
+
+func (e *DamagedError) Error() string { return fmt.Sprintf("%s is damaged: %v", e.Path, e.Err) }
+func (e *DamagedError) Unwrap() error { return e.Err }
+
+// ReadJSON decodes the JSON file name of dir into v, which it leaves as it
+// is when there is no such file. A file that does not decode is a
+// *DamagedError; one that cannot be read, an I/O error.
+func ReadJSON(dir, name string, v any) error {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return &DamagedError{Path: p, Err: err}
+	}
+	return nil
+}
+
+// WriteJSON replaces the JSON file name of dir with v (WriteFile).
+func WriteJSON(dir, name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", name, err)
+	}
+	return WriteFile(dir, name, append(b, '\n'))
+}
