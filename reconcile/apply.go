@@ -16,6 +16,7 @@ import (
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -222,4 +223,23 @@ func (s *Session) Remove(ctx context.Context, lk *Lock, pl *Planned, hooks execu
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
 	return res, err
+}
+
+// recordNodes saves, before anything changes, the nodes an apply touches:
+// cluster.yml's and the former ones not cleaned yet.
+func (s *Session) recordNodes() error {
+	if err := statedir.WriteJSON(s.opts.StateDir, nodesFile, slices.Concat(s.c.Nodes, s.former)); err != nil {
+		return fmt.Errorf("save nodes: %w", err)
+	}
+	return nil
+}
+
+// forgetNodes drops from the record the former nodes that were cleaned.
+func (s *Session) forgetNodes(cleaned []string) error {
+	keep := slices.DeleteFunc(slices.Clone(s.former), func(n spec.Node) bool { return slices.Contains(cleaned, n.Address) })
+	if err := statedir.WriteJSON(s.opts.StateDir, nodesFile, slices.Concat(s.c.Nodes, keep)); err != nil {
+		return fmt.Errorf("save nodes: %w", err)
+	}
+	s.former = keep
+	return nil
 }

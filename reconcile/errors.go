@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rigger/rigger/reconcile/statedir"
 )
 
 // Reason names why a reconcile did not converge, in the words status
@@ -59,6 +61,19 @@ func Classify(err error) (reason Reason, stalled bool) {
 		return e.Reason, e.Stalls
 	}
 	return ReasonFailed, false
+}
+
+// stateErr classifies an error reading the state directory: a damaged
+// file stalls, anything else is retried.
+func stateErr(err error) error {
+	var damaged *statedir.DamagedError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &damaged):
+		return stalls(ReasonStateDamaged, err)
+	}
+	return retries(ReasonFailed, err)
 }
 
 // RemovalGuardError is a plan that removes more nodes than

@@ -14,22 +14,6 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 )
 
-// observe reads, once, everything a plan is computed from: the nodes (of
-// cluster.yml and those the last apply left), the cluster's PKI (the state
-// directory's, or recovered from a node), the etcd membership and the
-// Nodes the API server lists. The observed value is complete when it
-// returns; what could not be read is recorded in it.
-func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, error) {
-	o := s.observeNodes(ctx)
-	rp, err := s.resolvePKI(ctx, o)
-	if err != nil {
-		return nil, nil, err
-	}
-	s.observeEtcd(ctx, rp.set, o)
-	s.observeKubernetes(ctx, rp.set, o)
-	return o, rp, nil
-}
-
 // observeNodes reads the nodes of cluster.yml and those of the last apply
 // that left it (rigger keeps no other inventory of removed nodes).
 func (s *Session) observeNodes(ctx context.Context) *observe.Cluster {

@@ -2,14 +2,12 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
-	"github.com/rigger/rigger/reconcile/statedir"
 )
 
 // Etcd is the value the cluster's etcd snapshot operations work on
@@ -69,19 +67,6 @@ func (s *Session) RestorePending(ctx context.Context, lk *Lock, o etcdsnap.Resto
 		return nil, err
 	}
 	return etcdsnap.RunRestoreRequest(ctx, ec, s.opts.StateDir, req, o)
-}
-
-// stateErr classifies an error reading the state directory: a damaged
-// file stalls, anything else is retried.
-func stateErr(err error) error {
-	var damaged *statedir.DamagedError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &damaged):
-		return stalls(ReasonStateDamaged, err)
-	}
-	return retries(ReasonFailed, err)
 }
 
 // ScheduledSnapshot is one tick of the etcd snapshot schedule

@@ -23,25 +23,6 @@ func loadNodes(dir string) ([]spec.Node, error) {
 	return nodes, nil
 }
 
-// recordNodes saves, before anything changes, the nodes an apply touches:
-// cluster.yml's and the former ones not cleaned yet.
-func (s *Session) recordNodes() error {
-	if err := statedir.WriteJSON(s.opts.StateDir, nodesFile, slices.Concat(s.c.Nodes, s.former)); err != nil {
-		return fmt.Errorf("save nodes: %w", err)
-	}
-	return nil
-}
-
-// forgetNodes drops from the record the former nodes that were cleaned.
-func (s *Session) forgetNodes(cleaned []string) error {
-	keep := slices.DeleteFunc(slices.Clone(s.former), func(n spec.Node) bool { return slices.Contains(cleaned, n.Address) })
-	if err := statedir.WriteJSON(s.opts.StateDir, nodesFile, slices.Concat(s.c.Nodes, keep)); err != nil {
-		return fmt.Errorf("save nodes: %w", err)
-	}
-	s.former = keep
-	return nil
-}
-
 // formerNodes are the nodes of the last apply that cluster.yml no longer has.
 func formerNodes(c *spec.Cluster, last []spec.Node) []spec.Node {
 	var out []spec.Node

@@ -28,6 +28,7 @@ import (
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
@@ -75,207 +76,232 @@ func TestServeSandbox(t *testing.T) {
 
 	stateDir := t.TempDir()
 	a := startServe(t, bin, "a", origin, stateDir, port, true)
-
-	// 1. The first push converges the cluster; its status is committed.
-	first := origin.head(t)
-	st := origin.waitStatus(t, "the first reconcile", 10*time.Minute, func(f *gitops.StatusFile) bool {
-		return f.ObservedRevision == first && ready(f) == "True"
-	})
-	if st.Status == nil || len(st.Status.Nodes) != 1 || !st.Status.Nodes[0].Reachable {
-		t.Fatalf("status.yml does not show the node: %+v", st.Status)
-	}
-	if code := a.readyz(); code != http.StatusOK {
-		t.Errorf("/readyz of a serve that fetched: %d", code)
-	}
-	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", a.port)); err != nil || resp.StatusCode != http.StatusOK {
-		t.Errorf("/healthz: %v %v", resp, err)
-	} else {
-		resp.Body.Close()
-	}
-
-	// 2. A one-flag change, and a human commit pushed right behind it,
-	// while rigger reconciles and then commits its status.
 	cli := sandboxtest.DockerClient(t, sb.Nodes[0])
-	before, err := cli.ContainerInspect(context.Background(), "kube-proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin.pull(t)
-	origin.commit(t, "kube-proxy: log more", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
-	origin.push(t)
-	change := origin.head(t)
-	origin.commit(t, "docs: a human's commit", map[string]string{"README.md": "clusters, written by a human\n"})
-	origin.push(t)
-	human := origin.head(t)
-	st = origin.waitStatus(t, "the reconcile of the change", 5*time.Minute, func(f *gitops.StatusFile) bool {
-		return f.ObservedRevision == change && ready(f) == "True"
-	})
-	for _, c := range st.Status.Nodes[0].Containers {
-		if !c.InSync {
-			t.Errorf("after the change, %s is not in sync: %+v", c.Name, c)
+	ctx := context.Background()
+	var st *gitops.StatusFile
+
+	ok := t.Run("the first push converges and its status is committed", func(t *testing.T) {
+		first := origin.head(t)
+		st = origin.waitStatus(t, "the first reconcile", 10*time.Minute, func(f *gitops.StatusFile) bool {
+			return f.ObservedRevision == first && ready(f) == "True"
+		})
+		if st.Status == nil || len(st.Status.Nodes) != 1 || !st.Status.Nodes[0].Reachable {
+			t.Fatalf("status.yml does not show the node: %+v", st.Status)
 		}
-	}
-	if after, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil || after.ID == before.ID ||
-		!strings.Contains(strings.Join(after.Args, " "), "--v=4") {
-		t.Errorf("the change did not replace kube-proxy with --v=4 (%v)", err)
-	}
-	if got := origin.show(t, "main:README.md"); got != "clusters, written by a human\n" {
-		t.Errorf("the human's README.md is now %q", got)
-	}
-	if log := origin.git(t, "log", "--format=%H", "main"); !strings.Contains(log, human) || !strings.Contains(log, change) {
-		t.Errorf("a commit was lost: main's history\n%s\nlacks %s or %s", log, human, change)
-	}
-	// Rigger's status commits were pushed after the human's: their
-	// trailer is there, and the hook called the webhook for them too.
-	if msgs := origin.git(t, "log", "--format=%B", human+"..main"); !strings.Contains(msgs, gitops.TrailerKey+": "+clusterPath) {
-		t.Errorf("no status commit after the human's commit:\n%s", msgs)
+		if code := a.readyz(); code != http.StatusOK {
+			t.Errorf("/readyz of a serve that fetched: %d", code)
+		}
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", a.port)); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("/healthz: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	})
+	if !ok {
+		t.FailNow()
 	}
 
-	// 3. Neither the status commits nor the README commit started a
-	// reconcile: only the two changes of cluster.yml did.
-	time.Sleep(3 * time.Second) // the hook's webhook of the last status commit
-	if got := a.count(func(e logEntry) bool { return e.Msg == "reconcile starts" && e.Trigger == "change" }); got != 2 {
-		t.Errorf("%d reconciles of a change, want 2 (the first push and the flag):\n%s", got, a.tail())
-	}
-
-	// A drift check that finds nothing commits nothing.
-	commits := origin.git(t, "rev-list", "--count", "--author=rigger-e2e", "main")
-	since := time.Now()
-	if !a.waitLog(time.Minute, func(e logEntry) bool {
-		return e.Msg == "reconcile done" && e.Trigger == "drift-check" && e.Time.After(since)
-	}) {
-		t.Error("no drift check in a minute (--drift-interval 20s)")
-	}
-	if now := origin.git(t, "rev-list", "--count", "--author=rigger-e2e", "main"); now != commits {
-		t.Errorf("a drift check that changed nothing committed status.yml (%s commits, then %s)", strings.TrimSpace(commits), strings.TrimSpace(now))
-	}
-
-	// 4. A bad signature is refused and fetches nothing.
-	fetches := a.metric(t, `rigger_git_fetches_total{result="ok"}`)
-	body := `{"ref":"refs/heads/main"}`
-	code := postWebhook(t, port, body, webhook.Sign([]byte("not-the-secret-xxxxxxxxxx"), []byte(body)))
-	if code != http.StatusForbidden && code != http.StatusUnauthorized {
-		t.Errorf("a bad signature got %d", code)
-	}
-	if code := postWebhook(t, port, body, ""); code != http.StatusUnauthorized {
-		t.Errorf("no signature got %d, want 401", code)
-	}
-	time.Sleep(time.Second)
-	if after := a.metric(t, `rigger_git_fetches_total{result="ok"}`); after != fetches {
-		t.Errorf("a refused webhook fetched: %v fetches before, %v after", fetches, after)
-	}
-
-	// 5. Drift: kube-proxy removed by hand comes back at the next drift
-	// check, recorded in status.yml.
-	if err := cli.ContainerRemove(context.Background(), "kube-proxy", container.RemoveOptions{Force: true}); err != nil {
-		t.Fatal(err)
-	}
-	origin.waitStatus(t, "the drift repair", 3*time.Minute, func(f *gitops.StatusFile) bool {
-		for _, d := range f.Drift {
-			if d.Component == "kube-proxy" && d.Error == "" {
-				return ready(f) == "True"
+	t.Run("a one-flag change and a human commit pushed behind it: both kept", func(t *testing.T) {
+		before, err := cli.ContainerInspect(ctx, "kube-proxy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		origin.pull(t)
+		origin.commit(t, "kube-proxy: log more", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
+		origin.push(t)
+		change := origin.head(t)
+		origin.commit(t, "docs: a human's commit", map[string]string{"README.md": "clusters, written by a human\n"})
+		origin.push(t)
+		human := origin.head(t)
+		st = origin.waitStatus(t, "the reconcile of the change", 5*time.Minute, func(f *gitops.StatusFile) bool {
+			return f.ObservedRevision == change && ready(f) == "True"
+		})
+		for _, c := range st.Status.Nodes[0].Containers {
+			if !c.InSync {
+				t.Errorf("after the change, %s is not in sync: %+v", c.Name, c)
 			}
 		}
-		return false
+		if after, err := cli.ContainerInspect(ctx, "kube-proxy"); err != nil || after.ID == before.ID ||
+			!strings.Contains(strings.Join(after.Args, " "), "--v=4") {
+			t.Errorf("the change did not replace kube-proxy with --v=4 (%v)", err)
+		}
+		if got := origin.show(t, "main:README.md"); got != "clusters, written by a human\n" {
+			t.Errorf("the human's README.md is now %q", got)
+		}
+		if log := origin.git(t, "log", "--format=%H", "main"); !strings.Contains(log, human) || !strings.Contains(log, change) {
+			t.Errorf("a commit was lost: main's history\n%s\nlacks %s or %s", log, human, change)
+		}
+		// Rigger's status commits were pushed after the human's: their
+		// trailer is there, and the hook called the webhook for them too.
+		if msgs := origin.git(t, "log", "--format=%B", human+"..main"); !strings.Contains(msgs, gitops.TrailerKey+": "+clusterPath) {
+			t.Errorf("no status commit after the human's commit:\n%s", msgs)
+		}
 	})
-	if _, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil {
-		t.Errorf("kube-proxy was not recreated: %v", err)
-	}
 
-	// 6. Suspended: a change is planned and reported, not applied; the
-	// drift checks change nothing either. Resumed: the change is applied.
-	proxy, err := cli.ContainerInspect(context.Background(), "kube-proxy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The nodes run withFlag since 2: going back to yml is a change.
-	suspended := strings.Replace(yml, "rigger:\n", "rigger:\n  suspend: true\n", 1)
-	origin.pull(t)
-	origin.commit(t, "suspend, and a change that must wait", map[string]string{clusterPath: suspended})
-	origin.push(t)
-	pause := origin.head(t)
-	st = origin.waitStatus(t, "the suspended reconcile", 3*time.Minute, func(f *gitops.StatusFile) bool {
-		return f.ObservedRevision == pause && f.Suspended
+	t.Run("status commits, other files' commits and quiet drift checks start no reconcile and commit nothing", func(t *testing.T) {
+		// The last status commit has been fetched (its hook called the
+		// webhook) once serve logs it; a reconcile it would start would
+		// come before the next drift check, which is sequential with it.
+		head := origin.head(t)
+		if !a.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "fetched" && e.Revision == head }) {
+			t.Fatalf("serve never fetched the last status commit %s", head)
+		}
+		commits := origin.git(t, "rev-list", "--count", "--author=rigger-e2e", "main")
+		since := time.Now()
+		if !a.waitLog(time.Minute, func(e logEntry) bool {
+			return e.Msg == "reconcile done" && e.Trigger == "drift-check" && e.Time.After(since)
+		}) {
+			t.Fatal("no drift check in a minute (--drift-interval 20s)")
+		}
+		if got := a.count(func(e logEntry) bool { return e.Msg == "reconcile starts" && e.Trigger == "change" }); got != 2 {
+			t.Errorf("%d reconciles of a change, want 2 (the first push and the flag):\n%s", got, a.tail())
+		}
+		if now := origin.git(t, "rev-list", "--count", "--author=rigger-e2e", "main"); now != commits {
+			t.Errorf("a drift check that changed nothing committed status.yml (%s commits, then %s)", strings.TrimSpace(commits), strings.TrimSpace(now))
+		}
 	})
-	if r := condition(st, gitops.ConditionReady); r.Reason != "Suspended" || r.Status != "Unknown" || st.Status.PendingSteps == 0 {
-		t.Errorf("suspended with a change pending: Ready %+v, %d steps pending", r, st.Status.PendingSteps)
-	}
-	if now, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil || now.ID != proxy.ID {
-		t.Errorf("a suspended cluster's kube-proxy was changed (%v)", err)
-	}
-	origin.pull(t)
-	origin.commit(t, "resume", map[string]string{clusterPath: yml})
-	origin.push(t)
-	resume := origin.head(t)
-	origin.waitStatus(t, "the resumed reconcile", 5*time.Minute, func(f *gitops.StatusFile) bool {
-		return f.ObservedRevision == resume && ready(f) == "True" && !f.Suspended
-	})
-	if now, err := cli.ContainerInspect(context.Background(), "kube-proxy"); err != nil || now.ID == proxy.ID {
-		t.Errorf("the resumed change did not replace kube-proxy (%v)", err)
-	}
-	if st.Snapshots == nil || st.Snapshots.Last == nil || st.Snapshots.Last.Kind != "scheduled" || st.Snapshots.Next == nil {
-		t.Errorf("status.yml has no scheduled snapshot (backup_config is on by default): %+v", st.Snapshots)
-	}
 
-	// 7. A second serve on the same cluster (same state directory, its
-	// own clone): a change is applied by one of them at a time.
+	t.Run("a bad or missing signature is refused and fetches nothing", func(t *testing.T) {
+		fetches := a.metric(t, `rigger_git_fetches_total{result="ok"}`)
+		body := `{"ref":"refs/heads/main"}`
+		code := postWebhook(t, port, body, webhook.Sign([]byte("not-the-secret-xxxxxxxxxx"), []byte(body)))
+		if code != http.StatusForbidden && code != http.StatusUnauthorized {
+			t.Errorf("a bad signature got %d", code)
+		}
+		if code := postWebhook(t, port, body, ""); code != http.StatusUnauthorized {
+			t.Errorf("no signature got %d, want 401", code)
+		}
+		// A good one is fetched: the refused ones would have been fetched
+		// before it, and counted.
+		if code := postWebhook(t, port, body, webhook.Sign([]byte(secret), []byte(body))); code >= 300 {
+			t.Fatalf("a good signature got %d", code)
+		}
+		var after float64
+		rt.Eventually(ctx, t, time.Minute, "the signed webhook's fetch", func(context.Context) (bool, error) {
+			after = a.metric(t, `rigger_git_fetches_total{result="ok"}`)
+			return after > fetches, nil
+		})
+		if after != fetches+1 {
+			t.Errorf("%v fetches for one signed and two refused webhooks, want 1", after-fetches)
+		}
+	})
+
+	t.Run("a container removed by hand is repaired by the drift check and recorded", func(t *testing.T) {
+		if err := cli.ContainerRemove(ctx, "kube-proxy", container.RemoveOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		origin.waitStatus(t, "the drift repair", 3*time.Minute, func(f *gitops.StatusFile) bool {
+			for _, d := range f.Drift {
+				if d.Component == "kube-proxy" && d.Error == "" {
+					return ready(f) == "True"
+				}
+			}
+			return false
+		})
+		if _, err := cli.ContainerInspect(ctx, "kube-proxy"); err != nil {
+			t.Errorf("kube-proxy was not recreated: %v", err)
+		}
+	})
+
+	t.Run("suspended: a change is reported, not applied; resumed: applied", func(t *testing.T) {
+		proxy, err := cli.ContainerInspect(ctx, "kube-proxy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The nodes run withFlag: going back to yml is a change.
+		suspended := strings.Replace(yml, "rigger:\n", "rigger:\n  suspend: true\n", 1)
+		origin.pull(t)
+		origin.commit(t, "suspend, and a change that must wait", map[string]string{clusterPath: suspended})
+		origin.push(t)
+		pause := origin.head(t)
+		st = origin.waitStatus(t, "the suspended reconcile", 3*time.Minute, func(f *gitops.StatusFile) bool {
+			return f.ObservedRevision == pause && f.Suspended
+		})
+		if r := condition(st, gitops.ConditionReady); r.Reason != gitops.ReasonSuspended || r.Status != "Unknown" || st.Status.PendingSteps == 0 {
+			t.Errorf("suspended with a change pending: Ready %+v, %d steps pending", r, st.Status.PendingSteps)
+		}
+		if now, err := cli.ContainerInspect(ctx, "kube-proxy"); err != nil || now.ID != proxy.ID {
+			t.Errorf("a suspended cluster's kube-proxy was changed (%v)", err)
+		}
+		origin.pull(t)
+		origin.commit(t, "resume", map[string]string{clusterPath: yml})
+		origin.push(t)
+		resume := origin.head(t)
+		origin.waitStatus(t, "the resumed reconcile", 5*time.Minute, func(f *gitops.StatusFile) bool {
+			return f.ObservedRevision == resume && ready(f) == "True" && !f.Suspended
+		})
+		if now, err := cli.ContainerInspect(ctx, "kube-proxy"); err != nil || now.ID == proxy.ID {
+			t.Errorf("the resumed change did not replace kube-proxy (%v)", err)
+		}
+		if st.Snapshots == nil || st.Snapshots.Last == nil || st.Snapshots.Last.Kind != "scheduled" || st.Snapshots.Next == nil {
+			t.Errorf("status.yml has no scheduled snapshot (backup_config is on by default): %+v", st.Snapshots)
+		}
+	})
+
 	b := startServe(t, bin, "b", origin, stateDir, 0, false)
-	origin.pull(t)
-	origin.commit(t, "kube-proxy: log more again", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
-	origin.push(t)
-	third := origin.head(t)
-	origin.waitStatus(t, "the reconcile with two servers", 5*time.Minute, func(f *gitops.StatusFile) bool {
-		return f.ObservedRevision == third && ready(f) == "True"
+	t.Run("two serves with one state directory never hold the cluster at once", func(t *testing.T) {
+		origin.pull(t)
+		origin.commit(t, "kube-proxy: log more again", map[string]string{clusterPath: strings.Replace(yml, oneFlag, withFlag, 1)})
+		origin.push(t)
+		third := origin.head(t)
+		origin.waitStatus(t, "the reconcile with two servers", 5*time.Minute, func(f *gitops.StatusFile) bool {
+			return f.ObservedRevision == third && ready(f) == "True"
+		})
+		// Both have held the cluster and let it go at least once.
+		for _, p := range []*serveProc{a, b} {
+			if !p.waitLog(2*time.Minute, func(e logEntry) bool { return e.Msg == "cluster unlocked" }) {
+				t.Errorf("serve %s never held and released the cluster's lock", p.name)
+			}
+		}
+		checkNoOverlap(t, a, b)
 	})
-	time.Sleep(5 * time.Second)
-	checkNoOverlap(t, a, b)
-
-	// 8. Replicas with --leader-elect (the Lease in the sandbox cluster's
-	// API server): one is ready and reconciles; when it stops, the other
-	// takes over.
 	a.stop()
 	b.stop()
+
 	kubeconfig := writeKubeconfig(t, bin, yml, filepath.Join(stateDir, "sandbox"))
-	c := startServe(t, bin, "c", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
-	d := startServe(t, bin, "d", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
-	leader, follower := waitLeader(t, c, d)
-	if follower.count(func(e logEntry) bool { return e.Msg == "reconcile starts" }) != 0 {
-		t.Errorf("serve %s reconciled without leading", follower.name)
-	}
-	if !leader.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
-		t.Errorf("the leader, serve %s, never reconciled", leader.name)
-	}
-	leader.stop()
-	if got, _ := waitLeader(t, follower); got != follower {
-		t.Fatal("no new leader")
-	}
-	if !follower.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
-		t.Errorf("the new leader, serve %s, never reconciled", follower.name)
-	}
+	t.Run("leader election: one replica reconciles, the other takes over", func(t *testing.T) {
+		c := startServe(t, bin, "c", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
+		d := startServe(t, bin, "d", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
+		leader, follower := waitLeader(t, c, d)
+		if follower.count(func(e logEntry) bool { return e.Msg == "reconcile starts" }) != 0 {
+			t.Errorf("serve %s reconciled without leading", follower.name)
+		}
+		if !leader.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
+			t.Errorf("the leader, serve %s, never reconciled", leader.name)
+		}
+		leader.stop()
+		if got, _ := waitLeader(t, follower); got != follower {
+			t.Fatal("no new leader")
+		}
+		if !follower.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
+			t.Errorf("the new leader, serve %s, never reconciled", follower.name)
+		}
+		follower.stop()
+	})
 
-	// 9. The cluster's Lease, in its own API server: a CLI apply with a
-	// state directory of its own (another machine) is refused while another
-	// rigger holds it, naming the holder.
-	cs := kubeClient(t, kubeconfig)
-	other := lock.Holder{ID: "rigger serve on elsewhere (pid 7)", Host: "elsewhere", PID: 7, Command: "serve", Since: time.Now()}
-	lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer lcancel()
-	_, release, err := lock.Lease(lctx, cs, reconcile.ClusterLeaseNamespace, reconcile.ClusterLeaseName, other, true, lock.LeaseTiming{})
-	if err != nil {
-		t.Fatalf("take the cluster's Lease: %v", err)
-	}
-	file := filepath.Join(t.TempDir(), "cluster.yml")
-	if err := os.WriteFile(file, []byte(strings.Replace(yml, oneFlag, oneFlag+"\n      v: \"5\"", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "apply", "--yes", "-f", file, "--state-dir", t.TempDir()).CombinedOutput()
-	release()
-	if err == nil || !strings.Contains(string(out), other.ID) {
-		t.Errorf("apply while another rigger holds the cluster's Lease: %v\n%s\nwant a refusal naming %q", err, out, other.ID)
-	}
+	t.Run("a CLI apply elsewhere is refused while another rigger holds the cluster's Lease", func(t *testing.T) {
+		cs := kubeClient(t, kubeconfig)
+		other := lock.Holder{ID: "rigger serve on elsewhere (pid 7)", Host: "elsewhere", PID: 7, Command: "serve", Since: time.Now()}
+		lctx, lcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer lcancel()
+		_, release, err := lock.Lease(lctx, cs, reconcile.ClusterLeaseNamespace, reconcile.ClusterLeaseName, other, true, lock.LeaseTiming{})
+		if err != nil {
+			t.Fatalf("take the cluster's Lease: %v", err)
+		}
+		file := filepath.Join(t.TempDir(), "cluster.yml")
+		if err := os.WriteFile(file, []byte(strings.Replace(yml, oneFlag, oneFlag+"\n      v: \"5\"", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "apply", "--yes", "-f", file, "--state-dir", t.TempDir()).CombinedOutput()
+		release()
+		if err == nil || !strings.Contains(string(out), other.ID) {
+			t.Errorf("apply while another rigger holds the cluster's Lease: %v\n%s\nwant a refusal naming %q", err, out, other.ID)
+		}
+	})
 
-	// 10. No status commit holds a secret.
-	scanStatusCommits(t, origin, filepath.Join(stateDir, "sandbox"))
+	t.Run("no status commit holds a secret", func(t *testing.T) {
+		scanStatusCommits(t, origin, filepath.Join(stateDir, "sandbox"))
+	})
 }
 
 func condition(f *gitops.StatusFile, typ string) gitops.Condition {
@@ -480,10 +506,11 @@ type serveProc struct {
 }
 
 type logEntry struct {
-	Time    time.Time `json:"time"`
-	Msg     string    `json:"msg"`
-	Trigger string    `json:"trigger"`
-	Steps   int       `json:"steps"`
+	Time     time.Time `json:"time"`
+	Msg      string    `json:"msg"`
+	Trigger  string    `json:"trigger"`
+	Steps    int       `json:"steps"`
+	Revision string    `json:"revision"`
 }
 
 // startServe starts rigger serve on origin; with webhook, it listens on

@@ -1,6 +1,10 @@
 // Package observe reads the live state of a cluster's nodes through a
-// transport: whether each node answers (and why not), its Docker engine, and
-// the containers rigger manages there. It changes nothing.
+// transport: whether each node answers (and why not), its Docker engine, the
+// containers rigger manages there and the hashes of its files. The
+// observed value (Cluster) also holds the etcd membership and the Nodes the
+// API server lists, linked to the machines of cluster.yml (Link), which the
+// reconcile session reads with the cluster's certificates. It changes
+// nothing.
 package observe
 
 import (

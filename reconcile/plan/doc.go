@@ -1,9 +1,13 @@
 // Package plan computes what must change on a cluster's nodes so that they
 // run what cluster.yml describes: the diff between the desired containers
-// (package desired) and the observed ones (package observe).
+// and files (package desired) and what was observed (package observe).
 //
 // Compute is a pure function: it takes no context, does no I/O and returns a
-// value. The executor runs the plan's Steps in the order given; dry-run
+// value. Every decision the executor carries out is in it: the steps, in
+// order; the kubelets restarted because their Kubernetes Node is missing;
+// the nodes that go first because their Node is not Ready (Plan.First);
+// whether etcd starts as a new cluster (Plan.NewEtcd); the etcd membership
+// changes. The executor runs the plan's Steps in the order given; dry-run
 // prints the plan with Render. Every step names the node, the component, an
 // Action and a Reason meant for people; Before and After point at the
 // observed and desired containers the step was computed from.

@@ -1,0 +1,267 @@
+package gitops
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/spec"
+)
+
+// fakeSession is a Session whose methods do what their XxxFn says, or,
+// when it is nil, what a cluster in sync answers.
+type fakeSession struct {
+	LockFn              func() (*reconcile.Lock, error)
+	PlanFn              func() (*reconcile.Planned, error)
+	ApplyFn             func(pl *reconcile.Planned) (*execute.Result, error)
+	ScheduledSnapshotFn func() (*etcdsnap.ScheduledResult, error)
+
+	applied, closed int
+}
+
+var _ Session = (*fakeSession)(nil)
+
+func (f *fakeSession) Lock(context.Context, string, bool) (*reconcile.Lock, error) {
+	if f.LockFn != nil {
+		return f.LockFn()
+	}
+	return &reconcile.Lock{}, nil
+}
+
+func (f *fakeSession) RestoreRequest() (*etcdsnap.RestoreRequest, error) { return nil, nil }
+
+func (f *fakeSession) RestorePending(context.Context, *reconcile.Lock, etcdsnap.RestoreOptions) (*etcdsnap.RestoreResult, error) {
+	return nil, nil
+}
+
+func (f *fakeSession) Plan(context.Context) (*reconcile.Planned, error) {
+	if f.PlanFn != nil {
+		return f.PlanFn()
+	}
+	return planned(0), nil
+}
+
+func (f *fakeSession) Apply(_ context.Context, _ *reconcile.Lock, pl *reconcile.Planned, _ reconcile.ApplyOptions) (*execute.Result, error) {
+	f.applied++
+	if f.ApplyFn != nil {
+		return f.ApplyFn(pl)
+	}
+	res := &execute.Result{}
+	for _, s := range pl.Plan.Steps {
+		res.Done = append(res.Done, execute.Outcome{Step: s})
+	}
+	return res, nil
+}
+
+// Status is what the nodes look like after an apply: in sync.
+func (f *fakeSession) Status(context.Context) (*reconcile.Status, *reconcile.Planned, error) {
+	pl := planned(0)
+	return reconcile.BuildStatus(pl), pl, nil
+}
+
+func (f *fakeSession) ScheduledSnapshot(context.Context, *reconcile.Lock) (*etcdsnap.ScheduledResult, error) {
+	if f.ScheduledSnapshotFn != nil {
+		return f.ScheduledSnapshotFn()
+	}
+	return &etcdsnap.ScheduledResult{}, nil
+}
+
+func (f *fakeSession) Close() error { f.closed++; return nil }
+
+// planned is a plan of one node with steps kubelet restarts to make and
+// the nodes of unreachable not looked at.
+func planned(steps int, unreachable ...string) *reconcile.Planned {
+	p := &plan.Plan{}
+	for range steps {
+		p.Steps = append(p.Steps, plan.Step{Node: "10.0.0.1", Component: desired.Kubelet, Action: plan.Restart, Phase: plan.PhaseWorker, Reason: "container exited"})
+	}
+	for _, u := range unreachable {
+		p.Unreachable = append(p.Unreachable, plan.Unreachable{Node: u, Error: "connection refused"})
+	}
+	o := &observe.Cluster{Nodes: map[string]*observe.Node{"10.0.0.1": {Address: "10.0.0.1", Reachable: true}}}
+	d := &desired.Cluster{Name: "c", Nodes: []desired.Node{{Address: "10.0.0.1"}}}
+	for _, u := range unreachable {
+		o.Nodes[u] = &observe.Node{Address: u}
+		d.Nodes = append(d.Nodes, desired.Node{Address: u})
+	}
+	return &reconcile.Planned{Plan: p, Desired: d, Observed: o}
+}
+
+const validYML = "cluster_name: c\nnodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
+
+// TestAttempt runs one reconcile of the worker against a fake session and
+// checks what it decides: stall or retry and when, the conditions, whether
+// it applied, and the drift it recorded.
+func TestAttempt(t *testing.T) {
+	stalled := func(r reconcile.Reason, err error) error { return &reconcile.Error{Reason: r, Stalls: true, Err: err} }
+	retried := func(r reconcile.Reason, err error) error { return &reconcile.Error{Reason: r, Err: err} }
+	type want struct {
+		ready, readyReason string
+		stalled            bool
+		retry              bool
+		retryIn            time.Duration
+		applied            int
+		drift              int
+	}
+	tests := []struct {
+		name    string
+		yml     string
+		changed bool
+		session *fakeSession
+		openErr error
+		want    want
+	}{
+		{
+			name: "in sync: nothing applied", session: &fakeSession{},
+			want: want{ready: "True", readyReason: ReasonSucceeded},
+		},
+		{
+			name: "a change applied", changed: true,
+			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(2), nil }},
+			want:    want{ready: "True", readyReason: ReasonSucceeded, applied: 1},
+		},
+		{
+			name:    "drift repaired and recorded (cluster.yml unchanged)",
+			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(1), nil }},
+			want:    want{ready: "True", readyReason: ReasonSucceeded, applied: 1, drift: 1},
+		},
+		{
+			name: "suspended: observed, not changed", yml: validYML + "rigger:\n  suspend: true\n", changed: true,
+			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(3), nil }},
+			want:    want{ready: "Unknown", readyReason: ReasonSuspended},
+		},
+		{
+			name: "invalid cluster.yml stalls", yml: "cluster_name: c\nnodez: []\n", session: &fakeSession{},
+			want: want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+		},
+		{
+			name: "a damaged state file stalls", session: &fakeSession{},
+			openErr: stalled(reconcile.ReasonStateDamaged, &statedir.DamagedError{Path: "/state/nodes.json", Err: errors.New("unexpected EOF")}),
+			want:    want{ready: "False", readyReason: string(reconcile.ReasonStateDamaged), stalled: true},
+		},
+		{
+			name: "an unreadable state directory is retried", session: &fakeSession{},
+			openErr: retried(reconcile.ReasonFailed, fs.ErrPermission),
+			want:    want{ready: "False", readyReason: string(reconcile.ReasonFailed), retry: true},
+		},
+		{
+			name: "the lock held by another rigger: later, not with backoff",
+			session: &fakeSession{LockFn: func() (*reconcile.Lock, error) {
+				return nil, retried(reconcile.ReasonLockHeld, &lock.HeldError{Holder: lock.Holder{ID: "rigger apply on laptop (pid 7)"}, Lock: "/state/lock"})
+			}},
+			want: want{ready: "False", readyReason: string(reconcile.ReasonLockHeld), retry: true, retryIn: lockHeldRetry},
+		},
+		{
+			name:    "a failed plan is retried with backoff",
+			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return nil, errors.New("observe: context deadline exceeded") }},
+			want:    want{ready: "False", readyReason: string(reconcile.ReasonFailed), retry: true},
+		},
+		{
+			name: "the removal guard stalls", changed: true,
+			session: &fakeSession{
+				PlanFn: func() (*reconcile.Planned, error) { return planned(1), nil },
+				ApplyFn: func(*reconcile.Planned) (*execute.Result, error) {
+					return &execute.Result{}, stalled(reconcile.ReasonRemovalGuard, &reconcile.RemovalGuardError{Removed: []string{"a", "b"}, Total: 3, Limit: "30%"})
+				},
+			},
+			want: want{ready: "False", readyReason: string(reconcile.ReasonRemovalGuard), stalled: true, applied: 1},
+		},
+		{
+			name: "a failed step is retried", changed: true,
+			session: &fakeSession{
+				PlanFn: func() (*reconcile.Planned, error) { return planned(1), nil },
+				ApplyFn: func(pl *reconcile.Planned) (*execute.Result, error) {
+					err := errors.New("kubelet not healthy")
+					return &execute.Result{Done: []execute.Outcome{{Step: pl.Plan.Steps[0], Err: err}}}, err
+				},
+			},
+			want: want{ready: "False", readyReason: string(reconcile.ReasonFailed), retry: true, applied: 1},
+		},
+		{
+			name:    "an unreachable node: the rest converges, retried",
+			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(0, "10.0.0.2"), nil }},
+			want:    want{ready: "False", readyReason: ReasonNodesUnreachable, retry: true},
+		},
+		{
+			name: "a failed snapshot does not fail the reconcile",
+			session: &fakeSession{ScheduledSnapshotFn: func() (*etcdsnap.ScheduledResult, error) {
+				return &etcdsnap.ScheduledResult{Schedule: etcdsnap.Schedule{Enabled: true, Due: true}}, errors.New("no etcd member is healthy")
+			}},
+			want: want{ready: "True", readyReason: ReasonSucceeded},
+		},
+	}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &Server{cfg: Config{
+				StateDir: t.TempDir(), DriftInterval: time.Hour, Now: func() time.Time { return now },
+				Open: func(*spec.Cluster, reconcile.Options) (Session, error) {
+					if tt.openErr != nil {
+						return nil, tt.openErr
+					}
+					return tt.session, nil
+				},
+			}, workers: map[string]*worker{}}
+			w := &worker{srv: srv, path: "clusters/c/cluster.yml", log: slog.New(slog.DiscardHandler)}
+			srv.workers[w.path] = w
+			yml := tt.yml
+			if yml == "" {
+				yml = validYML
+			}
+			out := w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(yml)}, tt.changed)
+
+			got := want{stalled: out.stalled != "", retry: out.retry, retryIn: out.retryIn, applied: tt.session.applied, drift: len(w.drift)}
+			for _, c := range conditions(out, "abc", nil, now) {
+				if c.Type == ConditionReady {
+					got.ready, got.readyReason = c.Status, c.Reason
+				}
+				if c.Type == ConditionStalled && (c.Status == conditionTrue) != got.stalled {
+					t.Errorf("Stalled condition %+v, outcome stalled %q", c, out.stalled)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("(-want +got):\n%s\nerror: %v", diff, out.err)
+			}
+			if tt.openErr == nil && tt.yml == "" && tt.session.closed != 1 {
+				t.Errorf("session closed %d times, want once", tt.session.closed)
+			}
+		})
+	}
+}
+
+// TestRetryDelay: backoff doubles from retryMin, is capped by the drift
+// interval, and an outcome's own delay wins.
+func TestRetryDelay(t *testing.T) {
+	tests := []struct {
+		name     string
+		out      outcome
+		failures int
+		drift    time.Duration
+		want     time.Duration
+	}{
+		{"first failure", outcome{retry: true}, 1, time.Hour, retryMin},
+		{"third failure", outcome{retry: true}, 3, time.Hour, 4 * retryMin},
+		{"capped by the drift interval", outcome{retry: true}, 20, 5 * time.Minute, 5 * time.Minute},
+		{"a held lock", outcome{retry: true, retryIn: lockHeldRetry}, 9, time.Hour, lockHeldRetry},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := retryDelay(tt.out, tt.failures, tt.drift); got != tt.want {
+				t.Errorf("retryDelay = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,95 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/spec"
+)
+
+// Plan observes the cluster once (observe) and computes what must change
+// for it to run what cluster.yml asks for (plan.Compute). It changes
+// nothing, on the nodes or in the state directory.
+func (s *Session) Plan(ctx context.Context) (*Planned, error) {
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+	}
+	o, rp, err := s.observe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range d.Nodes {
+		files, err := s.nodeFiles(rp.set, &d.Nodes[i])
+		if err != nil {
+			return nil, stalls(ReasonInvalidSpec, err)
+		}
+		d.Nodes[i].Files = files
+	}
+	pl := &Planned{
+		Plan: plan.Compute(d, o), Desired: d, Observed: o,
+		PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, newCA: rp.newCA,
+		Warnings: etcdWarnings(s.c),
+	}
+	if k := o.Kubernetes; k != nil && k.Link != nil {
+		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes)
+	}
+	return pl, nil
+}
+
+// observe reads, once, everything a plan is computed from: the nodes (of
+// cluster.yml and those the last apply left), the cluster's PKI (the state
+// directory's, or recovered from a node), the etcd membership and the
+// Nodes the API server lists. The observed value is complete when it
+// returns; what could not be read is recorded in it.
+func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, error) {
+	o := s.observeNodes(ctx)
+	rp, err := s.resolvePKI(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.observeEtcd(ctx, rp.set, o)
+	s.observeKubernetes(ctx, rp.set, o)
+	return o, rp, nil
+}
+
+// nodeFiles are the files a node gets: its certificates and kubeconfigs,
+// and the configuration files its components read.
+func (s *Session) nodeFiles(set *pki.Set, n *desired.Node) (map[string][]byte, error) {
+	var pn pki.Node
+	for _, r := range s.req.Nodes {
+		if r.Address == n.Address {
+			pn = r
+		}
+	}
+	files, err := pki.NodeFiles(set, s.req, pn)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := desired.ConfigFiles(s.c, n)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Address, err)
+	}
+	for p, b := range conf {
+		files[p] = b
+	}
+	return files, nil
+}
+
+// etcdWarnings are what the cluster's etcd layout is worth a word about.
+func etcdWarnings(c *spec.Cluster) []string {
+	var want []etcdmember.Want
+	for _, n := range c.Nodes {
+		if slices.Contains(n.Role, spec.RoleEtcd) {
+			want = append(want, etcdmember.Want{Node: n.Address})
+		}
+	}
+	return etcdmember.Warnings(want)
+}
