@@ -80,7 +80,7 @@ checked and nothing must change.`,
 			default:
 				renderPlanned(cmd.OutOrStdout(), pl)
 			}
-			if !p.Empty() || len(pl.NodeChanges) > 0 || req != nil && req.Done == nil {
+			if pl.Changes() || req != nil && req.Done == nil {
 				return &exitError{code: 2}
 			}
 			if !pl.Complete() {

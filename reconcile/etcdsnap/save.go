@@ -11,10 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -204,32 +201,31 @@ func (cl *Cluster) healthyMember(ctx context.Context, members []etcdNode) (etcdN
 // refuseExisting fails when a snapshot of that name is on any etcd node
 // that answers: a snapshot is never overwritten.
 func (cl *Cluster) refuseExisting(ctx context.Context, members []etcdNode, name string) error {
-	g, gctx := errgroup.WithContext(ctx)
-	var mu sync.Mutex
-	var found []string
-	for _, m := range members {
-		g.Go(func() error {
-			e, err := cl.Engine(gctx, m.node.Address)
-			if err != nil {
-				return nil // unreachable: its copy fails later, with the reason
+	has := make([]bool, len(members))
+	if err := fanout.Each(ctx, members, cl.MaxParallel, func(ctx context.Context, i int, m etcdNode) error {
+		e, err := cl.Engine(ctx, m.node.Address)
+		if err != nil {
+			return nil // unreachable: its copy fails later, with the reason
+		}
+		for _, f := range []string{name, name + SidecarSuffix} {
+			_, err := dockerop.StatFile(ctx, e, m.node.Address, cl.HelperImage, path.Join(Dir, f))
+			switch {
+			case err == nil:
+				has[i] = true
+				return nil
+			case !errors.Is(err, fs.ErrNotExist):
+				return fmt.Errorf("node %s: %w", m.node.Address, err)
 			}
-			for _, f := range []string{name, name + SidecarSuffix} {
-				_, err := dockerop.StatFile(gctx, e, m.node.Address, cl.HelperImage, path.Join(Dir, f))
-				switch {
-				case err == nil:
-					mu.Lock()
-					found = append(found, m.node.Address)
-					mu.Unlock()
-					return nil
-				case !errors.Is(err, fs.ErrNotExist):
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+		}
+		return nil
+	}); err != nil {
 		return err
+	}
+	var found []string
+	for i, m := range members {
+		if has[i] {
+			found = append(found, m.node.Address)
+		}
 	}
 	if len(found) > 0 {
 		slices.Sort(found)

@@ -14,10 +14,10 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/errdefs"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/transport"
 )
 
@@ -72,20 +72,15 @@ func Observe(ctx context.Context, t transport.Transport, r Request) *Cluster {
 		}
 	}
 	results := make([]*Node, len(addrs))
-	g, gctx := errgroup.WithContext(ctx)
-	maxParallel := r.MaxParallel
-	if maxParallel <= 0 {
-		maxParallel = -1
-	}
-	g.SetLimit(maxParallel)
-	for i, addr := range addrs {
-		g.Go(func() error {
-			results[i] = observeNode(gctx, t, r, addr)
-			return nil // a node's failure is its result, not the group's
-		})
-	}
-	_ = g.Wait() // the goroutines return nil
+	// A node's failure is its result; only ctx's end skips nodes.
+	_ = fanout.Each(ctx, addrs, r.MaxParallel, func(ctx context.Context, i int, addr string) error {
+		results[i] = observeNode(ctx, t, r, addr)
+		return nil
+	})
 	for i, n := range results {
+		if n == nil {
+			n = (&Node{Address: addrs[i]}).unreachable(fmt.Errorf("node %s: not observed: %w", addrs[i], ctx.Err()))
+		}
 		out.Nodes[addrs[i]] = n
 	}
 	return out
