@@ -104,8 +104,8 @@ func Versions() []string {
 	return out
 }
 
-// Default is RKE's default kubernetes_version.
-func Default() string { return defaultVersion }
+// Default is RKE's default kubernetes_version, DefaultVersion.
+func Default() string { return DefaultVersion }
 
 // Images returns RKE's images of version, which must be spelled exactly as
 // RKE spells it: RKE looks the version up as it is written

@@ -5,8 +5,8 @@ package rkemeta
 // RKEVersion is the RKE release whose metadata this package holds.
 const RKEVersion = "v1.8.1"
 
-// defaultVersion is RKE's RKEDefaultK8sVersions["default"].
-const defaultVersion = "v1.32.3-rancher1-1"
+// DefaultVersion is RKE's default kubernetes_version (its RKEDefaultK8sVersions["default"]).
+const DefaultVersion = "v1.32.3-rancher1-1"
 
 // MinMinor is the oldest Kubernetes 1.x minor version whose metadata is kept.
 const MinMinor = 24
