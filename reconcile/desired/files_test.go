@@ -207,7 +207,9 @@ plugins:
     exemptions: {namespaces: [ingress-nginx, kube-system]}
     kind: PodSecurityConfiguration
   name: PodSecurity`},
-		{"v1beta1 before Kubernetes 1.25", func(c *spec.Cluster) { c.KubernetesVersion = "v1.24.17-rancher1-1" }, `
+		{"v1beta1 before Kubernetes 1.25, by the version the image runs", func(c *spec.Cluster) {
+			c.SystemImages.Kubernetes = "rancher/hyperkube:v1.24.17-rancher1"
+		}, `
 plugins:
 - configuration:
     apiVersion: pod-security.admission.config.k8s.io/v1beta1
