@@ -521,7 +521,7 @@ func (v *validator) network(c *Cluster) {
 			v.errorf("network.plugin", "Of RKE's network plugins, calico and aci support dual stack; or give one range in service_cluster_ip_range and cluster_cidr.",
 				"Network plugin [%s] does not support IPv6 (dualstack)", n.Plugin)
 		case n.Plugin == "aci" && !inRange(c.KubernetesVersion, rangeACIDualStack):
-			v.errorf("kubernetes_version", "The ACI CNI supports dual stack from v1.24.13-rancher2-2 and v1.25.9-rancher2-2 on.",
+			v.errorf("kubernetes_version", "RKE's ACI CNI supports dual stack in v1.24.13-rancher2-2 to the end of 1.24, and from v1.25.9-rancher2-2 on.",
 				"Cluster version [%s] does not have dualstack supported aci cni version", c.KubernetesVersion)
 		}
 	}
