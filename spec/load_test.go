@@ -418,3 +418,25 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestCloudProvidersWithoutConfig: the names RKE runs without a config
+// block are accepted at validate; the in-tree aws only before 1.27.
+func TestCloudProvidersWithoutConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, version string
+		ok            bool
+	}{
+		{"external", DefaultKubernetesVersion, true},
+		{"external-aws", DefaultKubernetesVersion, true},
+		{"aws", "v1.26.15-rancher1-1", true},
+		{"aws", "v1.27.6-rancher1-1", false},
+		{"azure", DefaultKubernetesVersion, false},
+		{"gce", DefaultKubernetesVersion, false},
+	} {
+		yml := "kubernetes_version: " + tc.version + "\nnodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]\ncloud_provider: {name: " + tc.name + "}\n"
+		_, diags := Parse([]byte(yml), "cluster.yml")
+		if diags.HasErrors() == tc.ok {
+			t.Errorf("cloud_provider.name %s on %s: errors %v, want accepted %v", tc.name, tc.version, diags, tc.ok)
+		}
+	}
+}
