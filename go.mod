@@ -3,6 +3,7 @@ module github.com/rigger/rigger
 go 1.26.8
 
 require (
+	github.com/blang/semver v3.5.1+incompatible
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-git/go-git/v5 v5.19.3

@@ -2,10 +2,8 @@ package reconcile
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/rigger/rigger/reconcile/pki"
@@ -55,9 +53,6 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if p := strings.TrimSuffix(c.PrefixPath, "/"); p != "" {
-		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("prefix_path %q: rigger does not write files under a prefix path yet; remove prefix_path", c.PrefixPath))
 	}
 	last, err := loadNodes(opts.StateDir)
 	if err != nil {

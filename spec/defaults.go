@@ -71,11 +71,8 @@ func SetDefaults(c *Cluster) {
 	def(&c.KubernetesVersion, DefaultKubernetesVersion)
 	def(&c.AddonJobTimeout, DefaultAddonJobTimeout)
 	defBool(&c.IgnoreDockerVersion, true)
-	if c.EnableCRIDockerd == nil {
-		// Kubernetes 1.24 removed dockershim: RKE turns cri-dockerd on from there.
-		v, err := parseVersion(c.KubernetesVersion)
-		defBool(&c.EnableCRIDockerd, err == nil && (v.major > 1 || v.minor >= 24))
-	}
+	// Kubernetes 1.24 removed dockershim: RKE turns cri-dockerd on from there.
+	defBool(&c.EnableCRIDockerd, inRange(c.KubernetesVersion, rangeCRIDockerd))
 
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
@@ -109,10 +106,10 @@ func SetDefaults(c *Cluster) {
 	def(&c.Authorization.Mode, DefaultAuthorizationMode)
 
 	def(&c.Ingress.Provider, DefaultIngressProvider)
-	if v, err := parseVersion(c.KubernetesVersion); err == nil && v.major == 1 && v.minor < 21 {
-		def(&c.Ingress.NetworkMode, "hostNetwork")
+	if inRange(c.KubernetesVersion, rangeIngressHostPort) {
+		def(&c.Ingress.NetworkMode, "hostPort")
 	}
-	def(&c.Ingress.NetworkMode, "hostPort") // RKE's default from Kubernetes 1.21 on
+	def(&c.Ingress.NetworkMode, "hostNetwork") // RKE's default before Kubernetes 1.21
 	def(&c.Ingress.HTTPPort, 80)
 	def(&c.Ingress.HTTPSPort, 443)
 	defBool(&c.Ingress.DefaultBackend, true)
@@ -202,9 +199,19 @@ func setServiceDefaults(s *Services) {
 }
 
 // setImageDefaults fills system_images from the version table and each
-// component's image from system_images.
+// component's image from system_images. As RKE's setClusterImageDefaults:
+// only a kubernetes_version written exactly as in the table fills them (any
+// other version needs them set, which validation checks), a key the user
+// set is kept, and the images of the table are prefixed with the URL of the
+// first private registry marked is_default.
 func setImageDefaults(c *Cluster) {
-	if known, ok := imagesFor(c.KubernetesVersion); ok {
+	if known, ok := KnownImages(c.KubernetesVersion); ok {
+		for _, r := range c.PrivateRegistries {
+			if r.IsDefault {
+				prefixImages(&known, r.URL)
+				break
+			}
+		}
 		fillZero(reflect.ValueOf(&c.SystemImages).Elem(), reflect.ValueOf(known))
 	}
 	im := c.SystemImages
@@ -216,6 +223,19 @@ func setImageDefaults(c *Cluster) {
 	def(&s.Kubelet.Image, im.Kubernetes)
 	def(&s.Kubeproxy.Image, im.Kubernetes)
 	def(&s.Kubelet.InfraContainerImage, im.PodInfraContainer)
+}
+
+// prefixImages puts registry/ before every image of im (RKE's d()).
+func prefixImages(im *SystemImages, registry string) {
+	if registry == "" {
+		return
+	}
+	v := reflect.ValueOf(im).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.String() != "" {
+			f.SetString(registry + "/" + f.String())
+		}
+	}
 }
 
 // fillZero sets every zero field of struct dst to src's.

@@ -3,12 +3,14 @@ package spec
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/internal/golden"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // checkGolden compares got with the file at path (golden.Check).
@@ -148,8 +150,13 @@ services:
 		{"authentication", c.Authentication.Strategy, "x509"},
 		{"authorization", c.Authorization.Mode, "rbac"},
 		{"kubernetes_version", c.KubernetesVersion, DefaultKubernetesVersion},
-		{"kubernetes image from the version", c.SystemImages.Kubernetes, "rancher/hyperkube:v1.31.5-rancher1"},
-		{"component image from system_images", c.Services.KubeAPI.Image, "rancher/hyperkube:v1.31.5-rancher1"},
+		{"kubernetes_version is RKE v1.8.1's default", c.KubernetesVersion, "v1.32.3-rancher1-1"},
+		{"kubernetes image from the version", c.SystemImages.Kubernetes, "rancher/hyperkube:v1.32.3-rancher1"},
+		{"etcd image from the version", c.SystemImages.Etcd, "rancher/mirrored-coreos-etcd:v3.5.16"},
+		{"rke-tools from the version", c.SystemImages.Alpine, "rancher/rke-tools:v0.1.111"},
+		{"component image from system_images", c.Services.KubeAPI.Image, "rancher/hyperkube:v1.32.3-rancher1"},
+		{"cri-dockerd from 1.24 on", *c.EnableCRIDockerd, true},
+		{"ingress network mode from 1.21 on", c.Ingress.NetworkMode, "hostPort"},
 		{"etcd image", c.Services.Etcd.Image, c.SystemImages.Etcd},
 		{"host key policy", c.Rigger.SSH.HostKeyPolicy, "strict"},
 		{"connect timeout", c.Rigger.SSH.ConnectTimeout.Std(), DefaultConnectTimeout},
@@ -165,7 +172,7 @@ services:
 
 func TestUserValuesWinOverDefaults(t *testing.T) {
 	c, diags := Parse([]byte(`
-kubernetes_version: v1.31.5
+kubernetes_version: v1.31.5-rancher1-1
 nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]
 system_images:
   kubernetes: registry.internal/hyperkube:v1.31.5
@@ -193,12 +200,65 @@ upgrade_strategy:
 	if got := c.Services.Scheduler.Image; got != "registry.internal/scheduler:custom" {
 		t.Errorf("scheduler image = %q, want the service's own", got)
 	}
-	if got := c.SystemImages.Etcd; got != "rancher/mirrored-coreos-etcd:v3.5.16" {
-		t.Errorf("etcd image = %q: upstream's spelling v1.31.5 should find RKE's v1.31.5-rancher1-1 images", got)
+	if got := c.SystemImages.Etcd; got != "rancher/mirrored-coreos-etcd:v3.5.15" {
+		t.Errorf("etcd image = %q, want RKE's of v1.31.5-rancher1-1", got)
 	}
 	if c.UpgradeStrategy.MaxUnavailableWorker != "3" || !*c.UpgradeStrategy.Drain {
 		t.Errorf("upgrade_strategy = %+v", c.UpgradeStrategy)
 	}
+}
+
+// TestVersionTable checks the images of the version table against RKE's
+// rules: exact version keys only, keys the user set kept, the default
+// registry's prefix on the table's images.
+func TestVersionTable(t *testing.T) {
+	parse := func(t *testing.T, yml string) *Cluster {
+		t.Helper()
+		c, diags := Parse([]byte("nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]\n"+yml), "cluster.yml")
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		return c
+	}
+	t.Run("every image of RKE's table", func(t *testing.T) {
+		for _, v := range KubernetesVersions() {
+			c := parse(t, "kubernetes_version: "+v+"\n")
+			want, _ := KnownImages(v)
+			if diff := cmp.Diff(want, c.SystemImages); diff != "" {
+				t.Errorf("%s: (-table +cluster)\n%s", v, diff)
+			}
+		}
+	})
+	t.Run("every RKE image key has a system_images key", func(t *testing.T) {
+		rt, st := reflect.TypeFor[rkemeta.SystemImages](), reflect.TypeFor[SystemImages]()
+		for i := range rt.NumField() {
+			if _, ok := st.FieldByName(rt.Field(i).Name); !ok {
+				t.Errorf("RKE's image %s has no field in SystemImages", rt.Field(i).Name)
+			}
+		}
+		im, _ := rkemeta.Images(DefaultKubernetesVersion)
+		known, _ := KnownImages(DefaultKubernetesVersion)
+		rv, sv := reflect.ValueOf(im), reflect.ValueOf(known)
+		for i := range rt.NumField() {
+			if got := sv.FieldByName(rt.Field(i).Name).String(); got != rv.Field(i).String() {
+				t.Errorf("%s = %q, RKE says %q", rt.Field(i).Name, got, rv.Field(i).String())
+			}
+		}
+	})
+	t.Run("the default registry prefixes the table's images only", func(t *testing.T) {
+		c := parse(t, `kubernetes_version: v1.30.11-rancher1-1
+system_images: {etcd: mine/etcd:v3.5.16}
+private_registries:
+  - {url: other.example}
+  - {url: registry.internal:5000, is_default: true}
+`)
+		if c.SystemImages.Etcd != "mine/etcd:v3.5.16" {
+			t.Errorf("etcd = %s, want the user's", c.SystemImages.Etcd)
+		}
+		if want := "registry.internal:5000/rancher/hyperkube:v1.30.11-rancher1"; c.SystemImages.Kubernetes != want {
+			t.Errorf("kubernetes = %s, want %s", c.SystemImages.Kubernetes, want)
+		}
+	})
 }
 
 func TestMergeKeysAndAnchors(t *testing.T) {
@@ -344,4 +404,26 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("a valid cluster does not load again after Marshal:\n%v\n%s", diags, out)
 		}
 	})
+}
+
+// TestCloudProvidersWithoutConfig: the names RKE runs without a config
+// block are accepted at validate; the in-tree aws only before 1.27.
+func TestCloudProvidersWithoutConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, version string
+		ok            bool
+	}{
+		{"external", DefaultKubernetesVersion, true},
+		{"external-aws", DefaultKubernetesVersion, true},
+		{"aws", "v1.26.15-rancher1-1", true},
+		{"aws", "v1.27.6-rancher1-1", false},
+		{"azure", DefaultKubernetesVersion, false},
+		{"gce", DefaultKubernetesVersion, false},
+	} {
+		yml := "kubernetes_version: " + tc.version + "\nnodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]\ncloud_provider: {name: " + tc.name + "}\n"
+		_, diags := Parse([]byte(yml), "cluster.yml")
+		if diags.HasErrors() == tc.ok {
+			t.Errorf("cloud_provider.name %s on %s: errors %v, want accepted %v", tc.name, tc.version, diags, tc.ok)
+		}
+	}
 }

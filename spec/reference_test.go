@@ -35,7 +35,8 @@ them, so one file can serve both while you move.
 Decoding is strict: an unknown or misspelled key, a value of the wrong type or
 a key given twice is an error that names the file, line, column and path, with
 the closest known key (` + "`rigger validate -f cluster.yml`" + `). ` + "`rigger config defaults`" + `
-prints a file with every default filled in.
+prints a file with every default filled in. Which Kubernetes versions rigger
+knows, and how their images and flags are chosen: [versions.md](versions.md).
 
 Types: *string*, *bool* (true/false; yes/no/on/off are read too), *int*,
 *duration* (` + "`10s`, `1m30s`" + `), *list*, *map* (key: value), *object*

@@ -19,9 +19,9 @@ type Cluster struct {
 	Authentication Authentication `json:"authentication,omitempty"`
 	// How the API server authorizes requests.
 	Authorization Authorization `json:"authorization,omitempty"`
-	// Kubernetes version to run, in RKE's form (`v1.31.5-rancher1-1`) or upstream's (`v1.31.5`). The images of a known version are filled in from rigger's version table; any other version needs `system_images` set.
+	// Kubernetes version to run, 1.24 or later, written as RKE writes it (`v1.32.3-rancher1-1`). A version of rigger's version table, which is RKE v1.8.1's (`rigger config versions` lists it), fills every `system_images` key left empty; any other version (`v1.31.4`, or `v1.31.5` for RKE's `v1.31.5-rancher1-1`) needs `system_images` set for every component the cluster runs, as in RKE.
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
-	// Container images of the cluster's components. Keys left empty take the image of `kubernetes_version`.
+	// Container images of the cluster's components. Keys left empty take the image of `kubernetes_version` in the version table, prefixed with the URL of the first private registry marked `is_default`, as in RKE. The components' default flags follow the version the `kubernetes` image's tag names (RKE's rule), so `v1.31.4` runs 1.31's flags whatever `kubernetes_version` says.
 	SystemImages SystemImages `json:"system_images,omitempty"`
 	// Registries to pull images from, with credentials.
 	PrivateRegistries []PrivateRegistry `json:"private_registries,omitempty"`
@@ -231,7 +231,7 @@ type SystemImages struct {
 	MetricsServer string `json:"metrics_server,omitempty"`
 	// Pause image on Windows nodes.
 	WindowsPodInfraContainer string `json:"windows_pod_infra_container,omitempty"`
-	// Tigera operator (Calico installed by its operator).
+	// Tigera operator (Calico installed by its operator). Not in RKE v1.8.1's table, which never fills it.
 	TigeraOperator string `json:"calico_tigera_operator,omitempty"`
 	// Cisco ACI CNI deployer.
 	AciCniDeployContainer string `json:"aci_cni_deploy_container,omitempty"`

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // validator checks a decoded, defaulted cluster as a whole.
@@ -110,6 +112,7 @@ func (v *validator) validate(c *Cluster) {
 	v.bastion(c)
 	v.misc(c)
 	v.rigger(c)
+	v.notWritten(c)
 }
 
 func (v *validator) clusterName(c *Cluster) {
@@ -119,67 +122,43 @@ func (v *validator) clusterName(c *Cluster) {
 	}
 }
 
+// version checks kubernetes_version as RKE does (it must be `v` and a
+// semantic version, and a version outside the table needs its images set),
+// and that rigger can run it: Kubernetes 1.24 or later, with RKE's default
+// flags for the version the kubernetes image runs.
 func (v *validator) version(c *Cluster) {
-	if _, err := parseVersion(c.KubernetesVersion); err != nil {
-		v.errorf("kubernetes_version", "Write it as v1.31.5 or v1.31.5-rancher1-1.", "%v", err)
+	kv, err := rkemeta.ParseVersion(c.KubernetesVersion)
+	if err != nil {
+		v.errorf("kubernetes_version", "Write it as RKE does, with the leading v: v1.32.3-rancher1-1, or v1.31.4 with system_images set.", "%v", err)
 		return
 	}
-	if _, known := imagesFor(c.KubernetesVersion); known {
+	if kv.Major != 1 || kv.Minor < rkemeta.MinMinor {
+		v.errorf("kubernetes_version", fmt.Sprintf("Upgrade the cluster to Kubernetes 1.%d or later with RKE first (the oldest version rigger knows is %s), then move it to rigger.", rkemeta.MinMinor, KubernetesVersions()[0]),
+			"%s: rigger runs Kubernetes 1.%d and later", c.KubernetesVersion, rkemeta.MinMinor)
 		return
 	}
-	if missing := missingImages(c); len(missing) > 0 {
-		v.errorf("kubernetes_version",
-			fmt.Sprintf("Use one of %s, or set system_images: %s.", strings.Join(KubernetesVersions(), ", "), strings.Join(missing, ", ")),
-			"%s is an unsupported Kubernetes version and system images are not populated: %s is not populated",
-			c.KubernetesVersion, missing[0])
-	}
-}
-
-// missingImages lists the system_images keys the cluster needs and lacks.
-func missingImages(c *Cluster) []string {
-	im := c.SystemImages
-	need := map[string]string{
-		"etcd": im.Etcd, "kubernetes": im.Kubernetes, "pod_infra_container": im.PodInfraContainer,
-		"alpine": im.Alpine, "nginx_proxy": im.NginxProxy, "cert_downloader": im.CertDownloader,
-		"kubernetes_services_sidecar": im.KubernetesServicesSidecar,
-	}
-	switch c.Network.Plugin {
-	case "flannel":
-		need["flannel"], need["flannel_cni"] = im.Flannel, im.FlannelCNI
-	case "canal":
-		need["canal_node"], need["canal_cni"], need["canal_flannel"] = im.CanalNode, im.CanalCNI, im.CanalFlannel
-	case "calico":
-		if im.TigeraOperator == "" {
-			need["calico_node"], need["calico_cni"], need["calico_ctl"], need["calico_controllers"] = im.CalicoNode, im.CalicoCNI, im.CalicoCtl, im.CalicoControllers
-		}
-	case "weave":
-		need["weave_node"], need["weave_cni"] = im.WeaveNode, im.WeaveCNI
-	}
-	if c.DNS != nil {
-		switch c.DNS.Provider {
-		case "coredns":
-			need["coredns"], need["coredns_autoscaler"] = im.CoreDNS, im.CoreDNSAutoscaler
-		case "kube-dns":
-			need["kubedns"], need["dnsmasq"], need["kubedns_sidecar"], need["kubedns_autoscaler"] = im.KubeDNS, im.DNSmasq, im.KubeDNSSidecar, im.KubeDNSAutoscaler
-		}
-		if c.DNS.Nodelocal != nil {
-			need["nodelocal"] = im.Nodelocal
+	if _, known := KnownImages(c.KubernetesVersion); !known {
+		if missing, first := missingImages(c); len(missing) > 0 {
+			v.errorf("kubernetes_version", versionDetail(c.KubernetesVersion, missing),
+				"%s is an unsupported Kubernetes version and system images are not populated: %s", c.KubernetesVersion, first)
+			return
 		}
 	}
-	if c.Monitoring.Provider != "none" {
-		need["metrics_server"] = im.MetricsServer
+	// RKE picks the components' default flags by the tag of the
+	// kubernetes image first; rigger knows them from 1.24 on.
+	if c.SystemImages.Kubernetes == "" {
+		return
 	}
-	if c.Ingress.Provider != "none" {
-		need["ingress"], need["ingress_backend"] = im.Ingress, im.IngressBackend
-	}
-	var missing []string
-	for k, val := range need {
-		if val == "" {
-			missing = append(missing, k)
+	if _, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes); err != nil {
+		p, detail := "kubernetes_version", ""
+		if tag := rkemeta.ImageTag(c.SystemImages.Kubernetes); rkemeta.Series(tag) != "" {
+			p = "system_images.kubernetes"
+			detail = fmt.Sprintf("The tag %s of the image says Kubernetes %s, and RKE takes the components' default flags from the image's tag. ", tag, series)
 		}
+		newest := strings.TrimPrefix(rkemeta.Series(KubernetesVersions()[len(KubernetesVersions())-1]), "v")
+		detail += fmt.Sprintf("RKE %s has default flags for Kubernetes 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, rkemeta.MinMinor, newest)
+		v.errorf(p, detail, "%s: no default component flags for Kubernetes %s", c.SystemImages.Kubernetes, series)
 	}
-	slices.Sort(missing)
-	return missing
 }
 
 var roles = []string{RoleEtcd, RoleControlPlane, RoleWorker}
@@ -277,6 +256,7 @@ func (v *validator) nodes(c *Cluster) {
 		v.warnf("nodes", fmt.Sprintf("%d etcd members tolerate no more failures than %d; use an odd number.", count[RoleEtcd], count[RoleEtcd]-1),
 			"the cluster has an even number of etcd nodes (%d)", count[RoleEtcd])
 	}
+	v.etcdCertNames(c)
 	if count[RoleControlPlane] == 0 {
 		v.errorf("nodes", "Give at least one node the controlplane role.", "Cluster must have at least one control plane host: please specify one or more controlplane in cluster config")
 	}
@@ -388,8 +368,35 @@ func (v *validator) services(c *Cluster) {
 	}
 	if se := api.SecretsEncryptionConfig; se != nil {
 		v.object("services.kube-api.secrets_encryption_config.custom_config", se.CustomConfig)
+		if se.Enabled && se.CustomConfig == nil {
+			v.errorf("services.kube-api.secrets_encryption_config.enabled",
+				"rigger does not generate the encryption key yet (it would have to keep it in its state and on every controlplane node): give your own EncryptionConfiguration in secrets_encryption_config.custom_config, or set enabled: false.",
+				"encryption of Secrets at rest with a key rigger generates is not supported yet")
+		}
+	}
+	if p, ok := api.AdmissionConfiguration["plugins"]; ok && p != nil {
+		if _, list := p.([]any); !list {
+			v.errorf("services.kube-api.admission_configuration", "Write plugins as a list of {name, configuration}.", "admission_configuration.plugins is not a list")
+		}
+	}
+	// RKE's validatePodSecurity. RKE defaults pod_security_configuration to
+	// privileged unless kube-api's extra_args name an admission config file.
+	level := api.PodSecurityConfiguration
+	if _, own := api.ExtraArgs["admission-control-config-file"]; level == "" && !own {
+		level = "privileged"
+	}
+	if level != "" && c.Authorization.Mode == "none" {
+		p := "authorization.mode"
+		if api.PodSecurityConfiguration != "" {
+			p = "services.kube-api.pod_security_configuration"
+		}
+		v.errorf(p, "RKE sets the PodSecurity admission plugin up on every cluster from Kubernetes 1.23 on, and it needs RBAC: use authorization.mode rbac, or give your own admission-control-config-file in services.kube-api.extra_args.",
+			"PodSecurity can't be enabled with RBAC support disabled")
 	}
 }
+
+// rbacMode is the authorization.mode that turns RBAC on.
+const rbacMode = "rbac"
 
 func portRange(lo, hi string) bool {
 	a, err1 := strconv.Atoi(lo)
@@ -497,6 +504,27 @@ func (v *validator) network(c *Cluster) {
 	if n.MTU < 0 {
 		v.errorf("network.mtu", "", "mtu must not be negative")
 	}
+	if n.Plugin == "weave" {
+		// RKE's validateNetworkOptions.
+		if !inRange(c.KubernetesVersion, rangeWeave) {
+			v.errorf("network.plugin", "Weave Net is unmaintained and RKE removed it: move to canal (RKE's default), flannel or calico before Kubernetes 1.30.",
+				"weave CNI support is removed for k8s version >=1.30.0")
+		} else if inRange(c.KubernetesVersion, rangeWeaveDeprecated) {
+			v.warnf("network.plugin", "Plan the move to canal, flannel or calico: Kubernetes 1.30 and later refuse weave.",
+				"Weave CNI plugin is deprecated starting with Kubernetes v1.27 and will be removed in Kubernetes v1.30")
+		}
+	}
+	if strings.Contains(c.Services.KubeAPI.ServiceClusterIPRange, ",") || strings.Contains(c.Services.KubeController.ClusterCIDR, ",") {
+		// Two ranges are dual stack (RKE's validateNetworkOptions).
+		switch {
+		case n.Plugin != "calico" && n.Plugin != "aci":
+			v.errorf("network.plugin", "Of RKE's network plugins, calico and aci support dual stack; or give one range in service_cluster_ip_range and cluster_cidr.",
+				"Network plugin [%s] does not support IPv6 (dualstack)", n.Plugin)
+		case n.Plugin == "aci" && !inRange(c.KubernetesVersion, rangeACIDualStack):
+			v.errorf("kubernetes_version", "RKE's ACI CNI supports dual stack in v1.24.13-rancher2-2 to the end of 1.24, and from v1.25.9-rancher2-2 on.",
+				"Cluster version [%s] does not have dualstack supported aci cni version", c.KubernetesVersion)
+		}
+	}
 	if cp := n.CalicoNetworkProvider; cp != nil {
 		v.oneOf("network.calico_network_provider.install_method", cp.InstallMethod, true, "operator", "legacy")
 	}
@@ -528,8 +556,14 @@ func (v *validator) auth(c *Cluster) {
 	if !slices.Contains(strategies, "x509") {
 		v.errorf("authentication.strategy", "Use x509, or x509|webhook.", "Authentication strategy must contain [x509]")
 	}
-	if slices.Contains(strategies, "webhook") && (c.Authentication.Webhook == nil || c.Authentication.Webhook.ConfigFile == "") {
+	switch w := c.Authentication.Webhook; {
+	case slices.Contains(strategies, "webhook") && w == nil:
 		v.errorf("authentication.webhook", "Give authentication.webhook.config_file.", "the webhook strategy needs a webhook config")
+	case w != nil && w.ConfigFile == "":
+		// RKE falls back to its template for Rancher's kube-api-auth; rigger
+		// has no such default.
+		v.errorf("authentication.webhook.config_file", "Give the webhook's kubeconfig inline in config_file, or remove authentication.webhook (RKE's default file points at Rancher's kube-api-auth, which rigger does not deploy).",
+			"authentication.webhook has no config_file")
 	}
 	for i, san := range c.Authentication.SANs {
 		if net.ParseIP(san) == nil && len(dns1123SubdomainErrors(strings.ToLower(strings.TrimPrefix(san, "*.")))) > 0 {
@@ -599,8 +633,50 @@ func (v *validator) addons(c *Cluster) {
 				"cloud_provider.%s is given but cloud_provider.name is %q", cfg.key, cp.Name)
 		}
 	}
-	if cp.Name != "" && cp.CustomCloudProvider == "" {
-		v.oneOf("cloud_provider.name", cp.Name, true, "aws", "azure", "openstack", "vsphere", "harvester", "external", "external-aws")
+	v.cloudProvider(c)
+}
+
+// cloudProvider checks cloud_provider as RKE's setCloudProvider does, and
+// refuses what rigger cannot write yet.
+func (v *validator) cloudProvider(c *Cluster) {
+	cp := &c.CloudProvider
+	if cp.CustomCloudProvider != "" {
+		if cp.Name == "" {
+			v.errorf("cloud_provider.name", "Name the provider that reads customCloudProvider (external, or the in-tree provider's name).",
+				"name of the cloud provider is not defined for custom provider")
+		}
+	} else if cp.Name != "" {
+		if !v.oneOf("cloud_provider.name", cp.Name, true, "aws", "azure", "openstack", "vsphere", "harvester", "external", "external-aws") {
+			return
+		}
+		// Typed configs: RKE writes the cloud config file from them; rigger
+		// does not yet.
+		for _, cfg := range []struct {
+			name, key string
+			set       bool
+		}{
+			{"aws", "awsCloudProvider", cp.AWSCloudProvider != nil},
+			{"azure", "azureCloudProvider", cp.AzureCloudProvider != nil},
+			{"openstack", "openstackCloudProvider", cp.OpenstackCloudProvider != nil},
+			{"vsphere", "vsphereCloudProvider", cp.VsphereCloudProvider != nil},
+			{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
+		} {
+			switch {
+			case cfg.set && cp.Name == cfg.name:
+				v.errorf("cloud_provider."+cfg.key, "Give the provider's cloud config file inline in cloud_provider.customCloudProvider instead (keeping name: "+cfg.name+").",
+					"rigger does not write the cloud config from %s yet", cfg.key)
+			case !cfg.set && cp.Name == cfg.name && cfg.name != "aws":
+				// RKE's provider refuses to start without its config; aws
+				// runs with an empty cloud config file, as external does.
+				v.errorf("cloud_provider.name", "Give the provider's cloud config file inline in cloud_provider.customCloudProvider, or use name: external with the provider's cloud controller manager.",
+					"Failed to initialize cloud provider: cloud_provider.%s is empty", cfg.key)
+			}
+		}
+	}
+	// RKE's setCloudProvider: Kubernetes 1.27 removed the in-tree AWS provider.
+	if cp.Name == "aws" && inRange(c.KubernetesVersion, rangeNoInTreeAWS) {
+		v.errorf("cloud_provider.name", "Kubernetes 1.27 and later have no in-tree AWS cloud provider: use name: external-aws and deploy the AWS cloud controller manager.",
+			"Cloud provider aws is invalid for [%s]", c.KubernetesVersion)
 	}
 }
 
@@ -706,6 +782,41 @@ func (v *validator) misc(c *Cluster) {
 	}
 	if c.PrefixPath != "" && !path.IsAbs(c.PrefixPath) {
 		v.errorf("prefix_path", "", "prefix_path %q is not an absolute path", c.PrefixPath)
+	}
+}
+
+// notWritten refuses settings that rigger reads but cannot carry out yet,
+// so that they are refused when cluster.yml is read rather than when a plan
+// is made. (The planner's own refusals stay as a second line.)
+func (v *validator) notWritten(c *Cluster) {
+	if c.PrefixPath != "" {
+		v.errorf("prefix_path", "Remove prefix_path: rigger does not write its files under a prefix path yet.", "prefix_path is not supported by rigger yet")
+	}
+}
+
+// etcdCertNames refuses two etcd nodes whose certificates would have the
+// same name: RKE's (and rigger's) kube-etcd-<internal address or address>,
+// with '.' and ':' as '-'.
+func (v *validator) etcdCertNames(c *Cluster) {
+	if len(c.Services.Etcd.ExternalURLs) > 0 {
+		return
+	}
+	seen := map[string]int{}
+	for i, n := range c.Nodes {
+		if !slices.Contains(n.Role, RoleEtcd) || n.Address == "" {
+			continue
+		}
+		a := n.Address
+		if n.InternalAddress != "" && n.InternalAddress != n.Address {
+			a = n.InternalAddress
+		}
+		name := "kube-etcd-" + strings.NewReplacer(".", "-", ":", "-").Replace(strings.ToLower(a))
+		if j, dup := seen[name]; dup {
+			v.errorf(fmt.Sprintf("nodes[%d].address", i), fmt.Sprintf("nodes[%d] gets the same certificate name: an etcd certificate is named after the internal_address (or address), with '.' and ':' as '-'. Give the nodes addresses that differ after that.", j),
+				"the etcd certificate of this node would be named %s, as another node's", name)
+			continue
+		}
+		seen[name] = i
 	}
 }
 

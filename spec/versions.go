@@ -2,105 +2,227 @@ package spec
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
+	"strings"
+
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
-// DefaultKubernetesVersion is the kubernetes_version of a cluster.yml that sets none.
-const DefaultKubernetesVersion = "v1.31.5-rancher1-1"
+// DefaultKubernetesVersion is the kubernetes_version of a cluster.yml that
+// sets none: RKE v1.8.1's default.
+const DefaultKubernetesVersion = rkemeta.DefaultVersion
 
-// release is one Kubernetes version rigger knows the images of.
-type release struct {
-	version string
-	images  SystemImages
-}
+// Version ranges RKE v1.8.1 gates behaviour on, in blang/semver syntax
+// (rkemeta.MatchRange), as RKE writes them.
+const (
+	// rangeCRIDockerd: from here enable_cri_dockerd defaults to true
+	// (RKE's parsedRangeAtLeast124).
+	rangeCRIDockerd = ">= 1.24.0-rancher0"
+	// rangeIngressHostPort: from here ingress.network_mode defaults to
+	// hostPort, and the ingress webhook image is needed.
+	rangeIngressHostPort = ">=1.21.0-rancher0"
+	// rangeNoInTreeAWS: from here cloud_provider.name aws is refused.
+	rangeNoInTreeAWS = ">=1.27.0-rancher0"
+	// rangeWeave: weave is supported below this only.
+	rangeWeave = "<1.30.0-rancher0"
+	// rangeWeaveDeprecated: from here RKE warns that weave is deprecated
+	// (it compares with v1.27.0 as a version, not a range).
+	rangeWeaveDeprecated = ">=1.27.0"
+	// rangeACIDualStack: the versions whose ACI CNI supports dual stack.
+	rangeACIDualStack = ">=1.23.16-rancher2-3 <=1.23.99 || >=1.24.13-rancher2-2 <=1.24.99 || >=1.25.9-rancher2-2"
+)
 
-// releases returns rigger's version table: the published images RKE's
-// metadata (KDM) pins for each version. Other versions work when
-// system_images names every image they need.
-func releases() []release {
-	tools := "rancher/rke-tools:v0.1.105"
-	return []release{{
-		version: "v1.31.5-rancher1-1",
-		images: SystemImages{
-			Etcd:                      "rancher/mirrored-coreos-etcd:v3.5.16",
-			Alpine:                    tools,
-			NginxProxy:                tools,
-			CertDownloader:            tools,
-			KubernetesServicesSidecar: tools,
-			KubeDNS:                   "rancher/mirrored-k8s-dns-kube-dns:1.23.0",
-			DNSmasq:                   "rancher/mirrored-k8s-dns-dnsmasq-nanny:1.23.0",
-			KubeDNSSidecar:            "rancher/mirrored-k8s-dns-sidecar:1.23.0",
-			KubeDNSAutoscaler:         "rancher/mirrored-cluster-proportional-autoscaler:v1.9.0",
-			CoreDNS:                   "rancher/mirrored-coredns-coredns:1.11.3",
-			CoreDNSAutoscaler:         "rancher/mirrored-cluster-proportional-autoscaler:v1.9.0",
-			Nodelocal:                 "rancher/mirrored-k8s-dns-node-cache:1.23.0",
-			Kubernetes:                "rancher/hyperkube:v1.31.5-rancher1",
-			Flannel:                   "rancher/mirrored-flannel-flannel:v0.26.1",
-			FlannelCNI:                "rancher/flannel-cni:v1.4.1-rancher1",
-			CalicoNode:                "rancher/mirrored-calico-node:v3.29.1",
-			CalicoCNI:                 "rancher/calico-cni:v3.29.1-rancher1",
-			CalicoControllers:         "rancher/mirrored-calico-kube-controllers:v3.29.1",
-			CalicoCtl:                 "rancher/mirrored-calico-ctl:v3.29.1",
-			CalicoFlexVol:             "rancher/mirrored-calico-pod2daemon-flexvol:v3.29.1",
-			CanalNode:                 "rancher/mirrored-calico-node:v3.29.1",
-			CanalCNI:                  "rancher/calico-cni:v3.29.1-rancher1",
-			CanalControllers:          "rancher/mirrored-calico-kube-controllers:v3.29.1",
-			CanalFlannel:              "rancher/mirrored-flannel-flannel:v0.26.1",
-			CanalFlexVol:              "rancher/mirrored-calico-pod2daemon-flexvol:v3.29.1",
-			WeaveNode:                 "weaveworks/weave-kube:2.8.1",
-			WeaveCNI:                  "weaveworks/weave-npc:2.8.1",
-			PodInfraContainer:         "rancher/mirrored-pause:3.7",
-			Ingress:                   "rancher/nginx-ingress-controller:nginx-1.11.3-rancher1",
-			IngressBackend:            "rancher/mirrored-nginx-ingress-controller-defaultbackend:1.5-rancher2",
-			IngressWebhook:            "rancher/mirrored-ingress-nginx-kube-webhook-certgen:v1.4.4",
-			MetricsServer:             "rancher/mirrored-metrics-server:v0.7.2",
-			WindowsPodInfraContainer:  "rancher/mirrored-pause:3.7",
-			TigeraOperator:            "rancher/mirrored-calico-operator:v1.36.2",
-		},
-	}}
-}
+// KubernetesVersions lists the versions rigger fills system_images for:
+// every version RKE v1.8.1 knows from 1.24 on, oldest first.
+func KubernetesVersions() []string { return rkemeta.Versions() }
 
-// KubernetesVersions lists the versions in rigger's version table.
-func KubernetesVersions() []string {
-	var out []string
-	for _, r := range releases() {
-		out = append(out, r.version)
-	}
-	return out
-}
-
-// imagesFor returns the images of a known version; upstream's spelling
-// (`v1.31.5`) finds RKE's (`v1.31.5-rancher1-1`).
-func imagesFor(version string) (SystemImages, bool) {
-	v, err := parseVersion(version)
-	if err != nil {
+// KnownImages returns the images of a kubernetes_version of the version
+// table, which must be written exactly as RKE writes it
+// (v1.31.5-rancher1-1): RKE looks it up as it is written.
+func KnownImages(version string) (SystemImages, bool) {
+	im, ok := rkemeta.Images(version)
+	if !ok {
 		return SystemImages{}, false
 	}
-	for _, r := range releases() {
-		rv, _ := parseVersion(r.version)
-		if r.version == version || (v.suffix == "" && rv.core() == v.core()) {
-			return r.images, true
+	return SystemImages{
+		Etcd:                      im.Etcd,
+		Alpine:                    im.Alpine,
+		NginxProxy:                im.NginxProxy,
+		CertDownloader:            im.CertDownloader,
+		KubernetesServicesSidecar: im.KubernetesServicesSidecar,
+		KubeDNS:                   im.KubeDNS,
+		DNSmasq:                   im.DNSmasq,
+		KubeDNSSidecar:            im.KubeDNSSidecar,
+		KubeDNSAutoscaler:         im.KubeDNSAutoscaler,
+		CoreDNS:                   im.CoreDNS,
+		CoreDNSAutoscaler:         im.CoreDNSAutoscaler,
+		Nodelocal:                 im.Nodelocal,
+		Kubernetes:                im.Kubernetes,
+		Flannel:                   im.Flannel,
+		FlannelCNI:                im.FlannelCNI,
+		CalicoNode:                im.CalicoNode,
+		CalicoCNI:                 im.CalicoCNI,
+		CalicoControllers:         im.CalicoControllers,
+		CalicoCtl:                 im.CalicoCtl,
+		CalicoFlexVol:             im.CalicoFlexVol,
+		CanalNode:                 im.CanalNode,
+		CanalCNI:                  im.CanalCNI,
+		CanalControllers:          im.CanalControllers,
+		CanalFlannel:              im.CanalFlannel,
+		CanalFlexVol:              im.CanalFlexVol,
+		WeaveNode:                 im.WeaveNode,
+		WeaveCNI:                  im.WeaveCNI,
+		PodInfraContainer:         im.PodInfraContainer,
+		Ingress:                   im.Ingress,
+		IngressBackend:            im.IngressBackend,
+		IngressWebhook:            im.IngressWebhook,
+		MetricsServer:             im.MetricsServer,
+		WindowsPodInfraContainer:  im.WindowsPodInfraContainer,
+		AciCniDeployContainer:     im.AciCniDeployContainer,
+		AciHostContainer:          im.AciHostContainer,
+		AciOpflexContainer:        im.AciOpflexContainer,
+		AciMcastContainer:         im.AciMcastContainer,
+		AciOpenvSwitchContainer:   im.AciOpenvSwitchContainer,
+		AciControllerContainer:    im.AciControllerContainer,
+		AciGbpServerContainer:     im.AciGbpServerContainer,
+		AciOpflexServerContainer:  im.AciOpflexServerContainer,
+	}, true
+}
+
+// inRange reports whether kubernetes_version lies in an RKE version range;
+// false for a version that does not parse (validation reports it).
+func inRange(version, rng string) bool {
+	ok, err := rkemeta.MatchRange(version, rng)
+	return err == nil && ok
+}
+
+// sameSeries returns the versions of the table with version's major.minor,
+// for a "did you mean" (v1.31.5 → v1.31.5-rancher1-1 first).
+func sameSeries(version string) []string {
+	v, err := rkemeta.ParseVersion(version)
+	if err != nil {
+		return nil
+	}
+	var exact, series []string
+	for _, known := range KubernetesVersions() {
+		kv, _ := rkemeta.ParseVersion(known)
+		switch {
+		case kv.Major == v.Major && kv.Minor == v.Minor && kv.Patch == v.Patch:
+			exact = append(exact, known)
+		case kv.Major == v.Major && kv.Minor == v.Minor:
+			series = append(series, known)
 		}
 	}
-	return SystemImages{}, false
+	return append(exact, series...)
 }
 
-// k8sVersion is a parsed kubernetes_version.
-type k8sVersion struct {
-	major, minor, patch int
-	suffix              string // RKE's `-rancher1-1`, or empty
+// imageNeed is a system_images key the cluster needs, with RKE's words
+// for it when it is missing.
+type imageNeed struct {
+	key, value, missing string
 }
 
-func (v k8sVersion) core() string { return fmt.Sprintf("v%d.%d.%d", v.major, v.minor, v.patch) }
-
-var versionRE = regexp.MustCompile(`^v?(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
-
-func parseVersion(s string) (k8sVersion, error) {
-	m := versionRE.FindStringSubmatch(s)
-	if m == nil {
-		return k8sVersion{}, fmt.Errorf("%s is not valid semver", s)
+// neededImages lists the system_images keys RKE's validateSystemImages
+// requires of a cluster whose kubernetes_version is not in the table, in
+// RKE's order, with RKE's message for each.
+func neededImages(c *Cluster) []imageNeed {
+	im := c.SystemImages
+	need := []imageNeed{
+		{"etcd", im.Etcd, "etcd image is not populated"},
+		{"kubernetes", im.Kubernetes, "kubernetes image is not populated"},
+		{"pod_infra_container", im.PodInfraContainer, "pod infrastructure container image is not populated"},
+		{"alpine", im.Alpine, "alpine image is not populated"},
+		{"nginx_proxy", im.NginxProxy, "nginx proxy image is not populated"},
+		{"cert_downloader", im.CertDownloader, "certificate downloader image is not populated"},
+		{"kubernetes_services_sidecar", im.KubernetesServicesSidecar, "kubernetes sidecar image is not populated"},
 	}
-	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
-	return k8sVersion{major: atoi(m[1]), minor: atoi(m[2]), patch: atoi(m[3]), suffix: m[4]}, nil
+	switch c.Network.Plugin {
+	case "flannel":
+		need = append(need,
+			imageNeed{"flannel", im.Flannel, "flannel image is not populated"},
+			imageNeed{"flannel_cni", im.FlannelCNI, "flannel cni image is not populated"})
+	case "canal":
+		need = append(need,
+			imageNeed{"canal_node", im.CanalNode, "canal image is not populated"},
+			imageNeed{"canal_cni", im.CanalCNI, "canal cni image is not populated"},
+			imageNeed{"canal_flannel", im.CanalFlannel, "flannel image is not populated"})
+	case "calico":
+		need = append(need,
+			imageNeed{"calico_cni", im.CalicoCNI, "calico cni image is not populated"},
+			imageNeed{"calico_ctl", im.CalicoCtl, "calico ctl image is not populated"},
+			imageNeed{"calico_node", im.CalicoNode, "calico image is not populated"},
+			imageNeed{"calico_controllers", im.CalicoControllers, "calico controllers image is not populated"})
+	case "weave":
+		need = append(need,
+			imageNeed{"weave_cni", im.WeaveCNI, "weave cni image is not populated"},
+			imageNeed{"weave_node", im.WeaveNode, "weave image is not populated"})
+	case "aci":
+		need = append(need,
+			imageNeed{"aci_cni_deploy_container", im.AciCniDeployContainer, "aci cnideploy image is not populated"},
+			imageNeed{"aci_host_container", im.AciHostContainer, "aci host container image is not populated"},
+			imageNeed{"aci_opflex_container", im.AciOpflexContainer, "aci opflex agent image is not populated"},
+			imageNeed{"aci_mcast_container", im.AciMcastContainer, "aci mcast container image is not populated"},
+			imageNeed{"aci_ovs_container", im.AciOpenvSwitchContainer, "aci openvswitch image is not populated"},
+			imageNeed{"aci_controller_container", im.AciControllerContainer, "aci controller image is not populated"})
+	}
+	if d := c.DNS; d != nil {
+		switch d.Provider {
+		case "kube-dns":
+			need = append(need,
+				imageNeed{"kubedns", im.KubeDNS, "kubedns image is not populated"},
+				imageNeed{"dnsmasq", im.DNSmasq, "dnsmasq image is not populated"},
+				imageNeed{"kubedns_sidecar", im.KubeDNSSidecar, "kubedns sidecar image is not populated"},
+				imageNeed{"kubedns_autoscaler", im.KubeDNSAutoscaler, "kubedns autoscaler image is not populated"})
+		case "coredns":
+			need = append(need,
+				imageNeed{"coredns", im.CoreDNS, "coredns image is not populated"},
+				imageNeed{"coredns_autoscaler", im.CoreDNSAutoscaler, "coredns autoscaler image is not populated"})
+		}
+		if d.Nodelocal != nil {
+			need = append(need, imageNeed{"nodelocal", im.Nodelocal, "nodelocal image is not populated"})
+		}
+	}
+	if c.Monitoring.Provider != "none" {
+		need = append(need, imageNeed{"metrics_server", im.MetricsServer, "metrics server images is not populated"})
+	}
+	if c.Ingress.Provider != "none" {
+		need = append(need,
+			imageNeed{"ingress", im.Ingress, "ingress image is not populated"},
+			imageNeed{"ingress_backend", im.IngressBackend, "ingress backend image is not populated"})
+		if inRange(c.KubernetesVersion, rangeIngressHostPort) {
+			need = append(need, imageNeed{"ingress_webhook", im.IngressWebhook, "ingress webhook image is not populated"})
+		}
+	}
+	return need
+}
+
+// missingImages returns the needed system_images keys that are empty, and
+// RKE's message for the first.
+func missingImages(c *Cluster) (keys []string, first string) {
+	for _, n := range neededImages(c) {
+		if n.value == "" {
+			if first == "" {
+				first = n.missing
+			}
+			keys = append(keys, "system_images."+n.key)
+		}
+	}
+	return keys, first
+}
+
+// versionDetail suggests what to do about a kubernetes_version that is not
+// in the table.
+func versionDetail(version string, missing []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Set %s, ", strings.Join(missing, ", "))
+	if near := sameSeries(version); len(near) > 0 {
+		fmt.Fprintf(&b, "or use a version of rigger's table, which fills them in: %s", near[0])
+		if len(near) > 1 {
+			fmt.Fprintf(&b, " (or %s)", strings.Join(near[1:min(len(near), 4)], ", "))
+		}
+		b.WriteString(".")
+	} else {
+		b.WriteString("or use a version of rigger's table, which fills them in (`rigger config versions` lists them).")
+	}
+	b.WriteString(" RKE, like rigger, finds a version's images only when it is written exactly as in the table.")
+	return b.String()
 }

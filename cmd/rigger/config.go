@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 func newConfigCommand() *cobra.Command {
@@ -50,21 +54,103 @@ The file must be valid; otherwise the problems are printed as by validate.`,
 }
 
 func newConfigVersionsCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "versions",
-		Short: "List the Kubernetes versions whose images rigger knows",
-		Long: `Versions lists the kubernetes_version values rigger fills system_images for.
-Other versions work when system_images names every image they need.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, v := range spec.KubernetesVersions() {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "versions [VERSION...]",
+		Short: "List the Kubernetes versions rigger knows, with their images",
+		Long: `Versions lists the kubernetes_version values whose system_images rigger fills
+in, each with its images, and marks the default. The table is RKE ` + rkemeta.RKEVersion + `'s: every
+Kubernetes version it knows from 1.` + fmt.Sprint(rkemeta.MinMinor) + ` on, with exactly its images. A version is
+found only when written exactly as listed (v1.31.5-rancher1-1, not v1.31.5), as
+in RKE. Other versions work when system_images names every image they need.
+
+Give versions as arguments to show only those.`,
+		Example: `  rigger config versions v1.32.3-rancher1-1
+  rigger config versions -o json | jq -r '.versions[].version'`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			list, err := knownVersions(args)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if output == outputJSON {
+				return printJSON(w, versionsJSON{RKEVersion: rkemeta.RKEVersion, Default: spec.DefaultKubernetesVersion, Versions: list})
+			}
+			for i, v := range list {
+				if i > 0 {
+					fmt.Fprintln(w)
+				}
 				mark := ""
-				if v == spec.DefaultKubernetesVersion {
+				if v.Default {
 					mark = " (default)"
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s%s\n", v, mark)
+				fmt.Fprintf(w, "%s%s\n", v.Version, mark)
+				for _, im := range v.images {
+					fmt.Fprintf(w, "  %s: %s\n", im[0], im[1])
+				}
 			}
 			return nil
 		},
 	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// versionsJSON is the output of `rigger config versions -o json`.
+type versionsJSON struct {
+	// RKEVersion is the RKE release the table comes from.
+	RKEVersion string `json:"rke_version"`
+	// Default is the kubernetes_version of a cluster.yml that sets none.
+	Default  string        `json:"default"`
+	Versions []versionJSON `json:"versions"`
+}
+
+type versionJSON struct {
+	Version string `json:"version"`
+	Default bool   `json:"default"`
+	// SystemImages are the images, by their system_images key.
+	SystemImages map[string]string `json:"system_images"`
+	images       [][2]string       // SystemImages in the order of the schema
+}
+
+// knownVersions returns the table's versions, or those named, each with
+// its images by system_images key.
+func knownVersions(names []string) ([]versionJSON, error) {
+	versions := spec.KubernetesVersions()
+	if len(names) > 0 {
+		for _, n := range names {
+			if slices.Contains(versions, n) {
+				continue
+			}
+			var near []string
+			for _, v := range versions {
+				if strings.HasPrefix(v, n+"-") {
+					near = append(near, v)
+				}
+			}
+			if len(near) > 0 {
+				return nil, fmt.Errorf("%s is not in rigger's version table, which writes versions as RKE does: did you mean %s?", n, strings.Join(near, " or "))
+			}
+			return nil, fmt.Errorf("%s is not in rigger's version table: rigger config versions lists them", n)
+		}
+		versions = names
+	}
+	out := make([]versionJSON, 0, len(versions))
+	for _, name := range versions {
+		im, _ := spec.KnownImages(name)
+		v := versionJSON{Version: name, Default: name == spec.DefaultKubernetesVersion, SystemImages: map[string]string{}}
+		rv, rt := reflect.ValueOf(im), reflect.TypeFor[spec.SystemImages]()
+		for i := range rt.NumField() {
+			key, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			if s := rv.Field(i).String(); s != "" {
+				v.SystemImages[key] = s
+				v.images = append(v.images, [2]string{key, s})
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

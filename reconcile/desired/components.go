@@ -10,14 +10,13 @@ import (
 	"github.com/rigger/rigger/spec"
 )
 
-// RKE's service options (its metadata, Kubernetes 1.24 and later) and
-// settings of cluster/plan.go that do not depend on cluster.yml.
+// Settings of RKE's cluster/plan.go that do not depend on cluster.yml. The
+// components' other defaults are RKE's service options of the release the
+// kubernetes image runs (rkemeta.Options, see release).
 const (
-	tlsCipherSuites = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"
-	// admissionPlugins is RKE's enable-admission-plugins.
-	admissionPlugins = "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota,NodeRestriction,Priority,TaintNodesByCondition,PersistentVolumeClaimResize"
-	// serviceAccountIssuer is RKE's --service-account-issuer.
-	serviceAccountIssuer = "rke"
+	// admissionPluginsFlag is the flag of RKE's service options that the
+	// cluster's admission plugins are appended to.
+	admissionPluginsFlag = "enable-admission-plugins"
 	// controlplaneTaint keeps workloads off controlplane nodes without the worker role.
 	controlplaneTaint = "node-role.kubernetes.io/controlplane=true:NoSchedule"
 	// rbacMode is the authorization.mode that turns on Node,RBAC.
@@ -51,7 +50,7 @@ func (h *host) roles() []string {
 // builder holds what every node's containers are built from.
 type builder struct {
 	c      *spec.Cluster
-	minor  int
+	rel    release
 	prefix string
 	hosts  []host
 	etcd   []*host // etcd nodes, in cluster.yml order; none with external etcd
@@ -59,8 +58,8 @@ type builder struct {
 	peers  []Peer
 }
 
-func newBuilder(c *spec.Cluster, minor int) *builder {
-	b := &builder{c: c, minor: minor, prefix: c.PrefixPath, hosts: make([]host, len(c.Nodes))}
+func newBuilder(c *spec.Cluster, rel release) *builder {
+	b := &builder{c: c, rel: rel, prefix: c.PrefixPath, hosts: make([]host, len(c.Nodes))}
 	for i, n := range c.Nodes {
 		h := &b.hosts[i]
 		h.address, h.internal, h.hostname = n.Address, n.InternalAddress, n.HostnameOverride
@@ -126,18 +125,24 @@ func (b *builder) kubernetesBind() string {
 	return hostPath(b.prefix, KubernetesDir) + ":" + KubernetesDir
 }
 
-// cloudProvider sets the flags of the components that talk to the cloud
-// (RKE passes the name as is; the file is written by the files step).
+// cloudProvider sets the flags of the components that talk to the cloud,
+// as RKE's getCloudProviderName (external-aws is passed as external; the
+// file is written by the files step). RKE also passes an empty
+// --cloud-provider= without a provider; rigger leaves the flag out, which
+// the components read the same way.
 func (b *builder) cloudProvider(f flags) {
 	if name := b.c.CloudProvider.Name; name != "" {
+		if name == "external-aws" {
+			name = "external"
+		}
 		f.set("cloud-provider", name)
 		f.set("cloud-config", CloudConfigFile)
 	}
 }
 
-// kubeComponent is a Kubernetes component's container with what they all share.
+// kubeComponent is a Kubernetes component's container with what they all
+// share; f holds its whole command line, extra_args applied.
 func (b *builder) kubeComponent(name string, s spec.BaseService, f flags, env, binds []string) Container {
-	f.extra(s)
 	return Container{
 		Name:          name,
 		Image:         s.Image,
@@ -165,44 +170,30 @@ func (b *builder) etcdServers(h *host) string {
 	return strings.Join(urls, ",")
 }
 
+// kubeAPI is RKE's BuildKubeAPIProcess: the cluster's flags, then RKE's
+// service options, then what the cluster adds to them, then extra_args.
 func (b *builder) kubeAPI(h *host) Container {
 	s := b.c.Services.KubeAPI
 	f := flags{}
 	for k, v := range map[string]string{
-		"tls-cipher-suites":                  tlsCipherSuites,
-		"enable-admission-plugins":           admissionPlugins,
-		"allow-privileged":                   "true",
-		"anonymous-auth":                     "false",
-		"bind-address":                       "0.0.0.0",
-		"kubelet-preferred-address-types":    "InternalIP,ExternalIP,Hostname",
-		"profiling":                          "false",
-		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
-		"requestheader-group-headers":        "X-Remote-Group",
-		"requestheader-username-headers":     "X-Remote-User",
-		"secure-port":                        APIServerPort,
-		"service-account-lookup":             "true",
-		"storage-backend":                    "etcd3",
-		"service-account-issuer":             serviceAccountIssuer,
-		"service-account-signing-key-file":   keyPath(CertServiceAccountToken),
-		"api-audiences":                      "unknown",
-		"admission-control-config-file":      AdmissionConfigFile,
-		"client-ca-file":                     certPath(CertCA),
-		"etcd-cafile":                        certPath(CertCA),
-		"etcd-certfile":                      certPath(CertNode),
-		"etcd-keyfile":                       keyPath(CertNode),
-		"etcd-prefix":                        EtcdPathPrefix,
-		"etcd-servers":                       b.etcdServers(h),
-		"kubelet-client-certificate":         certPath(CertAPIServer),
-		"kubelet-client-key":                 keyPath(CertAPIServer),
-		"proxy-client-cert-file":             certPath(CertAPIProxyClient),
-		"proxy-client-key-file":              keyPath(CertAPIProxyClient),
-		"requestheader-allowed-names":        CertAPIProxyClient,
-		"requestheader-client-ca-file":       certPath(CertRequestHeaderCA),
-		"service-account-key-file":           keyPath(CertServiceAccountToken),
-		"service-cluster-ip-range":           s.ServiceClusterIPRange,
-		"service-node-port-range":            s.ServiceNodePortRange,
-		"tls-cert-file":                      certPath(CertAPIServer),
-		"tls-private-key-file":               keyPath(CertAPIServer),
+		"admission-control-config-file": AdmissionConfigFile,
+		"client-ca-file":                certPath(CertCA),
+		"etcd-cafile":                   certPath(CertCA),
+		"etcd-certfile":                 certPath(CertNode),
+		"etcd-keyfile":                  keyPath(CertNode),
+		"etcd-prefix":                   EtcdPathPrefix,
+		"etcd-servers":                  b.etcdServers(h),
+		"kubelet-client-certificate":    certPath(CertAPIServer),
+		"kubelet-client-key":            keyPath(CertAPIServer),
+		"proxy-client-cert-file":        certPath(CertAPIProxyClient),
+		"proxy-client-key-file":         keyPath(CertAPIProxyClient),
+		"requestheader-allowed-names":   CertAPIProxyClient,
+		"requestheader-client-ca-file":  certPath(CertRequestHeaderCA),
+		"service-account-key-file":      keyPath(CertServiceAccountToken),
+		"service-cluster-ip-range":      s.ServiceClusterIPRange,
+		"service-node-port-range":       s.ServiceNodePortRange,
+		"tls-cert-file":                 certPath(CertAPIServer),
+		"tls-private-key-file":          keyPath(CertAPIServer),
 	} {
 		f.set(k, v)
 	}
@@ -224,20 +215,19 @@ func (b *builder) kubeAPI(h *host) Container {
 	if b.c.Services.Kubelet.GenerateServingCertificate {
 		f.set("kubelet-certificate-authority", certPath(CertCA))
 	}
+	f.options(b.rel.opts.KubeAPI)
 	if b.c.Authorization.Mode == rbacMode {
 		f.set("authorization-mode", "Node,RBAC")
 	}
 	if net.ParseIP(h.internal) != nil {
 		f.set("advertise-address", h.internal)
 	}
-	plugins := admissionPlugins
 	if s.AlwaysPullImages {
-		plugins += ",AlwaysPullImages"
+		f.appendValue(admissionPluginsFlag, ",AlwaysPullImages")
 	}
 	if s.EventRateLimit != nil && s.EventRateLimit.Enabled {
-		plugins += ",EventRateLimit"
+		f.appendValue(admissionPluginsFlag, ",EventRateLimit")
 	}
-	f.set("enable-admission-plugins", plugins)
 
 	binds := []string{b.kubernetesBind()}
 	if a := s.AuditLog; a != nil && a.Enabled && a.Configuration != nil {
@@ -250,100 +240,66 @@ func (b *builder) kubeAPI(h *host) Container {
 		f.set("audit-policy-file", AuditPolicyFile)
 		binds = append(binds, hostPath(b.prefix, AuditLogDir)+":"+AuditLogDir)
 	}
+	f.extra(s.BaseService)
 	return b.kubeComponent(KubeAPIServer, s.BaseService, f, nil, binds)
 }
 
+// kubeController is RKE's BuildKubeControllerProcess.
 func (b *builder) kubeController() Container {
 	s := b.c.Services.KubeController
 	kubeconfig := configPath(CertControllerManager)
 	f := flags{}
-	for k, v := range map[string]string{
-		"allow-untagged-cloud":             "true",
-		"allocate-node-cidrs":              "true",
-		"configure-cloud-routes":           "false",
-		"enable-hostpath-provisioner":      "false",
-		"leader-elect":                     "true",
-		"node-monitor-grace-period":        "40s",
-		"profiling":                        "false",
-		"terminated-pod-gc-threshold":      "1000",
-		"v":                                "2",
-		"cluster-cidr":                     s.ClusterCIDR,
-		"kubeconfig":                       kubeconfig,
-		"authentication-kubeconfig":        kubeconfig,
-		"authorization-kubeconfig":         kubeconfig,
-		"root-ca-file":                     certPath(CertCA),
-		"service-account-private-key-file": keyPath(CertServiceAccountToken),
-		"service-cluster-ip-range":         s.ServiceClusterIPRange,
-	} {
-		f.set(k, v)
-	}
-	if b.minor < 27 { // the flag is gone from 1.27 on
-		f.set("pod-eviction-timeout", "5m0s")
-	}
+	f.set("cluster-cidr", s.ClusterCIDR)
+	f.set("kubeconfig", kubeconfig)
+	f.set("root-ca-file", certPath(CertCA))
+	f.set("service-account-private-key-file", keyPath(CertServiceAccountToken))
+	f.set("service-cluster-ip-range", s.ServiceClusterIPRange)
 	b.cloudProvider(f)
+	f.options(b.rel.opts.KubeController)
 	if b.c.Authorization.Mode == rbacMode {
+		// RKE passes it after the command, where extra_args cannot
+		// override it; rigger lets them.
 		f.set("use-service-account-credentials", "true")
 	}
+	f.set("authentication-kubeconfig", kubeconfig)
+	f.set("authorization-kubeconfig", kubeconfig)
+	f.extra(s.BaseService)
 	return b.kubeComponent(KubeControllerManager, s.BaseService, f, nil, []string{b.kubernetesBind()})
 }
 
+// scheduler is RKE's BuildSchedulerProcess.
 func (b *builder) scheduler() Container {
 	s := b.c.Services.Scheduler
 	kubeconfig := configPath(CertScheduler)
 	f := flags{}
-	f.set("leader-elect", "true")
-	f.set("v", "2")
-	f.set("profiling", "false")
 	f.set("kubeconfig", kubeconfig)
+	f.options(b.rel.opts.Scheduler)
 	f.set("authentication-kubeconfig", kubeconfig)
 	f.set("authorization-kubeconfig", kubeconfig)
+	f.extra(s)
 	return b.kubeComponent(KubeScheduler, s, f, nil, []string{b.kubernetesBind()})
 }
 
+// kubelet is RKE's BuildKubeletProcess.
 func (b *builder) kubelet(h *host) Container {
 	s := b.c.Services.Kubelet
 	kubeletDir := hostPath(b.prefix, KubeletDir)
 	f := flags{}
 	for k, v := range map[string]string{
-		"tls-cipher-suites":                 tlsCipherSuites,
-		"address":                           "0.0.0.0",
-		"anonymous-auth":                    "false",
-		"authentication-token-webhook":      "true",
-		"authorization-mode":                "Webhook",
-		"cgroups-per-qos":                   "True",
-		"enforce-node-allocatable":          "",
-		"event-qps":                         "0",
-		"make-iptables-util-chains":         "true",
-		"read-only-port":                    "0",
-		"resolv-conf":                       "/etc/resolv.conf",
-		"streaming-connection-idle-timeout": "30m",
-		"volume-plugin-dir":                 KubeletDir + "/volumeplugins",
-		"v":                                 "2",
-		"client-ca-file":                    certPath(CertCA),
-		"cluster-dns":                       s.ClusterDNSServer,
-		"cluster-domain":                    s.ClusterDomain,
-		"fail-swap-on":                      strconv.FormatBool(s.FailSwapOn),
-		"hostname-override":                 h.hostname,
-		"kubeconfig":                        configPath(CertNode),
-		"pod-infra-container-image":         s.InfraContainerImage,
-		"root-dir":                          kubeletDir,
+		"client-ca-file":            certPath(CertCA),
+		"cluster-dns":               s.ClusterDNSServer,
+		"cluster-domain":            s.ClusterDomain,
+		"fail-swap-on":              strconv.FormatBool(s.FailSwapOn),
+		"hostname-override":         h.hostname,
+		"kubeconfig":                configPath(CertNode),
+		"pod-infra-container-image": s.InfraContainerImage,
+		"root-dir":                  kubeletDir,
 	} {
 		f.set(k, v)
 	}
 	if h.control && !h.worker {
 		f.set("register-with-taints", controlplaneTaint)
 	}
-	// The label that ties the Node to its machine in cluster.yml, whatever
-	// name the Node gets (a cloud provider may rename it). Labels the user
-	// gives in extra_args come first; this one is always added.
-	base := s.BaseService
-	labels := NodeAddressLabel + "=" + NodeAddressLabelValue(h.address)
-	if user := base.ExtraArgs["node-labels"]; user != "" {
-		labels = user + "," + labels
-		base.ExtraArgs = maps.Clone(base.ExtraArgs)
-		delete(base.ExtraArgs, "node-labels")
-	}
-	f.set("node-labels", labels)
 	// RKE sets --node-ip only when the internal address differs from the
 	// address; rigger sets it whenever it is an IP, so that the kubelet of
 	// a machine with several interfaces never picks another one.
@@ -356,19 +312,36 @@ func (b *builder) kubelet(h *host) Container {
 		f.set("tls-cert-file", certPath(cert))
 		f.set("tls-private-key-file", keyPath(cert))
 	}
-	if dns := b.c.DNS; dns != nil && dns.Nodelocal != nil && dns.Nodelocal.IPAddress != "" {
-		f.set("cluster-dns", dns.Nodelocal.IPAddress)
-	}
-
 	var env, binds []string
 	if b.criDockerd() {
-		if b.minor < 27 { // the flag is gone from 1.27 on
+		// RKE decides by kubernetes_version; rigger by the release the
+		// kubelet runs, which is what has or lacks the flag.
+		if b.rel.minor < 27 { // the flag is gone from 1.27 on
 			f.set("container-runtime", "remote")
 		}
 		f.set("container-runtime-endpoint", CRIDockerdSocket)
 		binds = append(binds, hostPath(b.prefix, CRIDockerdDir)+":"+CRIDockerdDir)
 		env = append(env, envCRIDockerd)
 	}
+	f.kubeletOptions(b.rel.opts.Kubelet, b.prefix)
+
+	// The label that ties the Node to its machine in cluster.yml, whatever
+	// name the Node gets (a cloud provider may rename it). Labels the user
+	// gives in extra_args come first; this one is always added.
+	base := s.BaseService
+	labels := NodeAddressLabel + "=" + NodeAddressLabelValue(h.address)
+	if user := base.ExtraArgs["node-labels"]; user != "" {
+		labels = user + "," + labels
+		base.ExtraArgs = maps.Clone(base.ExtraArgs)
+		delete(base.ExtraArgs, "node-labels")
+	}
+	f.set("node-labels", labels)
+	f.extra(base)
+	// After extra_args, as in RKE: NodeLocal DNSCache's address wins.
+	if dns := b.c.DNS; dns != nil && dns.Nodelocal != nil && dns.Nodelocal.IPAddress != "" {
+		f.set("cluster-dns", dns.Nodelocal.IPAddress)
+	}
+
 	binds = append(binds,
 		b.kubernetesBind(),
 		"/etc/cni:/etc/cni:rw",
@@ -426,18 +399,19 @@ func (b *builder) sidekick() Container {
 	}
 }
 
+// kubeProxy is RKE's BuildKubeProxyProcess.
 func (b *builder) kubeProxy(h *host) Container {
 	s := b.c.Services.Kubeproxy
 	f := flags{}
-	f.set("v", "2")
-	f.set("healthz-bind-address", "127.0.0.1")
 	f.set("cluster-cidr", b.c.Services.KubeController.ClusterCIDR)
 	f.set("hostname-override", h.hostname)
 	f.set("kubeconfig", configPath(CertKubeProxy))
+	f.options(b.rel.opts.Kubeproxy)
 	if b.c.CloudProvider.Name != "" {
 		// The cloud may rename the Node; bind where the node is reached.
 		f.set("bind-address", h.internal)
 	}
+	f.extra(s)
 	binds := []string{b.kubernetesBind(), "/run:/run", "/lib/modules:/lib/modules:ro"}
 	c := b.kubeComponent(KubeProxy, s, f, nil, binds)
 	c.PidMode = PidModeHost

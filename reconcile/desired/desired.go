@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // Names of the component containers, fixed as in RKE: the planner finds a
@@ -57,10 +58,6 @@ const (
 	// RestartNo: a container that runs once (ServiceSidekick).
 	RestartNo = "no"
 )
-
-// minMinor is the oldest Kubernetes 1.x minor version whose flags Build
-// knows (RKE's service options for 1.24 and later; dockershim is gone there).
-const minMinor = 24
 
 // Cluster is the desired state of a whole cluster.
 type Cluster struct {
@@ -164,13 +161,14 @@ func (n *Node) HasRole(role string) bool {
 
 // Build returns the containers that should run on each node of c, which
 // must be defaulted and valid (as spec.Load returns it). It fails only on
-// a kubernetes_version whose flags rigger does not know.
+// a cluster whose component flags RKE's metadata does not have, which
+// validation refuses.
 func Build(c *spec.Cluster) (*Cluster, error) {
-	minor, err := kubeMinor(c.KubernetesVersion)
+	r, err := runRelease(c)
 	if err != nil {
 		return nil, fmt.Errorf("build desired containers: %w", err)
 	}
-	b := newBuilder(c, minor)
+	b := newBuilder(c, r)
 	out := &Cluster{Name: c.ClusterName, Nodes: make([]Node, 0, len(c.Nodes))}
 	for i := range b.hosts {
 		out.Nodes = append(out.Nodes, b.node(&b.hosts[i]))
@@ -178,20 +176,41 @@ func Build(c *spec.Cluster) (*Cluster, error) {
 	return out, nil
 }
 
-// kubeMinor returns the minor version of a Kubernetes 1.x version
-// (v1.31.5, v1.31.5-rancher1-1) at or above minMinor.
-func kubeMinor(version string) (int, error) {
-	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
-	if len(parts) < 3 {
-		return 0, fmt.Errorf("kubernetes_version %q is not a version such as v1.31.5", version)
+// release is the Kubernetes release the cluster's components run, as RKE
+// finds it to pick their default flags: the series of the kubernetes
+// image's tag wins over kubernetes_version (rkemeta.ServiceOptionsFor). So
+// a cluster.yml with kubernetes_version v1.31.5-rancher1-1 and an image
+// tagged v1.32.3-rancher1 runs 1.32's flags, and the sandbox's
+// rigger-sandbox/hyperkube:v1.31.4 runs 1.31's.
+type release struct {
+	// series is where the options were found: v1.31, or a whole version.
+	series string
+	// minor is the 1.x minor version of series.
+	minor int
+	// opts are RKE's default flags of each component for the release.
+	opts rkemeta.Options
+}
+
+// runRelease returns the release c's components run.
+func runRelease(c *spec.Cluster) (release, error) {
+	opts, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
+	if err != nil {
+		return release{}, fmt.Errorf("kubernetes_version %s, image %s: %w", c.KubernetesVersion, c.SystemImages.Kubernetes, err)
+	}
+	major, minor, ok := seriesNumbers(series)
+	if !ok || major != 1 || minor < rkemeta.MinMinor {
+		return release{}, fmt.Errorf("kubernetes_version %s, image %s: rigger knows the component flags of Kubernetes v1.%d and later; upgrade with RKE first", c.KubernetesVersion, c.SystemImages.Kubernetes, rkemeta.MinMinor)
+	}
+	return release{series: series, minor: minor, opts: opts}, nil
+}
+
+// seriesNumbers reads v1.31 (or v1.31.5-rancher1-1) as 1 and 31.
+func seriesNumbers(series string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimPrefix(rkemeta.Series(series), "v"), ".", 2)
+	if len(parts) != 2 {
+		return 0, 0, false
 	}
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("kubernetes_version %q is not a version such as v1.31.5", version)
-	}
-	if major != 1 || minor < minMinor {
-		return 0, fmt.Errorf("kubernetes_version %s: rigger knows the component flags of Kubernetes v1.%d and later; upgrade with RKE first", version, minMinor)
-	}
-	return minor, nil
+	return major, minor, err1 == nil && err2 == nil
 }

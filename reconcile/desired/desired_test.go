@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // parse returns the defaulted, valid cluster of a cluster.yml.
@@ -559,18 +560,94 @@ func TestKubeletAndProxyIdentity(t *testing.T) {
 	}
 }
 
-func TestOldVersionRefused(t *testing.T) {
+// TestReleaseFollowsImage: the components' default flags are RKE's service
+// options of the release the kubernetes image runs, its tag's series
+// winning over kubernetes_version, as in RKE.
+func TestReleaseFollowsImage(t *testing.T) {
 	c := load(t, "ha")
-	for _, v := range []string{"v1.23.17-rancher1-1", "v2.0.0", "latest"} {
-		c.KubernetesVersion = v
+	for _, v := range []struct{ version, image string }{
+		{"v1.23.17-rancher1-1", "rancher/hyperkube:v1.23.17-rancher1"},
+		{"v1.31.5-rancher1-1", "rancher/hyperkube:v1.23.17-rancher1"},
+		{"v2.0.0", "k8s/hyperkube:v2.0.0"},
+		{"latest", "k8s/hyperkube:latest"},
+	} {
+		c.KubernetesVersion, c.SystemImages.Kubernetes = v.version, v.image
 		if _, err := Build(c); err == nil {
-			t.Errorf("Build with kubernetes_version %s: no error", v)
+			t.Errorf("Build with kubernetes_version %s, image %s: no error", v.version, v.image)
 		}
 	}
-	c.KubernetesVersion = "v1.26.3"
-	cm := container(t, build(t, c), "203.0.113.11", KubeControllerManager)
-	if got := flagValues(cm.Args, "pod-eviction-timeout"); len(got) != 1 {
-		t.Errorf("1.26: --pod-eviction-timeout = %q, want RKE's 5m0s", got)
+	for _, tc := range []struct {
+		name, version, image string
+		old                  bool // 1.26's flags: pod-eviction-timeout, container-runtime
+	}{
+		{"1.26", "v1.26.15-rancher1-1", "rancher/hyperkube:v1.26.15-rancher1", true},
+		{"1.26 image, 1.31 version", "v1.31.5-rancher1-1", "rancher/hyperkube:v1.26.15-rancher1", true},
+		{"1.31 image, 1.26 version", "v1.26.15-rancher1-1", "rancher/hyperkube:v1.31.5-rancher1", false},
+		{"an image without a tag: the version's", "v1.26.3", "registry.internal:5000/hyperkube", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := load(t, "ha")
+			c.KubernetesVersion, c.SystemImages.Kubernetes = tc.version, tc.image
+			c.Services.KubeController.Image, c.Services.Kubelet.Image = tc.image, tc.image
+			d := build(t, c)
+			cm := container(t, d, "203.0.113.11", KubeControllerManager)
+			kubelet := container(t, d, "203.0.113.11", Kubelet)
+			eviction, runtime := flagValues(cm.Args, "pod-eviction-timeout"), flagValues(kubelet.Args, "container-runtime")
+			if tc.old && (!slices.Equal(eviction, []string{"5m0s"}) || !slices.Equal(runtime, []string{"remote"})) {
+				t.Errorf("--pod-eviction-timeout = %q, --container-runtime = %q, want 1.26's 5m0s and remote", eviction, runtime)
+			}
+			if !tc.old && (eviction != nil || runtime != nil) {
+				t.Errorf("--pod-eviction-timeout = %q, --container-runtime = %q: gone from 1.27 on", eviction, runtime)
+			}
+		})
+	}
+	// The sandbox runs images tagged v1.31.4 built locally: 1.31's flags.
+	r, err := runRelease(load(t, "sandbox"))
+	if err != nil || r.series != "v1.31" || r.minor != 31 {
+		t.Errorf("sandbox runs %+v, %v; want v1.31", r.series, err)
+	}
+}
+
+// TestRKEServiceOptions: every default flag of RKE's service options for
+// 1.31 and 1.32 reaches its component as RKE passes it (an empty value
+// removes the flag), unless a comment in components.go or etcd.go explains
+// why rigger differs.
+func TestRKEServiceOptions(t *testing.T) {
+	// rigger's documented differences: etcd's cipher suites have ECDSA
+	// counterparts (etcd.go), which RKE's options do not set anyway.
+	for _, version := range []string{"v1.31.7-rancher1-1", "v1.32.3-rancher1-1"} {
+		t.Run(version, func(t *testing.T) {
+			c := parse(t, "kubernetes_version: "+version+"\nnodes: [{address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}]\n")
+			d := build(t, c)
+			opts, _ := rkemeta.ServiceOptions(version)
+			// rigger's own constants must agree with what RKE passes.
+			if opts.KubeAPI["secure-port"] != APIServerPort || opts.KubeAPI["service-account-signing-key-file"] != keyPath(CertServiceAccountToken) ||
+				opts.Kubelet["volume-plugin-dir"] != KubeletDir+"/volumeplugins" {
+				t.Errorf("RKE's options disagree with rigger's constants: %v", opts.KubeAPI)
+			}
+			for name, want := range map[string]map[string]string{
+				Etcd: opts.Etcd, KubeAPIServer: opts.KubeAPI, KubeControllerManager: opts.KubeController,
+				KubeScheduler: opts.Scheduler, Kubelet: opts.Kubelet, KubeProxy: opts.Kubeproxy,
+			} {
+				if len(want) == 0 {
+					t.Errorf("%s: RKE has no options", name)
+				}
+				args := container(t, d, "10.0.0.1", name).Args
+				for flag, value := range want {
+					got := flagValues(args, flag)
+					switch {
+					case value == "" && got != nil:
+						t.Errorf("%s --%s = %q: RKE removes a flag whose option is empty", name, flag, got)
+					case value != "" && name == KubeAPIServer && flag == "enable-admission-plugins":
+						if len(got) != 1 || !strings.HasPrefix(got[0], value) {
+							t.Errorf("%s --%s = %q, want RKE's %q", name, flag, got, value)
+						}
+					case value != "" && !slices.Equal(got, []string{value}):
+						t.Errorf("%s --%s = %q, want RKE's %q", name, flag, got, value)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -632,7 +709,7 @@ func TestCRIDockerd(t *testing.T) {
 		len(kubelet.VolumesFrom) != 1 || kubelet.VolumesFrom[0] != ServiceSidekick {
 		t.Errorf("kubelet with cri-dockerd: entrypoint %v, args[0] %q, volumes from %v", kubelet.Entrypoint, kubelet.Args[0], kubelet.VolumesFrom)
 	}
-	if !sidekick.RunOnce || sidekick.RestartPolicy != RestartNo || sidekick.Image != "rancher/rke-tools:v0.1.105" {
+	if !sidekick.RunOnce || sidekick.RestartPolicy != RestartNo || sidekick.Image != "rancher/rke-tools:v0.1.111" {
 		t.Errorf("sidekick %+v", sidekick)
 	}
 	n, _ := on.Node("10.0.0.1")

@@ -10,11 +10,14 @@
 // whether an etcd cluster already exists) is either left to the planner or
 // filled with RKE's default, as each field's comment says.
 //
-// The flags follow RKE (cluster/plan.go and the service options of its
-// metadata for Kubernetes 1.24 and later): every component gets RKE's
-// defaults, then the cluster's settings, then the user's extra_args (which
-// override a default of the same name) and extra_args_array (which replace
-// it with repeated flags). Flags are rendered `--flag=value`, sorted by name,
+// The flags follow RKE (cluster/plan.go): every component gets the flags
+// that come from the cluster (addresses, certificates, ranges), then RKE's
+// default service options (spec/rkemeta) of the Kubernetes release the
+// kubernetes image runs — its tag's series wins over kubernetes_version, as
+// in RKE — where an empty option removes the flag, then the settings RKE
+// adds on top (authorization mode, admission plugins, audit log), then the
+// user's extra_args (which override a flag of the same name) and
+// extra_args_array (which replace it with repeated flags). Flags are rendered `--flag=value`, sorted by name,
 // so that the same cluster.yml always gives the same command line.
 //
 // Each container carries the labels LabelCluster, LabelComponent and

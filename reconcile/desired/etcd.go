@@ -94,10 +94,15 @@ func (b *builder) etcdContainer(h *host) Container {
 	f.set("key-file", keyPath(cert))
 	f.set("peer-cert-file", certPath(cert))
 	f.set("peer-key-file", keyPath(cert))
-	f.set("client-cert-auth", "true")
-	f.set("peer-client-cert-auth", "true")
 	f.set("cipher-suites", etcdCipherSuites)
+	f.options(b.rel.opts.Etcd)
 	f.extra(s.BaseService)
+	// RKE's old defaults, when neither its options nor extra_args set them.
+	for _, name := range []string{"client-cert-auth", "peer-client-cert-auth"} {
+		if _, ok := f[name]; !ok {
+			f.set(name, "true")
+		}
+	}
 
 	env := []string{
 		"ETCDCTL_API=3",

@@ -78,11 +78,11 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 		}
 	}
 
-	minor, err := kubeMinor(c.KubernetesVersion)
+	r, err := runRelease(c)
 	if err != nil {
 		return nil, fmt.Errorf("config files of %s: %w", n.Address, err)
 	}
-	b, err := admissionConfig(api, minor)
+	b, err := admissionConfig(api, r.minor)
 	add(flagAdmissionConfig, AdmissionConfigFile, b, err)
 
 	if a := api.AuditLog; a != nil && a.Enabled && a.Configuration != nil {
@@ -112,13 +112,17 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 }
 
 // cloudConfig adds the cloud provider's configuration, which the API
-// server, the controller manager and every kubelet read.
+// server, the controller manager and every kubelet read. As in RKE, a
+// provider that needs no configuration (external, external-aws, aws) gets
+// an empty file. Validation refuses the typed blocks (awsCloudProvider, …),
+// which rigger does not write yet; this refusal is a second line.
 func cloudConfig(c *spec.Cluster, out map[string][]byte) error {
 	cp := c.CloudProvider
 	if cp.Name == "" {
 		return nil
 	}
-	if cp.CustomCloudProvider == "" {
+	if cp.CustomCloudProvider == "" && (cp.AWSCloudProvider != nil || cp.AzureCloudProvider != nil ||
+		cp.OpenstackCloudProvider != nil || cp.VsphereCloudProvider != nil || cp.HarvesterCloudProvider != nil) {
 		return fmt.Errorf("cloud_provider %s: rigger does not write the cloud configuration from awsCloudProvider, azureCloudProvider, openstackCloudProvider, vsphereCloudProvider or harvesterCloudProvider yet; "+
 			"give the provider's configuration file inline in cloud_provider.customCloudProvider", cp.Name)
 	}

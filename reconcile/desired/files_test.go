@@ -195,7 +195,9 @@ plugins:
     exemptions: {namespaces: [ingress-nginx, kube-system]}
     kind: PodSecurityConfiguration
   name: PodSecurity`},
-		{"v1beta1 before Kubernetes 1.25", func(c *spec.Cluster) { c.KubernetesVersion = "v1.24.17-rancher1-1" }, `
+		{"v1beta1 before Kubernetes 1.25, by the version the image runs", func(c *spec.Cluster) {
+			c.SystemImages.Kubernetes = "rancher/hyperkube:v1.24.17-rancher1"
+		}, `
 plugins:
 - configuration:
     apiVersion: pod-security.admission.config.k8s.io/v1beta1
@@ -292,5 +294,29 @@ func TestConfigFilesErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConfigFilesCloudWithoutConfig: a cloud provider that needs no
+// configuration gets an empty cloud config file on every node, as in RKE,
+// and external-aws is passed as external.
+func TestConfigFilesCloudWithoutConfig(t *testing.T) {
+	for _, name := range []string{"external", "external-aws"} {
+		c := load(t, "ha")
+		c.CloudProvider = spec.CloudProvider{Name: name}
+		d := build(t, c)
+		for i := range d.Nodes {
+			files, err := ConfigFiles(c, &d.Nodes[i])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if b, ok := files[CloudConfigFile]; !ok || len(b) != 0 {
+				t.Errorf("%s on %s: cloud config %q, %v; want an empty file", name, d.Nodes[i].Address, b, ok)
+			}
+		}
+		kubelet := container(t, d, "203.0.113.11", Kubelet)
+		if got := flagValues(kubelet.Args, "cloud-provider"); !slices.Equal(got, []string{"external"}) {
+			t.Errorf("%s: kubelet --cloud-provider = %q, want external", name, got)
+		}
 	}
 }

@@ -14,6 +14,47 @@ type flags map[string][]string
 
 func (f flags) set(name, value string) { f[name] = []string{value} }
 
+// options applies RKE's default service options of a component (one map
+// of rkemeta.Options): each sets its flag, and an empty value removes the
+// flag altogether, as RKE does ("if the value is empty, we remove that
+// option"): the kubelet's enforce-node-allocatable is not passed at all.
+func (f flags) options(opts map[string]string) {
+	for k, v := range opts {
+		if v == "" {
+			delete(f, k)
+			continue
+		}
+		f.set(k, v)
+	}
+}
+
+// kubeletOptions is options with the two extra rules RKE applies to the
+// kubelet's (used by its Windows options): a value of two single quotes
+// sets the flag to the empty string, and a value starting with
+// [PREFIX_PATH] is put under prefix_path.
+func (f flags) kubeletOptions(opts map[string]string, prefix string) {
+	for k, v := range opts {
+		switch {
+		case v == "":
+			delete(f, k)
+		case v == "''":
+			f.set(k, "")
+		case strings.HasPrefix(v, "[PREFIX_PATH]"):
+			f.set(k, path.Join(prefix, strings.ReplaceAll(v, "[PREFIX_PATH]", "")))
+		default:
+			f.set(k, v)
+		}
+	}
+}
+
+// appendValue appends suffix to the single value of a flag that is set,
+// as RKE appends admission plugins to its enable-admission-plugins.
+func (f flags) appendValue(name, suffix string) {
+	if v, ok := f[name]; ok && len(v) == 1 {
+		f[name] = []string{v[0] + suffix}
+	}
+}
+
 // extra applies a component's extra_args (each overrides rigger's value of
 // the same flag) and then its extra_args_array (each replaces the flag with
 // one occurrence per value; RKE would append them and keep its own too).

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestConfigVersions(t *testing.T) {
+	out, _, code := run(t, "config", "versions")
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	blocks := strings.Split(strings.TrimSpace(out), "\n\n")
+	if len(blocks) != 82 {
+		t.Errorf("%d versions listed, want RKE v1.8.1's 82 from 1.24 on", len(blocks))
+	}
+	if !strings.HasPrefix(blocks[0], "v1.24.2-rancher1-1\n  etcd: rancher/mirrored-coreos-etcd:v3.5.4\n") {
+		t.Errorf("first version:\n%s", blocks[0])
+	}
+	var defaults []string
+	for _, b := range blocks {
+		if first, _, _ := strings.Cut(b, "\n"); strings.HasSuffix(first, " (default)") {
+			defaults = append(defaults, first)
+		}
+	}
+	if len(defaults) != 1 || defaults[0] != "v1.32.3-rancher1-1 (default)" {
+		t.Errorf("marked as default: %v", defaults)
+	}
+
+	out, _, code = run(t, "config", "versions", "-o", "json", "v1.31.5-rancher1-1")
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	var got versionsJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.RKEVersion != "v1.8.1" || got.Default != "v1.32.3-rancher1-1" || len(got.Versions) != 1 {
+		t.Fatalf("versions -o json: %+v", got)
+	}
+	v := got.Versions[0]
+	if v.Version != "v1.31.5-rancher1-1" || v.Default || v.SystemImages["kubernetes"] != "rancher/hyperkube:v1.31.5-rancher1" ||
+		v.SystemImages["aci_ovs_container"] != "noiro/openvswitch:6.1.1.2.81c2369" || len(v.SystemImages) != 37 {
+		t.Errorf("v1.31.5-rancher1-1 -o json: %+v (%d images)", v, len(v.SystemImages))
+	}
+
+	_, errOut, code := run(t, "config", "versions", "v1.31.5")
+	if code == 0 || !strings.Contains(errOut, "did you mean v1.31.5-rancher1-1?") {
+		t.Errorf("an upstream spelling: exit %d, %s", code, errOut)
+	}
+}

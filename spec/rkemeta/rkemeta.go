@@ -1,0 +1,291 @@
+// Package rkemeta is RKE's Kubernetes metadata (kontainer-driver-metadata,
+// KDM) as RKE v1.8.1 embeds it in data/data.json, and the lookups RKE
+// makes in it, answering as RKE answers:
+//
+//   - the Kubernetes versions RKE knows from 1.24 on (Versions), each with
+//     exactly RKE's images (Images), and RKE's default version (Default);
+//   - RKE's version info of each version and series (Info: deprecation,
+//     lowest and highest RKE release);
+//   - the Docker versions RKE accepts for each Kubernetes minor version
+//     (DockerVersions);
+//   - the default flags of each component by version or series
+//     (ServiceOptions; ServiceOptionsFor picks them the way RKE does,
+//     giving the kubernetes image's tag precedence over kubernetes_version);
+//   - the add-on templates (Template: RKE's semver range table of every
+//     add-on, whole, and the template texts that versions from 1.24 on can
+//     reach).
+//
+// Everything older than Kubernetes 1.24 is left out: rigger runs nothing
+// older (dockershim is gone from 1.24 on). The range table is kept whole so
+// that Template answers as RKE's templates.getTemplate for any version; a
+// range that can only match versions before 1.24 names a template whose
+// text is not kept, and Template says so.
+//
+// zz_generated.go and templates.json.gz are written by hack/rke-metadata from the
+// RKE module in the Go module cache (`go generate ./spec/rkemeta`);
+// TestGeneratedUpToDate checks them. RKE is Apache-2.0; RKE itself is never
+// a dependency of rigger's module.
+package rkemeta
+
+//go:generate go run ../../hack/rke-metadata -out .
+
+import (
+	"bytes"
+	"compress/gzip"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/blang/semver"
+)
+
+// templatesGz is the template texts kept, a gzip-compressed JSON object of
+// template key to text, written by hack/rke-metadata.
+//
+//go:embed templates.json.gz
+var templatesGz []byte
+
+// templateTexts decodes templatesGz once; the map is never changed.
+var templateTexts = sync.OnceValues(func() (map[string]string, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(templatesGz))
+	if err != nil {
+		return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
+	}
+	var texts map[string]string
+	if err := json.NewDecoder(zr).Decode(&texts); err != nil {
+		return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
+	}
+	return texts, nil
+})
+
+// release is one version of RKE's K8sVersionRKESystemImages.
+type release struct {
+	version string
+	images  SystemImages
+}
+
+// Options is RKE's KubernetesServicesOptions: the default flags of
+// each component, flag name (without dashes) to value. An empty value means
+// that the flag is not passed at all (RKE deletes it from the command line).
+type Options struct {
+	Etcd           map[string]string `json:"etcd,omitempty"`
+	KubeAPI        map[string]string `json:"kubeapi,omitempty"`
+	KubeController map[string]string `json:"kubeController,omitempty"`
+	Scheduler      map[string]string `json:"scheduler,omitempty"`
+	Kubelet        map[string]string `json:"kubelet,omitempty"`
+	Kubeproxy      map[string]string `json:"kubeproxy,omitempty"`
+}
+
+// VersionInfo is RKE's K8sVersionInfo of a version or a series: the RKE
+// and Rancher releases that offer it. Empty fields are not set in RKE's data.
+type VersionInfo struct {
+	// MinRKEVersion is the first RKE release that offers the version.
+	MinRKEVersion string `json:"minRKEVersion,omitempty"`
+	// MaxRKEVersion is the last RKE release that offers the series as current.
+	MaxRKEVersion string `json:"maxRKEVersion,omitempty"`
+	// DeprecateRKEVersion is the RKE release from which the version is refused.
+	DeprecateRKEVersion     string `json:"deprecateRKEVersion,omitempty"`
+	MinRancherVersion       string `json:"minRancherVersion,omitempty"`
+	MaxRancherVersion       string `json:"maxRancherVersion,omitempty"`
+	DeprecateRancherVersion string `json:"deprecateRancherVersion,omitempty"`
+}
+
+// Versions returns every Kubernetes version RKE knows from 1.24 on, in
+// RKE's spelling (v1.31.5-rancher1-1), oldest first.
+func Versions() []string {
+	rs := releases()
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.version
+	}
+	return out
+}
+
+// Default is RKE's default kubernetes_version, DefaultVersion.
+func Default() string { return DefaultVersion }
+
+// Images returns RKE's images of version, which must be spelled exactly as
+// RKE spells it: RKE looks the version up as it is written
+// (K8sVersionToRKESystemImages[kubernetes_version]).
+func Images(version string) (SystemImages, bool) {
+	for _, r := range releases() {
+		if r.version == version {
+			return r.images, true
+		}
+	}
+	return SystemImages{}, false
+}
+
+// Info returns RKE's version info of a version (v1.31.5-rancher1-1) or a
+// series (v1.31), as RKE's data writes the key.
+func Info(key string) (VersionInfo, bool) {
+	i, ok := versionInfo()[key]
+	return i, ok
+}
+
+// DockerVersions returns the Docker versions RKE accepts on the nodes of a
+// cluster of kubernetes_version k8sVersion (`20.10.x`, …), found by its
+// major.minor as RKE does; nil for a version it has none for.
+func DockerVersions(k8sVersion string) []string {
+	v, err := semver.Parse(strings.TrimPrefix(k8sVersion, "v"))
+	if err != nil {
+		return nil
+	}
+	return dockerVersions()[fmt.Sprintf("%d.%d", v.Major, v.Minor)]
+}
+
+// ServiceOptions returns RKE's default service options of a version: those
+// of the version itself when RKE's data has them, else those of its series
+// (v1.31.5-rancher1-1 → v1.31), as RKE looks them up.
+func ServiceOptions(version string) (Options, bool) {
+	all := serviceOptions()
+	if o, ok := all[version]; ok {
+		return o, true
+	}
+	o, ok := all[Series(version)]
+	return o, ok
+}
+
+// ServiceOptionsFor returns the default service options RKE uses for a
+// cluster of kubernetes_version clusterVersion whose system_images.kubernetes
+// is kubernetesImage, and the key it found them under. As RKE's
+// getDefaultKubernetesServicesOptions: the version's own options first;
+// otherwise the series of the image's tag when it has one (the image wins
+// over kubernetes_version), else the series of clusterVersion.
+func ServiceOptionsFor(clusterVersion, kubernetesImage string) (Options, string, error) {
+	all := serviceOptions()
+	if o, ok := all[clusterVersion]; ok {
+		return o, clusterVersion, nil
+	}
+	series := Series(clusterVersion)
+	if s := Series(ImageTag(kubernetesImage)); s != "" {
+		series = s
+	}
+	if o, ok := all[series]; ok {
+		return o, series, nil
+	}
+	return Options{}, series, fmt.Errorf("no service options for Kubernetes version %s or series %s", clusterVersion, series)
+}
+
+// Series is RKE's util.GetTagMajorVersion: the first two dot-separated
+// parts of a version or image tag (v1.31.5-rancher1-1 → v1.31), or "" when
+// it has fewer.
+func Series(tag string) string {
+	parts := strings.Split(tag, ".")
+	if len(parts) < 2 {
+		return ""
+	}
+	return strings.Join(parts[:2], ".")
+}
+
+// ImageTag returns the tag of an image reference (registry:5000/a/b:tag@digest
+// → tag), or "" when it has none.
+func ImageTag(image string) string {
+	if i := strings.IndexByte(image, '@'); i >= 0 {
+		image = image[:i]
+	}
+	i := strings.LastIndexByte(image, ':')
+	if i < 0 || strings.ContainsRune(image[i:], '/') {
+		return ""
+	}
+	return image[i+1:]
+}
+
+// Addons whose templates RKE's data holds, by their key in the data.
+const (
+	AddonACI           = "aci"
+	AddonCalico        = "calico"
+	AddonCanal         = "canal"
+	AddonCoreDNS       = "coreDNS"
+	AddonFlannel       = "flannel"
+	AddonKubeDNS       = "kubeDNS"
+	AddonMetricsServer = "metricsServer"
+	AddonNginxIngress  = "nginxIngress"
+	AddonNodelocal     = "nodelocal"
+	AddonWeave         = "weave"
+)
+
+// Addons lists the add-ons of the range table.
+func Addons() []string {
+	out := make([]string, 0, len(templateRanges()))
+	for a := range templateRanges() {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Template returns the template of an add-on for a Kubernetes version: its
+// key and its text. It answers as RKE's templates.getTemplate: the version
+// is read as semver after its first character (the `v`), each range of the
+// add-on is parsed with blang/semver (a range that does not parse is
+// skipped) and the template of the range that matches is returned. When
+// the matching template is one rigger does not keep (reachable only from
+// versions before 1.24), the key is returned with an error.
+func Template(addon, k8sVersion string) (key, text string, err error) {
+	if k8sVersion == "" {
+		return "", "", fmt.Errorf("k8sVersion not sem-ver %q", k8sVersion)
+	}
+	toMatch, err := semver.Make(k8sVersion[1:])
+	if err != nil {
+		return "", "", fmt.Errorf("k8sVersion not sem-ver %s %v", k8sVersion, err)
+	}
+	ranges := templateRanges()[addon]
+	keys := make([]string, 0, len(ranges))
+	for r := range ranges {
+		keys = append(keys, r)
+	}
+	slices.Sort(keys) // hack/rke-metadata checks that at most one range matches any version
+	for _, r := range keys {
+		fn, err := semver.ParseRange(r)
+		if err != nil {
+			continue
+		}
+		if fn(toMatch) {
+			key = ranges[r]
+			texts, err := templateTexts()
+			if err != nil {
+				return key, "", err
+			}
+			text, ok := texts[key]
+			if !ok {
+				return key, "", fmt.Errorf("%s template %s for k8sVersion %s is not kept by rigger: it serves Kubernetes before v1.%d only", addon, key, k8sVersion, MinMinor)
+			}
+			return key, text, nil
+		}
+	}
+	return "", "", fmt.Errorf("no %s template found for k8sVersion %s", addon, k8sVersion)
+}
+
+// MatchRange is RKE's util.SemVerMatchRange: whether a kubernetes_version
+// (v1.27.0-rancher1-1) lies in a blang/semver range (">=1.27.0-rancher0").
+func MatchRange(k8sVersion, versionRange string) (bool, error) {
+	if k8sVersion == "" {
+		return false, fmt.Errorf("Cluster version has zero length")
+	}
+	toMatch, err := semver.Make(k8sVersion[1:])
+	if err != nil {
+		return false, fmt.Errorf("Cluster version [%s] can not be parsed as semver: %v", k8sVersion, err)
+	}
+	fn, err := semver.ParseRange(versionRange)
+	if err != nil {
+		return false, fmt.Errorf("Failed to parse semver range [%s]: %v", versionRange, err)
+	}
+	return fn(toMatch), nil
+}
+
+// ParseVersion is RKE's getClusterVersion: a kubernetes_version is `v`
+// followed by a semantic version (v1.31.5, v1.31.5-rancher1-1).
+func ParseVersion(version string) (semver.Version, error) {
+	if len(version) <= 1 || !strings.HasPrefix(version, "v") {
+		return semver.Version{}, fmt.Errorf("%s is not valid version", version)
+	}
+	v, err := semver.Parse(version[1:])
+	if err != nil {
+		return semver.Version{}, fmt.Errorf("%s is not valid semver", version)
+	}
+	return v, nil
+}
