@@ -8,7 +8,7 @@
 //
 // Apply: every object is applied with server-side apply under one field
 // manager ("rigger"), forcing conflicts, with the API server's strict field
-// validation (a misspelled field is an error, as with kubectl). Add-ons are
+// validation (a field the schema does not declare is an error). Add-ons are
 // applied one after the other in the order given; within an add-on,
 // CustomResourceDefinitions and Namespaces come first (and the CRDs must be
 // Established before anything else is applied), then the other objects by
