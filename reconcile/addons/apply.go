@@ -142,7 +142,9 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 	}
 
 	var crds []*target
-	reload := false
+	// The kinds the cluster serves are read again after the CRDs when one
+	// changed or an object waits for its kind.
+	reload := slices.ContainsFunc(ra.targets, func(t *target) bool { return t.pendingCRD })
 	for _, first := range []bool{true, false} {
 		for _, t := range ra.targets {
 			if firstPhase(t.ref) != first {

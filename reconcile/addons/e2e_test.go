@@ -35,6 +35,7 @@ func TestEngineE2E(t *testing.T) {
 	t.Run("CRD and custom resource in one add-on", func(t *testing.T) { testCRD(t, s.Config) })
 	t.Run("an object the API server rejects", func(t *testing.T) { testRejected(t, s.Config) })
 	t.Run("a Deployment that cannot become ready", func(t *testing.T) { testNotReady(t, s.Config) })
+	t.Run("a Job that fails", func(t *testing.T) { testFailedJob(t, s.Config) })
 }
 
 // harness is an engine with its progress lines and logs recorded.
@@ -608,5 +609,31 @@ func testNotReady(t *testing.T, cfg *rest.Config) {
 	}
 	if !slices.ContainsFunc(nr.Events, func(e string) bool { return strings.Contains(e, "FailedScheduling") }) {
 		t.Errorf("events %q lack the pod's FailedScheduling", nr.Events)
+	}
+}
+
+// testFailedJob: a Job that fails (its deadline passes with no node to run
+// on) stops the wait at once, long before the ready timeout.
+func testFailedJob(t *testing.T, cfg *rest.Config) {
+	ctx := ctxFor(t, 2*time.Minute)
+	h := newHarness(t, cfg, addons.Options{Prune: true, ReadyTimeout: time.Minute})
+	manifest := "apiVersion: batch/v1\nkind: Job\nmetadata: {name: doomed, namespace: default}\n" +
+		"spec:\n  activeDeadlineSeconds: 1\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n" +
+		"      containers: [{name: c, image: 'example.invalid/doomed:1'}]\n"
+	start := time.Now()
+	_, err := h.Apply(ctx, []addons.Addon{{Name: "doomed", Objects: decode(t, "doomed.yaml", manifest)}})
+	var nr *addons.NotReadyError
+	if !errors.As(err, &nr) {
+		t.Fatalf("got %v, want a *NotReadyError", err)
+	}
+	t.Logf("the error: %v", err)
+	if took := time.Since(start); took > 40*time.Second {
+		t.Errorf("a failed Job was waited for %s", took)
+	}
+	if nr.Status != "Failed" || nr.Err != nil || nr.Object.String() != "Job default/doomed" {
+		t.Errorf("got status %s, cause %v, object %s; want Failed, none, Job default/doomed", nr.Status, nr.Err, nr.Object)
+	}
+	if !slices.ContainsFunc(nr.Conditions, func(c addons.Condition) bool { return c.Type == "Failed" && c.Status == "True" }) {
+		t.Errorf("conditions %v lack Failed=True", nr.Conditions)
 	}
 }

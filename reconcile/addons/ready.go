@@ -152,13 +152,29 @@ func (e *Engine) check(ctx context.Context, w *waitState) (bool, error) {
 		return false, nil
 	}
 	w.live = live
-	res, err := kstatus.Compute(live)
+	res, err := computeStatus(live)
 	if err != nil {
 		w.res = kstatus.Result{Status: kstatus.UnknownStatus, Message: err.Error()}
 		return false, nil
 	}
 	w.res = *res
 	return res.Status == kstatus.CurrentStatus, nil
+}
+
+// computeStatus is kstatus's status of u, except that a Job is Current only
+// once it is Complete: kstatus counts a Job that has started as Current,
+// and an add-on's Job is waited for to its end.
+func computeStatus(u *unstructured.Unstructured) (*kstatus.Result, error) {
+	res, err := kstatus.Compute(u)
+	if err != nil || res.Status != kstatus.CurrentStatus || u.GetKind() != "Job" || u.GroupVersionKind().Group != "batch" {
+		return res, err
+	}
+	for _, c := range conditions(u) {
+		if c.Type == "Complete" && c.Status == "True" {
+			return res, nil
+		}
+	}
+	return &kstatus.Result{Status: kstatus.InProgressStatus, Message: res.Message}, nil
 }
 
 // notReady describes an object that did not become ready. cause is why

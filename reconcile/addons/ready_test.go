@@ -66,6 +66,12 @@ func TestReadiness(t *testing.T) {
 			wantWait: true, wantStatus: kstatus.CurrentStatus, wantLine: "complete",
 		},
 		{
+			name: "Job running (kstatus alone says Current)",
+			obj: `{apiVersion: batch/v1, kind: Job, metadata: {name: j, generation: 1}, spec: {completions: 1, parallelism: 1},
+				status: {active: 1, startTime: "2026-01-01T00:00:00Z"}}`,
+			wantWait: true, wantStatus: kstatus.InProgressStatus, wantLine: "complete",
+		},
+		{
 			name: "Job failed",
 			obj: `{apiVersion: batch/v1, kind: Job, metadata: {name: j, generation: 1}, spec: {completions: 1, parallelism: 1},
 				status: {failed: 6, conditions: [{type: Failed, status: "True", reason: BackoffLimitExceeded}]}}`,
@@ -111,7 +117,7 @@ func TestReadiness(t *testing.T) {
 			if got := waits(u); got != tt.wantWait {
 				t.Errorf("waits = %v, want %v", got, tt.wantWait)
 			}
-			res, err := kstatus.Compute(u)
+			res, err := computeStatus(u)
 			if err != nil {
 				t.Fatal(err)
 			}
