@@ -298,7 +298,8 @@ func (e *Engine) mapObject(ctx context.Context, set *desiredSet, addon string, o
 func (e *Engine) remap(ctx context.Context, t *target) error {
 	m, err := e.mapper.RESTMappingWithContext(ctx, t.ref.GroupKind(), t.ref.Version)
 	if err != nil {
-		return &ApplyError{Addon: t.addon, Object: t.ref, Source: t.src, Err: fmt.Errorf("its CustomResourceDefinition is established, and still: %w", err)}
+		return &ApplyError{Addon: t.addon, Object: t.ref, Source: t.src,
+			Err: fmt.Errorf("the cluster does not serve its kind yet (put its CustomResourceDefinition in this add-on or an earlier one): %w", err)}
 	}
 	t.gvr = m.Resource
 	t.pendingCRD = false
