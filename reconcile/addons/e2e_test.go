@@ -220,7 +220,9 @@ func testApplyAndPrune(t *testing.T, cfg *rest.Config, kc kubernetes.Interface) 
 		"addon demo: Deployment e2e-apply/zero rolled out (0/0)",
 		"addon demo: 5 objects applied (5 created, 0 configured, 0 unchanged)",
 	}
-	if diff := cmp.Diff(wantProgress, h.takeProgress()); diff != "" {
+	// Lines saying what is still awaited appear only on a slow machine.
+	progress := slices.DeleteFunc(h.takeProgress(), func(l string) bool { return strings.Contains(l, ": waiting for ") })
+	if diff := cmp.Diff(wantProgress, progress); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}
 	a, err := kc.CoreV1().ConfigMaps(ns).Get(ctx, "a", metav1.GetOptions{})
