@@ -612,6 +612,10 @@ func testNotReady(t *testing.T, cfg *rest.Config) {
 	if !slices.ContainsFunc(nr.Events, func(e string) bool { return strings.Contains(e, "FailedScheduling") }) {
 		t.Errorf("events %q lack the pod's FailedScheduling", nr.Events)
 	}
+	// A wait longer than 10s says what it waits for.
+	if p := h.takeProgress(); !slices.Contains(p, "addon stuck: waiting for Deployment default/stuck: Available: 0/1") {
+		t.Errorf("progress %q does not say what is awaited", p)
+	}
 }
 
 // testFailedJob: a Job that fails (its deadline passes with no node to run
