@@ -153,6 +153,7 @@ func SetDefaults(c *Cluster) {
 	def(&r.MaxParallel, DefaultMaxParallel)
 	def(&r.MaxRemovedNodes, DefaultMaxRemovedNodes)
 	def(&r.StaleNodes, DefaultStaleNodes)
+	defBool(&r.Addons.Prune, true)
 }
 
 func setServiceDefaults(s *Services) {

@@ -162,6 +162,7 @@ services:
 		{"connect timeout", c.Rigger.SSH.ConnectTimeout.Std(), DefaultConnectTimeout},
 		{"max_parallel", c.Rigger.MaxParallel, 10},
 		{"max_removed_nodes", c.Rigger.MaxRemovedNodes, "30%"},
+		{"add-ons are pruned", *c.Rigger.Addons.Prune, true},
 	}
 	for _, ch := range checks {
 		if diff := cmp.Diff(ch.want, ch.got); diff != "" {
@@ -184,6 +185,8 @@ services:
 upgrade_strategy:
   max_unavailable_worker: 3
   drain: true
+rigger:
+  addons: {prune: false}
 `), "cluster.yml")
 	if diags.HasErrors() {
 		t.Fatal(diags)
@@ -205,6 +208,9 @@ upgrade_strategy:
 	}
 	if c.UpgradeStrategy.MaxUnavailableWorker != "3" || !*c.UpgradeStrategy.Drain {
 		t.Errorf("upgrade_strategy = %+v", c.UpgradeStrategy)
+	}
+	if *c.Rigger.Addons.Prune {
+		t.Error("rigger.addons.prune: false was read as true")
 	}
 }
 

@@ -737,6 +737,14 @@ type Rigger struct {
 	StaleNodes string `json:"stale_nodes,omitempty"`
 	// `rigger serve` observes and reports the cluster but changes nothing (no apply, no drift repair, no restore; scheduled snapshots go on). `rigger apply` by hand still applies.
 	Suspend bool `json:"suspend,omitempty"`
+	// How rigger applies add-ons (the network plugin, DNS, metrics-server, ingress, `addons` and `addons_include`).
+	Addons RiggerAddons `json:"addons,omitempty"`
+}
+
+// RiggerAddons says how rigger applies add-ons.
+type RiggerAddons struct {
+	// Delete from the cluster the objects that were removed from an add-on since rigger last applied it, found through the add-on's inventory (a ConfigMap in kube-system); only objects that still carry the add-on's label and rigger's field manager are deleted. `false` keeps RKE's behaviour: such objects stay in the cluster.
+	Prune *bool `json:"prune,omitempty"`
 }
 
 // SSHOptions says how SSH connections are checked and kept.

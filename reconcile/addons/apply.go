@@ -1,0 +1,352 @@
+package addons
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// Plan reports what Apply(ctx, addons) would do, changing nothing: every
+// object is applied as a server-side dry run and compared with the live
+// one (see the package documentation), and the objects Apply would prune
+// are listed. It is also how drift is found: an object someone changed in
+// the cluster is Configure.
+//
+// An object whose kind a CRD of addons defines, or whose Namespace addons
+// creates, cannot be dry-run before those exist: it is Create, with a
+// Summary that says why it was not checked. An object the API server
+// rejects is an *ApplyError with DryRun set.
+func (e *Engine) Plan(ctx context.Context, addons []Addon) (*ChangeSet, error) {
+	set, err := e.resolve(ctx, addons)
+	if err != nil {
+		return nil, err
+	}
+	cs := &ChangeSet{}
+	nsExists := map[string]bool{}
+	for _, ra := range set.addons {
+		inv, err := e.readInventory(ctx, ra.name)
+		if err != nil {
+			return nil, err
+		}
+		ac := AddonChanges{Name: ra.name}
+		for _, t := range ra.targets {
+			ch, err := e.planObject(ctx, set, t, nsExists)
+			if err != nil {
+				return nil, err
+			}
+			ac.Changes = append(ac.Changes, ch)
+		}
+		stale, _, err := e.prune(ctx, ra.name, inv.refs, set.owner, false, false)
+		if err != nil {
+			return nil, err
+		}
+		ac.Changes = append(ac.Changes, stale...)
+		cs.Addons = append(cs.Addons, ac)
+	}
+	return cs, nil
+}
+
+// planObject dry-runs one object and classifies it.
+func (e *Engine) planObject(ctx context.Context, set *desiredSet, t *target, nsExists map[string]bool) (Change, error) {
+	notChecked := func(why string) Change {
+		return Change{Object: t.ref, Action: Create, Source: t.src.String(), Summary: "not dry-run: " + why}
+	}
+	if t.pendingCRD {
+		return notChecked("its CustomResourceDefinition is created first"), nil
+	}
+	if ns := t.ref.Namespace; ns != "" && set.namespaces[ns] {
+		exists, ok := nsExists[ns]
+		if !ok {
+			live, err := e.get(ctx, namespaces, ObjectRef{Version: "v1", Kind: "Namespace", Name: ns})
+			if err != nil {
+				return Change{}, fmt.Errorf("addon %s: %w", t.addon, err)
+			}
+			exists = live != nil
+			nsExists[ns] = exists
+		}
+		if !exists {
+			return notChecked("its Namespace is created first"), nil
+		}
+	}
+	live, err := e.get(ctx, t.gvr, t.ref)
+	if err != nil {
+		return Change{}, fmt.Errorf("addon %s: %w", t.addon, err)
+	}
+	after, err := e.apply(ctx, t, true)
+	if err != nil {
+		return Change{}, err
+	}
+	return classify(t, live, after), nil
+}
+
+// Apply applies addons to the cluster, one add-on after the other in the
+// order given, and returns what it did (as much as it did when it fails).
+// For each add-on it:
+//
+//  1. records in the add-on's inventory the objects it is about to apply
+//     (with those recorded before), so that nothing it creates is
+//     untracked if it stops half-way;
+//  2. applies the CRDs and Namespaces, waits for the CRDs to be
+//     Established and reloads the kinds the cluster serves;
+//  3. applies the other objects by kind (see the package documentation);
+//  4. waits until every object is ready (kstatus Current), at most
+//     Options.ReadyTimeout: a *NotReadyError otherwise;
+//  5. prunes (Options.Prune) the objects of its inventory that are in no
+//     add-on of addons, when they still carry the add-on's label and
+//     rigger's field manager; and
+//  6. records the add-on's objects as its inventory.
+//
+// An object the API server rejects is an *ApplyError. Apply never removes
+// an add-on that is not in addons: see Remove.
+func (e *Engine) Apply(ctx context.Context, addons []Addon) (*ChangeSet, error) {
+	cs := &ChangeSet{}
+	set, err := e.resolve(ctx, addons)
+	if err != nil {
+		return cs, err
+	}
+	for i := range set.addons {
+		if err := ctx.Err(); err != nil {
+			return cs, err
+		}
+		ac, err := e.applyAddon(ctx, set, &set.addons[i])
+		cs.Addons = append(cs.Addons, ac)
+		if err != nil {
+			return cs, err
+		}
+	}
+	return cs, nil
+}
+
+func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAddon) (AddonChanges, error) {
+	ac := AddonChanges{Name: ra.name}
+	inv, err := e.readInventory(ctx, ra.name)
+	if err != nil {
+		return ac, err
+	}
+	refs := make([]ObjectRef, len(ra.targets))
+	for i, t := range ra.targets {
+		refs[i] = t.ref
+	}
+	if inv, err = e.writeInventory(ctx, ra.name, inv, union(inv.refs, refs)); err != nil {
+		return ac, err
+	}
+
+	var crds []*target
+	// The kinds the cluster serves are read again after the CRDs when one
+	// changed or an object waits for its kind.
+	reload := slices.ContainsFunc(ra.targets, func(t *target) bool { return t.pendingCRD })
+	for _, first := range []bool{true, false} {
+		for _, t := range ra.targets {
+			if firstPhase(t.ref) != first {
+				continue
+			}
+			if t.pendingCRD {
+				if err := e.remap(ctx, t); err != nil {
+					return ac, err
+				}
+			}
+			ch, err := e.applyObject(ctx, t)
+			if err != nil {
+				return ac, err
+			}
+			ac.Changes = append(ac.Changes, ch)
+			if isCRD(t.ref) {
+				crds = append(crds, t)
+				reload = reload || ch.Action != Unchanged
+			}
+		}
+		if first && len(crds) > 0 {
+			if err := e.waitReady(ctx, ra.name, crds, false); err != nil {
+				return ac, err
+			}
+			if reload {
+				e.mapper.ResetWithContext(ctx)
+			}
+		}
+	}
+	e.log.Info("applied", "component", "addons", "addon", ra.name, "summary", ac.Summary())
+
+	if err := e.waitReady(ctx, ra.name, ra.targets, true); err != nil {
+		return ac, err
+	}
+
+	stale, failed, pruneErr := e.prune(ctx, ra.name, inv.refs, set.owner, false, true)
+	ac.Changes = append(ac.Changes, stale...)
+	if _, err := e.writeInventory(ctx, ra.name, inv, append(refs, failed...)); err != nil {
+		return ac, errors.Join(pruneErr, err)
+	}
+	e.say(ra.name, "%s", ac.Summary())
+	return ac, pruneErr
+}
+
+// applyObject applies one object and says what changed.
+func (e *Engine) applyObject(ctx context.Context, t *target) (Change, error) {
+	live, err := e.get(ctx, t.gvr, t.ref)
+	if err != nil {
+		return Change{}, fmt.Errorf("addon %s: %w", t.addon, err)
+	}
+	after, err := e.apply(ctx, t, false)
+	if err != nil {
+		return Change{}, err
+	}
+	ch := classify(t, live, after)
+	if ch.Action != Unchanged {
+		e.log.Info("object applied", "component", "addons", "addon", t.addon, "object", t.ref.String(), "action", string(ch.Action), "reason", ch.Summary)
+	}
+	return ch, nil
+}
+
+// PlanRemove reports what Remove(ctx, name) would delete.
+func (e *Engine) PlanRemove(ctx context.Context, name string) (AddonChanges, error) {
+	return e.remove(ctx, name, false)
+}
+
+// Remove deletes an add-on that is no longer wanted (an ingress provider
+// switched to none, the user's addons emptied) through its inventory: each
+// object it lists that still carries the add-on's label and rigger's field
+// manager is deleted (propagation Background), then the inventory. As RKE
+// deletes a disabled add-on's objects, Remove does so whatever
+// Options.Prune says. An add-on without an inventory is nothing to remove.
+func (e *Engine) Remove(ctx context.Context, name string) (AddonChanges, error) {
+	return e.remove(ctx, name, true)
+}
+
+func (e *Engine) remove(ctx context.Context, name string, execute bool) (AddonChanges, error) {
+	ac := AddonChanges{Name: name, Removed: true}
+	if err := validName(name); err != nil {
+		return ac, err
+	}
+	inv, err := e.readInventory(ctx, name)
+	if err != nil || !inv.exists {
+		return ac, err
+	}
+	changes, failed, err := e.prune(ctx, name, inv.refs, nil, true, execute)
+	ac.Changes = changes
+	if !execute {
+		return ac, err
+	}
+	if err != nil {
+		_, werr := e.writeInventory(ctx, name, inv, failed)
+		return ac, errors.Join(err, werr)
+	}
+	if err := e.deleteInventory(ctx, name); err != nil {
+		return ac, err
+	}
+	e.say(name, "%s", ac.Summary())
+	return ac, nil
+}
+
+// prune deals with the objects of add-on addon's inventory (refs) that no
+// add-on of the set (keep) has: each that is still rigger's is pruned when
+// pruning is on (always when removing the add-on), and left as an Orphan
+// otherwise. Objects are deleted only when execute is set. It returns the
+// changes and the objects it failed to delete (to keep in the inventory).
+func (e *Engine) prune(ctx context.Context, addon string, refs []ObjectRef, keep map[objKey]string, removing, execute bool) ([]Change, []ObjectRef, error) {
+	var stale []ObjectRef
+	for _, r := range refs {
+		if _, ok := keep[r.key()]; !ok {
+			stale = append(stale, r)
+		}
+	}
+	sortForDelete(stale)
+	var changes []Change
+	var failed []ObjectRef
+	var errs []error
+	for _, r := range stale {
+		gvr, ok, err := e.resourceOf(ctx, r)
+		if err != nil {
+			return changes, failed, fmt.Errorf("addon %s: prune %s: %w", addon, r, err)
+		}
+		if !ok {
+			e.log.Debug("pruned object's kind is not served any more", "component", "addons", "addon", addon, "object", r.String())
+			continue
+		}
+		live, err := e.get(ctx, gvr, r)
+		if err != nil {
+			return changes, failed, fmt.Errorf("addon %s: prune: %w", addon, err)
+		}
+		if live == nil || live.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if why := e.notOurs(live, addon); why != "" {
+			changes = append(changes, Change{Object: r, Action: Orphan, Summary: "not pruned: " + why})
+			continue
+		}
+		if !e.opts.Prune && !removing {
+			changes = append(changes, Change{Object: r, Action: Orphan, Summary: "removed from the add-on; left in the cluster: rigger.addons.prune is false"})
+			continue
+		}
+		if !execute {
+			changes = append(changes, Change{Object: r, Action: Prune})
+			continue
+		}
+		uid := live.GetUID()
+		bg := metav1.DeletePropagationBackground
+		err = retry(ctx, func() error {
+			return e.resource(gvr, r.Namespace).Delete(ctx, r.Name, metav1.DeleteOptions{
+				PropagationPolicy: &bg,
+				Preconditions:     &metav1.Preconditions{UID: &uid},
+			})
+		})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			e.log.Info("object pruned", "component", "addons", "addon", addon, "object", r.String())
+			changes = append(changes, Change{Object: r, Action: Prune})
+		case apierrors.IsConflict(err):
+			changes = append(changes, Change{Object: r, Action: Orphan, Summary: "not pruned: it was deleted and created again since rigger read it"})
+		default:
+			failed = append(failed, r)
+			errs = append(errs, fmt.Errorf("addon %s: prune %s: %w", addon, r, err))
+		}
+	}
+	return changes, failed, errors.Join(errs...)
+}
+
+// resourceOf maps an inventory entry to its resource, in the version
+// recorded or, when the cluster no longer serves that one, its preferred
+// version. ok is false when the cluster does not serve the kind at all.
+func (e *Engine) resourceOf(ctx context.Context, r ObjectRef) (schema.GroupVersionResource, bool, error) {
+	m, err := e.mapper.RESTMappingWithContext(ctx, r.GroupKind(), r.Version)
+	if meta.IsNoMatchError(err) {
+		m, err = e.mapper.RESTMappingWithContext(ctx, r.GroupKind())
+	}
+	if meta.IsNoMatchError(err) {
+		return schema.GroupVersionResource{}, false, nil
+	}
+	if err != nil {
+		return schema.GroupVersionResource{}, false, err
+	}
+	return m.Resource, true, nil
+}
+
+// notOurs says why a live object listed in add-on addon's inventory is not
+// rigger's to delete, or "" when it is: it must carry the add-on's label
+// and have fields that rigger's field manager applied.
+func (e *Engine) notOurs(live *unstructured.Unstructured, addon string) string {
+	switch l, ok := live.GetLabels()[LabelAddon]; {
+	case !ok:
+		return "it has no " + LabelAddon + " label (it was created again by someone else)"
+	case l != addon:
+		return fmt.Sprintf("its %s label names add-on %q", LabelAddon, l)
+	}
+	var managers []string
+	for _, mf := range live.GetManagedFields() {
+		if mf.Manager == e.opts.FieldManager && mf.Operation == metav1.ManagedFieldsOperationApply {
+			return ""
+		}
+		if !slices.Contains(managers, mf.Manager) {
+			managers = append(managers, mf.Manager)
+		}
+	}
+	return "rigger's field manager does not manage it (managers: " + strings.Join(managers, ", ") + ")"
+}

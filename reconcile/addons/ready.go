@@ -1,0 +1,339 @@
+package addons
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+)
+
+// AnnotationWait set to "false" on an object tells rigger not to wait for
+// it to be ready.
+const AnnotationWait = "rigger.io/wait"
+
+// Bounds of what a NotReadyError gathers.
+const (
+	// maxNotReady is how many objects one readiness failure describes.
+	maxNotReady = 5
+	// maxEvents is how many Warning events it quotes per object.
+	maxEvents = 3
+	// diagnoseTimeout bounds the reads that describe a failure.
+	diagnoseTimeout = 10 * time.Second
+	// waitingEvery is how often a line says what an object is waiting for.
+	waitingEvery = 10 * time.Second
+)
+
+// waits reports whether Apply waits for the object to be ready. It does
+// not for a LoadBalancer Service (many RKE clusters have no load-balancer
+// controller, so its address never comes) nor for an object annotated
+// rigger.io/wait: "false".
+func waits(u *unstructured.Unstructured) bool {
+	if u.GetAnnotations()[AnnotationWait] == "false" {
+		return false
+	}
+	if u.GetKind() == "Service" && u.GroupVersionKind().Group == "" {
+		typ, _, _ := unstructured.NestedString(u.Object, "spec", "type")
+		return typ != string(corev1.ServiceTypeLoadBalancer)
+	}
+	return true
+}
+
+// waitState is one object being waited for.
+type waitState struct {
+	t      *target
+	live   *unstructured.Unstructured
+	res    kstatus.Result
+	said   string
+	saidAt time.Time
+}
+
+// errFailed stops the wait when an object failed.
+var errFailed = errors.New("object failed")
+
+// waitReady waits until every object of targets that waits is Current by
+// kstatus, at most Options.ReadyTimeout, polling every
+// Options.PollInterval. Failed stops the wait at once. When say is set,
+// workloads that are ready and objects still waiting get progress lines.
+func (e *Engine) waitReady(ctx context.Context, addon string, targets []*target, say bool) error {
+	var pending []*waitState
+	for _, t := range targets {
+		if waits(t.body) {
+			pending = append(pending, &waitState{t: t, res: kstatus.Result{Status: kstatus.UnknownStatus}})
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
+	defer cancel()
+	start := time.Now()
+	var failed *waitState
+	err := wait.PollUntilContextCancel(wctx, e.opts.PollInterval, true, func(ctx context.Context) (bool, error) {
+		rest := make([]*waitState, 0, len(pending))
+		for i, w := range pending {
+			current, err := e.check(ctx, w)
+			if err != nil {
+				if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+					pending = append(rest, pending[i:]...)
+					return false, err
+				}
+				// Anything else (the deadline close, the server away)
+				// may pass: the object keeps the state last read.
+				if w.live == nil {
+					w.res = kstatus.Result{Status: kstatus.UnknownStatus, Message: "cannot read it: " + err.Error()}
+				}
+				e.log.Debug("read for readiness", "component", "addons", "addon", addon, "object", w.t.ref.String(), "error", err)
+				rest = append(rest, w)
+				continue
+			}
+			if w.res.Status == kstatus.FailedStatus {
+				failed = w
+				return false, errFailed
+			}
+			if current {
+				if say {
+					if line := readyLine(w.live); line != "" {
+						e.say(addon, "%s %s", w.t.ref, line)
+					}
+				}
+				continue
+			}
+			if say && w.res.Message != w.said && time.Since(start) >= waitingEvery && time.Since(w.saidAt) >= waitingEvery {
+				e.say(addon, "waiting for %s: %s", w.t.ref, w.res.Message)
+				w.said, w.saidAt = w.res.Message, time.Now()
+			}
+			rest = append(rest, w)
+		}
+		pending = rest
+		return len(pending) == 0, nil
+	})
+	if err == nil {
+		return nil
+	}
+	waited := time.Since(start)
+	if failed != nil {
+		return e.notReady(ctx, addon, failed, waited, nil)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("addon %s: wait for readiness: %w", addon, err)
+	}
+	cause := wctx.Err()
+	var errs []error
+	for i, w := range pending {
+		if i == maxNotReady {
+			errs = append(errs, fmt.Errorf("addon %s: and %d more objects not ready", addon, len(pending)-i))
+			break
+		}
+		errs = append(errs, e.notReady(ctx, addon, w, waited, cause))
+	}
+	return errors.Join(errs...)
+}
+
+// check reads one object and computes its kstatus status.
+func (e *Engine) check(ctx context.Context, w *waitState) (bool, error) {
+	live, err := e.get(ctx, w.t.gvr, w.t.ref)
+	if err != nil {
+		return false, err
+	}
+	if live == nil {
+		w.live = nil
+		w.res = kstatus.Result{Status: kstatus.NotFoundStatus, Message: "the object is not in the cluster"}
+		return false, nil
+	}
+	w.live = live
+	res, err := computeStatus(live)
+	if err != nil {
+		w.res = kstatus.Result{Status: kstatus.UnknownStatus, Message: err.Error()}
+		return false, nil
+	}
+	w.res = *res
+	return res.Status == kstatus.CurrentStatus, nil
+}
+
+// computeStatus is kstatus's status of u, except that a Job is Current only
+// once it is Complete: kstatus counts a Job that has started as Current,
+// and an add-on's Job is waited for to its end.
+func computeStatus(u *unstructured.Unstructured) (*kstatus.Result, error) {
+	res, err := kstatus.Compute(u)
+	if err != nil || res.Status != kstatus.CurrentStatus || u.GetKind() != "Job" || u.GroupVersionKind().Group != "batch" {
+		return res, err
+	}
+	for _, c := range conditions(u) {
+		if c.Type == "Complete" && c.Status == "True" {
+			return res, nil
+		}
+	}
+	return &kstatus.Result{Status: kstatus.InProgressStatus, Message: res.Message}, nil
+}
+
+// notReady describes an object that did not become ready. cause is why
+// waiting stopped (nil: the object failed).
+func (e *Engine) notReady(ctx context.Context, addon string, w *waitState, waited time.Duration, cause error) *NotReadyError {
+	err := &NotReadyError{Addon: addon, Object: w.t.ref, Status: string(w.res.Status), Message: w.res.Message, Waited: waited, Err: cause}
+	if w.live != nil {
+		err.Conditions = conditions(w.live)
+		if ctx.Err() == nil {
+			dctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+			err.Events = e.warningEvents(dctx, w.live)
+			cancel()
+		}
+	}
+	return err
+}
+
+// conditions are an object's status.conditions.
+func conditions(u *unstructured.Unstructured) []Condition {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var out []Condition
+	for _, c := range list {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		str := func(k string) string { s, _ := m[k].(string); return s }
+		out = append(out, Condition{Type: str("type"), Status: str("status"), Reason: str("reason"), Message: str("message")})
+	}
+	return out
+}
+
+// readyLine is what a progress line says of a workload that is ready: "rolled
+// out (3/3)", "complete", "established"; "" for other kinds.
+func readyLine(u *unstructured.Unstructured) string {
+	num := func(fields ...string) int64 {
+		n, _, _ := unstructured.NestedInt64(u.Object, fields...)
+		return n
+	}
+	switch u.GetKind() {
+	case "Deployment", "StatefulSet":
+		want, ok, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		if !ok {
+			want = 1
+		}
+		return fmt.Sprintf("rolled out (%d/%d)", num("status", "readyReplicas"), want)
+	case "DaemonSet":
+		return fmt.Sprintf("rolled out (%d/%d)", num("status", "numberReady"), num("status", "desiredNumberScheduled"))
+	case "Job":
+		return "complete"
+	case "CustomResourceDefinition":
+		return "established"
+	}
+	return ""
+}
+
+var (
+	events      = schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	pods        = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	replicaSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
+)
+
+// maxEventsListed bounds the Warning events read from one namespace.
+const maxEventsListed = 500
+
+// warningEvents are the last Warning events of u and, for a workload, of its
+// pods (and a Deployment's ReplicaSets), oldest first: "Pod
+// default/web-1: FailedScheduling: 0/1 nodes are available: ...". Reading
+// them is best effort: an error leaves them out.
+func (e *Engine) warningEvents(ctx context.Context, u *unstructured.Unstructured) []string {
+	subjects := map[string]bool{string(u.GetUID()): true}
+	ns := u.GetNamespace()
+	if sel := workloadSelector(u); sel != "" && ns != "" {
+		if u.GetKind() == "Deployment" {
+			for _, rs := range e.list(ctx, replicaSets, ns, metav1.ListOptions{LabelSelector: sel, Limit: 50}) {
+				for _, o := range rs.GetOwnerReferences() {
+					if o.UID == u.GetUID() {
+						subjects[string(rs.GetUID())] = true
+					}
+				}
+			}
+		}
+		for _, p := range e.list(ctx, pods, ns, metav1.ListOptions{LabelSelector: sel, Limit: 50}) {
+			subjects[string(p.GetUID())] = true
+		}
+	}
+	opts := metav1.ListOptions{FieldSelector: "type=" + corev1.EventTypeWarning, Limit: maxEventsListed}
+	if ns == "" {
+		opts.FieldSelector += ",involvedObject.uid=" + string(u.GetUID())
+	}
+	var evs []corev1.Event
+	for _, item := range e.list(ctx, events, ns, opts) {
+		var ev corev1.Event
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &ev) != nil || !subjects[string(ev.InvolvedObject.UID)] {
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	slices.SortStableFunc(evs, func(a, b corev1.Event) int { return cmp.Compare(eventTime(a).UnixNano(), eventTime(b).UnixNano()) })
+	// The newest maxEvents, one of each text (a scheduler repeats itself
+	// in new events).
+	var out []string
+	for i := len(evs) - 1; i >= 0 && len(out) < maxEvents; i-- {
+		ev := evs[i]
+		obj := ev.InvolvedObject
+		who := obj.Kind + " " + obj.Name
+		if obj.Namespace != "" {
+			who = obj.Kind + " " + obj.Namespace + "/" + obj.Name
+		}
+		s := fmt.Sprintf("%s: %s: %s", who, ev.Reason, oneLine(ev.Message))
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// list lists objects, best effort.
+func (e *Engine) list(ctx context.Context, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) []unstructured.Unstructured {
+	l, err := e.resource(gvr, ns).List(ctx, opts)
+	if err != nil {
+		e.log.Debug("list for a readiness report", "component", "addons", "resource", gvr.Resource, "namespace", ns, "error", err)
+		return nil
+	}
+	return l.Items
+}
+
+// workloadSelector is the label selector of a workload's pods, or "".
+func workloadSelector(u *unstructured.Unstructured) string {
+	switch u.GetKind() {
+	case "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job":
+	default:
+		return ""
+	}
+	m, ok, _ := unstructured.NestedMap(u.Object, "spec", "selector")
+	if !ok {
+		return ""
+	}
+	var ls metav1.LabelSelector
+	if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &ls) != nil {
+		return ""
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&ls)
+	if err != nil || sel.Empty() {
+		return ""
+	}
+	return sel.String()
+}
+
+// eventTime is when an event last happened.
+func eventTime(ev corev1.Event) time.Time {
+	switch {
+	case ev.Series != nil && !ev.Series.LastObservedTime.IsZero():
+		return ev.Series.LastObservedTime.Time
+	case !ev.LastTimestamp.IsZero():
+		return ev.LastTimestamp.Time
+	case !ev.EventTime.IsZero():
+		return ev.EventTime.Time
+	}
+	return ev.CreationTimestamp.Time
+}

@@ -1,0 +1,181 @@
+package addons
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+)
+
+func TestReadiness(t *testing.T) {
+	tests := []struct {
+		name       string
+		obj        string
+		wantWait   bool
+		wantStatus kstatus.Status
+		wantLine   string
+	}{
+		{
+			name: "Deployment rolled out",
+			obj: `{apiVersion: apps/v1, kind: Deployment, metadata: {name: d, generation: 2},
+				spec: {replicas: 3},
+				status: {observedGeneration: 2, replicas: 3, updatedReplicas: 3, readyReplicas: 3, availableReplicas: 3,
+				  conditions: [{type: Available, status: "True"}, {type: Progressing, status: "True", reason: NewReplicaSetAvailable}]}}`,
+			wantWait: true, wantStatus: kstatus.CurrentStatus, wantLine: "rolled out (3/3)",
+		},
+		{
+			name: "Deployment without minimum availability",
+			obj: `{apiVersion: apps/v1, kind: Deployment, metadata: {name: d, generation: 1},
+				spec: {replicas: 1},
+				status: {observedGeneration: 1, replicas: 1, updatedReplicas: 1, unavailableReplicas: 1,
+				  conditions: [{type: Available, status: "False", reason: MinimumReplicasUnavailable}, {type: Progressing, status: "True", reason: ReplicaSetUpdated}]}}`,
+			wantWait: true, wantStatus: kstatus.InProgressStatus, wantLine: "rolled out (0/1)",
+		},
+		{
+			name: "Deployment whose new generation is not observed yet",
+			obj: `{apiVersion: apps/v1, kind: Deployment, metadata: {name: d, generation: 3},
+				spec: {replicas: 1},
+				status: {observedGeneration: 2, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1,
+				  conditions: [{type: Available, status: "True"}]}}`,
+			wantWait: true, wantStatus: kstatus.InProgressStatus, wantLine: "rolled out (1/1)",
+		},
+		{
+			name: "Deployment past its progress deadline",
+			obj: `{apiVersion: apps/v1, kind: Deployment, metadata: {name: d, generation: 1},
+				spec: {replicas: 1},
+				status: {observedGeneration: 1, replicas: 1, updatedReplicas: 1,
+				  conditions: [{type: Progressing, status: "False", reason: ProgressDeadlineExceeded}]}}`,
+			wantWait: true, wantStatus: kstatus.FailedStatus, wantLine: "rolled out (0/1)",
+		},
+		{
+			name: "DaemonSet rolled out",
+			obj: `{apiVersion: apps/v1, kind: DaemonSet, metadata: {name: ds, generation: 1},
+				status: {observedGeneration: 1, desiredNumberScheduled: 3, currentNumberScheduled: 3, updatedNumberScheduled: 3, numberAvailable: 3, numberReady: 3}}`,
+			wantWait: true, wantStatus: kstatus.CurrentStatus, wantLine: "rolled out (3/3)",
+		},
+		{
+			name: "Job complete",
+			obj: `{apiVersion: batch/v1, kind: Job, metadata: {name: j, generation: 1}, spec: {completions: 1, parallelism: 1},
+				status: {succeeded: 1, conditions: [{type: Complete, status: "True"}]}}`,
+			wantWait: true, wantStatus: kstatus.CurrentStatus, wantLine: "complete",
+		},
+		{
+			name: "Job running (kstatus alone says Current)",
+			obj: `{apiVersion: batch/v1, kind: Job, metadata: {name: j, generation: 1}, spec: {completions: 1, parallelism: 1},
+				status: {active: 1, startTime: "2026-01-01T00:00:00Z"}}`,
+			wantWait: true, wantStatus: kstatus.InProgressStatus, wantLine: "complete",
+		},
+		{
+			name: "Job failed",
+			obj: `{apiVersion: batch/v1, kind: Job, metadata: {name: j, generation: 1}, spec: {completions: 1, parallelism: 1},
+				status: {failed: 6, conditions: [{type: Failed, status: "True", reason: BackoffLimitExceeded}]}}`,
+			wantWait: true, wantStatus: kstatus.FailedStatus, wantLine: "complete",
+		},
+		{
+			name: "CRD established",
+			obj: `{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {name: widgets.example.com, generation: 1},
+				spec: {group: example.com},
+				status: {conditions: [{type: NamesAccepted, status: "True"}, {type: Established, status: "True"}]}}`,
+			wantWait: true, wantStatus: kstatus.CurrentStatus, wantLine: "established",
+		},
+		{
+			name: "CRD not established yet",
+			obj: `{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {name: widgets.example.com, generation: 1},
+				spec: {group: example.com}, status: {conditions: [{type: NamesAccepted, status: "True"}]}}`,
+			wantWait: true, wantStatus: kstatus.InProgressStatus, wantLine: "established",
+		},
+		{
+			name:     "ConfigMap",
+			obj:      `{apiVersion: v1, kind: ConfigMap, metadata: {name: c}}`,
+			wantWait: true, wantStatus: kstatus.CurrentStatus,
+		},
+		{
+			name:     "LoadBalancer Service is not waited for",
+			obj:      `{apiVersion: v1, kind: Service, metadata: {name: s}, spec: {type: LoadBalancer}}`,
+			wantWait: false, wantStatus: kstatus.InProgressStatus,
+		},
+		{
+			name:     "ClusterIP Service",
+			obj:      `{apiVersion: v1, kind: Service, metadata: {name: s}, spec: {type: ClusterIP}}`,
+			wantWait: true, wantStatus: kstatus.CurrentStatus,
+		},
+		{
+			name:     "opted out",
+			obj:      `{apiVersion: apps/v1, kind: Deployment, metadata: {name: d, annotations: {rigger.io/wait: "false"}}, spec: {replicas: 1}}`,
+			wantWait: false, wantStatus: kstatus.InProgressStatus, wantLine: "rolled out (0/1)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: obj(t, tt.obj)}
+			if got := waits(u); got != tt.wantWait {
+				t.Errorf("waits = %v, want %v", got, tt.wantWait)
+			}
+			res, err := computeStatus(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tt.wantStatus {
+				t.Errorf("kstatus = %s (%s), want %s", res.Status, res.Message, tt.wantStatus)
+			}
+			if got := readyLine(u); got != tt.wantLine {
+				t.Errorf("ready line = %q, want %q", got, tt.wantLine)
+			}
+		})
+	}
+}
+
+func TestConditionsAndSelector(t *testing.T) {
+	u := &unstructured.Unstructured{Object: obj(t, `{apiVersion: apps/v1, kind: Deployment, metadata: {name: d},
+		spec: {selector: {matchLabels: {app: web}, matchExpressions: [{key: tier, operator: In, values: [a, b]}]}},
+		status: {conditions: [{type: Available, status: "False", reason: MinimumReplicasUnavailable, message: "Deployment does not have minimum availability."}, "junk"]}}`)}
+	want := []Condition{{Type: "Available", Status: "False", Reason: "MinimumReplicasUnavailable", Message: "Deployment does not have minimum availability."}}
+	if diff := cmp.Diff(want, conditions(u)); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+	if got, want := workloadSelector(u), "app=web,tier in (a,b)"; got != want {
+		t.Errorf("selector = %q, want %q", got, want)
+	}
+	cmObj := &unstructured.Unstructured{Object: obj(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c}}`)}
+	if got := workloadSelector(cmObj); got != "" {
+		t.Errorf("a ConfigMap has no pods, got selector %q", got)
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	dep := ObjectRef{Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "demo", Name: "web"}
+	nr := &NotReadyError{
+		Addon: "demo", Object: dep, Status: "InProgress", Message: "Deployment does not have minimum availability.",
+		Conditions: []Condition{
+			{Type: "Available", Status: "False", Reason: "MinimumReplicasUnavailable", Message: "Deployment does not have minimum availability."},
+			{Type: "Progressing", Status: "True", Reason: "ReplicaSetUpdated"},
+		},
+		Events: []string{`Pod demo/web-1: Failed: Failed to pull image "x": not found`},
+		Waited: 30 * time.Second, Err: context.DeadlineExceeded,
+	}
+	want := `addon demo: Deployment demo/web is not ready after 30s (InProgress: Deployment does not have minimum availability.); ` +
+		`condition Available=False MinimumReplicasUnavailable: Deployment does not have minimum availability.; ` +
+		`last warning events: Pod demo/web-1: Failed: Failed to pull image "x": not found`
+	if got := nr.Error(); got != want {
+		t.Errorf("NotReadyError:\n got %s\nwant %s", got, want)
+	}
+	if !errors.Is(nr, context.DeadlineExceeded) {
+		t.Error("a NotReadyError after a timeout is not context.DeadlineExceeded")
+	}
+
+	rejected := apierrors.NewInvalid(schema.GroupKind{Group: "apps", Kind: "Deployment"}, "web", nil)
+	ae := &ApplyError{Addon: "demo", Object: dep, Source: Source{Name: "addons", Document: 2, Line: 7}, Err: rejected}
+	want = `addon demo: Deployment demo/web (addons: document 2 at line 7): the API server rejected the apply: Deployment.apps "web" is invalid`
+	if got := ae.Error(); got != want {
+		t.Errorf("ApplyError:\n got %s\nwant %s", got, want)
+	}
+	if !apierrors.IsInvalid(ae) {
+		t.Error("an ApplyError does not unwrap to the API error")
+	}
+}

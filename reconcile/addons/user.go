@@ -1,0 +1,164 @@
+package addons
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The user's add-ons, as RKE names them in the cluster
+// (rke-user-addon, rke-user-includes-addons).
+const (
+	// UserAddonName is the add-on of cluster.yml's addons (inline YAML).
+	UserAddonName = "user-addons"
+	// UserIncludeAddonName is the add-on of cluster.yml's addons_include
+	// (files and URLs), all entries together, in their order.
+	UserIncludeAddonName = "user-addons-include"
+)
+
+// DefaultFetchTimeout bounds the download of one addons_include URL.
+const DefaultFetchTimeout = 30 * time.Second
+
+// UserInput is what cluster.yml says about the user's add-ons.
+type UserInput struct {
+	// Addons is cluster.yml's addons: inline multi-document YAML.
+	Addons string
+	// Include is cluster.yml's addons_include: paths (relative ones to
+	// BaseDir) or http(s) URLs.
+	Include []string
+	// BaseDir is the directory of cluster.yml.
+	BaseDir string
+}
+
+// Fetcher reads the addons_include entries.
+type Fetcher struct {
+	// Client downloads URLs; nil: http.DefaultClient. Each download is
+	// bounded by Timeout either way.
+	Client *http.Client
+	// Timeout bounds one download. Default DefaultFetchTimeout.
+	Timeout time.Duration
+	// Limits bound each source (and MaxObjects each add-on).
+	Limits Limits
+}
+
+// UserAddons decodes the user's add-ons: UserAddonName from Addons, when
+// set, and UserIncludeAddonName from the Include entries, when there are
+// any. Either is absent when its key is empty, so that the caller can
+// remove an add-on the user took out.
+//
+// As in RKE, an Include entry that starts with http:// or https:// is
+// downloaded; any other entry is a file. Unlike RKE, which skips an entry
+// that is neither an existing file nor a URL with a warning, a missing file
+// is an error: a misspelled path does not silently drop add-ons. A download
+// that fails, answers other than 200 or is larger than Limits.MaxBytes is
+// an error naming the URL. Errors name the entry, the document and its line
+// (a *DecodeError for YAML that cannot be read).
+func (f Fetcher) UserAddons(ctx context.Context, in UserInput) ([]Addon, error) {
+	lim := f.Limits.withDefaults()
+	var out []Addon
+	if in.Addons != "" {
+		objs, err := Decode("addons", []byte(in.Addons), lim)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Addon{Name: UserAddonName, Objects: objs})
+	}
+	if len(in.Include) > 0 {
+		a := Addon{Name: UserIncludeAddonName}
+		for i, entry := range in.Include {
+			name := fmt.Sprintf("addons_include[%d] %s", i, entry)
+			data, err := f.read(ctx, in.BaseDir, entry, lim.MaxBytes)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			objs, err := Decode(name, data, lim)
+			if err != nil {
+				return nil, err
+			}
+			if len(a.Objects)+len(objs) > lim.MaxObjects {
+				return nil, fmt.Errorf("%s: addons_include has more than %d objects in all", name, lim.MaxObjects)
+			}
+			a.Objects = append(a.Objects, objs...)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// isURL reports whether an addons_include entry is downloaded.
+func isURL(entry string) bool {
+	u, err := url.Parse(entry)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// read reads one addons_include entry, at most max bytes.
+func (f Fetcher) read(ctx context.Context, baseDir, entry string, max int64) ([]byte, error) {
+	if isURL(entry) {
+		return f.download(ctx, entry, max)
+	}
+	path := entry
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(baseDir, path)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no such file (%s): paths are relative to the directory of cluster.yml; URLs start with http:// or https://", path)
+		}
+		return nil, err
+	}
+	defer file.Close()
+	return readLimited(file, max)
+}
+
+// download GETs url within the fetcher's timeout.
+func (f Fetcher) download(ctx context.Context, rawURL string, max int64) ([]byte, error) {
+	timeout := f.Timeout
+	if timeout <= 0 {
+		timeout = DefaultFetchTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	client := f.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("download: no complete answer within %s: %w", timeout, err)
+		}
+		return nil, fmt.Errorf("download: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("download: the server answered %s", resp.Status)
+	}
+	b, err := readLimited(resp.Body, max)
+	if err != nil {
+		return nil, fmt.Errorf("download: %w", err)
+	}
+	return b, nil
+}
+
+// readLimited reads r to its end, refusing more than max bytes.
+func readLimited(r io.Reader, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("larger than the limit of %d bytes", max)
+	}
+	return b, nil
+}
