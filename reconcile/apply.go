@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
@@ -77,7 +78,21 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 	}
 	// kubenode: cordon, drain, Node Ready, labels, taints, stale Nodes.
 	side, hooks := s.kubeSide(pl, cs, ao.Hooks)
-	res, err := execute.Run(ctx, pl.Plan, execute.Options{
+	eng, engErr := s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) {
+		if hooks.Step != nil {
+			hooks.Step("addon "+addon, msg, nil)
+		}
+	})
+	if pl.addonWork() {
+		side.stageNetwork = func(ctx context.Context) error {
+			if engErr != nil {
+				return fmt.Errorf("apply the network plugin: %w", engErr)
+			}
+			_, err := eng.Stage(ctx, networkAddon(pl.addons))
+			return addonErr("apply the network plugin", err)
+		}
+	}
+	opts := execute.Options{
 		Desired: pl.Desired,
 		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
 			return s.tr.Docker(ctx, node)
@@ -100,7 +115,16 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 			return s.etcdClient(ctx, pl.PKI, pl.Observed)
 		},
 		Kubernetes: side.kubernetes,
-	})
+	}
+	if pl.addonWork() {
+		opts.Addons = func(ctx context.Context) (*addons.ChangeSet, error) {
+			if engErr != nil {
+				return nil, fmt.Errorf("apply the add-ons: %w", engErr)
+			}
+			return applyAddons(ctx, eng, pl.addons)
+		}
+	}
+	res, err := execute.Run(ctx, pl.Plan, opts)
 	if err == nil {
 		// kubenode: labels, taints and stale Nodes, also after an empty plan.
 		err = side.reconcile(ctx)

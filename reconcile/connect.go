@@ -27,6 +27,20 @@ const apiServerLocal = "127.0.0.1:" + pki.APIServerPort
 // where rigger runs. The first reachable controlplane node of o in
 // cluster.yml order serves, the others when its connection fails.
 func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clientset, error) {
+	cfg, err := s.restConfig(set, o)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the API server: %w", err)
+	}
+	return cs, nil
+}
+
+// restConfig is the client configuration of KubeClient: the admin, through
+// the transport to a reachable controlplane node's loopback.
+func (s *Session) restConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, error) {
 	var cps []string
 	for _, n := range s.c.Nodes {
 		if slices.Contains(n.Role, spec.RoleControlPlane) {
@@ -58,11 +72,7 @@ func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clie
 		},
 		UserAgent: "rigger",
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the API server: %w", err)
-	}
-	return cs, nil
+	return cfg, nil
 }
 
 // etcdClient connects to the etcd members that run on reachable nodes (of

@@ -26,6 +26,9 @@ type kubeSide struct {
 	hooks *kubenode.Hooks
 	// say reports progress through the apply's Step hook.
 	say func(node, msg string)
+	// stageNetwork, when set, puts the network plugin in the cluster
+	// before the workers, whose Nodes become Ready only with it.
+	stageNetwork func(ctx context.Context) error
 }
 
 // kubeSide returns the Kubernetes side of applying pl through cs (nil
@@ -85,15 +88,22 @@ func (k *kubeSide) afterNode(ctx context.Context, node string, steps []plan.Step
 
 // kubernetes runs in the Kubernetes phase, once the control plane is
 // healthy: the kubelets are authorized (kubenode.AuthorizeKubelets), the
-// Nodes of the machines that left cluster.yml are cordoned, drained and
-// deleted before their containers go, and the cluster's state and PKI are
-// saved in the Secret kube-system/rigger-cluster-state.
+// network plugin is applied (not waited for: its pods run once the
+// kubelets do), the Nodes of the machines that left cluster.yml are
+// cordoned, drained and deleted before their containers go, and the
+// cluster's state and PKI are saved in the Secret
+// kube-system/rigger-cluster-state.
 func (k *kubeSide) kubernetes(ctx context.Context) error {
 	if k.cs == nil {
 		return errors.New("connect to the API server: no controlplane node was reachable when the plan was made")
 	}
 	if err := kubenode.AuthorizeKubelets(ctx, k.cs); err != nil {
 		return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", kubenode.NodeBinding, err)
+	}
+	if k.stageNetwork != nil {
+		if err := k.stageNetwork(ctx); err != nil {
+			return err
+		}
 	}
 	in := spec.NodeDrainInput{}
 	if u := k.s.c.UpgradeStrategy; u != nil && u.DrainInput != nil {

@@ -41,6 +41,14 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes)
 	}
+	if pl.addons, err = s.desiredAddons(ctx); err != nil {
+		return nil, err
+	}
+	if k := o.Kubernetes; k != nil && k.Err == nil {
+		if pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.set, o, pl.addons); err != nil {
+			return nil, err
+		}
+	}
 	return pl, nil
 }
 

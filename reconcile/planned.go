@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
@@ -28,6 +29,15 @@ type Planned struct {
 	// (labels, taints, stale Nodes; package kubenode): Apply makes them
 	// also when the plan has no step.
 	NodeChanges []kubenode.Pending
+	// Addons are what applying the add-ons would change (a server-side
+	// dry run), and those removed from cluster.yml; nil when the API server
+	// could not be asked (a new cluster, the control plane down): then an
+	// apply that changes the nodes applies every add-on once the control
+	// plane runs. AddonHealth is how the add-ons in the cluster are doing.
+	Addons      *addons.ChangeSet
+	AddonHealth []addons.Health
+	// addons are the add-ons cluster.yml asks for, as the plan read them.
+	addons []addons.Addon
 	// newCA says why this plan's new CA must not be applied (nodes that may
 	// hold the real one did not answer); nil when it may.
 	newCA error
@@ -47,9 +57,18 @@ func (p *Planned) Blocked() error {
 }
 
 // Changes reports whether applying the plan changes anything: containers,
-// files, certificates or the Kubernetes Nodes.
+// files, certificates, the Kubernetes Nodes or the add-ons.
 func (p *Planned) Changes() bool {
-	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0
+	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0 || p.Addons != nil && !p.Addons.Empty()
+}
+
+// addonWork reports whether applying the plan applies the add-ons: they
+// change, or they could not be planned and the nodes change.
+func (p *Planned) addonWork() bool {
+	if p.Addons == nil {
+		return !p.Plan.Empty()
+	}
+	return !p.Addons.Empty()
 }
 
 // Unreachable are the nodes of cluster.yml the plan could not look at (and

@@ -24,6 +24,13 @@ type Options struct {
 	Transport transport.Transport
 	// Now gives the time (nil: time.Now).
 	Now func() time.Time
+	// ConfigDir is the directory of cluster.yml: relative addons_include
+	// paths are read from it.
+	ConfigDir string
+	// ReadInclude, when set, reads the addons_include entries that are not
+	// URLs instead (rigger serve reads them from the repository, at the
+	// revision it applies); it must refuse more than max bytes.
+	ReadInclude func(entry string, max int64) ([]byte, error)
 }
 
 // Session reconciles one cluster: it holds the cluster.yml, a transport to

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/kubenode"
@@ -45,6 +46,27 @@ type Status struct {
 	// Etcd is the etcd cluster's membership and each member's health; nil
 	// when no node runs etcd (an external etcd).
 	Etcd *EtcdStatus `json:"etcd,omitempty"`
+	// Addons are the add-ons cluster.yml asks for and those still in the
+	// cluster, with their readiness and the changes an apply would make;
+	// nil when the API server could not be asked.
+	Addons []AddonStatus `json:"addons,omitempty"`
+}
+
+// AddonStatus is one add-on.
+type AddonStatus struct {
+	Name string `json:"name"`
+	// Objects is how many objects it has in the cluster (its inventory).
+	Objects int `json:"objects"`
+	// Ready is set when every object it has in the cluster is ready.
+	Ready bool `json:"ready"`
+	// NotReady are the objects that are not, with why (a few).
+	NotReady []string `json:"not_ready,omitempty"`
+	// Pending is how many of its objects an apply would create, change or
+	// prune; Removed is set when cluster.yml no longer has it.
+	Pending int  `json:"pending,omitempty"`
+	Removed bool `json:"removed,omitempty"`
+	// Error says why it could not be read.
+	Error string `json:"error,omitempty"`
 }
 
 // EtcdStatus is what the etcd members say.
@@ -150,7 +172,7 @@ func etcdStatus(pl *Planned) *EtcdStatus {
 func BuildStatus(pl *Planned) *Status {
 	st := &Status{
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
-		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges,
+		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges, Addons: addonStatus(pl),
 	}
 	k := pl.Observed.Kubernetes
 	if k == nil {
@@ -231,4 +253,31 @@ func sortedContainerNames(n *observe.Node) []string {
 	}
 	slices.SortFunc(names, func(a, b string) int { return plan.Rank(a) - plan.Rank(b) })
 	return names
+}
+
+// addonStatus puts together the add-ons' health and their pending changes,
+// in the order of the plan's add-ons, then those only in the cluster.
+func addonStatus(pl *Planned) []AddonStatus {
+	if pl.Addons == nil {
+		return nil
+	}
+	health := map[string]addons.Health{}
+	for _, h := range pl.AddonHealth {
+		health[h.Name] = h
+	}
+	var out []AddonStatus
+	seen := map[string]bool{}
+	for _, ac := range pl.Addons.Addons {
+		seen[ac.Name] = true
+		h, ok := health[ac.Name]
+		as := AddonStatus{Name: ac.Name, Removed: ac.Removed, Pending: len(ac.Changes) - ac.Count(addons.Unchanged),
+			Objects: h.Objects, Ready: ok && h.Ready(), NotReady: h.NotReady, Error: h.Error}
+		out = append(out, as)
+	}
+	for _, h := range pl.AddonHealth {
+		if !seen[h.Name] {
+			out = append(out, AddonStatus{Name: h.Name, Objects: h.Objects, Ready: h.Ready(), NotReady: h.NotReady, Error: h.Error})
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -81,7 +82,7 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log})
+	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file)})
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +128,7 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 	for _, warn := range pl.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
 	}
+	renderAddonPlan(w, pl)
 	if len(pl.NodeChanges) > 0 {
 		kubenode.RenderPending(w, pl.NodeChanges)
 		fmt.Fprintln(w)
@@ -136,6 +138,20 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 		}
 	}
 	pl.Plan.Render(w)
+}
+
+// renderAddonPlan writes what applying the add-ons would change.
+func renderAddonPlan(w io.Writer, pl *reconcile.Planned) {
+	switch {
+	case pl.Addons == nil:
+		fmt.Fprint(w, "Add-ons: not planned, the API server did not answer; apply applies them once the control plane runs.\n\n")
+	case pl.Addons.Empty():
+		fmt.Fprint(w, "Add-ons: no changes.\n\n")
+	default:
+		fmt.Fprintln(w, "Add-ons (server-side dry run):")
+		pl.Addons.Render(w)
+		fmt.Fprintln(w)
+	}
 }
 
 // confirm asks on stdin; only "yes" goes on.

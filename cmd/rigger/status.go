@@ -87,6 +87,11 @@ func healthy(st *reconcile.Status) bool {
 			return false
 		}
 	}
+	for _, a := range st.Addons {
+		if !a.Ready || a.Pending > 0 || a.Removed {
+			return false
+		}
+	}
 	return true
 }
 
@@ -175,6 +180,7 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 			fmt.Fprintf(w, "  ! %s\n", oneLine(e.Error))
 		}
 	}
+	renderAddons(w, st)
 	fmt.Fprintln(w)
 	if st.PendingSteps == 0 {
 		fmt.Fprintln(w, "In sync with cluster.yml: no changes pending.")
@@ -194,6 +200,44 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// renderAddons lists the add-ons with their readiness and pending changes.
+func renderAddons(w io.Writer, st *reconcile.Status) {
+	if len(st.Addons) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nAdd-ons:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME	OBJECTS	READY	PENDING")
+	for _, a := range st.Addons {
+		ready := "yes"
+		switch {
+		case a.Error != "":
+			ready = "unknown"
+		case a.Objects == 0:
+			ready = "not applied"
+		case !a.Ready:
+			ready = "NO"
+		}
+		pending := "-"
+		switch {
+		case a.Removed:
+			pending = "removed from cluster.yml"
+		case a.Pending > 0:
+			pending = fmt.Sprintf("%d object(s)", a.Pending)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", a.Name, a.Objects, ready, pending)
+	}
+	tw.Flush()
+	for _, a := range st.Addons {
+		for _, nr := range a.NotReady {
+			fmt.Fprintf(w, "  ! %s: %s\n", a.Name, oneLine(nr))
+		}
+		if a.Error != "" {
+			fmt.Fprintf(w, "  ! %s: %s\n", a.Name, oneLine(a.Error))
+		}
+	}
+}
 
 // renderNodeLinks lists the Nodes no node of cluster.yml owns, the
 // addresses several Nodes claim and the nodes without a Node.

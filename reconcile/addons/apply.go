@@ -109,6 +109,19 @@ func (e *Engine) planObject(ctx context.Context, set *desiredSet, t *target, nsE
 // An object the API server rejects is an *ApplyError. Apply never removes
 // an add-on that is not in addons: see Remove.
 func (e *Engine) Apply(ctx context.Context, addons []Addon) (*ChangeSet, error) {
+	return e.applyAll(ctx, addons, true)
+}
+
+// Stage applies addons as Apply does up to step 3 and records their
+// objects in their inventories, but neither waits for them to be ready
+// nor prunes: for an add-on that must be in the cluster before what makes
+// it ready exists (the network plugin, before the kubelets whose Nodes it
+// makes Ready). A later Apply waits and prunes.
+func (e *Engine) Stage(ctx context.Context, addons []Addon) (*ChangeSet, error) {
+	return e.applyAll(ctx, addons, false)
+}
+
+func (e *Engine) applyAll(ctx context.Context, addons []Addon, full bool) (*ChangeSet, error) {
 	cs := &ChangeSet{}
 	set, err := e.resolve(ctx, addons)
 	if err != nil {
@@ -118,7 +131,7 @@ func (e *Engine) Apply(ctx context.Context, addons []Addon) (*ChangeSet, error) 
 		if err := ctx.Err(); err != nil {
 			return cs, err
 		}
-		ac, err := e.applyAddon(ctx, set, &set.addons[i])
+		ac, err := e.applyAddon(ctx, set, &set.addons[i], full)
 		cs.Addons = append(cs.Addons, ac)
 		if err != nil {
 			return cs, err
@@ -127,7 +140,9 @@ func (e *Engine) Apply(ctx context.Context, addons []Addon) (*ChangeSet, error) 
 	return cs, nil
 }
 
-func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAddon) (AddonChanges, error) {
+// applyAddon applies one add-on (Apply's steps); without full it stops
+// after the objects are applied and recorded (Stage).
+func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAddon, full bool) (AddonChanges, error) {
 	ac := AddonChanges{Name: ra.name}
 	inv, err := e.readInventory(ctx, ra.name)
 	if err != nil {
@@ -175,6 +190,10 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 		}
 	}
 	e.log.Info("applied", "component", "addons", "addon", ra.name, "summary", ac.Summary())
+	if !full {
+		e.say(ra.name, "%s (not waited for yet)", ac.Summary())
+		return ac, nil
+	}
 
 	if err := e.waitReady(ctx, ra.name, ra.targets, true); err != nil {
 		return ac, err

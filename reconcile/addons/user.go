@@ -34,6 +34,11 @@ type UserInput struct {
 	Include []string
 	// BaseDir is the directory of cluster.yml.
 	BaseDir string
+	// ReadFile, when set, reads the Include entries that are not URLs
+	// instead of the files under BaseDir (rigger serve reads them from the
+	// repository, at the revision it applies). It is given the entry as
+	// written; it must refuse more than max bytes.
+	ReadFile func(entry string, max int64) ([]byte, error)
 }
 
 // Fetcher reads the addons_include entries.
@@ -73,7 +78,7 @@ func (f Fetcher) UserAddons(ctx context.Context, in UserInput) ([]Addon, error) 
 		a := Addon{Name: UserIncludeAddonName}
 		for i, entry := range in.Include {
 			name := fmt.Sprintf("addons_include[%d] %s", i, entry)
-			data, err := f.read(ctx, in.BaseDir, entry, lim.MaxBytes)
+			data, err := f.read(ctx, in, entry, lim.MaxBytes)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
@@ -98,13 +103,16 @@ func isURL(entry string) bool {
 }
 
 // read reads one addons_include entry, at most max bytes.
-func (f Fetcher) read(ctx context.Context, baseDir, entry string, max int64) ([]byte, error) {
+func (f Fetcher) read(ctx context.Context, in UserInput, entry string, max int64) ([]byte, error) {
 	if isURL(entry) {
 		return f.download(ctx, entry, max)
 	}
+	if in.ReadFile != nil {
+		return in.ReadFile(entry, max)
+	}
 	path := entry
 	if !filepath.IsAbs(path) {
-		path = filepath.Join(baseDir, path)
+		path = filepath.Join(in.BaseDir, path)
 	}
 	file, err := os.Open(path)
 	if err != nil {

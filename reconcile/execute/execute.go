@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -81,8 +82,11 @@ type Options struct {
 	Etcd func(ctx context.Context) (Membership, error)
 	// Kubernetes, when set, runs once the control plane is healthy and
 	// before the workers change: the API objects the nodes need (the
-	// kubelets' authorization).
+	// kubelets' authorization, the network plugin).
 	Kubernetes func(ctx context.Context) error
+	// Addons, when set, runs after the workers: the add-ons applied and
+	// waited for. What it applied is Result.Addons.
+	Addons func(ctx context.Context) (*addons.ChangeSet, error)
 	// MaxPlanAge is how old a plan's observation may be (zero: no limit).
 	MaxPlanAge time.Duration
 	// Now gives the time (nil: time.Now).
@@ -104,8 +108,11 @@ type Outcome struct {
 // Result is what Run did: every step it ran, in order, and those it did
 // not get to.
 type Result struct {
-	Done     []Outcome
-	NotRun   []plan.Step
+	Done   []Outcome
+	NotRun []plan.Step
+	// Addons are the add-on changes of the add-ons phase; nil when it did
+	// not run.
+	Addons   *addons.ChangeSet
 	Duration time.Duration
 }
 
@@ -140,7 +147,8 @@ func (e *StaleError) Error() string {
 //     manager and scheduler healthy before the next node;
 //  4. workers: batches of MaxUnavailableWorker nodes, each node's kubelet
 //     (and nginx-proxy) healthy before the next batch;
-//  5. removed nodes: containers removed and rigger's files cleaned, nodes
+//  5. add-ons (Options.Addons);
+//  6. removed nodes: containers removed and rigger's files cleaned, nodes
 //     in parallel.
 //
 // It stops at the first failure (the nodes of a worker batch finish their
@@ -196,6 +204,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		{plan.PhaseControlPlane, "Control plane, one node at a time", r.controlPlane},
 		{phaseKubernetes, "Kubernetes objects", r.kubernetes},
 		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time", o.MaxUnavailableWorker), r.workers},
+		{phaseAddons, "Add-ons", r.addons},
 		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
 	}
 	var err error
@@ -226,8 +235,11 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	return r.res, err
 }
 
-// phaseKubernetes is the phase of Options.Kubernetes; it has no steps.
-const phaseKubernetes plan.Phase = "kubernetes"
+// The phases of Options.Kubernetes and Options.Addons; they have no steps.
+const (
+	phaseKubernetes plan.Phase = "kubernetes"
+	phaseAddons     plan.Phase = "addons"
+)
 
 // runsEmpty reports whether a phase without steps runs: the cleaning of
 // removed nodes that run no container, and the Kubernetes objects of a
@@ -238,8 +250,21 @@ func (r *runner) runsEmpty(ph plan.Phase, p *plan.Plan) bool {
 		return len(r.removed) > 0
 	case phaseKubernetes:
 		return r.o.Kubernetes != nil && !p.Empty()
+	case phaseAddons:
+		return r.o.Addons != nil
 	}
 	return false
+}
+
+func (r *runner) addons(ctx context.Context, _ []plan.Step) error {
+	cs, err := r.o.Addons(ctx)
+	r.mu.Lock()
+	r.res.Addons = cs
+	r.mu.Unlock()
+	if err != nil {
+		r.say("addons", "add-ons applied", err)
+	}
+	return err
 }
 
 func (r *runner) kubernetes(ctx context.Context, _ []plan.Step) error {

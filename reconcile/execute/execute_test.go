@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/health"
@@ -348,5 +349,40 @@ func TestNotReadyFirst(t *testing.T) {
 	first := index(ev, "create 10.0.0.1 kubelet")
 	if !(index(ev, "create 10.0.0.7 kubelet") < first && index(ev, "create 10.0.0.3 kubelet") < first) {
 		t.Errorf("workers: 10.0.0.7 and 10.0.0.3 not first:\n%s", strings.Join(ev, "\n"))
+	}
+}
+
+// TestAddonsPhase: the add-ons go after the workers and before the removed
+// nodes are cleaned; what they changed is in the result; a failure stops
+// the run before the removed nodes.
+func TestAddonsPhase(t *testing.T) {
+	d := build(t, clusterYML)
+	o := empty(d, now)
+	o.Nodes["10.0.0.9"] = &observe.Node{Address: "10.0.0.9", Reachable: true}
+	p := plan.Compute(d, o)
+	for _, fail := range []bool{false, true} {
+		r := &recorder{}
+		opts := options(d, r)
+		want := &addons.ChangeSet{Addons: []addons.AddonChanges{{Name: "rke-network-plugin"}}}
+		opts.Addons = func(context.Context) (*addons.ChangeSet, error) {
+			r.log("addons")
+			if fail {
+				return want, errors.New("DaemonSet kube-system/kube-flannel not ready")
+			}
+			return want, nil
+		}
+		res, err := run(context.Background(), p, opts, r.ops())
+		if (err != nil) != fail || res.Addons != want {
+			t.Fatalf("fail=%v: err %v, add-ons %+v", fail, err, res.Addons)
+		}
+		ev := r.events
+		at := index(ev, "addons")
+		if at < 0 || at < lastIndex(ev, "create 10.0.0.7 kubelet") || at < lastIndex(ev, "healthy 10.0.0.7 kubelet") {
+			t.Errorf("fail=%v: add-ons not after the workers:\n%s", fail, strings.Join(ev, "\n"))
+		}
+		clean := index(ev, "clean 10.0.0.9")
+		if fail != (clean < 0) || !fail && clean < at {
+			t.Errorf("fail=%v: removed node cleaned at %d, add-ons at %d:\n%s", fail, clean, at, strings.Join(ev, "\n"))
+		}
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
@@ -290,7 +293,8 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		out.stalled, out.err = ReasonDuplicateCluster, fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own (its state directory is named for it)", c.ClusterName, other)
 		return out
 	}
-	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now})
+	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now,
+		ReadInclude: w.includeReader(ref)})
 	if err != nil {
 		out.fail(err)
 		return out
@@ -334,6 +338,31 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		out.retry = true
 	}
 	return out
+}
+
+// includeReader reads the addons_include files of the cluster.yml of ref
+// from the repository, at the commit fetched: paths relative to the
+// cluster.yml's directory, inside the repository.
+func (w *worker) includeReader(ref clusterRef) func(entry string, max int64) ([]byte, error) {
+	return func(entry string, max int64) ([]byte, error) {
+		if path.IsAbs(entry) {
+			return nil, fmt.Errorf("an absolute path: rigger serve reads addons_include files from the repository, relative to %s", path.Dir(ref.Path))
+		}
+		p := path.Join(path.Dir(ref.Path), entry)
+		if p == ".." || strings.HasPrefix(p, "../") {
+			return nil, fmt.Errorf("%s is outside the repository", entry)
+		}
+		f, ok, err := w.srv.cfg.Repo.ReadFile(ref.Head, p)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			return nil, fmt.Errorf("no file %s in the repository at %s", p, short(ref.Head))
+		case int64(len(f.Content)) > max:
+			return nil, fmt.Errorf("%s is larger than %d bytes", p, max)
+		}
+		return f.Content, nil
+	}
 }
 
 // apply carries out the plan; when cluster.yml did not change, what it
@@ -446,6 +475,16 @@ func (w *worker) recordDrift(cluster string, res *execute.Result) {
 			d.Error = o.Err.Error()
 		}
 		rec = append(rec, d)
+	}
+	if res.Addons != nil {
+		for _, ac := range res.Addons.Addons {
+			for _, ch := range ac.Changes {
+				if ch.Action == addons.Create || ch.Action == addons.Configure || ch.Action == addons.Prune {
+					rec = append(rec, DriftRepair{RepairedAt: at, Component: "addon/" + ac.Name, Action: string(ch.Action),
+						Reason: ch.Object.String() + ": " + ch.Summary})
+				}
+			}
+		}
 	}
 	w.srv.cfg.Metrics.drift(cluster, len(rec))
 	w.drift = append(rec, w.drift...)
