@@ -13,6 +13,7 @@ import (
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/sysaddons"
+	"github.com/rigger/rigger/spec"
 )
 
 // desiredAddons are the add-ons cluster.yml asks for, in the order they
@@ -34,7 +35,27 @@ func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read the user's add-ons: %w", err)
 	}
-	return slices.Concat(sys, user), nil
+	return excludeObjects(slices.Concat(sys, user), s.c.Rigger.Addons.Exclude), nil
+}
+
+// excludeObjects leaves out of want the objects rigger.addons.exclude
+// names (an add-on left empty stays: its objects applied before go).
+func excludeObjects(want []addons.Addon, exclude []spec.AddonObject) []addons.Addon {
+	if len(exclude) == 0 {
+		return want
+	}
+	out := make([]addons.Addon, len(want))
+	for i, a := range want {
+		out[i] = addons.Addon{Name: a.Name}
+		for _, o := range a.Objects {
+			if !slices.ContainsFunc(exclude, func(x spec.AddonObject) bool {
+				return x.Kind == o.GetKind() && x.Namespace == o.GetNamespace() && x.Name == o.GetName()
+			}) {
+				out[i].Objects = append(out[i].Objects, o)
+			}
+		}
+	}
+	return out
 }
 
 // addonEngine is the add-ons engine for the cluster's API server, through

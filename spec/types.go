@@ -745,6 +745,18 @@ type Rigger struct {
 type RiggerAddons struct {
 	// Delete from the cluster the objects that were removed from an add-on since rigger last applied it, found through the add-on's inventory (a ConfigMap in kube-system); only objects that still carry the add-on's label and rigger's field manager are deleted. `false` keeps RKE's behaviour: such objects stay in the cluster.
 	Prune *bool `json:"prune,omitempty"`
+	// Objects of the system add-ons (and your own) that rigger does not apply, by `kind`, `namespace` (empty for cluster-scoped kinds) and `name`, e.g. `{kind: Deployment, namespace: kube-system, name: coredns-autoscaler}` where its image cannot be had. One applied before is pruned (with `prune`).
+	Exclude []AddonObject `json:"exclude,omitempty"`
+}
+
+// AddonObject names one object of an add-on.
+type AddonObject struct {
+	// Kind, such as `Deployment` (any API group).
+	Kind string `json:"kind"`
+	// Namespace; empty for a cluster-scoped kind.
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the object.
+	Name string `json:"name"`
 }
 
 // SSHOptions says how SSH connections are checked and kept.

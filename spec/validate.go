@@ -873,6 +873,12 @@ func (v *validator) rigger(c *Cluster) {
 	}
 	v.budget("rigger.max_removed_nodes", r.MaxRemovedNodes, 0)
 	v.oneOf("rigger.stale_nodes", r.StaleNodes, false, StaleNodesReport, StaleNodesDelete)
+	for i, o := range r.Addons.Exclude {
+		p := fmt.Sprintf("rigger.addons.exclude[%d]", i)
+		if o.Kind == "" || o.Name == "" {
+			v.errorf(p, "Give the object's kind and name, and its namespace unless the kind is cluster-scoped.", "an excluded object needs a kind and a name")
+		}
+	}
 }
 
 // Kubernetes name syntax (k8s.io/apimachinery/pkg/util/validation), written
