@@ -150,7 +150,7 @@ func addonErr(what string, err error) error {
 // networkAddon is the network plugin's add-on of want, if any.
 func networkAddon(want []addons.Addon) []addons.Addon {
 	for _, a := range want {
-		if a.Name == sysaddons.NetworkPluginAddon {
+		if a.Name == sysaddons.NetworkPlugin {
 			return []addons.Addon{a}
 		}
 	}

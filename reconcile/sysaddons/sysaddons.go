@@ -6,8 +6,8 @@ import (
 	"github.com/rigger/rigger/spec"
 )
 
-// NetworkPluginAddon is the network plugin's add-on.
-const NetworkPluginAddon = "rke-network-plugin"
+// NetworkPlugin is the network plugin's add-on.
+const NetworkPlugin = "rke-network-plugin"
 
 // Render is a placeholder.
 func Render(c *spec.Cluster) ([]addons.Addon, error) { return nil, nil }
