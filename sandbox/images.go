@@ -557,17 +557,41 @@ func ensureRiggerBinary(ctx context.Context, cache, path string, p *progress) (s
 // CheckStatic refuses a dynamically linked binary: rigger's image has no
 // libraries.
 func CheckStatic(path string) error {
-	f, err := elf.Open(path)
+	static, err := isStatic(path)
 	if err != nil {
 		return fmt.Errorf("rigger binary %s: %w", path, err)
+	}
+	if !static {
+		return fmt.Errorf("rigger binary %s is dynamically linked; rigger's image needs a static one: build it with `make build` (CGO_ENABLED=0)", path)
+	}
+	return nil
+}
+
+// checkStaticBinary refuses a binary that is missing or dynamically linked.
+func checkStaticBinary(path string) error {
+	static, err := isStatic(path)
+	if err != nil {
+		return err
+	}
+	if !static {
+		return fmt.Errorf("%s is dynamically linked; its image has no libraries", path)
+	}
+	return nil
+}
+
+// isStatic says whether the ELF binary at path has no program interpreter.
+func isStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("rigger binary %s is dynamically linked; rigger's image needs a static one: build it with `make build` (CGO_ENABLED=0)", path)
+			return false, nil
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // findUp returns the first of the working directory and its parents for
