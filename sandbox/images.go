@@ -67,9 +67,29 @@ type imageSpec struct {
 	systemImages []string
 }
 
+// imageFile is a file of an image: a copy of src, or content when src is
+// empty (a script the sandbox writes).
 type imageFile struct {
 	src, dst string
+	content  string
 	mode     int64
+}
+
+// open returns the file's content.
+func (f imageFile) open() (io.ReadCloser, int64, error) {
+	if f.src == "" {
+		return io.NopCloser(strings.NewReader(f.content)), int64(len(f.content)), nil
+	}
+	r, err := os.Open(f.src)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := r.Stat()
+	if err != nil {
+		r.Close()
+		return nil, 0, err
+	}
+	return r, st.Size(), nil
 }
 
 // imageLink is a symbolic link at path to target.
@@ -124,6 +144,14 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	if err != nil {
 		return nil, err
 	}
+	progs, err := ensureGoPrograms(ctx, cache, goPrograms(), p)
+	if err != nil {
+		return nil, err
+	}
+	addons, err := addonImageSpecs(ctx, progs)
+	if err != nil {
+		return nil, err
+	}
 	specs := []imageSpec{
 		{
 			ref:          RiggerImage,
@@ -142,6 +170,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 			systemImages: []string{"pod_infra_container"},
 		},
 	}
+	specs = append(specs, addons...)
 	// One writer of the archive cache at a time: test packages run in
 	// parallel, and a new archive replaces the old one of its ref.
 	lock, err := lockFile(ctx, filepath.Join(cache, "images.lock"), func() { p.info("waiting for another build of the image archives") })
@@ -201,21 +230,33 @@ func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	for _, c := range kubeCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
 	}
-	// iptables and the match and target extensions it loads (conntrack,
-	// statistic…), with the libraries of both.
+	files, links, err := iptablesFiles(ctx)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("hyperkube image: %w", err)
+	}
+	spec.files = append(spec.files, files...)
+	spec.links = append(spec.links, links...)
+	return spec, nil
+}
+
+// iptablesFiles are iptables (the nft back end) and the match and target
+// extensions it loads (conntrack, statistic…), with the libraries of both,
+// and the links iptables, iptables-save, iptables-restore and their ip6
+// forms in /usr/sbin.
+func iptablesFiles(ctx context.Context) ([]imageFile, []imageLink, error) {
 	exts, err := filepath.Glob(filepath.Join(xtablesExtensions, "*.so"))
 	if err != nil || len(exts) == 0 {
-		return imageSpec{}, fmt.Errorf("hyperkube image: no iptables extensions in %s (install iptables: make prereqs)", xtablesExtensions)
+		return nil, nil, fmt.Errorf("no iptables extensions in %s (install iptables: make prereqs)", xtablesExtensions)
 	}
-	libs, err := withLibs(ctx, append([]string{xtables}, exts...)...)
+	files, err := withLibs(ctx, append([]string{xtables}, exts...)...)
 	if err != nil {
-		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install iptables: make prereqs)", err)
+		return nil, nil, fmt.Errorf("%w (install iptables: make prereqs)", err)
 	}
-	spec.files = append(spec.files, libs...)
+	var links []imageLink
 	for _, c := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
-		spec.links = append(spec.links, imageLink{path: "/usr/sbin/" + c, target: "xtables-nft-multi"})
+		links = append(links, imageLink{path: "/usr/sbin/" + c, target: "xtables-nft-multi"})
 	}
-	return spec, nil
+	return files, links, nil
 }
 
 // withLibs is a dynamically linked binary and the shared libraries it
@@ -306,7 +347,7 @@ func inputKey(spec imageSpec) (string, error) {
 	}
 	for _, f := range spec.files {
 		fmt.Fprintf(h, "file %s %o\n", f.dst, f.mode)
-		r, err := os.Open(f.src)
+		r, _, err := f.open()
 		if err != nil {
 			return "", err
 		}
@@ -401,16 +442,11 @@ func writeRootfs(w io.Writer, spec imageSpec) error {
 		}
 	}
 	for _, f := range spec.files {
-		r, err := os.Open(f.src)
+		r, size, err := f.open()
 		if err != nil {
 			return err
 		}
-		st, err := r.Stat()
-		if err != nil {
-			r.Close()
-			return err
-		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.dst, "/"), Mode: f.mode, Size: st.Size(), ModTime: epoch, Format: tar.FormatPAX}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.dst, "/"), Mode: f.mode, Size: size, ModTime: epoch, Format: tar.FormatPAX}
 		if err := tw.WriteHeader(hdr); err != nil {
 			r.Close()
 			return err
@@ -418,7 +454,7 @@ func writeRootfs(w io.Writer, spec imageSpec) error {
 		_, err = io.Copy(tw, r)
 		r.Close()
 		if err != nil {
-			return fmt.Errorf("archive %s: %w", f.src, err)
+			return fmt.Errorf("archive %s: %w", f.dst, err)
 		}
 	}
 	for _, l := range spec.links {
