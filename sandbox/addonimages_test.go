@@ -190,7 +190,7 @@ func TestImageScriptsParse(t *testing.T) {
 	if _, err := os.Stat(busybox); err != nil {
 		t.Skipf("no %s here (make prereqs installs busybox-static)", busybox)
 	}
-	for name, script := range map[string]string{"install-cni.sh": installCNIScript} {
+	for name, script := range map[string]string{"install-cni.sh": installCNIScript, "entrypoint.sh": rkeToolsEntrypointScript} {
 		cmd := exec.Command(busybox, "sh", "-n")
 		cmd.Stdin = strings.NewReader(script)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -250,4 +250,12 @@ func readTar(t *testing.T, path string) map[string]string {
 			out[hdr.Name] = string(b)
 		}
 	}
+}
+
+// runScript runs script with busybox's shell.
+func runScript(t *testing.T, script string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(busybox, "sh", "-c", script)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -158,7 +158,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 			files:        []imageFile{{src: riggerBin, dst: "/usr/local/bin/rigger", mode: 0o755}},
 			dirs:         []imageDir{{"/tmp", 0o1777}},
 			changes:      []string{`ENTRYPOINT ["/usr/local/bin/rigger"]`},
-			systemImages: []string{"nginx_proxy", "cert_downloader", "kubernetes_services_sidecar"},
+			systemImages: []string{"nginx_proxy", "cert_downloader"},
 		},
 		toolsImageSpec(),
 		etcdSpec,
@@ -171,6 +171,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 		},
 	}
 	specs = append(specs, addons...)
+	specs = append(specs, rkeToolsImageSpec(progs))
 	// One writer of the archive cache at a time: test packages run in
 	// parallel, and a new archive replaces the old one of its ref.
 	lock, err := lockFile(ctx, filepath.Join(cache, "images.lock"), func() { p.info("waiting for another build of the image archives") })
@@ -236,7 +237,37 @@ func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	}
 	spec.files = append(spec.files, files...)
 	spec.links = append(spec.links, links...)
+	// cri-dockerd runs in the kubelet's container (rke-tools' entrypoint
+	// starts it there) and runs these from its PATH.
+	tools, err := withLibs(ctx, criDockerdTools()...)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install util-linux, iproute2, socat and conntrack: make prereqs)", err)
+	}
+	spec.files = appendNew(spec.files, tools...)
 	return spec, nil
+}
+
+// criDockerdTools are the programs cri-dockerd runs where the kubelet
+// runs: nsenter and ip (a pod's addresses, in its network namespace), socat
+// (port forwarding) and conntrack (host ports); rke-tools' entrypoint also
+// asks the engine for its settings with socat.
+func criDockerdTools() []string {
+	return []string{"/usr/bin/nsenter", "/usr/bin/ip", "/usr/bin/socat", "/usr/sbin/conntrack"}
+}
+
+// appendNew appends the files whose destination files lacks.
+func appendNew(files []imageFile, more ...imageFile) []imageFile {
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.dst] = true
+	}
+	for _, f := range more {
+		if !have[f.dst] {
+			have[f.dst] = true
+			files = append(files, f)
+		}
+	}
+	return files
 }
 
 // iptablesFiles are iptables (the nft back end) and the match and target

@@ -153,6 +153,9 @@ func nodeMounts() []string {
 		"/var/lib/cni",
 		"/var/lib/calico",
 		"/var/lib/rancher",
+		// cri-dockerd's state (pod sandbox checkpoints), bound into the
+		// kubelet: each node's own.
+		"/var/lib/cri-dockerd",
 		"/var/log/containers",
 		"/var/log/pods",
 		// /run last: the node's sshd, engine and sockets live there.
