@@ -1,10 +1,13 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -72,6 +75,35 @@ func cniConfig(n Node) string {
 		panic(err) // a literal of maps and strings always marshals
 	}
 	return string(b) + "\n"
+}
+
+// cniConfigPlugins are the plugins cniConfig's network runs.
+func cniConfigPlugins() []string { return []string{"bridge", "host-local", "loopback"} }
+
+// copyCNIPlugins copies the plugins of cniConfig's network (Debian's, from
+// /usr/lib/cni) into node n's own /opt/cni/bin, each written beside its
+// target and renamed into place (a plugin may be running).
+func copyCNIPlugins(n Node) error {
+	if err := os.MkdirAll(n.cniBinDir(), 0o755); err != nil {
+		return fmt.Errorf("make node directory: %w", err)
+	}
+	for _, name := range cniConfigPlugins() {
+		b, err := os.ReadFile(filepath.Join(hostCNIBinDir, name))
+		if err != nil {
+			return fmt.Errorf("copy CNI plugin: %w (install containernetworking-plugins: make prereqs)", err)
+		}
+		dst := filepath.Join(n.cniBinDir(), name)
+		if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, b) {
+			continue
+		}
+		if err := os.WriteFile(dst+".tmp", b, 0o755); err != nil {
+			return fmt.Errorf("copy CNI plugin: %w", err)
+		}
+		if err := os.Rename(dst+".tmp", dst); err != nil {
+			return fmt.Errorf("copy CNI plugin: %w", err)
+		}
+	}
+	return nil
 }
 
 // containerdImages are the images every node's containerd gets (in the
