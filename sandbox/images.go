@@ -124,6 +124,17 @@ func (o Options) cacheDir() string {
 	return "/var/cache/rigger"
 }
 
+// BuildImages makes (or finds in the cache) every image archive that Up
+// loads, without making nodes, and returns the system_images keys they
+// serve. Progress goes to progress (nil: nowhere).
+func BuildImages(ctx context.Context, opts Options, progress io.Writer) (map[string]string, error) {
+	imgs, err := buildImages(ctx, opts, newProgress(progress))
+	if err != nil {
+		return nil, err
+	}
+	return systemImages(imgs), nil
+}
+
 // buildImages makes (or finds in the cache) the archives of every image.
 func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, error) {
 	cache := opts.cacheDir()
