@@ -43,6 +43,17 @@ type goProgram struct {
 	Tags []string
 	// LDFlags are the -ldflags besides "-s -w" (version stamps).
 	LDFlags []string
+	// Patches change the module's source for this machine: the build then
+	// runs in a patched copy of the module (the module cache keeps what was
+	// downloaded).
+	Patches []sourcePatch
+}
+
+// sourcePatch replaces Old, which must occur exactly once, with New in the
+// module's File (a path relative to the module's directory). Why says why
+// this machine needs it.
+type sourcePatch struct {
+	File, Old, New, Why string
 }
 
 // Binaries are the names of the files the build leaves.
@@ -92,6 +103,9 @@ func (g goProgram) key() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s@%s\n%q\n%q\n", goBuildFormat, g.Module, g.Version, g.Packages, g.buildEnv())
 	fmt.Fprintf(h, "%q\n", g.buildArgs("OUT"))
+	for _, p := range g.Patches {
+		fmt.Fprintf(h, "patch %q %q %q\n", p.File, p.Old, p.New)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -146,6 +160,13 @@ var (
 		Name: "cri-dockerd", Module: "github.com/Mirantis/cri-dockerd", Version: CRIDockerdVersion,
 		Packages: []string{"."},
 		LDFlags:  []string{"-X github.com/Mirantis/cri-dockerd/cmd/version.Version=" + strings.TrimPrefix(CRIDockerdVersion, "v")},
+		Patches: []sourcePatch{{
+			File: "libdocker/client.go",
+			Old:  `MinimumDockerAPIVersion = "1.42.0"`,
+			New:  `MinimumDockerAPIVersion = "1.41.0"`,
+			Why: "cri-dockerd v0.4.0 refuses to start with an engine older than Docker 23 (API 1.42); " +
+				"the sandbox's engine is Debian 12's Docker 20.10 (API 1.41), and the proxy serves no older cri-dockerd",
+		}},
 	}
 )
 
@@ -223,6 +244,17 @@ func buildGoProgram(ctx context.Context, cache string, g goProgram, p *progress)
 		return err
 	}
 	p.info("building %s (%s@%s) from the Go module proxy", what, g.Module, g.Version)
+	if len(g.Patches) > 0 {
+		src := final + ".src"
+		defer os.RemoveAll(src)
+		if err := patchedCopy(dir, src, g.Patches); err != nil {
+			return fmt.Errorf("build %s: %w", what, err)
+		}
+		for _, pt := range g.Patches {
+			p.info("%s: patched %s: %s", what, pt.File, pt.Why)
+		}
+		dir = src
+	}
 	logPath := filepath.Join(cache, "gobuild", g.Name+"-build.log")
 	if err := runGoBuild(ctx, goBuildRun{dir: dir, env: g.buildEnv(), args: g.buildArgs(tmp), log: logPath, what: what}, p); err != nil {
 		return err
@@ -243,6 +275,31 @@ func buildGoProgram(ctx context.Context, cache string, g goProgram, p *progress)
 		return err
 	}
 	p.info("built %s in %s", what, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// patchedCopy copies the module's directory to work (go build refuses to
+// overlay files of the module cache) and applies the patches there.
+func patchedCopy(moduleDir, work string, patches []sourcePatch) error {
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	if err := os.CopyFS(work, os.DirFS(moduleDir)); err != nil {
+		return fmt.Errorf("copy %s: %w", moduleDir, err)
+	}
+	for _, pt := range patches {
+		path := filepath.Join(work, pt.File)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("patch %s: %w", pt.File, err)
+		}
+		if n := strings.Count(string(b), pt.Old); n != 1 {
+			return fmt.Errorf("patch %s: %q occurs %d times, want once", pt.File, pt.Old, n)
+		}
+		if err := os.WriteFile(path, []byte(strings.Replace(string(b), pt.Old, pt.New, 1)), 0o644); err != nil {
+			return fmt.Errorf("patch %s: %w", pt.File, err)
+		}
+	}
 	return nil
 }
 

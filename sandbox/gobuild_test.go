@@ -101,6 +101,9 @@ func TestGoProgramKey(t *testing.T) {
 	pk := base
 	pk.Packages = []string{"./cmd/other"}
 	changed["packages"] = pk
+	pt := base
+	pt.Patches = []sourcePatch{{File: "a.go", Old: "x", New: "y"}}
+	changed["patches"] = pt
 	for what, g := range changed {
 		if g.key() == base.key() {
 			t.Errorf("changing the %s keeps the cache key", what)
@@ -163,5 +166,48 @@ func TestEnsureGoProgramsNoGo(t *testing.T) {
 	_, err := ensureGoPrograms(context.Background(), t.TempDir(), []goProgram{coreDNSProgram}, newProgress(nil))
 	if err == nil || !strings.Contains(err.Error(), "Go toolchain") {
 		t.Fatalf("err = %v, want one that names the Go toolchain", err)
+	}
+}
+
+func TestPatchedCopy(t *testing.T) {
+	mod := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(mod, "libdocker"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(mod, "libdocker", "client.go")
+	orig := "package libdocker\n\nconst (\n\tMinimumDockerAPIVersion = \"1.42.0\"\n)\n"
+	if err := os.WriteFile(src, []byte(orig), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte("module example.com/m\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(t.TempDir(), "src")
+	if err := patchedCopy(mod, work, criDockerdProgram.Patches); err != nil {
+		t.Fatal(err)
+	}
+	patched, err := os.ReadFile(filepath.Join(work, "libdocker", "client.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(orig, "1.42.0", "1.41.0", 1); string(patched) != want {
+		t.Errorf("patched file:\n%s\nwant:\n%s", patched, want)
+	}
+	if got, _ := os.ReadFile(filepath.Join(work, "go.mod")); string(got) != "module example.com/m\n" {
+		t.Errorf("go.mod not copied: %q", got)
+	}
+	if got, _ := os.ReadFile(src); string(got) != orig {
+		t.Error("the module's own file was changed")
+	}
+
+	// A patch that no longer applies stops the build.
+	if err := os.Chmod(src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, []byte("package libdocker\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := patchedCopy(mod, work, criDockerdProgram.Patches); err == nil || !strings.Contains(err.Error(), "occurs 0 times") {
+		t.Errorf("err = %v, want one that says the text is not there", err)
 	}
 }

@@ -34,12 +34,13 @@ const (
 // starting the kubelet; this one starts it as soon as cri-dockerd's socket
 // is there (at most 10 s).
 //
+// It traces only the commands it starts (sh -x), not the engine's answer.
+//
 // Its tools are busybox's, from the volume; socat (to reach the engine's
 // socket) is the kubelet image's, which also has what cri-dockerd runs:
 // nsenter, ip, socat, conntrack and iptables.
 const rkeToolsEntrypointScript = `#!` + rkeToolsBusybox + ` sh
 # /opt/rke-tools/entrypoint.sh of the rigger sandbox's rke-tools image.
-set -x
 bb=` + rkeToolsBusybox + `
 
 if [ "$1" != kubelet ]; then
@@ -58,6 +59,7 @@ if [ -z "$CGROUPDRIVER" ] || [ -z "$DOCKER_ROOT" ]; then
 	echo "entrypoint: the Docker engine on /var/run/docker.sock did not say its cgroup driver and root directory" >&2
 	exit 1
 fi
+echo "entrypoint: Docker's cgroup driver $CGROUPDRIVER, cgroup v$CGROUPVERSION, root $DOCKER_ROOT"
 
 # The mounts that the binds of the Docker root, /run and /var/run brought
 # into this container (other containers' file systems, network namespaces),
@@ -119,18 +121,29 @@ EXTRA=
 if [ "${RKE_KUBELET_CRIDOCKERD_DUALSTACK:-}" = true ]; then
 	EXTRA=--ipv6-dual-stack
 fi
+set -- "$@" --cgroup-driver="$CGROUPDRIVER"
+set -x
 ` + rkeToolsCRIDockerd + ` --network-plugin=cni --cni-conf-dir=/etc/cni/net.d --cni-bin-dir=/opt/cni/bin $PAUSE \
 	--container-runtime-endpoint="$ENDPOINT" \
 	--streaming-bind-addr="${CRIDOCKERD_STREAM_SERVER_ADDRESS:-127.0.0.1}:${CRIDOCKERD_STREAM_SERVER_PORT:-10010}" $EXTRA &
+{ set +x; } 2>/dev/null
+cri=$!
 
 # The kubelet needs cri-dockerd's socket.
 socket=${ENDPOINT#unix://}
 n=0
 while [ ! -S "$socket" ] && [ $n -lt 100 ]; do
+	if ! kill -0 "$cri" 2>/dev/null; then
+		wait "$cri"
+		rc=$?
+		echo "entrypoint: cri-dockerd ended (exit status $rc) before it served $socket" >&2
+		exit "$rc"
+	fi
 	$bb sleep 0.1
 	n=$((n + 1))
 done
-"$@" --cgroup-driver="$CGROUPDRIVER" &
+echo "entrypoint: starting the kubelet: $*"
+"$@" &
 # Either ending ends the container, which the engine restarts.
 wait -n
 exit $?

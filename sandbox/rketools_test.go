@@ -47,7 +47,8 @@ func TestRKEToolsEntrypointCRIDockerd(t *testing.T) {
 		`--container-runtime-endpoint="$ENDPOINT"`,
 		`--pod-infra-container-image=*) PAUSE=$a`,
 		`--streaming-bind-addr="${CRIDOCKERD_STREAM_SERVER_ADDRESS:-127.0.0.1}:${CRIDOCKERD_STREAM_SERVER_PORT:-10010}"`,
-		`"$@" --cgroup-driver="$CGROUPDRIVER" &`,
+		`set -- "$@" --cgroup-driver="$CGROUPDRIVER"`,
+		`"$@" &`,
 		`if [ "${RKE_KUBELET_CRIDOCKERD:-}" != true ]; then`,
 	} {
 		if !strings.Contains(rkeToolsEntrypointScript, want) {
