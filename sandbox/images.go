@@ -248,22 +248,23 @@ func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	}
 	spec.files = append(spec.files, files...)
 	spec.links = append(spec.links, links...)
-	// cri-dockerd runs in the kubelet's container (rke-tools' entrypoint
-	// starts it there) and runs these from its PATH.
-	tools, err := withLibs(ctx, criDockerdTools()...)
+	tools, err := withLibs(ctx, kubeletTools()...)
 	if err != nil {
-		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install util-linux, iproute2, socat and conntrack: make prereqs)", err)
+		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install mount, util-linux, iproute2, socat and conntrack: make prereqs)", err)
 	}
 	spec.files = appendNew(spec.files, tools...)
 	return spec, nil
 }
 
-// criDockerdTools are the programs cri-dockerd runs where the kubelet
-// runs: nsenter and ip (a pod's addresses, in its network namespace), socat
-// (port forwarding) and conntrack (host ports); rke-tools' entrypoint also
-// asks the engine for its settings with socat.
-func criDockerdTools() []string {
-	return []string{"/usr/bin/nsenter", "/usr/bin/ip", "/usr/bin/socat", "/usr/sbin/conntrack"}
+// kubeletTools are the programs the kubelet's container runs from its
+// PATH: the kubelet's mount and umount (tmpfs of projected and secret
+// volumes), and what cri-dockerd runs where the kubelet runs (rke-tools'
+// entrypoint starts it in the kubelet's container): nsenter and ip (a pod's
+// addresses, in its network namespace), socat (port forwarding) and
+// conntrack (host ports); the entrypoint also asks the engine for its
+// settings with socat.
+func kubeletTools() []string {
+	return []string{"/usr/bin/mount", "/usr/bin/umount", "/usr/bin/nsenter", "/usr/bin/ip", "/usr/bin/socat", "/usr/sbin/conntrack"}
 }
 
 // appendNew appends the files whose destination files lacks.

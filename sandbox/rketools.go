@@ -31,8 +31,9 @@ const (
 // server on 127.0.0.1:10010 (CRIDOCKERD_STREAM_SERVER_ADDRESS and _PORT),
 // then the kubelet with --cgroup-driver from the engine, and ends when
 // either ends, so that the container restarts. rke-tools sleeps 10 s before
-// starting the kubelet; this one starts it as soon as cri-dockerd's socket
-// is there (at most 10 s).
+// starting the kubelet; this one starts it as soon as cri-dockerd answers
+// on its socket (at most 10 s), having removed the socket an earlier run
+// left.
 //
 // It traces only the commands it starts (sh -x), not the engine's answer.
 //
@@ -122,6 +123,10 @@ if [ "${RKE_KUBELET_CRIDOCKERD_DUALSTACK:-}" = true ]; then
 	EXTRA=--ipv6-dual-stack
 fi
 set -- "$@" --cgroup-driver="$CGROUPDRIVER"
+# A socket left by an earlier cri-dockerd (the container restarted) is not
+# one that answers.
+socket=${ENDPOINT#unix://}
+$bb rm -f "$socket"
 set -x
 ` + rkeToolsCRIDockerd + ` --network-plugin=cni --cni-conf-dir=/etc/cni/net.d --cni-bin-dir=/opt/cni/bin $PAUSE \
 	--container-runtime-endpoint="$ENDPOINT" \
@@ -129,14 +134,13 @@ set -x
 { set +x; } 2>/dev/null
 cri=$!
 
-# The kubelet needs cri-dockerd's socket.
-socket=${ENDPOINT#unix://}
+# The kubelet needs cri-dockerd to answer on its socket.
 n=0
-while [ ! -S "$socket" ] && [ $n -lt 100 ]; do
+while ! socat -u OPEN:/dev/null "UNIX-CONNECT:$socket" 2>/dev/null && [ $n -lt 100 ]; do
 	if ! kill -0 "$cri" 2>/dev/null; then
 		wait "$cri"
 		rc=$?
-		echo "entrypoint: cri-dockerd ended (exit status $rc) before it served $socket" >&2
+		echo "entrypoint: cri-dockerd ended (exit status $rc) before it answered on $socket" >&2
 		exit "$rc"
 	fi
 	$bb sleep 0.1

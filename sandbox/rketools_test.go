@@ -84,7 +84,7 @@ func TestRKEToolsEntrypointReadsDockerInfo(t *testing.T) {
 	}
 }
 
-// The kubelet's image has what cri-dockerd runs in it.
+// The kubelet's image has what the kubelet and cri-dockerd run in it.
 func TestHyperkubeHasCRIDockerdTools(t *testing.T) {
 	needIPTables(t)
 	kubeDir := t.TempDir()
@@ -93,7 +93,7 @@ func TestHyperkubeHasCRIDockerdTools(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range criDockerdTools() {
+	for _, p := range kubeletTools() {
 		if _, err := os.Stat(p); err != nil {
 			t.Skipf("no %s here (make prereqs installs it)", p)
 		}
@@ -103,7 +103,7 @@ func TestHyperkubeHasCRIDockerdTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	have := imagePaths(s)
-	for _, p := range []string{"/usr/bin/nsenter", "/usr/bin/ip", "/usr/bin/socat", "/usr/sbin/conntrack", "/usr/sbin/iptables", "/usr/local/bin/kubelet"} {
+	for _, p := range []string{"/usr/bin/mount", "/usr/bin/umount", "/usr/bin/nsenter", "/usr/bin/ip", "/usr/bin/socat", "/usr/sbin/conntrack", "/usr/sbin/iptables", "/usr/local/bin/kubelet"} {
 		if !have[p] {
 			t.Errorf("%s lacks %s", s.ref, p)
 		}
