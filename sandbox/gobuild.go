@@ -160,15 +160,63 @@ var (
 		Name: "cri-dockerd", Module: "github.com/Mirantis/cri-dockerd", Version: CRIDockerdVersion,
 		Packages: []string{"."},
 		LDFlags:  []string{"-X github.com/Mirantis/cri-dockerd/cmd/version.Version=" + strings.TrimPrefix(CRIDockerdVersion, "v")},
-		Patches: []sourcePatch{{
+		Patches:  criDockerdDocker2010Patches(),
+	}
+)
+
+// criDockerdDocker2010Patches make cri-dockerd v0.4.0 work with the
+// sandbox's engine, Debian 12's Docker 20.10 (API 1.41); the module proxy
+// serves no older cri-dockerd (RKE v1.8.1's rke-tools ships 0.3.16, which
+// works with Docker 20.10). v0.4.0 refuses an engine older than API 1.42,
+// and creates containers with HostConfig.Mounts whose BindOptions.
+// CreateMountpoint (API 1.42) makes a missing hostPath directory: Docker
+// 20.10 ignores that option and fails ("bind source path does not exist",
+// e.g. flannel's /run/flannel). The patches lower the minimum to 1.41 and
+// pass the same binds as HostConfig.Binds, which Docker creates when missing,
+// as cri-dockerd 0.3 did.
+func criDockerdDocker2010Patches() []sourcePatch {
+	return []sourcePatch{
+		{
 			File: "libdocker/client.go",
 			Old:  `MinimumDockerAPIVersion = "1.42.0"`,
 			New:  `MinimumDockerAPIVersion = "1.41.0"`,
-			Why: "cri-dockerd v0.4.0 refuses to start with an engine older than Docker 23 (API 1.42); " +
-				"the sandbox's engine is Debian 12's Docker 20.10 (API 1.41), and the proxy serves no older cri-dockerd",
-		}},
+			Why:  "cri-dockerd v0.4.0 refuses an engine older than Docker 23 (API 1.42); the sandbox's is Debian 12's Docker 20.10 (API 1.41)",
+		},
+		{
+			File: "libdocker/helpers.go",
+			Old:  "func isSingleFileMount(",
+			New: `// GenerateLegacyBinds (added by rigger sandbox) is mounts as
+// HostConfig.Binds, which Docker 20.10 creates when the host path is missing.
+func GenerateLegacyBinds(mounts []dockermount.Mount) []string {
+	binds := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		var opts []string
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		if m.BindOptions != nil && m.BindOptions.Propagation != "" {
+			opts = append(opts, string(m.BindOptions.Propagation))
+		}
+		b := m.Source + ":" + m.Target
+		if len(opts) > 0 {
+			b += ":" + strings.Join(opts, ",")
+		}
+		binds = append(binds, b)
 	}
-)
+	return binds
+}
+
+func isSingleFileMount(`,
+			Why: "Docker 20.10 ignores BindOptions.CreateMountpoint (API 1.42): a bind whose host path is missing fails",
+		},
+		{
+			File: "core/container_create.go",
+			Old:  "Mounts: mountBindings,",
+			New:  "Binds: libdocker.GenerateLegacyBinds(mountBindings),",
+			Why:  "pods' hostPath volumes as Binds, which Docker 20.10 creates when missing",
+		},
+	}
+}
 
 // goPrograms are every program the sandbox builds besides Kubernetes, in
 // build order (the quick ones first).

@@ -183,7 +183,7 @@ func TestPatchedCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	work := filepath.Join(t.TempDir(), "src")
-	if err := patchedCopy(mod, work, criDockerdProgram.Patches); err != nil {
+	if err := patchedCopy(mod, work, criDockerdProgram.Patches[:1]); err != nil {
 		t.Fatal(err)
 	}
 	patched, err := os.ReadFile(filepath.Join(work, "libdocker", "client.go"))
@@ -207,7 +207,7 @@ func TestPatchedCopy(t *testing.T) {
 	if err := os.WriteFile(src, []byte("package libdocker\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := patchedCopy(mod, work, criDockerdProgram.Patches); err == nil || !strings.Contains(err.Error(), "occurs 0 times") {
+	if err := patchedCopy(mod, work, criDockerdProgram.Patches[:1]); err == nil || !strings.Contains(err.Error(), "occurs 0 times") {
 		t.Errorf("err = %v, want one that says the text is not there", err)
 	}
 }
