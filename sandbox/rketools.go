@@ -17,7 +17,9 @@ const (
 	rkeToolsBusybox = rkeToolsDir + "/bin/busybox"
 )
 
-// rkeToolsEntrypointScript is /opt/rke-tools/entrypoint.sh. For the kubelet
+// rkeToolsEntrypointScript is /opt/rke-tools/entrypoint.sh. For kube-proxy
+// with RKE_KUBE_PROXY_BR_NETFILTER=true it loads br_netfilter, and runs
+// every other command as it is, as rke-tools' does. For the kubelet
 // it does what rancher/rke-tools' entrypoint does on a Linux node (its
 // Azure and AWS parts aside): it asks the engine (GET /info on
 // /var/run/docker.sock) for its cgroup driver, cgroup version and root
@@ -44,6 +46,11 @@ const rkeToolsEntrypointScript = `#!` + rkeToolsBusybox + ` sh
 # /opt/rke-tools/entrypoint.sh of the rigger sandbox's rke-tools image.
 bb=` + rkeToolsBusybox + `
 
+# kube-proxy: flannel and canal need bridged traffic to pass through
+# iptables (RKE sets this for enable_br_netfilter).
+if [ "$1" = kube-proxy ] && [ "${RKE_KUBE_PROXY_BR_NETFILTER:-}" = true ]; then
+	$bb modprobe br_netfilter || true
+fi
 if [ "$1" != kubelet ]; then
 	exec "$@"
 fi
