@@ -46,6 +46,9 @@ lint: ## go vet and gofmt
 test: prereqs lint build ## every test, with -race, the real sandbox parts and a short fuzz run
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
+	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
+	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
+	$(BIN) sandbox images >/dev/null
 	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 20m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./spec
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./sandbox

@@ -17,7 +17,11 @@
 #                               on every node's /opt/cni/bin: the pod network of a real kubelet
 #   git                         the GitOps loop and its tests
 #   busybox-static              the shell and file tools of the sandbox's helper image (system_images.alpine)
-#   iptables                    iptables for kube-proxy and the kubelet, copied into the sandbox's hyperkube image
+#   iptables                    iptables for kube-proxy, the kubelet and flanneld, copied into the sandbox's
+#                               hyperkube and flannel images
+#   socat conntrack             what cri-dockerd runs beside the kubelet (port forwarding, host ports), copied
+#                               with nsenter (util-linux) and ip (iproute2) into the sandbox's hyperkube image
+#   gcc libc6-dev               cgo and a static libc for flanneld (its udp backend needs cgo), built by the sandbox
 set -euo pipefail
 
 # file that must exist -> Debian package that provides it
@@ -41,6 +45,10 @@ declare -A want=(
   [/usr/bin/git]=git
   [/bin/busybox]=busybox-static
   [/usr/sbin/xtables-nft-multi]=iptables
+  [/usr/bin/socat]=socat
+  [/usr/sbin/conntrack]=conntrack
+  [/usr/bin/gcc]=gcc
+  [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev
 )
 
 missing=()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,16 +69,25 @@ func TestMountSetupArgs(t *testing.T) {
 			t.Fatalf("mountSetupArgs: bad operation at %q", ops)
 		}
 	}
-	if len(binds) != len(nodeMounts())+1 {
-		t.Fatalf("mountSetupArgs has %d binds, want %d", len(binds), len(nodeMounts())+1)
+	if len(binds) != len(nodeMounts()) {
+		t.Fatalf("mountSetupArgs has %d binds, want %d", len(binds), len(nodeMounts()))
 	}
 	for i, p := range nodeMounts() {
 		if want := [2]string{filepath.Join(n.Dir, mountDirName(p)), p}; binds[i] != want {
 			t.Errorf("bind %d = %v, want %v", i, binds[i], want)
 		}
 	}
-	if last := binds[len(binds)-1]; last != [2]string{"/usr/lib/cni", "/opt/cni/bin"} {
-		t.Errorf("last bind = %v, want the CNI plugins on /opt/cni/bin", last)
+	// The node's CNI directories are its own (writable, as a real
+	// machine's), not the machine's plugins.
+	for _, p := range []string{"/opt/cni", "/etc/cni"} {
+		if !slices.Contains(binds, [2]string{n.mountDir(p), p}) {
+			t.Errorf("%s is not the node's own: binds %v", p, binds)
+		}
+	}
+	for _, b := range binds {
+		if !strings.HasPrefix(b[0], n.Dir+"/") {
+			t.Errorf("bind %v: the source is not the node's own directory", b)
+		}
 	}
 	if diff := cmp.Diff([]string{"/var/lib/docker", "/var/lib/kubelet", "/var/lib/rancher"}, shared); diff != "" {
 		t.Errorf("shared mounts (-want +got):\n%s", diff)

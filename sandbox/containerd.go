@@ -1,10 +1,13 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -74,27 +77,65 @@ func cniConfig(n Node) string {
 	return string(b) + "\n"
 }
 
+// cniConfigPlugins are the plugins cniConfig's network runs.
+func cniConfigPlugins() []string { return []string{"bridge", "host-local", "loopback"} }
+
+// copyCNIPlugins copies the plugins of cniConfig's network (Debian's, from
+// /usr/lib/cni) into node n's own /opt/cni/bin, each written beside its
+// target and renamed into place (a plugin may be running).
+func copyCNIPlugins(n Node) error {
+	if err := os.MkdirAll(n.cniBinDir(), 0o755); err != nil {
+		return fmt.Errorf("make node directory: %w", err)
+	}
+	for _, name := range cniConfigPlugins() {
+		b, err := os.ReadFile(filepath.Join(hostCNIBinDir, name))
+		if err != nil {
+			return fmt.Errorf("copy CNI plugin: %w (install containernetworking-plugins: make prereqs)", err)
+		}
+		dst := filepath.Join(n.cniBinDir(), name)
+		if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, b) {
+			continue
+		}
+		if err := os.WriteFile(dst+".tmp", b, 0o755); err != nil {
+			return fmt.Errorf("copy CNI plugin: %w", err)
+		}
+		if err := os.Rename(dst+".tmp", dst); err != nil {
+			return fmt.Errorf("copy CNI plugin: %w", err)
+		}
+	}
+	return nil
+}
+
 // containerdImages are the images every node's containerd gets (in the
-// k8s.io namespace, the kubelet's): the pod sandbox.
-func containerdImages() []string { return []string{PauseImage} }
+// k8s.io namespace, the kubelet's): the pod sandbox, and the images of the
+// add-ons' pods, for a kubelet whose runtime is containerd (through
+// cri-dockerd, pods use the engine's images).
+func containerdImages() []string {
+	return []string{PauseImage, FlannelImage, FlannelCNIImage, CoreDNSImage, MetricsServerImage}
+}
 
 // loadContainerdImages copies containerdImages from every node's engine
 // (which Up has just loaded) into the node's containerd: `docker save`
-// into `ctr images import`. Importing what is there already only names it
-// again, so it is always done.
+// into `ctr images import`, unless containerd has the image with the
+// engine's image ID already.
 func (s *Sandbox) loadContainerdImages(ctx context.Context, p *progress) error {
-	p.phase("Import the pod sandbox image into every node's containerd")
+	p.phase("Import the pod images into every node's containerd")
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(nodeParallelism)
 	for _, n := range s.Nodes {
 		g.Go(func() error {
 			start := time.Now()
+			imported := 0
 			for _, ref := range containerdImages() {
-				if err := importIntoContainerd(gctx, n, ref); err != nil {
+				done, err := importIntoContainerd(gctx, n, ref)
+				if err != nil {
 					return fmt.Errorf("%s: %w", n.Name, err)
 				}
+				if done {
+					imported++
+				}
 			}
-			p.node(n.Name, "%s in containerd (%s)", strings.Join(containerdImages(), ", "), time.Since(start).Round(10*time.Millisecond))
+			p.node(n.Name, "imported %d of %d images into containerd (%s)", imported, len(containerdImages()), time.Since(start).Round(10*time.Millisecond))
 			return nil
 		})
 	}
@@ -103,22 +144,31 @@ func (s *Sandbox) loadContainerdImages(ctx context.Context, p *progress) error {
 
 // importIntoContainerd saves ref from node n's engine and imports it into
 // the node's containerd, namespace k8s.io, under the same name
-// (docker.io/<ref>, as the CRI plugin normalizes it).
-func importIntoContainerd(ctx context.Context, n Node, ref string) error {
+// (docker.io/<ref>, as the CRI plugin normalizes it), unless the CRI
+// plugin has it with the engine's image ID (both are the digest of the
+// image's configuration); imported says whether it did.
+func importIntoContainerd(ctx context.Context, n Node, ref string) (imported bool, err error) {
 	c, err := dockerClient(n.DockerSocket)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Close()
+	insp, err := c.ImageInspect(ctx, ref)
+	if err != nil {
+		return false, fmt.Errorf("inspect %s in the engine: %w", ref, err)
+	}
+	if img, err := CRIImageStatus(ctx, n.ContainerdSocket, ref); err == nil && img != nil && img.ID == insp.ID {
+		return false, nil
+	}
 	rc, err := c.ImageSave(ctx, []string{ref})
 	if err != nil {
-		return fmt.Errorf("save %s from the engine: %w", ref, err)
+		return false, fmt.Errorf("save %s from the engine: %w", ref, err)
 	}
 	defer rc.Close()
 	cmd := exec.CommandContext(ctx, "ctr", "--address", n.ContainerdSocket, "--namespace", "k8s.io", "images", "import", "-")
 	cmd.Stdin = rc
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("import %s into containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
+		return false, fmt.Errorf("import %s into containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return true, nil
 }

@@ -67,9 +67,29 @@ type imageSpec struct {
 	systemImages []string
 }
 
+// imageFile is a file of an image: a copy of src, or content when src is
+// empty (a script the sandbox writes).
 type imageFile struct {
 	src, dst string
+	content  string
 	mode     int64
+}
+
+// open returns the file's content.
+func (f imageFile) open() (io.ReadCloser, int64, error) {
+	if f.src == "" {
+		return io.NopCloser(strings.NewReader(f.content)), int64(len(f.content)), nil
+	}
+	r, err := os.Open(f.src)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := r.Stat()
+	if err != nil {
+		r.Close()
+		return nil, 0, err
+	}
+	return r, st.Size(), nil
 }
 
 // imageLink is a symbolic link at path to target.
@@ -104,6 +124,17 @@ func (o Options) cacheDir() string {
 	return "/var/cache/rigger"
 }
 
+// BuildImages makes (or finds in the cache) every image archive that Up
+// loads, without making nodes, and returns the system_images keys they
+// serve. Progress goes to progress (nil: nowhere).
+func BuildImages(ctx context.Context, opts Options, progress io.Writer) (map[string]string, error) {
+	imgs, err := buildImages(ctx, opts, newProgress(progress))
+	if err != nil {
+		return nil, err
+	}
+	return systemImages(imgs), nil
+}
+
 // buildImages makes (or finds in the cache) the archives of every image.
 func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, error) {
 	cache := opts.cacheDir()
@@ -124,13 +155,21 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	if err != nil {
 		return nil, err
 	}
+	progs, err := ensureGoPrograms(ctx, cache, goPrograms(), p)
+	if err != nil {
+		return nil, err
+	}
+	addons, err := addonImageSpecs(ctx, progs)
+	if err != nil {
+		return nil, err
+	}
 	specs := []imageSpec{
 		{
 			ref:          RiggerImage,
 			files:        []imageFile{{src: riggerBin, dst: "/usr/local/bin/rigger", mode: 0o755}},
 			dirs:         []imageDir{{"/tmp", 0o1777}},
 			changes:      []string{`ENTRYPOINT ["/usr/local/bin/rigger"]`},
-			systemImages: []string{"nginx_proxy", "cert_downloader", "kubernetes_services_sidecar"},
+			systemImages: []string{"nginx_proxy", "cert_downloader"},
 		},
 		toolsImageSpec(),
 		etcdSpec,
@@ -142,6 +181,8 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 			systemImages: []string{"pod_infra_container"},
 		},
 	}
+	specs = append(specs, addons...)
+	specs = append(specs, rkeToolsImageSpec(progs))
 	// One writer of the archive cache at a time: test packages run in
 	// parallel, and a new archive replaces the old one of its ref.
 	lock, err := lockFile(ctx, filepath.Join(cache, "images.lock"), func() { p.info("waiting for another build of the image archives") })
@@ -201,21 +242,64 @@ func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
 	for _, c := range kubeCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
 	}
-	// iptables and the match and target extensions it loads (conntrack,
-	// statistic…), with the libraries of both.
+	files, links, err := iptablesFiles(ctx)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("hyperkube image: %w", err)
+	}
+	spec.files = append(spec.files, files...)
+	spec.links = append(spec.links, links...)
+	tools, err := withLibs(ctx, kubeletTools()...)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install mount, util-linux, iproute2, socat and conntrack: make prereqs)", err)
+	}
+	spec.files = appendNew(spec.files, tools...)
+	return spec, nil
+}
+
+// kubeletTools are the programs the kubelet's container runs from its
+// PATH: the kubelet's mount and umount (tmpfs of projected and secret
+// volumes), and what cri-dockerd runs where the kubelet runs (rke-tools'
+// entrypoint starts it in the kubelet's container): nsenter and ip (a pod's
+// addresses, in its network namespace), socat (port forwarding) and
+// conntrack (host ports); the entrypoint also asks the engine for its
+// settings with socat.
+func kubeletTools() []string {
+	return []string{"/usr/bin/mount", "/usr/bin/umount", "/usr/bin/nsenter", "/usr/bin/ip", "/usr/bin/socat", "/usr/sbin/conntrack"}
+}
+
+// appendNew appends the files whose destination files lacks.
+func appendNew(files []imageFile, more ...imageFile) []imageFile {
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.dst] = true
+	}
+	for _, f := range more {
+		if !have[f.dst] {
+			have[f.dst] = true
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// iptablesFiles are iptables (the nft back end) and the match and target
+// extensions it loads (conntrack, statistic…), with the libraries of both,
+// and the links iptables, iptables-save, iptables-restore and their ip6
+// forms in /usr/sbin.
+func iptablesFiles(ctx context.Context) ([]imageFile, []imageLink, error) {
 	exts, err := filepath.Glob(filepath.Join(xtablesExtensions, "*.so"))
 	if err != nil || len(exts) == 0 {
-		return imageSpec{}, fmt.Errorf("hyperkube image: no iptables extensions in %s (install iptables: make prereqs)", xtablesExtensions)
+		return nil, nil, fmt.Errorf("no iptables extensions in %s (install iptables: make prereqs)", xtablesExtensions)
 	}
-	libs, err := withLibs(ctx, append([]string{xtables}, exts...)...)
+	files, err := withLibs(ctx, append([]string{xtables}, exts...)...)
 	if err != nil {
-		return imageSpec{}, fmt.Errorf("hyperkube image: %w (install iptables: make prereqs)", err)
+		return nil, nil, fmt.Errorf("%w (install iptables: make prereqs)", err)
 	}
-	spec.files = append(spec.files, libs...)
+	var links []imageLink
 	for _, c := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
-		spec.links = append(spec.links, imageLink{path: "/usr/sbin/" + c, target: "xtables-nft-multi"})
+		links = append(links, imageLink{path: "/usr/sbin/" + c, target: "xtables-nft-multi"})
 	}
-	return spec, nil
+	return files, links, nil
 }
 
 // withLibs is a dynamically linked binary and the shared libraries it
@@ -306,7 +390,7 @@ func inputKey(spec imageSpec) (string, error) {
 	}
 	for _, f := range spec.files {
 		fmt.Fprintf(h, "file %s %o\n", f.dst, f.mode)
-		r, err := os.Open(f.src)
+		r, _, err := f.open()
 		if err != nil {
 			return "", err
 		}
@@ -401,16 +485,11 @@ func writeRootfs(w io.Writer, spec imageSpec) error {
 		}
 	}
 	for _, f := range spec.files {
-		r, err := os.Open(f.src)
+		r, size, err := f.open()
 		if err != nil {
 			return err
 		}
-		st, err := r.Stat()
-		if err != nil {
-			r.Close()
-			return err
-		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.dst, "/"), Mode: f.mode, Size: st.Size(), ModTime: epoch, Format: tar.FormatPAX}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.dst, "/"), Mode: f.mode, Size: size, ModTime: epoch, Format: tar.FormatPAX}
 		if err := tw.WriteHeader(hdr); err != nil {
 			r.Close()
 			return err
@@ -418,7 +497,7 @@ func writeRootfs(w io.Writer, spec imageSpec) error {
 		_, err = io.Copy(tw, r)
 		r.Close()
 		if err != nil {
-			return fmt.Errorf("archive %s: %w", f.src, err)
+			return fmt.Errorf("archive %s: %w", f.dst, err)
 		}
 	}
 	for _, l := range spec.links {
@@ -557,17 +636,41 @@ func ensureRiggerBinary(ctx context.Context, cache, path string, p *progress) (s
 // CheckStatic refuses a dynamically linked binary: rigger's image has no
 // libraries.
 func CheckStatic(path string) error {
-	f, err := elf.Open(path)
+	static, err := isStatic(path)
 	if err != nil {
 		return fmt.Errorf("rigger binary %s: %w", path, err)
+	}
+	if !static {
+		return fmt.Errorf("rigger binary %s is dynamically linked; rigger's image needs a static one: build it with `make build` (CGO_ENABLED=0)", path)
+	}
+	return nil
+}
+
+// checkStaticBinary refuses a binary that is missing or dynamically linked.
+func checkStaticBinary(path string) error {
+	static, err := isStatic(path)
+	if err != nil {
+		return err
+	}
+	if !static {
+		return fmt.Errorf("%s is dynamically linked; its image has no libraries", path)
+	}
+	return nil
+}
+
+// isStatic says whether the ELF binary at path has no program interpreter.
+func isStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("rigger binary %s is dynamically linked; rigger's image needs a static one: build it with `make build` (CGO_ENABLED=0)", path)
+			return false, nil
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // findUp returns the first of the working directory and its parents for

@@ -1,20 +1,14 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 )
-
-// kubeBuildProgressEvery is how often the Kubernetes build reports.
-const kubeBuildProgressEvery = 20 * time.Second
 
 // kubeCommands are the Kubernetes commands of the hyperkube image.
 func kubeCommands() []string {
@@ -129,63 +123,14 @@ func ensureKubeBinaries(ctx context.Context, cache, source string, p *progress) 
 	return dir, nil
 }
 
-// runKubeBuild runs the build, reporting how many packages it compiled
-// every kubeBuildProgressEvery; the log goes to out/../build.log.
+// runKubeBuild runs the build, reporting progress; the log goes to
+// out/../kube-build.log.
 func runKubeBuild(ctx context.Context, source, out string, p *progress) error {
-	logPath := filepath.Join(filepath.Dir(out), "kube-build.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "go", kubeBuildArgs(out, KubernetesVersion)...)
-	cmd.Dir = source
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false")
-	cmd.Stdout = logf
-	pr, pw := io.Pipe()
-	cmd.Stderr = pw
-	var compiled atomic.Int64
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logf, line)
-			if !strings.HasPrefix(line, "go: ") { // "go: downloading …"
-				compiled.Add(1)
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		<-scanned
-		return fmt.Errorf("build Kubernetes: %w", err)
-	}
-	stop := make(chan struct{})
-	ticked := make(chan struct{})
-	go func() {
-		defer close(ticked)
-		t := time.NewTicker(kubeBuildProgressEvery)
-		defer t.Stop()
-		start := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				p.info("building Kubernetes: %d packages compiled, %s", compiled.Load(), time.Since(start).Round(time.Second))
-			}
-		}
-	}()
-	err = cmd.Wait()
-	close(stop)
-	<-ticked
-	pw.Close()
-	<-scanned
-	if err != nil {
-		return fmt.Errorf("build Kubernetes: %w: %s", err, logTail(logPath, 10))
-	}
-	return nil
+	return runGoBuild(ctx, goBuildRun{
+		dir:  source,
+		env:  []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"},
+		args: kubeBuildArgs(out, KubernetesVersion),
+		log:  filepath.Join(filepath.Dir(out), "kube-build.log"),
+		what: "Kubernetes",
+	}, p)
 }

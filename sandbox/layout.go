@@ -39,10 +39,11 @@ const (
 	// kubelet's CRI endpoint (unix:///run/containerd/containerd.sock) and
 	// the containerd the node's engine uses.
 	ContainerdSocket = "/run/containerd/containerd.sock"
-	// CNIBinDir is where a node has the CNI plugins (Debian's
-	// containernetworking-plugins, bind-mounted from /usr/lib/cni).
+	// CNIBinDir is where a node has the CNI plugins: its own directory,
+	// writable, as on a real machine.
 	CNIBinDir = "/opt/cni/bin"
-	// CNIConfDir is where a node has its CNI network configuration.
+	// CNIConfDir is where a node has its CNI network configuration: its
+	// own directory, writable.
 	CNIConfDir = "/etc/cni/net.d"
 	// hostCNIBinDir is where Debian installs the CNI plugins.
 	hostCNIBinDir = "/usr/lib/cni"
@@ -153,6 +154,9 @@ func nodeMounts() []string {
 		"/var/lib/cni",
 		"/var/lib/calico",
 		"/var/lib/rancher",
+		// cri-dockerd's state (pod sandbox checkpoints), bound into the
+		// kubelet: each node's own.
+		"/var/lib/cri-dockerd",
 		"/var/log/containers",
 		"/var/log/pods",
 		// /run last: the node's sshd, engine and sockets live there.
@@ -197,9 +201,14 @@ func (n Node) containerdConfigPath() string {
 	return filepath.Join(n.Dir, "containerd", "config.toml")
 }
 
+// cniBinDir and cniConfDir are node n's CNIBinDir and CNIConfDir, host
+// side (inside the node's /opt/cni and /etc/cni).
+func (n Node) cniBinDir() string  { return filepath.Join(n.mountDir("/opt/cni"), "bin") }
+func (n Node) cniConfDir() string { return filepath.Join(n.mountDir("/etc/cni"), "net.d") }
+
 // cniConfigPath is node n's CNI network configuration, host side.
 func (n Node) cniConfigPath() string {
-	return filepath.Join(n.mountDir("/etc/cni"), "net.d", cniConfigName)
+	return filepath.Join(n.cniConfDir(), cniConfigName)
 }
 
 // pidFile is where the service script of svc writes the service's pid.

@@ -81,8 +81,7 @@ func (s *Sandbox) mountSetupArgs(n Node) []string {
 	for _, p := range sharedMounts() {
 		args = append(args, "shared", p)
 	}
-	// The kubelet binds /opt/cni; containerd finds the plugins there.
-	return append(args, "bind", hostCNIBinDir, CNIBinDir)
+	return args
 }
 
 // ensureNodeCgroup makes node n's cgroup in every hierarchy. A new cpuset
@@ -336,8 +335,12 @@ func (s *Sandbox) ensureNodeMounts(ctx context.Context, n Node) error {
 			return fmt.Errorf("make node directory: %w", err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(n.mountDir("/opt/cni"), "bin"), 0o755); err != nil {
-		return fmt.Errorf("make node directory: %w", err)
+	// The node's own, writable CNI directories, as a real machine has
+	// them: the network plugin's installer fills them.
+	for _, d := range []string{n.cniBinDir(), n.cniConfDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("make node directory: %w", err)
+		}
 	}
 	for _, f := range s.nsFiles(n) {
 		if err := os.WriteFile(f, nil, 0o600); err != nil {

@@ -228,7 +228,7 @@ func (s *Sandbox) writeNodeFiles(n Node) error {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
-	return nil
+	return copyCNIPlugins(n)
 }
 
 // ensureInit starts the sandbox init unless it runs.

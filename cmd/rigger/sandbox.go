@@ -30,8 +30,10 @@ own Docker engine on /var/run/docker.sock, and its own containerd on
 bridge network and the pause image).
 
 It also builds, without a registry, the images a cluster needs (rigger's own,
-etcd, the Kubernetes components, pause), loads them into every node, and
-prints the system_images block that makes a cluster.yml use them.
+etcd, the Kubernetes components, pause, an rke-tools stand-in with cri-dockerd,
+and the add-ons' flannel, flannel-cni, CoreDNS and metrics-server), loads them
+into every node, and prints the system_images block that makes a cluster.yml
+use them.
 
 Needs root. What it changes on the machine, and how long it takes, is in
 docs/sandbox.md.`,
@@ -43,7 +45,7 @@ docs/sandbox.md.`,
   rigger sandbox down`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand())
+	cmd.AddCommand(newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand(), newSandboxImagesCommand())
 	return cmd
 }
 
@@ -69,8 +71,11 @@ services; a partitioned node stays partitioned.
 Images: rigger's own (rigger/rigger:dev, from this rigger binary when it is
 static, else built from the repository), etcd (Debian's etcd-server), the
 Kubernetes components (built from the Go module proxy by hack/kube-build, about
-9 minutes the first time, then cached in $RIGGER_CACHE) and pause are built and
-imported into every node's engine. --images=false skips them.`,
+9 minutes the first time, then cached in $RIGGER_CACHE), pause, an rke-tools
+stand-in (cri-dockerd) and the add-on images (flannel, flannel-cni, CoreDNS,
+metrics-server; built from the Go module proxy, about 20 more minutes the
+first time, then cached) are built and imported into every node's engine.
+--images=false skips them; 'rigger sandbox images' only builds them.`,
 		Example: `  rigger sandbox up
   rigger sandbox up --nodes 5 --name big --subnet 7
   rigger sandbox up --images=false`,
@@ -90,6 +95,34 @@ imported into every node's engine. --images=false skips them.`,
 	cmd.Flags().IntVar(&opts.Nodes, "nodes", sandbox.DefaultNodes, "how many nodes")
 	cmd.Flags().IntVar(&opts.Subnet, "subnet", 0, "the nodes' subnet is 10.231.<subnet>.0/24 (0-255); two sandboxes need two subnets")
 	cmd.Flags().BoolVar(&opts.Images, "images", true, "build (cached) and load the cluster images into every node")
+	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
+	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
+	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
+	return cmd
+}
+
+func newSandboxImagesCommand() *cobra.Command {
+	var opts sandbox.Options
+	cmd := &cobra.Command{
+		Use:   "images",
+		Short: "Build the sandbox's images into the cache, without making nodes",
+		Long: `Images builds (or finds in $RIGGER_CACHE) everything 'rigger sandbox up' loads
+into the nodes: the programs built from the Go module proxy and the image
+archives. It makes no nodes and needs no namespaces: run it before tests that
+start sandboxes, so that a cold cache is filled outside their time limits.
+It prints the system_images block.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.RiggerBinary == "" {
+				opts.RiggerBinary = staticSelf()
+			}
+			imgs, err := sandbox.BuildImages(cmd.Context(), opts, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return printSystemImages(cmd.OutOrStdout(), imgs)
+		},
+	}
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
 	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
@@ -128,8 +161,14 @@ func printSandbox(w io.Writer, s *sandbox.Sandbox) error {
 	if len(s.SystemImages) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(s.SystemImages))
-	for k := range s.SystemImages {
+	return printSystemImages(w, s.SystemImages)
+}
+
+// printSystemImages writes the system_images block of a cluster.yml that
+// uses the sandbox's images, keys sorted.
+func printSystemImages(w io.Writer, imgs map[string]string) error {
+	keys := make([]string, 0, len(imgs))
+	for k := range imgs {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -137,7 +176,7 @@ func printSandbox(w io.Writer, s *sandbox.Sandbox) error {
 	for _, k := range keys {
 		node.Content = append(node.Content,
 			&yaml.Node{Kind: yaml.ScalarNode, Value: k},
-			&yaml.Node{Kind: yaml.ScalarNode, Value: s.SystemImages[k]})
+			&yaml.Node{Kind: yaml.ScalarNode, Value: imgs[k]})
 	}
 	fmt.Fprintf(w, "\n# cluster.yml: use the images loaded in the nodes\n")
 	enc := yaml.NewEncoder(w)
