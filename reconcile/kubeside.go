@@ -87,7 +87,8 @@ func (k *kubeSide) afterNode(ctx context.Context, node string, steps []plan.Step
 }
 
 // kubernetes runs in the Kubernetes phase, once the control plane is
-// healthy: the kubelets are authorized (kubenode.AuthorizeKubelets), the
+// healthy: the kubelets are authorized (kubenode.AuthorizeKubelets), and
+// the API servers to the kubelets (kubenode.AuthorizeAPIServer), the
 // network plugin is applied (not waited for: its pods run once the
 // kubelets do), the Nodes of the machines that left cluster.yml are
 // cordoned, drained and deleted before their containers go, and the
@@ -99,6 +100,9 @@ func (k *kubeSide) kubernetes(ctx context.Context) error {
 	}
 	if err := kubenode.AuthorizeKubelets(ctx, k.cs); err != nil {
 		return fmt.Errorf("authorize the kubelets (ClusterRoleBinding %s): %w", kubenode.NodeBinding, err)
+	}
+	if err := kubenode.AuthorizeAPIServer(ctx, k.cs); err != nil {
+		return fmt.Errorf("authorize the API servers to the kubelets (ClusterRole %s): %w", kubenode.APIServerProxyRole, err)
 	}
 	if k.stageNetwork != nil {
 		if err := k.stageNetwork(ctx); err != nil {

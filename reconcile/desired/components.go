@@ -322,6 +322,17 @@ func (b *builder) kubelet(h *host) Container {
 		f.set("container-runtime-endpoint", CRIDockerdSocket)
 		binds = append(binds, hostPath(b.prefix, CRIDockerdDir)+":"+CRIDockerdDir)
 		env = append(env, envCRIDockerd)
+		// As RKE passes them to rke-tools' entrypoint, which hands them to
+		// cri-dockerd.
+		if a := b.c.CRIDockerdStreamServerAddress; a != "" {
+			env = append(env, "CRIDOCKERD_STREAM_SERVER_ADDRESS="+a)
+		}
+		if p := b.c.CRIDockerdStreamServerPort; p != "" {
+			env = append(env, "CRIDOCKERD_STREAM_SERVER_PORT="+p)
+		}
+		if strings.Contains(b.c.Services.KubeController.ClusterCIDR, ",") {
+			env = append(env, "RKE_KUBELET_CRIDOCKERD_DUALSTACK=true")
+		}
 	}
 	f.kubeletOptions(b.rel.opts.Kubelet, b.prefix)
 

@@ -755,3 +755,17 @@ services:
 		}
 	}
 }
+
+// TestCRIDockerdEnv: the kubelet gets cri-dockerd's settings as RKE passes
+// them to rke-tools' entrypoint.
+func TestCRIDockerdEnv(t *testing.T) {
+	c := load(t, "extra-args")
+	c.CRIDockerdStreamServerAddress, c.CRIDockerdStreamServerPort = "10.30.0.11", "10010"
+	c.Services.KubeController.ClusterCIDR = "10.42.0.0/16,fd00:42::/56"
+	env := container(t, build(t, c), "10.30.0.11", Kubelet).Env
+	for _, want := range []string{envCRIDockerd, "CRIDOCKERD_STREAM_SERVER_ADDRESS=10.30.0.11", "CRIDOCKERD_STREAM_SERVER_PORT=10010", "RKE_KUBELET_CRIDOCKERD_DUALSTACK=true"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("kubelet env %q lacks %s", env, want)
+		}
+	}
+}
