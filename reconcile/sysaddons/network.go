@@ -11,36 +11,49 @@ import (
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
-// network.options keys RKE reads (cluster/network.go), and their defaults
-// (cluster/defaults.go, setClusterNetworkDefaults).
+// network.plugin values.
 const (
-	optFlannelIface             = "flannel_iface"
-	optFlannelBackendType       = "flannel_backend_type"
-	optFlannelBackendPort       = "flannel_backend_port"
-	optFlannelBackendVNI        = "flannel_backend_vni"
-	optKubeFlannelPriorityClass = "kube_flannel_priority_class_name"
+	pluginNone    = "none"
+	pluginFlannel = "flannel"
+	pluginCanal   = "canal"
+	pluginCalico  = "calico"
+	pluginWeave   = "weave"
+	pluginACI     = "aci"
+)
 
-	optCalicoCloudProvider                 = "calico_cloud_provider"
-	optCalicoFlexVolPluginDir              = "calico_flex_volume_plugin_dir"
-	optCalicoNodePriorityClass             = "calico_node_priority_class_name"
-	optCalicoKubeControllersPriorityClass  = "calico_kube_controllers_priority_class_name"
-	optCanalIface                          = "canal_iface"
-	optCanalFlannelBackendType             = "canal_flannel_backend_type"
-	optCanalFlannelBackendPort             = "canal_flannel_backend_port"
-	optCanalFlannelBackendVNI              = "canal_flannel_backend_vni"
-	optCanalFlexVolPluginDir               = "canal_flex_volume_plugin_dir"
-	optCanalPriorityClass                  = "canal_priority_class_name"
-	optWeavePassword                       = "WeavePassword" // sic: RKE keeps weave's password under this key
-	optWeaveNetPriorityClass               = "weave_net_priority_class_name"
-	defaultFlannelBackend                  = "vxlan"
-	defaultFlannelPort                     = "8472"
-	defaultFlannelVNI                      = "1"
-	defaultNetworkCloudProvider            = "none"
-	defaultFlexVolPluginDir                = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/nodeagent~uds"
-	flannelVxLanPort                       = 8472 // RKE's FlannelVxLanPort
-	flannelVxLanVNI                        = 1    // RKE's FlannelVxLanNetworkIdentify
-	pluginNone, pluginFlannel, pluginCanal = "none", "flannel", "canal"
-	pluginCalico, pluginWeave, pluginACI   = "calico", "weave", "aci"
+// network.options keys RKE reads (cluster/network.go).
+const (
+	optFlannelIface                       = "flannel_iface"
+	optFlannelBackendType                 = "flannel_backend_type"
+	optFlannelBackendPort                 = "flannel_backend_port"
+	optFlannelBackendVNI                  = "flannel_backend_vni"
+	optKubeFlannelPriorityClass           = "kube_flannel_priority_class_name"
+	optCanalIface                         = "canal_iface"
+	optCanalFlannelBackendType            = "canal_flannel_backend_type"
+	optCanalFlannelBackendPort            = "canal_flannel_backend_port"
+	optCanalFlannelBackendVNI             = "canal_flannel_backend_vni"
+	optCanalFlexVolPluginDir              = "canal_flex_volume_plugin_dir"
+	optCanalPriorityClass                 = "canal_priority_class_name"
+	optCalicoCloudProvider                = "calico_cloud_provider"
+	optCalicoFlexVolPluginDir             = "calico_flex_volume_plugin_dir"
+	optCalicoNodePriorityClass            = "calico_node_priority_class_name"
+	optCalicoKubeControllersPriorityClass = "calico_kube_controllers_priority_class_name"
+	optWeaveNetPriorityClass              = "weave_net_priority_class_name"
+	// optWeavePassword is where RKE keeps weave_network_provider.password
+	// (sic: the template's key, not an option name).
+	optWeavePassword = "WeavePassword"
+)
+
+// RKE's defaults of network.options (cluster/defaults.go) and of the flannel
+// backend (cluster/network.go).
+const (
+	defaultFlannelBackend       = "vxlan"
+	defaultFlannelPort          = "8472"
+	defaultFlannelVNI           = "1"
+	defaultNetworkCloudProvider = "none"
+	defaultFlexVolPluginDir     = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/nodeagent~uds"
+	flannelVxLanPort            = 8472 // RKE's FlannelVxLanPort
+	flannelVxLanVNI             = 1    // RKE's FlannelVxLanNetworkIdentify
 )
 
 // Paths RKE's canal and calico templates are given (RKE's pki package):
