@@ -112,7 +112,8 @@ func SetDefaults(c *Cluster) {
 	def(&c.Ingress.NetworkMode, "hostNetwork") // RKE's default before Kubernetes 1.21
 	def(&c.Ingress.HTTPPort, 80)
 	def(&c.Ingress.HTTPSPort, 443)
-	defBool(&c.Ingress.DefaultBackend, true)
+	// RKE deploys the default HTTP backend before Kubernetes 1.21 only.
+	defBool(&c.Ingress.DefaultBackend, !inRange(c.KubernetesVersion, rangeIngressNoDefaultBackend))
 	defBool(&c.Ingress.DefaultIngressClass, true)
 
 	if c.DNS == nil {

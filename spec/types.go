@@ -583,7 +583,7 @@ type Ingress struct {
 	NetworkMode string `json:"network_mode,omitempty"`
 	// Tolerations of the controller's pods.
 	Tolerations []Toleration `json:"tolerations,omitempty"`
-	// Deploy the default HTTP backend.
+	// Deploy ingress-nginx's default HTTP backend (the Deployment and Service `default-http-backend`); RKE deploys it by default before Kubernetes 1.21 only.
 	DefaultBackend *bool `json:"default_backend,omitempty"`
 	// Priority class of the default backend.
 	DefaultHTTPBackendPriorityClassName string `json:"default_http_backend_priority_class_name,omitempty"`
@@ -603,7 +603,7 @@ type DNS struct {
 	UpstreamNameservers []string `json:"upstreamnameservers,omitempty"`
 	// Reverse lookup zones answered by the cluster DNS.
 	ReverseCIDRs []string `json:"reversecidrs,omitempty"`
-	// Resolvers per domain, `domain: [ip, ...]`.
+	// Resolvers per domain, `domain: [ip, ...]`. kube-dns only: RKE's CoreDNS manifest has no stub domains and ignores them, and so does rigger.
 	StubDomains map[string][]string `json:"stubdomains,omitempty"`
 	// Nodes the DNS pods run on, `label: value`.
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
@@ -611,7 +611,7 @@ type DNS struct {
 	Nodelocal *Nodelocal `json:"nodelocal,omitempty"`
 	// How the DNS Deployment is updated.
 	UpdateStrategy *DeploymentStrategy `json:"update_strategy,omitempty"`
-	// Parameters of the replica autoscaler.
+	// Parameters of the cluster-proportional-autoscaler that sets the number of DNS replicas (its linear mode). When absent, RKE's: 128 cores and 4 nodes per replica, at least 1, and at least 2 on more than one node.
 	LinearAutoscalerParams *LinearAutoscalerParams `json:"linear_autoscaler_params,omitempty"`
 	// Tolerations of the DNS pods.
 	Tolerations []Toleration `json:"tolerations,omitempty"`

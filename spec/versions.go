@@ -20,6 +20,9 @@ const (
 	// rangeIngressHostPort: from here ingress.network_mode defaults to
 	// hostPort, and the ingress webhook image is needed.
 	rangeIngressHostPort = ">=1.21.0-rancher0"
+	// rangeIngressNoDefaultBackend: from here ingress.default_backend
+	// defaults to false.
+	rangeIngressNoDefaultBackend = ">=1.21.0-rancher0"
 	// rangeNoInTreeAWS: from here cloud_provider.name aws is refused.
 	rangeNoInTreeAWS = ">=1.27.0-rancher0"
 	// rangeWeave: weave is supported below this only.

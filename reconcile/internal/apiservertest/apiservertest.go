@@ -14,6 +14,7 @@ package apiservertest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -69,6 +70,9 @@ type Options struct {
 	// Scheduler runs kube-scheduler: with no nodes, pods stay Pending with
 	// FailedScheduling events.
 	Scheduler bool
+	// ServiceClusterIPRange is the API server's Service range, which
+	// Services with a fixed clusterIP must fall in. Default 10.0.0.0/24.
+	ServiceClusterIPRange string
 }
 
 // Server is a running API server.
@@ -128,7 +132,7 @@ func Start(t testing.TB, opts Options) *Server {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+pk.saPub,
 		"--service-account-signing-key-file="+pk.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range="+cmp.Or(opts.ServiceClusterIPRange, "10.0.0.0/24"),
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
