@@ -21,6 +21,11 @@ type Addon struct {
 	// Objects in the order given. Apply applies them by kind (see the
 	// package documentation); objects of one kind keep this order.
 	Objects []Object
+	// Recreate are objects of Objects that are deleted and created again
+	// when applying them fails because a field that cannot change differs
+	// (a Job's pod template): RKE deletes ingress-nginx's admission Jobs
+	// before every deploy for this reason. Others are never deleted so.
+	Recreate []ObjectRef
 }
 
 // Object is one Kubernetes object of an add-on and where it was read.

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -83,10 +84,20 @@ func (e *Engine) planObject(ctx context.Context, set *desiredSet, t *target, nsE
 		return Change{}, fmt.Errorf("addon %s: %w", t.addon, err)
 	}
 	after, err := e.apply(ctx, t, true)
+	if t.recreate && immutable(err) {
+		return Change{Object: t.ref, Action: Configure, Source: t.src.String(), Summary: "deleted and created again: " + apiMessage(err)}, nil
+	}
 	if err != nil {
 		return Change{}, err
 	}
 	return classify(t, live, after), nil
+}
+
+// immutable reports whether err is the API server refusing a change of a
+// field that cannot change.
+func immutable(err error) bool {
+	var ae *ApplyError
+	return errors.As(err, &ae) && apierrors.IsInvalid(ae.Err) && strings.Contains(ae.Err.Error(), "immutable")
 }
 
 // Apply applies addons to the cluster, one add-on after the other in the
@@ -215,6 +226,16 @@ func (e *Engine) applyObject(ctx context.Context, t *target) (Change, error) {
 		return Change{}, fmt.Errorf("addon %s: %w", t.addon, err)
 	}
 	after, err := e.apply(ctx, t, false)
+	if t.recreate && immutable(err) {
+		if err := e.deleteAndWait(ctx, t); err != nil {
+			return Change{}, err
+		}
+		if after, err = e.apply(ctx, t, false); err != nil {
+			return Change{}, err
+		}
+		e.log.Info("object recreated", "component", "addons", "addon", t.addon, "object", t.ref.String())
+		return Change{Object: t.ref, Action: Configure, Source: t.src.String(), Summary: "deleted and created again: a field that cannot change differed"}, nil
+	}
 	if err != nil {
 		return Change{}, err
 	}
@@ -223,6 +244,26 @@ func (e *Engine) applyObject(ctx context.Context, t *target) (Change, error) {
 		e.log.Info("object applied", "component", "addons", "addon", t.addon, "object", t.ref.String(), "action", string(ch.Action), "reason", ch.Summary)
 	}
 	return ch, nil
+}
+
+// deleteAndWait deletes t's object (its dependents in the background) and
+// waits until it is gone, at most Options.ReadyTimeout.
+func (e *Engine) deleteAndWait(ctx context.Context, t *target) error {
+	bg := metav1.DeletePropagationBackground
+	err := retry(ctx, func() error {
+		return e.resource(t.gvr, t.ref.Namespace).Delete(ctx, t.ref.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("addon %s: delete %s to create it again: %w", t.addon, t.ref, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, e.opts.PollInterval, e.opts.ReadyTimeout, true, func(ctx context.Context) (bool, error) {
+		live, err := e.get(ctx, t.gvr, t.ref)
+		return live == nil && err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("addon %s: %s deleted to be created again is still there after %s: %w", t.addon, t.ref, e.opts.ReadyTimeout, err)
+	}
+	return nil
 }
 
 // PlanRemove reports what Remove(ctx, name) would delete.

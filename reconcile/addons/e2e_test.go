@@ -36,6 +36,77 @@ func TestEngineE2E(t *testing.T) {
 	t.Run("an object the API server rejects", func(t *testing.T) { testRejected(t, s.Config) })
 	t.Run("a Deployment that cannot become ready", func(t *testing.T) { testNotReady(t, s.Config) })
 	t.Run("a Job that fails", func(t *testing.T) { testFailedJob(t, s.Config) })
+	t.Run("stage, health, and a Job recreated when its template changes", func(t *testing.T) { testStageHealthRecreate(t, s.Config, kc) })
+}
+
+// testStageHealthRecreate: Stage applies and records without waiting;
+// Health says which objects are not ready; a Job of Recreate whose pod
+// template changed (a field that cannot change) is planned as configured,
+// then deleted and created again, while a Job not in Recreate fails.
+func testStageHealthRecreate(t *testing.T, cfg *rest.Config, kc kubernetes.Interface) {
+	ctx := ctxFor(t, 3*time.Minute)
+	h := newHarness(t, cfg, addons.Options{Prune: true, ReadyTimeout: 20 * time.Second})
+	job := func(arg string) string {
+		return `apiVersion: v1
+kind: Namespace
+metadata: {name: recreate}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, namespace: recreate}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: "example.invalid/none:1", args: [` + arg + `]}]
+`
+	}
+	add := func(arg string, recreate bool) []addons.Addon {
+		a := addons.Addon{Name: "recreate", Objects: decode(t, "recreate.yaml", job(arg))}
+		if recreate {
+			a.Recreate = []addons.ObjectRef{{Group: "batch", Version: "v1", Kind: "Job", Namespace: "recreate", Name: "migrate"}}
+		}
+		return []addons.Addon{a}
+	}
+	// Staged: applied and recorded, not waited for (the Job never runs:
+	// no nodes).
+	cs, err := h.Stage(ctx, add("one", true))
+	if err != nil || cs.Count(addons.Create) != 2 {
+		t.Fatalf("stage: %v, %+v", err, cs)
+	}
+	health, err := h.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(health, func(h addons.Health) bool { return h.Name == "recreate" })
+	if i < 0 || health[i].Objects != 2 || health[i].Ready() || len(health[i].NotReady) != 1 || !strings.Contains(health[i].NotReady[0], "migrate") {
+		t.Fatalf("health %+v: want the add-on recorded, its Job not ready", health)
+	}
+	before, err := kc.BatchV1().Jobs("recreate").Get(ctx, "migrate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A changed template: not in Recreate, refused as it is.
+	if _, err := h.Plan(ctx, add("two", false)); err == nil || !strings.Contains(err.Error(), "immutable") {
+		t.Fatalf("plan of a changed Job not in Recreate: %v, want the API server's refusal", err)
+	}
+	plan, err := h.Plan(ctx, add("two", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := find(plan.Addons[0], "Job recreate/migrate"); ch.Action != addons.Configure || !strings.Contains(ch.Summary, "deleted and created again") {
+		t.Errorf("plan of a changed Job in Recreate: %+v", ch)
+	}
+	if _, err := h.Stage(ctx, add("two", true)); err != nil {
+		t.Fatalf("stage of a changed Job in Recreate: %v", err)
+	}
+	after, err := kc.BatchV1().Jobs("recreate").Get(ctx, "migrate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID == before.UID || !slices.Equal(after.Spec.Template.Spec.Containers[0].Args, []string{"two"}) {
+		t.Errorf("the Job was not created again with the new template: UID %s → %s, args %v", before.UID, after.UID, after.Spec.Template.Spec.Containers[0].Args)
+	}
 }
 
 // harness is an engine with its progress lines and logs recorded.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -165,6 +166,8 @@ type target struct {
 	// body is what is applied: a copy of the object with ref's namespace
 	// and the LabelAddon label.
 	body *unstructured.Unstructured
+	// recreate: the add-on's Recreate names it.
+	recreate bool
 }
 
 // resolvedAddon is an add-on whose objects are mapped to the cluster's
@@ -241,6 +244,7 @@ func (e *Engine) resolve(ctx context.Context, addons []Addon) (*desiredSet, erro
 			}
 			set.owner[k] = a.Name
 			first[k] = o.Source
+			t.recreate = slices.ContainsFunc(a.Recreate, func(r ObjectRef) bool { return r.key() == k })
 			ra.targets = append(ra.targets, t)
 		}
 		sortForApply(ra.targets, func(t *target) ObjectRef { return t.ref })

@@ -48,7 +48,8 @@ type Manifest struct {
 	// Recreate lists objects of the manifest that RKE deletes, when they
 	// exist, every time before it applies the add-on: ingress-nginx's
 	// admission Jobs, whose pod template cannot change, so that applying a
-	// changed one fails.
+	// changed one fails. Render passes them on as the add-on's Recreate:
+	// rigger deletes them only when their apply fails so.
 	Recreate []addons.ObjectRef
 	// Remove lists objects that RKE deletes, when they exist, after it
 	// applied the add-on, because the manifest no longer has them:
@@ -80,7 +81,7 @@ func Render(c *spec.Cluster) ([]addons.Addon, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, addons.Addon{Name: m.Name, Objects: objs})
+		out = append(out, addons.Addon{Name: m.Name, Objects: objs, Recreate: m.Recreate})
 	}
 	return out, nil
 }

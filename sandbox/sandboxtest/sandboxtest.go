@@ -24,6 +24,7 @@
 //	11      reconcile/etcdsnap (restore, TestRestoreSandbox)
 //	12      cmd/rigger (restore through the CLI, TestCLIRestoreSandbox)
 //	13      reconcile/etcdsnap (schedule, retention, restore request, TestScheduleSandbox)
+//	15      reconcile (add-ons, TestAddonsSandbox)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
