@@ -13,8 +13,6 @@
 #   jq                          the sandbox's runc wrapper edits the OCI bundle with it
 #   tini                        the sandbox's init (a child subreaper: this machine's PID 1 is slow to reap orphans)
 #   etcd-server etcd-client     etcd 3.4 and etcdctl, copied into the sandbox's etcd image
-#   containernetworking-plugins CNI plugins (bridge, host-local, loopback) in /usr/lib/cni, bind-mounted
-#                               on every node's /opt/cni/bin: the pod network of a real kubelet
 #   git                         the GitOps loop and its tests
 #   busybox-static              the shell and file tools of the sandbox's helper image (system_images.alpine)
 #   iptables                    iptables for kube-proxy, the kubelet and flanneld, copied into the sandbox's
@@ -39,9 +37,6 @@ declare -A want=(
   [/usr/bin/tini]=tini
   [/usr/bin/etcd]=etcd-server
   [/usr/bin/etcdctl]=etcd-client
-  [/usr/lib/cni/bridge]=containernetworking-plugins
-  [/usr/lib/cni/host-local]=containernetworking-plugins
-  [/usr/lib/cni/loopback]=containernetworking-plugins
   [/usr/bin/git]=git
   [/bin/busybox]=busybox-static
   [/usr/sbin/xtables-nft-multi]=iptables

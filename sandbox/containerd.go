@@ -1,28 +1,22 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 )
 
-// cniConfigName is the file name of every node's CNI network configuration.
-const cniConfigName = "10-rigger-sandbox.conflist"
-
 // containerdConfig is node n's containerd: its own root and state (inside
 // the node's /var/lib/containerd and /run), the socket the kubelet and the
 // engine use, the CRI plugin with the sandbox's pause image as its sandbox
 // image (the kubelet's --pod-infra-container-image only keeps that image
 // from being collected), cgroupfs like the kubelet's default, the runc
-// wrapper (privileged pods), and the node's CNI plugins and network.
+// wrapper (privileged pods), and the node's CNI directories, which hold
+// what the cluster's network plugin installs there.
 func (s *Sandbox) containerdConfig(n Node) string {
 	return fmt.Sprintf(`# containerd of %s in sandbox %s, written by rigger sandbox.
 version = 2
@@ -46,64 +40,6 @@ state = "/run/containerd"
     bin_dir = %q
     conf_dir = %q
 `, n.Name, s.Name, ContainerdSocket, PauseImage, s.runcWrapperPath(), CNIBinDir, CNIConfDir)
-}
-
-// cniConfig is node n's CNI network: a bridge cni0 in the node's network
-// namespace with the node's pod subnet, addresses from host-local, no
-// masquerading (the nodes reach nothing outside the sandbox).
-func cniConfig(n Node) string {
-	conf := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       "rigger-sandbox",
-		"plugins": []any{
-			map[string]any{
-				"type":        "bridge",
-				"bridge":      "cni0",
-				"isGateway":   true,
-				"ipMasq":      false,
-				"hairpinMode": true,
-				"ipam": map[string]any{
-					"type":   "host-local",
-					"ranges": [][]map[string]string{{{"subnet": n.PodSubnet}}},
-					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
-				},
-			},
-		},
-	}
-	b, err := json.MarshalIndent(conf, "", "  ")
-	if err != nil {
-		panic(err) // a literal of maps and strings always marshals
-	}
-	return string(b) + "\n"
-}
-
-// cniConfigPlugins are the plugins cniConfig's network runs.
-func cniConfigPlugins() []string { return []string{"bridge", "host-local", "loopback"} }
-
-// copyCNIPlugins copies the plugins of cniConfig's network (Debian's, from
-// /usr/lib/cni) into node n's own /opt/cni/bin, each written beside its
-// target and renamed into place (a plugin may be running).
-func copyCNIPlugins(n Node) error {
-	if err := os.MkdirAll(n.cniBinDir(), 0o755); err != nil {
-		return fmt.Errorf("make node directory: %w", err)
-	}
-	for _, name := range cniConfigPlugins() {
-		b, err := os.ReadFile(filepath.Join(hostCNIBinDir, name))
-		if err != nil {
-			return fmt.Errorf("copy CNI plugin: %w (install containernetworking-plugins: make prereqs)", err)
-		}
-		dst := filepath.Join(n.cniBinDir(), name)
-		if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, b) {
-			continue
-		}
-		if err := os.WriteFile(dst+".tmp", b, 0o755); err != nil {
-			return fmt.Errorf("copy CNI plugin: %w", err)
-		}
-		if err := os.Rename(dst+".tmp", dst); err != nil {
-			return fmt.Errorf("copy CNI plugin: %w", err)
-		}
-	}
-	return nil
 }
 
 // containerdImages are the images every node's containerd gets (in the

@@ -16,35 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestCNIConfig(t *testing.T) {
-	n := layout("rigger", 0, 2).Nodes[1]
-	var conf struct {
-		CNIVersion string `json:"cniVersion"`
-		Plugins    []struct {
-			Type, Bridge string
-			IPMasq       bool `json:"ipMasq"`
-			IPAM         struct {
-				Type   string
-				Ranges [][]struct{ Subnet string }
-			}
-		}
-	}
-	if err := json.Unmarshal([]byte(cniConfig(n)), &conf); err != nil {
-		t.Fatalf("CNI config is not JSON: %v\n%s", err, cniConfig(n))
-	}
-	if len(conf.Plugins) != 1 {
-		t.Fatalf("CNI config has %d plugins, want the bridge", len(conf.Plugins))
-	}
-	p := conf.Plugins[0]
-	if conf.CNIVersion != "1.0.0" || p.Type != "bridge" || p.Bridge != "cni0" || p.IPMasq || p.IPAM.Type != "host-local" ||
-		len(p.IPAM.Ranges) != 1 || len(p.IPAM.Ranges[0]) != 1 || p.IPAM.Ranges[0][0].Subnet != "10.42.2.0/24" {
-		t.Errorf("CNI config of node2:\n%s", cniConfig(n))
-	}
-	if got := filepath.Base(n.cniConfigPath()); !strings.HasSuffix(got, ".conflist") {
-		t.Errorf("CNI config file %s: the CRI plugin reads a plugin list only from *.conflist", got)
-	}
-}
-
 func TestContainerdConfig(t *testing.T) {
 	s := layout("rigger", 0, 1)
 	got := s.containerdConfig(s.Nodes[0])

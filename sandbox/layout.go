@@ -45,8 +45,6 @@ const (
 	// CNIConfDir is where a node has its CNI network configuration: its
 	// own directory, writable.
 	CNIConfDir = "/etc/cni/net.d"
-	// hostCNIBinDir is where Debian installs the CNI plugins.
-	hostCNIBinDir = "/usr/lib/cni"
 
 	// rangePrefix is the whole sandbox range: an unreachable route covers it.
 	rangePrefix = "10.231.0.0/16"
@@ -112,7 +110,6 @@ func layout(name string, subnet, nodes int) *Sandbox {
 			Veth:             fmt.Sprintf("%s%dn%d", bridgePrefix, subnet, i),
 			DockerSocket:     filepath.Join(ndir, "run", "docker.sock"),
 			ContainerdSocket: filepath.Join(ndir, "run", "containerd", "containerd.sock"),
-			PodSubnet:        podSubnet(i).String(),
 		})
 	}
 	return s
@@ -122,13 +119,6 @@ func bridgeName(subnet int) string { return fmt.Sprintf("%s%d", bridgePrefix, su
 
 func nodeAddr(subnet, host int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 231, byte(subnet), byte(host)})
-}
-
-// podSubnet is node i's pod subnet, 10.42.<i>.0/24 (inside RKE's default
-// cluster_cidr 10.42.0.0/16). Every node has its own network namespace, so
-// that nodes of two sandboxes may use the same one.
-func podSubnet(i int) netip.Prefix {
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 42, byte(i), 0}), 24)
 }
 
 // subnetPrefix is 10.231.<subnet>.0/24.
@@ -205,11 +195,6 @@ func (n Node) containerdConfigPath() string {
 // side (inside the node's /opt/cni and /etc/cni).
 func (n Node) cniBinDir() string  { return filepath.Join(n.mountDir("/opt/cni"), "bin") }
 func (n Node) cniConfDir() string { return filepath.Join(n.mountDir("/etc/cni"), "net.d") }
-
-// cniConfigPath is node n's CNI network configuration, host side.
-func (n Node) cniConfigPath() string {
-	return filepath.Join(n.cniConfDir(), cniConfigName)
-}
 
 // pidFile is where the service script of svc writes the service's pid.
 func (n Node) pidFile(svc string) string { return filepath.Join(n.Dir, "pids", svc+".pid") }

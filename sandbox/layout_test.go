@@ -52,18 +52,15 @@ func TestLayout(t *testing.T) {
 		{Name: "node1", Hostname: "rigger-node1", Address: "10.231.0.11", User: "root", Port: 22,
 			Dir: "/var/lib/rigger-sandbox/rigger/node1", NetNS: "rigger-sandbox-rigger-node1", Veth: "rigsb0n1",
 			DockerSocket:     "/var/lib/rigger-sandbox/rigger/node1/run/docker.sock",
-			ContainerdSocket: "/var/lib/rigger-sandbox/rigger/node1/run/containerd/containerd.sock",
-			PodSubnet:        "10.42.1.0/24"},
+			ContainerdSocket: "/var/lib/rigger-sandbox/rigger/node1/run/containerd/containerd.sock"},
 		{Name: "node2", Hostname: "rigger-node2", Address: "10.231.0.12", User: "root", Port: 22,
 			Dir: "/var/lib/rigger-sandbox/rigger/node2", NetNS: "rigger-sandbox-rigger-node2", Veth: "rigsb0n2",
 			DockerSocket:     "/var/lib/rigger-sandbox/rigger/node2/run/docker.sock",
-			ContainerdSocket: "/var/lib/rigger-sandbox/rigger/node2/run/containerd/containerd.sock",
-			PodSubnet:        "10.42.2.0/24"},
+			ContainerdSocket: "/var/lib/rigger-sandbox/rigger/node2/run/containerd/containerd.sock"},
 		{Name: "node3", Hostname: "rigger-node3", Address: "10.231.0.13", User: "root", Port: 22,
 			Dir: "/var/lib/rigger-sandbox/rigger/node3", NetNS: "rigger-sandbox-rigger-node3", Veth: "rigsb0n3",
 			DockerSocket:     "/var/lib/rigger-sandbox/rigger/node3/run/docker.sock",
-			ContainerdSocket: "/var/lib/rigger-sandbox/rigger/node3/run/containerd/containerd.sock",
-			PodSubnet:        "10.42.3.0/24"},
+			ContainerdSocket: "/var/lib/rigger-sandbox/rigger/node3/run/containerd/containerd.sock"},
 	}
 	if diff := cmp.Diff(want, s.Nodes); diff != "" {
 		t.Errorf("layout nodes (-want +got):\n%s", diff)
@@ -93,7 +90,7 @@ func TestLayoutLimits(t *testing.T) {
 				t.Errorf("socket %q is longer than 107", sock)
 			}
 		}
-		for _, v := range []string{n.Veth, n.Address, n.NetNS, n.Hostname, n.PodSubnet} {
+		for _, v := range []string{n.Veth, n.Address, n.NetNS, n.Hostname} {
 			if seen[v] {
 				t.Errorf("%q used twice", v)
 			}

@@ -61,9 +61,6 @@ type Node struct {
 	// ContainerdSocket is the node's /run/containerd/containerd.sock (its
 	// CRI endpoint) seen from the host.
 	ContainerdSocket string
-	// PodSubnet is the node's pod subnet in its CNI configuration
-	// (10.42.<N>.0/24 for nodeN).
-	PodSubnet string
 }
 
 // Sandbox is a set of nodes that Up made, as its state file holds it.

@@ -210,15 +210,12 @@ func (s *Sandbox) writeNodeFiles(n Node) error {
 			return fmt.Errorf("make node directory: %w", err)
 		}
 	}
-	for _, d := range []string{filepath.Dir(n.containerdConfigPath()), filepath.Dir(n.cniConfigPath())} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("make node directory: %w", err)
-		}
+	if err := os.MkdirAll(filepath.Dir(n.containerdConfigPath()), 0o755); err != nil {
+		return fmt.Errorf("make node directory: %w", err)
 	}
 	files := map[string]string{
 		n.sshdConfigPath():       s.sshdConfig(n),
 		n.containerdConfigPath(): s.containerdConfig(n),
-		n.cniConfigPath():        cniConfig(n),
 	}
 	for _, svc := range Services() {
 		files[filepath.Join(n.servicesDir(), svc+".sh")] = s.serviceScript(n, svc)
@@ -228,7 +225,7 @@ func (s *Sandbox) writeNodeFiles(n Node) error {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
-	return copyCNIPlugins(n)
+	return nil
 }
 
 // ensureInit starts the sandbox init unless it runs.
