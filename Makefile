@@ -63,7 +63,7 @@ bench: prereqs build ## benchmarks, those against sandbox nodes included (as roo
 	RIGGER_E2E=1 $(GO) test -run '^$$' -bench . -benchmem ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 .PHONY: demo
-demo: prereqs build ## validate the examples, start the sandbox nodes, apply the sandbox cluster, show its status
+demo: prereqs build ## validate the examples, start the sandbox nodes, apply the sandbox cluster, show its status, run a pod across nodes
 	@for f in examples/clusters/*/cluster.yml; do \
 		echo "==> $$f"; $(BIN) validate -f $$f || exit 1; \
 	done
@@ -73,6 +73,8 @@ demo: prereqs build ## validate the examples, start the sandbox nodes, apply the
 	$(BIN) apply --yes -f examples/clusters/sandbox/cluster.yml
 	@echo; echo "==> rigger status"
 	$(BIN) status -f examples/clusters/sandbox/cluster.yml
+	@echo; echo "==> a pod on rigger-node1 fetches a page from a pod on rigger-node3 (rigger sandbox smoke)"
+	$(BIN) sandbox smoke -f examples/clusters/sandbox/cluster.yml
 	@echo; echo "The cluster stays up: 'bin/rigger kubeconfig -f examples/clusters/sandbox/cluster.yml' prints its"
 	@echo "admin kubeconfig; 'bin/rigger remove -f examples/clusters/sandbox/cluster.yml' tears it down and"
 	@echo "'make sandbox-down' removes the nodes."

@@ -136,9 +136,12 @@ func removedAddons(ctx context.Context, eng *addons.Engine, want []addons.Addon)
 	}), nil
 }
 
-// addonErr says what failed; an object the API server refuses as invalid
+// addonErr says what failed (nil for nil); an object the API server refuses as invalid
 // stalls (only cluster.yml can fix it), anything else is retried.
 func addonErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
 	err = fmt.Errorf("%s: %w", what, err)
 	var apply *addons.ApplyError
 	if errors.As(err, &apply) && (apierrors.IsInvalid(apply.Err) || apierrors.IsBadRequest(apply.Err)) {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +20,7 @@ import (
 	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/sandbox/smoke"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -83,13 +82,10 @@ func TestAddonsSandbox(t *testing.T) {
 	}
 
 	t.Run("a pod reaches a pod on another node by IP and by a Service name", func(t *testing.T) {
-		n1, n3 := s.Nodes[0], s.Nodes[2]
-		web := webWorkload(t, ctx, cs, n3.Hostname)
-		for _, target := range []string{web.Status.PodIP + ":8080", "web.default.svc.cluster.local:8080"} {
-			job := fetchJob(t, ctx, cs, n1.Hostname, "http://"+target+"/index.html")
-			if got := jobLogs(t, ctx, cs, job); !strings.Contains(got, "hello from "+n3.Hostname) {
-				t.Errorf("%s fetched from %s: %q", n1.Hostname, target, got)
-			}
+		res, err := smoke.Check{Client: cs, Image: sandbox.ToolsImage, ServerNode: s.Nodes[2].Hostname, ClientNode: s.Nodes[0].Hostname,
+			Progress: func(msg string) { t.Log(msg) }}.Run(ctx)
+		if err != nil {
+			t.Fatalf("%v (%+v)", err, res)
 		}
 	})
 
@@ -187,104 +183,4 @@ spec:
 		checkNodes(ctx, t, a, withFourth, s.Nodes)
 		a.InSync(ctx, t, withFourth)
 	})
-}
-
-// webWorkload runs busybox httpd on node, answering "hello from <node>",
-// behind the Service web, and returns its running pod.
-func webWorkload(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string) *corev1.Pod {
-	t.Helper()
-	labels := map[string]string{"app": "web"}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: labels},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-			Containers: []corev1.Container{{Name: "httpd", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"/bin/busybox", "sh", "-c",
-					`mkdir -p /tmp/www && echo "hello from ` + node + `" > /tmp/www/index.html && exec /bin/busybox httpd -f -p 8080 -h /tmp/www`},
-				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
-		},
-	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 8080}}},
-	}
-	if _, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var running *corev1.Pod
-	rt.Eventually(ctx, t, 3*time.Minute, "the web pod running on "+node, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return false, fmt.Errorf("phase %s, IP %q, conditions %+v", p.Status.Phase, p.Status.PodIP, p.Status.Conditions)
-		}
-		running = p
-		return true, nil
-	})
-	return running
-}
-
-// fetchJob runs a Job on node that fetches url with busybox wget, and
-// returns it once it completed.
-func fetchJob(t *testing.T, ctx context.Context, cs kubernetes.Interface, node, url string) *batchv1.Job {
-	t.Helper()
-	name := fmt.Sprintf("fetch-%d", time.Now().UnixNano())
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: batchv1.JobSpec{
-			BackoffLimit: new(int32(6)),
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever,
-				NodeSelector:  map[string]string{"kubernetes.io/hostname": node},
-				Containers: []corev1.Container{{Name: "wget", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullNever,
-					Command: []string{"/bin/busybox", "wget", "-q", "-T", "5", "-O", "-", url}}},
-			}},
-		},
-	}
-	if _, err := cs.BatchV1().Jobs("default").Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var done *batchv1.Job
-	rt.Eventually(ctx, t, 3*time.Minute, "job "+name+" fetching "+url, func(ctx context.Context) (bool, error) {
-		j, err := cs.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range j.Status.Conditions {
-			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-				t.Fatalf("job %s failed: %s: %s\n%s", name, c.Reason, c.Message, jobLogs(t, ctx, cs, j))
-			}
-			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-				done = j
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("conditions %+v", j.Status.Conditions)
-	})
-	return done
-}
-
-// jobLogs are the logs of the job's pods (through the API server and the
-// kubelet: what kubectl logs does).
-func jobLogs(t *testing.T, ctx context.Context, cs kubernetes.Interface, job *batchv1.Job) string {
-	t.Helper()
-	pods, err := cs.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, p := range pods.Items {
-		out, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			t.Errorf("logs of %s: %v", p.Name, err)
-			continue
-		}
-		b.Write(out)
-	}
-	return b.String()
 }

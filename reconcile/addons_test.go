@@ -1,9 +1,12 @@
 package reconcile
 
 import (
+	"errors"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/spec"
@@ -27,5 +30,20 @@ func TestExcludeObjects(t *testing.T) {
 	}
 	if len(want[0].Objects) != 3 {
 		t.Error("the add-ons given were changed")
+	}
+}
+
+// TestAddonErr: a refusal of an invalid object stalls, anything else is
+// retried, and no error stays none.
+func TestAddonErr(t *testing.T) {
+	if err := addonErr("apply", nil); err != nil {
+		t.Errorf("addonErr(nil) = %v", err)
+	}
+	invalid := &addons.ApplyError{Addon: "a", Err: apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "x", nil)}
+	if reason, stalled := Classify(addonErr("apply", invalid)); reason != ReasonInvalidSpec || !stalled {
+		t.Errorf("an invalid object: %s stalled=%v", reason, stalled)
+	}
+	if _, stalled := Classify(addonErr("apply", errors.New("connection refused"))); stalled {
+		t.Error("a connection error stalls")
 	}
 }

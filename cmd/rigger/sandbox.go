@@ -26,8 +26,9 @@ namespaces) with its own address on a bridge (10.231.<subnet>.11, .12, …), its
 own /etc/kubernetes, /var/lib/docker, /var/lib/etcd, /var/lib/kubelet, /opt/rke
 and /run, an OpenSSH sshd on port 22 that accepts a key the sandbox makes, its
 own Docker engine on /var/run/docker.sock, and its own containerd on
-/run/containerd/containerd.sock (the CRI endpoint of a real kubelet, with a CNI
-bridge network and the pause image).
+/run/containerd/containerd.sock (a CRI endpoint for a kubelet that does not
+use cri-dockerd). Its /opt/cni/bin and /etc/cni/net.d are empty, as on a new
+machine: the cluster's network plugin fills them.
 
 It also builds, without a registry, the images a cluster needs (rigger's own,
 etcd, the Kubernetes components, pause, an rke-tools stand-in with cri-dockerd,
@@ -42,10 +43,12 @@ docs/sandbox.md.`,
   ssh -i /var/lib/rigger-sandbox/rigger/ssh/id_ed25519 \
       -o UserKnownHostsFile=/var/lib/rigger-sandbox/rigger/ssh/known_hosts root@10.231.0.11 docker ps
   rigger sandbox node partition node2
+  rigger sandbox smoke -f examples/clusters/sandbox/cluster.yml
   rigger sandbox down`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand(), newSandboxImagesCommand())
+	cmd.AddCommand(newSandboxUpCommand(), newSandboxDownCommand(), newSandboxStatusCommand(), newSandboxNodeCommand(), newSandboxImagesCommand(),
+		newSandboxSmokeCommand())
 	return cmd
 }
 
