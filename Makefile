@@ -49,7 +49,7 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
 	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
 	$(BIN) sandbox images >/dev/null
-	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 20m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
+	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./spec
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./sandbox
 	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap

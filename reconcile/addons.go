@@ -73,6 +73,10 @@ func (s *Session) addonEngine(set *pki.Set, o *observe.Cluster, progress func(ad
 	})
 }
 
+// addonPlanTimeout bounds the add-ons' dry run: an API server that does
+// not answer leaves them unplanned, not the plan waiting.
+const addonPlanTimeout = 2 * time.Minute
+
 // planAddons asks the API server what applying want would change (a
 // server-side dry run), what removing the add-ons it no longer has would
 // delete, and how the add-ons in the cluster are doing.
@@ -81,6 +85,8 @@ func (s *Session) planAddons(ctx context.Context, set *pki.Set, o *observe.Clust
 	if err != nil {
 		return nil, nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, addonPlanTimeout)
+	defer cancel()
 	cs, err := eng.Plan(ctx, want)
 	if err != nil {
 		return nil, nil, addonErr("plan the add-ons (server-side dry run)", err)

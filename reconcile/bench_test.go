@@ -16,7 +16,7 @@ import (
 // make bench does.
 func BenchmarkSandbox(b *testing.B) {
 	s := sandboxtest.Start(b, sandbox.Options{Subnet: 3, Images: true})
-	c := rt.Cluster(b, s, rt.Roles(3))
+	c := rt.Cluster(b, s, rt.Roles(3), rt.NetworkOnly)
 	ctx := context.Background()
 	a := rt.New(b)
 	a.Apply(ctx, b, c)

@@ -54,7 +54,7 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 func TestApplySandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3, Nodes: 4, Images: true})
 	a := rt.New(t)
-	c := rt.Cluster(t, s, rt.Roles(3))
+	c := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	first3 := []string{s.Nodes[0].Address, s.Nodes[1].Address, s.Nodes[2].Address}
@@ -83,7 +83,7 @@ func TestApplySandbox(t *testing.T) {
 
 	t.Run("fresh apply converges", func(t *testing.T) {
 		pl := a.Apply(ctx, t, c)
-		if pl.Plan.Count(plan.Create) != 18 || pl.PKISource.Kind != reconcile.PKINew || !pl.Plan.NewEtcd {
+		if pl.Plan.Count(plan.Create) != 21 || pl.PKISource.Kind != reconcile.PKINew || !pl.Plan.NewEtcd {
 			t.Errorf("fresh plan: %d creates, PKI %s, new etcd %v", pl.Plan.Count(plan.Create), pl.PKISource, pl.Plan.NewEtcd)
 		}
 		checkHealthy(ctx, t, a, c, first3)
@@ -123,7 +123,7 @@ func TestApplySandbox(t *testing.T) {
 
 	t.Run("kube-api extra_args replaces the API servers one at a time", func(t *testing.T) {
 		before := containerIDs(ctx, t, s)
-		changed := rt.Cluster(t, s, rt.Roles(3), rt.ExtraArg(rt.KubeAPIArgs, "v", "3"))
+		changed := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly, rt.ExtraArg(rt.KubeAPIArgs, "v", "3"))
 		pl := a.Apply(ctx, t, changed)
 		want := []string{}
 		for _, n := range first3 {
@@ -172,7 +172,7 @@ func TestApplySandbox(t *testing.T) {
 
 	t.Run("a worker joins and leaves", func(t *testing.T) {
 		n4 := s.Nodes[3]
-		withWorker := rt.Cluster(t, s, rt.Roles(3, 3), rt.ExtraArg(rt.KubeAPIArgs, "v", "3"))
+		withWorker := rt.Cluster(t, s, rt.Roles(3, 3), rt.NetworkOnly, rt.ExtraArg(rt.KubeAPIArgs, "v", "3"))
 		before := containerIDs(ctx, t, s)
 		pl := a.Apply(ctx, t, withWorker)
 		for _, st := range pl.Plan.Steps {
@@ -214,7 +214,7 @@ func TestApplySandbox(t *testing.T) {
 		// A change for every node. With the default budget
 		// (max_unavailable_worker 10% of 3: 1), the node down uses it up:
 		// nothing changes and apply says why.
-		changed := rt.Cluster(t, s, rt.Roles(3), rt.ExtraArg(rt.KubeAPIArgs, "v", "3"), rt.ExtraArg(rt.KubeletArgs, "v", "3"))
+		changed := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly, rt.ExtraArg(rt.KubeAPIArgs, "v", "3"), rt.ExtraArg(rt.KubeletArgs, "v", "3"))
 		before := containerIDs(ctx, t, s)
 		if _, _, err := a.TryApply(ctx, t, changed); err == nil || !strings.Contains(err.Error(), "max_unavailable_worker allows 1 of the 3 worker nodes") {
 			t.Fatalf("apply with the budget used up: %v", err)
@@ -354,7 +354,7 @@ func TestEtcdMembershipSandbox(t *testing.T) {
 		for _, i := range etcdOnly {
 			r[i] = []string{spec.RoleEtcd}
 		}
-		return rt.Cluster(t, s, r)
+		return rt.Cluster(t, s, r, rt.NetworkOnly)
 	}
 	three, five := withEtcd(), withEtcd(3, 4)
 	a.Apply(ctx, t, three)

@@ -45,9 +45,13 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, err
 	}
 	if k := o.Kubernetes; k != nil && k.Err == nil {
-		if pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.set, o, pl.addons); err != nil {
+		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.set, o, pl.addons)
+		if _, stalled := Classify(err); stalled {
 			return nil, err
 		}
+		// The API server failing a call (etcd electing a leader, say) leaves
+		// the add-ons unplanned, as when it does not answer.
+		pl.AddonsErr = err
 	}
 	return pl, nil
 }

@@ -36,6 +36,9 @@ type Planned struct {
 	// plane runs. AddonHealth is how the add-ons in the cluster are doing.
 	Addons      *addons.ChangeSet
 	AddonHealth []addons.Health
+	// AddonsErr says why the add-ons could not be planned although the API
+	// server answered (then Addons is nil).
+	AddonsErr error
 	// addons are the add-ons cluster.yml asks for, as the plan read them.
 	addons []addons.Addon
 	// newCA says why this plan's new CA must not be applied (nodes that may

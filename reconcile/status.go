@@ -48,8 +48,10 @@ type Status struct {
 	Etcd *EtcdStatus `json:"etcd,omitempty"`
 	// Addons are the add-ons cluster.yml asks for and those still in the
 	// cluster, with their readiness and the changes an apply would make;
-	// nil when the API server could not be asked.
-	Addons []AddonStatus `json:"addons,omitempty"`
+	// nil when the API server could not be asked, or AddonsError says why
+	// they could not be read.
+	Addons      []AddonStatus `json:"addons,omitempty"`
+	AddonsError string        `json:"addons_error,omitempty"`
 }
 
 // AddonStatus is one add-on.
@@ -173,6 +175,9 @@ func BuildStatus(pl *Planned) *Status {
 	st := &Status{
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
 		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges, Addons: addonStatus(pl),
+	}
+	if pl.AddonsErr != nil {
+		st.AddonsError = pl.AddonsErr.Error()
 	}
 	k := pl.Observed.Kubernetes
 	if k == nil {

@@ -20,7 +20,7 @@ func TestCLISandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 7, Nodes: 1, Images: true})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.yml")
-	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: {"etcd", "controlplane", "worker"}})
+	yml := sandboxtest.NetworkOnly(sandboxtest.ClusterYML(t, s, map[int][]string{0: {"etcd", "controlplane", "worker"}}))
 	if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestCLISandbox(t *testing.T) {
 	node := s.Nodes[0].Address
 
 	out, errOut, code := run(t, args("plan", "--out", planFile)...)
-	if code != 2 || !strings.Contains(out, "Plan: 6 to create") || !strings.Contains(out, "Certificates: new") {
+	if code != 2 || !strings.Contains(out, "Plan: 7 to create") || !strings.Contains(out, "Certificates: new") {
 		t.Fatalf("plan of a fresh node: exit %d\n%s%s", code, out, errOut)
 	}
 
@@ -171,7 +171,7 @@ func TestCLISandbox(t *testing.T) {
 		t.Errorf("remove left files in /etc/kubernetes: %v", left)
 	}
 	out, _, code = run(t, args("plan")...)
-	if code != 2 || !strings.Contains(out, "Plan: 6 to create") || !strings.Contains(out, "Certificates: state directory") {
+	if code != 2 || !strings.Contains(out, "Plan: 7 to create") || !strings.Contains(out, "Certificates: state directory") {
 		t.Errorf("plan after remove: exit %d\n%s", code, out)
 	}
 }

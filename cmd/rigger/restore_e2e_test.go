@@ -18,7 +18,7 @@ func TestCLIRestoreSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 12, Nodes: 1, Images: true})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.yml")
-	yml := sandboxtest.ClusterYML(t, s, map[int][]string{0: {"etcd", "controlplane", "worker"}})
+	yml := sandboxtest.NetworkOnly(sandboxtest.ClusterYML(t, s, map[int][]string{0: {"etcd", "controlplane", "worker"}}))
 	if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -143,6 +143,8 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 // renderAddonPlan writes what applying the add-ons would change.
 func renderAddonPlan(w io.Writer, pl *reconcile.Planned) {
 	switch {
+	case pl.AddonsErr != nil:
+		fmt.Fprintf(w, "Add-ons: not planned (%v); apply applies them after the nodes' changes.\n\n", pl.AddonsErr)
 	case pl.Addons == nil:
 		fmt.Fprint(w, "Add-ons: not planned, the API server did not answer; apply applies them once the control plane runs.\n\n")
 	case pl.Addons.Empty():

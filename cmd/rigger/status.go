@@ -69,7 +69,7 @@ Node is Ready and none is stale; 1 otherwise.`,
 
 // healthy reports whether the cluster is as cluster.yml says and serving.
 func healthy(st *reconcile.Status) bool {
-	if st.PendingSteps > 0 || st.KubernetesError != "" || len(st.StaleNodes) > 0 || len(st.NodeChanges) > 0 {
+	if st.PendingSteps > 0 || st.KubernetesError != "" || st.AddonsError != "" || len(st.StaleNodes) > 0 || len(st.NodeChanges) > 0 {
 		return false
 	}
 	if e := st.Etcd; e != nil {
@@ -203,6 +203,9 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // renderAddons lists the add-ons with their readiness and pending changes.
 func renderAddons(w io.Writer, st *reconcile.Status) {
+	if st.AddonsError != "" {
+		fmt.Fprintf(w, "  ! add-ons: %s\n", oneLine(st.AddonsError))
+	}
 	if len(st.Addons) == 0 {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -419,5 +420,23 @@ func retry(ctx context.Context, fn func() error) error {
 func transient(err error) bool {
 	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
 		apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
-		utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionRefused(err)
+		utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionRefused(err) ||
+		storageUnavailable(err)
+}
+
+// storageUnavailable reports whether err is the API server's 500 for etcd
+// not answering (a member down, a leader election): it passes. The API
+// server gives no reason for it but the message; other 500s (a field the
+// schema does not have) do not pass and are not retried.
+func storageUnavailable(err error) bool {
+	if !apierrors.IsInternalError(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"etcdserver: ", "rpc error: code = Unavailable", "rpc error: code = DeadlineExceeded"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

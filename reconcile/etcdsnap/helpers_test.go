@@ -20,9 +20,9 @@ import (
 func loadCluster(t testing.TB, s *sandbox.Sandbox, change func(*spec.Cluster)) *spec.Cluster {
 	t.Helper()
 	if change == nil {
-		return rt.Cluster(t, s, rt.Roles(len(s.Nodes)))
+		return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), rt.NetworkOnly)
 	}
-	return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), change)
+	return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), rt.NetworkOnly, change)
 }
 
 // etcdctlOn returns a function that runs etcdctl against the etcd member of

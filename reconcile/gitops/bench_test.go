@@ -26,7 +26,7 @@ import (
 // polling every second, and from the push to the cluster converged.
 func BenchmarkServeSandbox(b *testing.B) {
 	sb := sandboxtest.Start(b, sandbox.Options{Subnet: subnet, Nodes: 1, Images: true})
-	yml := sandboxtest.ClusterYML(b, sb, map[int][]string{0: {spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}})
+	yml := sandboxtest.NetworkOnly(sandboxtest.ClusterYML(b, sb, map[int][]string{0: {spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}}))
 	for _, mode := range []string{"webhook", "poll"} {
 		b.Run(mode, func(b *testing.B) {
 			events := make(chan gitops.Event, 64)

@@ -34,7 +34,7 @@ func cluster(t testing.TB, s *sandbox.Sandbox, workers []int, changes ...func(*s
 	for _, w := range workers {
 		roles[w] = []string{spec.RoleWorker}
 	}
-	return rt.Cluster(t, s, roles, changes...)
+	return rt.Cluster(t, s, roles, append([]func(*spec.Cluster){rt.NetworkOnly}, changes...)...)
 }
 
 func getNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {

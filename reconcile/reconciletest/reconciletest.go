@@ -58,6 +58,15 @@ func Cluster(t testing.TB, s *sandbox.Sandbox, roles map[int][]string, changes .
 	return c
 }
 
+// NetworkOnly turns off the add-ons but the network plugin
+// (sandboxtest.NetworkOnly), for tests of the engine.
+func NetworkOnly(c *spec.Cluster) {
+	if c.DNS == nil {
+		c.DNS = &spec.DNS{}
+	}
+	c.DNS.Provider, c.Monitoring.Provider = "none", "none"
+}
+
 // Load writes yml to a file and loads it.
 func Load(t testing.TB, yml string) *spec.Cluster {
 	t.Helper()

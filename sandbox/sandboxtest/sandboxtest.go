@@ -103,7 +103,7 @@ const ExampleCluster = "examples/clusters/sandbox/cluster.yml"
 // ClusterYML is examples/clusters/sandbox/cluster.yml (found from the
 // test's directory upwards) moved to sandbox s: its SSH key and known_hosts,
 // and as nodes those of s that roles names, by index, with their roles.
-// The example's settings (images, containerd, no add-ons) stay as they are.
+// The example's settings (images, cri-dockerd, add-ons) stay as they are.
 func ClusterYML(t testing.TB, s *sandbox.Sandbox, roles map[int][]string) string {
 	t.Helper()
 	var b []byte
@@ -140,6 +140,14 @@ func ClusterYML(t testing.TB, s *sandbox.Sandbox, roles map[int][]string) string
 		out = append(out, strings.ReplaceAll(line, "/var/lib/rigger-sandbox/rigger/", "/var/lib/rigger-sandbox/"+s.Name+"/"))
 	}
 	return strings.Join(out, "\n")
+}
+
+// NetworkOnly turns off the add-ons of a cluster.yml from ClusterYML but
+// the network plugin (which the Nodes need to be Ready): for the tests of
+// the engine, where CoreDNS's and metrics-server's rollouts only cost time
+// (TestAddonsSandbox runs them).
+func NetworkOnly(yml string) string {
+	return yml + "\ndns:\n  provider: none\nmonitoring:\n  provider: none\n"
 }
 
 // DockerClient is a client of node n's Docker engine, through its socket
