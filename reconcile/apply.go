@@ -27,6 +27,11 @@ type ApplyOptions struct {
 	// AllowRemovals lets an apply remove more nodes than
 	// rigger.max_removed_nodes allows.
 	AllowRemovals bool
+	// AddonsErrInResult leaves a failure of the add-ons in the result's
+	// AddonsErr instead of returning it: a restore's apply, after which
+	// the add-ons' pods restart on their own once the API servers are
+	// back.
+	AddonsErrInResult bool
 }
 
 // MaxPlanAge is how old an observation Apply acts on may be.
@@ -132,6 +137,9 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 	if err == nil {
 		// The removed nodes are clean: the next plan need not look.
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
+	}
+	if res.AddonsErr != nil && !ao.AddonsErrInResult {
+		err = errors.Join(err, res.AddonsErr)
 	}
 	return res, err
 }

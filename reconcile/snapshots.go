@@ -31,7 +31,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 			if err != nil {
 				return nil, fmt.Errorf("plan: %w", err)
 			}
-			return s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks})
+			return s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks, AddonsErrInResult: true})
 		}
 		ec.Members = func(ctx context.Context) ([]etcdmember.Member, error) {
 			o := s.observeNodes(ctx)

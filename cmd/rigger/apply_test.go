@@ -17,6 +17,7 @@ import (
 // plan, a saved plan applied, status, kubeconfig, etcd snapshots, a refused
 // stale plan, a declined apply, and remove.
 func TestCLISandbox(t *testing.T) {
+	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 7, Nodes: 1, Images: true})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.yml")
@@ -163,7 +164,7 @@ func TestCLISandbox(t *testing.T) {
 	})
 
 	out, errOut, code = run(t, args("remove", "--yes")...)
-	if code != 0 || !strings.Contains(out, "Remove complete") || !strings.Contains(out, "6 removed") {
+	if code != 0 || !strings.Contains(out, "Remove complete") || !strings.Contains(out, "7 removed") {
 		t.Fatalf("remove: exit %d\n%s%s", code, out, errOut)
 	}
 	left, _ := os.ReadDir(filepath.Join(s.Nodes[0].Dir, "etc-kubernetes"))

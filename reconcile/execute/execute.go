@@ -112,8 +112,12 @@ type Result struct {
 	NotRun []plan.Step
 	// Addons are the add-on changes of the add-ons phase; nil when it did
 	// not run.
-	Addons   *addons.ChangeSet
-	Duration time.Duration
+	Addons *addons.ChangeSet
+	// AddonsErr is the add-ons phase's failure. It does not stop the run
+	// (the add-ons are not what the rest of the cluster stands on), and
+	// it is not Run's error: the caller joins it to its own.
+	AddonsErr error
+	Duration  time.Duration
 }
 
 // Failed returns the outcomes that failed.
@@ -152,8 +156,9 @@ func (e *StaleError) Error() string {
 //     in parallel.
 //
 // It stops at the first failure (the nodes of a worker batch finish their
-// own steps) and between steps when ctx ends. The result always lists what
-// was done and what was not; the error joins every step's error.
+// own steps) and between steps when ctx ends; a failure of the add-ons is
+// Result.AddonsErr and stops nothing. The result always lists what was
+// done and what was not; the error joins every step's error.
 func Run(ctx context.Context, p *plan.Plan, o Options) (*Result, error) {
 	return run(ctx, p, o, nil)
 }
@@ -259,12 +264,12 @@ func (r *runner) runsEmpty(ph plan.Phase, p *plan.Plan) bool {
 func (r *runner) addons(ctx context.Context, _ []plan.Step) error {
 	cs, err := r.o.Addons(ctx)
 	r.mu.Lock()
-	r.res.Addons = cs
+	r.res.Addons, r.res.AddonsErr = cs, err
 	r.mu.Unlock()
 	if err != nil {
 		r.say("addons", "add-ons applied", err)
 	}
-	return err
+	return nil
 }
 
 func (r *runner) kubernetes(ctx context.Context, _ []plan.Step) error {

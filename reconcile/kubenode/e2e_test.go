@@ -219,7 +219,7 @@ func TestNodesSandbox(t *testing.T) {
 		}()
 		drained := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.UpgradeStrategy.Drain = new(true)
-			c.Services.Kubelet.ExtraArgs["v"] = "3"
+			rt.ExtraArg(rt.KubeletArgs, "v", "3")(c)
 		})
 		pl := e.Apply(ctx, t, drained)
 		e.InSync(ctx, t, drained)
@@ -261,7 +261,7 @@ func TestNodesSandbox(t *testing.T) {
 		}
 		changed := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.UpgradeStrategy.Drain = new(true)
-			c.Services.Kubelet.ExtraArgs["v"] = "4"
+			rt.ExtraArg(rt.KubeletArgs, "v", "4")(c)
 		})
 		e.Apply(ctx, t, changed)
 		if node := getNode(ctx, t, cs, n3.Hostname); !node.Spec.Unschedulable {
@@ -273,7 +273,7 @@ func TestNodesSandbox(t *testing.T) {
 	t.Run("an API server change cordons its node around it", func(t *testing.T) {
 		changed := cluster(t, s, []int{1, 2}, func(c *spec.Cluster) {
 			c.UpgradeStrategy.Drain = new(true)
-			c.Services.Kubelet.ExtraArgs["v"] = "4"
+			rt.ExtraArg(rt.KubeletArgs, "v", "4")(c)
 			c.Services.KubeAPI.ExtraArgs = map[string]string{"v": "3"}
 		})
 		pl := e.Apply(ctx, t, changed)
@@ -298,7 +298,7 @@ func TestNodesSandbox(t *testing.T) {
 	t.Run("a worker removed from cluster.yml loses its Node first", func(t *testing.T) {
 		without := cluster(t, s, []int{1}, func(cl *spec.Cluster) {
 			cl.UpgradeStrategy.Drain = new(true)
-			cl.Services.Kubelet.ExtraArgs["v"] = "4"
+			rt.ExtraArg(rt.KubeletArgs, "v", "4")(cl)
 			cl.Services.KubeAPI.ExtraArgs = map[string]string{"v": "3"}
 		})
 		pl := e.Apply(ctx, t, without)

@@ -14,7 +14,7 @@
 //	0       the default and demo sandbox (`rigger sandbox up`); no test
 //	1       sandbox (its own tests)
 //	2       transport
-//	3       reconcile
+//	3       reconcile (TestApplySandbox)
 //	4       reconcile/etcdsnap
 //	5       gitops
 //	6       reconcile/observe
@@ -25,10 +25,13 @@
 //	12      cmd/rigger (restore through the CLI, TestCLIRestoreSandbox)
 //	13      reconcile/etcdsnap (schedule, retention, restore request, TestScheduleSandbox)
 //	15      reconcile (add-ons, TestAddonsSandbox)
+//	16      reconcile (etcd membership, TestEtcdMembershipSandbox)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
-// tests that run in parallel (t.Parallel) may not.
+// tests that run in parallel (t.Parallel) may not: the sandbox tests of a
+// package with several run in parallel, each on a subnet of its own, as
+// they mostly wait on the nodes.
 package sandboxtest
 
 import (
