@@ -53,7 +53,7 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 // every role and a fourth that joins as a worker and leaves again.
 func TestApplySandbox(t *testing.T) {
 	t.Parallel() // a sandbox subnet of its own
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: 3, Nodes: 4, Images: true})
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 17, Nodes: 4, Images: true})
 	a := rt.New(t)
 	c := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

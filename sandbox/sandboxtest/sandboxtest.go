@@ -14,7 +14,7 @@
 //	0       the default and demo sandbox (`rigger sandbox up`); no test
 //	1       sandbox (its own tests)
 //	2       transport
-//	3       reconcile (TestApplySandbox)
+//	3       reconcile (BenchmarkSandbox)
 //	4       reconcile/etcdsnap
 //	5       gitops
 //	6       reconcile/observe
@@ -26,6 +26,7 @@
 //	13      reconcile/etcdsnap (schedule, retention, restore request, TestScheduleSandbox)
 //	15      reconcile (add-ons, TestAddonsSandbox)
 //	16      reconcile (etcd membership, TestEtcdMembershipSandbox)
+//	17      reconcile (TestApplySandbox)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
