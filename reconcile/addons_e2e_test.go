@@ -33,7 +33,6 @@ import (
 // object and event while the rest stays converged; a node added later gets
 // the network plugin and becomes Ready.
 func TestAddonsSandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 15, Nodes: 4, Images: true})
 	a := rt.New(t)
 	c := rt.Cluster(t, s, rt.Roles(3))

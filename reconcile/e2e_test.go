@@ -52,7 +52,6 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 // TestApplySandbox is the engine end to end on three sandbox nodes with
 // every role and a fourth that joins as a worker and leaves again.
 func TestApplySandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 17, Nodes: 4, Images: true})
 	a := rt.New(t)
 	c := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly)
@@ -346,7 +345,6 @@ func checkNodes(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Cluste
 // TestEtcdMembershipSandbox grows a 3-member etcd cluster to 5 and back,
 // one member at a time, and refuses to add a member while one is down.
 func TestEtcdMembershipSandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 16, Nodes: 5, Images: true})
 	a := rt.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

@@ -17,7 +17,6 @@ import (
 // plan, a saved plan applied, status, kubeconfig, etcd snapshots, a refused
 // stale plan, a declined apply, and remove.
 func TestCLISandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 7, Nodes: 1, Images: true})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.yml")

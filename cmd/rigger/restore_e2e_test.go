@@ -15,7 +15,6 @@ import (
 // snapshot. It has a subnet of its own (12), so that it can run with
 // -run while TestCLISandbox's sandbox (7) is up.
 func TestCLIRestoreSandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 12, Nodes: 1, Images: true})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.yml")

@@ -45,7 +45,6 @@ import (
 // snapshots of a real 3-member etcd on a sandbox, with a real S3 server
 // (versitygw over TLS with a private CA) on the host's loopback.
 func TestSnapshotSandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 4, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -30,7 +30,6 @@ import (
 // is fetched from another node, and after the restore etcd holds exactly
 // the keys of the snapshot, with etcd and the API servers healthy.
 func TestRestoreSandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 11, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

@@ -45,7 +45,6 @@ func (c *fakeClock) Set(t time.Time) {
 // written after the snapshot are gone, and the request is no longer
 // pending for a new session on the same state directory.
 func TestScheduleSandbox(t *testing.T) {
-	t.Parallel() // a sandbox subnet of its own
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 13, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

@@ -30,9 +30,9 @@
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
-// tests that run in parallel (t.Parallel) may not: the sandbox tests of a
-// package with several run in parallel, each on a subnet of its own, as
-// they mostly wait on the nodes.
+// tests that run in parallel (t.Parallel) may not. They do not run in
+// parallel within a package: on two cores the control planes of a few
+// sandboxes at once are all the machine can carry.
 package sandboxtest
 
 import (
