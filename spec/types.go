@@ -765,7 +765,7 @@ type SSHOptions struct {
 	HostKeyPolicy string `json:"host_key_policy,omitempty"`
 	// known_hosts file host keys are checked against (and recorded to, with `accept-new`). `@cert-authority` lines are honoured.
 	KnownHostsFile string `json:"known_hosts_file,omitempty"`
-	// Time allowed to open the TCP connection and finish the SSH handshake.
+	// Time allowed to open the TCP connection; the SSH handshake after it gets as long, and at least 30s.
 	ConnectTimeout Duration `json:"connect_timeout,omitempty"`
 	// Interval of SSH keepalives; a connection that misses them is reopened.
 	KeepaliveInterval Duration `json:"keepalive_interval,omitempty"`

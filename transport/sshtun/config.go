@@ -37,7 +37,9 @@ type Config struct {
 	ConnectTimeout time.Duration
 
 	// HandshakeTimeout bounds the SSH handshake: key exchange, host key
-	// check and authentication. Default: ConnectTimeout.
+	// check and authentication. Default: ConnectTimeout, and at least
+	// MinHandshakeTimeout: a node that answered is busy, not gone, and a
+	// loaded sshd takes seconds to log in.
 	HandshakeTimeout time.Duration
 
 	// KeepaliveInterval is how often an idle connection is probed with a
@@ -64,6 +66,7 @@ type Config struct {
 // Defaults for Config's zero fields.
 const (
 	DefaultConnectTimeout    = 10 * time.Second
+	MinHandshakeTimeout      = 30 * time.Second
 	DefaultKeepaliveInterval = 15 * time.Second
 	DefaultMaxParallelDials  = 10
 	DefaultDockerSocket      = "/var/run/docker.sock"
@@ -124,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = c.ConnectTimeout
+		c.HandshakeTimeout = max(c.ConnectTimeout, MinHandshakeTimeout)
 	}
 	if c.KeepaliveInterval == 0 {
 		c.KeepaliveInterval = DefaultKeepaliveInterval

@@ -447,3 +447,23 @@ func waitForWithin(t *testing.T, limit time.Duration, what string, cond func() b
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestHandshakeTimeoutDefault: the handshake gets connect_timeout, and at
+// least MinHandshakeTimeout: a short connect_timeout (to give up on
+// unreachable nodes quickly) does not fail a loaded sshd's login.
+func TestHandshakeTimeoutDefault(t *testing.T) {
+	for _, tc := range []struct {
+		connect, handshake, want time.Duration
+	}{
+		{connect: 3 * time.Second, want: MinHandshakeTimeout},
+		{connect: 0, want: MinHandshakeTimeout},
+		{connect: time.Minute, want: time.Minute},
+		{connect: 3 * time.Second, handshake: time.Second, want: time.Second},
+	} {
+		// The nodes' own checks (no credentials here) are not this test's.
+		c, _ := Config{ConnectTimeout: tc.connect, HandshakeTimeout: tc.handshake}.withDefaults()
+		if c.HandshakeTimeout != tc.want {
+			t.Errorf("connect %s, handshake %s: handshake timeout %s, want %s", tc.connect, tc.handshake, c.HandshakeTimeout, tc.want)
+		}
+	}
+}
