@@ -132,6 +132,10 @@ func withHint(err error) error {
 	}
 }
 
+// URL is the repository's URL without credentials (StripURL): what may be
+// shown in logs and written to status.yml.
+func (r *Repo) URL() string { return r.remote.url }
+
 // errorf is fmt.Errorf with the repository's secrets hidden.
 func (r *Repo) errorf(format string, args ...any) error {
 	return redact(fmt.Errorf(format, args...), r.remote.secrets)
