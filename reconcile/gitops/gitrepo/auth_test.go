@@ -132,6 +132,34 @@ func TestHTTPSBasicAuth(t *testing.T) {
 	}
 }
 
+// TestOpenCleansOldClone: a clone whose config holds the URL with a token
+// in its user part (as rigger stored it before) is taken over, and the
+// token leaves its config.
+func TestOpenCleansOldClone(t *testing.T) {
+	root := t.TempDir()
+	bare := filepath.Join(root, "fleet.git")
+	runGit(t, "", "init", "--quiet", "--bare", "--initial-branch=main", bare)
+	humanPush(t, bare, "main", map[string]string{"clusters/a/cluster.yml": "name: a\n"})
+	srv := gitHTTPServer(t, root)
+	withToken := "http://" + goodToken + "@" + strings.TrimPrefix(srv.URL, "http://") + "/fleet.git"
+	dir := filepath.Join(t.TempDir(), "clone")
+	if _, err := Open(context.Background(), dir, withToken, Auth{}); err != nil {
+		t.Fatal(err)
+	}
+	runGit(t, dir, "config", "remote.origin.url", withToken)
+
+	if _, err := Open(context.Background(), dir, withToken, Auth{}); err != nil {
+		t.Fatalf("Open of the old clone: %v", err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cfg), goodToken) || !strings.Contains(string(cfg), srv.URL+"/fleet.git") {
+		t.Errorf("the clone's config:\n%s\nwant the URL without the token", cfg)
+	}
+}
+
 func TestStripURL(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"https://git:tok@example.com/r.git", "https://example.com/r.git"},

@@ -84,9 +84,18 @@ func (r *Repo) open(ctx context.Context) error {
 			return fmt.Errorf("%s is a git repository without remote %q: remove it or choose another directory", r.dir, remoteName)
 		}
 		urls := rc.Config().URLs
-		if len(urls) != 1 || urls[0] != r.remote.url {
+		if len(urls) != 1 || StripURL(urls[0]) != r.remote.url {
+			for i, u := range urls {
+				urls[i] = StripURL(u)
+			}
 			return fmt.Errorf("%s is a clone of %s, not of %s: remove it or choose another directory",
 				r.dir, strings.Join(urls, ", "), r.remote.url)
+		}
+		if urls[0] != r.remote.url {
+			// Made by an older rigger, which kept a token in the URL.
+			if err := r.forgetCredentials(repo); err != nil {
+				return err
+			}
 		}
 	case errors.Is(err, git.ErrRepositoryNotExists):
 		entries, rerr := os.ReadDir(r.dir)
@@ -116,6 +125,19 @@ func (r *Repo) open(ctx context.Context) error {
 	err = r.fetchLocked(ctx, "+refs/heads/*:refs/remotes/"+remoteName+"/*")
 	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
 		return fmt.Errorf("fetch: %w", err)
+	}
+	return nil
+}
+
+// forgetCredentials rewrites the clone's remote URL without credentials.
+func (r *Repo) forgetCredentials(repo *git.Repository) error {
+	cfg, err := repo.Config()
+	if err != nil {
+		return fmt.Errorf("read the clone's config: %w", err)
+	}
+	cfg.Remotes[remoteName].URLs = []string{r.remote.url}
+	if err := repo.SetConfig(cfg); err != nil {
+		return fmt.Errorf("remove the credentials from the clone's config: %w", err)
 	}
 	return nil
 }
