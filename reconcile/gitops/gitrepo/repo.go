@@ -76,7 +76,10 @@ func Open(ctx context.Context, dir, url string, auth Auth) (*Repo, error) {
 }
 
 func (r *Repo) open(ctx context.Context) error {
-	repo, err := git.PlainOpen(r.dir)
+	if err := os.MkdirAll(r.dir, privateDir); err != nil {
+		return fmt.Errorf("make directory: %w", err)
+	}
+	repo, err := plainOpen(r.dir)
 	switch {
 	case err == nil:
 		rc, err := repo.Remote(remoteName)
@@ -97,6 +100,9 @@ func (r *Repo) open(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := closeToOthers(r.dir); err != nil {
+			return err
+		}
 	case errors.Is(err, git.ErrRepositoryNotExists):
 		entries, rerr := os.ReadDir(r.dir)
 		if rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
@@ -105,7 +111,10 @@ func (r *Repo) open(ctx context.Context) error {
 		if len(entries) > 0 {
 			return fmt.Errorf("%s is not empty and not a git repository: remove it or choose another directory", r.dir)
 		}
-		if repo, err = git.PlainInit(r.dir, true); err != nil {
+		if err := closeToOthers(r.dir); err != nil {
+			return err
+		}
+		if repo, err = plainInit(r.dir); err != nil {
 			return fmt.Errorf("create bare repository: %w", err)
 		}
 		_, err = repo.CreateRemote(&config.RemoteConfig{
