@@ -62,8 +62,8 @@ func RedactURLs(s string) string {
 	})
 }
 
-// RedactEnvValue is NAME=Redacted for an environment entry NAME=value; an
-// entry without "=" has no value to hide.
+// RedactEnvValue is NAME=Redacted for an environment entry NAME=value (or
+// a flag --name=value); an entry without "=" has no value to hide.
 func RedactEnvValue(entry string) string {
 	if name, _, ok := strings.Cut(entry, "="); ok {
 		return name + "=" + Redacted
