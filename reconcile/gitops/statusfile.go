@@ -227,10 +227,18 @@ func clip(s string) string {
 // them out, so that status.yml is committed only when something changed.
 var volatile = []string{"observed_at", "lastReconcile", "last_seen"}
 
+// MaxStatusSize is the largest status.yml rigger reads, in bytes: one it
+// writes stays far below (maxText, maxDrift), and a larger one, pushed by
+// someone else, is not parsed but replaced.
+const MaxStatusSize = 4 << 20
+
 // SameMeaning says whether two status.yml contents say the same thing, the
-// times of observation aside. Content that does not parse never means the
-// same (it is replaced).
+// times of observation aside. Content that does not parse, or is larger
+// than MaxStatusSize, never means the same (it is replaced).
 func SameMeaning(a, b []byte) bool {
+	if len(a) > MaxStatusSize || len(b) > MaxStatusSize {
+		return false
+	}
 	var va, vb any
 	if yaml.Unmarshal(a, &va) != nil || yaml.Unmarshal(b, &vb) != nil {
 		return false
@@ -258,11 +266,11 @@ func dropVolatile(v any) any {
 	return v
 }
 
-// ParseStatus reads a status.yml; nil when there is none or it does not
-// parse (it is then rewritten).
+// ParseStatus reads a status.yml; nil when there is none, it does not
+// parse or it is larger than MaxStatusSize (it is then rewritten).
 func ParseStatus(b []byte) *StatusFile {
 	var f StatusFile
-	if len(b) == 0 || yaml.Unmarshal(b, &f) != nil {
+	if len(b) == 0 || len(b) > MaxStatusSize || yaml.Unmarshal(b, &f) != nil {
 		return nil
 	}
 	return &f

@@ -157,3 +157,23 @@ func TestStatusBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestParseStatusTooLarge: a status.yml over MaxStatusSize (pushed by
+// someone else) is not parsed but replaced.
+func TestParseStatusTooLarge(t *testing.T) {
+	f := &StatusFile{APIVersion: "rigger.io/v1", Kind: "ClusterStatus", Cluster: "c"}
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ParseStatus(b) == nil || !SameMeaning(b, b) {
+		t.Fatal("a small status.yml is not read")
+	}
+	large := append(b, "# "+strings.Repeat("x", MaxStatusSize)+"\n"...)
+	if ParseStatus(large) != nil {
+		t.Error("a status.yml over MaxStatusSize is parsed")
+	}
+	if SameMeaning(large, large) {
+		t.Error("a status.yml over MaxStatusSize means the same as itself: it would be kept")
+	}
+}
