@@ -55,6 +55,8 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSidecar$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap
 	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops/webhook
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStatus$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops
+	$(GO) test -run '^$$' -fuzz '^FuzzSameMeaning$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/addons
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInventory$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/addons
 

@@ -398,7 +398,7 @@ func fieldsOf(t reflect.Type) map[string]field {
 		if name == "" {
 			name = sf.Name
 		}
-		out[name] = field{index: sf.Index, typ: sf.Type, secret: sf.Tag.Get("rigger") == "secret"}
+		out[name] = field{index: sf.Index, typ: sf.Type, secret: secrecy(sf) != ""}
 	}
 	return out
 }

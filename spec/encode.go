@@ -10,11 +10,10 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// Redacted stands in for a secret value in output.
-const Redacted = "(redacted)"
-
 // Marshal writes c as cluster.yml, keys in schema order, empty values left
-// out. Secret values are replaced by Redacted unless showSecrets is set.
+// out. Unless showSecrets is set, the values the schema marks secret (the
+// `rigger` tag) are replaced by Redacted, and so are the credentials of
+// every URL (RedactURLs).
 func Marshal(c *Cluster, showSecrets bool) ([]byte, error) {
 	node := encodeValue(reflect.ValueOf(c).Elem(), showSecrets)
 	var buf bytes.Buffer
@@ -62,9 +61,17 @@ func encodeValue(v reflect.Value, showSecrets bool) *yaml.Node {
 			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
 			fv := v.FieldByIndex(sf.Index)
 			var n *yaml.Node
-			if sf.Tag.Get("rigger") == "secret" && !showSecrets && !fv.IsZero() {
+			switch {
+			case showSecrets || fv.IsZero():
+				n = encodeValue(fv, showSecrets)
+			case secrecy(sf) == tagSecret:
 				n = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: Redacted}
-			} else {
+			case secrecy(sf) == tagSecretEnv:
+				n = encodeValue(fv, showSecrets)
+				for _, e := range n.Content {
+					e.Value = RedactEnvValue(e.Value)
+				}
+			default:
 				n = encodeValue(fv, showSecrets)
 			}
 			if n != nil {
@@ -97,6 +104,16 @@ func encodeValue(v reflect.Value, showSecrets bool) *yaml.Node {
 			s.Content = append(s.Content, n)
 		}
 		return s
+	case reflect.String:
+		s := v.String()
+		if !showSecrets {
+			s = RedactURLs(s)
+		}
+		var n yaml.Node
+		if err := n.Encode(s); err != nil {
+			return nil
+		}
+		return &n
 	default:
 		var n yaml.Node
 		if err := n.Encode(v.Interface()); err != nil {

@@ -334,6 +334,70 @@ func TestMarshalRedactsSecrets(t *testing.T) {
 	}
 }
 
+// TestMarshalRedactsEverySecret: what the schema marks secret (the keys of
+// secrets_encryption_config.custom_config, the webhook's kubeconfig, the
+// values of extra_env) and a URL's password anywhere are shown only with
+// showSecrets.
+func TestMarshalRedactsEverySecret(t *testing.T) {
+	const yml = `cluster_name: c
+nodes:
+  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}
+services:
+  kube-api:
+    extra_env: ["HTTPS_PROXY=http://proxyuser:pr0xyPass@proxy:3128", "PLAIN=envValue1"]
+    extra_args: {oidc-issuer-url: "https://issuer:argPass@example.com"}
+    secrets_encryption_config:
+      enabled: true
+      custom_config:
+        apiVersion: apiserver.config.k8s.io/v1
+        kind: EncryptionConfiguration
+        resources:
+          - resources: [secrets]
+            providers:
+              - aescbc:
+                  keys:
+                    - name: k1
+                      secret: c2VjcmV0LWtleS0zMi1ieXRlcy1sb25nLWFhYWFhYWE=
+              - identity: {}
+authentication:
+  strategy: x509|webhook
+  webhook:
+    config_file: |
+      apiVersion: v1
+      kind: Config
+      users: [{name: w, user: {token: webhookT0ken}}]
+`
+	c, diags := Parse([]byte(yml), "cluster.yml")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	secrets := []string{"c2VjcmV0LWtleS0zMi1ieXRlcy1sb25nLWFhYWFhYWE=", "webhookT0ken", "pr0xyPass", "envValue1", "argPass"}
+	out, err := Marshal(c, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets {
+		if strings.Contains(string(out), s) {
+			t.Errorf("output holds the secret %q:\n%s", s, out)
+		}
+	}
+	for _, want := range []string{"HTTPS_PROXY=" + Redacted, "PLAIN=" + Redacted, "custom_config: " + Redacted,
+		"config_file: " + Redacted, "https://issuer:" + Redacted + "@example.com"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	shown, err := Marshal(c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets {
+		if !strings.Contains(string(shown), s) {
+			t.Errorf("showSecrets: output lacks %q:\n%s", s, shown)
+		}
+	}
+}
+
 func TestSuggest(t *testing.T) {
 	known := []string{"extra_args", "extra_binds", "extra_env", "image", "cluster_dns_server", "kube-api"}
 	for _, tc := range []struct{ in, want string }{

@@ -3,7 +3,9 @@ package spec
 // The schema. Field names are the cluster.yml keys (the json tags); each
 // field's doc comment is its entry in docs/cluster-yml.md, which
 // TestReferenceUpToDate regenerates from this file. A `rigger:"secret"` tag
-// marks a value that is never printed, logged or written to status.
+// marks a value that is never printed, logged or written to status;
+// `rigger:"secret-env"` a list of NAME=value whose values are not (the
+// names are). See redact.go.
 
 // Cluster is a whole cluster.yml.
 type Cluster struct {
@@ -278,7 +280,7 @@ type BaseService struct {
 	// Extra bind mounts of the container, `host-path:container-path[:options]`.
 	ExtraBinds []string `json:"extra_binds,omitempty"`
 	// Extra environment variables of the container, `NAME=value`.
-	ExtraEnv []string `json:"extra_env,omitempty"`
+	ExtraEnv []string `json:"extra_env,omitempty" rigger:"secret-env"`
 	// Extra flags on Windows nodes.
 	WindowsExtraArgs map[string]string `json:"win_extra_args,omitempty"`
 	// Extra repeated flags on Windows nodes.
@@ -286,7 +288,7 @@ type BaseService struct {
 	// Extra bind mounts on Windows nodes.
 	WindowsExtraBinds []string `json:"win_extra_binds,omitempty"`
 	// Extra environment variables on Windows nodes.
-	WindowsExtraEnv []string `json:"win_extra_env,omitempty"`
+	WindowsExtraEnv []string `json:"win_extra_env,omitempty" rigger:"secret-env"`
 }
 
 // ETCDService is etcd's settings.
@@ -376,7 +378,7 @@ type SecretsEncryptionConfig struct {
 	// Encrypt Secrets at rest with a key rigger generates.
 	Enabled bool `json:"enabled,omitempty"`
 	// An apiserver.config.k8s.io EncryptionConfiguration object to use instead of rigger's.
-	CustomConfig Object `json:"custom_config,omitempty"`
+	CustomConfig Object `json:"custom_config,omitempty" rigger:"secret"`
 }
 
 // AuditLog is the API audit log.
@@ -542,7 +544,7 @@ type Authentication struct {
 // AuthWebhook is webhook token authentication.
 type AuthWebhook struct {
 	// kubeconfig-format file of the webhook, inline.
-	ConfigFile string `json:"config_file,omitempty"`
+	ConfigFile string `json:"config_file,omitempty" rigger:"secret"`
 	// How long decisions are cached.
 	CacheTimeout string `json:"cache_timeout,omitempty"`
 }

@@ -31,7 +31,9 @@ func newConfigDefaultsCommand() *cobra.Command {
 		Long: `Defaults prints cluster.yml as rigger will apply it: every key left empty
 is shown with its default (RKE's defaults for RKE's keys), images are resolved
 from kubernetes_version, and keys are in schema order. Secret values (SSH keys,
-passwords, S3 keys) are shown as "` + spec.Redacted + `" unless --show-secrets is given.
+passwords, S3 keys, secrets_encryption_config.custom_config, the webhook's
+config_file, the values of extra_env, the credentials of any URL) are shown
+as "` + spec.Redacted + `" unless --show-secrets is given.
 
 The file must be valid; otherwise the problems are printed as by validate.`,
 		Args: cobra.NoArgs,

@@ -82,7 +82,9 @@ is redone on top of their commit: nothing is ever force-pushed.
 Git credentials: --git-ssh-key and --git-known-hosts for ssh:// and
 user@host:path URLs (host keys are always checked); for https://, a token
 or password in --git-token-file or $RIGGER_GIT_TOKEN, with
---git-username.
+--git-username. Credentials in an https:// URL's user part work as in git
+but are never shown or stored (logs, errors, the clone, status.yml); prefer
+the token file, as --repo shows in the process list.
 
 Webhooks: with a secret in --webhook-secret-file or $RIGGER_WEBHOOK_SECRET,
 serve accepts GitHub, GitLab, Gitea/Forgejo and generic HMAC-SHA256 push
@@ -120,7 +122,7 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the clusters' state directories, one per cluster_name, never in git (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
 	fl.StringVar(&o.sshKey, "git-ssh-key", "", "private key for SSH git URLs")
 	fl.StringVar(&o.knownHosts, "git-known-hosts", "", "known_hosts file the git server's host key is checked against (SSH URLs)")
-	fl.StringVar(&o.gitUser, "git-username", "git", "user name for HTTPS git URLs")
+	fl.StringVar(&o.gitUser, "git-username", "git", "user name for HTTPS git URLs (a user in the URL wins)")
 	fl.StringVar(&o.gitTokenFile, "git-token-file", "", "file holding the token or password for HTTPS git URLs (else $"+envGitToken+")")
 	fl.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (else $"+envWebhookSecret+"); without one, no webhook is served")
 	fl.StringVar(&o.listen, "listen", ":8080", "address of the HTTP server (health, metrics, webhook)")
@@ -132,6 +134,13 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
+}
+
+// workdirOf is the default --workdir for repoURL: named for the URL without
+// its credentials, so that a new token keeps the clone.
+func workdirOf(stateDir, repoURL string) string {
+	sum := sha256.Sum256([]byte(gitrepo.StripURL(repoURL)))
+	return filepath.Join(stateDir, "serve", hex.EncodeToString(sum[:8]))
 }
 
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
@@ -154,8 +163,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		o.stateDir = filepath.Dir(d)
 	}
 	if o.workdir == "" {
-		sum := sha256.Sum256([]byte(o.repo))
-		o.workdir = filepath.Join(o.stateDir, "serve", hex.EncodeToString(sum[:8]))
+		o.workdir = workdirOf(o.stateDir, o.repo)
 	}
 	auth := gitrepo.Auth{SSHKeyFile: o.sshKey, KnownHostsFile: o.knownHosts, Username: o.gitUser}
 	if auth.Password, err = secretFrom(o.gitTokenFile, envGitToken); err != nil {
@@ -171,7 +179,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	metrics := gitops.NewMetrics()
 	srv, err := gitops.New(gitops.Config{
-		Repo: repo, RepoURL: gitrepo.StripURL(o.repo), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
+		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics,
 	})
@@ -220,7 +228,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w: give another --listen", o.listen, err)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
-	log.Info("rigger serve starts", "repo", gitrepo.StripURL(o.repo), "branch", o.branch, "path", o.path,
+	log.Info("rigger serve starts", "repo", repo.URL(), "branch", o.branch, "path", o.path,
 		"listen", ln.Addr().String(), "state_dir", o.stateDir)
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -33,6 +33,27 @@ func TestServeRefusesBadFlags(t *testing.T) {
 	}
 }
 
+// TestServeHidesURLCredentials: a token in --repo's user part shows
+// neither in serve's error nor in its log, and does not name the clone's
+// directory (a new token is the same clone).
+func TestServeHidesURLCredentials(t *testing.T) {
+	const token = "ghp_s3cretT0kenValue"
+	dir := t.TempDir()
+	for _, repo := range []string{
+		"http://" + token + "@127.0.0.1:1/fleet.git",
+		"http://git:" + token + "@127.0.0.1:1/fleet.git",
+		"http://git:" + token + "#x@127.0.0.1:1/fleet.git",
+	} {
+		_, stderr, code := run(t, "serve", "--listen", "127.0.0.1:0", "--state-dir", dir, "--repo", repo)
+		if code == 0 || strings.Contains(stderr, token) || strings.Contains(stderr, "#x") {
+			t.Errorf("--repo %s: exit %d, stderr shows the token:\n%s", repo, code, stderr)
+		}
+	}
+	if got := workdirOf(dir, "https://"+token+"@example.com/fleet.git"); got != workdirOf(dir, "https://example.com/fleet.git") {
+		t.Errorf("the token names the clone's directory: %s", got)
+	}
+}
+
 func emptyFile(t *testing.T, dir string) string {
 	t.Helper()
 	p := dir + "/empty"

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/rigger/rigger/spec"
 )
 
 // normalize is a copy of an object as the server returns it, without what
@@ -163,7 +165,7 @@ const maxShownValue = 40
 // summarize describes diffs for people in one line: the first few paths
 // with their old and new values when those are short scalars. Values are
 // never shown for a Secret, nor under a path that looks like it holds a
-// secret (key, secret, token, password, credential, cert).
+// secret (spec.SecretName), and a URL's credentials never (spec.RedactURLs).
 func summarize(diffs []fieldDiff, secretKind bool) string {
 	var parts []string
 	for i, d := range diffs {
@@ -171,7 +173,7 @@ func summarize(diffs []fieldDiff, secretKind bool) string {
 			parts = append(parts, fmt.Sprintf("and %d more", len(diffs)-i))
 			break
 		}
-		hide := secretKind || secretPath(d.Path)
+		hide := secretKind || spec.SecretName(d.Path)
 		switch d.Op {
 		case "added":
 			if v, ok := shown(d.After, hide); ok {
@@ -184,7 +186,7 @@ func summarize(diffs []fieldDiff, secretKind bool) string {
 		default:
 			bv, bok := shown(d.Before, hide)
 			av, aok := shown(d.After, hide)
-			if bok && aok {
+			if bok && aok && bv != av {
 				parts = append(parts, d.Path+": "+bv+" → "+av)
 			} else {
 				parts = append(parts, d.Path+" changed")
@@ -202,6 +204,7 @@ func shown(v any, hide bool) (string, bool) {
 	}
 	switch x := v.(type) {
 	case string:
+		x = spec.RedactURLs(x)
 		if len(x) > maxShownValue || strings.ContainsAny(x, "\n\r") {
 			return "", false
 		}
@@ -215,15 +218,4 @@ func shown(v any, hide bool) (string, bool) {
 		return "null", true
 	}
 	return "", false
-}
-
-// secretPath reports whether a path may hold a secret.
-func secretPath(p string) bool {
-	l := strings.ToLower(p)
-	for _, w := range []string{"key", "secret", "token", "passw", "credential", "cert"} {
-		if strings.Contains(l, w) {
-			return true
-		}
-	}
-	return false
 }

@@ -120,6 +120,20 @@ func TestDiffAndSummary(t *testing.T) {
 			wantSummary: "env[name=API_TOKEN].value changed; env[name=MODE].value: a → b",
 		},
 		{
+			name:        "a URL's credentials are not shown",
+			before:      "env: [{name: HTTPS_PROXY, value: 'http://u:0ld@p:1'}, {name: NO_PROXY, value: 'http://p:1'}]",
+			after:       "env: [{name: HTTPS_PROXY, value: 'http://u:n3w@p:1'}, {name: NO_PROXY, value: 'http://t0k@p:1'}]",
+			wantPaths:   []string{"env[name=HTTPS_PROXY].value", "env[name=NO_PROXY].value"},
+			wantSummary: "env[name=HTTPS_PROXY].value changed; env[name=NO_PROXY].value: http://p:1 → http://(redacted)@p:1",
+		},
+		{
+			name:        "a secret-looking path is not shown",
+			before:      "data: {db_passwd: a, credentials: b}",
+			after:       "data: {db_passwd: c, credentials: d}",
+			wantPaths:   []string{"data.credentials", "data.db_passwd"},
+			wantSummary: "data.credentials changed; data.db_passwd changed",
+		},
+		{
 			name:        "long and multi-line values are not shown",
 			before:      "data: {config: \"a\\nb\", long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}",
 			after:       "data: {config: \"a\\nc\", long: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}",

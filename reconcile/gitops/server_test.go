@@ -69,15 +69,15 @@ func TestServerInvalidSpec(t *testing.T) {
 	if f == nil {
 		t.Fatalf("status.yml does not parse:\n%s", out)
 	}
-	var stalled *gitops.Condition
-	for i, c := range f.Conditions {
-		if c.Type == gitops.ConditionStalled {
-			stalled = &f.Conditions[i]
-		}
+	conds := map[string]gitops.Condition{}
+	for _, c := range f.Conditions {
+		conds[c.Type] = c
 	}
-	if stalled == nil || stalled.Status != "True" || stalled.Reason != "InvalidSpec" ||
-		!strings.Contains(stalled.Message, "clusters/bad/cluster.yml:1") || !strings.Contains(stalled.Message, "kubernetes_version") {
-		t.Errorf("Stalled condition %+v: want InvalidSpec naming the file, line and the key meant", stalled)
+	stalled, ready := conds[gitops.ConditionStalled], conds[gitops.ConditionReady]
+	if stalled.Status != "True" || stalled.Reason != "InvalidSpec" || ready.Reason != "InvalidSpec" ||
+		!strings.Contains(ready.Message, "clusters/bad/cluster.yml:1") || !strings.Contains(ready.Message, "kubernetes_version") ||
+		strings.Contains(stalled.Message, "kubernetes_version") {
+		t.Errorf("Stalled condition %+v, Ready %+v: want InvalidSpec, Ready naming the file, line and the key meant, once", stalled, ready)
 	}
 	if msg, _ := bareGit(o, "log", "-1", "--format=%an <%ae>%n%B", "main"); !strings.Contains(msg, "rigger-e2e <rigger-e2e@example.test>") ||
 		!strings.Contains(msg, gitops.TrailerKey+": clusters/bad/cluster.yml") {
@@ -161,7 +161,7 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 			t.Fatalf("%s does not parse:\n%s", p, out)
 		}
 		for _, c := range f.Conditions {
-			if c.Type == gitops.ConditionStalled && c.Status == "True" && c.Reason == "DuplicateCluster" {
+			if c.Type == gitops.ConditionReady && c.Reason == "DuplicateCluster" {
 				reasons[p] = c.Message
 			}
 		}

@@ -2,9 +2,11 @@ package gitops
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
@@ -153,13 +155,70 @@ const (
 	ReasonDuplicateCluster reconcile.Reason = "DuplicateCluster"
 )
 
-// Marshal is the status.yml for f.
+// maxText is the longest string status.yml holds, in bytes: errors and
+// reasons can quote what cluster.yml or a node said at any length, and
+// status.yml is committed at every change. A longer one keeps its start and
+// says how much was cut.
+const maxText = 4 << 10
+
+// Marshal is the status.yml for f, every string in it at most maxText
+// bytes long (clipText) and at most maxDrift drift repairs.
 func (f *StatusFile) Marshal() ([]byte, error) {
-	b, err := yaml.Marshal(f)
+	g := *f
+	g.Drift = g.Drift[:min(len(g.Drift), maxDrift)]
+	j, err := json.Marshal(&g)
+	if err != nil {
+		return nil, fmt.Errorf("write status.yml: %w", err)
+	}
+	var doc any
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.UseNumber()
+	if err := d.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("write status.yml: %w", err)
+	}
+	if j, err = json.Marshal(clipText(doc)); err != nil {
+		return nil, fmt.Errorf("write status.yml: %w", err)
+	}
+	b, err := yaml.JSONToYAML(j)
 	if err != nil {
 		return nil, fmt.Errorf("write status.yml: %w", err)
 	}
 	return append([]byte(statusHeader), b...), nil
+}
+
+// clipText cuts every string of a decoded JSON value, keys included, to
+// maxText bytes (clip).
+func clipText(v any) any {
+	switch t := v.(type) {
+	case string:
+		return clip(t)
+	case []any:
+		for i := range t {
+			t[i] = clipText(t[i])
+		}
+	case map[string]any:
+		for k, x := range t {
+			if c := clip(k); c != k {
+				delete(t, k)
+				k = c
+			}
+			t[k] = clipText(x)
+		}
+	}
+	return v
+}
+
+// clip is s when it is at most maxText bytes long, else its start (whole
+// UTF-8 characters) followed by "… (N bytes cut)".
+func clip(s string) string {
+	if len(s) <= maxText {
+		return s
+	}
+	n := maxText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s… (%d bytes cut)", s[:n], len(s)-n)
 }
 
 // volatile are the keys whose values change at every reconcile without the
@@ -168,10 +227,18 @@ func (f *StatusFile) Marshal() ([]byte, error) {
 // them out, so that status.yml is committed only when something changed.
 var volatile = []string{"observed_at", "lastReconcile", "last_seen"}
 
+// MaxStatusSize is the largest status.yml rigger reads, in bytes: one it
+// writes stays far below (maxText, maxDrift), and a larger one, pushed by
+// someone else, is not parsed but replaced.
+const MaxStatusSize = 4 << 20
+
 // SameMeaning says whether two status.yml contents say the same thing, the
-// times of observation aside. Content that does not parse never means the
-// same (it is replaced).
+// times of observation aside. Content that does not parse, or is larger
+// than MaxStatusSize, never means the same (it is replaced).
 func SameMeaning(a, b []byte) bool {
+	if len(a) > MaxStatusSize || len(b) > MaxStatusSize {
+		return false
+	}
 	var va, vb any
 	if yaml.Unmarshal(a, &va) != nil || yaml.Unmarshal(b, &vb) != nil {
 		return false
@@ -199,11 +266,11 @@ func dropVolatile(v any) any {
 	return v
 }
 
-// ParseStatus reads a status.yml; nil when there is none or it does not
-// parse (it is then rewritten).
+// ParseStatus reads a status.yml; nil when there is none, it does not
+// parse or it is larger than MaxStatusSize (it is then rewritten).
 func ParseStatus(b []byte) *StatusFile {
 	var f StatusFile
-	if len(b) == 0 || yaml.Unmarshal(b, &f) != nil {
+	if len(b) == 0 || len(b) > MaxStatusSize || yaml.Unmarshal(b, &f) != nil {
 		return nil
 	}
 	return &f

@@ -2,6 +2,7 @@ package gitops
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/spec"
 )
 
 func TestSameMeaning(t *testing.T) {
@@ -111,5 +113,67 @@ func TestConditions(t *testing.T) {
 				t.Errorf("Ready's message %q does not say why (%v)", got[ConditionReady].Message, tt.out.err)
 			}
 		})
+	}
+}
+
+// TestStatusBounded: a 1 MB value that ends up in errors and reasons (the
+// reconcile's error, a drift repair, the snapshot schedule, a node) gives
+// a small status.yml: every free-text field is cut, saying how much, and
+// the error is written once.
+func TestStatusBounded(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	big := strings.Repeat("x", 1<<20)
+	const mark = "UNIQUE-ERROR-START"
+	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, Now: func() time.Time { return now },
+		Open: func(*spec.Cluster, reconcile.Options) (Session, error) {
+			return nil, &reconcile.Error{Reason: reconcile.ReasonInvalidSpec, Stalls: true, Err: errors.New(mark + big)}
+		}}, workers: map[string]*worker{}}
+	w := &worker{srv: srv, path: "clusters/c/cluster.yml", log: slog.New(slog.DiscardHandler),
+		drift:     []DriftRepair{{RepairedAt: now, Node: "10.0.0.1", Component: "kubelet", Action: "replace", Reason: "env changed: +A=" + big, Error: big}},
+		snapshots: &SnapshotStatus{Error: big}}
+	srv.workers[w.path] = w
+	out := w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(validYML)}, true)
+	out.status = &reconcile.Status{Cluster: "c", Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Error: big}}, KubernetesError: big}
+	b, err := w.statusFile(out, "change", now, now).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) >= 64<<10 {
+		t.Errorf("status.yml is %d bytes, want less than 64 KiB", len(b))
+	}
+	if n := strings.Count(string(b), mark); n != 1 {
+		t.Errorf("the error is written %d times, want once", n)
+	}
+	if !strings.Contains(string(b), "bytes cut") {
+		t.Errorf("status.yml does not say what was cut:\n%.2000s", b)
+	}
+	f := ParseStatus(b)
+	if f == nil {
+		t.Fatalf("status.yml does not parse:\n%.2000s", b)
+	}
+	for _, c := range f.Conditions {
+		if c.Type == ConditionReady && !strings.HasPrefix(c.Message, mark) {
+			t.Errorf("Ready's message %.100q does not say why", c.Message)
+		}
+	}
+}
+
+// TestParseStatusTooLarge: a status.yml over MaxStatusSize (pushed by
+// someone else) is not parsed but replaced.
+func TestParseStatusTooLarge(t *testing.T) {
+	f := &StatusFile{APIVersion: "rigger.io/v1", Kind: "ClusterStatus", Cluster: "c"}
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ParseStatus(b) == nil || !SameMeaning(b, b) {
+		t.Fatal("a small status.yml is not read")
+	}
+	large := append(b, "# "+strings.Repeat("x", MaxStatusSize)+"\n"...)
+	if ParseStatus(large) != nil {
+		t.Error("a status.yml over MaxStatusSize is parsed")
+	}
+	if SameMeaning(large, large) {
+		t.Error("a status.yml over MaxStatusSize means the same as itself: it would be kept")
 	}
 }

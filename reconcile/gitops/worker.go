@@ -572,6 +572,10 @@ func (w *worker) statusFile(out outcome, cause string, start, end time.Time) *St
 	return f
 }
 
+// stalledMessage is the Stalled condition's message; Ready's says why, and
+// is not written twice.
+const stalledMessage = "only a change to cluster.yml (or to what the Ready condition names) lets rigger go on: the Ready condition says why"
+
 // conditions are Ready, Reconciling and Stalled for an outcome, as Flux
 // sets them: Stalled when only a person can make it go on, Reconciling
 // while rigger will try again by itself, Ready when the nodes run what
@@ -593,7 +597,7 @@ func conditions(out outcome, revision string, prev []Condition, now time.Time) [
 	case out.stalled != "":
 		set(ConditionReady, conditionFalse, string(out.stalled), msg)
 		set(ConditionReconciling, conditionFalse, string(out.stalled), "")
-		set(ConditionStalled, conditionTrue, string(out.stalled), msg)
+		set(ConditionStalled, conditionTrue, string(out.stalled), stalledMessage)
 	case out.suspended:
 		status, m := conditionTrue, "rigger.suspend is set: the cluster is observed, not changed; the nodes run what cluster.yml says"
 		if pending > 0 || out.err != nil {

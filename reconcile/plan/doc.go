@@ -42,7 +42,9 @@
 //
 // Reasons are shown to people and written to logs and status, so they never
 // contain the value of an environment variable (or of a flag) whose name
-// contains KEY, SECRET, TOKEN or PASSWORD: such entries read `NAME=…`. The
+// holds a secret word (spec.SecretName: key, secret, token, passw,
+// credential): such entries read `NAME=(redacted)`; nor the credentials of a
+// URL in any value (spec.RedactURLs): `http://user:(redacted)@proxy`. The
 // JSON encoding of a step carries only a summary of Before and After (ID,
 // image, state, spec hash), never their env or spec.
 package plan

@@ -443,16 +443,17 @@ func TestDeterministic(t *testing.T) {
 // shows in a reason, in Render's output or in the JSON of a plan, while
 // other values do.
 func TestSecretsRedacted(t *testing.T) {
-	secrets := []string{"s3cr3t-old", "s3cr3t-new", "tok-abc", "hunter2"}
+	secrets := []string{"s3cr3t-old", "s3cr3t-new", "tok-abc", "hunter2", "pr0xy-pass"}
 	before := build(t, baseYML, func(c *spec.Cluster) {
 		c.Services.KubeAPI.ExtraEnv = []string{"AWS_SECRET_ACCESS_KEY=s3cr3t-old", "DB_PASSWORD=hunter2"}
 	})
 	after := build(t, baseYML, func(c *spec.Cluster) {
-		c.Services.KubeAPI.ExtraEnv = []string{"AWS_SECRET_ACCESS_KEY=s3cr3t-new", "HTTP_PROXY=http://proxy:3128"}
+		c.Services.KubeAPI.ExtraEnv = []string{"AWS_SECRET_ACCESS_KEY=s3cr3t-new", "HTTP_PROXY=http://proxy:3128", "HTTPS_PROXY=http://u:pr0xy-pass@proxy:3128"}
 		c.Services.KubeAPI.ExtraArgs = map[string]string{"oidc-token": "tok-abc"}
 	})
 	p := Compute(after, asApplied(before))
-	want := "args changed: +--oidc-token=…; env changed: +AWS_SECRET_ACCESS_KEY=…, +HTTP_PROXY=http://proxy:3128, -AWS_SECRET_ACCESS_KEY=…, -DB_PASSWORD=…"
+	want := "args changed: +--oidc-token=(redacted); env changed: +AWS_SECRET_ACCESS_KEY=(redacted), +HTTP_PROXY=http://proxy:3128, " +
+		"+HTTPS_PROXY=http://u:(redacted)@proxy:3128, -AWS_SECRET_ACCESS_KEY=(redacted), -DB_PASSWORD=(redacted)"
 	if len(p.Steps) != 2 {
 		t.Fatalf("want the two API servers replaced, got %v", lines(p))
 	}
@@ -471,7 +472,7 @@ func TestSecretsRedacted(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(js, `"reason": "args changed: +--oidc-token=…`) {
+	if !strings.Contains(js, `"reason": "args changed: +--oidc-token=(redacted)`) {
 		t.Errorf("JSON lacks the reason:\n%s", js)
 	}
 }
@@ -479,12 +480,18 @@ func TestSecretsRedacted(t *testing.T) {
 func TestRedact(t *testing.T) {
 	tests := []struct{ name, key, in, want string }{
 		{"plain env", "env", "HTTP_PROXY=http://p:3128", "HTTP_PROXY=http://p:3128"},
-		{"key env", "env", "ETCDCTL_KEY=/etc/kubernetes/ssl/k.pem", "ETCDCTL_KEY=…"},
-		{"lower case secret env", "env", "my_secret=x", "my_secret=…"},
-		{"token env", "env", "GITHUB_TOKEN=ghp_x", "GITHUB_TOKEN=…"},
-		{"password env", "env", "PGPASSWORD=x", "PGPASSWORD=…"},
+		{"key env", "env", "ETCDCTL_KEY=/etc/kubernetes/ssl/k.pem", "ETCDCTL_KEY=(redacted)"},
+		{"lower case secret env", "env", "my_secret=x", "my_secret=(redacted)"},
+		{"token env", "env", "GITHUB_TOKEN=ghp_x", "GITHUB_TOKEN=(redacted)"},
+		{"password env", "env", "PGPASSWORD=x", "PGPASSWORD=(redacted)"},
 		{"env without value", "env", "SECRET", "SECRET"},
-		{"token flag", "args", "--token=abc", "--token=…"},
+		{"proxy env with a password", "env", "HTTPS_PROXY=http://u:p@ss@proxy:3128", "HTTPS_PROXY=http://u:(redacted)@proxy:3128"},
+		{"env with a token as user", "env", "REPO=https://ghp_x@github.com/a/b", "REPO=https://(redacted)@github.com/a/b"},
+		{"proxy list", "env", "PROXIES=http://a:3128,https://u:p@b", "PROXIES=http://a:3128,https://u:(redacted)@b"},
+		{"token flag", "args", "--token=abc", "--token=(redacted)"},
+		{"URL flag", "args", "--proxy-url=https://user:pw@proxy", "--proxy-url=https://user:(redacted)@proxy"},
+		{"URL entrypoint", "entrypoint", "https://user:pw@proxy", "https://user:(redacted)@proxy"},
+		{"URL bind", "binds", "/a:/b", "/a:/b"},
 		{"key file flag", "args", "--tls-private-key-file=/etc/kubernetes/ssl/a-key.pem", "--tls-private-key-file=/etc/kubernetes/ssl/a-key.pem"},
 		{"plain flag", "args", "--v=4", "--v=4"},
 		{"bind", "binds", "/secret:/secret", "/secret:/secret"},
@@ -512,6 +519,8 @@ func TestSpecReason(t *testing.T) {
 		{"list appears", `{}`, `{"binds":["/a:/a"]}`, "binds changed: +/a:/a"},
 		{"new field", spec(""), spec(`,"ulimits":"nofile=1"`), "ulimits changed (none) → nofile=1"},
 		{"user", spec(""), spec(`,"user":"1000:1000"`), `user changed "" → 1000:1000`},
+		{"URL's password only", spec(`,"proxy":"http://u:a@p"`), spec(`,"proxy":"http://u:b@p"`), "proxy changed"},
+		{"URL", spec(`,"proxy":"http://p"`), spec(`,"proxy":"http://u:b@p"`), "proxy changed http://p → http://u:(redacted)@p"},
 		{"format", `{"v":"rigger.io/spec-hash/v0"}`, `{"v":"rigger.io/spec-hash/v1"}`, "spec format changed rigger.io/spec-hash/v0 → rigger.io/spec-hash/v1"},
 	}
 	for _, tt := range tests {

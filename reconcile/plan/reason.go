@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/rigger/rigger/spec"
 )
 
 // specFields are the fields of desired's hashed spec (see
@@ -13,9 +15,6 @@ import (
 func specFields() []string {
 	return []string{"v", "image", "entrypoint", "args", "env", "binds", "network_mode", "pid_mode", "privileged", "restart_policy", "user"}
 }
-
-// redacted stands for a value that is not shown.
-const redacted = "…"
 
 // specReason says what differs between the spec JSON stored on an observed
 // container and the desired one, e.g. "image changed a → b; args changed:
@@ -70,6 +69,9 @@ func fieldDiff(key string, a, b any) string {
 	if sa == sb {
 		return ""
 	}
+	if sa, sb = redact(key, sa), redact(key, sb); sa == sb {
+		return name + " changed" // only a secret did
+	}
 	return fmt.Sprintf("%s changed %s → %s", name, sa, sb)
 }
 
@@ -111,35 +113,19 @@ func extra(a, b []string) []string {
 	return out
 }
 
-// redact hides the value of an env entry NAME=value, or of a flag
-// --name=value, whose name holds a secret word. A flag's value that is an
-// absolute path (a key file) stays readable.
+// redact hides the secrets of an entry of field key of the spec, or of its
+// value: the value of an env entry NAME=value, or of a flag --name=value,
+// whose name holds a secret word (spec.SecretName; a flag's value that is an
+// absolute path, a key file, stays readable), and the credentials of every
+// URL (spec.RedactURLs). Every value a reason shows goes through it.
 func redact(key, entry string) string {
-	switch key {
-	case "env":
-		name, _, ok := strings.Cut(entry, "=")
-		if ok && secretName(name) {
-			return name + "=" + redacted
-		}
-	case "args", "entrypoint":
-		name, value, ok := strings.Cut(entry, "=")
-		if ok && strings.HasPrefix(name, "-") && secretName(name) && !strings.HasPrefix(value, "/") {
-			return name + "=" + redacted
-		}
+	name, value, ok := strings.Cut(entry, "=")
+	switch {
+	case key == "env" && ok && spec.SecretName(name),
+		(key == "args" || key == "entrypoint") && ok && strings.HasPrefix(name, "-") && spec.SecretName(name) && !strings.HasPrefix(value, "/"):
+		return spec.RedactEnvValue(entry)
 	}
-	return entry
-}
-
-// secretName reports whether an env variable or flag name marks a value
-// that is never shown.
-func secretName(name string) bool {
-	upper := strings.ToUpper(name)
-	for _, w := range [...]string{"KEY", "SECRET", "TOKEN", "PASSWORD"} {
-		if strings.Contains(upper, w) {
-			return true
-		}
-	}
-	return false
+	return spec.RedactURLs(entry)
 }
 
 // asList returns v as a list of strings when it is a JSON array.

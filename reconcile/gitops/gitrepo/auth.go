@@ -26,8 +26,8 @@ type Auth struct {
 	// KnownHostsFile is required for SSH URLs: the server's host key is
 	// verified against it, never trusted on first use.
 	KnownHostsFile string
-	// Username is the HTTPS basic-auth user; "git" when only a Password
-	// (or token) is set.
+	// Username is the HTTPS basic-auth user that goes with Password; "git"
+	// when empty. A user in the URL wins, as it does for git.
 	Username string
 	// Password is the HTTPS basic-auth password, or an access token.
 	Password string
@@ -36,32 +36,47 @@ type Auth struct {
 // redacted replaces secrets in error text.
 const redacted = "xxxxx"
 
+// unparsableURL stands in for a URL that does not parse: it is not shown,
+// as it may hold a credential in a form the parser could not split off.
+const unparsableURL = "(a URL that does not parse)"
+
 // remote is a parsed repository URL with its credentials split off.
 type remote struct {
-	url     string // the URL without any password: stored in the clone's config and shown in errors
+	url     string // StripURL of the URL: stored in the clone's config and shown
 	auth    transport.AuthMethod
 	secrets []string // to redact from error text
 }
 
-// newRemote parses rawURL and builds its auth method. A password embedded in
-// an http(s) URL is moved into basic auth (Auth.Password wins when both are
-// set) so that it is never written to disk.
+// newRemote parses rawURL and builds its auth method. Credentials in an
+// http(s) URL's user part are used as git uses them, and never stored or
+// shown: "https://user:password@host/…" is basic auth, "https://token@host/…"
+// a token as the user name (as GitHub takes it), "https://user@host/…" names
+// the user that goes with Auth.Password. A password both in the URL and in
+// Auth is refused: which one is meant is not clear.
 func newRemote(rawURL string, a Auth) (*remote, error) {
+	shown := StripURL(rawURL)
+	if shown == unparsableURL {
+		return nil, errors.New("the repository URL does not parse (it is not shown: it may hold a credential): " +
+			"write it as https://host/path, ssh://user@host/path or user@host:path, with the token in --git-token-file")
+	}
 	ep, err := transport.NewEndpoint(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse repository URL %s: %w", StripURL(rawURL), err)
+		return nil, fmt.Errorf("parse repository URL %s: %w", shown, err)
 	}
-	r := &remote{url: StripURL(rawURL), secrets: secretsOf(rawURL, a)}
+	r := &remote{url: shown, secrets: secretsOf(rawURL, a)}
 	switch ep.Protocol {
 	case "file":
 		return r, nil
 	case "http", "https":
 		user, pass := a.Username, a.Password
-		if user == "" {
+		switch {
+		case ep.Password != "" && a.Password != "":
+			return nil, fmt.Errorf("repository URL %s: a password is both in the URL and in the token file or $RIGGER_GIT_TOKEN: "+
+				"remove it from the URL (--git-token-file keeps it out of the process list)", shown)
+		case ep.User != "" && a.Password == "":
+			user, pass = ep.User, ep.Password
+		case ep.User != "":
 			user = ep.User
-		}
-		if pass == "" {
-			pass = ep.Password
 		}
 		if user == "" && pass != "" {
 			user = "git"
@@ -82,17 +97,31 @@ func newRemote(rawURL string, a Auth) (*remote, error) {
 	}
 }
 
-// StripURL removes the password from a URL's userinfo. scp-like URLs and
-// paths are returned as they are.
+// StripURL is a repository URL as it may be shown and stored: without the
+// user part of an http(s) URL (where it may be a token), and without the
+// password of any other (ssh://user@ names the account). scp-like URLs
+// (user@host:path) and paths are returned as they are; a URL that does not
+// parse is not returned at all, as it may hold a credential.
 func StripURL(raw string) string {
+	if !strings.Contains(raw, "://") {
+		return raw
+	}
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil || u.Scheme == "" {
+	if err != nil {
+		if strings.Contains(raw, "@") {
+			return unparsableURL
+		}
 		return raw
 	}
-	if _, ok := u.User.Password(); !ok {
+	if u.User == nil {
 		return raw
 	}
-	u.User = url.User(u.User.Username())
+	switch strings.ToLower(u.Scheme) {
+	case "ssh", "git+ssh", "ssh+git":
+		u.User = url.User(u.User.Username())
+	default:
+		u.User = nil
+	}
 	return u.String()
 }
 
@@ -229,7 +258,9 @@ func redact(err error, secrets []string) error {
 	return &redactError{err: err, secrets: secrets}
 }
 
-// secretsOf lists the secrets in rawURL and a, to hide from error text.
+// secretsOf lists the secrets in rawURL and a, to hide from error text: the
+// passwords, and an http(s) URL's user when it comes without a password
+// (a token).
 func secretsOf(rawURL string, a Auth) []string {
 	var s []string
 	for _, v := range []string{a.Password, a.SSHKeyPassphrase} {
@@ -237,8 +268,13 @@ func secretsOf(rawURL string, a Auth) []string {
 			s = append(s, v)
 		}
 	}
-	if ep, err := transport.NewEndpoint(rawURL); err == nil && ep.Password != "" {
-		s = append(s, ep.Password)
+	if ep, err := transport.NewEndpoint(rawURL); err == nil {
+		switch {
+		case ep.Password != "":
+			s = append(s, ep.Password)
+		case ep.User != "" && a.Password == "" && (ep.Protocol == "http" || ep.Protocol == "https"):
+			s = append(s, ep.User)
+		}
 	}
 	return s
 }

@@ -43,7 +43,9 @@ func gitHTTPServer(t *testing.T, root string) *httptest.Server {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		user, pass, ok := req.BasicAuth()
-		if !ok || user != "git" || pass != goodToken {
+		// A token as the password (of any user, as GitLab and Gitea take
+		// it), or as the user name without a password (as GitHub takes it).
+		if !ok || user != "git" && user != goodToken || user == "git" && pass != goodToken || user == goodToken && pass != "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
@@ -69,22 +71,27 @@ func TestHTTPSBasicAuth(t *testing.T) {
 		name    string
 		url     string
 		auth    Auth
-		wantErr bool
-		secret  string // must not appear in the error nor in the clone's config
+		wantErr string // a part of the error; empty when Open must succeed
+		secret  string // must not appear in the error, the clone's config or URL()
 	}{
 		{name: "token as password", url: url, auth: Auth{Password: goodToken}, secret: goodToken},
 		{name: "user and password", url: url, auth: Auth{Username: "git", Password: goodToken}, secret: goodToken},
 		{name: "password in the URL", url: "http://git:" + goodToken + "@" + hostURL + "/fleet.git", secret: goodToken},
-		{name: "wrong password", url: url, auth: Auth{Password: badToken}, wantErr: true, secret: badToken},
-		{name: "wrong password in the URL", url: "http://git:" + badToken + "@" + hostURL + "/fleet.git", wantErr: true, secret: badToken},
-		{name: "no password", url: url, wantErr: true},
+		{name: "token as the URL's user", url: "http://" + goodToken + "@" + hostURL + "/fleet.git", secret: goodToken},
+		{name: "user in the URL, token given", url: "http://git@" + hostURL + "/fleet.git", auth: Auth{Username: "other", Password: goodToken}, secret: goodToken},
+		{name: "wrong password", url: url, auth: Auth{Password: badToken}, wantErr: "check the credentials", secret: badToken},
+		{name: "wrong password in the URL", url: "http://git:" + badToken + "@" + hostURL + "/fleet.git", wantErr: "check the credentials", secret: badToken},
+		{name: "wrong token as the URL's user", url: "http://" + badToken + "@" + hostURL + "/fleet.git", wantErr: "check the credentials", secret: badToken},
+		{name: "password in the URL and given", url: "http://git:" + goodToken + "@" + hostURL + "/fleet.git", auth: Auth{Password: badToken},
+			wantErr: "--git-token-file", secret: goodToken},
+		{name: "no password", url: url, wantErr: "check the credentials"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := filepath.Join(t.TempDir(), "clone")
 			r, err := Open(ctx, dir, tt.url, tt.auth)
-			if tt.wantErr {
+			if tt.wantErr != "" {
 				if err == nil {
 					t.Fatal("Open succeeded with bad credentials")
 				}
@@ -92,13 +99,16 @@ func TestHTTPSBasicAuth(t *testing.T) {
 				if tt.secret != "" && strings.Contains(err.Error(), tt.secret) {
 					t.Errorf("error shows the password: %v", err)
 				}
-				if !strings.Contains(err.Error(), hostURL) {
-					t.Errorf("error does not name the repository: %v", err)
+				if !strings.Contains(err.Error(), hostURL) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("error does not name the repository or lacks %q: %v", tt.wantErr, err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatalf("Open: %v", err)
+			}
+			if got := r.URL(); got != url {
+				t.Errorf("URL() = %q, want %q: no user, no password", got, url)
 			}
 			r.now = fixedNow
 			if _, err := r.Fetch(ctx, "main"); err != nil {
@@ -122,9 +132,41 @@ func TestHTTPSBasicAuth(t *testing.T) {
 	}
 }
 
+// TestOpenCleansOldClone: a clone whose config holds the URL with a token
+// in its user part (as rigger stored it before) is taken over, and the
+// token leaves its config.
+func TestOpenCleansOldClone(t *testing.T) {
+	root := t.TempDir()
+	bare := filepath.Join(root, "fleet.git")
+	runGit(t, "", "init", "--quiet", "--bare", "--initial-branch=main", bare)
+	humanPush(t, bare, "main", map[string]string{"clusters/a/cluster.yml": "name: a\n"})
+	srv := gitHTTPServer(t, root)
+	withToken := "http://" + goodToken + "@" + strings.TrimPrefix(srv.URL, "http://") + "/fleet.git"
+	dir := filepath.Join(t.TempDir(), "clone")
+	if _, err := Open(context.Background(), dir, withToken, Auth{}); err != nil {
+		t.Fatal(err)
+	}
+	runGit(t, dir, "config", "remote.origin.url", withToken)
+
+	if _, err := Open(context.Background(), dir, withToken, Auth{}); err != nil {
+		t.Fatalf("Open of the old clone: %v", err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cfg), goodToken) || !strings.Contains(string(cfg), srv.URL+"/fleet.git") {
+		t.Errorf("the clone's config:\n%s\nwant the URL without the token", cfg)
+	}
+}
+
 func TestStripURL(t *testing.T) {
 	tests := []struct{ in, want string }{
-		{"https://git:tok@example.com/r.git", "https://git@example.com/r.git"},
+		{"https://git:tok@example.com/r.git", "https://example.com/r.git"},
+		{"https://ghp_t0ken@example.com/r.git", "https://example.com/r.git"},
+		{"http://u:p@127.0.0.1:8080/r.git?x=1", "http://127.0.0.1:8080/r.git?x=1"},
+		{"ssh://git:pw@example.com/r.git", "ssh://git@example.com/r.git"},
+		{"https://u:p#ss@example.com/r.git", "(a URL that does not parse)"},
 		{"https://example.com/r.git", "https://example.com/r.git"},
 		{"git@example.com:org/r.git", "git@example.com:org/r.git"},
 		{"ssh://git@example.com:2222/r.git", "ssh://git@example.com:2222/r.git"},

@@ -76,7 +76,10 @@ func Open(ctx context.Context, dir, url string, auth Auth) (*Repo, error) {
 }
 
 func (r *Repo) open(ctx context.Context) error {
-	repo, err := git.PlainOpen(r.dir)
+	if err := os.MkdirAll(r.dir, privateDir); err != nil {
+		return fmt.Errorf("make directory: %w", err)
+	}
+	repo, err := plainOpen(r.dir)
 	switch {
 	case err == nil:
 		rc, err := repo.Remote(remoteName)
@@ -84,9 +87,21 @@ func (r *Repo) open(ctx context.Context) error {
 			return fmt.Errorf("%s is a git repository without remote %q: remove it or choose another directory", r.dir, remoteName)
 		}
 		urls := rc.Config().URLs
-		if len(urls) != 1 || urls[0] != r.remote.url {
+		if len(urls) != 1 || StripURL(urls[0]) != r.remote.url {
+			for i, u := range urls {
+				urls[i] = StripURL(u)
+			}
 			return fmt.Errorf("%s is a clone of %s, not of %s: remove it or choose another directory",
 				r.dir, strings.Join(urls, ", "), r.remote.url)
+		}
+		if urls[0] != r.remote.url {
+			// Made by an older rigger, which kept a token in the URL.
+			if err := r.forgetCredentials(repo); err != nil {
+				return err
+			}
+		}
+		if err := closeToOthers(r.dir); err != nil {
+			return err
 		}
 	case errors.Is(err, git.ErrRepositoryNotExists):
 		entries, rerr := os.ReadDir(r.dir)
@@ -96,7 +111,10 @@ func (r *Repo) open(ctx context.Context) error {
 		if len(entries) > 0 {
 			return fmt.Errorf("%s is not empty and not a git repository: remove it or choose another directory", r.dir)
 		}
-		if repo, err = git.PlainInit(r.dir, true); err != nil {
+		if err := closeToOthers(r.dir); err != nil {
+			return err
+		}
+		if repo, err = plainInit(r.dir); err != nil {
 			return fmt.Errorf("create bare repository: %w", err)
 		}
 		_, err = repo.CreateRemote(&config.RemoteConfig{
@@ -120,6 +138,19 @@ func (r *Repo) open(ctx context.Context) error {
 	return nil
 }
 
+// forgetCredentials rewrites the clone's remote URL without credentials.
+func (r *Repo) forgetCredentials(repo *git.Repository) error {
+	cfg, err := repo.Config()
+	if err != nil {
+		return fmt.Errorf("read the clone's config: %w", err)
+	}
+	cfg.Remotes[remoteName].URLs = []string{r.remote.url}
+	if err := repo.SetConfig(cfg); err != nil {
+		return fmt.Errorf("remove the credentials from the clone's config: %w", err)
+	}
+	return nil
+}
+
 // withHint adds what to do next to the errors a person can fix.
 func withHint(err error) error {
 	switch {
@@ -131,6 +162,10 @@ func withHint(err error) error {
 		return err
 	}
 }
+
+// URL is the repository's URL without credentials (StripURL): what may be
+// shown in logs and written to status.yml.
+func (r *Repo) URL() string { return r.remote.url }
 
 // errorf is fmt.Errorf with the repository's secrets hidden.
 func (r *Repo) errorf(format string, args ...any) error {

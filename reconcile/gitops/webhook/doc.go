@@ -39,8 +39,9 @@
 //	     -H "X-Rigger-Signature-256: sha256=$sig" -d "$body" https://rigger.example/hooks/<id>
 //
 // Only pushes to the followed branch trigger a fetch; pushes to other
-// branches, tags and deletions answer 202 "ignored: ...". The endpoint is
-// rate limited as a whole (default 1 request a second, bursts of 10) before
-// anything is authenticated; since the path is secret, only those who know
-// it can use up the budget.
+// branches, tags and deletions answer 202 "ignored: ...". Requests are
+// authenticated first, then rate limited (default 1 request a second,
+// bursts of 10); those that fail authentication have a budget of their own,
+// and get 429 over it, so that no one without the secret can use up the
+// forge's.
 package webhook

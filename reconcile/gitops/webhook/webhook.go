@@ -49,7 +49,8 @@ const (
 	ResultBadRequest = "bad_request"
 	// ResultTooLarge: a body over Config.MaxBody.
 	ResultTooLarge = "too_large"
-	// ResultRateLimited: over Config.Rate and Config.Burst.
+	// ResultRateLimited: over Config.Rate and Config.Burst, of authenticated
+	// requests or of those that failed authentication.
 	ResultRateLimited = "rate_limited"
 	// ResultMethodNotAllowed: not a POST.
 	ResultMethodNotAllowed = "method_not_allowed"
@@ -69,8 +70,10 @@ type Config struct {
 	Trigger func(Event)
 	// MaxBody caps the body, in bytes (413 above); DefaultMaxBody when 0.
 	MaxBody int64
-	// Rate and Burst limit requests to the endpoint as a whole (429 with
-	// Retry-After above); DefaultRate and DefaultBurst when 0.
+	// Rate and Burst limit authenticated requests (429 with Retry-After
+	// above), and, with a budget of their own, requests that fail
+	// authentication, so that these cannot starve the forge's pushes;
+	// DefaultRate and DefaultBurst when 0.
 	Rate  rate.Limit
 	Burst int
 	// Observe, when not nil, is called once for each request to the
@@ -117,7 +120,7 @@ func mac(secret, body []byte) []byte {
 }
 
 // handler serves one endpoint. It is safe for concurrent use: its only
-// mutable part is the limiter, which is.
+// mutable parts are the limiters, which are.
 type handler struct {
 	secret  []byte
 	path    string
@@ -125,9 +128,11 @@ type handler struct {
 	branch  string
 	trigger func(Event)
 	maxBody int64
-	limiter *rate.Limiter
-	observe func(provider, result string)
-	log     *slog.Logger
+	// limiter is the budget of authenticated requests; rejected that of
+	// requests that fail authentication (or are too large to be).
+	limiter, rejected *rate.Limiter
+	observe           func(provider, result string)
+	log               *slog.Logger
 }
 
 // New returns the handler of the endpoint described by cfg. It serves only
@@ -175,7 +180,7 @@ func New(cfg Config) (http.Handler, error) {
 	if burst == 0 {
 		burst = DefaultBurst
 	}
-	h.limiter = rate.NewLimiter(limit, burst)
+	h.limiter, h.rejected = rate.NewLimiter(limit, burst), rate.NewLimiter(limit, burst)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -231,34 +236,36 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // handle decides the answer to a request to the endpoint's path, in the
-// documented order: method, rate, body size, authentication, event, branch.
+// documented order: method, body size, authentication, rate, event,
+// branch. Authentication comes before the rate: a request that fails it
+// spends the budget of such requests (h.rejected), never that of the
+// forge's (h.limiter).
 func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) outcome {
 	if r.Method != http.MethodPost {
 		return outcome{code: http.StatusMethodNotAllowed, result: ResultMethodNotAllowed,
 			msg: "method not allowed: send a POST", reason: "method " + r.Method}
 	}
-	if retry, ok := h.allow(); !ok {
-		return outcome{code: http.StatusTooManyRequests, result: ResultRateLimited,
-			msg: "too many requests: retry after " + strconv.Itoa(retry) + "s", retry: retry}
-	}
 
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return outcome{code: http.StatusRequestEntityTooLarge, result: ResultTooLarge,
-				msg: fmt.Sprintf("payload too large: the limit is %d bytes", h.maxBody)}
+			return h.reject(outcome{code: http.StatusRequestEntityTooLarge, result: ResultTooLarge,
+				msg: fmt.Sprintf("payload too large: the limit is %d bytes", h.maxBody)})
 		}
-		return outcome{code: http.StatusBadRequest, result: ResultBadRequest,
-			msg: "could not read the body", reason: err.Error()}
+		return h.reject(outcome{code: http.StatusBadRequest, result: ResultBadRequest,
+			msg: "could not read the body", reason: err.Error()})
 	}
 
 	switch p.authenticate(r.Header, h.secret, body) {
 	case authMissing:
-		return outcome{code: http.StatusUnauthorized, result: ResultUnauthorized,
-			msg: "missing signature: " + p.missing, reason: "no signature header"}
+		return h.reject(outcome{code: http.StatusUnauthorized, result: ResultUnauthorized,
+			msg: "missing signature: " + p.missing, reason: "no signature header"})
 	case authMismatch:
-		return outcome{code: http.StatusForbidden, result: ResultForbidden,
-			msg: p.mismatch, reason: "signature does not match"}
+		return h.reject(outcome{code: http.StatusForbidden, result: ResultForbidden,
+			msg: p.mismatch, reason: "signature does not match"})
+	}
+	if o, limited := limited(h.limiter); limited {
+		return o
 	}
 
 	switch p.kind(r.Header) {
@@ -282,19 +289,31 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 		event: &Event{Provider: p.name, Ref: push.ref, After: push.after}}
 }
 
-// allow takes a token from the limiter, or says how many seconds to wait
-// for one.
-func (h *handler) allow() (retryAfter int, ok bool) {
-	res := h.limiter.Reserve()
-	if !res.OK() {
-		return 1, false
+// reject is o, the answer to a request that was not authenticated, or 429
+// when such requests are over their budget.
+func (h *handler) reject(o outcome) outcome {
+	if tooMany, limited := limited(h.rejected); limited {
+		tooMany.reason = o.reason
+		return tooMany
 	}
-	d := res.Delay()
-	if d == 0 {
-		return 0, true
+	return o
+}
+
+// limited takes a token from l, or returns the 429 answer, with how many
+// seconds to wait for one.
+func limited(l *rate.Limiter) (outcome, bool) {
+	res := l.Reserve()
+	retry := 1
+	if res.OK() {
+		d := res.Delay()
+		if d == 0 {
+			return outcome{}, false
+		}
+		res.Cancel()
+		retry = max(1, int(math.Ceil(d.Seconds())))
 	}
-	res.Cancel()
-	return max(1, int(math.Ceil(d.Seconds()))), false
+	return outcome{code: http.StatusTooManyRequests, result: ResultRateLimited,
+		msg: "too many requests: retry after " + strconv.Itoa(retry) + "s", retry: retry}, true
 }
 
 // compile-time check that the handler is one.

@@ -368,7 +368,7 @@ func TestRateLimit(t *testing.T) {
 	defer srv.Close()
 	path := Path(testSecret)
 
-	// A refused method is answered before the limiter and costs nothing.
+	// A refused method is answered before the limiters and costs nothing.
 	if resp, _ := send(t, srv, http.MethodGet, path, ""); resp.StatusCode != 405 {
 		t.Fatalf("GET: status %d, want 405", resp.StatusCode)
 	}
@@ -377,26 +377,67 @@ func TestRateLimit(t *testing.T) {
 			t.Fatalf("push %d within the burst: status %d (%q)", i, resp.StatusCode, body)
 		}
 	}
-	// Over the limit, even a valid push is refused, and so is an
-	// unauthenticated one: the limiter comes before authentication.
-	for _, mods := range [][]mod{{github("push")}, nil} {
-		resp, body := send(t, srv, http.MethodPost, path, githubPush, mods...)
-		if resp.StatusCode != 429 {
-			t.Fatalf("push over the limit: status %d (%q), want 429", resp.StatusCode, body)
-		}
-		secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-		if err != nil || secs < 1 || secs > 3600 {
-			t.Errorf("Retry-After %q, want seconds in [1, 3600]", resp.Header.Get("Retry-After"))
-		}
+	// Over the limit, even a valid push is refused.
+	resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push"))
+	if resp.StatusCode != 429 {
+		t.Fatalf("push over the limit: status %d (%q), want 429", resp.StatusCode, body)
+	}
+	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || secs < 1 || secs > 3600 {
+		t.Errorf("Retry-After %q, want seconds in [1, 3600]", resp.Header.Get("Retry-After"))
+	}
+	// An unauthenticated request has a budget of its own.
+	if resp, body := send(t, srv, http.MethodPost, path, githubPush); resp.StatusCode != 401 {
+		t.Fatalf("unsigned push: status %d (%q), want 401", resp.StatusCode, body)
 	}
 
 	events, observed, _ := c.snapshot()
 	if len(events) != 2 {
 		t.Errorf("Trigger called %d times, want 2", len(events))
 	}
-	want := []string{"generic/method_not_allowed", "github/accepted", "github/accepted", "github/rate_limited", "generic/rate_limited"}
+	want := []string{"generic/method_not_allowed", "github/accepted", "github/accepted", "github/rate_limited", "generic/unauthorized"}
 	if diff := cmp.Diff(want, observed); diff != "" {
 		t.Errorf("Observe calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestRateLimitPerOutcome: requests that fail authentication spend a budget
+// of their own, so that someone without the secret cannot starve the
+// forge's pushes; over it they get 429 too.
+func TestRateLimitPerOutcome(t *testing.T) {
+	h, c := newHandler(t, func(cfg *Config) {
+		cfg.Rate = rate.Every(time.Hour)
+		cfg.Burst = 10
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	path := Path(testSecret)
+	bad := signedWith("X-Hub-Signature-256", []byte("not-the-secret-at-all"), "sha256=")
+
+	for i := range 10 {
+		if resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push"), bad); resp.StatusCode != 403 {
+			t.Fatalf("bad signature %d: status %d (%q), want 403", i, resp.StatusCode, body)
+		}
+	}
+	if resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push")); resp.StatusCode != 202 {
+		t.Fatalf("valid push after ten bad requests: status %d (%q), want 202", resp.StatusCode, body)
+	}
+	for _, mods := range [][]mod{{github("push"), bad}, nil} {
+		resp, body := send(t, srv, http.MethodPost, path, githubPush, mods...)
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("unauthenticated request over its budget: status %d (%q), Retry-After %q; want 429 with Retry-After",
+				resp.StatusCode, body, resp.Header.Get("Retry-After"))
+		}
+	}
+	if resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push")); resp.StatusCode != 202 {
+		t.Fatalf("valid push with the unauthenticated budget spent: status %d (%q), want 202", resp.StatusCode, body)
+	}
+	events, observed, _ := c.snapshot()
+	if len(events) != 2 {
+		t.Errorf("Trigger called %d times, want 2", len(events))
+	}
+	if got := observed[len(observed)-3:]; !cmp.Equal(got, []string{"github/rate_limited", "generic/rate_limited", "github/accepted"}) {
+		t.Errorf("last Observe calls %v", got)
 	}
 }
 
