@@ -2,8 +2,10 @@ package gitops_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +13,10 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/spec"
 )
 
 // TestServerInvalidSpec follows a real repository whose cluster.yml has a
@@ -177,5 +181,93 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 		if !strings.Contains(msg, other) || !strings.Contains(msg, `"dup"`) {
 			t.Errorf("%s: %q does not name %s and the name", p, msg, other)
 		}
+	}
+}
+
+// TestServerHostileClusterStallsAlone follows a real repository with a
+// cluster.yml made to cost memory (an alias inside itself), one larger
+// than rigger reads and a good one: the first two are Stalled with what
+// is wrong, and never reach a session; the good one goes on to its
+// reconcile (its session is opened).
+func TestServerHostileClusterStallsAlone(t *testing.T) {
+	o := newOrigin(t, freePort(t))
+	good := "cluster_name: good\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
+	o.commit(t, "three clusters", map[string]string{
+		"clusters/good/cluster.yml": good,
+		"clusters/bomb/cluster.yml": "cluster_name: bomb\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n" +
+			"services:\n  kube-api:\n    admission_configuration: &a {apiVersion: v1, kind: X, x: *a}\n",
+		"clusters/big/cluster.yml": good + strings.Repeat("# padding that compresses well\n", 300_000), // 9 MiB
+	})
+	o.push(t)
+	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	opened := map[string]bool{}
+	events := make(chan gitops.Event, 100)
+	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
+		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
+		Author: object.Signature{Name: "rigger-test", Email: "rigger-test@example.test"},
+		Open: func(c *spec.Cluster, _ reconcile.Options) (gitops.Session, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			opened[c.ClusterName] = true
+			return nil, errors.New("no nodes in this test")
+		},
+		Events: func(e gitops.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	written := map[string]bool{}
+	timeout := time.After(60 * time.Second)
+	for len(written) < 3 {
+		select {
+		case e := <-events:
+			if e.Kind == gitops.EventStatusWritten {
+				written[e.Path] = true
+			}
+		case <-timeout:
+			t.Fatalf("status.yml written for %v only", written)
+		}
+	}
+	stalled := func(cluster string) *gitops.Condition {
+		t.Helper()
+		out, err := bareGit(o, "show", "main:clusters/"+cluster+"/status.yml")
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		f := gitops.ParseStatus([]byte(out))
+		if f == nil {
+			t.Fatalf("status.yml of %s does not parse:\n%s", cluster, out)
+		}
+		for i, c := range f.Conditions {
+			if c.Type == gitops.ConditionStalled {
+				return &f.Conditions[i]
+			}
+		}
+		t.Fatalf("status.yml of %s has no Stalled condition:\n%s", cluster, out)
+		return nil
+	}
+	for cluster, want := range map[string]string{
+		"bomb": "clusters/bomb/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
+		"big":  "clusters/big/cluster.yml: error: the file is larger than 8 MiB",
+	} {
+		if c := stalled(cluster); c.Status != "True" || c.Reason != "InvalidSpec" || !strings.Contains(c.Message, want) {
+			t.Errorf("%s: Stalled %+v, want InvalidSpec saying %q", cluster, c, want)
+		}
+	}
+	if c := stalled("good"); c.Status != "False" {
+		t.Errorf("good: Stalled %+v, want False: it is retried", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !opened["good"] || opened["bomb"] || opened["big"] {
+		t.Errorf("sessions opened for %v, want the good cluster's only", opened)
 	}
 }
