@@ -29,22 +29,7 @@ func TestServerInvalidSpec(t *testing.T) {
 		"README.md":                "clusters\n",
 	})
 	o.push(t)
-	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := make(chan gitops.Event, 100)
-	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
-		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
-		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
-		Events: func(e gitops.Event) { events <- e }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	srv, events := serveClusters(t, o, nil)
 
 	starts := 0
 	wait := func(kind gitops.EventKind) gitops.Event {
@@ -65,21 +50,7 @@ func TestServerInvalidSpec(t *testing.T) {
 		}
 	}
 	wait(gitops.EventStatusWritten)
-	out, err := bareGit(o, "show", "main:clusters/bad/status.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := gitops.ParseStatus([]byte(out))
-	if f == nil {
-		t.Fatalf("status.yml does not parse:\n%s", out)
-	}
-	var stalled *gitops.Condition
-	for i, c := range f.Conditions {
-		if c.Type == gitops.ConditionStalled {
-			stalled = &f.Conditions[i]
-		}
-	}
-	if stalled == nil || stalled.Status != "True" || stalled.Reason != "InvalidSpec" ||
+	if stalled := stalledOf(t, o, "clusters/bad"); stalled.Status != "True" || stalled.Reason != "InvalidSpec" ||
 		!strings.Contains(stalled.Message, "clusters/bad/cluster.yml:1") || !strings.Contains(stalled.Message, "kubernetes_version") {
 		t.Errorf("Stalled condition %+v: want InvalidSpec naming the file, line and the key meant", stalled)
 	}
@@ -105,6 +76,50 @@ func TestServerInvalidSpec(t *testing.T) {
 	if n, _ := bareGit(o, "rev-list", "--count", "--author=rigger-e2e", "main"); strings.TrimSpace(n) != "1" {
 		t.Errorf("%s status commits, want 1", strings.TrimSpace(n))
 	}
+}
+
+// serveClusters follows o's main branch, path clusters, until the test
+// ends, with sessions from open (real ones when nil); it returns the
+// server and its events.
+func serveClusters(t *testing.T, o *origin, open gitops.Opener) (*gitops.Server, chan gitops.Event) {
+	t.Helper()
+	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan gitops.Event, 100)
+	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
+		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
+		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
+		Open:   open, Events: func(e gitops.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return srv, events
+}
+
+// stalledOf returns the Stalled condition of the status.yml in dir on main.
+func stalledOf(t *testing.T, o *origin, dir string) gitops.Condition {
+	t.Helper()
+	out, err := bareGit(o, "show", "main:"+dir+"/status.yml")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	f := gitops.ParseStatus([]byte(out))
+	if f == nil {
+		t.Fatalf("%s/status.yml does not parse:\n%s", dir, out)
+	}
+	for _, c := range f.Conditions {
+		if c.Type == gitops.ConditionStalled {
+			return c
+		}
+	}
+	t.Fatalf("%s/status.yml has no Stalled condition:\n%s", dir, out)
+	return gitops.Condition{}
 }
 
 // bareGit runs git in the bare repository.
@@ -199,30 +214,14 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 		"clusters/big/cluster.yml": good + strings.Repeat("# padding that compresses well\n", 300_000), // 9 MiB
 	})
 	o.push(t)
-	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	opened := map[string]bool{}
-	events := make(chan gitops.Event, 100)
-	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
-		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
-		Author: object.Signature{Name: "rigger-test", Email: "rigger-test@example.test"},
-		Open: func(c *spec.Cluster, _ reconcile.Options) (gitops.Session, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			opened[c.ClusterName] = true
-			return nil, errors.New("no nodes in this test")
-		},
-		Events: func(e gitops.Event) { events <- e }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	_, events := serveClusters(t, o, func(c *spec.Cluster, _ reconcile.Options) (gitops.Session, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		opened[c.ClusterName] = true
+		return nil, errors.New("no nodes in this test")
+	})
 
 	written := map[string]bool{}
 	timeout := time.After(60 * time.Second)
@@ -236,33 +235,15 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 			t.Fatalf("status.yml written for %v only", written)
 		}
 	}
-	stalled := func(cluster string) *gitops.Condition {
-		t.Helper()
-		out, err := bareGit(o, "show", "main:clusters/"+cluster+"/status.yml")
-		if err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		f := gitops.ParseStatus([]byte(out))
-		if f == nil {
-			t.Fatalf("status.yml of %s does not parse:\n%s", cluster, out)
-		}
-		for i, c := range f.Conditions {
-			if c.Type == gitops.ConditionStalled {
-				return &f.Conditions[i]
-			}
-		}
-		t.Fatalf("status.yml of %s has no Stalled condition:\n%s", cluster, out)
-		return nil
-	}
 	for cluster, want := range map[string]string{
 		"bomb": "clusters/bomb/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
 		"big":  "clusters/big/cluster.yml: error: the file is larger than 8 MiB",
 	} {
-		if c := stalled(cluster); c.Status != "True" || c.Reason != "InvalidSpec" || !strings.Contains(c.Message, want) {
+		if c := stalledOf(t, o, "clusters/"+cluster); c.Status != "True" || c.Reason != "InvalidSpec" || !strings.Contains(c.Message, want) {
 			t.Errorf("%s: Stalled %+v, want InvalidSpec saying %q", cluster, c, want)
 		}
 	}
-	if c := stalled("good"); c.Status != "False" {
+	if c := stalledOf(t, o, "clusters/good"); c.Status != "False" {
 		t.Errorf("good: Stalled %+v, want False: it is retried", c)
 	}
 	mu.Lock()
