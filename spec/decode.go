@@ -12,16 +12,31 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// maxNodes bounds the YAML nodes one decode visits, aliases counted each time
-// they are followed, so that a "billion laughs" document fails fast.
-const maxNodes = 1 << 18
+// Bounds of one decode, whatever the document, so that a small file cannot
+// make rigger spend much time or memory: YAML's aliases repeat a value
+// without writing it again. Past one of them, decoding stops with an error.
+const (
+	// maxNodes bounds the YAML values one decode visits, aliases counted
+	// each time they are followed ("billion laughs").
+	maxNodes = 1 << 18
+	// maxDepth bounds how deeply values nest (aliases and pointers count
+	// as a level).
+	maxDepth = 64
+	// maxPath bounds the length of a value's path.
+	maxPath = 1024
+	// maxKey bounds a key in a path: a longer one is shown by its beginning.
+	maxKey = 64
+	// checkEvery is how many values are decoded between two looks at
+	// whether the caller gave up.
+	checkEvery = 1024
+)
 
 // decoder decodes a YAML node tree into the schema types, strictly: every
 // problem becomes a diagnostic with its position, and decoding goes on so
-// that all of them are found in one pass.
+// that all of them are found in one pass, within the bounds above.
 type decoder struct {
 	file  string
-	diags Diagnostics
+	diags *collector
 	// pos holds the position of every decoded path (a mapping key's position
 	// for fields and map entries, the item's for list items).
 	pos map[string]Pos
@@ -30,39 +45,119 @@ type decoder struct {
 	// zero holds the paths given an explicit 0, which defaulting cannot tell from an absent key.
 	zero  map[string]bool
 	nodes int
-	keys  map[string][]string // key name -> schema paths where it is valid, for "belongs under" hints
+	depth int
+	// open counts, for each anchored node, how often it is being decoded
+	// now: an alias of an open node is a value inside itself.
+	open map[*yaml.Node]int
+	// cancelled is the caller's ctx.Err, looked at every checkEvery values.
+	cancelled func() error
+	// stopped is set when a bound was passed: the cluster is incomplete.
+	// err is set when the caller gave up.
+	stopped bool
+	err     error
+	keys    map[string][]string // key name -> schema paths where it is valid, for "belongs under" hints
+	structs map[reflect.Type]*structKeys
 }
 
-func newDecoder(file string) *decoder {
-	return &decoder{file: file, pos: map[string]Pos{}, bad: map[string]bool{}, zero: map[string]bool{}}
+// structKeys are the keys of a struct type, worked out once per decode.
+type structKeys struct {
+	fields map[string]field
+	names  []string // in declaration order
+	known  string   // "Known keys here: …", for an unknown key that is no typo
+}
+
+// keysOf returns the keys of struct type t.
+func (d *decoder) keysOf(t reflect.Type) *structKeys {
+	k := d.structs[t]
+	if k == nil {
+		names := fieldNames(t)
+		k = &structKeys{fields: fieldsOf(t), names: names, known: "Known keys here: " + strings.Join(names, ", ") + "."}
+		d.structs[t] = k
+	}
+	return k
+}
+
+func newDecoder(file string, diags *collector, cancelled func() error) *decoder {
+	return &decoder{file: file, diags: diags, cancelled: cancelled, pos: map[string]Pos{}, bad: map[string]bool{},
+		zero: map[string]bool{}, open: map[*yaml.Node]int{}, structs: map[reflect.Type]*structKeys{}}
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, detail, format string, args ...any) {
 	d.bad[path] = true
-	d.diags = append(d.diags, Diagnostic{
+	d.diags.add(Diagnostic{
 		Severity: SeverityError, File: d.file, Line: n.Line, Column: n.Column,
-		Path: path, Summary: fmt.Sprintf(format, args...), Detail: detail,
+		Path: path, Summary: sprintf(format, args...), Detail: detail,
 	})
 }
 
-// spend counts one visited node against maxNodes; false once it is spent,
-// which is reported the first time.
-func (d *decoder) spend(n *yaml.Node) bool {
-	d.nodes++
-	if d.nodes == maxNodes+1 {
-		d.errorf(n, "", fmt.Sprintf("It has more than %d values; reduce the use of YAML anchors and aliases.", maxNodes),
-			"the document is too large once its aliases are expanded")
+// enter is called before n is decoded at path: it counts n and checks the
+// bounds. false means n is not to be decoded, and decoding stops: a bound
+// was passed (reported), or the caller gave up. Otherwise leave(n) must
+// follow.
+func (d *decoder) enter(n *yaml.Node, path string) bool {
+	if d.stopped {
+		return false
 	}
-	return d.nodes <= maxNodes
+	d.nodes++
+	switch {
+	case d.nodes > maxNodes:
+		d.stop(n, "", fmt.Sprintf("It has more than %d values; reduce the use of YAML anchors and aliases.", maxNodes),
+			"the document is too large once its aliases are expanded")
+	case d.depth >= maxDepth:
+		d.stop(n, path, "Flatten the value; if it holds an alias, make sure the alias does not lead back into it. The rest of the file is not checked.",
+			"the value is nested more than %d levels deep", maxDepth)
+	case len(path) > maxPath:
+		d.stop(n, clip(path, maxPath), "Shorten the keys of the value, or flatten it. The rest of the file is not checked.",
+			"the path of the value is longer than %d characters", maxPath)
+	case d.nodes%checkEvery == 0:
+		if err := d.cancelled(); err != nil {
+			d.stopped, d.err = true, err
+		}
+	}
+	if d.stopped {
+		return false
+	}
+	d.depth++
+	if n.Anchor != "" {
+		d.open[n]++
+	}
+	return true
+}
+
+func (d *decoder) leave(n *yaml.Node) {
+	d.depth--
+	if n.Anchor != "" {
+		d.open[n]--
+	}
+}
+
+// stop reports the bound n passed and ends the decode.
+func (d *decoder) stop(n *yaml.Node, path, detail, format string, args ...any) {
+	d.errorf(n, path, detail, format, args...)
+	d.stopped = true
+}
+
+// follow returns the node alias n stands for, or nil, reported, when the
+// alias is inside the value it names: that value would have no end.
+func (d *decoder) follow(n *yaml.Node, path string) *yaml.Node {
+	if d.open[n.Alias] > 0 {
+		d.errorf(n, path, fmt.Sprintf("A value cannot hold an alias of itself: write the inner value out, or put the anchor &%s on a part that does not hold *%s.", clip(n.Value, maxShown), clip(n.Value, maxShown)),
+			"the alias *%s is inside the value it names", n.Value)
+		return nil
+	}
+	return n.Alias
 }
 
 // value decodes n into v (addressable) at path.
 func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
-	if !d.spend(n) {
+	if !d.enter(n, path) {
 		return
 	}
+	defer d.leave(n)
 	if n.Kind == yaml.AliasNode {
-		d.value(n.Alias, v, path)
+		if a := d.follow(n, path); a != nil {
+			d.value(a, v, path)
+		}
 		return
 	}
 	if isNull(n) {
@@ -154,7 +249,7 @@ func kindName(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	default:
-		return fmt.Sprintf("%q", n.Value)
+		return fmt.Sprintf("%q", clip(n.Value, maxShown))
 	}
 }
 
@@ -209,12 +304,16 @@ func (d *decoder) pairs(n *yaml.Node, path string) []pair {
 }
 
 func (d *decoder) mergeSources(n *yaml.Node, path string) []pair {
-	if !d.spend(n) {
+	if !d.enter(n, path) {
 		return nil
 	}
+	defer d.leave(n)
 	switch {
 	case n.Kind == yaml.AliasNode:
-		return d.mergeSources(n.Alias, path)
+		if a := d.follow(n, path); a != nil {
+			return d.mergeSources(a, path)
+		}
+		return nil
 	case n.Kind == yaml.MappingNode:
 		return d.pairs(n, path)
 	case n.Kind == yaml.SequenceNode:
@@ -233,7 +332,7 @@ func (d *decoder) structValue(n *yaml.Node, v reflect.Value, path string) {
 		d.errorf(n, path, "", "expected a mapping (key: value), got %s", kindName(n))
 		return
 	}
-	fields := fieldsOf(v.Type())
+	fields := d.keysOf(v.Type()).fields
 	for _, p := range d.pairs(n, path) {
 		key := p.key.Value
 		fpath := join(path, key)
@@ -268,7 +367,7 @@ func (d *decoder) sliceValue(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.SequenceNode {
 		hint := ""
 		if n.Kind == yaml.ScalarNode {
-			hint = fmt.Sprintf("Write it as a list: [%s], or one `- %s` per line.", n.Value, n.Value)
+			hint = sprintf("Write it as a list: [%s], or one `- %s` per line.", n.Value, n.Value)
 		}
 		d.errorf(n, path, hint, "expected a list, got %s", kindName(n))
 		return
@@ -285,12 +384,16 @@ func (d *decoder) sliceValue(n *yaml.Node, v reflect.Value, path string) {
 // generic decodes a free-form value: mappings become map[string]any, lists
 // []any, scalars their YAML type.
 func (d *decoder) generic(n *yaml.Node, path string) any {
-	if !d.spend(n) {
+	if !d.enter(n, path) {
 		return nil
 	}
+	defer d.leave(n)
 	switch n.Kind {
 	case yaml.AliasNode:
-		return d.generic(n.Alias, path)
+		if a := d.follow(n, path); a != nil {
+			return d.generic(a, path)
+		}
+		return nil
 	case yaml.MappingNode:
 		m := map[string]any{}
 		for _, p := range d.pairs(n, path) {
@@ -332,14 +435,14 @@ func (d *decoder) unknownKey(k *yaml.Node, path, key string, t reflect.Type) {
 	if path != "" {
 		where = "in " + path
 	}
-	names := fieldNames(t)
+	keys := d.keysOf(t)
 	var detail string
 	if elsewhere := d.keyLocations()[key]; len(elsewhere) > 0 && len(elsewhere) <= 3 {
-		detail = fmt.Sprintf("%q belongs under %s.", key, strings.Join(elsewhere, " or "))
-	} else if s := suggest(key, names); s != "" {
+		detail = sprintf("%q belongs under %s.", key, strings.Join(elsewhere, " or "))
+	} else if s := suggest(key, keys.names); s != "" {
 		detail = fmt.Sprintf("Did you mean %q?", s)
 	} else {
-		detail = "Known keys here: " + strings.Join(names, ", ") + "."
+		detail = keys.known
 	}
 	d.errorf(k, fpath, detail, "unknown key %q %s", key, where)
 }
@@ -366,9 +469,10 @@ func (d *decoder) keyLocations() map[string][]string {
 			if parent == "" {
 				parent = "the top level"
 			}
-			for _, name := range fieldNames(t) {
+			keys := d.keysOf(t)
+			for _, name := range keys.names {
 				d.keys[name] = append(d.keys[name], parent)
-				walk(fieldsOf(t)[name].typ, join(path, name), depth+1)
+				walk(keys.fields[name].typ, join(path, name), depth+1)
 			}
 		}
 		walk(reflect.TypeFor[Cluster](), "", 0)
@@ -418,8 +522,13 @@ func fieldNames(t reflect.Type) []string {
 	return names
 }
 
+// join is the path of key under path: `services.kube-api`. A key longer
+// than maxKey is shown by its beginning: `services["kube-apiiiii…"]`.
 func join(path, key string) string {
-	if path == "" {
+	switch {
+	case len(key) > maxKey:
+		return fmt.Sprintf("%s[%q]", path, clip(key, maxKey))
+	case path == "":
 		return key
 	}
 	return path + "." + key
@@ -430,28 +539,35 @@ var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // mapKeyPath is the path of a map entry: `labels.zone`, or
 // `labels["app.kubernetes.io/name"]` when the key is not a plain word.
 func mapKeyPath(path, key string) string {
-	if plainKey.MatchString(key) {
-		return join(path, key)
+	if len(key) <= maxKey && !plainKey.MatchString(key) {
+		return fmt.Sprintf("%s[%q]", path, key)
 	}
-	return fmt.Sprintf("%s[%q]", path, key)
+	return join(path, key)
 }
 
+// maxSuggest bounds the keys and values given a "did you mean": a longer
+// one is no typo, and comparing it would cost its length squared.
+const maxSuggest = 64
+
 // suggest returns the known key closest to key, or "" when none is close.
+// Case, '-' and '_' do not count.
 func suggest(key string, known []string) string {
-	norm := func(s string) string { return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(s)) }
+	if len(key) > maxSuggest {
+		return ""
+	}
 	for _, k := range known {
-		if norm(k) == norm(key) {
+		if sameWord(k, key) {
 			return k
 		}
 	}
-	best, bestDist := "", 0
+	limit := max(1, min(3, len(key)/3))
+	best, bestDist := "", limit+1
 	for _, k := range known {
-		dist := editDistance(strings.ToLower(key), strings.ToLower(k))
-		if best == "" || dist < bestDist {
+		if dist := editDistance(key, k, limit); dist < bestDist {
 			best, bestDist = k, dist
 		}
 	}
-	if limit := max(1, min(3, len(key)/3)); bestDist <= limit {
+	if best != "" {
 		return best
 	}
 	// A key cut short or run on: cluster_dns for cluster_dns_server.
@@ -465,28 +581,77 @@ func suggest(key string, known []string) string {
 	return ""
 }
 
-// editDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and swaps of neighbours ("imgae") cost one each.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
+// sameWord reports whether a and b are the same word but for ASCII case,
+// '-' and '_': kube-api is kubeAPI.
+func sameWord(a, b string) bool {
+	i, j := 0, 0
+	for {
+		for i < len(a) && (a[i] == '-' || a[i] == '_') {
+			i++
+		}
+		for j < len(b) && (b[j] == '-' || b[j] == '_') {
+			j++
+		}
+		if i == len(a) || j == len(b) {
+			return i == len(a) && j == len(b)
+		}
+		if lower(a[i]) != lower(b[j]) {
+			return false
+		}
+		i, j = i+1, j+1
 	}
-	for j := range d[0] {
-		d[0][j] = j
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// editDistance is the optimal string alignment distance of a and b, ASCII
+// case aside: insertions, deletions, substitutions and swaps of
+// neighbours ("imgae") cost one each. A distance above limit is returned
+// as limit+1: only cells within limit of the diagonal are computed, three
+// rows of them at a time.
+func editDistance(a, b string, limit int) int {
+	far := limit + 1
+	if len(a)-len(b) > limit || len(b)-len(a) > limit {
+		return far
+	}
+	// rows i-2, i-1 and i of the table, over b; on the stack for the
+	// words suggest compares. A cell outside the band is far.
+	n := len(b) + 1
+	var buf [3 * (maxSuggest + 4)]int
+	rows := buf[:]
+	if 3*n > len(buf) {
+		rows = make([]int, 3*n)
+	}
+	before, prev, cur := rows[:n], rows[n:2*n], rows[2*n:3*n]
+	for j := range prev {
+		prev[j] = min(j, far)
 	}
 	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
+		lo, hi := max(1, i-limit), min(len(b), i+limit)
+		cur[0] = min(i, far)
+		if lo > 1 {
+			cur[lo-1] = far
+		}
+		if hi < len(b) {
+			cur[hi+1] = far
+		}
+		for j := lo; j <= hi; j++ {
 			cost := 1
-			if a[i-1] == b[j-1] {
+			if lower(a[i-1]) == lower(b[j-1]) {
 				cost = 0
 			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			d := min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && lower(a[i-1]) == lower(b[j-2]) && lower(a[i-2]) == lower(b[j-1]) {
+				d = min(d, before[j-2]+1)
 			}
+			cur[j] = min(d, far)
 		}
+		before, prev, cur = prev, cur, before
 	}
-	return d[len(a)][len(b)]
+	return prev[len(b)]
 }

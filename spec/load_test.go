@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/rigger/rigger/internal/golden"
 	"github.com/rigger/rigger/spec/rkemeta"
@@ -448,8 +451,15 @@ func TestParseBudget(t *testing.T) {
 	}
 }
 
-// FuzzLoad feeds arbitrary bytes to the loader: it must never panic, and
-// whatever loads without errors must survive a round trip through Marshal.
+// FuzzLoad feeds arbitrary bytes to the loader: it must never panic, its
+// diagnostics stay within their bounds, the weight of the YAML structure
+// is at least the number of values the YAML parser builds (so that the
+// bound checked before parsing bounds its memory), and whatever loads
+// without errors must survive a round trip through Marshal. The seeds of
+// testdata/fuzz/FuzzLoad, run by every `go test`, are files made to cost
+// time or memory (aliases inside themselves, billion laughs, nesting
+// without end, long keys): without the bounds, they take minutes and
+// gigabytes.
 func FuzzLoad(f *testing.F) {
 	for _, glob := range []string{"testdata/invalid/*.yml", "../examples/clusters/*/cluster.yml"} {
 		files, _ := filepath.Glob(glob)
@@ -463,6 +473,19 @@ func FuzzLoad(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, diags := Parse(data, "fuzz.yml")
+		if len(diags) > maxDiagnostics+2 {
+			t.Fatalf("%d diagnostics, more than %d", len(diags), maxDiagnostics+2)
+		}
+		for _, d := range diags {
+			if len(d.Path) > maxPath+maxKey+8 || len(d.Summary) > maxText+3 || len(d.Detail) > maxText+3 {
+				t.Fatalf("a diagnostic of %d bytes (path %d, summary %d, detail %d) is not shortened", len(d.String()), len(d.Path), len(d.Summary), len(d.Detail))
+			}
+		}
+		if root, err := parseYAML(bytes.NewReader(data)); err == nil && root != nil {
+			if weight, _ := structure(data, math.MaxInt); countNodes(root)+1 > weight+2 {
+				t.Fatalf("the YAML parser built %d values, more than the weight %d of the structure (+2)", countNodes(root)+1, weight)
+			}
+		}
 		if diags.HasErrors() {
 			return
 		}
@@ -474,6 +497,15 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("a valid cluster does not load again after Marshal:\n%v\n%s", diags, out)
 		}
 	})
+}
+
+// countNodes counts the nodes of the tree at n, aliases not followed.
+func countNodes(n *yaml.Node) int {
+	count := 1
+	for _, c := range n.Content {
+		count += countNodes(c)
+	}
+	return count
 }
 
 // TestCloudProvidersWithoutConfig: the names RKE runs without a config

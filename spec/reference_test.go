@@ -38,6 +38,14 @@ the closest known key (` + "`rigger validate -f cluster.yml`" + `). ` + "`rigger
 prints a file with every default filled in. Which Kubernetes versions rigger
 knows, and how their images and flags are chosen: [versions.md](versions.md).
 
+Limits: rigger reads at most 8 MiB and about 262,144 values (each ` + "`:`" + `, ` + "`,`" + `,
+` + "`- `" + `, ` + "`[`" + ` and ` + "`{`" + ` counts, in text blocks such as ` + "`addons`" + ` too: long manifests
+belong in ` + "`addons_include`" + ` files), 262,144 values once YAML aliases are expanded,
+64 levels of nesting, and paths of 1024 characters; an alias inside the value it
+names is an error. A file past one of these gets one error at the line where it
+passes it. A file gets its first 100 problems in file order, then a count of the
+others; "did you mean" is given for keys and values of up to 64 characters.
+
 Types: *string*, *bool* (true/false; yes/no/on/off are read too), *int*,
 *duration* (` + "`10s`, `1m30s`" + `), *list*, *map* (key: value), *object*
 (a Kubernetes object given inline, passed on unchanged). A *budget* is a number

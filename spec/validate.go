@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -18,11 +19,26 @@ import (
 
 // validator checks a decoded, defaulted cluster as a whole.
 type validator struct {
-	file  string
-	pos   map[string]Pos
-	bad   map[string]bool // paths that failed to decode: nothing more is said about them
-	zero  map[string]bool // paths given an explicit 0
-	diags Diagnostics
+	file string
+	pos  map[string]Pos
+	bad  map[string]bool // paths that failed to decode: nothing more is said about them
+	// holdsBad holds every path with a bad path inside it.
+	holdsBad map[string]bool
+	zero     map[string]bool // paths given an explicit 0
+	diags    *collector
+}
+
+// newValidator makes the validator of what d decoded.
+func newValidator(d *decoder) *validator {
+	v := &validator{file: d.file, pos: d.pos, bad: d.bad, holdsBad: map[string]bool{}, zero: d.zero, diags: d.diags}
+	for b := range d.bad {
+		for i := 1; i < len(b); i++ {
+			if b[i] == '.' || b[i] == '[' {
+				v.holdsBad[b[:i]] = true
+			}
+		}
+	}
+	return v
 }
 
 // at returns the position of path, or of its closest ancestor that has one.
@@ -40,11 +56,15 @@ func (v *validator) at(p string) Pos {
 	return Pos{}
 }
 
-// related reports whether p is, contains or lies inside a path that failed to decode.
+// related reports whether p is, contains or lies inside a path that failed
+// to decode. Its work grows with the length of p, not with the number of
+// bad paths.
 func (v *validator) related(p string) bool {
-	for b := range v.bad {
-		if b == p || strings.HasPrefix(b, p+".") || strings.HasPrefix(b, p+"[") ||
-			strings.HasPrefix(p, b+".") || strings.HasPrefix(p, b+"[") {
+	if v.bad[p] || v.holdsBad[p] {
+		return true
+	}
+	for i := len(p) - 1; i > 0; i-- {
+		if (p[i] == '.' || p[i] == '[') && v.bad[p[:i]] {
 			return true
 		}
 	}
@@ -56,9 +76,9 @@ func (v *validator) add(sev Severity, p, detail, format string, args ...any) {
 		return
 	}
 	pos := v.at(p)
-	v.diags = append(v.diags, Diagnostic{
+	v.diags.add(Diagnostic{
 		Severity: sev, File: v.file, Line: pos.Line, Column: pos.Column,
-		Path: p, Summary: fmt.Sprintf(format, args...), Detail: detail,
+		Path: p, Summary: sprintf(format, args...), Detail: detail,
 	})
 }
 
@@ -94,25 +114,24 @@ var positiveInts = []string{
 	"rigger.max_parallel",
 }
 
-func (v *validator) validate(c *Cluster) {
+// validate checks c, part after part; between two parts, it stops with
+// the cause when ctx ends.
+func (v *validator) validate(ctx context.Context, c *Cluster) error {
 	for _, p := range positiveInts {
 		if v.zero[p] {
 			v.errorf(p, "Leave the key out to get the default.", "%s must be at least 1, got 0", p[strings.LastIndex(p, ".")+1:])
 		}
 	}
-	v.clusterName(c)
-	v.version(c)
-	v.nodes(c)
-	v.services(c)
-	v.network(c)
-	v.auth(c)
-	v.addons(c)
-	v.upgradeStrategy(c)
-	v.registries(c)
-	v.bastion(c)
-	v.misc(c)
-	v.rigger(c)
-	v.notWritten(c)
+	for _, check := range []func(*Cluster){
+		v.clusterName, v.version, v.nodes, v.services, v.network, v.auth, v.addons,
+		v.upgradeStrategy, v.registries, v.bastion, v.misc, v.rigger, v.notWritten,
+	} {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		check(c)
+	}
+	return nil
 }
 
 func (v *validator) clusterName(c *Cluster) {
@@ -409,7 +428,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func (v *validator) baseService(p string, b *BaseService) {
 	for k := range b.ExtraArgs {
 		if strings.HasPrefix(k, "-") {
-			v.warnf(mapKeyPath(p+".extra_args", k), fmt.Sprintf("Write %q: rigger adds the dashes.", strings.TrimLeft(k, "-")), "flag %q starts with a dash", k)
+			v.warnf(mapKeyPath(p+".extra_args", k), sprintf("Write %q: rigger adds the dashes.", strings.TrimLeft(k, "-")), "flag %q starts with a dash", k)
 		}
 	}
 	for i, bind := range b.ExtraBinds {

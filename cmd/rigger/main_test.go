@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -95,6 +97,38 @@ func TestValidateValidExampleAndEnvOverride(t *testing.T) {
 	t.Setenv("RIGGER_FILE", "../../examples/clusters/ha/cluster.yml")
 	out, _, code := run(t, "validate")
 	if code != 0 || !strings.Contains(out, "ha/cluster.yml: valid") {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+}
+
+// TestValidateInterrupted: validate stops when its context ends (main's
+// on SIGINT or SIGTERM), says so with the signal, and exits non-zero.
+func TestValidateInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("terminated signal received"))
+	var out, errOut bytes.Buffer
+	stdout, stderr, code := runTo(t, ctx, "", &out, &errOut, "validate", "-f", "../../examples/clusters/ha/cluster.yml")
+	if code == 0 || strings.Contains(stdout, "valid") ||
+		!strings.Contains(stderr, "validation of ../../examples/clusters/ha/cluster.yml stopped before the end: terminated signal received") {
+		t.Errorf("exit %d, stdout %q, stderr %q: want a non-zero exit that names the signal", code, stdout, stderr)
+	}
+}
+
+// TestValidateCountsLeftOut: the closing count is of every problem, those
+// not shown included.
+func TestValidateCountsLeftOut(t *testing.T) {
+	var y strings.Builder
+	y.WriteString("nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n")
+	for i := range 150 {
+		fmt.Fprintf(&y, "key%d: x\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "cluster.yml")
+	if err := os.WriteFile(file, []byte(y.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := run(t, "validate", "-f", file)
+	if code != 1 || strings.Count(out, "unknown key") != 100 || !strings.Contains(out, "error: and 50 more errors") ||
+		!strings.HasSuffix(out, "cluster.yml: 150 errors, 0 warnings\n") {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}
 }

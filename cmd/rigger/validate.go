@@ -26,14 +26,19 @@ func newValidateCommand() *cobra.Command {
 connection to a node: misspelled or misplaced keys, values of the wrong type,
 missing or duplicate nodes, roles, CIDRs, labels and taints, etcd backup
 settings, upgrade budgets and the Kubernetes version. Every problem is printed
-at once with its file:line:column and field path.
+at once with its file:line:column and field path (the first 100 in file order,
+then a count of the others).
 
-Exit status: 0 when the file is valid (warnings allowed), 1 otherwise.`,
+Exit status: 0 when the file is valid (warnings allowed), 1 otherwise, also
+when interrupted (SIGINT, SIGTERM) before the end.`,
 		Example: `  rigger validate -f cluster.yml
   rigger validate -f cluster.yml -o json | jq '.diagnostics[] | .summary'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, diags, err := spec.Load(file)
+			_, diags, err := spec.LoadContext(cmd.Context(), file)
+			if cmd.Context().Err() != nil {
+				return fmt.Errorf("validation of %s stopped before the end: %w", file, err)
+			}
 			if diags == nil && err != nil {
 				return err // the file could not be read
 			}
@@ -54,14 +59,7 @@ Exit status: 0 when the file is valid (warnings allowed), 1 otherwise.`,
 // printDiagnostics writes diags as text (one per problem and a closing count)
 // or as one JSON object.
 func printDiagnostics(w io.Writer, format, file string, diags spec.Diagnostics) error {
-	errs, warns := 0, 0
-	for _, d := range diags {
-		if d.Severity == spec.SeverityError {
-			errs++
-		} else {
-			warns++
-		}
-	}
+	errs, warns := diags.Count()
 	switch format {
 	case "json":
 		if diags == nil {

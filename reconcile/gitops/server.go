@@ -14,6 +14,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/spec"
 )
 
 // Defaults of Config.
@@ -26,6 +27,10 @@ const (
 	DefaultDriftInterval = 5 * time.Minute
 	// DefaultMaxConcurrent is how many clusters are reconciled at once.
 	DefaultMaxConcurrent = 4
+	// DefaultParseTimeout is how long reading one cluster.yml may take.
+	// Within spec's bounds it takes a few seconds at most: more is a file
+	// made to cost time, or a machine too loaded to reconcile anyway.
+	DefaultParseTimeout = 30 * time.Second
 	// jitter is the share of Interval by which each poll is moved, so that
 	// many servers do not fetch at the same moment.
 	jitter = 0.1
@@ -39,8 +44,8 @@ const (
 // server reads cluster.yml files from it and commits status.yml to it.
 type Repository interface {
 	Fetch(ctx context.Context, branch string) (gitrepo.Commit, error)
-	Find(rev, dir, name string) ([]gitrepo.File, error)
-	ReadFile(rev, path string) (gitrepo.File, bool, error)
+	Find(rev, dir, name string, max int64) ([]gitrepo.File, error)
+	ReadFile(rev, path string, max int64) (gitrepo.File, bool, error)
 	LastChange(rev, path string) (string, error)
 	CommitFile(ctx context.Context, c gitrepo.FileCommit) (hash string, changed bool, err error)
 }
@@ -66,6 +71,9 @@ type Config struct {
 	// MaxConcurrent bounds the clusters reconciled at once
 	// (DefaultMaxConcurrent).
 	MaxConcurrent int
+	// ParseTimeout bounds the reading of one cluster.yml
+	// (DefaultParseTimeout); a file read no faster stalls its cluster.
+	ParseTimeout time.Duration
 	// StateDir holds one state directory per cluster, named for its
 	// cluster_name, as `rigger apply` lays them out: a CLI apply with the
 	// same base shares the state and the lock.
@@ -117,6 +125,9 @@ type Server struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by cluster.yml path
 	wg      sync.WaitGroup
+	// parseMu makes workers read their cluster.yml one at a time: spec
+	// bounds the memory of reading one file, this bounds serve's.
+	parseMu sync.Mutex
 }
 
 // New checks cfg and makes a Server; Run starts it.
@@ -135,6 +146,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.ParseTimeout <= 0 {
+		cfg.ParseTimeout = DefaultParseTimeout
 	}
 	if cfg.Open == nil {
 		cfg.Open = openReconcile
@@ -206,7 +220,7 @@ func (s *Server) sync(ctx context.Context) {
 		s.cfg.Events(Event{Kind: EventFetched, Err: err})
 		return
 	}
-	files, err := s.cfg.Repo.Find(head.Hash, s.cfg.Path, ClusterFileName)
+	files, err := s.cfg.Repo.Find(head.Hash, s.cfg.Path, ClusterFileName, spec.MaxFileSize)
 	if err != nil {
 		log.Error("list cluster files", "revision", head.Hash, "path", s.cfg.Path, "err", err)
 		s.cfg.Events(Event{Kind: EventFetched, Revision: head.Hash, Err: err})
@@ -221,7 +235,7 @@ func (s *Server) sync(ctx context.Context) {
 	for _, f := range files {
 		seen[f.Path] = true
 		w := s.workers[f.Path]
-		ref := clusterRef{Path: f.Path, Content: f.Content, Blob: f.Blob, Head: head.Hash}
+		ref := clusterRef{Path: f.Path, Content: f.Content, Size: f.Size, Blob: f.Blob, Head: head.Hash}
 		if w != nil && w.current().Blob == f.Blob {
 			ref.Revision = w.current().Revision // unchanged: no history walk
 		} else {
@@ -306,16 +320,16 @@ func (l *lockedRepo) Fetch(ctx context.Context, branch string) (gitrepo.Commit, 
 	return l.r.Fetch(ctx, branch)
 }
 
-func (l *lockedRepo) Find(rev, dir, name string) ([]gitrepo.File, error) {
+func (l *lockedRepo) Find(rev, dir, name string, max int64) ([]gitrepo.File, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.r.Find(rev, dir, name)
+	return l.r.Find(rev, dir, name, max)
 }
 
-func (l *lockedRepo) ReadFile(rev, p string) (gitrepo.File, bool, error) {
+func (l *lockedRepo) ReadFile(rev, p string, max int64) (gitrepo.File, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.r.ReadFile(rev, p)
+	return l.r.ReadFile(rev, p, max)
 }
 
 func (l *lockedRepo) LastChange(rev, p string) (string, error) {

@@ -2,8 +2,10 @@ package gitops_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +13,10 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/spec"
 )
 
 // TestServerInvalidSpec follows a real repository whose cluster.yml has a
@@ -25,22 +29,7 @@ func TestServerInvalidSpec(t *testing.T) {
 		"README.md":                "clusters\n",
 	})
 	o.push(t)
-	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := make(chan gitops.Event, 100)
-	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
-		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
-		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
-		Events: func(e gitops.Event) { events <- e }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	srv, events := serveClusters(t, o, nil)
 
 	starts := 0
 	wait := func(kind gitops.EventKind) gitops.Event {
@@ -61,18 +50,7 @@ func TestServerInvalidSpec(t *testing.T) {
 		}
 	}
 	wait(gitops.EventStatusWritten)
-	out, err := bareGit(o, "show", "main:clusters/bad/status.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := gitops.ParseStatus([]byte(out))
-	if f == nil {
-		t.Fatalf("status.yml does not parse:\n%s", out)
-	}
-	conds := map[string]gitops.Condition{}
-	for _, c := range f.Conditions {
-		conds[c.Type] = c
-	}
+	conds := conditionsOf(t, o, "clusters/bad")
 	stalled, ready := conds[gitops.ConditionStalled], conds[gitops.ConditionReady]
 	if stalled.Status != "True" || stalled.Reason != "InvalidSpec" || ready.Reason != "InvalidSpec" ||
 		!strings.Contains(ready.Message, "clusters/bad/cluster.yml:1") || !strings.Contains(ready.Message, "kubernetes_version") ||
@@ -101,6 +79,52 @@ func TestServerInvalidSpec(t *testing.T) {
 	if n, _ := bareGit(o, "rev-list", "--count", "--author=rigger-e2e", "main"); strings.TrimSpace(n) != "1" {
 		t.Errorf("%s status commits, want 1", strings.TrimSpace(n))
 	}
+}
+
+// serveClusters follows o's main branch, path clusters, until the test
+// ends, with sessions from open (real ones when nil); it returns the
+// server and its events.
+func serveClusters(t *testing.T, o *origin, open gitops.Opener) (*gitops.Server, chan gitops.Event) {
+	t.Helper()
+	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan gitops.Event, 100)
+	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
+		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
+		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
+		Open:   open, Events: func(e gitops.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return srv, events
+}
+
+// conditionsOf returns the conditions of the status.yml in dir on main,
+// by type; it has a Stalled one.
+func conditionsOf(t *testing.T, o *origin, dir string) map[string]gitops.Condition {
+	t.Helper()
+	out, err := bareGit(o, "show", "main:"+dir+"/status.yml")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	f := gitops.ParseStatus([]byte(out))
+	if f == nil {
+		t.Fatalf("%s/status.yml does not parse:\n%s", dir, out)
+	}
+	conds := map[string]gitops.Condition{}
+	for _, c := range f.Conditions {
+		conds[c.Type] = c
+	}
+	if _, ok := conds[gitops.ConditionStalled]; !ok {
+		t.Fatalf("%s/status.yml has no Stalled condition:\n%s", dir, out)
+	}
+	return conds
 }
 
 // bareGit runs git in the bare repository.
@@ -177,5 +201,60 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 		if !strings.Contains(msg, other) || !strings.Contains(msg, `"dup"`) {
 			t.Errorf("%s: %q does not name %s and the name", p, msg, other)
 		}
+	}
+}
+
+// TestServerHostileClusterStallsAlone follows a real repository with a
+// cluster.yml made to cost memory (an alias inside itself), one larger
+// than rigger reads and a good one: the first two are Stalled with what
+// is wrong, and never reach a session; the good one goes on to its
+// reconcile (its session is opened).
+func TestServerHostileClusterStallsAlone(t *testing.T) {
+	o := newOrigin(t, freePort(t))
+	good := "cluster_name: good\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
+	o.commit(t, "three clusters", map[string]string{
+		"clusters/good/cluster.yml": good,
+		"clusters/bomb/cluster.yml": "cluster_name: bomb\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n" +
+			"services:\n  kube-api:\n    admission_configuration: &a {apiVersion: v1, kind: X, x: *a}\n",
+		"clusters/big/cluster.yml": good + strings.Repeat("# padding that compresses well\n", 300_000), // 9 MiB
+	})
+	o.push(t)
+	var mu sync.Mutex
+	opened := map[string]bool{}
+	_, events := serveClusters(t, o, func(c *spec.Cluster, _ reconcile.Options) (gitops.Session, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		opened[c.ClusterName] = true
+		return nil, errors.New("no nodes in this test")
+	})
+
+	written := map[string]bool{}
+	timeout := time.After(60 * time.Second)
+	for len(written) < 3 {
+		select {
+		case e := <-events:
+			if e.Kind == gitops.EventStatusWritten {
+				written[e.Path] = true
+			}
+		case <-timeout:
+			t.Fatalf("status.yml written for %v only", written)
+		}
+	}
+	for cluster, want := range map[string]string{
+		"bomb": "clusters/bomb/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
+		"big":  "clusters/big/cluster.yml: error: the file is larger than 8 MiB",
+	} {
+		conds := conditionsOf(t, o, "clusters/"+cluster)
+		if c, r := conds[gitops.ConditionStalled], conds[gitops.ConditionReady]; c.Status != "True" || c.Reason != "InvalidSpec" || !strings.Contains(r.Message, want) {
+			t.Errorf("%s: Stalled %+v, Ready %+v, want InvalidSpec, Ready saying %q", cluster, c, r, want)
+		}
+	}
+	if c := conditionsOf(t, o, "clusters/good")[gitops.ConditionStalled]; c.Status != "False" {
+		t.Errorf("good: Stalled %+v, want False: it is retried", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !opened["good"] || opened["bomb"] || opened["big"] {
+		t.Errorf("sessions opened for %v, want the good cluster's only", opened)
 	}
 }

@@ -124,7 +124,7 @@ func TestStatusBounded(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	big := strings.Repeat("x", 1<<20)
 	const mark = "UNIQUE-ERROR-START"
-	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, Now: func() time.Time { return now },
+	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: func() time.Time { return now },
 		Open: func(*spec.Cluster, reconcile.Options) (Session, error) {
 			return nil, &reconcile.Error{Reason: reconcile.ReasonInvalidSpec, Stalls: true, Err: errors.New(mark + big)}
 		}}, workers: map[string]*worker{}}

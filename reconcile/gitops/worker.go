@@ -32,8 +32,10 @@ const (
 
 // clusterRef is one cluster.yml as fetched.
 type clusterRef struct {
-	Path    string
+	Path string
+	// Content is nil when Size is more than spec.MaxFileSize.
 	Content []byte
+	Size    int64
 	Blob    string
 	// Revision is the commit that last changed the file; Head the branch's
 	// head when it was fetched.
@@ -92,6 +94,10 @@ func (w *worker) current() clusterRef {
 
 func (w *worker) stop() { w.cancel() }
 
+// maxStatusFile bounds the status.yml read back: rigger writes far smaller
+// ones, and a larger one is not read (the next status replaces it).
+const maxStatusFile = 1 << 20
+
 // readStatus reads status.yml as the repository has it at rev (or at the
 // status branch's head) and takes from it what the next status carries
 // on: the conditions' transition times, the drift repaired, the snapshots
@@ -110,8 +116,8 @@ func (w *worker) readStatus(ctx context.Context, rev string, fetch bool) *Status
 			}
 		}
 	}
-	f, ok, err := cfg.Repo.ReadFile(rev, w.statusPath)
-	if err != nil || !ok {
+	f, ok, err := cfg.Repo.ReadFile(rev, w.statusPath, maxStatusFile)
+	if err != nil || !ok || f.Content == nil {
 		return nil
 	}
 	prev := ParseStatus(f.Content)
@@ -278,14 +284,10 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 // applies (unless suspended), takes a due snapshot, and observes the result.
 func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, changed bool) (out outcome) {
 	cfg := w.srv.cfg
-	c, diags := spec.Parse(ref.Content, ref.Path)
-	for _, d := range diags {
-		if d.Severity != spec.SeverityError {
-			log.Warn("cluster.yml", "diagnostic", d.String())
-		}
-	}
-	if err := diags.Err(); err != nil {
-		return outcome{stalled: reconcile.ReasonInvalidSpec, err: err}
+	c, err := w.parse(ctx, log, ref)
+	if err != nil {
+		out.fail(err)
+		return out
 	}
 	out.cluster, out.suspended = c.ClusterName, c.Rigger.Suspend
 	log = log.With("cluster", c.ClusterName)
@@ -340,6 +342,41 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 	return out
 }
 
+// parse reads the cluster.yml of ref within serve's bounds: spec's (size,
+// values, nesting), ParseTimeout, and one file at a time. A file past one
+// of them, like one with errors, stalls its cluster (InvalidSpec); the
+// other clusters go on.
+func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
+	invalid := func(err error) error {
+		return &reconcile.Error{Reason: reconcile.ReasonInvalidSpec, Stalls: true, Err: err}
+	}
+	if ref.Size > spec.MaxFileSize {
+		return nil, invalid(fmt.Errorf("%s: error: the file is larger than %d MiB (%d bytes): move long manifests from addons to files listed in addons_include",
+			ref.Path, spec.MaxFileSize>>20, ref.Size))
+	}
+	timeout := w.srv.cfg.ParseTimeout
+	w.srv.parseMu.Lock()
+	defer w.srv.parseMu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, diags, err := spec.ParseContext(pctx, ref.Content, ref.Path)
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("read %s: %w", ref.Path, context.Cause(ctx)) // serve stops
+	case err != nil:
+		return nil, invalid(fmt.Errorf("%s: error: the file was not read within %s: make it smaller or simpler (fewer values, anchors and aliases)", ref.Path, timeout))
+	}
+	for _, d := range diags {
+		if d.Severity != spec.SeverityError {
+			log.Warn("cluster.yml", "diagnostic", d.String())
+		}
+	}
+	if err := diags.Err(); err != nil {
+		return nil, invalid(err)
+	}
+	return c, nil
+}
+
 // includeReader reads the addons_include files of the cluster.yml of ref
 // from the repository, at the commit fetched: paths relative to the
 // cluster.yml's directory, inside the repository.
@@ -352,13 +389,13 @@ func (w *worker) includeReader(ref clusterRef) func(entry string, max int64) ([]
 		if p == ".." || strings.HasPrefix(p, "../") {
 			return nil, fmt.Errorf("%s is outside the repository", entry)
 		}
-		f, ok, err := w.srv.cfg.Repo.ReadFile(ref.Head, p)
+		f, ok, err := w.srv.cfg.Repo.ReadFile(ref.Head, p, max)
 		switch {
 		case err != nil:
 			return nil, err
 		case !ok:
 			return nil, fmt.Errorf("no file %s in the repository at %s", p, short(ref.Head))
-		case int64(len(f.Content)) > max:
+		case f.Content == nil:
 			return nil, fmt.Errorf("%s is larger than %d bytes", p, max)
 		}
 		return f.Content, nil

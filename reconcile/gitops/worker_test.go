@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,10 +120,14 @@ func TestAttempt(t *testing.T) {
 	tests := []struct {
 		name    string
 		yml     string
+		size    int64 // of a file not read (Content nil)
 		changed bool
 		session *fakeSession
 		openErr error
-		want    want
+		// parseTimeout is ParseTimeout, a minute when zero.
+		parseTimeout time.Duration
+		want         want
+		wantMsg      string // in the error
 	}{
 		{
 			name: "in sync: nothing applied", session: &fakeSession{},
@@ -146,6 +151,22 @@ func TestAttempt(t *testing.T) {
 		{
 			name: "invalid cluster.yml stalls", yml: "cluster_name: c\nnodez: []\n", session: &fakeSession{},
 			want: want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+		},
+		{
+			name: "a cluster.yml that holds an alias of itself stalls", session: &fakeSession{},
+			yml:     validYML + "services:\n  kube-api:\n    admission_configuration: &a {apiVersion: v1, kind: X, x: *a}\n",
+			want:    want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			wantMsg: "clusters/c/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
+		},
+		{
+			name: "a cluster.yml too large to read stalls", session: &fakeSession{}, yml: "-", size: 9 << 20,
+			want:    want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			wantMsg: "clusters/c/cluster.yml: error: the file is larger than 8 MiB (9437184 bytes)",
+		},
+		{
+			name: "a cluster.yml not read within ParseTimeout stalls", session: &fakeSession{}, parseTimeout: -1,
+			want:    want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			wantMsg: "clusters/c/cluster.yml: error: the file was not read within -1ns",
 		},
 		{
 			name: "a damaged state file stalls", session: &fakeSession{},
@@ -206,8 +227,12 @@ func TestAttempt(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.parseTimeout == 0 {
+				tt.parseTimeout = time.Minute
+			}
 			srv := &Server{cfg: Config{
 				StateDir: t.TempDir(), DriftInterval: time.Hour, Now: func() time.Time { return now },
+				ParseTimeout: tt.parseTimeout,
 				Open: func(*spec.Cluster, reconcile.Options) (Session, error) {
 					if tt.openErr != nil {
 						return nil, tt.openErr
@@ -221,7 +246,14 @@ func TestAttempt(t *testing.T) {
 			if yml == "" {
 				yml = validYML
 			}
-			out := w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(yml)}, tt.changed)
+			ref := clusterRef{Path: w.path, Content: []byte(yml), Size: int64(len(yml))}
+			if tt.size > 0 {
+				ref.Content, ref.Size = nil, tt.size
+			}
+			out := w.attempt(t.Context(), w.log, ref, tt.changed)
+			if out.err == nil && tt.wantMsg != "" || out.err != nil && !strings.Contains(out.err.Error(), tt.wantMsg) {
+				t.Errorf("error %v, want one that says %q", out.err, tt.wantMsg)
+			}
 
 			got := want{stalled: out.stalled != "", retry: out.retry, retryIn: out.retryIn, applied: tt.session.applied, drift: len(w.drift)}
 			for _, c := range conditions(out, "abc", nil, now) {
@@ -235,7 +267,7 @@ func TestAttempt(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s\nerror: %v", diff, out.err)
 			}
-			if tt.openErr == nil && tt.yml == "" && tt.session.closed != 1 {
+			if tt.openErr == nil && tt.yml == "" && tt.parseTimeout > 0 && tt.session.closed != 1 {
 				t.Errorf("session closed %d times, want once", tt.session.closed)
 			}
 		})

@@ -28,6 +28,10 @@ const (
 	DefaultBackoff = 500 * time.Millisecond
 )
 
+// maxCompared bounds the file CommitFile reads to compare with the new
+// content: a larger one is replaced without being read.
+const maxCompared = 8 << 20
+
 // ErrConflict is returned (wrapped) by CommitFile when every attempt lost
 // the race against someone else pushing to the branch. Nothing was pushed;
 // trying again later is safe.
@@ -172,11 +176,11 @@ func (r *Repo) build(c FileCommit, head plumbing.Hash, exists bool) (plumbing.Ha
 		if root, err = hc.Tree(); err != nil {
 			return plumbing.ZeroHash, false, fmt.Errorf("read tree of head %s: %w", head, err)
 		}
-		old, ok, err := r.readLocked(root, c.Path)
+		old, ok, err := r.readLocked(root, c.Path, maxCompared)
 		if err != nil {
 			return plumbing.ZeroHash, false, fmt.Errorf("read current %s: %w", c.Path, err)
 		}
-		if ok && (bytes.Equal(old.Content, c.Content) || (c.Same != nil && c.Same(old.Content))) {
+		if ok && old.Content != nil && (bytes.Equal(old.Content, c.Content) || (c.Same != nil && c.Same(old.Content))) {
 			return head, false, nil
 		}
 		parents = []plumbing.Hash{head}

@@ -54,8 +54,11 @@ type Commit struct {
 
 // File is a file read from a commit's tree.
 type File struct {
-	Path    string // relative to the repository root, slash-separated
+	Path string // relative to the repository root, slash-separated
+	// Content is nil when Size is more than the maximum the caller gave:
+	// such a file is not read at all.
 	Content []byte
+	Size    int64
 	Blob    string // the blob's hash: equal hashes mean equal content
 }
 
@@ -241,18 +244,19 @@ func commitOf(c *object.Commit) Commit {
 // Find returns every regular file called name under dir (recursively) at
 // commit rev, sorted by path. rev is a commit hash or a branch fetched
 // before; dir is relative to the repository root ("" or "." for the root).
-// A dir that does not exist at rev is an error (wrapping
+// A file of more than max bytes is returned without its content. A dir
+// that does not exist at rev is an error (wrapping
 // object.ErrDirectoryNotFound): a wrong --path must not look like a
 // repository without clusters. Symbolic links and submodules are skipped.
-func (r *Repo) Find(rev, dir, name string) ([]File, error) {
-	files, err := r.find(rev, dir, name)
+func (r *Repo) Find(rev, dir, name string, max int64) ([]File, error) {
+	files, err := r.find(rev, dir, name, max)
 	if err != nil {
 		return nil, r.errorf("find %s under %q at %s in %s: %w", name, dir, rev, r.remote.url, err)
 	}
 	return files, nil
 }
 
-func (r *Repo) find(rev, dir, name string) ([]File, error) {
+func (r *Repo) find(rev, dir, name string, max int64) ([]File, error) {
 	dir, err := cleanDir(dir)
 	if err != nil {
 		return nil, err
@@ -289,19 +293,20 @@ func (r *Repo) find(rev, dir, name string) ([]File, error) {
 			continue
 		}
 		full := path.Join(dir, p)
-		content, err := r.blob(e.Hash)
+		f, err := r.file(full, e.Hash, max)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", full, err)
 		}
-		files = append(files, File{Path: full, Content: content, Blob: e.Hash.String()})
+		files = append(files, f)
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	return files, nil
 }
 
 // ReadFile returns the file at path in commit rev (a hash or a fetched
-// branch), and false when there is no regular file at path.
-func (r *Repo) ReadFile(rev, path string) (File, bool, error) {
+// branch), without its content when it has more than max bytes, and false
+// when there is no regular file at path.
+func (r *Repo) ReadFile(rev, path string, max int64) (File, bool, error) {
 	p, err := cleanPath(path)
 	if err != nil {
 		return File{}, false, r.errorf("read %s at %s in %s: %w", path, rev, r.remote.url, err)
@@ -312,24 +317,22 @@ func (r *Repo) ReadFile(rev, path string) (File, bool, error) {
 	if err != nil {
 		return File{}, false, r.errorf("read %s at %s in %s: %w", p, rev, r.remote.url, err)
 	}
-	f, ok, err := r.readLocked(tree, p)
+	f, ok, err := r.readLocked(tree, p, max)
 	if err != nil {
 		return File{}, false, r.errorf("read %s at %s in %s: %w", p, rev, r.remote.url, err)
 	}
 	return f, ok, nil
 }
 
-// readLocked reads the regular file at p in tree; the caller holds r.mu.
-func (r *Repo) readLocked(tree *object.Tree, p string) (File, bool, error) {
+// readLocked reads the regular file at p in tree, unless it has more
+// than max bytes; the caller holds r.mu.
+func (r *Repo) readLocked(tree *object.Tree, p string, max int64) (File, bool, error) {
 	e, ok, err := r.entry(tree, p)
 	if err != nil || !ok || !isRegular(e.Mode) {
 		return File{}, false, err
 	}
-	content, err := r.blob(e.Hash)
-	if err != nil {
-		return File{}, false, err
-	}
-	return File{Path: p, Content: content, Blob: e.Hash.String()}, true, nil
+	f, err := r.file(p, e.Hash, max)
+	return f, err == nil, err
 }
 
 // entry finds the entry at p in tree; ok is false when a part of p is
@@ -394,18 +397,37 @@ func (r *Repo) resolve(rev string) (plumbing.Hash, error) {
 	return *h, nil
 }
 
-// blob reads a blob's content; the caller holds r.mu.
-func (r *Repo) blob(h plumbing.Hash) ([]byte, error) {
+// file returns the file at p, blob h: its size, taken from the object
+// store before anything is read, and its content when the size is at
+// most max, read through a reader that stops there. The caller holds r.mu.
+func (r *Repo) file(p string, h plumbing.Hash, max int64) (File, error) {
+	f := File{Path: p, Blob: h.String()}
+	size, err := r.repo.Storer.EncodedObjectSize(h)
+	if err != nil {
+		return File{}, fmt.Errorf("size of blob %s: %w", h, err)
+	}
+	f.Size = size
+	if size > max {
+		return f, nil
+	}
 	b, err := r.repo.BlobObject(h)
 	if err != nil {
-		return nil, err
+		return File{}, err
 	}
 	rd, err := b.Reader()
 	if err != nil {
-		return nil, err
+		return File{}, err
 	}
 	defer rd.Close()
-	return io.ReadAll(rd)
+	content, err := io.ReadAll(io.LimitReader(rd, max+1))
+	switch {
+	case err != nil:
+		return File{}, err
+	case int64(len(content)) > max:
+		return File{}, fmt.Errorf("blob %s holds more than the %d bytes its header says", h, size)
+	}
+	f.Content = content
+	return f, nil
 }
 
 func isRegular(m filemode.FileMode) bool {

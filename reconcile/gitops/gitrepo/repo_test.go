@@ -140,7 +140,7 @@ func TestFind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := r.Find(tt.rev, tt.dir, "cluster.yml")
+			got, err := r.Find(tt.rev, tt.dir, "cluster.yml", 1<<20)
 			if tt.wantErr != nil {
 				if err == nil || (tt.wantErr != errAny && !errors.Is(err, tt.wantErr)) {
 					t.Fatalf("Find error = %v, want %v", err, tt.wantErr)
@@ -192,7 +192,7 @@ func TestReadFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, ok, err := r.ReadFile("main", tt.path)
+			f, ok, err := r.ReadFile("main", tt.path, 1<<20)
 			if (err != nil) != tt.wantErr || ok != tt.wantOK {
 				t.Fatalf("ReadFile = %+v, %v, %v; want ok=%v, error=%v", f, ok, err, tt.wantOK, tt.wantErr)
 			}

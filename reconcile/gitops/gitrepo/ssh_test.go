@@ -184,7 +184,7 @@ func TestSSH(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			r.now = fixedNow
-			files, err := r.Find("main", "clusters", "cluster.yml")
+			files, err := r.Find("main", "clusters", "cluster.yml", 1<<20)
 			if err != nil || len(files) != 1 {
 				t.Fatalf("Find = %v, %v", files, err)
 			}
