@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rigger/rigger/internal/atomicfile"
 	"github.com/rigger/rigger/reconcile/statedir"
 )
 
@@ -190,7 +191,7 @@ func Save(dir string, s *Set) error {
 			}
 		}
 	}
-	return statedir.SyncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // Load reads the PKI from the state directory dir. A missing directory, or

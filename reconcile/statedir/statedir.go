@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/rigger/rigger/internal/atomicfile"
 )
 
 const (
@@ -44,58 +46,12 @@ func Make(dir string) error {
 }
 
 // WriteFile replaces the file name of the state directory dir (made when
-// missing) with b, mode 0600: a temporary file in dir, synced, renamed over
-// the old one, and the directory synced, so that a crash leaves the old
-// file or the new one, whole, and a completed write survives power loss.
+// missing) with b, mode 0600, atomically and durably (atomicfile.Write).
 func WriteFile(dir, name string, b []byte) error {
 	if err := Make(dir); err != nil {
 		return err
 	}
-	p := filepath.Join(dir, name)
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	tmp := f.Name()
-	done := false
-	defer func() {
-		if !done {
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(fileMode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	done = true
-	return SyncDir(dir)
-}
-
-// SyncDir makes the entries of dir (renames, removals) durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync state directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state directory %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(dir, name), b, fileMode)
 }
 
 // DamagedError is a state file that was read but does not decode: only a
