@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -64,17 +65,29 @@ type DamagedError struct {
 func (e *DamagedError) Error() string { return fmt.Sprintf("%s is damaged: %v", e.Path, e.Err) }
 func (e *DamagedError) Unwrap() error { return e.Err }
 
+// maxJSONSize bounds a JSON file ReadJSON reads: the nodes of a
+// thousand-node cluster, SSH keys inline, are a few MiB.
+const maxJSONSize = 16 << 20
+
 // ReadJSON decodes the JSON file name of dir into v, which it leaves as it
-// is when there is no such file. A file that does not decode is a
-// *DamagedError; one that cannot be read, an I/O error.
+// is when there is no such file. A file that does not decode, or is larger
+// than 16 MiB, is a *DamagedError; one that cannot be read, an I/O error.
 func ReadJSON(dir, name string, v any) error {
 	p := filepath.Join(dir, name)
-	b, err := os.ReadFile(p)
+	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxJSONSize+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxJSONSize {
+		return &DamagedError{Path: p, Err: fmt.Errorf("larger than %d MiB, more than rigger ever writes", maxJSONSize>>20)}
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return &DamagedError{Path: p, Err: err}
