@@ -11,6 +11,10 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -s -w -X main.version=$(VERSION)
 RIGGER_CACHE ?= /var/cache/rigger
 FUZZTIME     ?= 20s
+# The parsers of what nodes, the cluster and the state directory hold get a
+# shorter run each (nine of them: 45 s of fuzzing in all, plus their builds);
+# docs/testing.md lists them and says how to fuzz one for longer.
+FUZZTIME_SHORT ?= 5s
 # Each new interesting input is minimized for at most this long (Go's default,
 # 60s, spends a short fuzz run minimizing the large seed files instead of fuzzing).
 FUZZMINIMIZE ?= 1s
@@ -59,6 +63,15 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	$(GO) test -run '^$$' -fuzz '^FuzzSameMeaning$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/addons
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInventory$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/addons
+	$(GO) test -run '^$$' -fuzz '^FuzzSpecReason$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzReadSaved$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/plan
+	$(GO) test -run '^$$' -fuzz '^FuzzReadTar$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/dockerop
+	$(GO) test -run '^$$' -fuzz '^FuzzFromFiles$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/pki
+	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/kubenode
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEtcdHealth$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/health
+	$(GO) test -run '^$$' -fuzz '^FuzzVerifyOutput$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap
+	$(GO) test -run '^$$' -fuzz '^FuzzCAPatterns$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./transport/sshtun
+	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/statedir
 
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)

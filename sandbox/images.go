@@ -21,6 +21,8 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/rigger/rigger/internal/atomicfile"
 )
 
 // Versions and refs of the images the sandbox builds.
@@ -424,26 +426,15 @@ func buildArchive(dir string, spec imageSpec) (img builtImage, made bool, err er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return builtImage{}, false, err
 	}
-	tmp, err := os.CreateTemp(dir, ".archive-*")
-	if err != nil {
-		return builtImage{}, false, err
-	}
-	defer os.Remove(tmp.Name())
-	if err := writeRootfs(tmp, spec); err != nil {
-		tmp.Close()
-		return builtImage{}, false, err
-	}
-	if err := tmp.Close(); err != nil {
+	if err := atomicfile.WriteFunc(img.Archive, 0o600, func(w io.Writer) error { return writeRootfs(w, spec) }); err != nil {
 		return builtImage{}, false, err
 	}
 	prefix := strings.TrimSuffix(archiveName(spec.ref, key), key[:16]+".tar")
-	if old, _ := filepath.Glob(filepath.Join(dir, prefix+"*.tar")); len(old) > 0 {
-		for _, o := range old {
+	old, _ := filepath.Glob(filepath.Join(dir, prefix+"*.tar"))
+	for _, o := range old {
+		if o != img.Archive {
 			_ = os.Remove(o)
 		}
-	}
-	if err := os.Rename(tmp.Name(), img.Archive); err != nil {
-		return builtImage{}, false, err
 	}
 	return img, true, nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/rigger/rigger/internal/atomicfile"
 )
 
 // Options say what sandbox Up makes.
@@ -156,11 +158,7 @@ func (s *Sandbox) save() error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("write sandbox state: %w", err)
 	}
-	tmp := s.statePath() + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write sandbox state: %w", err)
-	}
-	if err := os.Rename(tmp, s.statePath()); err != nil {
+	if err := atomicfile.Write(s.statePath(), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write sandbox state: %w", err)
 	}
 	return nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -212,15 +211,16 @@ func unreachableExit(pl *reconcile.Planned) error {
 // checkSavedPlan refuses a saved plan that is not the plan the nodes call
 // for now.
 func checkSavedPlan(path string, now *plan.Plan) error {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("read saved plan: %w", err)
 	}
-	var saved plan.Plan
-	if err := json.Unmarshal(b, &saved); err != nil {
+	defer f.Close()
+	saved, err := plan.ReadSaved(f)
+	if err != nil {
 		return fmt.Errorf("read saved plan %s: %w", path, err)
 	}
-	if diff := plan.Diff(&saved, now); diff != "" {
+	if diff := plan.Diff(saved, now); diff != "" {
 		return &exitError{code: 1, msg: fmt.Sprintf("the nodes changed since %s was saved (at %s), nothing was applied:\n%s\nplan again",
 			path, saved.ObservedAt.Format("2006-01-02 15:04:05 MST"), diff)}
 	}

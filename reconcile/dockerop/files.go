@@ -82,7 +82,7 @@ func ReadDir(ctx context.Context, e Engine, node, image, dir string) (map[string
 			return err
 		}
 		defer rc.Close()
-		return readTar(rc, path.Dir(dir), files)
+		return readTar(rc, path.Dir(dir), dir, files)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: read %s: %w", node, dir, err)
@@ -91,12 +91,24 @@ func ReadDir(ctx context.Context, e Engine, node, image, dir string) (map[string
 }
 
 // readTar adds the regular files of an archive whose names are relative to
-// base to files.
-func readTar(r io.Reader, base string, files map[string][]byte) error {
-	tr := tar.NewReader(r)
+// base to files, each keyed by its path, which must be within dir. The
+// archive (untrusted: a node sends it) is read up to MaxReadSize bytes, and
+// files may then hold at most MaxReadSize bytes of content in all, what it
+// held before included. Sparse files are refused: rigger writes none, and
+// their holes would make a small archive expand.
+func readTar(r io.Reader, base, dir string, files map[string][]byte) error {
 	total := int64(0)
+	for _, b := range files {
+		total += int64(len(b))
+	}
+	lr := &io.LimitedReader{R: r, N: MaxReadSize + 1}
+	tooLong := fmt.Errorf("read archive: more than %d MiB: not rigger's files only", MaxReadSize>>20)
+	tr := tar.NewReader(lr)
 	for {
 		h, err := tr.Next()
+		if lr.N <= 0 {
+			return tooLong
+		}
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -106,16 +118,37 @@ func readTar(r io.Reader, base string, files map[string][]byte) error {
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
+		p := path.Join(base, h.Name)
+		if p != dir && !strings.HasPrefix(p, dir+"/") {
+			return fmt.Errorf("read archive: %s is outside %s", h.Name, dir)
+		}
+		if sparse(h) {
+			return fmt.Errorf("read archive: %s is a sparse file: not one rigger wrote", h.Name)
+		}
 		total += h.Size
 		if total > MaxReadSize {
-			return fmt.Errorf("more than %d MiB of files: not rigger's files only", MaxReadSize>>20)
+			return tooLong
 		}
 		b, err := io.ReadAll(tr)
+		if lr.N <= 0 {
+			return tooLong
+		}
 		if err != nil {
 			return fmt.Errorf("read archive: %s: %w", h.Name, err)
 		}
-		files[path.Join(base, h.Name)] = b
+		files[p] = b
 	}
+}
+
+// sparse reports whether h is a GNU sparse file in one of the PAX forms,
+// which archive/tar expands as it reads.
+func sparse(h *tar.Header) bool {
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteFiles writes files (path on the node → content) through a helper

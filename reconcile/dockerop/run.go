@@ -158,7 +158,7 @@ func ReadFiles(ctx context.Context, e Engine, node, image string, paths []string
 			if err != nil {
 				return err
 			}
-			err = readTar(rc, dir, files)
+			err = readTar(rc, dir, dir, files)
 			rc.Close()
 			if err != nil {
 				return err

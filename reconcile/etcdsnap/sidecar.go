@@ -109,7 +109,7 @@ func (s *Sidecar) Validate() error {
 
 func checkSHA256(h string) error {
 	if len(h) != 64 {
-		return fmt.Errorf("%q is not 64 hex digits", h)
+		return fmt.Errorf("%d characters, not 64 hex digits", len(h))
 	}
 	if _, err := hex.DecodeString(h); err != nil || h != lowerHex(h) {
 		return fmt.Errorf("%q is not 64 lower-case hex digits", h)

@@ -15,9 +15,24 @@ type Status struct {
 	TotalSize int64  `json:"totalSize"`
 }
 
+// maxToolOutput bounds what the parsers below decode of a tool's output
+// on a node: etcdctl and sha256sum print a line or two.
+const maxToolOutput = 64 << 10
+
+// checkOutputSize refuses output larger than maxToolOutput.
+func checkOutputSize(tool string, out []byte) error {
+	if len(out) > maxToolOutput {
+		return fmt.Errorf("%s printed more than %d KiB, not what it prints: %q", tool, maxToolOutput>>10, firstLine(out))
+	}
+	return nil
+}
+
 // ParseStatus reads `etcdctl snapshot status -w json` and checks that it
 // describes a usable snapshot: a database with keys at a revision.
 func ParseStatus(out []byte) (Status, error) {
+	if err := checkOutputSize("etcdctl snapshot status", out); err != nil {
+		return Status{}, err
+	}
 	var s Status
 	if err := json.Unmarshal(out, &s); err != nil {
 		return Status{}, fmt.Errorf("read etcdctl snapshot status: %w: %q", err, firstLine(out))
@@ -36,6 +51,9 @@ func ParseStatus(out []byte) (Status, error) {
 // ParseEndpointVersion reads the server version from `etcdctl endpoint
 // status -w json` of one endpoint.
 func ParseEndpointVersion(out []byte) (string, error) {
+	if err := checkOutputSize("etcdctl endpoint status", out); err != nil {
+		return "", err
+	}
 	var st []struct {
 		Endpoint string
 		Status   struct {
@@ -54,6 +72,9 @@ func ParseEndpointVersion(out []byte) (string, error) {
 // ParseSHA256Sum reads the checksum of file from sha256sum's output
 // ("<64 hex digits>  <file>").
 func ParseSHA256Sum(out []byte, file string) (string, error) {
+	if err := checkOutputSize("sha256sum", out); err != nil {
+		return "", err
+	}
 	for _, line := range strings.Split(string(out), "\n") {
 		sum, name, ok := strings.Cut(line, "  ")
 		if ok && name == file {
@@ -68,8 +89,8 @@ func ParseSHA256Sum(out []byte, file string) (string, error) {
 
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	if len(s) > 200 {
-		s = s[:200] + "…"
+	if len(s) > 160 {
+		s = strings.ToValidUTF8(s[:160], "") + "…"
 	}
 	return s
 }

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rigger/rigger/reconcile/desired"
 )
@@ -86,17 +87,7 @@ func (c *Checker) Check(ctx context.Context, t Target) error {
 		if err != nil {
 			return err
 		}
-		var h struct {
-			Health string `json:"health"`
-			Reason string `json:"reason"`
-		}
-		if err := json.Unmarshal(body, &h); err != nil {
-			return fmt.Errorf("etcd /health: %w", err)
-		}
-		if h.Health != "true" {
-			return fmt.Errorf("etcd reports health %q %s", h.Health, h.Reason)
-		}
-		return nil
+		return parseEtcdHealth(body)
 	case desired.KubeAPIServer:
 		_, err := c.get(ctx, t.Node, "https://127.0.0.1:"+APIServerPort+"/healthz", c.verified("127.0.0.1"))
 		return err
@@ -120,6 +111,44 @@ func (c *Checker) Check(ctx context.Context, t Target) error {
 		return err
 	}
 	return nil
+}
+
+// Bounds of parseEtcdHealth: etcd answers about 30 bytes, and the error
+// ends up in status.yml.
+const (
+	maxEtcdHealthSize  = 64 << 10
+	maxHealthErrorSize = 512
+)
+
+// parseEtcdHealth reads etcd's answer to /health: nil when it reports
+// itself healthy, otherwise an error with its health and reason (clipped).
+func parseEtcdHealth(body []byte) error {
+	if len(body) > maxEtcdHealthSize {
+		return fmt.Errorf("etcd /health: answered more than %d KiB, not etcd's answer", maxEtcdHealthSize>>10)
+	}
+	var h struct {
+		Health string `json:"health"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(body, &h); err != nil {
+		return fmt.Errorf("etcd /health: %w", err)
+	}
+	if h.Health != "true" {
+		return fmt.Errorf("etcd reports health %q: %s", clip(h.Health, 40), clip(h.Reason, 200))
+	}
+	return nil
+}
+
+// clip shortens s to at most n bytes, on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // verified is the TLS configuration for etcd and the API server: their

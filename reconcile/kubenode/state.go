@@ -132,19 +132,40 @@ func LoadState(ctx context.Context, cs kubernetes.Interface) (*pki.Set, *Cluster
 	if err != nil {
 		return nil, nil, fmt.Errorf("read Secret %s/%s: %w", StateNamespace, StateSecret, err)
 	}
+	set, st, err := parseState(sec.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read Secret %s/%s: %w", StateNamespace, StateSecret, err)
+	}
+	return set, st, nil
+}
+
+// maxStateSize bounds the state Secret's data parseState reads: what
+// Kubernetes lets a Secret hold.
+const maxStateSize = 1 << 20
+
+// parseState reads the data of the state Secret: the cluster's state
+// (StateKey) and its PKI, checked as pki.FromFiles checks a node's.
+func parseState(data map[string][]byte) (*pki.Set, *ClusterState, error) {
+	size := 0
+	for _, v := range data {
+		size += len(v)
+	}
+	if size > maxStateSize {
+		return nil, nil, fmt.Errorf("more than %d MiB of data: not what rigger saved", maxStateSize>>20)
+	}
 	st := &ClusterState{}
-	if err := json.Unmarshal(sec.Data[StateKey], st); err != nil {
-		return nil, nil, fmt.Errorf("read Secret %s/%s: %s: %w", StateNamespace, StateSecret, StateKey, err)
+	if err := json.Unmarshal(data[StateKey], st); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", StateKey, err)
 	}
 	files := map[string][]byte{}
-	for k, v := range sec.Data {
+	for k, v := range data {
 		if k != StateKey {
 			files[path.Join(pki.NodeDir, k)] = v
 		}
 	}
 	set, err := pki.FromFiles(files)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read Secret %s/%s: %w", StateNamespace, StateSecret, err)
+		return nil, nil, err
 	}
 	return set, st, nil
 }

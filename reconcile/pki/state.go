@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rigger/rigger/internal/atomicfile"
 	"github.com/rigger/rigger/reconcile/statedir"
 )
 
@@ -43,14 +44,21 @@ func Files(s *Set) map[string][]byte {
 	return out
 }
 
+// maxPEMFileSize bounds a certificate or key file pairFiles takes: RKE's
+// and rigger's are a few KiB, a 16384-bit RSA key 13 KiB.
+const maxPEMFileSize = 64 << 10
+
 // pairFiles groups file contents by name: name.pem and name-key.pem. Files
-// that are not .pem are skipped.
-func pairFiles(files map[string][]byte) map[string]Cert {
+// that are not .pem are skipped; one over maxPEMFileSize is refused.
+func pairFiles(files map[string][]byte) (map[string]Cert, error) {
 	certs := map[string]Cert{}
 	for p, b := range files {
 		base := path.Base(filepath.ToSlash(p))
 		if !strings.HasSuffix(base, ".pem") {
 			continue
+		}
+		if len(b) > maxPEMFileSize {
+			return nil, fmt.Errorf("%s is %d KiB, larger than any certificate or key (%d KiB)", p, len(b)>>10, maxPEMFileSize>>10)
 		}
 		name := strings.TrimSuffix(base, ".pem")
 		if k, ok := strings.CutSuffix(name, "-key"); ok {
@@ -63,7 +71,7 @@ func pairFiles(files map[string][]byte) map[string]Cert {
 		c.CertPEM = bytes.Clone(b)
 		certs[name] = c
 	}
-	return certs
+	return certs, nil
 }
 
 // FromFiles rebuilds a Set from files read back from a node (paths as
@@ -72,7 +80,10 @@ func pairFiles(files map[string][]byte) map[string]Cert {
 // does not match its certificate, and a certificate its CA did not sign.
 // A certificate without its key is kept: Ensure reissues it.
 func FromFiles(files map[string][]byte) (*Set, error) {
-	certs := pairFiles(files)
+	certs, err := pairFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("recover certificates: %w", err)
+	}
 	for name, c := range certs {
 		if c.CertPEM == nil {
 			return nil, fmt.Errorf("recover %s: %s-key.pem has no %s.pem beside it", name, name, name)
@@ -190,7 +201,7 @@ func Save(dir string, s *Set) error {
 			}
 		}
 	}
-	return statedir.SyncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // Load reads the PKI from the state directory dir. A missing directory, or
@@ -228,7 +239,11 @@ func Load(dir string) (*Set, error) {
 	if _, ok := files[path.Join(NodeDir, CACertName+".pem")]; !ok {
 		return nil, &NotFoundError{Dir: dir}
 	}
-	s := &Set{Certs: pairFiles(files)}
+	certs, err := pairFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("load certificates from %s: %w", dir, err)
+	}
+	s := &Set{Certs: certs}
 	if err := verify(s); err != nil {
 		return nil, fmt.Errorf("load certificates from %s: %w", dir, err)
 	}

@@ -16,6 +16,10 @@ func specFields() []string {
 	return []string{"v", "image", "entrypoint", "args", "env", "binds", "network_mode", "pid_mode", "privileged", "restart_policy", "user"}
 }
 
+// maxSpecLabelSize bounds the spec label specReason decodes: the label comes
+// from the node, and rigger's own are a few KiB.
+const maxSpecLabelSize = 256 << 10
+
 // specReason says what differs between the spec JSON stored on an observed
 // container and the desired one, e.g. "image changed a → b; args changed:
 // +--v=4, ---v=2". The spec is decoded generically, so that a field this
@@ -23,6 +27,9 @@ func specFields() []string {
 func specReason(observed, want string) string {
 	if observed == "" {
 		return reasonHashDiffers
+	}
+	if len(observed) > maxSpecLabelSize {
+		return fmt.Sprintf("%s (the container's spec label is larger than %d KiB)", reasonHashDiffers, maxSpecLabelSize>>10)
 	}
 	var before, after map[string]any
 	if json.Unmarshal([]byte(observed), &before) != nil || json.Unmarshal([]byte(want), &after) != nil {

@@ -132,6 +132,8 @@ func (s Step) MarshalJSON() ([]byte, error) {
 	}
 	if a := s.After; a != nil {
 		j.After = &containerRef{Image: a.Image, SpecHash: a.Hash()}
+	} else if s.AfterHash != "" {
+		j.After = &containerRef{SpecHash: s.AfterHash}
 	}
 	return json.Marshal(j)
 }
@@ -196,4 +198,25 @@ func Diff(a, b *Plan) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// maxSavedSize bounds a saved plan ReadSaved decodes; a plan of a
+// thousand nodes is a few MiB.
+const maxSavedSize = 64 << 20
+
+// ReadSaved reads a plan that plan --out saved (MarshalJSON's form), at
+// most maxSavedSize bytes of it.
+func ReadSaved(r io.Reader) (*Plan, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxSavedSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxSavedSize {
+		return nil, fmt.Errorf("larger than any plan (at most %d MiB): not a file rigger plan --out wrote", maxSavedSize>>20)
+	}
+	var p Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }

@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/rigger/rigger/internal/atomicfile"
 )
 
 const (
@@ -44,58 +47,12 @@ func Make(dir string) error {
 }
 
 // WriteFile replaces the file name of the state directory dir (made when
-// missing) with b, mode 0600: a temporary file in dir, synced, renamed over
-// the old one, and the directory synced, so that a crash leaves the old
-// file or the new one, whole, and a completed write survives power loss.
+// missing) with b, mode 0600, atomically and durably (atomicfile.Write).
 func WriteFile(dir, name string, b []byte) error {
 	if err := Make(dir); err != nil {
 		return err
 	}
-	p := filepath.Join(dir, name)
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	tmp := f.Name()
-	done := false
-	defer func() {
-		if !done {
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(fileMode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	done = true
-	return SyncDir(dir)
-}
-
-// SyncDir makes the entries of dir (renames, removals) durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync state directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state directory %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(dir, name), b, fileMode)
 }
 
 // DamagedError is a state file that was read but does not decode: only a
@@ -108,17 +65,29 @@ type DamagedError struct {
 func (e *DamagedError) Error() string { return fmt.Sprintf("%s is damaged: %v", e.Path, e.Err) }
 func (e *DamagedError) Unwrap() error { return e.Err }
 
+// maxJSONSize bounds a JSON file ReadJSON reads: the nodes of a
+// thousand-node cluster, SSH keys inline, are a few MiB.
+const maxJSONSize = 16 << 20
+
 // ReadJSON decodes the JSON file name of dir into v, which it leaves as it
-// is when there is no such file. A file that does not decode is a
-// *DamagedError; one that cannot be read, an I/O error.
+// is when there is no such file. A file that does not decode, or is larger
+// than 16 MiB, is a *DamagedError; one that cannot be read, an I/O error.
 func ReadJSON(dir, name string, v any) error {
 	p := filepath.Join(dir, name)
-	b, err := os.ReadFile(p)
+	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxJSONSize+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxJSONSize {
+		return &DamagedError{Path: p, Err: fmt.Errorf("larger than %d MiB, more than rigger ever writes", maxJSONSize>>20)}
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return &DamagedError{Path: p, Err: err}

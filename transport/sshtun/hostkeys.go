@@ -371,9 +371,11 @@ func keyFileType(keyType string) string {
 	return keyType
 }
 
-// caPattern is the host patterns of one @cert-authority line. knownhosts
+// caPattern is the host patterns of one @cert-authority line: a
+// comma-separated list, or a single hashed entry ("|1|salt|hash"). knownhosts
 // verifies certificates itself but does not say whether a CA exists for a
-// host, which is what choosing the algorithms needs.
+// host, which is what choosing the algorithms needs; so this reads the
+// patterns exactly as knownhosts does (FuzzCAPatterns holds it to that).
 type caPattern []string
 
 // caPatterns reads the @cert-authority lines of the known_hosts files.
@@ -387,26 +389,42 @@ func (h *hostKeys) caPatterns() ([]caPattern, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read known_hosts: %w", err)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) >= 2 && f[0] == "@cert-authority" {
-				out = append(out, strings.Split(f[1], ","))
-			}
-		}
+		out = append(out, parseCAPatterns(data)...)
 	}
 	return out, nil
 }
 
-// match reports whether host:port matches the patterns as OpenSSH does: a
-// negated pattern that matches wins, port 22 is written without brackets.
+// parseCAPatterns reads the host patterns of the @cert-authority lines of
+// a known_hosts file.
+func parseCAPatterns(data []byte) []caPattern {
+	var out []caPattern
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || f[0] != "@cert-authority" {
+			continue
+		}
+		if strings.HasPrefix(f[1], "|") {
+			out = append(out, caPattern{f[1]})
+		} else {
+			out = append(out, strings.Split(f[1], ","))
+		}
+	}
+	return out
+}
+
+// match reports whether host:port matches the patterns: a negated pattern
+// that matches wins, a pattern without a port is for port 22.
 func (p caPattern) match(host, port string) bool {
+	if len(p) == 1 && strings.HasPrefix(p[0], "|") {
+		return hashedMatch(p[0], knownhosts.Normalize(net.JoinHostPort(host, port)))
+	}
 	matched := false
 	for _, pat := range p {
 		neg := strings.HasPrefix(pat, "!")
 		pat = strings.TrimPrefix(pat, "!")
-		if !patternMatch(pat, host, port) {
+		if pat == "" || !patternMatch(pat, host, port) {
 			continue
 		}
 		if neg {
@@ -417,20 +435,45 @@ func (p caPattern) match(host, port string) bool {
 	return matched
 }
 
+// patternMatch matches one pattern, "host" or "[host]:port" (and, as
+// knownhosts reads it, "host:port").
 func patternMatch(pat, host, port string) bool {
-	if strings.HasPrefix(pat, "|1|") {
-		return hashedMatch(pat, knownhosts.Normalize(net.JoinHostPort(host, port)))
+	h, p, err := net.SplitHostPort(pat)
+	if err != nil {
+		h, p = pat, "22"
 	}
-	pport := "22"
-	if strings.HasPrefix(pat, "[") {
-		h, p, err := net.SplitHostPort(pat)
-		if err != nil {
+	return p == port && wildcardMatch(h, host)
+}
+
+// wildcardMatch reports whether s matches pat, in which * stands for any
+// bytes and ? for one (no classes, no escapes), as knownhosts matches:
+// there, a * that ends the pattern stands for one byte or more. Unlike
+// knownhosts' backtracking, it takes at most len(pat)*len(s) steps.
+func wildcardMatch(pat, s string) bool {
+	if trimmed := strings.TrimRight(pat, "*"); trimmed != pat {
+		pat = trimmed + "?*"
+	}
+	p, i := 0, 0
+	star, next := -1, 0 // the last * seen, and where its match would end next
+	for i < len(s) {
+		switch {
+		case p < len(pat) && pat[p] == '*':
+			star, next = p, i
+			p++
+		case p < len(pat) && (pat[p] == '?' || pat[p] == s[i]):
+			p++
+			i++
+		case star >= 0:
+			next++
+			p, i = star+1, next
+		default:
 			return false
 		}
-		pat, pport = h, p
 	}
-	ok, err := filepath.Match(pat, host)
-	return err == nil && ok && pport == port
+	for p < len(pat) && pat[p] == '*' {
+		p++
+	}
+	return p == len(pat)
 }
 
 // hashedMatch checks a "|1|salt|hash" host entry (HMAC-SHA1 of the host).

@@ -256,6 +256,12 @@ func TestCAPatternMatch(t *testing.T) {
 		{"negation alone", "!node1.example", "node2.example", "22", false},
 		{"hashed", hashed, "node1.example", "22", true},
 		{"hashed other", hashed, "node2.example", "22", false},
+		// As knownhosts, which verifies the certificate, reads them.
+		{"port without brackets", "node1.example:2222", "node1.example", "2222", true},
+		{"no character classes", "node[12].example", "node1.example", "22", false},
+		{"no escapes", `node\1.example`, "node1.example", "22", false},
+		{"a trailing star needs a character", "node1.example*", "node1.example", "22", false},
+		{"a hashed entry in a list is a name", "a.example," + hashed, "node1.example", "22", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
