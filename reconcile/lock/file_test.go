@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childLockEnv); path != "" {
 		os.Exit(holdLockChild(path))
 	}
+	if path := os.Getenv(childLeaseEnv); path != "" {
+		os.Exit(holdLeaseChild(path))
+	}
 	os.Exit(m.Run())
 }
 
