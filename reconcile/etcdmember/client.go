@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -29,16 +33,28 @@ const (
 	promoteTimeout = 3 * time.Minute
 )
 
-// Client talks to the etcd cluster.
+// Client talks to the etcd cluster: reads through any member, membership
+// changes through the members the caller names (Via).
 type Client struct {
-	c *clientv3.Client
+	c    *clientv3.Client
+	tls  *tls.Config
+	dial Dialer
 }
 
 // Dial connects to the cluster through the endpoints (https://host:2379),
 // each reached with dial, authenticated with tlsConfig (a client
 // certificate the members trust).
 func Dial(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial Dialer) (*Client, error) {
-	c, err := clientv3.New(clientv3.Config{
+	c, err := connect(ctx, endpoints, tlsConfig, dial)
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd: %w", err)
+	}
+	return &Client{c: c, tls: tlsConfig, dial: dial}, nil
+}
+
+// connect is an etcd client of the endpoints.
+func connect(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial Dialer) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		TLS:         tlsConfig,
 		DialTimeout: callTimeout,
@@ -48,10 +64,6 @@ func Dial(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial D
 			return dial(ctx, addr)
 		})},
 	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to etcd: %w", err)
-	}
-	return &Client{c: c}, nil
 }
 
 // Close closes the connections.
@@ -68,7 +80,7 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	}
 	out := make([]Member, 0, len(resp.Members))
 	for _, m := range resp.Members {
-		mem := Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner}
+		mem := Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
 		switch {
 		case len(m.ClientURLs) == 0:
 			mem.Error = "not started"
@@ -90,28 +102,46 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
-// AddLearner adds a member that does not vote yet and returns it. etcd
-// refuses a change while its leader has not been in touch with every voter
-// for a few seconds (right after a promotion, say): that is waited out.
-func (c *Client) AddLearner(ctx context.Context, peerURL string) (Member, error) {
-	var resp *clientv3.MemberAddResponse
-	err := retry(ctx, changeTimeout, isUnhealthy, func(ctx context.Context) (err error) {
-		resp, err = c.c.MemberAddAsLearner(ctx, []string{peerURL})
+// AddLearner adds a member that does not vote yet, through the members at
+// via (Via), and returns it. etcd refuses a change while its leader has
+// not been in touch with every voter for a few seconds (right after a
+// promotion, say): that is waited out.
+func (c *Client) AddLearner(ctx context.Context, via []string, peerURL string) (Member, error) {
+	var added *etcdserverpb.Member
+	err := c.change(ctx, via, changeTimeout, isUnhealthy, func(ctx context.Context, cl clientv3.Cluster) error {
+		resp, err := cl.MemberAddAsLearner(ctx, []string{peerURL})
+		if errors.Is(err, rpctypes.ErrPeerURLExist) {
+			// An attempt that seemed to fail went through.
+			list, lerr := cl.MemberList(ctx)
+			if lerr != nil {
+				return lerr
+			}
+			i := slices.IndexFunc(list.Members, func(m *etcdserverpb.Member) bool { return slices.Contains(m.PeerURLs, peerURL) })
+			if i < 0 || !list.Members[i].IsLearner {
+				return err
+			}
+			added = list.Members[i]
+			return nil
+		}
+		if err == nil {
+			added = resp.Member
+		}
 		return err
 	})
 	if err != nil {
 		return Member{}, fmt.Errorf("add etcd learner %s: %w", peerURL, err)
 	}
-	return Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, IsLearner: true}, nil
+	return Member{ID: added.ID, PeerURLs: added.PeerURLs, IsLearner: true}, nil
 }
 
 // Promote makes a learner a voting member once it has caught up with the
-// leader, retrying until then or promoteTimeout.
-func (c *Client) Promote(ctx context.Context, id uint64) error {
-	err := retry(ctx, promoteTimeout, func(err error) bool {
+// leader, through the members at via (Via), retrying until then or
+// promoteTimeout.
+func (c *Client) Promote(ctx context.Context, via []string, id uint64) error {
+	err := c.change(ctx, via, promoteTimeout, func(err error) bool {
 		return errors.Is(err, errLearnerNotReady) || isUnhealthy(err)
-	}, func(ctx context.Context) error {
-		_, err := c.c.MemberPromote(ctx, id)
+	}, func(ctx context.Context, cl clientv3.Cluster) error {
+		_, err := cl.MemberPromote(ctx, id)
 		if errors.Is(err, rpctypes.ErrMemberNotLearner) {
 			return nil // promoted already
 		}
@@ -123,11 +153,12 @@ func (c *Client) Promote(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// Remove removes a member, waiting out etcd's refusals while its leader
-// is not in touch with every voter.
-func (c *Client) Remove(ctx context.Context, id uint64) error {
-	err := retry(ctx, changeTimeout, isUnhealthy, func(ctx context.Context) error {
-		_, err := c.c.MemberRemove(ctx, id)
+// Remove removes a member through the members at via (Via: not the member
+// itself), waiting out etcd's refusals while its leader is not in touch
+// with every voter.
+func (c *Client) Remove(ctx context.Context, via []string, id uint64) error {
+	err := c.change(ctx, via, changeTimeout, isUnhealthy, func(ctx context.Context, cl clientv3.Cluster) error {
+		_, err := cl.MemberRemove(ctx, id)
 		if errors.Is(err, rpctypes.ErrMemberNotFound) {
 			return nil // removed already
 		}
@@ -137,6 +168,42 @@ func (c *Client) Remove(ctx context.Context, id uint64) error {
 		return fmt.Errorf("remove etcd member %x: %w", id, err)
 	}
 	return nil
+}
+
+// change makes a membership change with f through one member of via at a
+// time, the first first. A member that answers that it stopped (it was
+// removed, or is restarting) or that cannot be reached passes the change
+// to the next one, at once; the refusals again accepts are retried on the
+// next one too, after a pause; all until timeout.
+func (c *Client) change(ctx context.Context, via []string, timeout time.Duration, again func(error) bool, f func(context.Context, clientv3.Cluster) error) error {
+	if len(via) == 0 {
+		return errors.New("no healthy voting member to send the change to")
+	}
+	next := 0
+	return retry(ctx, timeout, func(err error) bool {
+		next++
+		return again(err)
+	}, func(ctx context.Context) error {
+		for range via {
+			ep := via[next%len(via)]
+			cl, err := connect(ctx, []string{ep}, c.tls, c.dial)
+			if err == nil {
+				err = f(ctx, cl.Cluster)
+				cl.Close()
+			}
+			if err == nil || !movesOn(err) || ctx.Err() != nil {
+				return err
+			}
+			next++
+		}
+		return fmt.Errorf("no member of %s took the change", strings.Join(via, ", "))
+	})
+}
+
+// movesOn reports whether err says the member asked cannot serve the
+// change, but another one may: it stopped, or could not be reached.
+func movesOn(err error) bool {
+	return errors.Is(err, rpctypes.ErrStopped) || status.Code(err) == codes.Unavailable
 }
 
 // errLearnerNotReady is etcd's answer to a promotion of a learner that has
