@@ -39,12 +39,12 @@ type ApplyOptions struct {
 const MaxPlanAge = 15 * time.Minute
 
 // Apply carries out pl, from Plan, under the cluster's lock lk (Lock): it
-// takes the cluster's Lease (leaseCluster), saves the PKI to the state directory first
-// (so that a crash never leaves nodes with certificates rigger does not
-// have), records the nodes it touches, runs the plan (execute.Run) with a
-// snapshot before any etcd change, and makes the Kubernetes side of the
-// nodes right (package kubenode). The result lists what was done, also on
-// error.
+// takes the cluster's Lease (leaseCluster), saves the PKI to the state
+// directory first (so that a crash never leaves nodes with certificates
+// rigger does not have), records the nodes it touches, runs the plan
+// (execute.Run) with a snapshot before any etcd change, and makes the
+// Kubernetes side of the nodes right (package kubenode). The result lists
+// what was done, also on error.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
 	if lk == nil {

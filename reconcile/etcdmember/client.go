@@ -171,10 +171,10 @@ func (c *Client) Remove(ctx context.Context, via []string, id uint64) error {
 }
 
 // change makes a membership change with f through one member of via at a
-// time, the first first. A member that answers that it stopped (it was
-// removed, or is restarting) or that cannot be reached passes the change
-// to the next one, at once; the refusals again accepts are retried on the
-// next one too, after a pause; all until timeout.
+// time, the first first: a member that answers that it stopped (it was
+// removed, or restarts) or that cannot be reached passes the change to the
+// next one, and so do the refusals again accepts; with a pause between
+// two attempts, until timeout.
 func (c *Client) change(ctx context.Context, via []string, timeout time.Duration, again func(error) bool, f func(context.Context, clientv3.Cluster) error) error {
 	if len(via) == 0 {
 		return errors.New("no healthy voting member to send the change to")
@@ -182,21 +182,14 @@ func (c *Client) change(ctx context.Context, via []string, timeout time.Duration
 	next := 0
 	return retry(ctx, timeout, func(err error) bool {
 		next++
-		return again(err)
+		return movesOn(err) || again(err)
 	}, func(ctx context.Context) error {
-		for range via {
-			ep := via[next%len(via)]
-			cl, err := connect(ctx, []string{ep}, c.tls, c.dial)
-			if err == nil {
-				err = f(ctx, cl.Cluster)
-				cl.Close()
-			}
-			if err == nil || !movesOn(err) || ctx.Err() != nil {
-				return err
-			}
-			next++
+		cl, err := connect(ctx, []string{via[next%len(via)]}, c.tls, c.dial)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("no member of %s took the change", strings.Join(via, ", "))
+		defer cl.Close()
+		return f(ctx, cl.Cluster)
 	})
 }
 

@@ -166,6 +166,15 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 		heldErr  *HeldError  // the holder last seen
 		told     reported
 	)
+	// later tells who holds the lease and pauses before the next attempt;
+	// it fails when ctx ends first.
+	later := func(now time.Time) error {
+		told.tell(o.Waiting, heldErr, now)
+		if !pause(ctx, t.RetryPeriod) {
+			return stopWaiting(ctx, desc, heldErr)
+		}
+		return nil
+	}
 	for {
 		now := t.Now()
 		l, err := readLease(ctx, leases, name, t.RenewDeadline)
@@ -178,9 +187,8 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 			return nil, nil, fmt.Errorf("read %s: %w", desc, err)
 		case err != nil:
 			// The holder may be restarting the API server: wait on.
-			told.tell(o.Waiting, heldErr, now)
-			if !pause(ctx, t.RetryPeriod) {
-				return nil, nil, stopWaiting(ctx, desc, heldErr)
+			if err := later(now); err != nil {
+				return nil, nil, err
 			}
 			continue
 		}
@@ -192,9 +200,8 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 			if !o.Wait && !r.stale {
 				return nil, nil, heldErr
 			}
-			told.tell(o.Waiting, heldErr, now)
-			if !pause(ctx, t.RetryPeriod) {
-				return nil, nil, stopWaiting(ctx, desc, heldErr)
+			if err := later(now); err != nil {
+				return nil, nil, err
 			}
 			continue
 		}
@@ -208,8 +215,8 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 		case err != nil && ctx.Err() != nil:
 			return nil, nil, stopWaiting(ctx, desc, heldErr)
 		case err != nil && o.Wait && transient(err):
-			if !pause(ctx, t.RetryPeriod) {
-				return nil, nil, stopWaiting(ctx, desc, heldErr)
+			if err := later(now); err != nil {
+				return nil, nil, err
 			}
 			continue
 		case err != nil:
