@@ -78,11 +78,11 @@ var clusterLeaseTiming = lock.LeaseTiming{Duration: time.Minute, RenewDeadline: 
 // is taken over at once (lock.Lease).
 //
 // It fails closed: when the API server answers but the Lease cannot be
-// taken (held by another rigger, forbidden, a server error), the apply is
-// refused. Only an API server that does not answer at all (a new cluster,
-// a control plane down; nil cs: no controlplane node reachable) lets the
-// apply go on without the Lease, with the state directory's lock alone,
-// which the log says. Losing the Lease midway (the API server down longer
+// taken (held by another rigger, forbidden, a server error that lasts),
+// the apply is refused. Only an API server that does not answer at all (a
+// new cluster, a control plane down; nil cs: no controlplane node
+// reachable) lets the apply go on without the Lease, with the state
+// directory's lock alone, which the log says. Losing the Lease midway (the API server down longer
 // than the lease lasts) is logged, not fatal: stopping an apply halfway
 // would do more harm.
 func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, command string, o lock.LeaseOptions) (func(), error) {

@@ -78,8 +78,8 @@ machine, a serve elsewhere) are excluded too; --wait-lock waits for the
 Lease as well, saying who holds it. After a crash (kill -9), the lock is free
 at once; so is the Lease when the rigger that crashed ran on this machine,
 while one that crashed elsewhere holds it until it expires (a minute). An
-API server that answers but does not give the Lease (no rights, a server
-error) stops the apply; one that does not answer at all (a new cluster, a
+API server that answers but does not give the Lease (no rights, a lasting
+server error) stops the apply; one that does not answer at all (a new cluster, a
 control plane down) lets it go on with the state directory's lock alone.
 
 Exit status: 0 when the cluster converged, 1 on failure or when a node of

@@ -134,9 +134,13 @@ func (e *NoAnswerError) Unwrap() error { return e.Err }
 // which case Lease waits for that to be confirmed. With o.Wait it waits
 // until it gets the lease or ctx ends (the *HeldError is then wrapped with
 // ctx's error), and an API server that stops answering meanwhile (its
-// holder restarting it) is waited for too. An API server that does not
-// answer the first read gives a *NoAnswerError; any other failure to read
-// or take the lease is returned as it is.
+// holder restarting it) is waited for too.
+//
+// An API server that does not answer the first read gives a
+// *NoAnswerError. One that answers that it is busy or failing (a 5xx, a
+// 429: it may be starting) is asked again for a renew deadline; any other
+// failure to read or take the lease, and that one once it lasts, is
+// returned as it is.
 //
 // Once held, the lease is renewed in the background. held is cancelled when
 // ctx is, or when the lease is lost (context.Cause(held) is then ErrLost):
@@ -162,6 +166,7 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 	leases := client.CoordinationV1().Leases(namespace)
 	var (
 		answered bool        // the API server answered once
+		failing  time.Time   // since when its calls fail, if they do
 		last     observation // the holder's renewal as first seen here
 		heldErr  *HeldError  // the holder last seen
 		told     reported
@@ -175,6 +180,15 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 		}
 		return nil
 	}
+	// passing reports whether a failed call is tried again: a busy or
+	// starting API server for a renew deadline, and while waiting, one
+	// that went away (the holder may be replacing it) for as long.
+	passing := func(err error, now time.Time) bool {
+		if failing.IsZero() {
+			failing = now
+		}
+		return transient(err) && (o.Wait && answered || now.Sub(failing) < t.RenewDeadline)
+	}
 	for {
 		now := t.Now()
 		l, err := readLease(ctx, leases, name, t.RenewDeadline)
@@ -183,16 +197,15 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 			return nil, nil, stopWaiting(ctx, desc, heldErr)
 		case err != nil && !answered && noAnswer(err):
 			return nil, nil, &NoAnswerError{Lock: desc, Err: err}
-		case err != nil && !(o.Wait && answered && transient(err)):
+		case err != nil && !passing(err, now):
 			return nil, nil, fmt.Errorf("read %s: %w", desc, err)
 		case err != nil:
-			// The holder may be restarting the API server: wait on.
 			if err := later(now); err != nil {
 				return nil, nil, err
 			}
 			continue
 		}
-		answered = true
+		answered, failing = true, time.Time{}
 		r := judge(l, h.ID, now, last, *m)
 		last = r.seen
 		if r.verdict == leaseHeld {
@@ -214,7 +227,7 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 			continue // someone else wrote it meanwhile: read it again
 		case err != nil && ctx.Err() != nil:
 			return nil, nil, stopWaiting(ctx, desc, heldErr)
-		case err != nil && o.Wait && transient(err):
+		case err != nil && passing(err, now):
 			if err := later(now); err != nil {
 				return nil, nil, err
 			}

@@ -663,3 +663,25 @@ func TestLeaseWaitOutlivesAPIServerRestart(t *testing.T) {
 	}
 	r.release()
 }
+
+// TestLeaseAPIServerStarting: an API server that answers that it cannot
+// serve yet (starting) is asked again for a renew deadline, and the lease
+// is taken once it can.
+func TestLeaseAPIServerStarting(t *testing.T) {
+	c := newCluster()
+	var gets atomic.Int32
+	c.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) <= 2 {
+			return true, nil, apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+		}
+		return false, nil, nil
+	})
+	_, release, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"), LeaseOptions{Timing: testTiming})
+	if err != nil {
+		t.Fatalf("Lease once the API server serves: %v", err)
+	}
+	release()
+	if n := gets.Load(); n < 3 {
+		t.Errorf("%d reads, want the two refused ones and more", n)
+	}
+}
