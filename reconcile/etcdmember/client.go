@@ -39,6 +39,8 @@ type Client struct {
 	c    *clientv3.Client
 	tls  *tls.Config
 	dial Dialer
+	// callTimeout bounds one attempt at a membership change.
+	callTimeout time.Duration
 }
 
 // Dial connects to the cluster through the endpoints (https://host:2379),
@@ -49,7 +51,7 @@ func Dial(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial D
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd: %w", err)
 	}
-	return &Client{c: c, tls: tlsConfig, dial: dial}, nil
+	return &Client{c: c, tls: tlsConfig, dial: dial, callTimeout: callTimeout}, nil
 }
 
 // connect is an etcd client of the endpoints.
@@ -172,15 +174,15 @@ func (c *Client) Remove(ctx context.Context, via []string, id uint64) error {
 
 // change makes a membership change with f through one member of via at a
 // time, the first first: a member that answers that it stopped (it was
-// removed, or restarts) or that cannot be reached passes the change to the
-// next one, and so do the refusals again accepts; with a pause between
-// two attempts, until timeout.
+// removed, or restarts), that does not answer in time or cannot be reached
+// (movesOn) passes the change to the next one, and so do the refusals
+// again accepts; with a pause between two attempts, until timeout.
 func (c *Client) change(ctx context.Context, via []string, timeout time.Duration, again func(error) bool, f func(context.Context, clientv3.Cluster) error) error {
 	if len(via) == 0 {
 		return errors.New("no healthy voting member to send the change to")
 	}
 	next := 0
-	return retry(ctx, timeout, func(err error) bool {
+	return retry(ctx, timeout, c.callTimeout, func(err error) bool {
 		next++
 		return movesOn(err) || again(err)
 	}, func(ctx context.Context) error {
@@ -193,10 +195,17 @@ func (c *Client) change(ctx context.Context, via []string, timeout time.Duration
 	})
 }
 
-// movesOn reports whether err says the member asked cannot serve the
-// change, but another one may: it stopped, or could not be reached.
+// movesOn reports whether err says that the member asked did not make the
+// change now, and another one may: it stopped, has no leader, timed out, or
+// could not be reached. Every change is safe to send again: a removal or
+// promotion found done, an addition found made (AddLearner).
 func movesOn(err error) bool {
-	return errors.Is(err, rpctypes.ErrStopped) || status.Code(err) == codes.Unavailable
+	code := status.Code(err)
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		code = etcdErr.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
 }
 
 // errLearnerNotReady is etcd's answer to a promotion of a learner that has
@@ -208,15 +217,15 @@ const changeTimeout = time.Minute
 
 func isUnhealthy(err error) bool { return errors.Is(err, rpctypes.ErrUnhealthy) }
 
-// retry calls f, each call bounded by callTimeout, until it succeeds, fails
-// in a way again does not accept, or timeout passes.
-func retry(ctx context.Context, timeout time.Duration, again func(error) bool, f func(context.Context) error) error {
+// retry calls f, each call bounded by call, until it succeeds, fails in a
+// way again does not accept, or timeout passes.
+func retry(ctx context.Context, timeout, call time.Duration, again func(error) bool, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var err error
 	delay := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}.DelayFunc()
 	if werr := delay.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+		cctx, ccancel := context.WithTimeout(ctx, call)
 		defer ccancel()
 		if err = f(cctx); err != nil && again(err) {
 			return false, nil
