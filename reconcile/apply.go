@@ -15,6 +15,7 @@ import (
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/statedir"
@@ -32,18 +33,23 @@ type ApplyOptions struct {
 	// the add-ons' pods restart on their own once the API servers are
 	// back.
 	AddonsErrInResult bool
+	// WaitLease waits while another rigger holds the cluster's Lease
+	// instead of refusing (--wait-lock); LeaseWaiting, when set, is told
+	// who holds it meanwhile (see lock.LeaseOptions.Waiting).
+	WaitLease    bool
+	LeaseWaiting func(*lock.HeldError)
 }
 
 // MaxPlanAge is how old an observation Apply acts on may be.
 const MaxPlanAge = 15 * time.Minute
 
 // Apply carries out pl, from Plan, under the cluster's lock lk (Lock): it
-// takes the cluster's Lease, saves the PKI to the state directory first
-// (so that a crash never leaves nodes with certificates rigger does not
-// have), records the nodes it touches, runs the plan (execute.Run) with a
-// snapshot before any etcd change, and makes the Kubernetes side of the
-// nodes right (package kubenode). The result lists what was done, also on
-// error.
+// takes the cluster's Lease (leaseCluster), saves the PKI to the state
+// directory first (so that a crash never leaves nodes with certificates
+// rigger does not have), records the nodes it touches, runs the plan
+// (execute.Run) with a snapshot before any etcd change, and makes the
+// Kubernetes side of the nodes right (package kubenode). The result lists
+// what was done, also on error.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
 	if lk == nil {
@@ -55,8 +61,8 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 	if err := s.checkRemovals(pl.Plan, ao.AllowRemovals); err != nil {
 		return notRun, err
 	}
-	cs, leased := s.apiClients(pl)
-	unlease, err := s.leaseCluster(ctx, leased, lk)
+	cs := s.apiClient(pl)
+	unlease, err := s.leaseCluster(ctx, cs, lk.command, lock.LeaseOptions{Timing: clusterLeaseTiming, Wait: ao.WaitLease, Waiting: ao.LeaseWaiting})
 	if err != nil {
 		return notRun, err
 	}
@@ -144,18 +150,15 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 	return res, err
 }
 
-// apiClients are the API server's client for the Kubernetes side of an
-// apply (nil when no controlplane node was reachable) and for the
-// cluster's Lease (nil also when the API server did not answer the plan).
-func (s *Session) apiClients(pl *Planned) (side, lease kubernetes.Interface) {
+// apiClient is the API server's client for the cluster's Lease and the
+// Kubernetes side of an apply; nil when no controlplane node was
+// reachable.
+func (s *Session) apiClient(pl *Planned) kubernetes.Interface {
 	cs, err := s.KubeClient(pl.PKI, pl.Observed)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
-	if k := pl.Observed.Kubernetes; k == nil || k.Err != nil {
-		return cs, nil
-	}
-	return cs, cs
+	return cs
 }
 
 // snapshotBeforeChange takes the etcd snapshot that goes before a

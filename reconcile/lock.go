@@ -27,11 +27,10 @@ const (
 
 // Lock is the cluster's lock held by this process for one command (apply,
 // serve, snapshot restore, …). Apply and Remove take it as a parameter:
-// they change the cluster only under it, and take the cluster's Lease as
-// the same command, waiting for it as Lock waited.
+// they change the cluster only under it; Apply takes the cluster's Lease
+// as the same command.
 type Lock struct {
 	command string
-	wait    bool
 	release func()
 }
 
@@ -61,7 +60,7 @@ func (s *Session) Lock(ctx context.Context, command string, wait bool) (*Lock, e
 	case err != nil:
 		return nil, retries(ReasonFailed, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
 	}
-	return &Lock{command: command, wait: wait, release: sync.OnceFunc(func() {
+	return &Lock{command: command, release: sync.OnceFunc(func() {
 		if err := rel(); err != nil {
 			s.opts.Log.Warn("release the cluster's lock", "cluster", s.c.ClusterName, "err", err)
 		}
@@ -74,35 +73,47 @@ func (s *Session) Lock(ctx context.Context, command string, wait bool) (*Lock, e
 var clusterLeaseTiming = lock.LeaseTiming{Duration: time.Minute, RenewDeadline: 45 * time.Second, RetryPeriod: 5 * time.Second}
 
 // leaseCluster takes the cluster's Lease (ClusterLeaseNamespace/
-// ClusterLeaseName) through cs for lk's command, waiting for it as lk
-// did; release gives it up. Losing it midway (the API server down longer
+// ClusterLeaseName) through cs for command, waiting for it when o.Wait;
+// release gives it up. The Lease of a holder that crashed on this machine
+// is taken over at once (lock.Lease).
+//
+// It fails closed: when the API server answers but the Lease cannot be
+// taken (held by another rigger, forbidden, a server error that lasts),
+// the apply is refused. Only an API server that does not answer at all (a
+// new cluster, a control plane down; nil cs: no controlplane node
+// reachable) lets the apply go on without the Lease, with the state
+// directory's lock alone, which the log says. Losing the Lease midway (the API server down longer
 // than the lease lasts) is logged, not fatal: stopping an apply halfway
-// would do more harm. A nil cs (the API server did not answer the plan: a
-// new cluster, a control plane down) has no Lease to take: the apply goes
-// on with the state directory's lock alone.
-func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, lk *Lock) (func(), error) {
-	none := func() {}
+// would do more harm.
+func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, command string, o lock.LeaseOptions) (func(), error) {
+	desc := "lease " + ClusterLeaseNamespace + "/" + ClusterLeaseName
+	withoutLease := func(why string, err error) (func(), error) {
+		s.opts.Log.Warn(why+": going on without the cluster's Lease, with the state directory's lock alone",
+			"cluster", s.c.ClusterName, "lease", ClusterLeaseNamespace+"/"+ClusterLeaseName, "reason", err)
+		return func() {}, nil
+	}
 	if cs == nil {
-		return none, nil
+		return withoutLease("no controlplane node is reachable", errors.New("no API server to ask"))
 	}
-	timing := clusterLeaseTiming
-	timing.Now = s.opts.Now
-	h := lock.Me(lk.command, s.opts.Now())
-	held, giveUp, err := lock.Lease(ctx, cs, ClusterLeaseNamespace, ClusterLeaseName, h, false, timing)
+	o.Timing.Now = s.opts.Now
+	if o.Log == nil {
+		o.Log = s.opts.Log.With("cluster", s.c.ClusterName)
+	}
+	held, giveUp, err := lock.Lease(ctx, cs, ClusterLeaseNamespace, ClusterLeaseName, lock.Me(command, s.opts.Now()), o)
 	var taken *lock.HeldError
-	if errors.As(err, &taken) && lk.wait {
-		s.opts.Log.Warn("waiting for the cluster's Lease", "cluster", s.c.ClusterName, "holder", taken.Holder.ID)
-		held, giveUp, err = lock.Lease(ctx, cs, ClusterLeaseNamespace, ClusterLeaseName, h, true, timing)
-	}
+	var noAnswer *lock.NoAnswerError
 	switch {
 	case errors.As(err, &taken):
 		return nil, retries(ReasonLockHeld, fmt.Errorf("cluster %s is being changed by another rigger: %w", s.c.ClusterName, err))
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("lease cluster %s: %w", s.c.ClusterName, err)
+	case errors.As(err, &noAnswer):
+		return withoutLease("the cluster's API server does not answer (a new cluster, or its control plane down)", noAnswer.Err)
 	case err != nil:
-		s.opts.Log.Warn("the cluster's Lease could not be taken; going on with the state directory's lock alone",
-			"cluster", s.c.ClusterName, "err", err)
-		return none, nil
+		return nil, retries(ReasonFailed, fmt.Errorf("cluster %s: not changed without its %s, which the API server does not give: %w; "+
+			"rigger holds it while it applies so that no other rigger changes the cluster at once: "+
+			"fix what the API server says (the admin certificate's rights to Leases in %s, the API server's health), then apply again",
+			s.c.ClusterName, desc, err, ClusterLeaseNamespace))
 	}
 	stop := context.AfterFunc(held, func() {
 		if errors.Is(context.Cause(held), lock.ErrLost) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/watch"
 )
@@ -71,7 +73,13 @@ with the same state directory, holds it, apply refuses and says who holds
 it, or with --wait-lock waits until it is free. Once the cluster's API server
 answers, apply also holds the Lease kube-system/rigger-apply in it while it
 changes the cluster, so that riggers with other state directories (another
-machine, a serve elsewhere) are excluded too.
+machine, a serve elsewhere) are excluded too; --wait-lock waits for the
+Lease as well, saying who holds it. After a crash (kill -9), the lock is free
+at once; so is the Lease when the rigger that crashed ran on this machine,
+while one that crashed elsewhere holds it until it expires (a minute). An
+API server that answers but does not give the Lease (no rights, a lasting
+server error) stops the apply; one that does not answer at all (a new cluster, a
+control plane down) lets it go on with the state directory's lock alone.
 
 Exit status: 0 when the cluster converged, 1 on failure or when a node of
 cluster.yml could not be reached.`,
@@ -103,7 +111,7 @@ cluster.yml could not be reached.`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking")
 	cmd.Flags().StringVar(&planFile, "plan", "", "carry out this plan (from rigger plan --out); refused if the nodes changed since")
 	cmd.Flags().BoolVar(&allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
-	cmd.Flags().BoolVar(&waitLock, "wait-lock", false, "when another rigger (an apply, or serve) is changing the cluster, wait for it instead of refusing")
+	cmd.Flags().BoolVar(&waitLock, "wait-lock", false, "when another rigger (an apply, or serve) is changing the cluster, wait for it (its lock, then its Lease) instead of refusing")
 	cmd.Flags().BoolVar(&watchFile, "watch", false, "after applying, apply again each time cluster.yml is saved (with --yes)")
 	return cmd
 }
@@ -148,12 +156,20 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 		}
 	}
 	fmt.Fprintln(out)
-	res, err := s.Apply(cmd.Context(), s.lock, pl, reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals})
+	res, err := s.Apply(cmd.Context(), s.lock, pl, o.applyOptions(out, cmd.ErrOrStderr()))
 	renderResult(out, "Apply", res, err)
 	if err != nil {
 		return err
 	}
 	return unreachableExit(pl)
+}
+
+// applyOptions are the options of the apply: progress on out, and
+// --wait-lock's wait for the cluster's Lease told on errOut. The Lease is
+// waited for whether the state directory's lock was free or not.
+func (o applyOnce) applyOptions(out, errOut io.Writer) reconcile.ApplyOptions {
+	return reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals,
+		WaitLease: o.flags.waitLock, LeaseWaiting: leaseWaiting(errOut)}
 }
 
 // restoreFirst carries out the restore cluster.yml requests, when its id
@@ -225,4 +241,21 @@ func checkSavedPlan(path string, now *plan.Plan) error {
 			path, saved.ObservedAt.Format("2006-01-02 15:04:05 MST"), diff)}
 	}
 	return nil
+}
+
+// leaseWaiting prints on w who holds the cluster's Lease while apply
+// --wait-lock waits for it, and when it is taken over if its holder stops
+// renewing it.
+func leaseWaiting(w io.Writer) func(*lock.HeldError) {
+	return func(e *lock.HeldError) {
+		msg := fmt.Sprintf("Waiting for the cluster's %s, held by %s", e.Lock, e.Holder.ID)
+		if !e.Holder.Since.IsZero() {
+			msg += " since " + e.Holder.Since.Local().Format("15:04:05")
+		}
+		if !e.Expires.IsZero() && !e.At.IsZero() {
+			msg += fmt.Sprintf("; taken over at %s (in %s) unless its holder renews it", e.Expires.Local().Format("15:04:05"),
+				max(e.Expires.Sub(e.At).Round(time.Second), 0))
+		}
+		fmt.Fprintln(w, msg+" (Ctrl-C to stop waiting)…")
+	}
 }

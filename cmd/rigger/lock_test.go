@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,5 +69,27 @@ func TestApplyLock(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errOut.String(), "is held by") {
 		t.Errorf("apply --wait-lock refused after waiting:\n%s", errOut.String())
+	}
+}
+
+// TestApplyWaitsForLease: --wait-lock waits for the cluster's Lease too,
+// also when the state directory's lock was free (a holder elsewhere, or
+// one that crashed), and tells who holds the Lease and until when.
+func TestApplyWaitsForLease(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		o := applyOnce{flags: clusterFlags{waitLock: wait}}
+		var errOut strings.Builder
+		ao := o.applyOptions(io.Discard, &errOut)
+		if ao.WaitLease != wait {
+			t.Errorf("--wait-lock=%v: WaitLease %v", wait, ao.WaitLease)
+		}
+		since := time.Date(2026, 11, 22, 3, 0, 0, 0, time.Local)
+		ao.LeaseWaiting(&lock.HeldError{Lock: "lease kube-system/rigger-apply", At: since.Add(10 * time.Second), Expires: since.Add(70 * time.Second),
+			Holder: lock.Holder{ID: "rigger apply on laptop (pid 7)", Since: since}})
+		want := "Waiting for the cluster's lease kube-system/rigger-apply, held by rigger apply on laptop (pid 7) since 03:00:00; " +
+			"taken over at 03:01:10 (in 1m0s) unless its holder renews it (Ctrl-C to stop waiting)…\n"
+		if errOut.String() != want {
+			t.Errorf("progress line:\n%q\nwant\n%q", errOut.String(), want)
+		}
 	}
 }

@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -29,16 +33,30 @@ const (
 	promoteTimeout = 3 * time.Minute
 )
 
-// Client talks to the etcd cluster.
+// Client talks to the etcd cluster: reads through any member, membership
+// changes through the members the caller names (Via).
 type Client struct {
-	c *clientv3.Client
+	c    *clientv3.Client
+	tls  *tls.Config
+	dial Dialer
+	// callTimeout bounds one attempt at a membership change.
+	callTimeout time.Duration
 }
 
 // Dial connects to the cluster through the endpoints (https://host:2379),
 // each reached with dial, authenticated with tlsConfig (a client
 // certificate the members trust).
 func Dial(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial Dialer) (*Client, error) {
-	c, err := clientv3.New(clientv3.Config{
+	c, err := connect(ctx, endpoints, tlsConfig, dial)
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd: %w", err)
+	}
+	return &Client{c: c, tls: tlsConfig, dial: dial, callTimeout: callTimeout}, nil
+}
+
+// connect is an etcd client of the endpoints.
+func connect(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial Dialer) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		TLS:         tlsConfig,
 		DialTimeout: callTimeout,
@@ -48,10 +66,6 @@ func Dial(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dial D
 			return dial(ctx, addr)
 		})},
 	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to etcd: %w", err)
-	}
-	return &Client{c: c}, nil
 }
 
 // Close closes the connections.
@@ -68,7 +82,7 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	}
 	out := make([]Member, 0, len(resp.Members))
 	for _, m := range resp.Members {
-		mem := Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner}
+		mem := Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
 		switch {
 		case len(m.ClientURLs) == 0:
 			mem.Error = "not started"
@@ -90,28 +104,46 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
-// AddLearner adds a member that does not vote yet and returns it. etcd
-// refuses a change while its leader has not been in touch with every voter
-// for a few seconds (right after a promotion, say): that is waited out.
-func (c *Client) AddLearner(ctx context.Context, peerURL string) (Member, error) {
-	var resp *clientv3.MemberAddResponse
-	err := retry(ctx, changeTimeout, isUnhealthy, func(ctx context.Context) (err error) {
-		resp, err = c.c.MemberAddAsLearner(ctx, []string{peerURL})
+// AddLearner adds a member that does not vote yet, through the members at
+// via (Via), and returns it. etcd refuses a change while its leader has
+// not been in touch with every voter for a few seconds (right after a
+// promotion, say): that is waited out.
+func (c *Client) AddLearner(ctx context.Context, via []string, peerURL string) (Member, error) {
+	var added *etcdserverpb.Member
+	err := c.change(ctx, via, changeTimeout, isUnhealthy, func(ctx context.Context, cl clientv3.Cluster) error {
+		resp, err := cl.MemberAddAsLearner(ctx, []string{peerURL})
+		if errors.Is(err, rpctypes.ErrPeerURLExist) {
+			// An attempt that seemed to fail went through.
+			list, lerr := cl.MemberList(ctx)
+			if lerr != nil {
+				return lerr
+			}
+			i := slices.IndexFunc(list.Members, func(m *etcdserverpb.Member) bool { return slices.Contains(m.PeerURLs, peerURL) })
+			if i < 0 || !list.Members[i].IsLearner {
+				return err
+			}
+			added = list.Members[i]
+			return nil
+		}
+		if err == nil {
+			added = resp.Member
+		}
 		return err
 	})
 	if err != nil {
 		return Member{}, fmt.Errorf("add etcd learner %s: %w", peerURL, err)
 	}
-	return Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, IsLearner: true}, nil
+	return Member{ID: added.ID, PeerURLs: added.PeerURLs, IsLearner: true}, nil
 }
 
 // Promote makes a learner a voting member once it has caught up with the
-// leader, retrying until then or promoteTimeout.
-func (c *Client) Promote(ctx context.Context, id uint64) error {
-	err := retry(ctx, promoteTimeout, func(err error) bool {
+// leader, through the members at via (Via), retrying until then or
+// promoteTimeout.
+func (c *Client) Promote(ctx context.Context, via []string, id uint64) error {
+	err := c.change(ctx, via, promoteTimeout, func(err error) bool {
 		return errors.Is(err, errLearnerNotReady) || isUnhealthy(err)
-	}, func(ctx context.Context) error {
-		_, err := c.c.MemberPromote(ctx, id)
+	}, func(ctx context.Context, cl clientv3.Cluster) error {
+		_, err := cl.MemberPromote(ctx, id)
 		if errors.Is(err, rpctypes.ErrMemberNotLearner) {
 			return nil // promoted already
 		}
@@ -123,11 +155,12 @@ func (c *Client) Promote(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// Remove removes a member, waiting out etcd's refusals while its leader
-// is not in touch with every voter.
-func (c *Client) Remove(ctx context.Context, id uint64) error {
-	err := retry(ctx, changeTimeout, isUnhealthy, func(ctx context.Context) error {
-		_, err := c.c.MemberRemove(ctx, id)
+// Remove removes a member through the members at via (Via: not the member
+// itself), waiting out etcd's refusals while its leader is not in touch
+// with every voter.
+func (c *Client) Remove(ctx context.Context, via []string, id uint64) error {
+	err := c.change(ctx, via, changeTimeout, isUnhealthy, func(ctx context.Context, cl clientv3.Cluster) error {
+		_, err := cl.MemberRemove(ctx, id)
 		if errors.Is(err, rpctypes.ErrMemberNotFound) {
 			return nil // removed already
 		}
@@ -139,6 +172,42 @@ func (c *Client) Remove(ctx context.Context, id uint64) error {
 	return nil
 }
 
+// change makes a membership change with f through one member of via at a
+// time, the first first: a member that answers that it stopped (it was
+// removed, or restarts), that does not answer in time or cannot be reached
+// (movesOn) passes the change to the next one, and so do the refusals
+// again accepts; with a pause between two attempts, until timeout.
+func (c *Client) change(ctx context.Context, via []string, timeout time.Duration, again func(error) bool, f func(context.Context, clientv3.Cluster) error) error {
+	if len(via) == 0 {
+		return errors.New("no healthy voting member to send the change to")
+	}
+	next := 0
+	return retry(ctx, timeout, c.callTimeout, func(err error) bool {
+		next++
+		return movesOn(err) || again(err)
+	}, func(ctx context.Context) error {
+		cl, err := connect(ctx, []string{via[next%len(via)]}, c.tls, c.dial)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return f(ctx, cl.Cluster)
+	})
+}
+
+// movesOn reports whether err says that the member asked did not make the
+// change now, and another one may: it stopped, has no leader, timed out, or
+// could not be reached. Every change is safe to send again: a removal or
+// promotion found done, an addition found made (AddLearner).
+func movesOn(err error) bool {
+	code := status.Code(err)
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		code = etcdErr.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+}
+
 // errLearnerNotReady is etcd's answer to a promotion of a learner that has
 // not caught up yet (the client package has no value for it).
 var errLearnerNotReady = rpctypes.Error(rpctypes.ErrGRPCLearnerNotReady)
@@ -148,15 +217,15 @@ const changeTimeout = time.Minute
 
 func isUnhealthy(err error) bool { return errors.Is(err, rpctypes.ErrUnhealthy) }
 
-// retry calls f, each call bounded by callTimeout, until it succeeds, fails
-// in a way again does not accept, or timeout passes.
-func retry(ctx context.Context, timeout time.Duration, again func(error) bool, f func(context.Context) error) error {
+// retry calls f, each call bounded by call, until it succeeds, fails in a
+// way again does not accept, or timeout passes.
+func retry(ctx context.Context, timeout, call time.Duration, again func(error) bool, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var err error
 	delay := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}.DelayFunc()
 	if werr := delay.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-		cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+		cctx, ccancel := context.WithTimeout(ctx, call)
 		defer ccancel()
 		if err = f(cctx); err != nil && again(err) {
 			return false, nil

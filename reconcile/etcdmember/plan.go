@@ -17,8 +17,10 @@ type Member struct {
 	Name string `json:"name,omitempty"`
 	// PeerURLs identify the member; a member added but not started yet has
 	// them and no name.
-	PeerURLs  []string `json:"peer_urls"`
-	IsLearner bool     `json:"is_learner,omitempty"`
+	PeerURLs []string `json:"peer_urls"`
+	// ClientURLs are where it serves clients; none until it started.
+	ClientURLs []string `json:"client_urls,omitempty"`
+	IsLearner  bool     `json:"is_learner,omitempty"`
 	// Healthy is set when the member answered a status request.
 	Healthy bool `json:"healthy"`
 	// Error says why it did not.
@@ -158,6 +160,29 @@ func Warnings(want []Want) []string {
 		return []string{fmt.Sprintf("etcd has %d members, an even number: it tolerates no more failures than %d members; add or remove one", n, n-1)}
 	}
 	return nil
+}
+
+// Via returns the client URLs a membership change goes to, the first
+// first: one per healthy voting member other than target (the member
+// removed, 0 for none), those that stay before those whose peer URL is in
+// leaving (the members the plan removes later), else in the order of
+// members. A member being removed stops serving as soon as the change is
+// applied, and answers "etcdserver: server stopped" to the request that
+// removed it; a learner, or a member not started, cannot serve the change
+// at all.
+func Via(members []Member, target uint64, leaving []string) []string {
+	var stay, leave []string
+	for _, m := range members {
+		if m.ID == target || m.IsLearner || !m.Healthy || len(m.ClientURLs) == 0 {
+			continue
+		}
+		if slices.ContainsFunc(m.PeerURLs, func(u string) bool { return slices.Contains(leaving, u) }) {
+			leave = append(leave, m.ClientURLs[0])
+		} else {
+			stay = append(stay, m.ClientURLs[0])
+		}
+	}
+	return append(stay, leave...)
 }
 
 // InitialCluster is etcd's --initial-cluster for a member joining the

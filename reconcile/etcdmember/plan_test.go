@@ -95,3 +95,49 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("3 members: %v", w)
 	}
 }
+
+// TestVia: membership changes go to healthy voting members, never to the
+// member removed (it stops as the change applies: "server stopped"), and
+// to the members the plan keeps before those it removes later.
+func TestVia(t *testing.T) {
+	m := func(id uint64, host string, f func(*Member)) Member {
+		mem := Member{ID: id, Name: "etcd-" + host, PeerURLs: []string{"https://" + host + ":2380"},
+			ClientURLs: []string{"https://" + host + ":2379", "https://127.0.0.1:2379"}, Healthy: true}
+		if f != nil {
+			f(&mem)
+		}
+		return mem
+	}
+	a, b, c := m(1, "a", nil), m(2, "b", nil), m(3, "c", nil)
+	sick := m(4, "d", func(m *Member) { m.Healthy = false })
+	learner := m(5, "e", func(m *Member) { m.IsLearner = true })
+	notStarted := m(6, "f", func(m *Member) { m.Name, m.ClientURLs, m.Healthy = "", nil, false })
+	peer := func(host string) string { return "https://" + host + ":2380" }
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		target  uint64
+		leaving []string
+		want    []string
+	}{
+		{name: "add: every healthy voter", members: []Member{a, b, c}, want: []string{"https://a:2379", "https://b:2379", "https://c:2379"}},
+		{name: "remove: not the member removed", members: []Member{a, b, c}, target: 2, leaving: []string{peer("b")},
+			want: []string{"https://a:2379", "https://c:2379"}},
+		{name: "add while a member leaves later: the ones that stay first", members: []Member{a, b, c}, leaving: []string{peer("a")},
+			want: []string{"https://b:2379", "https://c:2379", "https://a:2379"}},
+		{name: "remove the first of two leaving", members: []Member{a, b, c}, target: 1, leaving: []string{peer("a"), peer("b")},
+			want: []string{"https://c:2379", "https://b:2379"}},
+		{name: "every member leaves (all replaced): the others in order", members: []Member{a, b, c}, leaving: []string{peer("a"), peer("b"), peer("c")},
+			want: []string{"https://a:2379", "https://b:2379", "https://c:2379"}},
+		{name: "not the sick, learners or members not started", members: []Member{sick, learner, notStarted, c}, target: 0,
+			want: []string{"https://c:2379"}},
+		{name: "promote: not the learner", members: []Member{a, learner}, target: 5, want: []string{"https://a:2379"}},
+		{name: "none", members: []Member{sick}, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Via(tc.members, tc.target, tc.leaving)); diff != "" {
+				t.Errorf("Via (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -195,6 +195,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		byPhase[s.Phase] = append(byPhase[s.Phase], s)
 	}
 	r.removed, r.first, r.etcdNew = p.RemovedNodes, p.First, p.NewEtcd
+	r.leaving = leavingMembers(p.Steps)
 	r.unreachable = map[string]bool{}
 	for _, u := range p.Unreachable {
 		r.unreachable[u.Node] = true
@@ -300,6 +301,9 @@ type runner struct {
 	etcdClient Membership
 	// learners are the IDs of the members added as learners, by node.
 	learners map[string]uint64
+	// leaving are the peer URLs of the members the plan removes: the
+	// membership changes go to other members first (etcdmember.Via).
+	leaving []string
 	// unreachable are the nodes the plan could not look at.
 	unreachable map[string]bool
 }
@@ -527,10 +531,7 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		}
 		if id, ok := r.learner(s.Node); ok {
 			// The new member votes once it has caught up with the leader.
-			m, err := r.membership(ctx)
-			if err == nil {
-				err = m.Promote(ctx, id)
-			}
+			err := r.promote(ctx, id)
 			r.say(s.Node, "etcd member promoted from learner to voter", err)
 			if err != nil {
 				return err
@@ -551,12 +552,24 @@ func changesEtcd(s plan.Step) bool {
 }
 
 // Membership changes the etcd cluster's members; *etcdmember.Client
-// implements it.
+// implements it. Each change goes through the members at via, the first
+// first (etcdmember.Via).
 type Membership interface {
 	Members(ctx context.Context) ([]etcdmember.Member, error)
-	AddLearner(ctx context.Context, peerURL string) (etcdmember.Member, error)
-	Promote(ctx context.Context, id uint64) error
-	Remove(ctx context.Context, id uint64) error
+	AddLearner(ctx context.Context, via []string, peerURL string) (etcdmember.Member, error)
+	Promote(ctx context.Context, via []string, id uint64) error
+	Remove(ctx context.Context, via []string, id uint64) error
+}
+
+// leavingMembers are the peer URLs of the members steps remove.
+func leavingMembers(steps []plan.Step) []string {
+	var out []string
+	for _, s := range steps {
+		if s.Action == plan.RemoveMember && s.Member != nil {
+			out = append(out, s.Member.PeerURLs...)
+		}
+	}
+	return out
 }
 
 var _ Membership = (*etcdmember.Client)(nil)
@@ -603,7 +616,7 @@ func (r *runner) addMember(ctx context.Context, s plan.Step) error {
 		if err := etcdmember.CheckAdd(members, etcdmember.Want{Node: s.Node, Name: s.Member.Name, PeerURL: peer}); err != nil {
 			return err
 		}
-		mem, err := m.AddLearner(ctx, peer)
+		mem, err := m.AddLearner(ctx, etcdmember.Via(members, 0, r.leaving), peer)
 		if err != nil {
 			return err
 		}
@@ -638,7 +651,20 @@ func (r *runner) removeMember(ctx context.Context, s plan.Step) error {
 	if err := etcdmember.CheckRemove(members, *target); err != nil {
 		return err
 	}
-	return m.Remove(ctx, target.ID)
+	return m.Remove(ctx, etcdmember.Via(members, target.ID, r.leaving), target.ID)
+}
+
+// promote makes the learner id a voting member.
+func (r *runner) promote(ctx context.Context, id uint64) error {
+	m, err := r.membership(ctx)
+	if err != nil {
+		return err
+	}
+	members, err := m.Members(ctx)
+	if err != nil {
+		return err
+	}
+	return m.Promote(ctx, etcdmember.Via(members, id, r.leaving), id)
 }
 
 // joinArgs are the bootstrap flags of a member joining the running

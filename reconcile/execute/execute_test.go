@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -385,5 +387,59 @@ func TestAddonsPhase(t *testing.T) {
 		if clean < at {
 			t.Errorf("fail=%v: removed node cleaned at %d, add-ons at %d:\n%s", fail, clean, at, strings.Join(ev, "\n"))
 		}
+	}
+}
+
+// membersFake is the etcd cluster of a membership test: its members, and
+// the members each change was sent through.
+type membersFake struct {
+	members []etcdmember.Member
+	via     map[string][]string
+}
+
+func (f *membersFake) Members(context.Context) ([]etcdmember.Member, error) { return f.members, nil }
+
+func (f *membersFake) AddLearner(_ context.Context, via []string, peer string) (etcdmember.Member, error) {
+	f.via["add "+peer] = via
+	return etcdmember.Member{ID: 99, PeerURLs: []string{peer}, IsLearner: true}, nil
+}
+
+func (f *membersFake) Promote(_ context.Context, via []string, id uint64) error {
+	f.via[fmt.Sprintf("promote %d", id)] = via
+	return nil
+}
+
+func (f *membersFake) Remove(_ context.Context, via []string, id uint64) error {
+	f.via[fmt.Sprintf("remove %d", id)] = via
+	return nil
+}
+
+// TestMembershipVia: a plan that replaces member b sends the addition
+// through the members it keeps first, and the removal of b never through
+// b itself (which would answer "server stopped").
+func TestMembershipVia(t *testing.T) {
+	d := build(t, clusterYML)
+	m := func(id uint64, host string) etcdmember.Member {
+		return etcdmember.Member{ID: id, Name: "etcd-" + host, PeerURLs: []string{"https://" + host + ":2380"},
+			ClientURLs: []string{"https://" + host + ":2379"}, Healthy: true}
+	}
+	a, b, c := m(1, "10.0.0.1"), m(2, "10.0.0.2"), m(3, "10.0.0.3")
+	fake := &membersFake{members: []etcdmember.Member{a, b, c}, via: map[string][]string{}}
+	p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{
+		{Node: "10.0.0.8", Component: plan.EtcdMemberComponent, Action: plan.AddMember, Phase: plan.PhaseEtcd,
+			Member: &etcdmember.Member{Name: "etcd-new", PeerURLs: []string{"https://10.0.0.8:2380"}, IsLearner: true}},
+		{Node: "10.0.0.2", Component: plan.EtcdMemberComponent, Action: plan.RemoveMember, Phase: plan.PhaseEtcd, Member: &b},
+	}}
+	o := options(d, &recorder{})
+	o.Etcd = func(context.Context) (Membership, error) { return fake, nil }
+	if _, err := run(context.Background(), p, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"add https://10.0.0.8:2380": {"https://10.0.0.1:2379", "https://10.0.0.3:2379", "https://10.0.0.2:2379"},
+		"remove 2":                  {"https://10.0.0.1:2379", "https://10.0.0.3:2379"},
+	}
+	if diff := cmp.Diff(want, fake.via); diff != "" {
+		t.Errorf("changes sent through (-want +got):\n%s", diff)
 	}
 }

@@ -284,7 +284,7 @@ func TestServeSandbox(t *testing.T) {
 		other := lock.Holder{ID: "rigger serve on elsewhere (pid 7)", Host: "elsewhere", PID: 7, Command: "serve", Since: time.Now()}
 		lctx, lcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer lcancel()
-		_, release, err := lock.Lease(lctx, cs, reconcile.ClusterLeaseNamespace, reconcile.ClusterLeaseName, other, true, lock.LeaseTiming{})
+		_, release, err := lock.Lease(lctx, cs, reconcile.ClusterLeaseNamespace, reconcile.ClusterLeaseName, other, lock.LeaseOptions{Wait: true})
 		if err != nil {
 			t.Fatalf("take the cluster's Lease: %v", err)
 		}

@@ -8,8 +8,9 @@
 //     releases it automatically: the kernel drops the lock with the process.
 //   - Lease and Elector use a coordination.k8s.io Lease in the cluster,
 //     through client-go's leader election: Lease once around one apply,
-//     Elector for the replicas of `rigger serve`. A crashed holder's lease
-//     expires after its duration.
+//     Elector for the replicas of `rigger serve`. Lease takes over at once
+//     the lease of a holder that crashed on the same machine (Machine.Gone);
+//     one that crashed elsewhere is waited out for the lease's duration.
 //
 // Contention is reported as a *HeldError whatever the kind of lock.
 package lock

@@ -51,7 +51,8 @@ func (e *Elector) Run(ctx context.Context, run func(ctx context.Context)) error 
 	log := e.log.With("lease", e.namespace+"/"+e.name, "id", e.id)
 	klogCtx := klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
 	me := Me("serve", e.timing.Now())
-	annotation, err := json.Marshal(Holder{ID: e.id, Host: me.Host, PID: me.PID, Command: me.Command})
+	me.ID, me.Since = e.id, time.Time{} // since: when it leads, the Lease says
+	annotation, err := json.Marshal(me)
 	if err != nil {
 		return fmt.Errorf("encode the holder of %s: %w", desc, err)
 	}

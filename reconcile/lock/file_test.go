@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childLockEnv); path != "" {
 		os.Exit(holdLockChild(path))
 	}
+	if path := os.Getenv(childLeaseEnv); path != "" {
+		os.Exit(holdLeaseChild(path))
+	}
 	os.Exit(m.Run())
 }
 
@@ -254,6 +257,14 @@ func TestHeldErrorMessage(t *testing.T) {
 			err: &HeldError{Holder: testHolder("rigger serve on host1 (pid 42)"), Lock: "/var/lib/rigger/c.lock",
 				At: time.Date(2026, 11, 22, 3, 1, 30, 0, time.UTC)},
 			want: []string{"/var/lib/rigger/c.lock is held by rigger serve on host1 (pid 42) since 2026-11-22T03:00:00Z (1m30s ago)", "rigger apply --wait-lock", "(pid 42 on host1)"},
+		},
+		{
+			name: "lease",
+			err: &HeldError{Holder: testHolder("rigger apply on host1 (pid 42)"), Lock: "lease kube-system/rigger-apply",
+				At: time.Date(2026, 11, 22, 3, 0, 10, 0, time.UTC), Expires: time.Date(2026, 11, 22, 3, 1, 0, 0, time.UTC)},
+			want: []string{"lease kube-system/rigger-apply is held by rigger apply on host1 (pid 42) since 2026-11-22T03:00:00Z (10s ago)",
+				"a holder that crashed on this machine is taken over at once", "(at 2026-11-22T03:01:00Z, in 50s)"},
+			absent: []string{"releases the lock by itself"},
 		},
 		{
 			name:   "only an identity",

@@ -22,22 +22,34 @@ type Holder struct {
 	Command string `json:"command"`
 	// Since is when the holder took the lock (or started, as Me says).
 	Since time.Time `json:"since"`
+	// Boot, PIDNamespace and Start place the holder's process (see
+	// Machine): with them, a rigger on the same machine tells a holder
+	// that crashed from one that runs, even once its pid is reused. They
+	// are empty in the records of older riggers, and when /proc could not
+	// be read; such a holder is never taken for dead.
+	Boot         string `json:"boot,omitempty"`
+	PIDNamespace string `json:"pidNamespace,omitempty"`
+	Start        uint64 `json:"start,omitempty"`
 }
 
 // Me returns the Holder for this process running command, from now on
 // (the caller's clock).
 func Me(command string, now time.Time) Holder {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
+	m := LocalMachine()
 	pid := os.Getpid()
+	start, err := m.Started(pid)
+	if err != nil {
+		start = 0 // not judged dead by anyone, only waited out
+	}
 	return Holder{
-		ID:      fmt.Sprintf("rigger %s on %s (pid %d)", command, host, pid),
-		Host:    host,
-		PID:     pid,
-		Command: command,
-		Since:   now.UTC().Truncate(time.Second),
+		ID:           fmt.Sprintf("rigger %s on %s (pid %d)", command, m.Host, pid),
+		Host:         m.Host,
+		PID:          pid,
+		Command:      command,
+		Since:        now.UTC().Truncate(time.Second),
+		Boot:         m.Boot,
+		PIDNamespace: m.PIDNamespace,
+		Start:        start,
 	}
 }
 
@@ -51,6 +63,10 @@ type HeldError struct {
 	// At is when the lock was found held (the refused one's clock); zero
 	// when unknown.
 	At time.Time
+	// Expires is when a Lease is taken over if its holder stops renewing
+	// it (the refused one's clock); zero for a lock file, which its
+	// holder's crash releases at once.
+	Expires time.Time
 }
 
 // Error says who holds the lock since when, and what to do next.
@@ -66,5 +82,12 @@ func (e *HeldError) Error() string {
 	if e.Holder.PID > 0 && e.Holder.Host != "" {
 		msg += fmt.Sprintf(" (pid %d on %s)", e.Holder.PID, e.Holder.Host)
 	}
-	return msg + "; a holder that crashed releases the lock by itself"
+	if e.Expires.IsZero() {
+		return msg + "; a holder that crashed releases the lock by itself"
+	}
+	msg += "; a holder that crashed on this machine is taken over at once, one elsewhere once it has not renewed the lease"
+	if !e.At.IsZero() {
+		msg += fmt.Sprintf(" for its duration (at %s, in %s)", e.Expires.UTC().Format(time.RFC3339), max(e.Expires.Sub(e.At).Round(time.Second), 0))
+	}
+	return msg
 }

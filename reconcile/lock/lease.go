@@ -2,9 +2,13 @@ package lock
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -75,16 +79,68 @@ func (t LeaseTiming) withDefaults() LeaseTiming {
 	return t
 }
 
+// WaitReportInterval is how often Lease tells LeaseOptions.Waiting that it
+// still waits for the same holder.
+const WaitReportInterval = 10 * time.Second
+
+// LeaseOptions are the choices of Lease.
+type LeaseOptions struct {
+	// Timing is how the lease is held; a zero field takes its default.
+	Timing LeaseTiming
+	// Wait makes Lease wait while another holder has the lease, instead
+	// of refusing.
+	Wait bool
+	// Waiting, when set, is told who holds the lease while Lease waits for
+	// it: when the holder changes, and at most every WaitReportInterval
+	// otherwise.
+	Waiting func(*HeldError)
+	// Machine tells a holder that crashed on this machine (nil:
+	// LocalMachine()).
+	Machine *Machine
+	// Log receives the takeover of a crashed holder's lease (nil: none).
+	Log *slog.Logger
+}
+
+// NoAnswerError is returned by Lease when the API server did not answer at
+// all (not reachable, or no answer in time) before any answer came: the
+// lease could not even be read. Any answer, a refusal included, is an
+// error of another kind.
+type NoAnswerError struct {
+	// Lock is "lease namespace/name".
+	Lock string
+	Err  error
+}
+
+func (e *NoAnswerError) Error() string {
+	return fmt.Sprintf("read %s: the API server does not answer: %v", e.Lock, e.Err)
+}
+
+func (e *NoAnswerError) Unwrap() error { return e.Err }
+
 // Lease takes the Lease namespace/name in the cluster of client for h, for
 // the duration of one piece of work (one apply). h.ID becomes the Lease's
 // holderIdentity and h the HolderAnnotation.
 //
-// If the Lease is held by someone else and not expired, Lease returns a
-// *HeldError naming them when !wait; with wait it blocks until it gets the
-// lease or ctx ends (then the *HeldError is wrapped with ctx's error). An
-// expired lease is taken over once it has gone a whole lease duration
-// without renewal as seen from here, as client-go's leader election does:
-// that does not trust the holder's clock.
+// A lease held by someone else is taken over only when its holder is gone:
+//   - at once when the holder is a process of this machine that has ended
+//     (Machine.Gone: a crashed rigger, which the kernel did not release
+//     the lease of as it does a lock file);
+//   - otherwise once the holder has not renewed it for its whole duration
+//     as seen from here, as client-go's leader election does: that does
+//     not trust the holder's clock.
+//
+// Until then, Lease returns a *HeldError naming the holder, unless
+// o.Wait; or unless the Lease's own timestamps say it expired already, in
+// which case Lease waits for that to be confirmed. With o.Wait it waits
+// until it gets the lease or ctx ends (the *HeldError is then wrapped with
+// ctx's error), and an API server that stops answering meanwhile (its
+// holder restarting it) is waited for too.
+//
+// An API server that does not answer the first read gives a
+// *NoAnswerError. One that answers that it is busy or failing (a 5xx, a
+// 429: it may be starting) is asked again for a renew deadline; any other
+// failure to read or take the lease, and that one once it lasts, is
+// returned as it is.
 //
 // Once held, the lease is renewed in the background. held is cancelled when
 // ctx is, or when the lease is lost (context.Cause(held) is then ErrLost):
@@ -92,32 +148,243 @@ func (t LeaseTiming) withDefaults() LeaseTiming {
 // if it is still ours, and returns once nothing runs in the background any
 // more; call it when the work guarded by the lease is over (never before:
 // the next holder starts at once). Calling it more than once is harmless.
-func Lease(ctx context.Context, client kubernetes.Interface, namespace, name string, h Holder, wait bool, d LeaseTiming) (held context.Context, release func(), err error) {
+func Lease(ctx context.Context, client kubernetes.Interface, namespace, name string, h Holder, o LeaseOptions) (held context.Context, release func(), err error) {
 	desc := fmt.Sprintf("lease %s/%s", namespace, name)
-	t := d.withDefaults()
-	leases := client.CoordinationV1().Leases(namespace)
-	if !wait {
-		now := t.Now()
-		holder, err := otherHolder(ctx, leases, name, h.ID, now)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read %s: %w", desc, err)
-		}
-		if holder != nil {
-			return nil, nil, &HeldError{Holder: *holder, Lock: desc, At: now}
-		}
+	t := o.Timing.withDefaults()
+	if _, err := newElector(client, namespace, name, h.ID, "", t, func(context.Context) {}); err != nil { // checks t
+		return nil, nil, fmt.Errorf("take %s: %w", desc, err)
+	}
+	m := o.Machine
+	if m == nil {
+		local := LocalMachine()
+		m = &local
 	}
 	annotation, err := json.Marshal(h)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode the holder of %s: %w", desc, err)
 	}
+	leases := client.CoordinationV1().Leases(namespace)
+	var (
+		answered bool        // the API server answered once
+		failing  time.Time   // since when its calls fail, if they do
+		last     observation // the holder's renewal as first seen here
+		heldErr  *HeldError  // the holder last seen
+		told     reported
+	)
+	// later tells who holds the lease and pauses before the next attempt;
+	// it fails when ctx ends first.
+	later := func(now time.Time) error {
+		told.tell(o.Waiting, heldErr, now)
+		if !pause(ctx, t.RetryPeriod) {
+			return stopWaiting(ctx, desc, heldErr)
+		}
+		return nil
+	}
+	// passing reports whether a failed call is tried again: a busy or
+	// starting API server for a renew deadline, and while waiting, one
+	// that went away (the holder may be replacing it) for as long.
+	passing := func(err error, now time.Time) bool {
+		if failing.IsZero() {
+			failing = now
+		}
+		return transient(err) && (o.Wait && answered || now.Sub(failing) < t.RenewDeadline)
+	}
+	for {
+		now := t.Now()
+		l, err := readLease(ctx, leases, name, t.RenewDeadline)
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil, stopWaiting(ctx, desc, heldErr)
+		case err != nil && !answered && noAnswer(err):
+			return nil, nil, &NoAnswerError{Lock: desc, Err: err}
+		case err != nil && !passing(err, now):
+			return nil, nil, fmt.Errorf("read %s: %w", desc, err)
+		case err != nil:
+			if err := later(now); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		answered, failing = true, time.Time{}
+		r := judge(l, h.ID, now, last, *m)
+		last = r.seen
+		if r.verdict == leaseHeld {
+			heldErr = &HeldError{Holder: r.holder, Lock: desc, At: now, Expires: r.expires}
+			if !o.Wait && !r.stale {
+				return nil, nil, heldErr
+			}
+			if err := later(now); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if r.verdict == leaseGone && o.Log != nil {
+			o.Log.Warn("taking over the lease of a holder that no longer runs", "lease", namespace+"/"+name, "holder", r.holder.ID)
+		}
+		err = take(ctx, leases, l, name, h.ID, string(annotation), t, now)
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			continue // someone else wrote it meanwhile: read it again
+		case err != nil && ctx.Err() != nil:
+			return nil, nil, stopWaiting(ctx, desc, heldErr)
+		case err != nil && passing(err, now):
+			if err := later(now); err != nil {
+				return nil, nil, err
+			}
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("take %s: %w", desc, err)
+		}
+		held, release, err := hold(ctx, client, namespace, name, h.ID, string(annotation), t)
+		if errors.Is(err, errNotConfirmed) {
+			continue // taken over meanwhile: judge again
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("take %s: %w", desc, err)
+		}
+		return held, release, nil
+	}
+}
+
+// verdict is what a reading of a Lease says to whoever wants it.
+type verdict int
+
+const (
+	// leaseFree: nobody holds it, or this holder does already.
+	leaseFree verdict = iota
+	// leaseHeld: another holder has it, and may still be at work.
+	leaseHeld
+	// leaseExpired: its holder has not renewed it for its whole duration
+	// as seen from here.
+	leaseExpired
+	// leaseGone: its holder is a process of this machine that has ended.
+	leaseGone
+)
+
+// observation is a holder's last renewal, and when it was first read here.
+type observation struct {
+	holder string
+	renew  time.Time
+	at     time.Time
+}
+
+// reading is the judgment of one read of a Lease.
+type reading struct {
+	verdict verdict
+	// holder is who holds it (all but leaseFree).
+	holder Holder
+	// seen is the holder's renewal as first read here, for the next
+	// judgment.
+	seen observation
+	// expires is when the lease expires if it is not renewed, as seen
+	// from here: a whole duration after its last renewal was first seen.
+	expires time.Time
+	// stale is set when the Lease's own timestamps say it expired: its
+	// holder's clock says so, which is not enough to take it over.
+	stale bool
+}
+
+// judge decides about l (nil when there is none) for the holder id at now
+// (the caller's clock); last is the observation of the previous reading,
+// m tells a holder that ended on this machine. It does no I/O besides
+// m.Started.
+func judge(l *coordinationv1.Lease, id string, now time.Time, last observation, m Machine) reading {
+	if l == nil {
+		return reading{verdict: leaseFree}
+	}
+	r := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)
+	if r.HolderIdentity == "" || r.HolderIdentity == id {
+		return reading{verdict: leaseFree}
+	}
+	h, err := parseHolder([]byte(l.Annotations[HolderAnnotation]))
+	if err != nil || h.ID != r.HolderIdentity {
+		// Not ours, or left over from an earlier holder.
+		h = Holder{ID: r.HolderIdentity}
+	}
+	if h.Since.IsZero() {
+		h.Since = r.AcquireTime.Time
+	}
+	renewed := r.RenewTime.Time
+	if renewed.IsZero() {
+		renewed = r.AcquireTime.Time
+	}
+	seen := observation{holder: r.HolderIdentity, renew: renewed, at: now}
+	if last.holder == seen.holder && last.renew.Equal(seen.renew) && !last.at.IsZero() {
+		seen.at = last.at
+	}
+	duration := time.Duration(r.LeaseDurationSeconds) * time.Second
+	rd := reading{verdict: leaseHeld, holder: h, seen: seen, expires: seen.at.Add(duration),
+		stale: !renewed.Add(duration).After(now)}
+	switch {
+	case m.Gone(h):
+		rd.verdict = leaseGone
+	case !now.Before(rd.expires):
+		rd.verdict = leaseExpired
+	}
+	return rd
+}
+
+// readLease reads the Lease name (nil when there is none), waiting at most
+// timeout for the answer.
+func readLease(ctx context.Context, leases coordinationv1client.LeaseInterface, name string, timeout time.Duration) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return l, err
+}
+
+// take writes id as the holder of the Lease name, with annotation, over l
+// as read (nil: create it): it fails with a conflict if l changed since.
+func take(ctx context.Context, leases coordinationv1client.LeaseInterface, l *coordinationv1.Lease, name, id, annotation string, t LeaseTiming, now time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, t.RenewDeadline)
+	defer cancel()
+	rec := resourcelock.LeaderElectionRecord{
+		HolderIdentity:       id,
+		LeaseDurationSeconds: int(t.Duration / time.Second),
+		AcquireTime:          metav1.NewTime(now),
+		RenewTime:            metav1.NewTime(now),
+	}
+	if l == nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	} else {
+		l = l.DeepCopy()
+		rec.LeaderTransitions = resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec).LeaderTransitions + 1
+	}
+	l.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&rec)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[HolderAnnotation] = annotation
+	var err error
+	if l.ResourceVersion == "" {
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+// errNotConfirmed: the lease taken could not be renewed in time; someone
+// else may have taken it meanwhile.
+var errNotConfirmed = errors.New("the lease taken was not renewed in time")
+
+// hold renews the Lease namespace/name, which id has just taken, in the
+// background, and returns once the first renewal went through (see Lease
+// for held and release); errNotConfirmed if it did not within the renew
+// deadline, the lease then given up if it is still id's.
+func hold(ctx context.Context, client kubernetes.Interface, namespace, name, id, annotation string, t LeaseTiming) (held context.Context, release func(), err error) {
+	desc := fmt.Sprintf("lease %s/%s", namespace, name)
+	leases := client.CoordinationV1().Leases(namespace)
 	acquired := make(chan context.Context, 1)
-	le, err := newElector(client, namespace, name, h.ID, string(annotation), t, func(lctx context.Context) {
+	le, err := newElector(client, namespace, name, id, annotation, t, func(lctx context.Context) {
 		acquired <- lctx
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("take %s: %w", desc, err)
+		return nil, nil, err
 	}
-
 	// The elector runs until release, not until ctx ends: the work guarded
 	// by the lease must be over before the lease is given up.
 	runCtx, stop := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logr.Discard()))
@@ -133,17 +400,10 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.RenewDeadline)
 		defer cancel()
 		// Best effort: if it fails, the lease expires after t.Duration.
-		_ = releaseLease(releaseCtx, leases, name, h.ID)
+		_ = releaseLease(releaseCtx, leases, name, id)
 	}
-
-	var limit <-chan time.Time
-	if !wait {
-		// The lease looked free or expired: an expired one is taken over
-		// after a whole duration without renewal.
-		timer := time.NewTimer(t.Duration + t.RenewDeadline)
-		defer timer.Stop()
-		limit = timer.C
-	}
+	deadline := time.NewTimer(t.RenewDeadline)
+	defer deadline.Stop()
 	select {
 	case lctx := <-acquired:
 		heldCtx, cancelHeld := context.WithCancelCause(ctx)
@@ -160,23 +420,75 @@ func Lease(ctx context.Context, client kubernetes.Interface, namespace, name str
 		}, nil
 	case <-ctx.Done():
 		giveUp()
-		err := fmt.Errorf("stop waiting for %s: %w", desc, context.Cause(ctx))
-		now := t.Now()
-		if holder, herr := otherHolder(context.WithoutCancel(ctx), leases, name, h.ID, now); herr == nil && holder != nil {
-			err = fmt.Errorf("%w: %w", err, &HeldError{Holder: *holder, Lock: desc, At: now})
-		}
-		return nil, nil, err
-	case <-limit:
+		return nil, nil, context.Cause(ctx)
+	case <-deadline.C:
 		giveUp()
-		holder, err := otherHolder(ctx, leases, name, h.ID, time.Time{})
-		if err != nil {
-			return nil, nil, fmt.Errorf("read %s: %w", desc, err)
-		}
-		if holder == nil {
-			holder = &Holder{ID: "another reconciler"}
-		}
-		return nil, nil, &HeldError{Holder: *holder, Lock: desc, At: t.Now()}
+		return nil, nil, errNotConfirmed
 	}
+}
+
+// reported rate-limits LeaseOptions.Waiting.
+type reported struct {
+	holder string
+	at     time.Time
+}
+
+// tell calls waiting with e when the holder changed since the last call,
+// or WaitReportInterval has passed.
+func (r *reported) tell(waiting func(*HeldError), e *HeldError, now time.Time) {
+	if waiting == nil || e == nil {
+		return
+	}
+	if e.Holder.ID == r.holder && !r.at.IsZero() && now.Sub(r.at) < WaitReportInterval {
+		return
+	}
+	r.holder, r.at = e.Holder.ID, now
+	waiting(e)
+}
+
+// pause waits d, and reports false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// stopWaiting is the error of a Lease whose ctx ended, with the holder last
+// seen if any.
+func stopWaiting(ctx context.Context, desc string, held *HeldError) error {
+	err := fmt.Errorf("stop waiting for %s: %w", desc, context.Cause(ctx))
+	if held != nil {
+		err = fmt.Errorf("%w: %w", err, held)
+	}
+	return err
+}
+
+// noAnswer reports whether err says that no answer came from the API
+// server: it could not be reached, or did not answer in time. An answer of
+// any kind (a status, a server certificate that does not verify, a TLS
+// alert) is one.
+func noAnswer(err error) bool {
+	var status apierrors.APIStatus
+	var verify *tls.CertificateVerificationError
+	var alert tls.AlertError
+	if errors.As(err, &status) || errors.As(err, &verify) || errors.As(err, &alert) {
+		return false
+	}
+	var urlErr *url.Error
+	var netErr net.Error
+	return errors.As(err, &urlErr) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// transient reports whether err may go away by itself: no answer, or the
+// API server busy or failing.
+func transient(err error) bool {
+	return noAnswer(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
 }
 
 // newElector returns a leader elector on the Lease namespace/name for id,
@@ -208,41 +520,6 @@ func newElector(client kubernetes.Interface, namespace, name, id, annotation str
 		return nil, fmt.Errorf("check lease timing %+v: %w", t, err)
 	}
 	return le, nil
-}
-
-// otherHolder returns who holds the Lease name if it is neither free, nor
-// held by id, nor expired at now (by the timestamps in the Lease); a zero
-// now skips the expiry check.
-func otherHolder(ctx context.Context, leases coordinationv1client.LeaseInterface, name, id string, now time.Time) (*Holder, error) {
-	l, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	r := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)
-	if r.HolderIdentity == "" || r.HolderIdentity == id {
-		return nil, nil
-	}
-	if !now.IsZero() {
-		renewed := r.RenewTime.Time
-		if renewed.IsZero() {
-			renewed = r.AcquireTime.Time
-		}
-		if renewed.Add(time.Duration(r.LeaseDurationSeconds) * time.Second).Before(now) {
-			return nil, nil
-		}
-	}
-	h, err := parseHolder([]byte(l.Annotations[HolderAnnotation]))
-	if err != nil || h.ID != r.HolderIdentity {
-		// Not ours, or left over from an earlier holder.
-		h = Holder{ID: r.HolderIdentity}
-	}
-	if h.Since.IsZero() {
-		h.Since = r.AcquireTime.Time
-	}
-	return &h, nil
 }
 
 // releaseLease gives the Lease name up if id still holds it, the way

@@ -1,13 +1,19 @@
 package lock
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,7 +92,7 @@ func getLease(t *testing.T, c *fake.Clientset) *coordinationv1.Lease {
 
 func mustLease(t *testing.T, c *fake.Clientset, h Holder) (context.Context, func()) {
 	t.Helper()
-	held, release, err := Lease(t.Context(), c, testNS, testLease, h, false, testTiming)
+	held, release, err := Lease(t.Context(), c, testNS, testLease, h, LeaseOptions{Timing: testTiming})
 	if err != nil {
 		t.Fatalf("Lease for %s: %v", h.ID, err)
 	}
@@ -105,12 +111,12 @@ func TestLeaseRefusedNamesHolder(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("second"), false, testTiming)
+	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("second"), LeaseOptions{Timing: testTiming})
 	var heldErr *HeldError
 	if !errors.As(err, &heldErr) {
 		t.Fatalf("second Lease: got %v, want a *HeldError", err)
 	}
-	if diff := cmp.Diff(&HeldError{Holder: first, Lock: "lease " + testNS + "/" + testLease}, heldErr, cmpopts.IgnoreFields(HeldError{}, "At")); diff != "" {
+	if diff := cmp.Diff(&HeldError{Holder: first, Lock: "lease " + testNS + "/" + testLease}, heldErr, cmpopts.IgnoreFields(HeldError{}, "At", "Expires")); diff != "" {
 		t.Errorf("HeldError (-want +got):\n%s", diff)
 	}
 	if d := time.Since(start); d > testTiming.Duration/2 {
@@ -154,7 +160,7 @@ func TestLeaseWait(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		_, r, err := Lease(t.Context(), c, testNS, testLease, testHolder("second"), true, testTiming)
+		_, r, err := Lease(t.Context(), c, testNS, testLease, testHolder("second"), LeaseOptions{Timing: testTiming, Wait: true})
 		got <- result{r, err}
 	}()
 	select {
@@ -179,7 +185,7 @@ func TestLeaseWaitCancelled(t *testing.T) {
 	mustLease(t, c, testHolder("first"))
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	_, _, err := Lease(ctx, c, testNS, testLease, testHolder("second"), true, testTiming)
+	_, _, err := Lease(ctx, c, testNS, testLease, testHolder("second"), LeaseOptions{Timing: testTiming, Wait: true})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want it to wrap context.DeadlineExceeded", err)
 	}
@@ -272,7 +278,7 @@ func TestLeaseTimingRejected(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := Lease(t.Context(), newCluster(), testNS, testLease, testHolder("me"), false, tt.timing)
+			_, _, err := Lease(t.Context(), newCluster(), testNS, testLease, testHolder("me"), LeaseOptions{Timing: tt.timing})
 			if err == nil {
 				t.Fatal("Lease accepted the timing")
 			}
@@ -378,7 +384,7 @@ func TestLeaseRefusedByServe(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the only replica did not lead")
 	}
-	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("apply"), false, testTiming)
+	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("apply"), LeaseOptions{Timing: testTiming})
 	var heldErr *HeldError
 	if !errors.As(err, &heldErr) {
 		t.Fatalf("Lease while serve leads: got %v, want a *HeldError", err)
@@ -391,4 +397,291 @@ func TestLeaseRefusedByServe(t *testing.T) {
 		t.Errorf("RunLeader: %v", err)
 	}
 	mustLease(t, c, testHolder("apply"))
+}
+
+// leaseOf is a Lease held by h since acquired, renewed at renewed, for
+// seconds; h is in the annotation unless annotate is false.
+func leaseOf(h Holder, acquired, renewed time.Time, seconds int32, annotate bool) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testLease},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(h.ID),
+			LeaseDurationSeconds: ptr.To(seconds),
+			AcquireTime:          ptr.To(metav1.NewMicroTime(acquired)),
+			RenewTime:            ptr.To(metav1.NewMicroTime(renewed)),
+		},
+	}
+	if annotate {
+		b, _ := json.Marshal(h)
+		l.Annotations = map[string]string{HolderAnnotation: string(b)}
+	}
+	return l
+}
+
+// TestJudge is the decision about a Lease found held, with a fake clock
+// and a fake machine: a holder is taken over at once only when it is a
+// process of this machine that ended, otherwise once it has not renewed
+// the lease for its duration as seen here.
+func TestJudge(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	crashed := crashedHere()
+	elsewhere := Holder{ID: "rigger serve on laptop (pid 7)", Host: "laptop", PID: 7, Command: "serve", Boot: "boot-9", PIDNamespace: "pid:[1]", Start: 3}
+	released := leaseOf(Holder{}, t0, t0, 1, false)
+	tests := []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		running map[int]uint64
+		now     time.Time
+		last    observation
+		want    verdict
+		holder  string
+		stale   bool
+		expires time.Time
+	}{
+		{name: "no lease", now: t0, want: leaseFree},
+		{name: "released", lease: released, now: t0, want: leaseFree},
+		{name: "held by me", lease: leaseOf(Holder{ID: "me"}, t0, t0, 60, false), now: t0, want: leaseFree},
+		{name: "holder here runs", lease: leaseOf(crashed, t0, t0, 60, true), running: map[int]uint64{8443: 500},
+			now: t0.Add(2 * time.Second), want: leaseHeld, holder: crashed.ID, expires: t0.Add(62 * time.Second)},
+		{name: "holder here crashed", lease: leaseOf(crashed, t0, t0, 60, true),
+			now: t0.Add(2 * time.Second), want: leaseGone, holder: crashed.ID, expires: t0.Add(62 * time.Second)},
+		{name: "holder here crashed, its pid reused", lease: leaseOf(crashed, t0, t0, 60, true), running: map[int]uint64{8443: 501},
+			now: t0.Add(2 * time.Second), want: leaseGone, holder: crashed.ID, expires: t0.Add(62 * time.Second)},
+		{name: "annotation of an earlier holder", lease: func() *coordinationv1.Lease {
+			l := leaseOf(crashed, t0, t0, 60, true)
+			l.Spec.HolderIdentity = ptr.To("serve-1")
+			return l
+		}(), now: t0.Add(2 * time.Second), want: leaseHeld, holder: "serve-1", expires: t0.Add(62 * time.Second)},
+		{name: "holder elsewhere, first seen", lease: leaseOf(elsewhere, t0, t0, 60, true),
+			now: t0.Add(2 * time.Second), want: leaseHeld, holder: elsewhere.ID, expires: t0.Add(62 * time.Second)},
+		{name: "holder elsewhere, not renewed for less than its duration", lease: leaseOf(elsewhere, t0, t0, 60, true),
+			last: observation{holder: elsewhere.ID, renew: t0, at: t0.Add(2 * time.Second)},
+			now:  t0.Add(61 * time.Second), want: leaseHeld, holder: elsewhere.ID, stale: true, expires: t0.Add(62 * time.Second)},
+		{name: "holder elsewhere, not renewed for its duration", lease: leaseOf(elsewhere, t0, t0, 60, true),
+			last: observation{holder: elsewhere.ID, renew: t0, at: t0.Add(2 * time.Second)},
+			now:  t0.Add(62 * time.Second), want: leaseExpired, holder: elsewhere.ID, stale: true, expires: t0.Add(62 * time.Second)},
+		{name: "holder elsewhere renewed since last seen", lease: leaseOf(elsewhere, t0, t0.Add(50*time.Second), 60, true),
+			last: observation{holder: elsewhere.ID, renew: t0, at: t0.Add(2 * time.Second)},
+			now:  t0.Add(70 * time.Second), want: leaseHeld, holder: elsewhere.ID, expires: t0.Add(130 * time.Second)},
+		{name: "expired by its timestamps, first seen", lease: leaseOf(elsewhere, t0, t0, 60, true),
+			now: t0.Add(time.Hour), want: leaseHeld, holder: elsewhere.ID, stale: true, expires: t0.Add(time.Hour + time.Minute)},
+		{name: "no duration", lease: leaseOf(elsewhere, t0, t0, 0, true),
+			now: t0, want: leaseExpired, holder: elsewhere.ID, stale: true, expires: t0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := judge(tt.lease, "me", tt.now, tt.last, here(tt.running))
+			if r.verdict != tt.want || r.holder.ID != tt.holder || r.stale != tt.stale || !r.expires.Equal(tt.expires) {
+				t.Errorf("judge = verdict %d, holder %q, stale %v, expires %s; want %d, %q, %v, %s",
+					r.verdict, r.holder.ID, r.stale, r.expires, tt.want, tt.holder, tt.stale, tt.expires)
+			}
+		})
+	}
+}
+
+func TestWaitingReportedAtABoundedRate(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	var got []string
+	waiting := func(e *HeldError) { got = append(got, e.Holder.ID+"@"+e.At.Sub(t0).String()) }
+	var r reported
+	for _, c := range []struct {
+		holder string
+		after  time.Duration
+	}{{"a", 0}, {"a", time.Second}, {"a", WaitReportInterval - time.Second}, {"b", WaitReportInterval}, {"b", 2 * WaitReportInterval}, {"b", 2*WaitReportInterval + time.Second}} {
+		now := t0.Add(c.after)
+		r.tell(waiting, &HeldError{Holder: Holder{ID: c.holder}, At: now}, now)
+	}
+	r.tell(waiting, nil, t0.Add(time.Hour))
+	r.tell(nil, &HeldError{Holder: Holder{ID: "c"}}, t0)
+	want := []string{"a@0s", "b@10s", "b@20s"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("reports (-want +got):\n%s", diff)
+	}
+}
+
+// TestLeaseOfCrashedHolderTakenOver: a fresh Lease of a rigger of this
+// machine that no longer runs is taken at once, without waiting; one that
+// runs, or runs elsewhere, is refused.
+func TestLeaseOfCrashedHolderTakenOver(t *testing.T) {
+	tests := []struct {
+		name    string
+		holder  Holder
+		running map[int]uint64
+		taken   bool
+	}{
+		{name: "crashed here", holder: crashedHere(), taken: true},
+		{name: "runs here", holder: crashedHere(), running: map[int]uint64{8443: 500}},
+		{name: "elsewhere", holder: func() Holder { h := crashedHere(); h.Boot = "boot-2"; return h }()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster()
+			now := time.Now()
+			if _, err := c.CoordinationV1().Leases(testNS).Create(t.Context(), leaseOf(tt.holder, now, now, 60, true), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			m := here(tt.running)
+			var logged bytes.Buffer
+			_, release, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"),
+				LeaseOptions{Timing: testTiming, Machine: &m, Log: slog.New(slog.NewTextHandler(&logged, nil))})
+			if !tt.taken {
+				var held *HeldError
+				if !errors.As(err, &held) || held.Holder.ID != tt.holder.ID || held.Expires.IsZero() {
+					t.Fatalf("got %v, want a *HeldError naming %s with an expiry", err, tt.holder.ID)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Lease over a crashed holder: %v", err)
+			}
+			defer release()
+			l := getLease(t, c)
+			if id := ptr.Deref(l.Spec.HolderIdentity, ""); id != "me" || ptr.Deref(l.Spec.LeaseTransitions, 0) != 1 {
+				t.Errorf("lease held by %q after %d transitions, want me after 1", id, ptr.Deref(l.Spec.LeaseTransitions, 0))
+			}
+			if h, err := parseHolder([]byte(l.Annotations[HolderAnnotation])); err != nil || h.ID != "me" {
+				t.Errorf("annotation names %+v (%v), want me", h, err)
+			}
+			if !strings.Contains(logged.String(), tt.holder.ID) {
+				t.Errorf("the takeover is not logged naming %s: %q", tt.holder.ID, logged.String())
+			}
+		})
+	}
+}
+
+// TestLeaseWaitsOutHolderElsewhere: a holder on another machine that stops
+// renewing is waited out for the lease's duration, reporting who holds it
+// and when it expires.
+func TestLeaseWaitsOutHolderElsewhere(t *testing.T) {
+	c := newCluster()
+	elsewhere := Holder{ID: "rigger apply on laptop (pid 7)", Host: "laptop", PID: 7}
+	now := time.Now()
+	if _, err := c.CoordinationV1().Leases(testNS).Create(t.Context(), leaseOf(elsewhere, now, now, 1, true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reports []*HeldError
+	_, release, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"), LeaseOptions{Timing: testTiming, Wait: true,
+		Waiting: func(e *HeldError) {
+			mu.Lock()
+			defer mu.Unlock()
+			reports = append(reports, e)
+		}})
+	if err != nil {
+		t.Fatalf("Lease: %v", err)
+	}
+	defer release()
+	if id := ptr.Deref(getLease(t, c).Spec.HolderIdentity, ""); id != "me" {
+		t.Errorf("lease held by %q, want me", id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) == 0 || reports[0].Holder.ID != elsewhere.ID || reports[0].Expires.IsZero() || reports[0].Lock != "lease "+testNS+"/"+testLease {
+		t.Errorf("reports while waiting: %+v, want the holder elsewhere with its expiry", reports)
+	}
+}
+
+// TestLeaseNoAnswer: an API server that does not answer the first read is
+// a *NoAnswerError; one that answers with a refusal or a failure is not,
+// and nothing is taken.
+func TestLeaseNoAnswer(t *testing.T) {
+	gr := coordinationv1.SchemeGroupVersion.WithResource("leases").GroupResource()
+	tests := []struct {
+		name     string
+		err      error
+		noAnswer bool
+	}{
+		{name: "connection refused", err: &url.Error{Op: "Get", URL: "https://127.0.0.1:6443", Err: syscall.ECONNREFUSED}, noAnswer: true},
+		{name: "no answer in time", err: fmt.Errorf("wrapped: %w", context.DeadlineExceeded), noAnswer: true},
+		{name: "forbidden", err: apierrors.NewForbidden(gr, testLease, errors.New("RBAC: no rights"))},
+		{name: "server error", err: apierrors.NewInternalError(errors.New("etcd is sick"))},
+		{name: "certificate of another server", err: &url.Error{Op: "Get", URL: "https://127.0.0.1:6443",
+			Err: &tls.CertificateVerificationError{Err: errors.New("x509: certificate signed by unknown authority")}}},
+		{name: "not ours", err: errors.New("decode: garbage")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster()
+			c.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tt.err })
+			_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"), LeaseOptions{Timing: testTiming, Wait: true})
+			var na *NoAnswerError
+			if err == nil || errors.As(err, &na) != tt.noAnswer || !errors.Is(err, tt.err) {
+				t.Fatalf("got %v; want an error wrapping %v, a *NoAnswerError: %v", err, tt.err, tt.noAnswer)
+			}
+			if !strings.Contains(err.Error(), "lease "+testNS+"/"+testLease) {
+				t.Errorf("%q does not name the lease", err)
+			}
+			for _, a := range c.Actions() {
+				if a.GetVerb() != "get" {
+					t.Errorf("%s %s after a failed read", a.GetVerb(), a.GetResource().Resource)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaseWaitOutlivesAPIServerRestart: once the API server has said who
+// holds the lease, a waiting Lease waits on while it does not answer (its
+// holder replacing it) instead of going on without the lease.
+func TestLeaseWaitOutlivesAPIServerRestart(t *testing.T) {
+	c := newCluster()
+	var armed atomic.Bool
+	var gets atomic.Int32
+	restarting := make(chan struct{})
+	c.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !armed.Load() {
+			return false, nil, nil
+		}
+		if n := gets.Add(1); n > 1 && n <= 4 {
+			if n == 4 {
+				close(restarting)
+			}
+			return true, nil, &url.Error{Op: "Get", URL: "https://127.0.0.1:6443", Err: syscall.ECONNREFUSED}
+		}
+		return false, nil, nil
+	})
+	_, release := mustLease(t, c, testHolder("rigger apply on laptop (pid 7)"))
+	armed.Store(true)
+	type result struct {
+		release func()
+		err     error
+	}
+	got := make(chan result, 1)
+	go func() {
+		_, r, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"), LeaseOptions{Timing: testTiming, Wait: true})
+		got <- result{r, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("Lease returned (%v) while the API server did not answer", r.err)
+	case <-restarting:
+	}
+	release()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lease after the API server came back: %v", r.err)
+	}
+	r.release()
+}
+
+// TestLeaseAPIServerStarting: an API server that answers that it cannot
+// serve yet (starting) is asked again for a renew deadline, and the lease
+// is taken once it can.
+func TestLeaseAPIServerStarting(t *testing.T) {
+	c := newCluster()
+	var gets atomic.Int32
+	c.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) <= 2 {
+			return true, nil, apierrors.NewServiceUnavailable("the server is currently unable to handle the request")
+		}
+		return false, nil, nil
+	})
+	_, release, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"), LeaseOptions{Timing: testTiming})
+	if err != nil {
+		t.Fatalf("Lease once the API server serves: %v", err)
+	}
+	release()
+	if n := gets.Load(); n < 3 {
+		t.Errorf("%d reads, want the two refused ones and more", n)
+	}
 }
