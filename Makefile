@@ -54,24 +54,24 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
 	$(BIN) sandbox images >/dev/null
 	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
-	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./spec
-	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./sandbox
-	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSidecar$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap
-	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops/webhook
-	$(GO) test -run '^$$' -fuzz '^FuzzParseStatus$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops
-	$(GO) test -run '^$$' -fuzz '^FuzzSameMeaning$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/gitops
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/addons
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInventory$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/addons
-	$(GO) test -run '^$$' -fuzz '^FuzzSpecReason$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/plan
-	$(GO) test -run '^$$' -fuzz '^FuzzReadSaved$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/plan
-	$(GO) test -run '^$$' -fuzz '^FuzzReadTar$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/dockerop
-	$(GO) test -run '^$$' -fuzz '^FuzzFromFiles$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/pki
-	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/kubenode
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEtcdHealth$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/health
-	$(GO) test -run '^$$' -fuzz '^FuzzVerifyOutput$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/etcdsnap
-	$(GO) test -run '^$$' -fuzz '^FuzzCAPatterns$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./transport/sshtun
-	$(GO) test -run '^$$' -fuzz '^FuzzReadJSON$$' -fuzztime $(FUZZTIME_SHORT) -fuzzminimizetime $(FUZZMINIMIZE) ./reconcile/statedir
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzLoad ./spec
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseState ./sandbox
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseName ./reconcile/etcdsnap
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseSidecar ./reconcile/etcdsnap
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzHandler ./reconcile/gitops/webhook
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseStatus ./reconcile/gitops
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzSameMeaning ./reconcile/gitops
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzDecodeManifest ./reconcile/addons
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzDecodeInventory ./reconcile/addons
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzSpecReason ./reconcile/plan
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadSaved ./reconcile/plan
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadTar ./reconcile/dockerop
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzFromFiles ./reconcile/pki
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParseState ./reconcile/kubenode
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParseEtcdHealth ./reconcile/health
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzVerifyOutput ./reconcile/etcdsnap
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzCAPatterns ./transport/sshtun
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadJSON ./reconcile/statedir
 
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
