@@ -71,14 +71,21 @@ func flannelCNIPlugins() []struct {
 // installCNIScript is the flannel-cni image's /install-cni.sh, the command
 // of the install-cni container of RKE's flannel DaemonSet: it copies the
 // image's CNI plugins into the host's /opt/cni/bin (mounted on
-// /host/opt/cni/bin), writes $CNI_NETWORK_CONFIG (else the image's default
-// network) as /etc/cni/net.d/$CNI_CONF_NAME (mounted on
-// /host/etc/cni/net.d), and then stays up, as the DaemonSet expects. Files
+// /host/opt/cni/bin), writes $CNI_NETWORK_CONFIG, the network of the
+// manifest rigger deploys, as /etc/cni/net.d/$CNI_CONF_NAME (mounted on
+// /host/etc/cni/net.d), and then stays up, as the DaemonSet expects. The
+// image has no network of its own: without CNI_NETWORK_CONFIG it writes
+// nothing and fails, so that a node's network can only come from the
+// cluster's network plugin. Files
 // are written beside their target and renamed into place: a plugin that
 // runs is never overwritten in place.
 const installCNIScript = `#!/bin/sh
 # install-cni of the rigger sandbox flannel-cni image.
 set -eu
+if [ -z "${CNI_NETWORK_CONFIG:-}" ]; then
+	echo "install-cni: CNI_NETWORK_CONFIG is not set: the network plugin's manifest gives the node's network" >&2
+	exit 1
+fi
 bin=/host/opt/cni/bin
 conf=/host/etc/cni/net.d
 if [ -w "$bin/" ]; then
@@ -94,11 +101,7 @@ old=${CNI_OLD_NAME:-10-flannel.conf}
 if [ "$name" != "$old" ]; then
 	rm -f "$conf/$old"
 fi
-if [ -n "${CNI_NETWORK_CONFIG:-}" ]; then
-	printf '%s\n' "$CNI_NETWORK_CONFIG" > "$conf/.$name.tmp"
-else
-	cp /flannel.conflist.default "$conf/.$name.tmp"
-fi
+printf '%s\n' "$CNI_NETWORK_CONFIG" > "$conf/.$name.tmp"
 mv -f "$conf/.$name.tmp" "$conf/$name"
 echo "install-cni: wrote $conf/$name:"
 cat "$conf/$name"
@@ -109,20 +112,8 @@ while :; do
 done
 `
 
-// flannelDefaultConflist is the flannel-cni image's default network, used
-// when the DaemonSet gives no CNI_NETWORK_CONFIG.
-const flannelDefaultConflist = `{
-  "name": "cbr0",
-  "cniVersion": "0.3.1",
-  "plugins": [
-    {"type": "flannel", "delegate": {"hairpinMode": true, "isDefaultGateway": true}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-`
-
 // flannelCNIImageSpec is busybox (the script's shell, cp, mv, rm, cat, ls,
-// tr, sleep), /install-cni.sh, its default network and the CNI plugins in
+// tr, sleep), /install-cni.sh and the CNI plugins in
 // /opt/cni/bin, as rancher/flannel-cni lays them out.
 func flannelCNIImageSpec(progs builtPrograms) imageSpec {
 	spec := imageSpec{
@@ -130,7 +121,6 @@ func flannelCNIImageSpec(progs builtPrograms) imageSpec {
 		files: []imageFile{
 			{src: busybox, dst: "/bin/busybox", mode: 0o755},
 			{content: installCNIScript, dst: "/install-cni.sh", mode: 0o755},
-			{content: flannelDefaultConflist, dst: "/flannel.conflist.default", mode: 0o644},
 		},
 		dirs:         []imageDir{{"/tmp", 0o1777}, {"/host", 0o755}},
 		changes:      []string{"ENV PATH=/bin", `CMD ["/install-cni.sh"]`},

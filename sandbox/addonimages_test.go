@@ -3,7 +3,6 @@ package sandbox
 import (
 	"archive/tar"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -88,7 +87,7 @@ func TestAddonImagesHaveWhatTheTemplatesRun(t *testing.T) {
 			// /opt/cni/bin/* and writes the conflist, which names the flannel
 			// and portmap plugins; flannel delegates to bridge and host-local.
 			ref: FlannelCNIImage,
-			paths: []string{"/install-cni.sh", "/flannel.conflist.default", "/bin/sh", "/bin/cp", "/bin/mv", "/bin/rm", "/bin/cat", "/bin/ls", "/bin/tr", "/bin/sleep",
+			paths: []string{"/install-cni.sh", "/bin/sh", "/bin/cp", "/bin/mv", "/bin/rm", "/bin/cat", "/bin/ls", "/bin/tr", "/bin/sleep",
 				"/opt/cni/bin/flannel", "/opt/cni/bin/portmap", "/opt/cni/bin/bridge", "/opt/cni/bin/host-local", "/opt/cni/bin/loopback", "/opt/cni/bin/bandwidth"},
 		},
 		{
@@ -166,22 +165,18 @@ func TestAddonImagesSystemImages(t *testing.T) {
 	}
 }
 
-func TestFlannelDefaultConflist(t *testing.T) {
-	var conf struct {
-		CNIVersion string `json:"cniVersion"`
-		Plugins    []struct {
-			Type string `json:"type"`
-		} `json:"plugins"`
+// TestInstallCNIHasNoNetworkOfItsOwn: the flannel-cni image writes the
+// network the DaemonSet gives it and no other: without CNI_NETWORK_CONFIG
+// it fails, saying so, and writes nothing.
+func TestInstallCNIHasNoNetworkOfItsOwn(t *testing.T) {
+	if _, err := os.Stat(busybox); err != nil {
+		t.Skipf("no %s here (make prereqs installs busybox-static)", busybox)
 	}
-	if err := json.Unmarshal([]byte(flannelDefaultConflist), &conf); err != nil {
-		t.Fatalf("default conflist is not JSON: %v", err)
-	}
-	var types []string
-	for _, p := range conf.Plugins {
-		types = append(types, p.Type)
-	}
-	if !slices.Equal(types, []string{"flannel", "portmap"}) {
-		t.Errorf("default conflist plugins %v, want flannel, portmap", types)
+	cmd := exec.Command(busybox, "sh", "-c", installCNIScript)
+	cmd.Env = []string{"PATH=/nonexistent", "CNI_CONF_NAME=10-flannel.conflist"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "CNI_NETWORK_CONFIG is not set") {
+		t.Fatalf("install-cni without CNI_NETWORK_CONFIG: %v\n%s", err, out)
 	}
 }
 
