@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rigger/rigger/internal/clip"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -107,7 +108,7 @@ func (d *decoder) enter(n *yaml.Node, path string) bool {
 		d.stop(n, path, "Flatten the value; if it holds an alias, make sure the alias does not lead back into it. The rest of the file is not checked.",
 			"the value is nested more than %d levels deep", maxDepth)
 	case len(path) > maxPath:
-		d.stop(n, clip(path, maxPath), "Shorten the keys of the value, or flatten it. The rest of the file is not checked.",
+		d.stop(n, clip.Ellipsis(path, maxPath), "Shorten the keys of the value, or flatten it. The rest of the file is not checked.",
 			"the path of the value is longer than %d characters", maxPath)
 	case d.nodes%checkEvery == 0:
 		if err := d.cancelled(); err != nil {
@@ -141,7 +142,7 @@ func (d *decoder) stop(n *yaml.Node, path, detail, format string, args ...any) {
 // alias is inside the value it names: that value would have no end.
 func (d *decoder) follow(n *yaml.Node, path string) *yaml.Node {
 	if d.open[n.Alias] > 0 {
-		d.errorf(n, path, fmt.Sprintf("A value cannot hold an alias of itself: write the inner value out, or put the anchor &%s on a part that does not hold *%s.", clip(n.Value, maxShown), clip(n.Value, maxShown)),
+		d.errorf(n, path, fmt.Sprintf("A value cannot hold an alias of itself: write the inner value out, or put the anchor &%s on a part that does not hold *%s.", clip.Ellipsis(n.Value, maxShown), clip.Ellipsis(n.Value, maxShown)),
 			"the alias *%s is inside the value it names", n.Value)
 		return nil
 	}
@@ -249,7 +250,7 @@ func kindName(n *yaml.Node) string {
 	case yaml.SequenceNode:
 		return "a list"
 	default:
-		return fmt.Sprintf("%q", clip(n.Value, maxShown))
+		return fmt.Sprintf("%q", clip.Ellipsis(n.Value, maxShown))
 	}
 }
 
@@ -527,7 +528,7 @@ func fieldNames(t reflect.Type) []string {
 func join(path, key string) string {
 	switch {
 	case len(key) > maxKey:
-		return fmt.Sprintf("%s[%q]", path, clip(key, maxKey))
+		return fmt.Sprintf("%s[%q]", path, clip.Ellipsis(key, maxKey))
 	case path == "":
 		return key
 	}

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/rigger/rigger/internal/clip"
 )
 
 // Bounds on the diagnostics of one file, whatever the file holds.
@@ -137,7 +138,7 @@ type collector struct {
 
 // add records d, shortened to maxText.
 func (c *collector) add(d Diagnostic) {
-	d.Summary, d.Detail = clip(d.Summary, maxText), clip(d.Detail, maxText)
+	d.Summary, d.Detail = clip.Ellipsis(d.Summary, maxText), clip.Ellipsis(d.Detail, maxText)
 	switch {
 	case len(c.kept) < maxDiagnostics:
 		heap.Push(&c.kept, d)
@@ -200,26 +201,13 @@ func (ds Diagnostics) sort() {
 	slices.SortStableFunc(ds, compareDiagnostics)
 }
 
-// clip shortens s to its first n bytes (whole characters) and "…" when
-// it is longer.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // sprintf is fmt.Sprintf with every string argument clipped to
 // maxShown, before it is formatted: a value of a megabyte, given by
 // alias in a thousand places, costs a thousand short messages.
 func sprintf(format string, args ...any) string {
 	for i, a := range args {
 		if s, ok := a.(string); ok && len(s) > maxShown {
-			args[i] = clip(s, maxShown)
+			args[i] = clip.Ellipsis(s, maxShown)
 		}
 	}
 	return fmt.Sprintf(format, args...)

@@ -592,6 +592,20 @@ func (r *runner) membership(ctx context.Context) (Membership, error) {
 	return m, nil
 }
 
+// members is the run's etcd connection and the cluster's members as it
+// lists them now.
+func (r *runner) members(ctx context.Context) (Membership, []etcdmember.Member, error) {
+	m, err := r.membership(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	members, err := m.Members(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, members, nil
+}
+
 func (r *runner) learner(node string) (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -602,11 +616,7 @@ func (r *runner) learner(node string) (uint64, bool) {
 // addMember adds the step's member as a learner, unless it is a member
 // already (an earlier apply added it and stopped).
 func (r *runner) addMember(ctx context.Context, s plan.Step) error {
-	m, err := r.membership(ctx)
-	if err != nil {
-		return err
-	}
-	members, err := m.Members(ctx)
+	m, members, err := r.members(ctx)
 	if err != nil {
 		return err
 	}
@@ -636,11 +646,7 @@ func (r *runner) addMember(ctx context.Context, s plan.Step) error {
 // removeMember removes the step's member if it is still one, and only
 // while the members that stay keep their quorum.
 func (r *runner) removeMember(ctx context.Context, s plan.Step) error {
-	m, err := r.membership(ctx)
-	if err != nil {
-		return err
-	}
-	members, err := m.Members(ctx)
+	m, members, err := r.members(ctx)
 	if err != nil {
 		return err
 	}
@@ -656,11 +662,7 @@ func (r *runner) removeMember(ctx context.Context, s plan.Step) error {
 
 // promote makes the learner id a voting member.
 func (r *runner) promote(ctx context.Context, id uint64) error {
-	m, err := r.membership(ctx)
-	if err != nil {
-		return err
-	}
-	members, err := m.Members(ctx)
+	m, members, err := r.members(ctx)
 	if err != nil {
 		return err
 	}
@@ -670,11 +672,7 @@ func (r *runner) promote(ctx context.Context, id uint64) error {
 // joinArgs are the bootstrap flags of a member joining the running
 // cluster: the started members and itself, state existing.
 func (r *runner) joinArgs(ctx context.Context, s plan.Step) ([]string, error) {
-	m, err := r.membership(ctx)
-	if err != nil {
-		return nil, err
-	}
-	members, err := m.Members(ctx)
+	_, members, err := r.members(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile"
 )
 
@@ -191,14 +191,14 @@ func (f *StatusFile) Marshal() ([]byte, error) {
 func clipText(v any) any {
 	switch t := v.(type) {
 	case string:
-		return clip(t)
+		return clipString(t)
 	case []any:
 		for i := range t {
 			t[i] = clipText(t[i])
 		}
 	case map[string]any:
 		for k, x := range t {
-			if c := clip(k); c != k {
+			if c := clipString(k); c != k {
 				delete(t, k)
 				k = c
 			}
@@ -208,17 +208,14 @@ func clipText(v any) any {
 	return v
 }
 
-// clip is s when it is at most maxText bytes long, else its start (whole
-// UTF-8 characters) followed by "… (N bytes cut)".
-func clip(s string) string {
+// clipString is s when it is at most maxText bytes long, else its start
+// (whole UTF-8 characters) followed by "… (N bytes cut)".
+func clipString(s string) string {
 	if len(s) <= maxText {
 		return s
 	}
-	n := maxText
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return fmt.Sprintf("%s… (%d bytes cut)", s[:n], len(s)-n)
+	head := clip.Head(s, maxText)
+	return fmt.Sprintf("%s… (%d bytes cut)", head, len(s)-len(head))
 }
 
 // volatile are the keys whose values change at every reconcile without the

@@ -18,8 +18,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile/desired"
 )
 
@@ -134,21 +134,9 @@ func parseEtcdHealth(body []byte) error {
 		return fmt.Errorf("etcd /health: %w", err)
 	}
 	if h.Health != "true" {
-		return fmt.Errorf("etcd reports health %q: %s", clip(h.Health, 40), clip(h.Reason, 200))
+		return fmt.Errorf("etcd reports health %q: %s", clip.Ellipsis(h.Health, 40), clip.Ellipsis(h.Reason, 200))
 	}
 	return nil
-}
-
-// clip shortens s to at most n bytes, on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // verified is the TLS configuration for etcd and the API server: their

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,34 +187,9 @@ func TestFileWaitCancelled(t *testing.T) {
 // until the child is killed, and then the kernel has released it.
 func TestFileOtherProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cluster.lock")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childLockEnv+"="+path)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "locked\n" {
-		t.Fatalf("child said %q (%v), want locked", line, err)
-	}
+	cmd, kill := lockInChild(t, path)
 
-	_, err = File(t.Context(), path, testHolder("parent"), false)
+	_, err := File(t.Context(), path, testHolder("parent"), false)
 	var held *HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("File while the child holds the lock: got %v, want a *HeldError", err)
@@ -230,11 +206,7 @@ func TestFileOtherProcess(t *testing.T) {
 		}
 		waited <- err
 	}()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
+	kill()
 	select {
 	case err := <-waited:
 		if err != nil {
@@ -243,6 +215,40 @@ func TestFileOtherProcess(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the lock was not free after its holder was killed")
 	}
+}
+
+// lockInChild starts this test binary as a child that takes the lock file
+// at path (childLockEnv) and returns once it holds it. kill kills the
+// child and waits for it; it is also called when the test ends.
+func lockInChild(t *testing.T, path string) (cmd *exec.Cmd, kill func()) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childLockEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			stdin.Close()
+		})
+	}
+	t.Cleanup(kill)
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "locked\n" {
+		t.Fatalf("child said %q (%v), want locked", line, err)
+	}
+	return cmd, kill
 }
 
 func TestHeldErrorMessage(t *testing.T) {

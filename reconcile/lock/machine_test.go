@@ -1,13 +1,11 @@
 package lock
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -103,31 +101,7 @@ func TestMachineGone(t *testing.T) {
 // (its Me) names it: this machine sees it running, then gone once killed.
 func TestLocalMachineGone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cluster.lock")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childLockEnv+"="+path)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := false
-	defer func() {
-		if !waited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}()
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "locked\n" {
-		t.Fatalf("child said %q (%v), want locked", line, err)
-	}
+	cmd, kill := lockInChild(t, path)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -143,11 +117,7 @@ func TestLocalMachineGone(t *testing.T) {
 	if m.Gone(child) {
 		t.Fatal("a running child is taken for gone")
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	waited = true
+	kill()
 	if !m.Gone(child) {
 		t.Error("a killed child is not taken for gone")
 	}
