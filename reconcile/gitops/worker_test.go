@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
@@ -295,5 +296,33 @@ func TestRetryDelay(t *testing.T) {
 				t.Errorf("retryDelay = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAddonDriftRepaired: a drift check whose plan finds an add-on object
+// changed by hand applies it again and records the repair, as for a
+// container.
+func TestAddonDriftRepaired(t *testing.T) {
+	cs := &addons.ChangeSet{Addons: []addons.AddonChanges{{Name: "rke-coredns-addon", Changes: []addons.Change{
+		{Object: addons.ObjectRef{Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "kube-system", Name: "coredns"}, Action: addons.Configure, Summary: "spec.replicas changed"},
+	}}}}
+	sess := &fakeSession{
+		PlanFn: func() (*reconcile.Planned, error) {
+			pl := planned(0)
+			pl.Addons = cs
+			return pl, nil
+		},
+		ApplyFn: func(pl *reconcile.Planned) (*execute.Result, error) { return &execute.Result{Addons: pl.Addons}, nil },
+	}
+	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: time.Now,
+		Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return sess, nil }}, workers: map[string]*worker{}}
+	w := &worker{srv: srv, path: "clusters/c/cluster.yml", log: slog.New(slog.DiscardHandler)}
+	srv.workers[w.path] = w
+	w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(validYML)}, false)
+	if sess.applied != 1 || len(w.drift) != 1 {
+		t.Fatalf("applied %d times, drift %+v: want one apply and one repair recorded", sess.applied, w.drift)
+	}
+	if d := w.drift[0]; d.Component != "addon/rke-coredns-addon" || d.Action != string(addons.Configure) || !strings.Contains(d.Reason, "kube-system/coredns") {
+		t.Errorf("drift recorded %+v, want the add-on, configure, and the object", d)
 	}
 }
