@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -22,10 +23,12 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if err != nil {
 		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
 	}
+	start := time.Now()
 	o, rp, err := s.observe(ctx)
 	if err != nil {
 		return nil, err
 	}
+	observed := time.Now()
 	for i := range d.Nodes {
 		files, err := s.nodeFiles(rp.set, &d.Nodes[i])
 		if err != nil {
@@ -53,6 +56,8 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		// the add-ons unplanned, as when it does not answer.
 		pl.AddonsErr = err
 	}
+	s.opts.Log.Debug("planned", "cluster", s.c.ClusterName, "observe", observed.Sub(start).Round(time.Millisecond),
+		"addons", time.Since(observed).Round(time.Millisecond))
 	return pl, nil
 }
 
@@ -62,13 +67,20 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 // Nodes the API server lists. The observed value is complete when it
 // returns; what could not be read is recorded in it.
 func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, error) {
+	start := time.Now()
 	o := s.observeNodes(ctx)
+	nodes := time.Now()
 	rp, err := s.resolvePKI(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
+	pkiDone := time.Now()
 	s.observeEtcd(ctx, rp.set, o)
+	etcd := time.Now()
 	s.observeKubernetes(ctx, rp.set, o)
+	s.opts.Log.Debug("observed", "cluster", s.c.ClusterName, "nodes", nodes.Sub(start).Round(time.Millisecond),
+		"pki", pkiDone.Sub(nodes).Round(time.Millisecond), "etcd", etcd.Sub(pkiDone).Round(time.Millisecond),
+		"kubernetes", time.Since(etcd).Round(time.Millisecond))
 	return o, rp, nil
 }
 

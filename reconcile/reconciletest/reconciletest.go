@@ -7,6 +7,8 @@ package reconciletest
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,8 +109,11 @@ type Applier struct {
 	Now func() time.Time
 
 	mu sync.Mutex
-	// events are the progress lines of the last apply.
+	// events are the progress lines of the last apply; timed are those
+	// and the lock taken and the apply done, with the time each came from
+	// the start of its plan.
 	events []string
+	timed  []string
 }
 
 // New is an Applier with a state directory of the test's.
@@ -116,10 +121,12 @@ func New(t testing.TB) *Applier {
 	return &Applier{StateDir: filepath.Join(t.TempDir(), "state")}
 }
 
-// Session opens a session on c, closed when the test ends.
+// Session opens a session on c, closed when the test ends; what it logs,
+// debug lines included (the time each part of a plan took), goes to the
+// test's log.
 func (a *Applier) Session(t testing.TB, c *spec.Cluster) *reconcile.Session {
 	t.Helper()
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: a.StateDir, Now: a.Now})
+	sess, err := reconcile.Open(c, reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,22 +164,32 @@ func (a *Applier) Apply(ctx context.Context, t testing.TB, c *spec.Cluster) *rec
 	if err != nil {
 		var b strings.Builder
 		pl.Plan.Render(&b)
-		t.Fatalf("apply: %v\nplan:\n%s\nprogress:\n%s\nnot run: %d", err, b.String(), strings.Join(a.Events(), "\n"), len(res.NotRun))
+		t.Fatalf("apply: %v\nplan:\n%s\nprogress:\n%s\nnot run: %d", err, b.String(), a.timedEvents(), len(res.NotRun))
 	}
-	t.Logf("apply:\n%s", strings.Join(a.Events(), "\n"))
+	t.Logf("apply:\n%s", a.timedEvents())
 	return pl
+}
+
+// timedEvents are the progress lines of the last apply, each with the
+// time it came from the start of the plan, for the test's log: where a
+// slow test spends its time.
+func (a *Applier) timedEvents() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return strings.Join(a.timed, "\n")
 }
 
 // TryApply plans and applies c under the cluster's lock and returns what
 // happened; only a failed plan fails the test.
 func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (*reconcile.Planned, *execute.Result, error) {
 	t.Helper()
+	start := time.Now()
 	sess := a.Session(t, c)
 	pl, err := sess.Plan(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := a.ApplyPlanned(ctx, t, sess, pl)
+	res, err := a.applyPlanned(ctx, t, sess, pl, start)
 	return pl, res, err
 }
 
@@ -180,22 +197,38 @@ func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (
 // the progress lines, and returns what Apply did.
 func (a *Applier) ApplyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *reconcile.Planned) (*execute.Result, error) {
 	t.Helper()
+	return a.applyPlanned(ctx, t, sess, pl, time.Now())
+}
+
+func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *reconcile.Planned, start time.Time) (*execute.Result, error) {
+	t.Helper()
+	a.mu.Lock()
+	a.events, a.timed = nil, nil
+	a.mu.Unlock()
 	lk := a.Lock(ctx, t, sess)
 	defer lk.Release()
-	a.mu.Lock()
-	a.events = nil
-	a.mu.Unlock()
+	a.step("(lock taken)", time.Since(start), false)
 	o := a.Options
 	o.Hooks = execute.Hooks{Step: func(node, msg string, err error) {
 		line := node + ": " + msg
 		if err != nil {
 			line += ": " + err.Error()
 		}
-		a.mu.Lock()
-		a.events = append(a.events, line)
-		a.mu.Unlock()
+		a.step(line, time.Since(start), true)
 	}}
-	return sess.Apply(ctx, lk, pl, o)
+	res, err := sess.Apply(ctx, lk, pl, o)
+	a.step("(apply done)", time.Since(start), false)
+	return res, err
+}
+
+// step records a line of timedEvents, and of Events if event.
+func (a *Applier) step(line string, at time.Duration, event bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if event {
+		a.events = append(a.events, line)
+	}
+	a.timed = append(a.timed, fmt.Sprintf("%6.1fs %s", at.Seconds(), line))
 }
 
 // Events are the progress lines of the last apply, "node: message[: error]".
@@ -281,4 +314,31 @@ func StepLines(p *plan.Plan) []string {
 		out = append(out, s.Node+" "+string(s.Action)+" "+s.Component)
 	}
 	return out
+}
+
+// testLogger logs to t's log until t ends (what a goroutine logs later is
+// dropped: testing panics on it).
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.done = true
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
 }
