@@ -22,11 +22,8 @@
 //	8       reconcile/dockerop
 //	9       reconcile/kubenode
 //	11      reconcile/etcdsnap (restore, TestRestoreSandbox)
-//	12      cmd/rigger (restore through the CLI, TestCLIRestoreSandbox)
 //	13      reconcile/etcdsnap (schedule, retention, restore request, TestScheduleSandbox)
-//	15      reconcile (add-ons, TestAddonsSandbox)
-//	16      reconcile (etcd membership, TestEtcdMembershipSandbox)
-//	17      reconcile (TestApplySandbox)
+//	17      reconcile (TestClusterSandbox)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
@@ -149,7 +146,7 @@ func ClusterYML(t testing.TB, s *sandbox.Sandbox, roles map[int][]string) string
 // NetworkOnly turns off the add-ons of a cluster.yml from ClusterYML but
 // the network plugin (which the Nodes need to be Ready): for the tests of
 // the engine, where CoreDNS's and metrics-server's rollouts only cost time
-// (TestAddonsSandbox runs them).
+// (reconcile's TestClusterSandbox runs them).
 func NetworkOnly(yml string) string {
 	return yml + "\ndns:\n  provider: none\nmonitoring:\n  provider: none\n"
 }
