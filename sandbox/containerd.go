@@ -43,26 +43,31 @@ state = "/run/containerd"
 }
 
 // containerdImages are the images every node's containerd gets (in the
-// k8s.io namespace, the kubelet's): the pod sandbox, and the images of the
-// add-ons' pods, for a kubelet whose runtime is containerd (through
-// cri-dockerd, pods use the engine's images).
-func containerdImages() []string {
+// k8s.io namespace, the kubelet's): the pod sandbox, and with addons the
+// images of the add-ons' pods, for a kubelet whose runtime is containerd
+// (through cri-dockerd, the example cluster's and RKE's way, pods use the
+// engine's images).
+func containerdImages(addons bool) []string {
+	if !addons {
+		return []string{PauseImage}
+	}
 	return []string{PauseImage, FlannelImage, FlannelCNIImage, CoreDNSImage, MetricsServerImage}
 }
 
-// loadContainerdImages copies containerdImages from every node's engine
+// loadContainerdImages copies containerdImages(addons) from every node's engine
 // (which Up has just loaded) into the node's containerd: `docker save`
 // into `ctr images import`, unless containerd has the image with the
 // engine's image ID already.
-func (s *Sandbox) loadContainerdImages(ctx context.Context, p *progress) error {
+func (s *Sandbox) loadContainerdImages(ctx context.Context, addons bool, p *progress) error {
 	p.phase("Import the pod images into every node's containerd")
+	refs := containerdImages(addons)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(nodeParallelism)
 	for _, n := range s.Nodes {
 		g.Go(func() error {
 			start := time.Now()
 			imported := 0
-			for _, ref := range containerdImages() {
+			for _, ref := range refs {
 				done, err := importIntoContainerd(gctx, n, ref)
 				if err != nil {
 					return fmt.Errorf("%s: %w", n.Name, err)
@@ -71,7 +76,7 @@ func (s *Sandbox) loadContainerdImages(ctx context.Context, p *progress) error {
 					imported++
 				}
 			}
-			p.node(n.Name, "imported %d of %d images into containerd (%s)", imported, len(containerdImages()), time.Since(start).Round(10*time.Millisecond))
+			p.node(n.Name, "imported %d of %d images into containerd (%s)", imported, len(refs), time.Since(start).Round(10*time.Millisecond))
 			return nil
 		})
 	}

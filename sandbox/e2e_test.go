@@ -35,7 +35,7 @@ const subnet = 1
 // on every engine, privileged containers, per-node bind mounts, fault
 // injection, an idempotent Up, and a Down that leaves nothing behind.
 func TestSandbox(t *testing.T) {
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Images: true})
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Images: true, ContainerdImages: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -294,6 +294,10 @@ func checkContainerd(ctx context.Context, t *testing.T, s *sandbox.Sandbox, n sa
 	}
 	if img == nil || !slices.Contains(img.RepoTags, "docker.io/"+sandbox.PauseImage) {
 		t.Errorf("%s's containerd has pause image %+v, want it tagged docker.io/%s", n.Name, img, sandbox.PauseImage)
+	}
+	// ContainerdImages: the add-ons' pod images too.
+	if img, err := sandbox.CRIImageStatus(ctx, n.ContainerdSocket, sandbox.MetricsServerImage); err != nil || img == nil {
+		t.Errorf("%s's containerd has no %s (ContainerdImages): %+v, %v", n.Name, sandbox.MetricsServerImage, img, err)
 	}
 	if img, err := sandbox.CRIImageStatus(ctx, n.ContainerdSocket, "rigger-sandbox/not-there:1"); err != nil || img != nil {
 		t.Errorf("CRI ImageStatus of an image that is not there = %+v, %v; want none", img, err)

@@ -74,7 +74,7 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 		if err := s.loadImages(ctx, imgs, p); err != nil {
 			return nil, err
 		}
-		if err := s.loadContainerdImages(ctx, p); err != nil {
+		if err := s.loadContainerdImages(ctx, opts.ContainerdImages, p); err != nil {
 			return nil, err
 		}
 		s.SystemImages = systemImages(imgs)

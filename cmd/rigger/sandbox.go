@@ -98,6 +98,7 @@ first time, then cached) are built and imported into every node's engine.
 	cmd.Flags().IntVar(&opts.Nodes, "nodes", sandbox.DefaultNodes, "how many nodes")
 	cmd.Flags().IntVar(&opts.Subnet, "subnet", 0, "the nodes' subnet is 10.231.<subnet>.0/24 (0-255); two sandboxes need two subnets")
 	cmd.Flags().BoolVar(&opts.Images, "images", true, "build (cached) and load the cluster images into every node")
+	cmd.Flags().BoolVar(&opts.ContainerdImages, "containerd-images", false, "also import the add-ons' pod images into every node's containerd, for a kubelet without cri-dockerd (enable_cri_dockerd: false)")
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
 	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
