@@ -15,7 +15,8 @@ import (
 
 // TestCLISandbox drives the commands a user runs on a one-node sandbox:
 // plan, a saved plan applied, status, kubeconfig, etcd snapshots, a refused
-// stale plan, a declined apply, and remove.
+// stale plan, a declined apply, apply --watch, a snapshot restored, and
+// remove.
 func TestCLISandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 7, Nodes: 1, Images: true})
 	dir := t.TempDir()
@@ -159,6 +160,30 @@ func TestCLISandbox(t *testing.T) {
 		}
 		if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	// A snapshot restored through the CLI: declined, nothing changes; with
+	// --yes, the cluster runs on the snapshot.
+	t.Run("snapshot restore", func(t *testing.T) {
+		if out, errOut, code := run(t, args("snapshot", "save", "--name", "cli-restore")...); code != 0 {
+			t.Fatalf("snapshot save: exit %d\n%s%s", code, out, errOut)
+		}
+		out, errOut, code := runWithInput(t, "no\n", args("snapshot", "restore", "cli-restore")...)
+		if code != 1 || !strings.Contains(out, "==> Check snapshot cli-restore (nothing is changed)") ||
+			!strings.Contains(out, "verified on 1 etcd node(s)") || !strings.Contains(out, "Only 'yes' will be accepted") ||
+			!strings.Contains(errOut, "cancelled: nothing was changed") || strings.Contains(out, "stopped and removed") {
+			t.Fatalf("declined restore: exit %d\n%s%s", code, out, errOut)
+		}
+		out, errOut, code = run(t, args("snapshot", "restore", "--yes", "cli-restore")...)
+		if code != 0 || !strings.Contains(out, node+": kube-apiserver stopped and removed") ||
+			!strings.Contains(out, node+": /var/lib/etcd/member moved to /var/lib/etcd/member.before-restore-") ||
+			!strings.Contains(out, "Snapshot cli-restore restored in") || !strings.Contains(out, "etcd and the API servers are healthy") {
+			t.Fatalf("restore --yes: exit %d\n%s%s", code, out, errOut)
+		}
+		out, _, code = run(t, args("plan")...)
+		if code != 0 || !strings.Contains(out, "No changes") {
+			t.Errorf("plan after the restore: exit %d\n%s", code, out)
 		}
 	})
 
