@@ -10,7 +10,7 @@ BIN          := bin/rigger
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS      := -s -w -X main.version=$(VERSION)
 RIGGER_CACHE ?= /var/cache/rigger
-FUZZTIME     ?= 20s
+FUZZTIME     ?= 10s
 # The parsers of what nodes, the cluster and the state directory hold get a
 # shorter run each (nine of them: 45 s of fuzzing in all, plus their builds);
 # docs/testing.md lists them and says how to fuzz one for longer.
