@@ -25,6 +25,10 @@ const (
 	envCRIDockerd = "RKE_KUBELET_CRIDOCKERD=true"
 	// envCPHosts is RKE's nginx-proxy variable: the controlplane addresses.
 	envCPHosts = "CP_HOSTS"
+	// apiServerWatchGrace is the API server's
+	// --shutdown-watch-termination-grace-period: within the 30 s a
+	// container gets to stop (dockerop.StopTimeout), with room to exit.
+	apiServerWatchGrace = "25s"
 )
 
 // host is a node of cluster.yml with its roles resolved.
@@ -239,6 +243,14 @@ func (b *builder) kubeAPI(h *host) Container {
 		f.set("audit-log-format", cfg.Format)
 		f.set("audit-policy-file", AuditPolicyFile)
 		binds = append(binds, hostPath(b.prefix, AuditLogDir)+":"+AuditLogDir)
+	}
+	if b.rel.minor >= 27 { // the flag is there from 1.27 on
+		// Beyond RKE: on SIGTERM the API server closes its watches (at
+		// least 200 a second) instead of waiting for them until its
+		// request timeout, so that a replaced API server stops in seconds,
+		// not killed after the 30 s a container gets to stop (what k0s
+		// does too). extra_args can set it otherwise.
+		f.set("shutdown-watch-termination-grace-period", apiServerWatchGrace)
 	}
 	f.extra(s.BaseService)
 	return b.kubeComponent(KubeAPIServer, s.BaseService, f, nil, binds)
