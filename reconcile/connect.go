@@ -71,6 +71,12 @@ func (s *Session) restConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, er
 			return nil, errors.Join(errs...)
 		},
 		UserAgent: "rigger",
+		// client-go's defaults (5 a second, bursts of 10) make the
+		// add-ons' plan, two calls an object, take 14 s on a converged
+		// cluster; rigger is one client of its own cluster (Flux's
+		// controllers default to 50 and bursts of 300).
+		QPS:   50,
+		Burst: 100,
 	}
 	return cfg, nil
 }
