@@ -1,7 +1,7 @@
 // Command rke-render runs RKE v1.8.1's own code on cluster.yml files, so
 // that rigger can be compared with RKE: the system add-ons RKE deploys
 // (reconcile/sysaddons TestEquivalentToRKE), what RKE's parser reads and the
-// file `rke config` writes (spec TestReadsAsRKE, TestRKEConfigFile).
+// file `rke config` writes (spec TestAgainstRKE).
 //
 //	go run . -out DIR cluster1.yml cluster2.yml ...          # add-ons
 //	go run . -parse -out DIR cluster1.yml cluster2.yml ...   # parsed config
