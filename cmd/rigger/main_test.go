@@ -140,6 +140,25 @@ func TestValidateMissingFile(t *testing.T) {
 	}
 }
 
+// TestValidateRefusesWhatPlanWould: what the plan would refuse of
+// cluster.yml alone is refused by validate, and by every command that
+// loads cluster.yml, before any connection.
+func TestValidateRefusesWhatPlanWould(t *testing.T) {
+	path := t.TempDir() + "/cluster.yml"
+	yml := "nodes: [{address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}]\nnetwork: {plugin: aci}\n"
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := run(t, "validate", "-f", path)
+	if code != 1 || !strings.Contains(out, "error: network.plugin: rigger does not deploy the Cisco ACI CNI yet") || !strings.Contains(out, "1 error, 0 warnings") {
+		t.Errorf("validate: exit %d, output:\n%s", code, out)
+	}
+	_, errOut, code := run(t, "config", "defaults", "-f", path)
+	if code != 1 || !strings.Contains(errOut, "rigger does not deploy the Cisco ACI CNI yet") {
+		t.Errorf("config defaults: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
 func TestConfigDefaults(t *testing.T) {
 	out, _, code := run(t, "config", "defaults", "-f", "../../examples/clusters/s3-backups/cluster.yml")
 	if code != 0 {
