@@ -251,6 +251,23 @@ var readCases = []readCase{
 		warn: "RKE reads timeAdded but never uses it, and rigger ignores it too",
 	},
 	{
+		// RKE decodes node_drain_input again with encoding/json when one
+		// of ignore_daemonsets, timeout and grace_period is missing, and
+		// that loses ignore_daemonsets (its json name is ignoreDaemonSets):
+		// RKE then drains ignoring DaemonSets.
+		name:   "ignore_daemonsets false without timeout",
+		yml:    "upgrade_strategy: {drain: true, node_drain_input: {ignore_daemonsets: false}}",
+		rigger: func(c *Cluster) any { return c.UpgradeStrategy.DrainInput.IgnoreDaemonSets },
+		rke:    "/upgradeStrategy/nodeDrainInput/ignoreDaemonSets", defaulted: true, want: false, rkeDrops: true,
+		warn: "RKE ignores ignore_daemonsets: false unless timeout and grace_period are given too",
+	},
+	{
+		name:   "ignore_daemonsets false with timeout and grace_period",
+		yml:    "upgrade_strategy: {drain: true, node_drain_input: {ignore_daemonsets: false, timeout: 60, grace_period: 10}}",
+		rigger: func(c *Cluster) any { return c.UpgradeStrategy.DrainInput.IgnoreDaemonSets },
+		rke:    "/upgradeStrategy/nodeDrainInput/ignoreDaemonSets", defaulted: true, want: false,
+	},
+	{
 		name:   "cloud_provider external",
 		yml:    "cloud_provider: {name: external}",
 		rigger: func(c *Cluster) any { return c.CloudProvider.Name },

@@ -699,7 +699,7 @@ type UpgradeStrategy struct {
 type NodeDrainInput struct {
 	// Delete pods that no controller manages.
 	Force bool `json:"force,omitempty"`
-	// Go on when DaemonSet pods are on the node (they are left running).
+	// Go on when DaemonSet pods are on the node (they are left running). RKE reads `false` only when `timeout` and `grace_period` are given too (its parser drops it otherwise); rigger reads it always, and warns then.
 	IgnoreDaemonSets *bool `json:"ignore_daemonsets,omitempty"`
 	// Delete pods that use emptyDir volumes.
 	DeleteLocalData bool `json:"delete_local_data,omitempty"`

@@ -707,6 +707,16 @@ func (v *validator) upgradeStrategy(c *Cluster) {
 		if d.GracePeriod < -1 {
 			v.errorf(p+".node_drain_input.grace_period", "Use -1 for each pod's own grace period.", "grace_period must be -1 or more, got %d", d.GracePeriod)
 		}
+		// RKE's parseNodeDrainInput decodes node_drain_input again, by its
+		// json names, when one of these three keys is missing, which loses
+		// ignore_daemonsets (ignoreDaemonSets there): RKE's drain then
+		// ignores DaemonSets.
+		_, timeout := v.pos[p+".node_drain_input.timeout"]
+		_, grace := v.pos[p+".node_drain_input.grace_period"]
+		if d.IgnoreDaemonSets != nil && !*d.IgnoreDaemonSets && (!timeout || !grace) {
+			v.warnf(p+".node_drain_input.ignore_daemonsets", "RKE's parser drops it then, and RKE drains ignoring DaemonSets; rigger reads it. Give timeout and grace_period too, for both to read it.",
+				"RKE ignores ignore_daemonsets: false unless timeout and grace_period are given too")
+		}
 	}
 }
 
