@@ -20,6 +20,12 @@ var ignoredKeys = map[string]ignoredKey{
 		"RKE v1.6.0 removed pod_security_policy and ignores it, and so does rigger",
 		"PodSecurityPolicy is gone from Kubernetes 1.25 on; Pod Security Admission replaces it (services.kube-api.pod_security_configuration). Remove the key.",
 	},
+	// No RKE read it here, but every RKE ignores unknown keys, and files
+	// with it at the top level exist.
+	"pod_security_policy": {
+		"pod_security_policy was a key of services.kube-api, which RKE v1.6.0 removed; RKE ignores it here, and so does rigger",
+		"PodSecurityPolicy is gone from Kubernetes 1.25 on; Pod Security Admission replaces it (services.kube-api.pod_security_configuration). Remove the key.",
+	},
 	"nodes[].taints[].timeAdded": {
 		"RKE reads timeAdded but never uses it, and rigger ignores it too",
 		"A taint's time is set by Kubernetes when the taint is added. Remove the key.",

@@ -246,6 +246,11 @@ var readCases = []readCase{
 		warn: "RKE v1.6.0 removed pod_security_policy and ignores it, and so does rigger",
 	},
 	{
+		name: "pod_security_policy at the top level",
+		yml:  "pod_security_policy: false",
+		warn: "pod_security_policy was a key of services.kube-api, which RKE v1.6.0 removed; RKE ignores it here, and so does rigger",
+	},
+	{
 		name: "a taint's timeAdded",
 		yml:  "nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker], taints: [{key: a, value: b, effect: NoExecute, timeAdded: \"2025-01-01T00:00:00Z\"}]}]",
 		warn: "RKE reads timeAdded but never uses it, and rigger ignores it too",
