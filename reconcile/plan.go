@@ -17,7 +17,9 @@ import (
 
 // Plan observes the cluster once (observe) and computes what must change
 // for it to run what cluster.yml asks for (plan.Compute). It changes
-// nothing, on the nodes or in the state directory.
+// nothing, on the nodes or in the state directory. It refuses a cluster.yml
+// that would move the nodes to an older Kubernetes minor version than they
+// run (plan.CheckDowngrade).
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	d, err := desired.Build(s.c)
 	if err != nil {
@@ -29,6 +31,9 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, err
 	}
 	observed := time.Now()
+	if err := plan.CheckDowngrade(d, o); err != nil {
+		return nil, stalls(ReasonInvalidSpec, err)
+	}
 	for i := range d.Nodes {
 		files, err := s.nodeFiles(rp.set, &d.Nodes[i])
 		if err != nil {

@@ -244,12 +244,4 @@ type AciNetworkProvider struct {
 	OpflexAgentResetWaitDelay string `json:"opflex_agent_reset_wait_delay,omitempty"`
 	// ACI option `proactive_conf`.
 	ProactiveConf string `json:"proactive_conf,omitempty"`
-	// ACI option `epg_resolve_prioritize`.
-	EpgResolvePrioritize string `json:"epg_resolve_prioritize,omitempty"`
-	// ACI option `force_ep_undeclares`.
-	ForceEpUndeclares string `json:"force_ep_undeclares,omitempty"`
-	// ACI option `enable_apic_request_retry_delay`.
-	EnableApicRequestRetryDelay string `json:"enable_apic_request_retry_delay,omitempty"`
-	// ACI option `apic_request_retry_delay`.
-	ApicRequestRetryDelay string `json:"apic_request_retry_delay,omitempty"`
 }

@@ -91,6 +91,13 @@ func (d *decoder) errorf(n *yaml.Node, path, detail, format string, args ...any)
 	})
 }
 
+func (d *decoder) warnf(n *yaml.Node, path, detail, format string, args ...any) {
+	d.diags.add(Diagnostic{
+		Severity: SeverityWarning, File: d.file, Line: n.Line, Column: n.Column,
+		Path: path, Summary: sprintf(format, args...), Detail: detail,
+	})
+}
+
 // enter is called before n is decoded at path: it counts n and checks the
 // bounds. false means n is not to be decoded, and decoding stops: a bound
 // was passed (reported), or the caller gave up. Otherwise leave(n) must
@@ -334,13 +341,23 @@ func (d *decoder) structValue(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	fields := d.keysOf(v.Type()).fields
+	given := map[string]*yaml.Node{} // by field name: the key that gave it
 	for _, p := range d.pairs(n, path) {
 		key := p.key.Value
-		fpath := join(path, key)
-		f, ok := fields[key]
+		f, alias, ok := lookupField(fields, key)
 		if !ok {
 			d.unknownKey(p.key, path, key, v.Type())
 			continue
+		}
+		fpath := join(path, f.name)
+		if first, dup := given[f.name]; dup {
+			d.errorf(p.key, fpath, fmt.Sprintf("Keep %q, which RKE reads too.", f.name), "%s is given twice, as %q (line %d) and as %q", f.name, first.Value, first.Line, key)
+			continue
+		}
+		given[f.name] = p.key
+		if alias {
+			d.warnf(p.key, fpath, fmt.Sprintf("RKE's parser reads %q here and drops %q without a word; rigger reads both. Write %s, which both read.", f.name, key, f.name),
+				"RKE ignores %q", key)
 		}
 		d.pos[fpath] = Pos{p.key.Line, p.key.Column}
 		d.value(p.value, v.FieldByIndex(f.index), fpath)
@@ -432,6 +449,10 @@ func (d *decoder) generic(n *yaml.Node, path string) any {
 // known key or the place the key belongs.
 func (d *decoder) unknownKey(k *yaml.Node, path, key string, t reflect.Type) {
 	fpath := join(path, key)
+	if ig, ok := ignoredKeys[schemaPath(fpath)]; ok {
+		d.warnf(k, fpath, ig.detail, "%s", ig.summary)
+		return
+	}
 	where := "at the top level"
 	if path != "" {
 		where = "in " + path
@@ -483,9 +504,18 @@ func (d *decoder) keyLocations() map[string][]string {
 
 // field is one key of a struct type.
 type field struct {
+	name   string // the key: the json tag's name
 	index  []int
 	typ    reflect.Type
 	secret bool
+	// alias is another spelling of the key that rigger reads and RKE's
+	// parser drops (tag `alias`): the Kubernetes camel case of a key RKE
+	// reads in lower case, such as tolerationSeconds. A warning says so.
+	alias string
+	// fold is set where RKE reads the key in any case (tag `match:"fold"`):
+	// RKE decodes the mapping again with encoding/json, which matches keys
+	// so (an update_strategy's rollingUpdate).
+	fold bool
 }
 
 // fieldsOf maps the keys of struct type t (json tag names, inline embedded
@@ -503,9 +533,27 @@ func fieldsOf(t reflect.Type) map[string]field {
 		if name == "" {
 			name = sf.Name
 		}
-		out[name] = field{index: sf.Index, typ: sf.Type, secret: secrecy(sf) != ""}
+		out[name] = field{name: name, index: sf.Index, typ: sf.Type, secret: secrecy(sf) != "",
+			alias: sf.Tag.Get("alias"), fold: sf.Tag.Get("match") == "fold"}
 	}
 	return out
+}
+
+// lookupField finds the field that key names among fields: by its name,
+// by its alias (alias is then set), or in any case where RKE reads it so.
+func lookupField(fields map[string]field, key string) (f field, alias, ok bool) {
+	if f, ok := fields[key]; ok {
+		return f, false, true
+	}
+	for _, f := range fields {
+		switch {
+		case f.alias != "" && f.alias == key:
+			return f, true, true
+		case f.fold && strings.EqualFold(f.name, key):
+			return f, false, true
+		}
+	}
+	return field{}, false, false
 }
 
 // fieldNames lists the keys of struct type t in declaration order.

@@ -28,9 +28,17 @@ func TestReferenceUpToDate(t *testing.T) {
 
 const referenceIntro = `# cluster.yml reference
 
-rigger reads RKE's cluster.yml: every key RKE accepts, with RKE's names and
-RKE's defaults. rigger's own additions are marked **(rigger)**; RKE ignores
-them, so one file can serve both while you move.
+rigger reads RKE's cluster.yml as RKE v1.8.1 reads it: every key RKE reads,
+spelt as RKE's parser reads it, with RKE's defaults. RKE's parser reads the
+keys of the Kubernetes types it uses in lower case (` + "`tolerationseconds`" + `,
+` + "`cacertificates`" + `); where rigger also reads the camel case, it warns that RKE
+drops that spelling. A file written by ` + "`rke config`" + ` loads as it is: its
+` + "`addon_job_timeout: 0`" + ` and its ` + "`bastion_host`" + ` without an address mean "unset", as in
+RKE. Keys older RKE releases wrote and RKE v1.8.1 no longer reads
+(` + "`services.kube-api.pod_security_policy`" + `), and a taint's ` + "`timeAdded`" + `, which RKE
+reads and never uses, are ignored with a warning. rigger's own additions are
+marked **(rigger)**; RKE ignores them, so one file can serve both while you
+move.
 
 Decoding is strict: an unknown or misspelled key, a value of the wrong type or
 a key given twice is an error that names the file, line, column and path, with
@@ -92,8 +100,14 @@ func (r *reference) section(path string, v reflect.Value, doc string) {
 		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
 		fdoc := r.docFor(t, sf)
 		p := join(path, name)
-		if strings.HasPrefix(p, "rigger") || p == "nodes[].transport" {
+		if underRiggerOnly(p) {
 			fdoc = "**(rigger)** " + fdoc
+		}
+		if alias := sf.Tag.Get("alias"); alias != "" {
+			fdoc += fmt.Sprintf(" RKE reads the key in lower case only; rigger also reads `%s`, with a warning that RKE drops that spelling.", alias)
+		}
+		if sf.Tag.Get("match") == "fold" {
+			fdoc += " The key is read in any case, as RKE reads it."
 		}
 		fv := v.FieldByIndex(sf.Index)
 		def := "—"

@@ -468,9 +468,7 @@ type Network struct {
 // CalicoNetworkProvider is Calico's options.
 type CalicoNetworkProvider struct {
 	// Cloud provider Calico runs on (`aws`, or empty).
-	CloudProvider string `json:"cloud_provider,omitempty"`
-	// `operator` or `legacy` (manifests).
-	InstallMethod string `json:"install_method,omitempty"`
+	CloudProvider string `json:"cloudprovider,omitempty" alias:"cloud_provider"`
 }
 
 // FlannelNetworkProvider is flannel's options.
@@ -483,8 +481,6 @@ type FlannelNetworkProvider struct {
 type CanalNetworkProvider struct {
 	// Interface flannel uses for traffic between nodes.
 	Iface string `json:"iface,omitempty"`
-	// Add a blackhole route for the pod CIDR.
-	BlackholeRoute string `json:"blackhole_route,omitempty"`
 }
 
 // WeaveNetworkProvider is Weave's options.
@@ -493,28 +489,32 @@ type WeaveNetworkProvider struct {
 	Password string `json:"password,omitempty" rigger:"secret"`
 }
 
-// DaemonSetUpdateStrategy is how a DaemonSet add-on is updated.
+// DaemonSetUpdateStrategy is how a DaemonSet add-on is updated. Its keys
+// are read in any case (`rollingupdate`, `RollingUpdate`), as RKE reads
+// them.
 type DaemonSetUpdateStrategy struct {
 	// `RollingUpdate` or `OnDelete`.
-	Strategy string `json:"strategy,omitempty"`
+	Strategy string `json:"strategy,omitempty" match:"fold"`
 	// Rolling update parameters.
-	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty"`
+	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty" match:"fold"`
 }
 
-// DeploymentStrategy is how a Deployment add-on is updated.
+// DeploymentStrategy is how a Deployment add-on is updated. Its keys are
+// read in any case, as RKE reads them.
 type DeploymentStrategy struct {
 	// `RollingUpdate` or `Recreate`.
-	Strategy string `json:"strategy,omitempty"`
+	Strategy string `json:"strategy,omitempty" match:"fold"`
 	// Rolling update parameters.
-	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty"`
+	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty" match:"fold"`
 }
 
-// RollingUpdate holds rolling update parameters, as in Kubernetes.
+// RollingUpdate holds rolling update parameters, as in Kubernetes. Its
+// keys are read in any case, as RKE reads them.
 type RollingUpdate struct {
 	// Pods that may be unavailable during the update: a number or a percentage.
-	MaxUnavailable string `json:"maxUnavailable,omitempty"`
+	MaxUnavailable string `json:"maxUnavailable,omitempty" match:"fold"`
 	// Pods that may be created above the desired number: a number or a percentage.
-	MaxSurge string `json:"maxSurge,omitempty"`
+	MaxSurge string `json:"maxSurge,omitempty" match:"fold"`
 }
 
 // Toleration is a Kubernetes toleration.
@@ -528,7 +528,7 @@ type Toleration struct {
 	// Taint effect the toleration matches (empty: every effect).
 	Effect string `json:"effect,omitempty"`
 	// Seconds a NoExecute taint is tolerated.
-	TolerationSeconds *int64 `json:"tolerationSeconds,omitempty"`
+	TolerationSeconds *int64 `json:"tolerationseconds,omitempty" alias:"tolerationSeconds"`
 }
 
 // Authentication is how clients authenticate to the API server.
@@ -699,7 +699,7 @@ type UpgradeStrategy struct {
 type NodeDrainInput struct {
 	// Delete pods that no controller manages.
 	Force bool `json:"force,omitempty"`
-	// Go on when DaemonSet pods are on the node (they are left running).
+	// Go on when DaemonSet pods are on the node (they are left running). RKE reads `false` only when `timeout` and `grace_period` are given too (its parser drops it otherwise); rigger reads it always, and warns then.
 	IgnoreDaemonSets *bool `json:"ignore_daemonsets,omitempty"`
 	// Delete pods that use emptyDir volumes.
 	DeleteLocalData bool `json:"delete_local_data,omitempty"`
@@ -722,7 +722,7 @@ type Restore struct {
 // RotateCertificates rotates certificates.
 type RotateCertificates struct {
 	// Rotate the CA too (every certificate is reissued).
-	CACertificates bool `json:"caCertificates,omitempty"`
+	CACertificates bool `json:"cacertificates,omitempty" alias:"caCertificates"`
 	// Components whose certificates are rotated: `etcd`, `kubelet`, `kube-apiserver`, `kube-proxy`, `kube-scheduler`, `kube-controller-manager` (empty: all).
 	Services []string `json:"services,omitempty"`
 }

@@ -104,12 +104,11 @@ func (v *validator) oneOf(p, value string, emptyOK bool, allowed ...string) bool
 }
 
 // positiveInts are the whole-number keys whose 0 would be read as "unset"
-// and replaced by the default: an explicit 0 there is a mistake.
+// and replaced by the default, where RKE does not read 0 so: an explicit 0
+// there is a mistake. (RKE reads a 0 addon_job_timeout, and backup_config's
+// interval_hours, retention and timeout, as unset: `rke config` writes
+// addon_job_timeout: 0 in every file. Its drain timeout 0 waits forever.)
 var positiveInts = []string{
-	"addon_job_timeout",
-	"services.etcd.backup_config.interval_hours",
-	"services.etcd.backup_config.retention",
-	"services.etcd.backup_config.timeout",
 	"upgrade_strategy.node_drain_input.timeout",
 	"rigger.max_parallel",
 }
@@ -544,9 +543,6 @@ func (v *validator) network(c *Cluster) {
 				"Cluster version [%s] does not have dualstack supported aci cni version", c.KubernetesVersion)
 		}
 	}
-	if cp := n.CalicoNetworkProvider; cp != nil {
-		v.oneOf("network.calico_network_provider.install_method", cp.InstallMethod, true, "operator", "legacy")
-	}
 	v.updateStrategy("network.update_strategy", n.UpdateStrategy, "RollingUpdate", "OnDelete")
 	v.tolerations("network.tolerations", n.Tolerations)
 }
@@ -711,6 +707,16 @@ func (v *validator) upgradeStrategy(c *Cluster) {
 		if d.GracePeriod < -1 {
 			v.errorf(p+".node_drain_input.grace_period", "Use -1 for each pod's own grace period.", "grace_period must be -1 or more, got %d", d.GracePeriod)
 		}
+		// RKE's parseNodeDrainInput decodes node_drain_input again, by its
+		// json names, when one of these three keys is missing, which loses
+		// ignore_daemonsets (ignoreDaemonSets there): RKE's drain then
+		// ignores DaemonSets.
+		_, timeout := v.pos[p+".node_drain_input.timeout"]
+		_, grace := v.pos[p+".node_drain_input.grace_period"]
+		if d.IgnoreDaemonSets != nil && !*d.IgnoreDaemonSets && (!timeout || !grace) {
+			v.warnf(p+".node_drain_input.ignore_daemonsets", "RKE's parser drops it then, and RKE drains ignoring DaemonSets; rigger reads it. Give timeout and grace_period too, for both to read it.",
+				"RKE ignores ignore_daemonsets: false unless timeout and grace_period are given too")
+		}
 	}
 }
 
@@ -773,13 +779,17 @@ func (v *validator) registries(c *Cluster) {
 	}
 }
 
+// bastion checks bastion_host. As in RKE, one without an address is no
+// jump host: `rke config` writes one with every key empty in every file.
 func (v *validator) bastion(c *Cluster) {
 	b := c.BastionHost
 	if b == nil {
 		return
 	}
 	if b.Address == "" {
-		v.errorf("bastion_host.address", "Give the jump host's address, or remove bastion_host.", "bastion_host has no address")
+		if *b != (BastionHost{}) {
+			v.warnf("bastion_host", "Give the jump host's address, or remove bastion_host.", "bastion_host has no address: no jump host is used, and its other keys are ignored")
+		}
 		return
 	}
 	if b.User == "" {

@@ -140,6 +140,32 @@ func TestValidateMissingFile(t *testing.T) {
 	}
 }
 
+// writeCluster writes yml to a cluster.yml in a temporary directory of t
+// and returns its path.
+func writeCluster(t *testing.T, yml string) string {
+	t.Helper()
+	path := t.TempDir() + "/cluster.yml"
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestValidateRefusesWhatPlanWould: what the plan would refuse of
+// cluster.yml alone is refused by validate, and by every command that
+// loads cluster.yml, before any connection.
+func TestValidateRefusesWhatPlanWould(t *testing.T) {
+	path := writeCluster(t, "nodes: [{address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}]\nnetwork: {plugin: aci}\n")
+	out, _, code := run(t, "validate", "-f", path)
+	if code != 1 || !strings.Contains(out, "error: network.plugin: rigger does not deploy the Cisco ACI CNI yet") || !strings.Contains(out, "1 error, 0 warnings") {
+		t.Errorf("validate: exit %d, output:\n%s", code, out)
+	}
+	_, errOut, code := run(t, "config", "defaults", "-f", path)
+	if code != 1 || !strings.Contains(errOut, "rigger does not deploy the Cisco ACI CNI yet") {
+		t.Errorf("config defaults: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
 func TestConfigDefaults(t *testing.T) {
 	out, _, code := run(t, "config", "defaults", "-f", "../../examples/clusters/s3-backups/cluster.yml")
 	if code != 0 {
@@ -167,11 +193,7 @@ func TestPlanRefusesAnInvalidFile(t *testing.T) {
 }
 
 func TestCommandsShowWarnings(t *testing.T) {
-	path := t.TempDir() + "/cluster.yml"
-	yml := "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n  - {address: 10.0.0.2, user: u, role: [etcd, worker]}\n"
-	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeCluster(t, "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n  - {address: 10.0.0.2, user: u, role: [etcd, worker]}\n")
 	out, errOut, code := run(t, "config", "defaults", "-f", path)
 	if code != 0 || !strings.Contains(errOut, "even number of etcd nodes (2)") || !strings.Contains(out, "address: 10.0.0.2") {
 		t.Errorf("exit %d, stderr:\n%s", code, errOut)

@@ -22,12 +22,15 @@ func newValidateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Check a cluster.yml and print every problem in it",
-		Long: `Validate decodes cluster.yml strictly and checks it as a whole, before any
-connection to a node: misspelled or misplaced keys, values of the wrong type,
-missing or duplicate nodes, roles, CIDRs, labels and taints, etcd backup
-settings, upgrade budgets and the Kubernetes version. Every problem is printed
-at once with its file:line:column and field path (the first 100 in file order,
-then a count of the others).
+		Long: `Validate decodes cluster.yml strictly, as RKE v1.8.1 reads it, and checks it
+as a whole, before any connection to a node: misspelled or misplaced keys,
+values of the wrong type, missing or duplicate nodes, roles, CIDRs, labels and
+taints, etcd backup settings, upgrade budgets and the Kubernetes version. Every
+problem is printed at once with its file:line:column and field path (the first
+100 in file order, then a count of the others). Then it makes what a plan would
+refuse of the file alone (a network plugin rigger does not deploy, add-on
+options RKE's manifests cannot take, inline add-ons that are not Kubernetes
+objects), so that every command refuses it before connecting.
 
 Exit status: 0 when the file is valid (warnings allowed), 1 otherwise, also
 when interrupted (SIGINT, SIGTERM) before the end.`,
@@ -35,7 +38,7 @@ when interrupted (SIGINT, SIGTERM) before the end.`,
   rigger validate -f cluster.yml -o json | jq '.diagnostics[] | .summary'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, diags, err := spec.LoadContext(cmd.Context(), file)
+			_, diags, err := load(cmd.Context(), file)
 			if cmd.Context().Err() != nil {
 				return fmt.Errorf("validation of %s stopped before the end: %w", file, err)
 			}

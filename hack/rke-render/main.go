@@ -1,9 +1,29 @@
-// Command rke-render renders the system add-ons of cluster.yml files with
-// RKE v1.8.1's own code, so that reconcile/sysaddons can be compared with
-// RKE (reconcile/sysaddons TestEquivalentToRKE runs it).
+// Command rke-render runs RKE v1.8.1's own code on cluster.yml files, so
+// that rigger can be compared with RKE: the system add-ons RKE deploys
+// (reconcile/sysaddons TestEquivalentToRKE), what RKE's parser reads and the
+// file `rke config` writes (spec TestAgainstRKE).
 //
-//	go run . -out DIR cluster1.yml cluster2.yml ...
+//	go run . -out DIR cluster1.yml cluster2.yml ...          # add-ons
+//	go run . -parse -out DIR cluster1.yml cluster2.yml ...   # parsed config
+//	go run . -keys                                           # keys RKE reads
+//	go run . -config FILE [-empty]                           # `rke config`
 //
+// With -parse, it reads each file with RKE's cluster.ParseConfig and writes
+// what RKE read, as JSON with RKE's json names, to DIR/<name>/config.json,
+// then applies RKE's defaults and validation (cluster.InitClusterObject) and
+// writes the result to DIR/<name>/defaulted.json; RKE's errors go to
+// error.txt and init-error.txt there (parse.go).
+//
+// With -keys, it prints every key RKE's parser reads, with how it reads it
+// (keys.go): the path and `yaml` (yaml.v2, exact name), `json-fold`
+// (encoding/json, any case) or `object` (a Kubernetes object).
+//
+// With -config, it runs RKE's `rke config` command (github.com/rancher/rke/cmd)
+// for one host, 10.0.0.1, with every role, giving the default answer to
+// every other question, or `rke config --empty` with -empty, and has it
+// write FILE (config.go).
+//
+// Without these flags it renders the add-ons:
 // For each file it runs what `rke up` runs for the add-ons: RKE's
 // cluster.ParseConfig and cluster.InitClusterObject (RKE's parsing,
 // defaults and validation), then cluster.ConfigureCluster, which deploys
@@ -50,10 +70,27 @@ import (
 )
 
 func main() {
-	out := flag.String("out", "", "directory to write the rendered add-ons to")
+	out := flag.String("out", "", "directory to write the rendered add-ons (or with -parse, what RKE read) to")
+	parse := flag.Bool("parse", false, "write what RKE's ParseConfig reads of each file instead of rendering the add-ons")
+	keys := flag.Bool("keys", false, "print every key RKE reads from cluster.yml")
+	config := flag.String("config", "", "write the cluster.yml `rke config` writes with its default answers to this file")
+	empty := flag.Bool("empty", false, "with -config: `rke config --empty`")
 	flag.Parse()
-	if *out == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: rke-render -out DIR cluster.yml...")
+	switch {
+	case *keys:
+		if err := listKeys(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	case *config != "":
+		if err := rkeConfig(*config, *empty); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	case *out == "" || flag.NArg() == 0:
+		fmt.Fprintln(os.Stderr, "usage: rke-render [-parse] -out DIR cluster.yml... | -keys | -config FILE [-empty]")
 		os.Exit(2)
 	}
 	if os.Getenv("RKE_RENDER_DEBUG") == "" {
@@ -64,8 +101,12 @@ func main() {
 		logrus.SetLevel(logrus.DebugLevel)
 	}
 	failed := false
+	run := renderFile
+	if *parse {
+		run = parseFile
+	}
 	for _, f := range flag.Args() {
-		if err := renderFile(f, *out); err != nil {
+		if err := run(f, *out); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", f, err)
 			failed = true
 		}

@@ -16,13 +16,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rigger/rigger/internal/rkerender"
 	"github.com/rigger/rigger/reconcile/sysaddons"
-	"github.com/rigger/rigger/spec/rkemeta"
 )
-
-// rkeRenderEnv names a prebuilt hack/rke-render binary for
-// TestEquivalentToRKE, instead of building it.
-const rkeRenderEnv = "RIGGER_RKE_RENDER"
 
 // textDiffers lists the test clusters whose manifest text rigger renders
 // differently from RKE on purpose; their objects, read as kubectl reads
@@ -38,19 +34,9 @@ var textDiffers = map[string]string{
 //
 // It needs RKE's module and its dependencies in the Go module cache (`cd
 // hack/rke-render && go mod download`); it is skipped, saying so, when they
-// are not there, and with -short.
+// are not there, and with -short (package rkerender).
 func TestEquivalentToRKE(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: not building RKE")
-	}
-	mod, err := os.ReadFile(filepath.Join("..", "..", "hack", "rke-render", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "github.com/rancher/rke " + rkemeta.RKEVersion; !bytes.Contains(mod, []byte(want)) {
-		t.Fatalf("hack/rke-render/go.mod does not require %s, the RKE whose templates spec/rkemeta holds", want)
-	}
-	bin := rkeRender(t)
+	bin := rkerender.Binary(t)
 	in, out := t.TempDir(), t.TempDir()
 	tcs := cases(t)
 	var files []string
@@ -114,27 +100,6 @@ func TestEquivalentToRKE(t *testing.T) {
 	}
 }
 
-// rkeRender builds hack/rke-render from the module cache only, or skips
-// the test when RKE's module or a dependency is not there.
-func rkeRender(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv(rkeRenderEnv); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "rke-render")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join("..", "..", "hack", "rke-render")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOPROXY=off", "GOTOOLCHAIN=local")
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		if bytes.Contains(b, []byte("GOPROXY=off")) || bytes.Contains(b, []byte("module lookup disabled")) {
-			t.Skipf("RKE v1.8.1's module or one of its dependencies is not in the Go module cache (run `go mod download` in hack/rke-render to enable this test):\n%s", firstLines(b, 3))
-		}
-		t.Fatalf("build hack/rke-render: %v\n%s", err, b)
-	}
-	return bin
-}
-
 // kubectlObjects reads a manifest as kubectl apply does: documents split on
 // ---, keys given twice keep the last value, empty documents skipped, Lists
 // kept as written.
@@ -161,8 +126,3 @@ func kubectlObjects(t *testing.T, manifest []byte) []map[string]any {
 }
 
 func lines(b []byte) []string { return strings.Split(string(b), "\n") }
-
-func firstLines(b []byte, n int) string {
-	l := lines(bytes.TrimSpace(b))
-	return strings.Join(l[:min(n, len(l))], "\n")
-}

@@ -38,14 +38,6 @@ func TestErrors(t *testing.T) {
 			want:   []string{"network.plugin: rigger does not deploy the Cisco ACI CNI yet"},
 		},
 		{
-			name: "calico by the operator",
-			change: func(c *spec.Cluster) {
-				c.Network.Plugin = "calico"
-				c.Network.CalicoNetworkProvider = &spec.CalicoNetworkProvider{InstallMethod: "operator"}
-			},
-			want: []string{"network.calico_network_provider.install_method", "Tigera operator"},
-		},
-		{
 			name: "ingress extra env with a key EnvVar does not have",
 			change: func(c *spec.Cluster) {
 				c.Ingress.ExtraEnvs = []spec.Object{{"name": "A", "value": "b"}, {"name": "TZ", "vaule": "UTC"}}

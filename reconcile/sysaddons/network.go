@@ -148,9 +148,6 @@ func network(c *spec.Cluster) ([]Manifest, error) {
 			"KubeFlannelPriorityClassName": opts[optKubeFlannelPriorityClass],
 		}
 	case pluginCalico:
-		if p := n.CalicoNetworkProvider; p != nil && p.InstallMethod == "operator" {
-			return nil, fmt.Errorf("network.calico_network_provider.install_method: rigger deploys Calico with RKE's manifests only, not with the Tigera operator; set it to legacy or remove it")
-		}
 		addon = rkemeta.AddonCalico
 		data = map[string]any{
 			"KubeCfg":                                kubeNodeKubeconfig,

@@ -1,0 +1,65 @@
+package reconcile
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rigger/rigger/spec"
+)
+
+// TestCheckSpec: what validation accepts, the plan builds, and what the
+// plan would refuse of cluster.yml alone CheckSpec refuses, before any
+// connection.
+func TestCheckSpec(t *testing.T) {
+	const nodes = "nodes:\n- {address: 10.0.0.1, user: rke, role: [etcd, controlplane]}\n- {address: 10.0.0.2, user: rke, role: [worker]}\n"
+	for _, tc := range []struct {
+		name, yml string
+		want      string // substring of the one error; "" for none
+	}{
+		{name: "RKE's defaults"},
+		{name: "cloud provider external", yml: "cloud_provider: {name: external}"},
+		{name: "cloud provider external-aws", yml: "cloud_provider: {name: external-aws}"},
+		{name: "in-tree aws before 1.27", yml: "kubernetes_version: v1.26.15-rancher1-1\ncloud_provider: {name: aws}"},
+		{name: "custom cloud config", yml: "cloud_provider: {name: openstack, customCloudProvider: \"[Global]\\n\"}"},
+		{name: "own encryption config", yml: "services: {kube-api: {secrets_encryption_config: {enabled: true, custom_config: {apiVersion: apiserver.config.k8s.io/v1, kind: EncryptionConfiguration, resources: [{resources: [secrets], providers: [{identity: {}}]}]}}}}"},
+		{name: "calico on aws", yml: "network: {plugin: calico, calico_network_provider: {cloudprovider: aws}}"},
+		{name: "weave before 1.30", yml: "kubernetes_version: v1.29.15-rancher1-1\nnetwork: {plugin: weave}"},
+		{name: "inline add-on", yml: "addons: |\n  apiVersion: v1\n  kind: Namespace\n  metadata: {name: a}"},
+		{name: "aci", yml: "network: {plugin: aci}", want: "rigger does not deploy the Cisco ACI CNI yet"},
+		{name: "flannel VNI not a number", yml: "network: {plugin: flannel, options: {flannel_backend_vni: 4k}}", want: "network.options.flannel_backend_vni"},
+		{name: "inline add-on that is not YAML", yml: "addons: \"kind: [\"", want: "addons"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, diags := spec.Parse([]byte(nodes+tc.yml+"\n"), "cluster.yml")
+			if diags.HasErrors() {
+				t.Fatal(diags)
+			}
+			got := CheckSpec(c, "cluster.yml")
+			switch {
+			case tc.want == "" && len(got) > 0:
+				t.Errorf("refused: %v", got)
+			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0].Summary, tc.want) || got[0].File != "cluster.yml" || got[0].Severity != spec.SeverityError):
+				t.Errorf("got %v, want one error with %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckSpecExamples: every example cluster passes CheckSpec, as `make
+// demo` validates them.
+func TestCheckSpecExamples(t *testing.T) {
+	files, err := filepath.Glob("../examples/clusters/*/cluster.yml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		c, _, err := spec.Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diags := CheckSpec(c, f); len(diags) > 0 {
+			t.Errorf("%v", diags)
+		}
+	}
+}

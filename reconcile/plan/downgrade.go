@@ -1,0 +1,91 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/spec/rkemeta"
+)
+
+// kubeComponents are the containers that run Kubernetes itself, whose
+// image's tag says the Kubernetes version (rancher/hyperkube:v1.32.3-rancher1).
+var kubeComponents = []string{desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler, desired.Kubelet, desired.KubeProxy}
+
+// Downgrade is one Kubernetes container that cluster.yml would move to an
+// older minor version than the one it runs.
+type Downgrade struct {
+	Node, Component string
+	// Running and Wanted are the versions of the observed and the desired
+	// image (their tags).
+	Running, Wanted string
+}
+
+// DowngradeError refuses a plan that downgrades Kubernetes: Kubernetes
+// does not support going back to an older minor version (the newer API
+// server may have stored objects in versions the older one cannot read,
+// and it does not convert them back).
+type DowngradeError struct {
+	Downgrades []Downgrade
+}
+
+func (e *DowngradeError) Error() string {
+	var each []string
+	newest := ""
+	for _, d := range e.Downgrades {
+		each = append(each, fmt.Sprintf("%s on %s runs %s, cluster.yml asks for %s", d.Component, d.Node, d.Running, d.Wanted))
+		if newest == "" || minorOf(d.Running) > minorOf(newest) {
+			newest = d.Running
+		}
+	}
+	return fmt.Sprintf("cluster.yml would downgrade Kubernetes (%s): Kubernetes does not support going back to an older minor version, "+
+		"whose API server may not read what the newer one stored. Set kubernetes_version (and system_images.kubernetes, if set) to %s or later, "+
+		"the version the cluster runs", strings.Join(each, "; "), rkemeta.Series(newest))
+}
+
+// CheckDowngrade returns a *DowngradeError when d would run a Kubernetes
+// container of a node of o on an older minor version than the one it runs
+// there, comparing the tags of the images (RKE's rule: the tag of the
+// kubernetes image says the version); nil otherwise. An image whose tag is
+// not a version (a custom build) says nothing, and is not compared. Patch
+// releases of one minor version may be moved between either way. Like
+// Compute, it is pure.
+func CheckDowngrade(d *desired.Cluster, o *observe.Cluster) error {
+	if o == nil {
+		return nil
+	}
+	var found []Downgrade
+	for _, dn := range d.Nodes {
+		on := o.Nodes[dn.Address]
+		if on == nil || !on.Reachable {
+			continue
+		}
+		for _, dc := range dn.Containers {
+			oc, ok := on.Containers[dc.Name]
+			if !ok || !slices.Contains(kubeComponents, dc.Name) {
+				continue
+			}
+			running, wanted := rkemeta.ImageTag(oc.Image), rkemeta.ImageTag(dc.Image)
+			r, w := minorOf(running), minorOf(wanted)
+			if r >= 0 && w >= 0 && r > w {
+				found = append(found, Downgrade{Node: dn.Address, Component: dc.Name, Running: running, Wanted: wanted})
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return &DowngradeError{Downgrades: found}
+}
+
+// minorOf is the Kubernetes minor version a tag such as v1.32.3-rancher1
+// names (32), or -1 when it names none.
+func minorOf(tag string) int {
+	v, err := rkemeta.ParseVersion(tag)
+	if err != nil || v.Major != 1 {
+		return -1
+	}
+	return int(v.Minor)
+}
