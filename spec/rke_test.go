@@ -291,6 +291,20 @@ var readCases = []readCase{
 		warn: "pod_security_policy was a key of services.kube-api, which RKE v1.6.0 removed; RKE ignores it here, and so does rigger",
 	},
 	{
+		// RKE v1.8.1 reads authorization.options and passes it nowhere.
+		name:   "authorization.options",
+		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",
+		rigger: func(c *Cluster) any { return c.Authorization.Options["authorization-webhook-version"] },
+		rke:    "/authorization/options/authorization-webhook-version", want: "v1",
+		warn: "RKE reads authorization.options and never uses it, and rigger ignores it too",
+	},
+	{
+		name:   "authorization.options empty, as `rke config` writes it",
+		yml:    "authorization: {mode: rbac, options: {}}",
+		rigger: func(c *Cluster) any { return len(c.Authorization.Options) },
+		want:   0,
+	},
+	{
 		name: "a taint's timeAdded",
 		yml:  "nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker], taints: [{key: a, value: b, effect: NoExecute, timeAdded: \"2025-01-01T00:00:00Z\"}]}]",
 		warn: "RKE reads timeAdded but never uses it, and rigger ignores it too",

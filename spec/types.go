@@ -553,7 +553,7 @@ type AuthWebhook struct {
 type Authorization struct {
 	// `rbac` or `none`.
 	Mode string `json:"mode,omitempty"`
-	// Options of the mode, `key: value`.
+	// Read and ignored, as RKE v1.8.1 ignores it (it passes these options nowhere); rigger warns when one is set. The API server's authorization flags go in `services.kube-api.extra_args`.
 	Options map[string]string `json:"options,omitempty"`
 }
 

@@ -586,6 +586,10 @@ func (v *validator) auth(c *Cluster) {
 		}
 	}
 	v.oneOf("authorization.mode", c.Authorization.Mode, false, "rbac", "none")
+	if len(c.Authorization.Options) > 0 {
+		v.warnf("authorization.options", "Set the API server's authorization flags in services.kube-api.extra_args, and remove authorization.options.",
+			"RKE reads authorization.options and never uses it, and rigger ignores it too")
+	}
 }
 
 func (v *validator) addons(c *Cluster) {
