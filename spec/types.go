@@ -324,11 +324,11 @@ type BackupConfig struct {
 	Enabled *bool `json:"enabled,omitempty"`
 	// Hours between two scheduled snapshots, counted from the last successful one.
 	IntervalHours int `json:"interval_hours,omitempty"`
-	// How many scheduled snapshots are kept.
+	// How many scheduled snapshots are kept (rigger's and, once that many of rigger's are newer, RKE's `<time>_etcd.zip`).
 	Retention int `json:"retention,omitempty"`
 	// Upload every snapshot to S3 as well.
 	S3BackupConfig *S3BackupConfig `json:"s3backupconfig,omitempty"`
-	// Use a timestamp without colons in snapshot names (safe on every filesystem).
+	// Write the time in the names of the snapshots rigger names without ':' (`2026-11-22T01-30-00Z_etcd` for `2026-11-22T01:30:00Z_etcd`), as Rancher names them when it drives RKE; RKE's own CLI reads this key and ignores it. Snapshots named either way are listed and retained alike.
 	SafeTimestamp bool `json:"safe_timestamp,omitempty"`
 	// Seconds a snapshot may take before it is abandoned.
 	Timeout int `json:"timeout,omitempty"`

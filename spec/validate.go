@@ -856,7 +856,7 @@ func (v *validator) etcdCertNames(c *Cluster) {
 // snapshotNameRE and maxSnapshotName are the rules of
 // etcdsnap.CheckName (which imports spec), so that a restore request
 // rigger cannot carry out is refused when cluster.yml is read.
-var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]*$`)
 
 const (
 	maxSnapshotName = 200
@@ -877,7 +877,7 @@ func (v *validator) restore(r *Restore) {
 	case n == "":
 		v.errorf("restore.snapshot_name", "Name the snapshot to restore (see `rigger snapshot list`).", "restore is requested without a snapshot_name")
 	case len(n) > maxSnapshotName || !snapshotNameRE.MatchString(n) || strings.HasSuffix(n, ".json") || strings.HasSuffix(n, ".part"):
-		v.errorf("restore.snapshot_name", "Snapshot names have letters, digits, '.', '_' and '-' only, start with a letter or digit, do not end in .json or .part and have at most 200 characters (see `rigger snapshot list`).",
+		v.errorf("restore.snapshot_name", "Snapshot names have letters, digits, '.', '_', '-', ':' and '+' only, start with a letter or digit, do not end in .json or .part and have at most 200 characters (see `rigger snapshot list`).",
 			"%q cannot name a snapshot rigger restores", n)
 	}
 	id := r.ID
