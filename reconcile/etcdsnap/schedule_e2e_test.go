@@ -42,9 +42,9 @@ func (c *fakeClock) Set(t time.Time) {
 // is none, none 10 minutes later, one an hour after each, named as RKE
 // names them (without ':' once safe_timestamp is set); retention keeps
 // the 2 newest scheduled snapshots on every etcd node, of either form, and
-// never a manual one. Then a restore request of cluster.yml is carried out once: the keys
-// written after the snapshot are gone, and the request is no longer
-// pending for a new session on the same state directory.
+// never a manual one. Then a restore request of cluster.yml is carried out
+// once: the keys written after the snapshot are gone, and the request is
+// no longer pending for a new session on the same state directory.
 func TestScheduleSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 13, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

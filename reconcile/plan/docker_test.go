@@ -51,7 +51,7 @@ func TestCheckDocker(t *testing.T) {
 			name: "a version that does not parse", yml: "ignore_docker_version: false\nkubernetes_version: v1.32.3-rancher1-1\n",
 			o:    observed("dev", "20.10.24"),
 			want: []UnsupportedDocker{{Node: "10.0.0.1", Version: "dev"}},
-			says: []string{`node 10.0.0.1: Docker version "dev" is not a semantic version: dev is not in dotted-tri format.`},
+			says: []string{`node 10.0.0.1: the Docker version "dev" is not a semantic version: dev is not in dotted-tri format.`},
 		},
 		{
 			name: "a minor version RKE lists no Docker version for",

@@ -168,7 +168,7 @@ func SupportsDocker(k8sVersion, dockerVersion string) (bool, error) {
 	}
 	dv, err := gosemver.NewVersion(dockerVersion)
 	if err != nil {
-		return false, fmt.Errorf("Docker version %q is not a semantic version: %w", dockerVersion, err)
+		return false, fmt.Errorf("the Docker version %q is not a semantic version: %w", dockerVersion, err)
 	}
 	for _, s := range dockerVersions()[key] {
 		// RKE's convertToSemver: x.y.<anything> is x.y.0.
