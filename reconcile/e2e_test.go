@@ -217,6 +217,28 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 	s, a, c, first3 := f.s, f.a, f.c, f.first3()
 	defer func() { f.c = c }()
 
+	t.Run("ignore_docker_version: false checks each node's Docker version as RKE does", func(t *testing.T) {
+		checked := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly, func(c *spec.Cluster) { c.IgnoreDockerVersion = new(false) })
+		// The sandbox's Docker 20.10 is supported for every minor version
+		// rigger knows: the plan is made, and the key changes no container.
+		pl := a.Plan(ctx, t, checked)
+		if pl.Changes() {
+			t.Fatalf("plan: %v, certificates %v, Node changes %v", rt.StepLines(pl.Plan), pl.PKIChanges, pl.NodeChanges)
+		}
+		// For a minor version RKE lists no Docker version for, the same
+		// engines are refused, each named with the version it reported.
+		checked.KubernetesVersion = "v1.33.1"
+		var de *plan.DockerVersionError
+		if err := plan.CheckDocker(checked, pl.Observed); !errors.As(err, &de) || len(de.Nodes) != 3 {
+			t.Fatalf("Kubernetes 1.33: %v, want the 3 nodes refused", err)
+		}
+		for i, n := range de.Nodes {
+			if v := pl.Observed.Nodes[n.Node].DockerVersion; n.Node != first3[i] || n.Version != v || !strings.HasPrefix(v, "20.10.") || n.Err != nil {
+				t.Errorf("refused %+v, observed Docker %q", n, v)
+			}
+		}
+	})
+
 	t.Run("kube-api extra_args replaces the API servers one at a time", func(t *testing.T) {
 		before := containerIDs(ctx, t, s)
 		apiV3 := rt.ExtraArg(rt.KubeAPIArgs, "v", "3")

@@ -19,7 +19,8 @@ import (
 // for it to run what cluster.yml asks for (plan.Compute). It changes
 // nothing, on the nodes or in the state directory. It refuses a cluster.yml
 // that would move the nodes to an older Kubernetes minor version than they
-// run (plan.CheckDowngrade).
+// run (plan.CheckDowngrade), and, with ignore_docker_version: false, nodes
+// whose Docker version RKE does not support (plan.CheckDocker).
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	d, err := desired.Build(s.c)
 	if err != nil {
@@ -32,6 +33,9 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	}
 	observed := time.Now()
 	if err := plan.CheckDowngrade(d, o); err != nil {
+		return nil, stalls(ReasonInvalidSpec, err)
+	}
+	if err := plan.CheckDocker(s.c, o); err != nil {
 		return nil, stalls(ReasonInvalidSpec, err)
 	}
 	for i := range d.Nodes {

@@ -35,8 +35,8 @@ keys of the Kubernetes types it uses in lower case (` + "`tolerationseconds`" + 
 drops that spelling. A file written by ` + "`rke config`" + ` loads as it is: its
 ` + "`addon_job_timeout: 0`" + ` and its ` + "`bastion_host`" + ` without an address mean "unset", as in
 RKE. Keys older RKE releases wrote and RKE v1.8.1 no longer reads
-(` + "`services.kube-api.pod_security_policy`" + `), and a taint's ` + "`timeAdded`" + `, which RKE
-reads and never uses, are ignored with a warning. rigger's own additions are
+(` + "`services.kube-api.pod_security_policy`" + `), and a taint's ` + "`timeAdded`" + ` and
+` + "`authorization.options`" + `, which RKE reads and never uses, are ignored with a warning. rigger's own additions are
 marked **(rigger)**; RKE ignores them, so one file can serve both while you
 move.
 

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/internal/rkerender"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // rkeConfigFiles are the files RKE v1.8.1's `rke config` writes
@@ -59,13 +60,52 @@ func TestRKEConfigFile(t *testing.T) {
 }
 
 // TestAgainstRKE compares rigger with RKE v1.8.1's own code, run by
-// hack/rke-render (built once for the three): the files `rke config`
-// writes, what RKE's parser reads, and the keys it reads.
+// hack/rke-render (built once for all): the files `rke config` writes,
+// what RKE's parser reads, the keys it reads, and its check of the nodes'
+// Docker versions.
 func TestAgainstRKE(t *testing.T) {
 	bin := rkerender.Binary(t)
 	t.Run("rke config", func(t *testing.T) { checkRKEConfigFiles(t, bin) })
 	t.Run("reads", func(t *testing.T) { checkReadsAsRKE(t, bin) })
 	t.Run("keys", func(t *testing.T) { checkKeysAsRKE(t, bin) })
+	t.Run("docker", func(t *testing.T) { checkDockerAsRKE(t, bin) })
+}
+
+// checkDockerAsRKE compares rigger's check of a node's Docker version
+// (rkemeta.SupportsDocker, which ignore_docker_version: false turns on)
+// with RKE's, for every Kubernetes version rigger knows and a few more,
+// and Docker versions as engines report them.
+func checkDockerAsRKE(t *testing.T, bin string) {
+	k8s := append(KubernetesVersions(), "v1.31.4", "v1.33.1", "v1.32", "v1.32.03")
+	docker := []string{"20.10.24+dfsg1", "20.10.24", "17.03.2-ce", "1.13.1", "19.03.15", "23.0.6", "24.0.9", "25.0.5",
+		"26.1.4", "27.4.1", "27.5.1", "27.5.0-rc.1", "28.0.1", "29.1.0", "20.10", "20", "dev", "v20.10.24", "",
+		"24.0.7+ubuntu~22.04", "20.10.24+dfsg1.1", "20.10.x", "020.010.1", "-1.2.3"}
+	var in bytes.Buffer
+	type query struct{ k8s, docker string }
+	var queries []query
+	for _, k := range k8s {
+		for _, d := range docker {
+			fmt.Fprintf(&in, "%s\t%s\n", k, d)
+			queries = append(queries, query{k, d})
+		}
+	}
+	answers := strings.Split(strings.TrimSuffix(string(rkerender.RunInput(t, bin, in.Bytes(), "-docker")), "\n"), "\n")
+	if len(answers) != len(queries) {
+		t.Fatalf("RKE answered %d of %d queries", len(answers), len(queries))
+	}
+	for i, q := range queries {
+		ok, err := rkemeta.SupportsDocker(q.k8s, q.docker)
+		got := "unsupported"
+		switch {
+		case err != nil:
+			got = "error"
+		case ok:
+			got = "supported"
+		}
+		if got != answers[i] {
+			t.Errorf("Kubernetes %s, Docker %q: RKE says %s, rigger %s (%v)", q.k8s, q.docker, answers[i], got, err)
+		}
+	}
 }
 
 // checkRKEConfigFiles checks that testdata/rke holds what RKE's own `rke
@@ -249,6 +289,20 @@ var readCases = []readCase{
 		name: "pod_security_policy at the top level",
 		yml:  "pod_security_policy: false",
 		warn: "pod_security_policy was a key of services.kube-api, which RKE v1.6.0 removed; RKE ignores it here, and so does rigger",
+	},
+	{
+		// RKE v1.8.1 reads authorization.options and passes it nowhere.
+		name:   "authorization.options",
+		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",
+		rigger: func(c *Cluster) any { return c.Authorization.Options["authorization-webhook-version"] },
+		rke:    "/authorization/options/authorization-webhook-version", want: "v1",
+		warn: "RKE reads authorization.options and never uses it, and rigger ignores it too",
+	},
+	{
+		name:   "authorization.options empty, as `rke config` writes it",
+		yml:    "authorization: {mode: rbac, options: {}}",
+		rigger: func(c *Cluster) any { return len(c.Authorization.Options) },
+		want:   0,
 	},
 	{
 		name: "a taint's timeAdded",

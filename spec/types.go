@@ -35,7 +35,7 @@ type Cluster struct {
 	SSHAgentAuth bool `json:"ssh_agent_auth,omitempty"`
 	// A jump host through which every node is reached.
 	BastionHost *BastionHost `json:"bastion_host,omitempty"`
-	// Do not refuse nodes whose Docker version is not in the supported list.
+	// Skip RKE's check of each node's Docker version. With `false`, a plan (and so `apply` and `serve`) is refused while a node of cluster.yml runs a Docker engine whose major.minor version is not on RKE v1.8.1's list for the cluster's Kubernetes minor version (`20.10.x` accepts `20.10.24+dfsg1`), naming each node, its version and the list. RKE's CLI replaces this key with its `--ignore-docker-version` flag, and so checks unless given it; how rigger checks, and where it differs from RKE on purpose: [versions.md](versions.md#docker-versions).
 	IgnoreDockerVersion *bool `json:"ignore_docker_version,omitempty"`
 	// Run the kubelet against cri-dockerd (Kubernetes 1.24 and later need a CRI; RKE's default there is true).
 	EnableCRIDockerd *bool `json:"enable_cri_dockerd,omitempty"`
@@ -324,11 +324,11 @@ type BackupConfig struct {
 	Enabled *bool `json:"enabled,omitempty"`
 	// Hours between two scheduled snapshots, counted from the last successful one.
 	IntervalHours int `json:"interval_hours,omitempty"`
-	// How many scheduled snapshots are kept.
+	// How many scheduled snapshots are kept (rigger's and, once that many of rigger's are newer, RKE's `<time>_etcd.zip`).
 	Retention int `json:"retention,omitempty"`
 	// Upload every snapshot to S3 as well.
 	S3BackupConfig *S3BackupConfig `json:"s3backupconfig,omitempty"`
-	// Use a timestamp without colons in snapshot names (safe on every filesystem).
+	// Write the time in the names of the snapshots rigger names without ':' (`2026-11-22T01-30-00Z_etcd` for `2026-11-22T01:30:00Z_etcd`), as Rancher names them when it drives RKE; RKE's own CLI reads this key and ignores it. Snapshots named either way are listed and retained alike.
 	SafeTimestamp bool `json:"safe_timestamp,omitempty"`
 	// Seconds a snapshot may take before it is abandoned.
 	Timeout int `json:"timeout,omitempty"`
@@ -553,7 +553,7 @@ type AuthWebhook struct {
 type Authorization struct {
 	// `rbac` or `none`.
 	Mode string `json:"mode,omitempty"`
-	// Options of the mode, `key: value`.
+	// Read and ignored, as RKE v1.8.1 ignores it (it passes these options nowhere); rigger warns when one is set. The API server's authorization flags go in `services.kube-api.extra_args`.
 	Options map[string]string `json:"options,omitempty"`
 }
 

@@ -586,6 +586,10 @@ func (v *validator) auth(c *Cluster) {
 		}
 	}
 	v.oneOf("authorization.mode", c.Authorization.Mode, false, "rbac", "none")
+	if len(c.Authorization.Options) > 0 {
+		v.warnf("authorization.options", "Set the API server's authorization flags in services.kube-api.extra_args, and remove authorization.options.",
+			"RKE reads authorization.options and never uses it, and rigger ignores it too")
+	}
 }
 
 func (v *validator) addons(c *Cluster) {
@@ -852,7 +856,7 @@ func (v *validator) etcdCertNames(c *Cluster) {
 // snapshotNameRE and maxSnapshotName are the rules of
 // etcdsnap.CheckName (which imports spec), so that a restore request
 // rigger cannot carry out is refused when cluster.yml is read.
-var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:+-]*$`)
 
 const (
 	maxSnapshotName = 200
@@ -873,7 +877,7 @@ func (v *validator) restore(r *Restore) {
 	case n == "":
 		v.errorf("restore.snapshot_name", "Name the snapshot to restore (see `rigger snapshot list`).", "restore is requested without a snapshot_name")
 	case len(n) > maxSnapshotName || !snapshotNameRE.MatchString(n) || strings.HasSuffix(n, ".json") || strings.HasSuffix(n, ".part"):
-		v.errorf("restore.snapshot_name", "Snapshot names have letters, digits, '.', '_' and '-' only, start with a letter or digit, do not end in .json or .part and have at most 200 characters (see `rigger snapshot list`).",
+		v.errorf("restore.snapshot_name", "Snapshot names have letters, digits, '.', '_', '-', ':' and '+' only, start with a letter or digit, do not end in .json or .part and have at most 200 characters (see `rigger snapshot list`).",
 			"%q cannot name a snapshot rigger restores", n)
 	}
 	id := r.ID

@@ -40,7 +40,8 @@ status, size, sha256), stores it under ` + etcdsnap.Dir + ` on that node with a
 sidecar <name>.json, copies it to every other etcd node (checking the sha256
 there) and, when s3backupconfig is set, uploads both to S3.
 
-The name is rigger-<cluster_name>-<UTC time>-<hostname> unless --name says
+The name is RKE's, rke_etcd_snapshot_<UTC time> (2026-11-22T01:30:00Z, or
+2026-11-22T01-30-00Z with backup_config.safe_timestamp), unless --name says
 otherwise; an existing snapshot is never overwritten.
 
 Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
@@ -82,7 +83,7 @@ Exit status: 0 when the snapshot is on every etcd node (and in S3 when set);
 		},
 	}
 	f.add(cmd)
-	cmd.Flags().StringVar(&name, "name", "", "name of the snapshot (default rigger-<cluster_name>-<UTC time>-<hostname>)")
+	cmd.Flags().StringVar(&name, "name", "", "name of the snapshot (default rke_etcd_snapshot_<UTC time>)")
 	return cmd
 }
 
@@ -210,7 +211,7 @@ cluster.yml and, with --s3, from S3.
 
 Exit status: 1 when the snapshot was found nowhere, or a node or S3 did not
 answer (it may still hold the snapshot).`,
-		Example: `  rigger snapshot delete -f cluster.yml rigger-prod-20261122T013000Z-node1
+		Example: `  rigger snapshot delete -f cluster.yml rke_etcd_snapshot_2026-11-22T01:30:00Z
   rigger snapshot delete -f cluster.yml --s3 before-upgrade`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -273,7 +274,7 @@ and the API servers are healthy.
 Exit status: 0 when the cluster runs on the snapshot and is healthy; 1
 otherwise. A failure after the first container stopped says what was done on
 each node, where its old data is, and the commands to put it back.`,
-		Example: `  rigger snapshot restore -f cluster.yml rigger-prod-20261122T013000Z-node1
+		Example: `  rigger snapshot restore -f cluster.yml rke_etcd_snapshot_2026-11-22T01:30:00Z
   rigger snapshot restore -f cluster.yml --yes before-upgrade`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -7,6 +7,7 @@
 //	go run . -parse -out DIR cluster1.yml cluster2.yml ...   # parsed config
 //	go run . -keys                                           # keys RKE reads
 //	go run . -config FILE [-empty]                           # `rke config`
+//	go run . -docker < versions                              # Docker check
 //
 // With -parse, it reads each file with RKE's cluster.ParseConfig and writes
 // what RKE read, as JSON with RKE's json names, to DIR/<name>/config.json,
@@ -22,6 +23,10 @@
 // for one host, 10.0.0.1, with every role, giving the default answer to
 // every other question, or `rke config --empty` with -empty, and has it
 // write FILE (config.go).
+//
+// With -docker, it reads lines `kubernetes_version<TAB>Docker version` and
+// prints RKE's answer to each: `supported`, `unsupported` or `error`
+// (docker.go).
 //
 // Without these flags it renders the add-ons:
 // For each file it runs what `rke up` runs for the add-ons: RKE's
@@ -75,8 +80,15 @@ func main() {
 	keys := flag.Bool("keys", false, "print every key RKE reads from cluster.yml")
 	config := flag.String("config", "", "write the cluster.yml `rke config` writes with its default answers to this file")
 	empty := flag.Bool("empty", false, "with -config: `rke config --empty`")
+	dockerCheck := flag.Bool("docker", false, "read kubernetes_version<TAB>Docker version lines and print RKE's check of each")
 	flag.Parse()
 	switch {
+	case *dockerCheck:
+		if err := checkDocker(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
 	case *keys:
 		if err := listKeys(os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -90,7 +102,7 @@ func main() {
 		}
 		return
 	case *out == "" || flag.NArg() == 0:
-		fmt.Fprintln(os.Stderr, "usage: rke-render [-parse] -out DIR cluster.yml... | -keys | -config FILE [-empty]")
+		fmt.Fprintln(os.Stderr, "usage: rke-render [-parse] -out DIR cluster.yml... | -keys | -config FILE [-empty] | -docker")
 		os.Exit(2)
 	}
 	if os.Getenv("RKE_RENDER_DEBUG") == "" {

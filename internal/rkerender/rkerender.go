@@ -58,9 +58,15 @@ func Binary(t testing.TB) string {
 // fails t when the program fails.
 func Run(t testing.TB, bin string, args ...string) []byte {
 	t.Helper()
+	return RunInput(t, bin, nil, args...)
+}
+
+// RunInput is Run with in as the program's standard input.
+func RunInput(t testing.TB, bin string, in []byte, args ...string) []byte {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("rke-render %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
 	}

@@ -99,9 +99,9 @@ func TestSnapshotSandbox(t *testing.T) {
 		}
 		sc := res.Sidecar
 		first = sc
-		p, ok := etcdsnap.ParseName(sc.Name)
-		if !ok || p.Cluster != c.ClusterName || p.Hostname != s.Nodes[0].Hostname || sc.Node != addrs[0] {
-			t.Errorf("name %s (parsed %+v %v), node %s: want rigger's name for the first healthy member", sc.Name, p, ok, sc.Node)
+		if want := etcdsnap.Name(etcdsnap.KindManual, sc.TakenAt, false); sc.Name != want || !strings.HasPrefix(sc.Name, "rke_etcd_snapshot_") ||
+			sc.Hostname != s.Nodes[0].Hostname || sc.Node != addrs[0] {
+			t.Errorf("name %s, node %s (%s): want %s, taken on the first healthy member", sc.Name, sc.Node, sc.Hostname, want)
 		}
 		if sc.Kind != etcdsnap.KindManual || sc.EtcdVersion != "3.4.23" || sc.Revision < lastRev || sc.TotalKeys < count.Count || sc.Size <= 0 {
 			t.Errorf("sidecar %+v: want a manual snapshot of etcd 3.4.23 at revision ≥ %d with ≥ %d keys", sc, lastRev, count.Count)
@@ -195,6 +195,32 @@ func TestSnapshotSandbox(t *testing.T) {
 		}
 		if si := list.Snapshots[0]; !slices.Equal(si.Nodes, addrs[:2]) || !slices.Equal(si.Damaged, addrs[2:]) {
 			t.Errorf("after truncating node3's copy: nodes %v, damaged %v", si.Nodes, si.Damaged)
+		}
+
+		// Snapshots RKE wrote (without a sidecar), named with and without
+		// safe_timestamp, are listed at the time their names say.
+		rke := []struct {
+			name string
+			at   time.Time
+		}{
+			{"2020-01-02T03:04:05Z_etcd.zip", time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)},
+			{"rke_etcd_snapshot_2020-01-02T05-04-05+01-00.zip", time.Date(2020, 1, 2, 4, 4, 5, 0, time.UTC)},
+		}
+		for _, r := range rke {
+			f := snapFile(s.Nodes[0], r.name)
+			if err := os.WriteFile(f, []byte("PK"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(f)
+		}
+		list, err = etcdsnap.List(ctx, sess, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rke {
+			if si := list.Snapshots[i]; si.Name != r.name || !si.TakenAt.Equal(r.at) || si.Sidecar != nil || !slices.Equal(si.Nodes, addrs[:1]) {
+				t.Errorf("listed %+v, want %s taken at %s on %s", si, r.name, r.at, addrs[0])
+			}
 		}
 	})
 

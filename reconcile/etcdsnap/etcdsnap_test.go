@@ -14,24 +14,27 @@ import (
 
 var at = time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC)
 
+// TestName: the names rigger gives are RKE's, with the ':' of the time
+// stamp made '-' by safe_timestamp.
 func TestName(t *testing.T) {
 	tests := []struct {
-		name              string
-		cluster, hostname string
-		t                 time.Time
-		want              string
+		name string
+		kind string
+		t    time.Time
+		safe bool
+		want string
 	}{
-		{name: "plain", cluster: "prod", hostname: "node1", t: at, want: "rigger-prod-20261122T013000Z-node1"},
-		{name: "local time is UTC in the name", cluster: "prod", hostname: "node1",
-			t: at.In(time.FixedZone("CET", 3600)), want: "rigger-prod-20261122T013000Z-node1"},
-		{name: "dashes and dots", cluster: "eu-west.prod", hostname: "ip-10-0-0-1.ec2.internal", t: at,
-			want: "rigger-eu-west.prod-20261122T013000Z-ip-10-0-0-1.ec2.internal"},
-		{name: "characters a file name cannot hold", cluster: "a b/c", hostname: "h:1", t: at,
-			want: "rigger-a-b-c-20261122T013000Z-h-1"},
+		{name: "scheduled, as RKE's etcd-rolling-snapshots", kind: KindScheduled, t: at, want: "2026-11-22T01:30:00Z_etcd"},
+		{name: "scheduled, safe_timestamp", kind: KindScheduled, t: at, safe: true, want: "2026-11-22T01-30-00Z_etcd"},
+		{name: "manual, as rke etcd snapshot-save without --name", kind: KindManual, t: at, want: "rke_etcd_snapshot_2026-11-22T01:30:00Z"},
+		{name: "manual, safe_timestamp", kind: KindManual, t: at, safe: true, want: "rke_etcd_snapshot_2026-11-22T01-30-00Z"},
+		{name: "before a change", kind: KindBeforeChange, t: at, want: "rke_etcd_snapshot_2026-11-22T01:30:00Z"},
+		{name: "local time is UTC in the name", kind: KindScheduled, t: at.In(time.FixedZone("CET", 3600)), want: "2026-11-22T01:30:00Z_etcd"},
+		{name: "no fraction of a second", kind: KindScheduled, t: at.Add(999 * time.Millisecond), want: "2026-11-22T01:30:00Z_etcd"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Name(tt.cluster, tt.t, tt.hostname)
+			got := Name(tt.kind, tt.t, tt.safe)
 			if got != tt.want {
 				t.Fatalf("Name = %q, want %q", got, tt.want)
 			}
@@ -39,61 +42,78 @@ func TestName(t *testing.T) {
 				t.Fatalf("rigger's own name is refused: %v", err)
 			}
 			p, ok := ParseName(got)
-			if !ok || !p.Time.Equal(tt.t) {
+			if !ok || !p.Time.Equal(tt.t.Truncate(time.Second)) || p.Scheduled != (tt.kind == KindScheduled) {
 				t.Fatalf("ParseName(%q) = %+v, %v", got, p, ok)
 			}
 		})
 	}
 }
 
-func TestNamesSortByTime(t *testing.T) {
-	earlier := Name("prod", at, "node9")
-	later := Name("prod", at.Add(time.Second), "node1")
-	if !(earlier < later) {
-		t.Errorf("%s sorts after %s", earlier, later)
-	}
-}
-
+// TestParseName: the time of the names rigger gives, of those RKE (and
+// Rancher, which drives RKE) gives with and without safe_timestamp, and of
+// those earlier rigger releases gave; nothing of a name a user chose.
 func TestParseName(t *testing.T) {
+	plus1 := at.In(time.FixedZone("", 3600))
+	minus5 := at.In(time.FixedZone("", -5*3600))
 	tests := []struct {
 		in   string
 		want ParsedName
 		ok   bool
 	}{
-		{in: "rigger-prod-20261122T013000Z-node1", want: ParsedName{"prod", at, "node1"}, ok: true},
-		// A cluster name that looks like a time: the last time is the name's.
-		{in: "rigger-x-20200101T000000Z-y-20261122T013000Z-node1", want: ParsedName{"x-20200101T000000Z-y", at, "node1"}, ok: true},
-		{in: "before-upgrade"},
+		{in: "2026-11-22T01:30:00Z_etcd", want: ParsedName{at, true}, ok: true},
+		{in: "2026-11-22T01:30:00Z_etcd.zip", want: ParsedName{at, true}, ok: true},
+		{in: "2026-11-22T01-30-00Z_etcd", want: ParsedName{at, true}, ok: true},
+		{in: "2026-11-22T01-30-00Z_etcd.zip", want: ParsedName{at, true}, ok: true},
+		{in: "rke_etcd_snapshot_2026-11-22T01:30:00Z", want: ParsedName{at, false}, ok: true},
+		{in: "rke_etcd_snapshot_2026-11-22T02:30:00+01:00.zip", want: ParsedName{plus1, false}, ok: true},
+		{in: "rke_etcd_snapshot_2026-11-22T02-30-00+01-00.zip", want: ParsedName{plus1, false}, ok: true},
+		{in: "rke_etcd_snapshot_2026-11-21T20-30-00-05-00", want: ParsedName{minus5, false}, ok: true},
+		{in: "rke_etcd_snapshot_2026-11-22T01-30-00.5Z", want: ParsedName{at.Add(500 * time.Millisecond), false}, ok: true},
+		// Rancher's names: <cluster>-<r|m><l|s>-<random>_<stamp>.zip.
+		{in: "c-h5jxq-rl-7tcp2_2026-11-22T01:30:00Z.zip", want: ParsedName{at, false}, ok: true},
+		{in: "c-h5jxq-rs-7tcp2_2026-11-22T01-30-00Z.zip", want: ParsedName{at, false}, ok: true},
+		// Earlier rigger releases.
+		{in: "rigger-prod-20261122T013000Z-node1", want: ParsedName{at, false}, ok: true},
+		{in: "rigger-x-20200101T000000Z-y-20261122T013000Z-node1", want: ParsedName{at, false}, ok: true},
 		{in: "rigger-prod-20261322T013000Z-node1"}, // month 13
 		{in: "rigger--20261122T013000Z-node1"},
 		{in: "rigger-prod-20261122T013000Z-"},
-		{in: "rigger-prod-20261122T013000Z-node1.json"},
-		{in: "etcd-snapshot-2026-11-22T01:30:00Z_etcd"}, // RKE's
+		{in: "before-upgrade"},
+		{in: "before_upgrade"},
+		{in: "_etcd"},
+		{in: "2026-11-22T01:30:00Z_etcd.json"},
+		{in: "2026-11-22T25:30:00Z_etcd"},
+		{in: "2026-11-22T01-30:00Z_etcd"}, // half safe
+		{in: "2026-11-22_etcd"},
+		{in: "etcd-snapshot-2026-11-22T01:30:00Z_etcd"},
 	}
 	for _, tt := range tests {
 		got, ok := ParseName(tt.in)
-		if ok != tt.ok || (ok && !cmp.Equal(got, tt.want)) {
+		if ok != tt.ok || ok && (!got.Time.Equal(tt.want.Time) || got.Scheduled != tt.want.Scheduled) {
 			t.Errorf("ParseName(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
 }
 
 func TestCheckName(t *testing.T) {
-	for _, bad := range []string{"", "../x", "a/b", ".hidden", "-flag", "x.json", "x.part", "a b", "ü", strings.Repeat("a", MaxNameLength+1)} {
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", "-flag", ":x", "x.json", "x.part", "a b", "ü", strings.Repeat("a", MaxNameLength+1)} {
 		if CheckName(bad) == nil {
 			t.Errorf("CheckName(%q) accepted it", bad)
 		}
 	}
-	for _, good := range []string{"before-upgrade", "a", "snap_1.db", "rigger-prod-20261122T013000Z-node1"} {
+	for _, good := range []string{"before-upgrade", "a", "snap_1.db", "rigger-prod-20261122T013000Z-node1",
+		"2026-11-22T01:30:00Z_etcd.zip", "rke_etcd_snapshot_2026-11-22T02:30:00+01:00"} {
 		if err := CheckName(good); err != nil {
 			t.Errorf("CheckName(%q): %v", good, err)
 		}
 	}
 }
 
-// FuzzParseName: a name that parses is rigger's name of what it parsed to.
+// FuzzParseName: a name that parses is a valid name, and the name rigger
+// would give its time parses to that time, to the second.
 func FuzzParseName(f *testing.F) {
-	for _, s := range []string{"rigger-prod-20261122T013000Z-node1", "rigger-a-20261122T013000Z-b-20261122T013000Z-c", "before", "rigger-"} {
+	for _, s := range []string{"2026-11-22T01:30:00Z_etcd.zip", "2026-11-22T01-30-00Z_etcd", "rke_etcd_snapshot_2026-11-21T20-30-00-05-00",
+		"c-h5jxq-rl-7tcp2_2026-11-22T01:30:00Z.zip", "rigger-prod-20261122T013000Z-node1", "before", "_etcd"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -101,11 +121,18 @@ func FuzzParseName(f *testing.F) {
 		if !ok {
 			return
 		}
-		if again := Name(p.Cluster, p.Time, p.Hostname); again != s {
-			t.Fatalf("ParseName(%q) = %+v, whose Name is %q", s, p, again)
-		}
 		if CheckName(s) != nil {
 			t.Fatalf("ParseName accepted %q, which CheckName refuses", s)
+		}
+		if y := p.Time.UTC().Year(); y < 0 || y > 9999 {
+			return // RFC 3339 has 4 digits of year: an offset can move a time out
+		}
+		for _, safe := range []bool{false, true} {
+			name := Name(KindScheduled, p.Time, safe)
+			q, ok := ParseName(name)
+			if want := p.Time.Truncate(time.Second); !ok || !q.Time.Equal(want) || !q.Scheduled {
+				t.Fatalf("ParseName(%q) = %+v, %v; want %s, scheduled (the name of %q's time)", name, q, ok, want, s)
+			}
 		}
 	})
 }

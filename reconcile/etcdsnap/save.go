@@ -23,8 +23,8 @@ import (
 
 // SaveOptions are the choices of one Save.
 type SaveOptions struct {
-	// Name of the snapshot; empty: Name of the cluster, the time
-	// and the node it is taken on.
+	// Name of the snapshot; empty: Name of its kind and time, with
+	// backup_config.safe_timestamp.
 	Name string
 	// Kind is KindManual (the default) or KindScheduled.
 	Kind string
@@ -100,7 +100,7 @@ func Save(ctx context.Context, cl *Cluster, o SaveOptions) (*SaveResult, error) 
 	now := cl.Now().UTC().Truncate(time.Second)
 	name := o.Name
 	if name == "" {
-		name = Name(cl.Name, now, src.node.Hostname)
+		name = Name(kind, now, cl.Backup != nil && cl.Backup.SafeTimestamp)
 	}
 	if err := cl.refuseExisting(ctx, members, name); err != nil {
 		return nil, err

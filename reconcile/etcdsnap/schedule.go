@@ -37,12 +37,17 @@ func (si Info) Complete() bool {
 	return si.Sidecar != nil && (len(si.Nodes) > 0 || si.S3 != "")
 }
 
-// kind is the snapshot's kind from its sidecar, "" when it has none.
+// kind is the snapshot's kind from its sidecar; without one, KindScheduled
+// for a name of RKE's scheduled snapshots (<stamp>_etcd, ParseName), which
+// RKE's own retention would remove in time, and "" for any other.
 func (si Info) kind() string {
-	if si.Sidecar == nil {
-		return ""
+	if si.Sidecar != nil {
+		return si.Sidecar.Kind
 	}
-	return si.Sidecar.Kind
+	if p, ok := ParseName(si.Name); ok && p.Scheduled {
+		return KindScheduled
+	}
+	return ""
 }
 
 // NextSnapshot decides whether a scheduled snapshot is due at now under
@@ -101,7 +106,9 @@ func NextSnapshot(b *spec.BackupConfig, snaps []Info, now time.Time) Schedule {
 // retention complete ones of the kind, and the incomplete ones of the kind
 // older than the oldest kept (an incomplete snapshot never takes the place
 // of a complete one, and a newer one is left for people to look at).
-// Manual snapshots and those without a sidecar are never removed. A
+// Manual snapshots and those without a sidecar are never removed, but for
+// RKE's scheduled ones (<stamp>_etcd.zip, Info.kind): incomplete for
+// rigger, they go once retention complete scheduled snapshots are newer. A
 // retention below 1 removes nothing. Newest is by time, then name; the
 // result is sorted oldest first. It does no I/O.
 func Retain(snaps []Info, retention int) (remove []Info) {

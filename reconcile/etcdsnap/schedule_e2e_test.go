@@ -39,11 +39,12 @@ func (c *fakeClock) Set(t time.Time) {
 
 // TestScheduleSandbox drives the snapshot schedule of a real 3-member etcd
 // with a fake clock (interval_hours 1, retention 2): a snapshot when there
-// is none, none 10 minutes later, one an hour after each; retention keeps
-// the 2 newest scheduled snapshots on every etcd node and never a manual
-// one. Then a restore request of cluster.yml is carried out once: the keys
-// written after the snapshot are gone, and the request is no longer
-// pending for a new session on the same state directory.
+// is none, none 10 minutes later, one an hour after each, named as RKE
+// names them (without ':' once safe_timestamp is set); retention keeps
+// the 2 newest scheduled snapshots on every etcd node, of either form, and
+// never a manual one. Then a restore request of cluster.yml is carried out
+// once: the keys written after the snapshot are gone, and the request is
+// no longer pending for a new session on the same state directory.
 func TestScheduleSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 13, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -95,6 +96,9 @@ func TestScheduleSandbox(t *testing.T) {
 	}
 
 	first := tick(0, true)
+	if want := t0.Format(time.RFC3339) + "_etcd"; first != want {
+		t.Errorf("first scheduled snapshot %s, want RKE's name %s", first, want)
+	}
 	clock.Set(t0.Add(10 * time.Minute))
 	res, err := etcdsnap.Scheduled(ctx, sess)
 	if err != nil || res.Snapshot != nil || res.Schedule.Due || !res.Schedule.Next.Equal(t0.Add(time.Hour)) ||
@@ -108,7 +112,13 @@ func TestScheduleSandbox(t *testing.T) {
 	if _, err := etcdsnap.Save(ctx, sess, etcdsnap.SaveOptions{Name: manual}); err != nil {
 		t.Fatalf("manual snapshot: %v", err)
 	}
+	// safe_timestamp: the next names have no ':', and retention counts
+	// the scheduled snapshots of both forms together.
+	sess.Backup.SafeTimestamp = true
 	third := tick(2*time.Hour, true, first)
+	if want := strings.ReplaceAll(t0.Add(2*time.Hour).Format(time.RFC3339), ":", "-") + "_etcd"; third != want {
+		t.Errorf("scheduled snapshot with safe_timestamp %s, want %s", third, want)
+	}
 
 	// Keys before and after the last snapshot, for the restore.
 	n1 := s.Nodes[0]

@@ -7,7 +7,8 @@
 //   - RKE's version info of each version and series (Info: deprecation,
 //     lowest and highest RKE release);
 //   - the Docker versions RKE accepts for each Kubernetes minor version
-//     (DockerVersions);
+//     (DockerVersions), and RKE's check of a node's Docker version against
+//     them (SupportsDocker);
 //   - the default flags of each component by version or series
 //     (ServiceOptions; ServiceOptionsFor picks them the way RKE does,
 //     giving the kubernetes image's tag precedence over kubernetes_version);
@@ -40,6 +41,7 @@ import (
 	"sync"
 
 	"github.com/blang/semver"
+	gosemver "github.com/coreos/go-semver/semver"
 )
 
 // templatesGz is the template texts kept, a gzip-compressed JSON object of
@@ -130,11 +132,59 @@ func Info(key string) (VersionInfo, bool) {
 // cluster of kubernetes_version k8sVersion (`20.10.x`, …), found by its
 // major.minor as RKE does; nil for a version it has none for.
 func DockerVersions(k8sVersion string) []string {
-	v, err := semver.Parse(strings.TrimPrefix(k8sVersion, "v"))
+	key, err := dockerKey(k8sVersion)
 	if err != nil {
 		return nil
 	}
-	return dockerVersions()[fmt.Sprintf("%d.%d", v.Major, v.Minor)]
+	return dockerVersions()[key]
+}
+
+// dockerKey is the key of a kubernetes_version in RKE's
+// K8sVersionDockerInfo, found as RKE's checkDockerVersion finds it: the
+// version without its `v` read by coreos/go-semver (util.StrToSemVer),
+// then major.minor.
+func dockerKey(k8sVersion string) (string, error) {
+	v, err := gosemver.NewVersion(strings.TrimPrefix(k8sVersion, "v"))
+	if err != nil {
+		return "", fmt.Errorf("parse kubernetes_version %q: %w", k8sVersion, err)
+	}
+	return fmt.Sprintf("%d.%d", v.Major, v.Minor), nil
+}
+
+// SupportsDocker is RKE's check of a node's Docker engine
+// (docker.IsSupportedDockerVersion, which `rke up` makes unless
+// ignore_docker_version): whether the engine's version dockerVersion (its
+// ServerVersion, `20.10.24+dfsg1`) has the major and minor version of one
+// of DockerVersions(k8sVersion). The engine's version and the entries of
+// the list (`20.10.x`, read as 20.10.0) are read by coreos/go-semver as RKE
+// reads them: the patch version, pre-release and build metadata play no
+// part, and leading zeros are allowed (`17.03.2-ce` is 17.3). A version
+// that does not parse is an error, as in RKE. For a Kubernetes minor
+// version RKE's list has no entry for, no Docker version is supported.
+func SupportsDocker(k8sVersion, dockerVersion string) (bool, error) {
+	key, err := dockerKey(k8sVersion)
+	if err != nil {
+		return false, err
+	}
+	dv, err := gosemver.NewVersion(dockerVersion)
+	if err != nil {
+		return false, fmt.Errorf("the Docker version %q is not a semantic version: %w", dockerVersion, err)
+	}
+	for _, s := range dockerVersions()[key] {
+		// RKE's convertToSemver: x.y.<anything> is x.y.0.
+		parts := strings.SplitN(s, ".", 3)
+		if len(parts) != 3 {
+			return false, fmt.Errorf("supported Docker version %q of RKE's metadata is not x.y.z", s)
+		}
+		sv, err := gosemver.NewVersion(parts[0] + "." + parts[1] + ".0")
+		if err != nil {
+			return false, fmt.Errorf("supported Docker version %q of RKE's metadata: %w", s, err)
+		}
+		if dv.Major == sv.Major && dv.Minor == sv.Minor {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ServiceOptions returns RKE's default service options of a version: those

@@ -148,6 +148,39 @@ func TestDockerVersions(t *testing.T) {
 	}
 }
 
+// TestSupportsDocker: a node's Docker version is compared with RKE's list
+// by major and minor version only, read as RKE reads them; spec's
+// TestAgainstRKE checks these answers against RKE's own code.
+func TestSupportsDocker(t *testing.T) {
+	for _, c := range []struct {
+		name, k8s, docker string
+		want, wantErr     bool
+	}{
+		{name: "Debian's build", k8s: "v1.32.3-rancher1-1", docker: "20.10.24+dfsg1", want: true},
+		{name: "upstream", k8s: "v1.32.3-rancher1-1", docker: "27.5.1", want: true},
+		{name: "a release candidate", k8s: "v1.32.3-rancher1-1", docker: "27.5.0-rc.1", want: true},
+		{name: "leading zeros", k8s: "v1.24.17-rancher1-1", docker: "17.03.2-ce", want: true},
+		{name: "too new for the minor", k8s: "v1.32.3-rancher1-1", docker: "28.0.1"},
+		{name: "27.5 is not in 1.27's list", k8s: "v1.27.16-rancher1-1", docker: "27.5.1"},
+		{name: "the patch version plays no part", k8s: "v1.24.17-rancher1-1", docker: "24.0.99", want: true},
+		{name: "a minor version RKE lists nothing for", k8s: "v1.33.1", docker: "20.10.24"},
+		{name: "an upstream kubernetes_version", k8s: "v1.31.4", docker: "20.10.24", want: true},
+		{name: "not dotted-tri", k8s: "v1.32.3-rancher1-1", docker: "20.10", wantErr: true},
+		{name: "a development build", k8s: "v1.32.3-rancher1-1", docker: "dev", wantErr: true},
+		{name: "a v prefix", k8s: "v1.32.3-rancher1-1", docker: "v20.10.24", wantErr: true},
+		{name: "build metadata with a tilde", k8s: "v1.32.3-rancher1-1", docker: "24.0.7+ubuntu~22.04", wantErr: true},
+		{name: "empty", k8s: "v1.32.3-rancher1-1", docker: "", wantErr: true},
+		{name: "kubernetes_version without a patch version", k8s: "v1.32", docker: "20.10.24", wantErr: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := SupportsDocker(c.k8s, c.docker)
+			if (err != nil) != c.wantErr || got != c.want {
+				t.Errorf("SupportsDocker(%q, %q) = %v, %v; want %v, error %v", c.k8s, c.docker, got, err, c.want, c.wantErr)
+			}
+		})
+	}
+}
+
 func TestServiceOptionsFor(t *testing.T) {
 	for _, c := range []struct {
 		name, version, image, key string

@@ -1,0 +1,78 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/rkemeta"
+)
+
+// UnsupportedDocker is a node whose Docker engine RKE does not support
+// for the cluster's Kubernetes version.
+type UnsupportedDocker struct {
+	Node string
+	// Version is the engine's version, as it reports it.
+	Version string
+	// Err says why Version could not be compared with the supported list
+	// (it is not a semantic version); nil when it was, and is not on it.
+	Err error
+}
+
+// DockerVersionError refuses a plan when ignore_docker_version is false
+// and nodes run a Docker engine that is not on RKE's list of supported
+// versions for the cluster's Kubernetes minor version.
+type DockerVersionError struct {
+	// KubernetesVersion is kubernetes_version; Supported the Docker
+	// versions RKE lists for its minor version (`20.10.x`, …).
+	KubernetesVersion string
+	Supported         []string
+	Nodes             []UnsupportedDocker
+}
+
+func (e *DockerVersionError) Error() string {
+	minor := strings.TrimPrefix(rkemeta.Series(e.KubernetesVersion), "v")
+	var each []string
+	for _, n := range e.Nodes {
+		if n.Err != nil {
+			each = append(each, fmt.Sprintf("node %s: %v", n.Node, n.Err))
+		} else {
+			each = append(each, fmt.Sprintf("node %s runs Docker %s", n.Node, n.Version))
+		}
+	}
+	supported := "none"
+	if len(e.Supported) > 0 {
+		supported = strings.Join(e.Supported, ", ")
+	}
+	return fmt.Sprintf("unsupported Docker version for Kubernetes %s: %s. The Docker versions RKE %s supports for Kubernetes %s are %s (any patch release). "+
+		"ignore_docker_version is false in cluster.yml: install a supported Docker version on these nodes, or set ignore_docker_version: true to skip this check",
+		minor, strings.Join(each, "; "), rkemeta.RKEVersion, minor, supported)
+}
+
+// CheckDocker returns a *DockerVersionError when c.IgnoreDockerVersion is
+// false and reachable nodes of c run a Docker engine that RKE's check
+// (rkemeta.SupportsDocker) refuses for c.KubernetesVersion; nil otherwise,
+// and always when ignore_docker_version is true (the default). Nodes that
+// did not answer, and nodes gone from cluster.yml, are not checked. Like
+// Compute, it is pure.
+func CheckDocker(c *spec.Cluster, o *observe.Cluster) error {
+	if c.IgnoreDockerVersion == nil || *c.IgnoreDockerVersion || o == nil {
+		return nil
+	}
+	var found []UnsupportedDocker
+	for _, n := range c.Nodes {
+		on := o.Nodes[n.Address]
+		if on == nil || !on.Reachable {
+			continue
+		}
+		ok, err := rkemeta.SupportsDocker(c.KubernetesVersion, on.DockerVersion)
+		if err != nil || !ok {
+			found = append(found, UnsupportedDocker{Node: n.Address, Version: on.DockerVersion, Err: err})
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return &DockerVersionError{KubernetesVersion: c.KubernetesVersion, Supported: rkemeta.DockerVersions(c.KubernetesVersion), Nodes: found}
+}
