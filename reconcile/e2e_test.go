@@ -209,16 +209,16 @@ func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 	})
 }
 
-// testEngine changes the running cluster: one flag, a container removed
-// by hand, a worker that joins and leaves, a partitioned node, a lost
-// state directory.
+// testEngine checks the nodes' Docker version as RKE does, then changes
+// the running cluster: one flag, a container removed by hand, a worker
+// that joins and leaves, a partitioned node, a lost state directory.
 func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 	f.converge(ctx, t)
 	s, a, c, first3 := f.s, f.a, f.c, f.first3()
 	defer func() { f.c = c }()
 
 	t.Run("ignore_docker_version: false checks each node's Docker version as RKE does", func(t *testing.T) {
-		checked := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly, func(c *spec.Cluster) { c.IgnoreDockerVersion = new(false) })
+		checked := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.IgnoreDockerVersion = new(false) })
 		// The sandbox's Docker 20.10 is supported for every minor version
 		// rigger knows: the plan is made, and the key changes no container.
 		pl := a.Plan(ctx, t, checked)
