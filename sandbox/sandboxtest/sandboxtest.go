@@ -15,15 +15,13 @@
 //	1       sandbox (its own tests)
 //	2       transport
 //	3       reconcile (BenchmarkSandbox)
-//	4       reconcile/etcdsnap
+//	4       reconcile/etcdsnap (snapshots, restore, schedule: one cluster, TestEtcdSandbox)
 //	5       gitops
 //	6       reconcile/observe
 //	7       cmd/rigger (the CLI end to end)
 //	8       reconcile/dockerop
 //	9       reconcile/kubenode
-//	11      reconcile/etcdsnap (restore, TestRestoreSandbox)
 //	12      cmd/rigger (restore through the CLI, TestCLIRestoreSandbox)
-//	13      reconcile/etcdsnap (schedule, retention, restore request, TestScheduleSandbox)
 //	15      reconcile (add-ons, TestAddonsSandbox)
 //	16      reconcile (etcd membership, TestEtcdMembershipSandbox)
 //	17      reconcile (TestApplySandbox)
