@@ -46,7 +46,7 @@ func (c *fakeClock) Set(t time.Time) {
 // keys are under /rigger-schedule/.
 func schedulePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	s, a := e.s, e.a
-	c := e.cluster(t, func(c *spec.Cluster) {
+	c := e.cluster(t, shortAddonWait, func(c *spec.Cluster) {
 		b := c.Services.Etcd.BackupConfig
 		on := true
 		b.Enabled, b.IntervalHours, b.Retention = &on, 1, 2
