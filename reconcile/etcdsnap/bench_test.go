@@ -21,7 +21,7 @@ import (
 func BenchmarkSnapshotSandbox(b *testing.B) {
 	s := sandboxtest.Start(b, sandbox.Options{Subnet: 4, Nodes: 1, Images: true})
 	ctx := context.Background()
-	c := loadCluster(b, s, nil)
+	c := loadCluster(b, s)
 	a := rt.New(b)
 	a.Apply(ctx, b, c)
 	sess := a.Etcd(ctx, b, c)

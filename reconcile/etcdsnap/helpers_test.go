@@ -16,19 +16,33 @@ import (
 )
 
 // loadCluster is the example sandbox cluster on every node of s, each with
-// every role, changed by change (which may be nil).
-func loadCluster(t testing.TB, s *sandbox.Sandbox, change func(*spec.Cluster)) *spec.Cluster {
+// every role, with the network plugin as its only add-on, changed by each
+// change.
+func loadCluster(t testing.TB, s *sandbox.Sandbox, changes ...func(*spec.Cluster)) *spec.Cluster {
 	t.Helper()
-	if change == nil {
-		return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), rt.NetworkOnly)
-	}
-	return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), rt.NetworkOnly, change)
+	return rt.Cluster(t, s, rt.Roles(len(s.Nodes)), append([]func(*spec.Cluster){rt.NetworkOnly}, changes...)...)
 }
 
 // etcdctlOn returns a function that runs etcdctl against the etcd member of
-// the cluster's first node, in a one-shot container of the etcd image with
-// the member's ETCDCTL_* settings, and returns its output.
+// the cluster's first node (etcdctlTry) and returns its output; an error
+// fails the test.
 func etcdctlOn(ctx context.Context, t testing.TB, c *spec.Cluster, cli *client.Client, node string) func(args ...string) []byte {
+	etcdctl := etcdctlTry(t, c, cli, node)
+	return func(args ...string) []byte {
+		t.Helper()
+		out, err := etcdctl(ctx, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+}
+
+// etcdctlTry returns a function that runs etcdctl against the etcd member
+// of the cluster's first node, in a one-shot container of the etcd image
+// with the member's ETCDCTL_* settings, and returns its output.
+func etcdctlTry(t testing.TB, c *spec.Cluster, cli *client.Client, node string) func(ctx context.Context, args ...string) ([]byte, error) {
+	t.Helper()
 	d, err := desired.Build(c)
 	if err != nil {
 		t.Fatal(err)
@@ -43,13 +57,8 @@ func etcdctlOn(ctx context.Context, t testing.TB, c *spec.Cluster, cli *client.C
 			env = append(env, e)
 		}
 	}
-	return func(args ...string) []byte {
-		t.Helper()
-		out, err := dockerop.RunOutput(ctx, cli, node, etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
+	return func(ctx context.Context, args ...string) ([]byte, error) {
+		return dockerop.RunOutput(ctx, cli, node, etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
 			Binds: []string{"/etc/kubernetes:/etc/kubernetes:ro"}, Env: env, NetworkMode: "host"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
 	}
 }

@@ -11,32 +11,26 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/rigger/rigger/reconcile/etcdsnap"
-	rt "github.com/rigger/rigger/reconcile/reconciletest"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
-	"github.com/rigger/rigger/spec"
 )
 
-// TestRestoreSandbox restores a snapshot of a real 3-member etcd on a
-// sandbox: a damaged copy is refused before anything stops, a missing copy
-// is fetched from another node, and after the restore etcd holds exactly
-// the keys of the snapshot, with etcd and the API servers healthy.
-func TestRestoreSandbox(t *testing.T) {
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: 11, Nodes: 3, Images: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	a := rt.New(t)
-	c := loadCluster(t, s, nil)
-	a.Apply(ctx, t, c)
+// restorePhase restores snapshots (TestEtcdSandbox's second phase): a
+// damaged copy is refused before anything stops, a missing copy is fetched
+// from another node, and after the restore etcd holds exactly the keys of
+// the snapshot, with etcd and the API servers healthy; last, a snapshot on
+// no node is fetched from S3. Its keys are under /rigger-restore/, its S3
+// objects in clusters/test4/restore.
+func restorePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
+	s, a := e.s, e.a
+	c := e.cluster(t, shortAddonWait)
 	sess, release := a.EtcdLocked(ctx, t, c)
 	defer release()
 	clis := make([]*client.Client, len(s.Nodes))
@@ -91,7 +85,7 @@ func TestRestoreSandbox(t *testing.T) {
 		}
 		return ids
 	}
-	snapFile := func(n sandbox.Node) string { return filepath.Join(n.Dir, "opt-rke", "etcd-snapshots", name) }
+	snapFile := func(n sandbox.Node) string { return filepath.Join(snapDir(n), name) }
 	good, err := os.ReadFile(snapFile(s.Nodes[0]))
 	if err != nil {
 		t.Fatal(err)
@@ -233,14 +227,9 @@ func TestRestoreSandbox(t *testing.T) {
 	})
 
 	t.Run("a snapshot on no etcd node is fetched from s3", func(t *testing.T) {
-		gw := startVersitygw(t)
-		c3 := *c
-		bc := *c.Services.Etcd.BackupConfig
-		bc.S3BackupConfig = &spec.S3BackupConfig{Endpoint: gw.endpoint, Region: "us-east-1", BucketName: gw.bucket,
-			Folder: "clusters/test11", AccessKey: gw.access, SecretKey: gw.secret, CustomCA: gw.caPEM}
-		c3.Services.Etcd.BackupConfig = &bc
+		c3 := e.cluster(t, shortAddonWait, e.withS3("clusters/test4/restore", e.gw.secret))
 		release() // sess's lock: sess3 takes its own
-		sess3, release3 := a.EtcdLocked(ctx, t, &c3)
+		sess3, release3 := a.EtcdLocked(ctx, t, c3)
 		defer release3()
 		etcdctl("put", "/rigger-restore/s3-before", "v")
 		const name = "restore-s3"
@@ -251,7 +240,7 @@ func TestRestoreSandbox(t *testing.T) {
 		etcdctl("put", "/rigger-restore/s3-after", "v")
 		for _, n := range s.Nodes {
 			for _, f := range []string{name, name + ".json"} {
-				if err := os.Remove(filepath.Join(n.Dir, "opt-rke", "etcd-snapshots", f)); err != nil {
+				if err := os.Remove(filepath.Join(snapDir(n), f)); err != nil {
 					t.Fatal(err)
 				}
 			}

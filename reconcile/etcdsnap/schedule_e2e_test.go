@@ -14,7 +14,6 @@ import (
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
 )
@@ -37,31 +36,28 @@ func (c *fakeClock) Set(t time.Time) {
 	c.now = t
 }
 
-// TestScheduleSandbox drives the snapshot schedule of a real 3-member etcd
-// with a fake clock (interval_hours 1, retention 2): a snapshot when there
-// is none, none 10 minutes later, one an hour after each, named as RKE
-// names them (without ':' once safe_timestamp is set); retention keeps
-// the 2 newest scheduled snapshots on every etcd node, of either form, and
-// never a manual one. Then a restore request of cluster.yml is carried out
-// once: the keys written after the snapshot are gone, and the request is
-// no longer pending for a new session on the same state directory.
-func TestScheduleSandbox(t *testing.T) {
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: 13, Nodes: 3, Images: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	a := rt.New(t)
-	c := loadCluster(t, s, func(c *spec.Cluster) {
+// schedulePhase drives the snapshot schedule (TestEtcdSandbox's last
+// phase) with a fake clock (interval_hours 1, retention 2): a snapshot
+// when there is none, none 10 minutes later, one an hour after each, named
+// as RKE names them (without ':' once safe_timestamp is set); retention
+// keeps the 2 newest scheduled snapshots on every etcd node, of either
+// form, and never a manual one. Then a restore request of cluster.yml is
+// carried out once: the keys written after the snapshot are gone, and the
+// request is no longer pending for a new session on the same state
+// directory. Its keys are under /rigger-schedule/.
+func schedulePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
+	s, a := e.s, e.a
+	c := e.cluster(t, shortAddonWait, func(c *spec.Cluster) {
 		b := c.Services.Etcd.BackupConfig
 		on := true
 		b.Enabled, b.IntervalHours, b.Retention = &on, 1, 2
 	})
-	a.Apply(ctx, t, c)
 
+	// The schedule's session has the fake clock; the Applier the phases
+	// share keeps the real one.
 	t0 := time.Now().UTC().Truncate(time.Second)
 	clock := &fakeClock{now: t0}
-	a.Now = clock.Now
-	sess := a.Etcd(ctx, t, c)
-	a.Now = nil
+	sess := (&rt.Applier{StateDir: a.StateDir, Now: clock.Now}).Etcd(ctx, t, c)
 
 	// tick runs the schedule at t0+at and checks whether it took a
 	// snapshot and what retention deleted; it returns the snapshot's name.
@@ -130,7 +126,7 @@ func TestScheduleSandbox(t *testing.T) {
 	// On every etcd node: exactly the 2 newest scheduled snapshots, and
 	// the manual one.
 	for _, n := range s.Nodes {
-		dir := filepath.Join(n.Dir, "opt-rke", "etcd-snapshots")
+		dir := snapDir(n)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)

@@ -15,14 +15,12 @@
 //	1       sandbox (its own tests)
 //	2       transport
 //	3       reconcile (BenchmarkSandbox)
-//	4       reconcile/etcdsnap
+//	4       reconcile/etcdsnap (snapshots, restore, schedule: one cluster, TestEtcdSandbox)
 //	5       gitops
 //	6       reconcile/observe
 //	7       cmd/rigger (the CLI end to end)
 //	8       reconcile/dockerop
 //	9       reconcile/kubenode
-//	11      reconcile/etcdsnap (restore, TestRestoreSandbox)
-//	13      reconcile/etcdsnap (schedule, retention, restore request, TestScheduleSandbox)
 //	17      reconcile (TestClusterSandbox)
 //
 // Take a free number for a new package and add it here. Within one package,
