@@ -103,8 +103,8 @@ func (e *etcdSandbox) withS3(folder, secret string) func(*spec.Cluster) {
 // After the API servers were down, flannel's pods can stay in crash-loop
 // back-off for longer than the default 45 s (seen under CI load), which a
 // restore then waits out. These phases test etcd, not the add-ons
-// (TestAddonsSandbox does): a flannel that runs is seen ready in 10 s, one
-// that backs off is not waited for.
+// (reconcile's TestClusterSandbox does): a flannel that runs is seen ready
+// in 10 s, one that backs off is not waited for.
 func shortAddonWait(c *spec.Cluster) { c.AddonJobTimeout = 10 }
 
 // snapDir is node n's snapshot directory, seen from the host.
