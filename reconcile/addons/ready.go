@@ -56,6 +56,9 @@ type waitState struct {
 	res    kstatus.Result
 	said   string
 	saidAt time.Time
+	// downNote says, once it is ready, how many of its pods on Nodes that
+	// are not Ready were not waited for.
+	downNote string
 }
 
 // errFailed stops the wait when an object failed.
@@ -104,7 +107,7 @@ func (e *Engine) waitReady(ctx context.Context, addon string, targets []*target,
 			if current {
 				if say {
 					if line := readyLine(w.live); line != "" {
-						e.say(addon, "%s %s", w.t.ref, line)
+						e.say(addon, "%s %s%s", w.t.ref, line, w.downNote)
 					}
 				}
 				continue
@@ -157,8 +160,100 @@ func (e *Engine) check(ctx context.Context, w *waitState) (bool, error) {
 		w.res = kstatus.Result{Status: kstatus.UnknownStatus, Message: err.Error()}
 		return false, nil
 	}
+	if res.Status == kstatus.InProgressStatus {
+		if down := e.downOnNotReadyNodes(ctx, live); down > 0 {
+			res = &kstatus.Result{Status: kstatus.CurrentStatus,
+				Message: fmt.Sprintf("%s; %d pod(s) on Nodes that are not Ready not waited for", res.Message, down)}
+			w.downNote = fmt.Sprintf(" (%d pod(s) on Nodes that are not Ready not waited for)", down)
+		}
+	}
 	w.res = *res
 	return res.Status == kstatus.CurrentStatus, nil
+}
+
+// downOnNotReadyNodes is, for a workload whose controller has seen its
+// spec and whose only shortfall is pods that are not available, how many
+// such pods there are when every one of them is on a Node that is not
+// Ready; 0 otherwise. A node that is down (switched off, cut off: the
+// apply reports it unreachable) keeps a DaemonSet from rolling out, and a
+// Deployment whose pod ran there short until the pod is evicted, minutes
+// later: waiting for them would fail the apply of the rest of the cluster
+// for a node it already reports. The pods are read best effort: an error
+// counts as 0.
+func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstructured) int {
+	num := func(f ...string) int64 { n, _, _ := unstructured.NestedInt64(u.Object, f...); return n }
+	if num("status", "observedGeneration") < u.GetGeneration() {
+		return 0
+	}
+	var want, have int64
+	switch u.GetKind() {
+	case "DaemonSet":
+		want, have = num("status", "desiredNumberScheduled"), min(num("status", "numberAvailable"), num("status", "updatedNumberScheduled"))
+	case "Deployment", "StatefulSet":
+		replicas, ok, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		if !ok {
+			replicas = 1
+		}
+		want, have = replicas, min(num("status", "availableReplicas"), num("status", "updatedReplicas"))
+	default:
+		return 0
+	}
+	sel := workloadSelector(u)
+	if sel == "" || have >= want {
+		return 0
+	}
+	ready := map[string]bool{} // Node name → Ready
+	down := 0
+	for _, item := range e.list(ctx, pods, u.GetNamespace(), metav1.ListOptions{LabelSelector: sel, Limit: 500}) {
+		var p corev1.Pod
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &p) != nil {
+			return 0
+		}
+		if podReady(&p) {
+			continue
+		}
+		node := p.Spec.NodeName
+		if node == "" {
+			return 0 // not scheduled: not a node's doing
+		}
+		r, ok := ready[node]
+		if !ok {
+			n, err := e.get(ctx, nodes, ObjectRef{Version: "v1", Kind: "Node", Name: node})
+			if err != nil || n == nil {
+				return 0
+			}
+			r = nodeReady(n)
+			ready[node] = r
+		}
+		if r {
+			return 0
+		}
+		down++
+	}
+	if int64(down) < want-have {
+		return 0
+	}
+	return down
+}
+
+// podReady reports whether p's Ready condition is True.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodeReady reports whether the Node u's Ready condition is True.
+func nodeReady(u *unstructured.Unstructured) bool {
+	for _, c := range conditions(u) {
+		if c.Type == string(corev1.NodeReady) {
+			return c.Status == string(corev1.ConditionTrue)
+		}
+	}
+	return false
 }
 
 // computeStatus is kstatus's status of u, except that a Job is Current only
@@ -234,6 +329,7 @@ func readyLine(u *unstructured.Unstructured) string {
 var (
 	events      = schema.GroupVersionResource{Version: "v1", Resource: "events"}
 	pods        = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	nodes       = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	replicaSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
 )
 

@@ -9,7 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	fakedynamic "k8s.io/client-go/dynamic/fake"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 )
 
@@ -177,5 +179,62 @@ func TestErrorMessages(t *testing.T) {
 	}
 	if !apierrors.IsInvalid(ae) {
 		t.Error("an ApplyError does not unwrap to the API error")
+	}
+}
+
+// TestDownOnNotReadyNodes: a workload short of pods only on Nodes that are
+// not Ready (a node down, which the apply reports) counts as ready; one
+// short of a pod on a Ready Node, or of a pod not scheduled, does not.
+func TestDownOnNotReadyNodes(t *testing.T) {
+	ds := `{apiVersion: apps/v1, kind: DaemonSet, metadata: {name: flannel, namespace: kube-system, generation: 2},
+		spec: {selector: {matchLabels: {app: flannel}}},
+		status: {observedGeneration: 2, desiredNumberScheduled: 3, currentNumberScheduled: 3, updatedNumberScheduled: 3, numberAvailable: 2, numberReady: 2}}`
+	pod := func(name, node string, ready bool) string {
+		status := "False"
+		if ready {
+			status = "True"
+		}
+		return `{apiVersion: v1, kind: Pod, metadata: {name: ` + name + `, namespace: kube-system, labels: {app: flannel}},
+			spec: {nodeName: "` + node + `"}, status: {conditions: [{type: Ready, status: "` + status + `"}]}}`
+	}
+	node := func(name string, ready bool) string {
+		status := "False"
+		if ready {
+			status = "True"
+		}
+		return `{apiVersion: v1, kind: Node, metadata: {name: ` + name + `}, status: {conditions: [{type: Ready, status: "` + status + `"}]}}`
+	}
+	readyNodes := []string{node("n1", true), node("n2", true)}
+	tests := []struct {
+		name    string
+		objs    []string
+		current bool
+	}{
+		{"the missing pod is on a NotReady Node", append([]string{node("n3", false), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), true},
+		{"the missing pod is on a Ready Node", append([]string{node("n3", true), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), false},
+		{"the missing pod is not scheduled", append([]string{pod("a", "n1", true), pod("b", "n2", true), pod("c", "", false)}, readyNodes...), false},
+		{"the missing pod's Node is gone", append([]string{pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			var objs []runtime.Object
+			for _, o := range append([]string{ds}, tt.objs...) {
+				objs = append(objs, &unstructured.Unstructured{Object: obj(t, o)})
+			}
+			dyn := fakedynamic.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
+				pods: "PodList", nodes: "NodeList", {Group: "apps", Version: "v1", Resource: "daemonsets"}: "DaemonSetList",
+			}, objs...)
+			e := New(dyn, newStaticMapper(), Options{})
+			w := &waitState{t: &target{gvr: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"},
+				ref: ObjectRef{Group: "apps", Version: "v1", Kind: "DaemonSet", Namespace: "kube-system", Name: "flannel"}}}
+			current, err := e.check(context.Background(), w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if current != tt.current {
+				t.Errorf("current %v (%s: %s), want %v", current, w.res.Status, w.res.Message, tt.current)
+			}
+		})
 	}
 }
