@@ -112,6 +112,8 @@ func (f *clusterFixture) first3() []string {
 	return []string{f.s.Nodes[0].Address, f.s.Nodes[1].Address, f.s.Nodes[2].Address}
 }
 
+// testFromScratch converges the cluster on the bare nodes (no CA is made
+// while one does not answer: it may hold the cluster's) and applies it again.
 func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 	s, a, c := f.s, f.a, f.c
 	t.Run("each node's Docker client reaches its own engine", func(t *testing.T) { checkSSHReachesNodes(t, s, c) })
