@@ -26,6 +26,13 @@ type Addon struct {
 	// (a Job's pod template): RKE deletes ingress-nginx's admission Jobs
 	// before every deploy for this reason. Others are never deleted so.
 	Recreate []ObjectRef
+	// NodeReady, when set, is part of the add-on's readiness: once its
+	// objects are ready, Apply waits (in the same time) until it holds
+	// for every Node whose Ready condition is True. It returns "" when it
+	// holds and what is missing otherwise. A network plugin whose pods run
+	// before they set the node up (flannel has no readiness probe) says
+	// so: pods created before then fail to get a network.
+	NodeReady func(node *unstructured.Unstructured) (missing string)
 }
 
 // Object is one Kubernetes object of an add-on and where it was read.

@@ -209,6 +209,11 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 	if err := e.waitReady(ctx, ra.name, ra.targets, true); err != nil {
 		return ac, err
 	}
+	if ra.nodeReady != nil {
+		if err := e.waitNodes(ctx, ra.name, ra.nodeReady); err != nil {
+			return ac, err
+		}
+	}
 
 	stale, failed, pruneErr := e.prune(ctx, ra.name, inv.refs, set.owner, false, true)
 	ac.Changes = append(ac.Changes, stale...)

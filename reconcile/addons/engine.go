@@ -174,8 +174,9 @@ type target struct {
 // resolvedAddon is an add-on whose objects are mapped to the cluster's
 // resources, in apply order.
 type resolvedAddon struct {
-	name    string
-	targets []*target
+	name      string
+	targets   []*target
+	nodeReady func(*unstructured.Unstructured) string
 }
 
 // desiredSet is every add-on of one Plan or Apply.
@@ -229,7 +230,7 @@ func (e *Engine) resolve(ctx context.Context, addons []Addon) (*desiredSet, erro
 	}
 	reset := false
 	for _, a := range addons {
-		ra := resolvedAddon{name: a.Name}
+		ra := resolvedAddon{name: a.Name, nodeReady: a.NodeReady}
 		first := map[objKey]Source{}
 		for _, o := range a.Objects {
 			t, err := e.mapObject(ctx, set, a.Name, o, &reset)

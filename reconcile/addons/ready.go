@@ -433,3 +433,35 @@ func eventTime(ev corev1.Event) time.Time {
 	}
 	return ev.CreationTimestamp.Time
 }
+
+// waitNodes waits until ready holds for every Node whose Ready condition
+// is True, at most Options.ReadyTimeout, polling every
+// Options.PollInterval: a *NotReadyError naming a Node otherwise.
+func (e *Engine) waitNodes(ctx context.Context, addon string, ready func(*unstructured.Unstructured) string) error {
+	wctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
+	defer cancel()
+	start := time.Now()
+	var node *unstructured.Unstructured
+	var missing string
+	err := wait.PollUntilContextCancel(wctx, e.opts.PollInterval, true, func(ctx context.Context) (bool, error) {
+		node, missing = nil, ""
+		for _, n := range e.list(ctx, nodes, "", metav1.ListOptions{}) {
+			if !nodeReady(&n) {
+				continue
+			}
+			if m := ready(&n); m != "" {
+				node, missing = &n, m
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err == nil {
+		return nil
+	}
+	if node == nil {
+		return fmt.Errorf("addon %s: wait for the Nodes: %w", addon, err)
+	}
+	return &NotReadyError{Addon: addon, Object: ObjectRef{Version: "v1", Kind: "Node", Name: node.GetName()},
+		Status: string(kstatus.InProgressStatus), Message: missing, Waited: time.Since(start), Err: wctx.Err()}
+}

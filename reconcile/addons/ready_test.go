@@ -238,3 +238,48 @@ func TestDownOnNotReadyNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitNodes: an add-on's NodeReady is waited for on every Ready Node,
+// and a Node where it does not hold in time fails the wait naming it.
+func TestWaitNodes(t *testing.T) {
+	node := func(name string, ready bool, ann string) string {
+		status := "False"
+		if ready {
+			status = "True"
+		}
+		return `{apiVersion: v1, kind: Node, metadata: {name: ` + name + `, annotations: {net: "` + ann + `"}}, status: {conditions: [{type: Ready, status: "` + status + `"}]}}`
+	}
+	ready := func(n *unstructured.Unstructured) string {
+		if n.GetAnnotations()["net"] == "" {
+			return "no net annotation"
+		}
+		return ""
+	}
+	tests := []struct {
+		name     string
+		nodes    []string
+		wantNode string // "": ready
+	}{
+		{"every Ready Node holds it", []string{node("n1", true, "x"), node("n2", true, "y")}, ""},
+		{"a Node that is not Ready is not waited for", []string{node("n1", true, "x"), node("n2", false, "")}, ""},
+		{"a Ready Node without it", []string{node("n1", true, "x"), node("n2", true, "")}, "n2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var objs []runtime.Object
+			for _, o := range tt.nodes {
+				objs = append(objs, &unstructured.Unstructured{Object: obj(t, o)})
+			}
+			dyn := fakedynamic.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{nodes: "NodeList"}, objs...)
+			e := New(dyn, newStaticMapper(), Options{ReadyTimeout: 200 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+			err := e.waitNodes(context.Background(), "net", ready)
+			var nr *NotReadyError
+			switch {
+			case tt.wantNode == "" && err != nil:
+				t.Fatalf("waitNodes: %v", err)
+			case tt.wantNode != "" && (!errors.As(err, &nr) || nr.Object.Name != tt.wantNode || nr.Message != "no net annotation"):
+				t.Fatalf("waitNodes: %v; want a NotReadyError naming Node %s", err, tt.wantNode)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/spec"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // The system add-ons, each named as RKE names the resources of its add-on
@@ -81,9 +82,36 @@ func Render(c *spec.Cluster) ([]addons.Addon, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, addons.Addon{Name: m.Name, Objects: objs, Recreate: m.Recreate})
+		a := addons.Addon{Name: m.Name, Objects: objs, Recreate: m.Recreate}
+		if m.Name == NetworkPlugin {
+			a.NodeReady = networkReady(c)
+		}
+		out = append(out, a)
 	}
 	return out, nil
+}
+
+// FlannelPublicIP is the annotation flannel (and canal's flannel) sets on
+// its Node once it holds the node's subnet lease, just before it writes
+// the /run/flannel/subnet.env its CNI plugin reads.
+const FlannelPublicIP = "flannel.alpha.coreos.com/public-ip"
+
+// networkReady is the network plugin's readiness on each Ready Node, for
+// the add-ons after it: flannel's pods have no readiness probe and run
+// before flannel holds the node's subnet, and a pod created on the node
+// then fails to get a network (until the kubelet retries, often later
+// than addon_job_timeout). With a node_selector the plugin runs on some
+// Nodes only: nil.
+func networkReady(c *spec.Cluster) func(*unstructured.Unstructured) string {
+	if (c.Network.Plugin != pluginFlannel && c.Network.Plugin != pluginCanal) || len(c.Network.NodeSelector) > 0 {
+		return nil
+	}
+	return func(n *unstructured.Unstructured) string {
+		if n.GetAnnotations()[FlannelPublicIP] == "" {
+			return "flannel holds no subnet lease for the node yet (no " + FlannelPublicIP + " annotation)"
+		}
+		return ""
+	}
 }
 
 // Objects decodes the manifest, each object's Source naming the template.
