@@ -68,6 +68,10 @@ type NotReadyError struct {
 	// Events are the last Warning events of the object and of its pods
 	// (and ReplicaSets), oldest first.
 	Events []string
+	// NodePods describe the other pods, on the Nodes of its pods that are
+	// not ready, whose containers restarted or do not run (a network
+	// plugin that crashed there).
+	NodePods []string
 	// Waited is how long the object was waited for.
 	Waited time.Duration
 	// Err is why waiting stopped: the context's error, or nil when the
@@ -108,6 +112,9 @@ func (e *NotReadyError) Error() string {
 	}
 	if len(e.Events) > 0 {
 		fmt.Fprintf(&b, "; last warning events: %s", strings.Join(e.Events, "; "))
+	}
+	if len(e.NodePods) > 0 {
+		fmt.Fprintf(&b, "; on the same Nodes: %s", strings.Join(e.NodePods, "; "))
 	}
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -280,7 +281,9 @@ func (e *Engine) notReady(ctx context.Context, addon string, w *waitState, waite
 		err.Conditions = conditions(w.live)
 		if ctx.Err() == nil {
 			dctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
-			err.Events = e.warningEvents(dctx, w.live)
+			pods := e.workloadPods(dctx, w.live)
+			err.Events = e.warningEvents(dctx, w.live, pods)
+			err.NodePods = e.troubledNeighbours(dctx, pods)
 			cancel()
 		}
 	}
@@ -336,26 +339,34 @@ var (
 // maxEventsListed bounds the Warning events read from one namespace.
 const maxEventsListed = 500
 
-// warningEvents are the last Warning events of u and, for a workload, of its
-// pods (and a Deployment's ReplicaSets), oldest first: "Pod
+// workloadPods are the pods of a workload (nil for another object), at
+// most 50: best effort, as every read that describes a failure.
+func (e *Engine) workloadPods(ctx context.Context, u *unstructured.Unstructured) []unstructured.Unstructured {
+	sel := workloadSelector(u)
+	if sel == "" || u.GetNamespace() == "" {
+		return nil
+	}
+	return e.list(ctx, pods, u.GetNamespace(), metav1.ListOptions{LabelSelector: sel, Limit: 50})
+}
+
+// warningEvents are the last Warning events of u and, for a workload, of
+// its pods (and a Deployment's ReplicaSets), oldest first: "Pod
 // default/web-1: FailedScheduling: 0/1 nodes are available: ...". Reading
 // them is best effort: an error leaves them out.
-func (e *Engine) warningEvents(ctx context.Context, u *unstructured.Unstructured) []string {
+func (e *Engine) warningEvents(ctx context.Context, u *unstructured.Unstructured, podList []unstructured.Unstructured) []string {
 	subjects := map[string]bool{string(u.GetUID()): true}
 	ns := u.GetNamespace()
-	if sel := workloadSelector(u); sel != "" && ns != "" {
-		if u.GetKind() == "Deployment" {
-			for _, rs := range e.list(ctx, replicaSets, ns, metav1.ListOptions{LabelSelector: sel, Limit: 50}) {
-				for _, o := range rs.GetOwnerReferences() {
-					if o.UID == u.GetUID() {
-						subjects[string(rs.GetUID())] = true
-					}
+	if sel := workloadSelector(u); sel != "" && ns != "" && u.GetKind() == "Deployment" {
+		for _, rs := range e.list(ctx, replicaSets, ns, metav1.ListOptions{LabelSelector: sel, Limit: 50}) {
+			for _, o := range rs.GetOwnerReferences() {
+				if o.UID == u.GetUID() {
+					subjects[string(rs.GetUID())] = true
 				}
 			}
 		}
-		for _, p := range e.list(ctx, pods, ns, metav1.ListOptions{LabelSelector: sel, Limit: 50}) {
-			subjects[string(p.GetUID())] = true
-		}
+	}
+	for _, p := range podList {
+		subjects[string(p.GetUID())] = true
 	}
 	opts := metav1.ListOptions{FieldSelector: "type=" + corev1.EventTypeWarning, Limit: maxEventsListed}
 	if ns == "" {
@@ -464,4 +475,66 @@ func (e *Engine) waitNodes(ctx context.Context, addon string, ready func(*unstru
 	}
 	return &NotReadyError{Addon: addon, Object: ObjectRef{Version: "v1", Kind: "Node", Name: node.GetName()},
 		Status: string(kstatus.InProgressStatus), Message: missing, Waited: time.Since(start), Err: wctx.Err()}
+}
+
+// troubledNeighbours describe, for the pods of a workload that are not
+// ready, the other pods on their Nodes whose containers restarted or do
+// not run: "Pod kube-system/kube-flannel-x on node3: container
+// kube-flannel restarted 1 time(s), last exit 1 (Error) at 07:32:41Z". A
+// network plugin pod that crashed on the Node is why a pod there gets no
+// network ("open /run/flannel/subnet.env: no such file or directory"),
+// and its own events do not say so. Best effort; at most maxEvents lines
+// from the first maxEvents Nodes.
+func (e *Engine) troubledNeighbours(ctx context.Context, podList []unstructured.Unstructured) []string {
+	own := map[string]bool{}
+	var nodeNames []string
+	for _, u := range podList {
+		own[string(u.GetUID())] = true
+		var p corev1.Pod
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+			continue
+		}
+		if n := p.Spec.NodeName; n != "" && !podReady(&p) && !slices.Contains(nodeNames, n) && len(nodeNames) < maxEvents {
+			nodeNames = append(nodeNames, n)
+		}
+	}
+	var out []string
+	for _, node := range nodeNames {
+		for _, u := range e.list(ctx, pods, "", metav1.ListOptions{FieldSelector: "spec.nodeName=" + node, Limit: 200}) {
+			var p corev1.Pod
+			if own[string(u.GetUID())] || runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil || p.Spec.NodeName != node {
+				continue
+			}
+			for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+				if d := containerTrouble(cs); d != "" && len(out) < maxEvents {
+					out = append(out, fmt.Sprintf("Pod %s/%s on %s: container %s %s", p.Namespace, p.Name, node, cs.Name, d))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// containerTrouble says what is wrong with a container that restarted or
+// waits for something other than its first start, or "".
+func containerTrouble(cs corev1.ContainerStatus) string {
+	var parts []string
+	if cs.RestartCount > 0 {
+		s := fmt.Sprintf("restarted %d time(s)", cs.RestartCount)
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			s += fmt.Sprintf(", last exit %d (%s) at %s", t.ExitCode, t.Reason, t.FinishedAt.UTC().Format(time.TimeOnly+"Z"))
+			if t.Message != "" {
+				s += ": " + oneLine(t.Message)
+			}
+		}
+		parts = append(parts, s)
+	}
+	if w := cs.State.Waiting; w != nil && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+		s := "waiting: " + w.Reason
+		if w.Message != "" {
+			s += ": " + oneLine(w.Message)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
 }

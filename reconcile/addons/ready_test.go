@@ -158,12 +158,14 @@ func TestErrorMessages(t *testing.T) {
 			{Type: "Available", Status: "False", Reason: "MinimumReplicasUnavailable", Message: "Deployment does not have minimum availability."},
 			{Type: "Progressing", Status: "True", Reason: "ReplicaSetUpdated"},
 		},
-		Events: []string{`Pod demo/web-1: Failed: Failed to pull image "x": not found`},
-		Waited: 30 * time.Second, Err: context.DeadlineExceeded,
+		Events:   []string{`Pod demo/web-1: Failed: Failed to pull image "x": not found`},
+		NodePods: []string{`Pod kube-system/flannel-a on n3: container flannel restarted 1 time(s)`},
+		Waited:   30 * time.Second, Err: context.DeadlineExceeded,
 	}
 	want := `addon demo: Deployment demo/web is not ready after 30s (InProgress: Deployment does not have minimum availability.); ` +
 		`condition Available=False MinimumReplicasUnavailable: Deployment does not have minimum availability.; ` +
-		`last warning events: Pod demo/web-1: Failed: Failed to pull image "x": not found`
+		`last warning events: Pod demo/web-1: Failed: Failed to pull image "x": not found; ` +
+		`on the same Nodes: Pod kube-system/flannel-a on n3: container flannel restarted 1 time(s)`
 	if got := nr.Error(); got != want {
 		t.Errorf("NotReadyError:\n got %s\nwant %s", got, want)
 	}
@@ -179,6 +181,39 @@ func TestErrorMessages(t *testing.T) {
 	}
 	if !apierrors.IsInvalid(ae) {
 		t.Error("an ApplyError does not unwrap to the API error")
+	}
+}
+
+// TestTroubledNeighbours: a workload's pod that is not ready is reported
+// with the pods on its Node whose containers restarted or wait to restart
+// (the network plugin that crashed there), not with healthy ones nor with
+// those on other Nodes.
+func TestTroubledNeighbours(t *testing.T) {
+	dep := `{apiVersion: apps/v1, kind: Deployment, metadata: {name: metrics, namespace: kube-system}, spec: {selector: {matchLabels: {app: metrics}}}}`
+	pod := func(name, app, node, ready, statuses string) string {
+		return `{apiVersion: v1, kind: Pod, metadata: {name: ` + name + `, namespace: kube-system, uid: ` + name + `, labels: {app: ` + app + `}},
+			spec: {nodeName: ` + node + `}, status: {conditions: [{type: Ready, status: "` + ready + `"}], containerStatuses: [` + statuses + `]}}`
+	}
+	crashed := `{name: kube-flannel, restartCount: 2, state: {waiting: {reason: CrashLoopBackOff, message: back-off 20s}},
+		lastState: {terminated: {exitCode: 1, reason: Error, finishedAt: "2026-11-24T07:32:41Z"}}}`
+	objs := []string{
+		dep,
+		pod("metrics-a", "metrics", "n3", "False", `{name: metrics-server, state: {waiting: {reason: ContainerCreating}}}`),
+		pod("flannel-3", "flannel", "n3", "False", crashed),
+		pod("proxy-3", "proxy", "n3", "True", `{name: proxy, restartCount: 0, state: {running: {}}}`),
+		pod("flannel-1", "flannel", "n1", "False", crashed),
+	}
+	var rt []runtime.Object
+	for _, o := range objs {
+		rt = append(rt, &unstructured.Unstructured{Object: obj(t, o)})
+	}
+	dyn := fakedynamic.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{pods: "PodList"}, rt...)
+	e := New(dyn, newStaticMapper(), Options{})
+	ctx := context.Background()
+	got := e.troubledNeighbours(ctx, e.workloadPods(ctx, &unstructured.Unstructured{Object: obj(t, dep)}))
+	want := []string{"Pod kube-system/flannel-3 on n3: container kube-flannel restarted 2 time(s), last exit 1 (Error) at 07:32:41Z; waiting: CrashLoopBackOff: back-off 20s"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("troubled neighbours (-want +got):\n%s", diff)
 	}
 }
 
