@@ -232,7 +232,7 @@ func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
 // every node of cluster.yml and of the last apply.
 func (s *Session) PlanRemove(ctx context.Context) (*Planned, error) {
 	o := s.observeNodes(ctx)
-	d := &desired.Cluster{Name: s.c.ClusterName}
+	d := &desired.Cluster{Name: s.c.ClusterName, PrefixPath: s.c.PrefixPath}
 	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o}, nil
 }
 

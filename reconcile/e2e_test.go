@@ -332,8 +332,12 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 				t.Errorf("%s changed when the worker left", k)
 			}
 		}
-		if left, _ := os.ReadDir(filepath.Join(n4.Dir, "etc-kubernetes")); len(left) > 0 {
-			t.Errorf("files left in the removed node's /etc/kubernetes: %v", left)
+		// As RKE's CleanUpAll: rigger's files and the network plugin's
+		// CNI configuration, binaries and state.
+		for _, dir := range []string{"etc-kubernetes", "etc-cni", "opt-cni", "var-lib-cni"} {
+			if left, _ := os.ReadDir(filepath.Join(n4.Dir, dir)); len(left) > 0 {
+				t.Errorf("files left in the removed node's %s: %v", dir, left)
+			}
 		}
 	})
 

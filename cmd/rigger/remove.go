@@ -17,8 +17,9 @@ func newRemoveCommand() *cobra.Command {
 		Long: `Remove stops and removes every container of the cluster (those labelled with
 its cluster_name) on every node of cluster.yml and every node of the last
 apply, and empties rigger's directories there (/etc/kubernetes,
-/var/lib/etcd, /var/log/kube-audit). etcd's data is gone afterwards: take a
-snapshot first if you may want it back.
+/var/lib/etcd, /var/log/kube-audit) and, as "rke remove" does, the network
+plugin's (/etc/cni, /opt/cni, /var/lib/cni, /var/run/calico). etcd's data
+is gone afterwards: take a snapshot first if you may want it back.
 
 Nodes that do not answer are listed and left as they are. The state
 directory is kept.`,

@@ -63,6 +63,8 @@ const (
 type Cluster struct {
 	// Name is the cluster_name.
 	Name string `json:"name"`
+	// PrefixPath is prefix_path: where RKE's node directories are.
+	PrefixPath string `json:"prefix_path,omitempty"`
 	// Nodes in cluster.yml order.
 	Nodes []Node `json:"nodes"`
 }
@@ -169,7 +171,7 @@ func Build(c *spec.Cluster) (*Cluster, error) {
 		return nil, fmt.Errorf("build desired containers: %w", err)
 	}
 	b := newBuilder(c, r)
-	out := &Cluster{Name: c.ClusterName, Nodes: make([]Node, 0, len(c.Nodes))}
+	out := &Cluster{Name: c.ClusterName, PrefixPath: c.PrefixPath, Nodes: make([]Node, 0, len(c.Nodes))}
 	for i := range b.hosts {
 		out.Nodes = append(out.Nodes, b.node(&b.hosts[i]))
 	}

@@ -769,3 +769,16 @@ func TestCRIDockerdEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanPaths: a node leaving the cluster is cleaned as RKE's
+// CleanUpAll cleans it (hosts/hosts.go), prefix_path applied to the same
+// paths, and of the API server's audit log too.
+func TestCleanPaths(t *testing.T) {
+	want := []string{"/opt/rke/etc/kubernetes", "/opt/rke/var/lib/etcd", "/opt/rke/var/log/kube-audit", "/etc/cni", "/opt/cni", "/opt/rke/var/lib/cni", "/var/run/calico"}
+	if got := CleanPaths("/opt/rke"); !slices.Equal(got, want) {
+		t.Errorf("CleanPaths(/opt/rke) = %q, want %q", got, want)
+	}
+	if got := CleanPaths(""); !slices.Contains(got, "/etc/kubernetes") || !slices.Contains(got, "/var/lib/cni") {
+		t.Errorf("CleanPaths() = %q", got)
+	}
+}

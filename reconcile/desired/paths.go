@@ -76,3 +76,21 @@ const (
 func certPath(name string) string   { return SSLDir + name + ".pem" }
 func keyPath(name string) string    { return SSLDir + name + "-key.pem" }
 func configPath(name string) string { return SSLDir + "kubecfg-" + name + ".yaml" }
+
+// CleanPaths are the node directories a node is emptied of when it leaves
+// the cluster (rigger remove, or a node gone from cluster.yml): rigger's
+// files, etcd's data and the audit log, and the network plugin's CNI
+// configuration, binaries and state, as RKE's CleanUpAll does, prefix_path
+// applied where RKE applies it. A node that joins another cluster later
+// must not find the old cluster's network plugin configured.
+func CleanPaths(prefix string) []string {
+	return []string{
+		hostPath(prefix, KubernetesDir),
+		hostPath(prefix, EtcdHostDataDir),
+		hostPath(prefix, AuditLogDir),
+		"/etc/cni",
+		"/opt/cni",
+		hostPath(prefix, "/var/lib/cni"),
+		"/var/run/calico",
+	}
+}

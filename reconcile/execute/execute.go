@@ -792,12 +792,6 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, block
 	return nil
 }
 
-// cleanPaths are what a node removed from cluster.yml is cleaned of after
-// its containers are gone: rigger's files and the components' data.
-func cleanPaths() []string {
-	return []string{desired.KubernetesDir, desired.EtcdHostDataDir, "/var/log/kube-audit"}
-}
-
 // removedNodes removes the containers of nodes gone from cluster.yml and
 // cleans their files, MaxParallel nodes at once.
 func (r *runner) removedNodes(ctx context.Context, steps []plan.Step) error {
@@ -813,7 +807,7 @@ func (r *runner) cleanNode(ctx context.Context, node string, steps []plan.Step) 
 		}
 	}
 	err := r.ops.clean(ctx, node)
-	r.say(node, "cleaned "+strings.Join(cleanPaths(), ", "), err)
+	r.say(node, "cleaned "+strings.Join(desired.CleanPaths(r.o.Desired.PrefixPath), ", "), err)
 	return err
 }
 
@@ -822,14 +816,13 @@ func (r *runner) cleanFiles(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	return clean(ctx, e, node, r.o.HelperImage)
+	return clean(ctx, e, node, r.o.HelperImage, desired.CleanPaths(r.o.Desired.PrefixPath))
 }
 
-// clean empties cleanPaths on the node with a one-shot helper container
-// (the directories stay: they may be mount points).
-func clean(ctx context.Context, e dockerop.Engine, node, image string) error {
+// clean empties paths on the node with a one-shot helper container (the
+// directories stay: they may be mount points).
+func clean(ctx context.Context, e dockerop.Engine, node, image string, paths []string) error {
 	const script = `for d in "$@"; do [ -d "/host$d" ] && find "/host$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done; exit 0`
-	paths := cleanPaths()
 	binds := make([]string, 0, len(paths))
 	for _, p := range paths {
 		binds = append(binds, p+":/host"+p)
