@@ -62,7 +62,9 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 //   - engine (testEngine): rolling changes, repairs, a worker that joins
 //     and leaves, a partition, a lost state directory;
 //   - etcd membership (testEtcdMembership): three members to five and
-//     back, and none added while one is down.
+//     back, and none added while one is down;
+//   - external etcd (testExternalEtcd): a second cluster on the fifth
+//     node whose API server uses the first cluster's etcd.
 //
 // A phase run alone (-run 'TestClusterSandbox/engine') converges the
 // cluster first.
@@ -84,6 +86,7 @@ func TestClusterSandbox(t *testing.T) {
 	t.Run("add-ons", func(t *testing.T) { testAddons(ctx, t, f) })
 	t.Run("engine", func(t *testing.T) { testEngine(ctx, t, f) })
 	t.Run("etcd membership", func(t *testing.T) { testEtcdMembership(ctx, t, f) })
+	t.Run("external etcd", func(t *testing.T) { testExternalEtcd(ctx, t, f) })
 }
 
 // clusterFixture is the cluster of TestClusterSandbox.

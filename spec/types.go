@@ -296,11 +296,11 @@ type ETCDService struct {
 	BaseService `json:",inline"`
 	// URLs of an external etcd cluster to use instead of etcd nodes.
 	ExternalURLs []string `json:"external_urls,omitempty"`
-	// CA certificate of the external etcd (PEM).
+	// CA certificate of the external etcd (PEM), written to controlplane nodes as /etc/kubernetes/ssl/kube-etcd-client-ca.pem (the API server's --etcd-cafile).
 	CACert string `json:"ca_cert,omitempty"`
-	// Client certificate for the external etcd (PEM).
+	// Client certificate for the external etcd (PEM), written as /etc/kubernetes/ssl/kube-etcd-client.pem (--etcd-certfile).
 	Cert string `json:"cert,omitempty"`
-	// Client key for the external etcd (PEM).
+	// Client key of cert (PEM), written as /etc/kubernetes/ssl/kube-etcd-client-key.pem, mode 0600 (--etcd-keyfile).
 	Key string `json:"key,omitempty" rigger:"secret"`
 	// Key prefix in the external etcd.
 	Path string `json:"path,omitempty"`

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -327,6 +328,7 @@ func (v *validator) services(c *Cluster) {
 				v.errorf("services.etcd."+f.key, "", "%s", f.msg)
 			}
 		}
+		v.externalEtcdPEM(e)
 	}
 	for key, val := range map[string]string{"creation": e.Creation, "retention": e.Retention} {
 		if val == "" {
@@ -490,6 +492,25 @@ func (v *validator) s3(c *Cluster, s3 *S3BackupConfig) {
 	}
 	if b := c.Services.Etcd.BackupConfig; b.Enabled != nil && !*b.Enabled {
 		v.warnf(p, "Only snapshots taken with `rigger snapshot save` are uploaded.", "s3backupconfig is set but backup_config.enabled is false")
+	}
+}
+
+// externalEtcdPEM checks that the external etcd's ca_cert and cert are
+// PEM certificates and key is cert's private key: the API server cannot
+// start otherwise, and says so only in its container's log.
+func (v *validator) externalEtcdPEM(e *ETCDService) {
+	if e.CACert != "" {
+		if err := checkCertPEM(e.CACert); err != nil {
+			v.errorf("services.etcd.ca_cert", "Give the PEM certificate of the CA that signed the external etcd's certificates.", "invalid external etcd CA certificate: %v", err)
+		}
+	}
+	if e.Cert == "" || e.Key == "" {
+		return
+	}
+	if err := checkCertPEM(e.Cert); err != nil {
+		v.errorf("services.etcd.cert", "Give the PEM client certificate the API server presents to the external etcd.", "invalid external etcd client certificate: %v", err)
+	} else if _, err := tls.X509KeyPair([]byte(e.Cert), []byte(e.Key)); err != nil {
+		v.errorf("services.etcd.key", "Give the PEM private key of services.etcd.cert.", "the external etcd client key is not cert's private key: %v", err)
 	}
 }
 

@@ -204,9 +204,9 @@ func (b *builder) kubeAPI(h *host) Container {
 	if e := b.c.Services.Etcd; len(e.ExternalURLs) > 0 {
 		f.set("etcd-servers", strings.Join(e.ExternalURLs, ","))
 		f.set("etcd-prefix", e.Path)
-		f.set("etcd-cafile", certPath("kube-etcd-client-ca"))
-		f.set("etcd-certfile", certPath("kube-etcd-client"))
-		f.set("etcd-keyfile", keyPath("kube-etcd-client"))
+		f.set("etcd-cafile", certPath(pki.ExternalEtcdCACertName))
+		f.set("etcd-certfile", certPath(pki.ExternalEtcdClientCertName))
+		f.set("etcd-keyfile", keyPath(pki.ExternalEtcdClientCertName))
 	}
 	b.cloudProvider(f)
 	if w := b.c.Authentication.Webhook; w != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
 	"sigs.k8s.io/yaml"
 )
@@ -48,6 +49,9 @@ var podSecurityExempt = []string{"ingress-nginx", "kube-system"}
 //   - EncryptionConfigFile (controlplane, secrets encryption enabled): the
 //     user's custom_config. rigger does not generate encryption keys yet.
 //   - AuthnWebhookFile (controlplane, webhook authentication): config_file.
+//   - The external etcd's CA, client certificate and key (controlplane,
+//     services.etcd.external_urls): ca_cert, cert and key, where the API
+//     server's etcd-cafile, etcd-certfile and etcd-keyfile point.
 //   - CloudConfigFile (every node, with a cloud provider): customCloudProvider.
 //
 // A file whose flag the user sets in kube-api's extra_args is the user's
@@ -97,6 +101,11 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 			b, err := marshalObject("services.kube-api.secrets_encryption_config.custom_config", e.CustomConfig)
 			add(flagEncryptionConfig, EncryptionConfigFile, b, err)
 		}
+	}
+	if e := c.Services.Etcd; len(e.ExternalURLs) > 0 {
+		out[certPath(pki.ExternalEtcdCACertName)] = []byte(e.CACert)
+		out[certPath(pki.ExternalEtcdClientCertName)] = []byte(e.Cert)
+		out[keyPath(pki.ExternalEtcdClientCertName)] = []byte(e.Key)
 	}
 	if w := c.Authentication.Webhook; w != nil {
 		if w.ConfigFile == "" {

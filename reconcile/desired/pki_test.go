@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,11 @@ import (
 
 // TestContainersFindTheirCertificates checks that every file under
 // /etc/kubernetes/ssl a container refers to is among the files the PKI
-// writes to that node.
+// writes to that node, or, for an external etcd's, ConfigFiles.
 func TestContainersFindTheirCertificates(t *testing.T) {
 	checked := 0
-	for _, example := range []string{"ha", "three-role"} {
-		c, _, err := spec.Load("../../examples/clusters/" + example + "/cluster.yml")
+	for _, example := range []string{"../../examples/clusters/ha/cluster.yml", "../../examples/clusters/three-role/cluster.yml", "testdata/external-etcd.yml"} {
+		c, _, err := spec.Load(example)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,6 +38,11 @@ func TestContainersFindTheirCertificates(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s: node %s is not in the desired state", example, pn.Address)
 			}
+			config, err := ConfigFiles(c, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(files, config)
 			for _, ctr := range n.Containers {
 				for _, arg := range append(append([]string{}, ctr.Args...), ctr.Env...) {
 					_, val, _ := strings.Cut(arg, "=")

@@ -77,6 +77,13 @@ const (
 	APIProxyClientCertName     = "kube-apiserver-proxy-client"
 	ServiceAccountTokenKeyName = "kube-service-account-token"
 	etcdCertPrefix             = "kube-etcd-"
+
+	// The external etcd's CA and client certificate
+	// (services.etcd.ca_cert, cert and key), written beside the PKI's
+	// files on controlplane nodes. They are the user's, not the PKI's:
+	// FromFiles leaves them out.
+	ExternalEtcdCACertName     = "kube-etcd-client-ca"
+	ExternalEtcdClientCertName = "kube-etcd-client"
 )
 
 // EtcdCertName is the name of an etcd node's certificate, RKE's rule: its

@@ -49,7 +49,8 @@ func Files(s *Set) map[string][]byte {
 const maxPEMFileSize = 64 << 10
 
 // pairFiles groups file contents by name: name.pem and name-key.pem. Files
-// that are not .pem are skipped; one over maxPEMFileSize is refused.
+// that are not .pem, and the external etcd's, are skipped; one over
+// maxPEMFileSize is refused.
 func pairFiles(files map[string][]byte) (map[string]Cert, error) {
 	certs := map[string]Cert{}
 	for p, b := range files {
@@ -61,6 +62,9 @@ func pairFiles(files map[string][]byte) (map[string]Cert, error) {
 			return nil, fmt.Errorf("%s is %d KiB, larger than any certificate or key (%d KiB)", p, len(b)>>10, maxPEMFileSize>>10)
 		}
 		name := strings.TrimSuffix(base, ".pem")
+		if k, _ := strings.CutSuffix(name, "-key"); k == ExternalEtcdCACertName || k == ExternalEtcdClientCertName {
+			continue // the user's (services.etcd), not the PKI's
+		}
 		if k, ok := strings.CutSuffix(name, "-key"); ok {
 			c := certs[k]
 			c.KeyPEM = bytes.Clone(b)

@@ -190,6 +190,22 @@ func TestFromFiles(t *testing.T) {
 		}
 	})
 
+	t.Run("the external etcd's files beside them are not the PKI's", func(t *testing.T) {
+		files := Files(s)
+		ext := selfSigned(t, "etcd-ca", false)
+		for _, name := range []string{ExternalEtcdCACertName, ExternalEtcdClientCertName} {
+			c, k := NodePath(name)
+			files[c], files[k] = ext.CertPEM, ext.KeyPEM
+		}
+		got, err := FromFiles(files)
+		if err != nil {
+			t.Fatalf("FromFiles: %v", err)
+		}
+		if diff := cmp.Diff(s, got); diff != "" {
+			t.Errorf("FromFiles with the external etcd's files (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("certificate without its key is kept for Ensure to reissue", func(t *testing.T) {
 		files := Files(s)
 		_, k := NodePath(KubeAdminCertName)
