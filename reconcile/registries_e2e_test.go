@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rigger/rigger/reconcile/dockerop"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
@@ -70,13 +72,15 @@ func TestRegistriesSandbox(t *testing.T) {
 	}
 
 	t.Run("kubelet", func(t *testing.T) {
-		b, err := os.ReadFile(filepath.Join(n.Dir, "var-lib-kubelet", "config.json"))
-		if err != nil {
-			t.Fatalf("the kubelet's Docker config: %v", err)
-		}
+		file := filepath.Join(n.Dir, "var-lib-kubelet", "config.json")
 		auth := base64.StdEncoding.EncodeToString([]byte(reg.User + ":" + reg.Password))
-		if want := `{"auths":{"` + reg.Host + `":{"auth":"` + auth + `"}}}`; string(b) != want {
+		if b, err := os.ReadFile(file); err != nil {
+			t.Errorf("the kubelet's Docker config: %v", err)
+		} else if want := `{"auths":{"` + reg.Host + `":{"auth":"` + auth + `"}}}`; string(b) != want {
 			t.Errorf("the kubelet's Docker config is %s, want %s", b, want)
+		}
+		if fi, err := os.Stat(file); err == nil && fi.Mode().Perm() != 0o600 {
+			t.Errorf("the kubelet's Docker config has mode %v, want 0600", fi.Mode().Perm())
 		}
 		cs := a.Client(ctx, t, c)
 		pod := &corev1.Pod{
@@ -88,17 +92,21 @@ func TestRegistriesSandbox(t *testing.T) {
 		if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		rt.Eventually(ctx, t, 3*time.Minute, "the pod of the private image running", func(ctx context.Context) (bool, error) {
+		// A failed pull fails the test at once: the registry is local.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return false, nil // the API server may be busy; the timeout bounds this
 			}
 			for _, st := range p.Status.ContainerStatuses {
-				if w := st.State.Waiting; w != nil && w.Message != "" {
-					return false, errors.New(w.Reason + ": " + w.Message)
+				if w := st.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+					return false, fmt.Errorf("%s: %s", w.Reason, w.Message)
 				}
 			}
 			return p.Status.Phase == corev1.PodRunning, nil
 		})
+		if err != nil {
+			t.Fatalf("the pod of the private image %s does not run: %v", pause, err)
+		}
 	})
 }

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -769,8 +770,14 @@ func (v *validator) registries(c *Cluster) {
 			"the kubelet's pulls of pod images get no credentials: as RKE, rigger hands them to rke-tools' kubelet entrypoint, which runs only with enable_cri_dockerd: true")
 	}
 	defaults := 0
+	seen := map[string]bool{}
 	for i, r := range c.PrivateRegistries {
 		p := fmt.Sprintf("private_registries[%d]", i)
+		if url := cmp.Or(r.URL, "docker.io"); seen[url] {
+			v.warnf(p+".url", "Give each registry once.", "registry %s is given more than once: the last entry's credentials are used, as in RKE", url)
+		} else {
+			seen[url] = true
+		}
 		// As in RKE, a registry without url is Docker Hub's (docker.io).
 		if strings.Contains(r.URL, "://") {
 			v.errorf(p+".url", "Give host[:port], as in image names.", "url %q must not include a scheme", r.URL)
