@@ -20,6 +20,8 @@
 #   socat conntrack             what cri-dockerd runs beside the kubelet (port forwarding, host ports), copied
 #                               with nsenter (util-linux) and ip (iproute2) into the sandbox's hyperkube image
 #   gcc libc6-dev               cgo and a static libc for flanneld (its udp backend needs cgo), built by the sandbox
+#   docker-registry             a Docker Registry v2 (distribution 2.8.2) behind htpasswd auth on the sandbox's
+#                               bridge, for the private_registries tests (sandboxtest.StartRegistry)
 set -euo pipefail
 
 # file that must exist -> Debian package that provides it
@@ -44,6 +46,7 @@ declare -A want=(
   [/usr/sbin/conntrack]=conntrack
   [/usr/bin/gcc]=gcc
   [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev
+  [/usr/bin/docker-registry]=docker-registry
 )
 
 missing=()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/lock"
@@ -104,10 +103,8 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 		}
 	}
 	opts := execute.Options{
-		Desired: pl.Desired,
-		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
-			return s.tr.Docker(ctx, node)
-		},
+		Desired:              pl.Desired,
+		Nodes:                s.docker,
 		Health:               chk,
 		Hooks:                hooks,
 		BeforeNode:           side.beforeNode,
@@ -244,10 +241,8 @@ func (s *Session) Remove(ctx context.Context, lk *Lock, pl *Planned, hooks execu
 		return &execute.Result{NotRun: pl.Plan.Steps}, errors.New("remove: the cluster's lock is not held (Session.Lock)")
 	}
 	res, err := execute.Run(ctx, pl.Plan, execute.Options{
-		Desired: pl.Desired,
-		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
-			return s.tr.Docker(ctx, node)
-		},
+		Desired:     pl.Desired,
+		Nodes:       s.docker,
 		Hooks:       hooks,
 		HelperImage: s.c.SystemImages.Alpine,
 		MaxParallel: s.c.Rigger.MaxParallel,

@@ -1,10 +1,7 @@
 package reconcile
 
 import (
-	"context"
-
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/pki"
 )
@@ -16,10 +13,8 @@ func (s *Session) etcdOps(set *pki.Set, d *desired.Cluster) *etcdsnap.Cluster {
 	return &etcdsnap.Cluster{
 		Name: s.c.ClusterName, KubernetesVersion: s.c.KubernetesVersion,
 		Desired: d, Backup: s.c.Services.Etcd.BackupConfig, External: len(s.c.Services.Etcd.ExternalURLs) > 0,
-		PKI: set,
-		Engine: func(ctx context.Context, node string) (dockerop.Engine, error) {
-			return s.tr.Docker(ctx, node)
-		},
+		PKI:         set,
+		Engine:      s.docker,
 		Dial:        s.tr.Dial,
 		HelperImage: s.c.SystemImages.Alpine,
 		MaxParallel: s.c.Rigger.MaxParallel,

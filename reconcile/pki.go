@@ -87,7 +87,7 @@ func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set,
 		if !n.Reachable || n.Files[caKeyPath] == "" {
 			continue
 		}
-		e, err := s.tr.Docker(ctx, a)
+		e, err := s.docker(ctx, a)
 		if err == nil {
 			var files map[string][]byte
 			files, err = dockerop.ReadDir(ctx, e, a, s.c.SystemImages.Alpine, strings.TrimSuffix(pki.NodeDir, "/"))

@@ -1,12 +1,15 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/registryauth"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/sshtun"
@@ -43,6 +46,9 @@ type Session struct {
 	tr   transport.Transport
 	own  bool // the session made tr and closes it
 	req  pki.Request
+	// reg are the credentials of private_registries, for the pulls made
+	// on the nodes.
+	reg registryauth.Set
 	// former are the nodes of the last apply gone from cluster.yml.
 	former []spec.Node
 }
@@ -65,7 +71,8 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, stateErr(err)
 	}
-	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c), former: formerNodes(c, last)}
+	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c),
+		reg: registryauth.New(c.PrivateRegistries), former: formerNodes(c, last)}
 	if s.tr == nil {
 		// The former nodes are reached as the last apply reached them.
 		reach := *c
@@ -81,6 +88,16 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		s.tr, s.own = tr, true
 	}
 	return s, nil
+}
+
+// docker returns the Docker engine of node, whose image pulls carry the
+// credentials of private_registries (dockerop.WithRegistries).
+func (s *Session) docker(ctx context.Context, node string) (dockerop.Engine, error) {
+	cli, err := s.tr.Docker(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return dockerop.WithRegistries(cli, s.reg), nil
 }
 
 // Close closes the transport the session made.

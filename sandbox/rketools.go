@@ -35,7 +35,10 @@ const (
 // either ends, so that the container restarts. rke-tools sleeps 10 s before
 // starting the kubelet; this one starts it as soon as cri-dockerd answers
 // on its socket (at most 10 s), having removed the socket an earlier run
-// left.
+// left. With private registries (RKE_KUBELET_DOCKER_CONFIG), it writes
+// their Docker config to RKE_KUBELET_DOCKER_FILE, mode 0600, and binds it
+// on /.docker/config.json for cri-dockerd, as rke-tools does, but without
+// printing it.
 //
 // It traces only the commands it starts (sh -x), not the engine's answer.
 //
@@ -110,8 +113,20 @@ elif [ -f /host/etc/os-release ]; then
 	$bb ln -sf /host/etc/os-release /usr/lib/os-release
 fi
 
+# Private registries: their credentials, where the kubelet reads those of
+# its pulls (rke-tools also prints them; this one does not).
+if [ -n "${RKE_KUBELET_DOCKER_CONFIG:-}" ]; then
+	(umask 077 && printf '%s' "$RKE_KUBELET_DOCKER_CONFIG" | $bb base64 -d >"$RKE_KUBELET_DOCKER_FILE")
+fi
+
 if [ "${RKE_KUBELET_CRIDOCKERD:-}" != true ]; then
 	exec "$@" --cgroup-driver="$CGROUPDRIVER"
+fi
+
+# cri-dockerd reads them from /.docker/config.json.
+if [ -n "${RKE_KUBELET_DOCKER_CONFIG:-}" ]; then
+	$bb mkdir -p /.docker && $bb touch /.docker/config.json
+	$bb mount --bind "$RKE_KUBELET_DOCKER_FILE" /.docker/config.json
 fi
 
 PAUSE=

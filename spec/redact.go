@@ -24,12 +24,13 @@ func secrecy(sf reflect.StructField) string {
 }
 
 // secretWords are the parts of a name (an environment variable, a flag, a
-// field's path) that mark its value as secret.
-var secretWords = []string{"key", "secret", "token", "passw", "credential"}
+// field's path) that mark its value as secret. docker_config is RKE's RKE_KUBELET_DOCKER_CONFIG on the kubelet: the
+// private registries' passwords, encoded.
+var secretWords = []string{"key", "secret", "token", "passw", "credential", "docker_config"}
 
 // SecretName reports whether the value of an environment variable, a flag
 // or a field of this name is never shown: its name holds a secret word
-// (key, secret, token, passw, credential), in any case.
+// (key, secret, token, passw, credential, docker_config), in any case.
 func SecretName(name string) bool {
 	l := strings.ToLower(name)
 	for _, w := range secretWords {

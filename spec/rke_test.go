@@ -332,6 +332,40 @@ var readCases = []readCase{
 		rigger: func(c *Cluster) any { return c.CloudProvider.Name },
 		rke:    "/cloudProvider/name", defaulted: true, want: "external",
 	},
+	{
+		name:   "is_default prefixes the table's kubernetes image",
+		yml:    "private_registries: [{url: other.example, user: u, password: p}, {url: registry.internal:5000, is_default: true}]",
+		rigger: func(c *Cluster) any { return c.SystemImages.Kubernetes },
+		rke:    "/systemImages/kubernetes", defaulted: true,
+		want: "registry.internal:5000/" + tableImage(func(im SystemImages) string { return im.Kubernetes }),
+	},
+	{
+		name:   "is_default prefixes the table's rke-tools, whatever its path",
+		yml:    "private_registries: [{url: registry.internal:5000/mirror/x, is_default: true}]",
+		rigger: func(c *Cluster) any { return c.SystemImages.Alpine },
+		rke:    "/systemImages/alpine", defaulted: true,
+		want: "registry.internal:5000/mirror/x/" + tableImage(func(im SystemImages) string { return im.Alpine }),
+	},
+	{
+		name:   "is_default prefixes the add-ons' images",
+		yml:    "private_registries: [{url: registry.internal:5000, is_default: true}]",
+		rigger: func(c *Cluster) any { return c.SystemImages.CoreDNS },
+		rke:    "/systemImages/coredns", defaulted: true,
+		want: "registry.internal:5000/" + tableImage(func(im SystemImages) string { return im.CoreDNS }),
+	},
+	{
+		name:   "is_default without url prefixes nothing",
+		yml:    "private_registries: [{user: u, password: p, is_default: true}]",
+		rigger: func(c *Cluster) any { return c.SystemImages.Kubernetes },
+		rke:    "/systemImages/kubernetes", defaulted: true,
+		want: tableImage(func(im SystemImages) string { return im.Kubernetes }),
+	},
+}
+
+// tableImage is an image of the default version in the version table.
+func tableImage(f func(SystemImages) string) string {
+	im, _ := KnownImages(DefaultKubernetesVersion)
+	return f(im)
 }
 
 // TestReadsAsRKE checks what rigger reads of the keys RKE reads its own way

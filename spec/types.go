@@ -25,7 +25,7 @@ type Cluster struct {
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
 	// Container images of the cluster's components. Keys left empty take the image of `kubernetes_version` in the version table, prefixed with the URL of the first private registry marked `is_default`, as in RKE. The components' default flags follow the version the `kubernetes` image's tag names (RKE's rule), so `v1.31.4` runs 1.31's flags whatever `kubernetes_version` says.
 	SystemImages SystemImages `json:"system_images,omitempty"`
-	// Registries to pull images from, with credentials.
+	// Registries to pull images from, with credentials, used as RKE uses them: every image rigger pulls on a node (components, helpers, snapshots) is pulled with the credentials of its registry (the Docker API's registry auth), and the kubelet gets them all for its pulls of pod images: rke-tools' kubelet entrypoint writes them to `/var/lib/kubelet/config.json` (so only with `enable_cri_dockerd: true`). An image's registry is its host (`docker.io` for an image that names none), or, when its path has more than two parts, its host and path without the last two (`repo.com/foo/bar` for `repo.com/foo/bar/rancher/rke-tools:v0.1.111`); an image of no registry listed is pulled without credentials. Of two entries with the same `url`, the last counts, as in RKE (`validate` warns).
 	PrivateRegistries []PrivateRegistry `json:"private_registries,omitempty"`
 	// Default path of the private SSH key for nodes that set none.
 	SSHKeyPath string `json:"ssh_key_path,omitempty"`
@@ -143,15 +143,15 @@ type BastionHost struct {
 
 // PrivateRegistry is a registry images are pulled from.
 type PrivateRegistry struct {
-	// Registry host (and port), e.g. `registry.example.com:5000`.
+	// Registry host (and port), e.g. `registry.example.com:5000`, with a path when the images are below one (`repo.com/foo/bar`). Empty is Docker Hub (`docker.io`), as in RKE.
 	URL string `json:"url,omitempty"`
 	// Registry user.
 	User string `json:"user,omitempty"`
 	// Registry password.
 	Password string `json:"password,omitempty" rigger:"secret"`
-	// Prefix system images that name no registry with this one.
+	// Prefix every image the version table gives (the components', the helpers' and the add-ons') with this `url` and a slash, as RKE does, whatever registry the image names; images set in `system_images` are kept as written. A registry without `url` prefixes nothing, as in RKE; a second registry marked is refused (RKE takes the first).
 	IsDefault bool `json:"is_default,omitempty"`
-	// Get credentials for Amazon ECR from these AWS keys.
+	// Get credentials for Amazon ECR from these AWS keys. Not supported by rigger: refused by `validate`; give the registry's `user` and `password` instead.
 	ECRCredentialPlugin *ECRCredentialPlugin `json:"ecr_credential_plugin,omitempty"`
 }
 

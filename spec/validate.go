@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -785,16 +786,29 @@ func (b Budget) Of(total, least int) int {
 }
 
 func (v *validator) registries(c *Cluster) {
+	if len(c.PrivateRegistries) > 0 && c.EnableCRIDockerd != nil && !*c.EnableCRIDockerd {
+		v.warnf("private_registries", "Set enable_cri_dockerd: true, or have the nodes hold the pods' images.",
+			"the kubelet's pulls of pod images get no credentials: as RKE, rigger hands them to rke-tools' kubelet entrypoint, which runs only with enable_cri_dockerd: true")
+	}
 	defaults := 0
+	seen := map[string]bool{}
 	for i, r := range c.PrivateRegistries {
 		p := fmt.Sprintf("private_registries[%d]", i)
-		if r.URL == "" {
-			v.errorf(p+".url", "", "the registry has no url")
-		} else if strings.Contains(r.URL, "://") {
+		if url := cmp.Or(r.URL, "docker.io"); seen[url] {
+			v.warnf(p+".url", "Give each registry once.", "registry %s is given more than once: the last entry's credentials are used, as in RKE", url)
+		} else {
+			seen[url] = true
+		}
+		// As in RKE, a registry without url is Docker Hub's (docker.io).
+		if strings.Contains(r.URL, "://") {
 			v.errorf(p+".url", "Give host[:port], as in image names.", "url %q must not include a scheme", r.URL)
 		}
 		if r.Password != "" && r.User == "" {
 			v.errorf(p+".user", "", "a password is given without a user")
+		}
+		if r.ECRCredentialPlugin != nil {
+			v.errorf(p+".ecr_credential_plugin", "Give the registry's user and password instead: for Amazon ECR, user AWS and the password `aws ecr get-login-password` prints (valid 12 hours).",
+				"ecr_credential_plugin is not supported by rigger: it does not ask Amazon ECR for tokens, nor set up the kubelet's ecr-login credential helper as RKE does")
 		}
 		if r.IsDefault {
 			if defaults++; defaults > 1 {

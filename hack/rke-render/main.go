@@ -8,6 +8,7 @@
 //	go run . -keys                                           # keys RKE reads
 //	go run . -config FILE [-empty]                           # `rke config`
 //	go run . -docker < versions                              # Docker check
+//	go run . -registries < query.json                        # registry auth
 //
 // With -parse, it reads each file with RKE's cluster.ParseConfig and writes
 // what RKE read, as JSON with RKE's json names, to DIR/<name>/config.json,
@@ -27,6 +28,11 @@
 // With -docker, it reads lines `kubernetes_version<TAB>Docker version` and
 // prints RKE's answer to each: `supported`, `unsupported` or `error`
 // (docker.go).
+//
+// With -registries, it reads private registries and image names as JSON
+// and prints, as JSON, the credentials RKE gives each image's pull
+// (docker.GetImageRegistryConfig) and the Docker config it has the kubelet
+// write (docker.GetKubeletDockerConfig) (registries.go).
 //
 // Without these flags it renders the add-ons:
 // For each file it runs what `rke up` runs for the add-ons: RKE's
@@ -81,8 +87,15 @@ func main() {
 	config := flag.String("config", "", "write the cluster.yml `rke config` writes with its default answers to this file")
 	empty := flag.Bool("empty", false, "with -config: `rke config --empty`")
 	dockerCheck := flag.Bool("docker", false, "read kubernetes_version<TAB>Docker version lines and print RKE's check of each")
+	registries := flag.Bool("registries", false, "read private registries and images (JSON) and print the credentials RKE gives each pull")
 	flag.Parse()
 	switch {
+	case *registries:
+		if err := registryAuth(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
 	case *dockerCheck:
 		if err := checkDocker(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -102,7 +115,7 @@ func main() {
 		}
 		return
 	case *out == "" || flag.NArg() == 0:
-		fmt.Fprintln(os.Stderr, "usage: rke-render [-parse] -out DIR cluster.yml... | -keys | -config FILE [-empty] | -docker")
+		fmt.Fprintln(os.Stderr, "usage: rke-render [-parse] -out DIR cluster.yml... | -keys | -config FILE [-empty] | -docker | -registries")
 		os.Exit(2)
 	}
 	if os.Getenv("RKE_RENDER_DEBUG") == "" {

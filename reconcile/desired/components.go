@@ -1,12 +1,14 @@
 package desired
 
 import (
+	"encoding/base64"
 	"maps"
 	"net"
 	"strconv"
 	"strings"
 
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/registryauth"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -23,6 +25,13 @@ const (
 	rbacMode = "rbac"
 	// envCRIDockerd tells RKE's kubelet entrypoint to start cri-dockerd.
 	envCRIDockerd = "RKE_KUBELET_CRIDOCKERD=true"
+	// EnvKubeletDockerConfig and EnvKubeletDockerFile are RKE's: with
+	// private registries, rke-tools' kubelet entrypoint writes the first
+	// (base64 of a Docker config.json with the registries' credentials) to
+	// the second, the kubelet's root directory, where the kubelet reads
+	// the credentials of its pulls of pod images.
+	EnvKubeletDockerConfig = "RKE_KUBELET_DOCKER_CONFIG"
+	EnvKubeletDockerFile   = "RKE_KUBELET_DOCKER_FILE"
 	// envCPHosts is RKE's nginx-proxy variable: the controlplane addresses.
 	envCPHosts = "CP_HOSTS"
 	// apiServerWatchGrace is the API server's
@@ -345,6 +354,11 @@ func (b *builder) kubelet(h *host) Container {
 		if strings.Contains(b.c.Services.KubeController.ClusterCIDR, ",") {
 			env = append(env, "RKE_KUBELET_CRIDOCKERD_DUALSTACK=true")
 		}
+	}
+	if reg := registryauth.New(b.c.PrivateRegistries); !reg.Empty() {
+		env = append(env,
+			EnvKubeletDockerConfig+"="+base64.StdEncoding.EncodeToString(reg.KubeletDockerConfig()),
+			EnvKubeletDockerFile+"="+hostPath(b.prefix, KubeletDockerConfigFile))
 	}
 	f.kubeletOptions(b.rel.opts.Kubelet, b.prefix)
 

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -780,5 +781,31 @@ func TestCleanPaths(t *testing.T) {
 	}
 	if got := CleanPaths(""); !slices.Contains(got, "/etc/kubernetes") || !slices.Contains(got, "/var/lib/cni") {
 		t.Errorf("CleanPaths() = %q", got)
+	}
+}
+
+// TestKubeletDockerConfig: with private registries, the kubelet gets the
+// Docker config with their credentials, and where to write it (the
+// kubelet's root directory under prefix_path), as RKE gives them to
+// rke-tools' entrypoint; without, neither.
+func TestKubeletDockerConfig(t *testing.T) {
+	const yml = "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
+	env := container(t, build(t, parse(t, yml)), "10.0.0.1", Kubelet).Env
+	for _, e := range env {
+		if strings.HasPrefix(e, EnvKubeletDockerConfig+"=") || strings.HasPrefix(e, EnvKubeletDockerFile+"=") {
+			t.Errorf("kubelet without private registries has %s", e)
+		}
+	}
+	c := parse(t, yml+"private_registries: [{url: 'registry.internal:5000', user: ci, password: s3cret}]\n")
+	c.PrefixPath = "/opt/rke" // not in cluster.yml yet
+	env = container(t, build(t, c), "10.0.0.1", Kubelet).Env
+	want := []string{
+		EnvKubeletDockerConfig + "=" + base64.StdEncoding.EncodeToString([]byte(`{"auths":{"registry.internal:5000":{"auth":"Y2k6czNjcmV0"}}}`)),
+		EnvKubeletDockerFile + "=/opt/rke/var/lib/kubelet/config.json",
+	}
+	for _, w := range want {
+		if !slices.Contains(env, w) {
+			t.Errorf("kubelet env %q lacks %s", env, w)
+		}
 	}
 }

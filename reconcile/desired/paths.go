@@ -32,6 +32,10 @@ const (
 
 	// KubeletDir is the kubelet's root directory (under prefix_path).
 	KubeletDir = "/var/lib/kubelet"
+	// KubeletDockerConfigFile is the Docker config file with the private
+	// registries' credentials, in the kubelet's root directory (under
+	// prefix_path), as RKE has it (EnvKubeletDockerFile).
+	KubeletDockerConfigFile = KubeletDir + "/config.json"
 	// DockerRootDir is Docker's data root, bound into the kubelet. Docker's
 	// default; a node with another data-root is a later input of Build.
 	DockerRootDir = "/var/lib/docker"

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/registryauth"
 )
 
 // Engine is the part of the Docker client dockerop calls. It exists so
@@ -56,19 +57,27 @@ const LabelHelper = "io.rigger.helper"
 const oldSuffix = "-rigger-old"
 
 // EnsureImage makes sure ref is on the node: inspected, or pulled when
-// missing. A failed pull says what to do.
+// missing, with the credentials of its private registry when e has them
+// (WithRegistries). A failed pull says what to do.
 func EnsureImage(ctx context.Context, e Engine, node, ref string) error {
 	if _, err := e.ImageInspect(ctx, ref); err == nil {
 		return nil
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("node %s: inspect image %s: %w", node, ref, err)
 	}
-	rc, err := e.ImagePull(ctx, ref, image.PullOptions{})
+	var pull registryauth.Pull
+	if r, ok := e.(*registries); ok {
+		var err error
+		if pull, err = r.set.For(ref); err != nil {
+			return &ImageError{Node: node, Image: ref, Err: err}
+		}
+	}
+	rc, err := e.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: pull.Auth})
 	if err == nil {
 		err = drainPull(rc)
 	}
 	if err != nil {
-		return &ImageError{Node: node, Image: ref, Err: err}
+		return &ImageError{Node: node, Image: ref, Registry: pull.Registry, User: pull.User, Err: err}
 	}
 	return nil
 }
@@ -76,10 +85,18 @@ func EnsureImage(ctx context.Context, e Engine, node, ref string) error {
 // ImageError is an image that is not on a node and could not be pulled.
 type ImageError struct {
 	Node, Image string
-	Err         error
+	// Registry and User are the private registry whose credentials the
+	// pull carried and its user; Registry is "" for a pull without.
+	Registry, User string
+	Err            error
 }
 
 func (e *ImageError) Error() string {
+	if e.Registry != "" {
+		return fmt.Sprintf("node %s: image %s is not on the node and pulling it from private registry %s as user %q failed: %v; "+
+			"check the user and password of %s in private_registries, and that the node reaches the registry",
+			e.Node, e.Image, e.Registry, e.User, e.Err, e.Registry)
+	}
 	return fmt.Sprintf("node %s: image %s is not on the node and pulling it failed: %v; "+
 		"load it on the node (docker load) or point system_images and private_registries at a registry the node can reach",
 		e.Node, e.Image, e.Err)

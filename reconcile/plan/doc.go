@@ -43,7 +43,7 @@
 // Reasons are shown to people and written to logs and status, so they never
 // contain the value of an environment variable (or of a flag) whose name
 // holds a secret word (spec.SecretName: key, secret, token, passw,
-// credential): such entries read `NAME=(redacted)`; nor the credentials of a
+// credential, docker_config): such entries read `NAME=(redacted)`; nor the credentials of a
 // URL in any value (spec.RedactURLs): `http://user:(redacted)@proxy`. The
 // JSON encoding of a step carries only a summary of Before and After (ID,
 // image, state, spec hash), never their env or spec.

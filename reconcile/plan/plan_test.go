@@ -484,6 +484,7 @@ func TestRedact(t *testing.T) {
 		{"lower case secret env", "env", "my_secret=x", "my_secret=(redacted)"},
 		{"token env", "env", "GITHUB_TOKEN=ghp_x", "GITHUB_TOKEN=(redacted)"},
 		{"password env", "env", "PGPASSWORD=x", "PGPASSWORD=(redacted)"},
+		{"kubelet's Docker config", "env", "RKE_KUBELET_DOCKER_CONFIG=eyJhdXRocyI6e319", "RKE_KUBELET_DOCKER_CONFIG=(redacted)"},
 		{"env without value", "env", "SECRET", "SECRET"},
 		{"proxy env with a password", "env", "HTTPS_PROXY=http://u:p@ss@proxy:3128", "HTTPS_PROXY=http://u:(redacted)@proxy:3128"},
 		{"env with a token as user", "env", "REPO=https://ghp_x@github.com/a/b", "REPO=https://(redacted)@github.com/a/b"},
