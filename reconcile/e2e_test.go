@@ -70,7 +70,7 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 // cluster first.
 func TestClusterSandbox(t *testing.T) {
 	f := &clusterFixture{s: sandboxtest.Start(t, sandbox.Options{Subnet: 17, Nodes: 5, Images: true}), a: rt.New(t)}
-	ctx, cancel := untilTestDeadline(t)
+	ctx, cancel := rt.UntilTestDeadline(t)
 	defer cancel()
 	// A fresh node's flannel can lose its first start to kube-proxy and be
 	// restarted 40 s later (docs/addons.md, Readiness). Under make test's
@@ -482,21 +482,6 @@ func checkNodes(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Cluste
 // memberHealthTimeout bounds the wait for every etcd member to answer its
 // status as a healthy voter after an apply.
 const memberHealthTimeout = 3 * time.Minute
-
-// sandboxTeardown is the time a sandbox test leaves, before the test
-// binary's deadline, for its cleanup (nodes stopped, namespaces removed).
-const sandboxTeardown = 2 * time.Minute
-
-// untilTestDeadline is the context of a sandbox test: it ends before the
-// test binary's -timeout does, with sandboxTeardown to spare, rather than
-// after a fixed budget, so that a slow machine makes the test slower, not
-// failed.
-func untilTestDeadline(t *testing.T) (context.Context, context.CancelFunc) {
-	if dl, ok := t.Deadline(); ok {
-		return context.WithDeadline(t.Context(), dl.Add(-sandboxTeardown))
-	}
-	return context.WithCancel(t.Context())
-}
 
 // checkConfigMap checks that cm is still there as written. An API server
 // whose etcd client lost a member (a partition) may fail a call or two

@@ -342,3 +342,18 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// sandboxTeardown is the time a sandbox test leaves, before the test
+// binary's deadline, for its cleanup (nodes stopped, namespaces removed).
+const sandboxTeardown = 2 * time.Minute
+
+// UntilTestDeadline is the context of a sandbox test: it ends before the
+// test binary's -timeout does, with sandboxTeardown to spare, rather than
+// after a fixed budget, so that a slow machine makes the test slower, not
+// failed.
+func UntilTestDeadline(t *testing.T) (context.Context, context.CancelFunc) {
+	if dl, ok := t.Deadline(); ok {
+		return context.WithDeadline(t.Context(), dl.Add(-sandboxTeardown))
+	}
+	return context.WithCancel(t.Context())
+}

@@ -22,7 +22,7 @@
 //	8       reconcile/dockerop
 //	9       reconcile/kubenode
 //	17      reconcile (TestClusterSandbox)
-//	21      reconcile (TestRegistriesSandbox: private_registries)
+//	21      reconcile/registryauth (TestRegistriesSandbox: private_registries)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;

@@ -1,4 +1,4 @@
-package reconcile_test
+package registryauth_test
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // wrote to /var/lib/kubelet/config.json.
 func TestRegistriesSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 21, Nodes: 1, Images: true})
-	ctx, cancel := untilTestDeadline(t)
+	ctx, cancel := rt.UntilTestDeadline(t)
 	defer cancel()
 	n := s.Nodes[0]
 	reg := sandboxtest.StartRegistry(ctx, t, s, "rigger", "registry-s3cret")
