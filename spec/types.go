@@ -65,9 +65,9 @@ type Cluster struct {
 	UpgradeStrategy *UpgradeStrategy `json:"upgrade_strategy,omitempty"`
 	// Restore etcd from a snapshot on the next reconcile.
 	Restore Restore `json:"restore,omitempty"`
-	// Rotate certificates on the next reconcile.
+	// Rotate certificates on the next reconcile: refused, rigger does not rotate on request yet (it reissues a certificate within 30 days of its end).
 	RotateCertificates *RotateCertificates `json:"rotate_certificates,omitempty"`
-	// Rotate the secrets encryption key on the next reconcile.
+	// Rotate the secrets encryption key on the next reconcile: refused, rigger does not rotate it yet.
 	RotateEncryptionKey bool `json:"rotate_encryption_key,omitempty"`
 	// Settings of rigger itself (not in RKE): SSH host-key checks, parallelism, safety guards, suspension.
 	Rigger Rigger `json:"rigger,omitempty"`
