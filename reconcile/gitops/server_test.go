@@ -206,9 +206,11 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 
 // TestServerHostileClusterStallsAlone follows a real repository with a
 // cluster.yml made to cost memory (an alias inside itself), one larger
-// than rigger reads and a good one: the first two are Stalled with what
-// is wrong, and never reach a session; the good one goes on to its
-// reconcile (its session is opened).
+// than rigger reads, one whose plan would be refused (an inline add-on
+// that is not YAML: reconcile.CheckSpec, as every command runs it) and a
+// good one: the first three are Stalled with what is wrong, and never
+// reach a session; the good one goes on to its reconcile (its session is
+// opened).
 func TestServerHostileClusterStallsAlone(t *testing.T) {
 	o := newOrigin(t, freePort(t))
 	good := "cluster_name: good\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
@@ -217,6 +219,8 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 		"clusters/bomb/cluster.yml": "cluster_name: bomb\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n" +
 			"services:\n  kube-api:\n    admission_configuration: &a {apiVersion: v1, kind: X, x: *a}\n",
 		"clusters/big/cluster.yml": good + strings.Repeat("# padding that compresses well\n", 300_000), // 9 MiB
+		"clusters/addon/cluster.yml": "cluster_name: addon\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n" +
+			"addons: |\n  kind: [ConfigMap\n",
 	})
 	o.push(t)
 	var mu sync.Mutex
@@ -230,7 +234,7 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 
 	written := map[string]bool{}
 	timeout := time.After(60 * time.Second)
-	for len(written) < 3 {
+	for len(written) < 4 {
 		select {
 		case e := <-events:
 			if e.Kind == gitops.EventStatusWritten {
@@ -241,8 +245,9 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 		}
 	}
 	for cluster, want := range map[string]string{
-		"bomb": "clusters/bomb/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
-		"big":  "clusters/big/cluster.yml: error: the file is larger than 8 MiB",
+		"bomb":  "clusters/bomb/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
+		"big":   "clusters/big/cluster.yml: error: the file is larger than 8 MiB",
+		"addon": "clusters/addon/cluster.yml: error: addons: document 1 at line 1: yaml: line 1",
 	} {
 		conds := conditionsOf(t, o, "clusters/"+cluster)
 		if c, r := conds[gitops.ConditionStalled], conds[gitops.ConditionReady]; c.Status != "True" || c.Reason != "InvalidSpec" || !strings.Contains(r.Message, want) {
@@ -254,7 +259,7 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !opened["good"] || opened["bomb"] || opened["big"] {
+	if !opened["good"] || opened["bomb"] || opened["big"] || opened["addon"] {
 		t.Errorf("sessions opened for %v, want the good cluster's only", opened)
 	}
 }

@@ -343,9 +343,9 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 }
 
 // parse reads the cluster.yml of ref within serve's bounds: spec's (size,
-// values, nesting), ParseTimeout, and one file at a time. A file past one
-// of them, like one with errors, stalls its cluster (InvalidSpec); the
-// other clusters go on.
+// values, nesting), ParseTimeout, and one file at a time, then makes
+// reconcile.CheckSpec's refusals. A file past one of them, like one with
+// errors, stalls its cluster (InvalidSpec); the other clusters go on.
 func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
 	invalid := func(err error) error {
 		return &reconcile.Error{Reason: reconcile.ReasonInvalidSpec, Stalls: true, Err: err}
@@ -372,6 +372,11 @@ func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*
 		}
 	}
 	if err := diags.Err(); err != nil {
+		return nil, invalid(err)
+	}
+	// The refusals a plan would make of the file alone, as every command
+	// makes them before it connects.
+	if err := reconcile.CheckSpec(c, ref.Path).Err(); err != nil {
 		return nil, invalid(err)
 	}
 	return c, nil
