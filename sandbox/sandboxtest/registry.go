@@ -38,8 +38,9 @@ import (
 const RegistryBinary = "/usr/bin/docker-registry"
 
 // registryPort is the port of a sandbox's registry, on its bridge address
-// (which no other sandbox has).
-const registryPort = "5000"
+// (which no other sandbox has). Not 5000: the docker-registry service
+// Debian's package starts where nothing stops it listens on *:5000.
+const registryPort = "15000"
 
 // Registry is a Docker Registry v2 that serves a sandbox's nodes: on the
 // sandbox's bridge address, over TLS (its CA is in every node's
