@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -231,7 +232,10 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		if o.Hooks.Phase != nil {
 			o.Hooks.Phase(ph.phase, ph.title)
 		}
-		err = ph.run(ctx, steps)
+		crashpoint.Reach(crashpoint.PhaseStart(string(ph.phase)))
+		if err = ph.run(ctx, steps); err == nil {
+			crashpoint.Reach(crashpoint.PhaseDone(string(ph.phase)))
+		}
 	}
 	if c, ok := r.etcdClient.(io.Closer); ok {
 		c.Close()
@@ -348,6 +352,7 @@ func (r *runner) do(ctx context.Context, s plan.Step) error {
 	}
 	r.record(s, err, r.o.Now().Sub(began))
 	r.say(s.Node, describe(s), err)
+	crashpoint.Reach(crashpoint.Step(string(s.Phase)))
 	return err
 }
 
@@ -522,6 +527,7 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 			if err != nil {
 				return fmt.Errorf("snapshot before changing etcd (nothing was changed): %w", err)
 			}
+			crashpoint.Reach(crashpoint.EtcdSnapshotTaken)
 		}
 		if err := r.do(ctx, s); err != nil {
 			return err
@@ -630,6 +636,7 @@ func (r *runner) addMember(ctx context.Context, s plan.Step) error {
 		if err != nil {
 			return err
 		}
+		crashpoint.Reach(crashpoint.EtcdLearnerAdded)
 		added = &mem
 	}
 	if added.IsLearner {
