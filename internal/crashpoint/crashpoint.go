@@ -2,12 +2,13 @@
 // as a power cut or `kill -9` would, to check that the next run recovers
 // (the chaos suite, `make chaos`; docs/reliability.md).
 //
-// It is inert unless the environment variable RIGGER_FAULT names a point
-// when the process starts: then the process sends itself SIGKILL the
-// n-th time it reaches that point (RIGGER_FAULT=point or point#n), after
-// a line on standard error that says so. A point costs one comparison of
-// two strings when RIGGER_FAULT is unset, and points are only at the
-// boundaries of phases and steps, never in a loop over data.
+// It is inert unless the environment variable RIGGER_FAULT names points
+// when the process starts: then the process sends itself SIGKILL at the
+// first of them it reaches, the n-th time it reaches it
+// (RIGGER_FAULT=point, point#n, or several separated by commas), after
+// the line "RIGGER_FAULT: killed at point#n" on standard error. A point
+// costs one nil check when RIGGER_FAULT is unset, and points are only at
+// the boundaries of phases and steps, never in a loop over data.
 //
 // The points are those of Points: an apply's own boundaries, every
 // executor phase's start and end, every step of a phase, the middle of a
@@ -84,40 +85,46 @@ func Points() []string {
 	return append(out, EtcdSnapshotTaken, EtcdLearnerAdded, ReplaceStopped, ApplyExecuted, ServeReconciled)
 }
 
-// target is the point of RIGGER_FAULT and the count of the reach that
-// kills.
+// target is one point of RIGGER_FAULT, the count of the reach that kills
+// and the reaches so far.
 type target struct {
-	point string
-	nth   int64
+	spec    string // as written: point or point#n
+	nth     int64
+	reached *atomic.Int64
 }
 
-// parse reads a RIGGER_FAULT value: "point" or "point#n", n ≥ 1.
-func parse(v string) (target, error) {
+// parse reads a RIGGER_FAULT value: points separated by commas, each
+// "point" or "point#n" (n ≥ 1), keyed by point.
+func parse(v string) (map[string]target, error) {
 	if v == "" {
-		return target{}, nil
+		return nil, nil
 	}
-	point, count, hasCount := strings.Cut(v, "#")
-	t := target{point: point, nth: 1}
-	if hasCount {
-		n, err := strconv.ParseInt(count, 10, 64)
-		if err != nil || n < 1 {
-			return target{}, fmt.Errorf("%s=%q: the count after # must be a whole number from 1", EnvVar, v)
+	out := map[string]target{}
+	for _, spec := range strings.Split(v, ",") {
+		point, count, hasCount := strings.Cut(spec, "#")
+		t := target{spec: spec, nth: 1, reached: new(atomic.Int64)}
+		if hasCount {
+			n, err := strconv.ParseInt(count, 10, 64)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("%s=%q: the count after # in %q must be a whole number from 1", EnvVar, v, spec)
+			}
+			t.nth = n
 		}
-		t.nth = n
+		if !slices.Contains(Points(), point) {
+			return nil, fmt.Errorf("%s=%q: no point %q; the points are %s", EnvVar, v, point, strings.Join(Points(), ", "))
+		}
+		if _, dup := out[point]; dup {
+			return nil, fmt.Errorf("%s=%q: point %s given twice", EnvVar, v, point)
+		}
+		out[point] = t
 	}
-	if !slices.Contains(Points(), point) {
-		return target{}, fmt.Errorf("%s=%q: no such point; the points are %s", EnvVar, v, strings.Join(Points(), ", "))
-	}
-	return t, nil
+	return out, nil
 }
 
-// armed is RIGGER_FAULT as the process found it at start (an invalid value
-// arms nothing: Check reports it), and reached counts the reaches of its
-// point. Package state, as the environment it comes from is the process's.
-var (
-	armed, armedErr = parse(os.Getenv(EnvVar))
-	reached         atomic.Int64
-)
+// armed are the points of RIGGER_FAULT as the process found it at start
+// (an invalid value arms nothing: Check reports it). The map is never
+// written after; only the counts of reaches change.
+var armed, armedErr = parse(os.Getenv(EnvVar))
 
 // Check reports a RIGGER_FAULT that names no point or a bad count; rigger
 // refuses to start with it rather than run without the crash asked for.
@@ -126,10 +133,14 @@ func Check() error { return armedErr }
 // Reach is called at point; when RIGGER_FAULT names it and this is the
 // n-th reach, the process kills itself with SIGKILL.
 func Reach(point string) {
-	if armed.point == "" || armed.point != point || reached.Add(1) != armed.nth {
+	if armed == nil {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "rigger: %s=%s: killed at %s (reach %d)\n", EnvVar, os.Getenv(EnvVar), point, armed.nth)
+	t, ok := armed[point]
+	if !ok || t.reached.Add(1) != t.nth {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "%s: killed at %s\n", EnvVar, t.spec)
 	kill()
 }
 

@@ -49,7 +49,9 @@ func TestReach(t *testing.T) {
 		{name: "second reach", fault: etcdStep + "#2", killedAfter: etcdStep, reached: 4},
 		{name: "a point not reached", fault: ServeReconciled, reached: 6},
 		{name: "a count not reached", fault: etcdStep + "#4", reached: 6},
+		{name: "the first of several reached", fault: ServeReconciled + "," + etcdStep + "#3," + PhaseStart("etcd"), killedAfter: PhaseStart("etcd"), reached: 3},
 		{name: "no such point", fault: "phase:etcd", exit: 2},
+		{name: "a point twice", fault: etcdStep + "," + etcdStep + "#2", exit: 2},
 		{name: "a bad count", fault: etcdStep + "#0", exit: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +80,7 @@ func TestReach(t *testing.T) {
 				if last := lines[len(lines)-1]; last != "reach "+tc.killedAfter {
 					t.Errorf("killed after %q, want after reach %s", last, tc.killedAfter)
 				}
-				if !strings.Contains(stderr.String(), "killed at "+tc.killedAfter) {
+				if !strings.Contains(stderr.String(), EnvVar+": killed at "+tc.killedAfter) {
 					t.Errorf("stderr %q does not say where it was killed", stderr.String())
 				}
 			}
