@@ -22,6 +22,7 @@
 //	8       reconcile/dockerop
 //	9       reconcile/kubenode
 //	17      reconcile (TestClusterSandbox)
+//	22      reconcile/gitops (TestChaosSandbox, the chaos suite: make chaos)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
