@@ -416,6 +416,13 @@ func (r *runner) apply(ctx context.Context, s plan.Step) error {
 			if args, err = r.joinArgs(ctx, s); err != nil {
 				return err
 			}
+			// A new member starts from an empty data directory: what a
+			// member the node had before left there (its etcd role taken
+			// away and given back) makes etcd start as that removed member
+			// and stop, over and over.
+			if err := clean(ctx, e, s.Node, r.o.HelperImage, desired.EtcdHostDataDir); err != nil {
+				return fmt.Errorf("node %s: empty %s before the new etcd member starts: %w", s.Node, desired.EtcdHostDataDir, err)
+			}
 		}
 		_, err := dockerop.Create(ctx, e, s.Node, s.After, args)
 		return err
@@ -829,14 +836,13 @@ func (r *runner) cleanFiles(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	return clean(ctx, e, node, r.o.HelperImage)
+	return clean(ctx, e, node, r.o.HelperImage, cleanPaths()...)
 }
 
-// clean empties cleanPaths on the node with a one-shot helper container
-// (the directories stay: they may be mount points).
-func clean(ctx context.Context, e dockerop.Engine, node, image string) error {
+// clean empties the directories paths on the node with a one-shot helper
+// container (the directories stay: they may be mount points).
+func clean(ctx context.Context, e dockerop.Engine, node, image string, paths ...string) error {
 	const script = `for d in "$@"; do [ -d "/host$d" ] && find "/host$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done; exit 0`
-	paths := cleanPaths()
 	binds := make([]string, 0, len(paths))
 	for _, p := range paths {
 		binds = append(binds, p+":/host"+p)
