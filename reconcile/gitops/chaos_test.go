@@ -40,20 +40,21 @@ const chaosSubnet = 22
 // TestChaosSandbox is the chaos suite (docs/reliability.md): on one
 // 3-node sandbox, every node etcd, control plane and worker, it kills
 // `rigger apply` with RIGGER_FAULT at every phase boundary and in the
-// middle of phases (a cold converge, an etcd rolling change, a
-// control-plane rolling change), stops a node's Docker engine during an
-// apply, partitions a node during an etcd member's replacement, kills
-// `rigger serve` between a reconcile and its status commit, and takes the
-// git repository away during a status push. After each fault it checks
-// that the cluster converges again (in sync), that a ConfigMap written
-// before is still there, and that etcd has each member once; it prints a
-// table of the figures at the end.
+// middle of phases (a cold converge, an etcd rolling change, an etcd
+// member added, a control-plane rolling change), stops a node's Docker
+// engine during an apply, partitions a node during an etcd member's
+// replacement, kills `rigger serve` between a reconcile and its status
+// commit, and takes the git repository and the S3 server away while serve
+// needs them. After each fault it checks that the cluster converges again
+// (a plan then changes nothing), that a ConfigMap written before is still
+// there, and that etcd has each node's member once; it prints a table of
+// the figures at the end.
 //
-// A kill chain runs one apply per point, each killed at its point, the
-// next one starting from what the last left: every kill is followed by an
-// apply that must go on from there (not be refused: the lock and Lease of
-// a dead apply are free at once) and reach its own point, and the last
-// apply, without a fault, must converge.
+// A kill chain applies with RIGGER_FAULT set to the points not passed
+// yet: each apply is killed at the first of them it reaches, and the next
+// starts from what it left. Every kill is followed by an apply that must
+// go on from there (not be refused: the lock and Lease of a dead apply
+// are free at once), and the last apply, without a fault, must converge.
 func TestChaosSandbox(t *testing.T) {
 	if os.Getenv(chaosEnv) != "1" {
 		t.Skipf("the chaos suite: make chaos (%s=1 and %s=1, as root)", chaosEnv, sandboxtest.EnvVar)
@@ -546,70 +547,58 @@ func (c *chaos) members(ctx context.Context, t *testing.T, k knobs) string {
 
 // dockerStopped stops node3's Docker engine once the first node's API
 // server is replaced and healthy during a control-plane rolling change,
-// starts it again once the apply has ended, and converges.
+// and starts it again once the apply has ended.
 func (c *chaos) dockerStopped(ctx context.Context, t *testing.T, k knobs) {
-	row := chaosRow{scenario: "node3's dockerd stopped mid-apply (control-plane rolling change)"}
-	node := c.sb.Nodes[2]
-	p := c.startApply(ctx, t, c.file(t, k), "")
-	if !p.waitLine(10*time.Minute, "kube-apiserver healthy") {
-		t.Fatalf("no API server replaced:\n%s", p.wait().output())
-	}
-	if err := c.sb.StopService(ctx, node.Name, sandbox.ServiceDocker); err != nil {
-		t.Fatal(err)
-	}
-	row.faults = 1
-	p.wait()
-	t.Logf("the apply with %s's engine stopped: exit %d, killed %v:\n%s", node.Name, p.code, p.killed, p.output())
-	if err := c.sb.StartService(ctx, node.Name, sandbox.ServiceDocker); err != nil {
-		t.Fatal(err)
-	}
-	healed := time.Now()
-	ok, atWork, at := c.converge(ctx, t, k, 3)
-	if ok {
-		row.recovered = 1
-	}
-	row.converged, row.resume, row.recovery = ok, atWork.Sub(healed), at.Sub(healed)
-	if p.code == 0 {
-		row.note = "the apply finished before the engine stopped mattered"
-	}
-	c.finish(ctx, t, &row, k, true)
+	node := c.sb.Nodes[2].Name
+	c.faultMidApply(ctx, t, "node3's dockerd stopped mid-apply (control-plane rolling change)", k, []string{"kube-apiserver healthy"},
+		func(ctx context.Context) error { return c.sb.StopService(ctx, node, sandbox.ServiceDocker) },
+		func(ctx context.Context) error { return c.sb.StartService(ctx, node, sandbox.ServiceDocker) })
 }
 
 // partitioned cuts node2 off once node1's etcd member is replaced and
-// healthy during an etcd rolling change (node2's is next), heals it once
-// the apply has ended, and converges.
+// healthy during an etcd rolling change (node2's is next), and heals it
+// once the apply has ended.
 func (c *chaos) partitioned(ctx context.Context, t *testing.T, k knobs) {
-	row := chaosRow{scenario: "node2 partitioned during an etcd member replacement"}
-	node := c.sb.Nodes[1]
+	node := c.sb.Nodes[1].Name
+	c.faultMidApply(ctx, t, "node2 partitioned during an etcd member replacement", k, []string{c.sb.Nodes[0].Address, "etcd healthy"},
+		func(ctx context.Context) error { return c.sb.Partition(ctx, node) },
+		func(ctx context.Context) error { return c.sb.Heal(ctx, node) })
+}
+
+// faultMidApply applies k, injects a fault once a progress line holds all
+// of when, undoes it once the apply has ended (also when the test fails
+// first), converges, and adds the row.
+func (c *chaos) faultMidApply(ctx context.Context, t *testing.T, scenario string, k knobs, when []string, inject, undo func(context.Context) error) {
+	row := chaosRow{scenario: scenario}
 	p := c.startApply(ctx, t, c.file(t, k), "")
-	if !p.waitLine(10*time.Minute, c.sb.Nodes[0].Address, "etcd healthy") {
-		t.Fatalf("node1's etcd member was not replaced:\n%s", p.wait().output())
+	if !p.waitLine(10*time.Minute, when...) {
+		t.Fatalf("no progress line with %q:\n%s", when, p.wait().output())
 	}
-	if err := c.sb.Partition(ctx, node.Name); err != nil {
+	if err := inject(ctx); err != nil {
 		t.Fatal(err)
 	}
-	healed := false
+	undone := false
 	defer func() {
-		if !healed {
-			_ = c.sb.Heal(context.WithoutCancel(ctx), node.Name)
+		if !undone {
+			_ = undo(context.WithoutCancel(ctx))
 		}
 	}()
 	row.faults = 1
 	p.wait()
-	t.Logf("the apply with %s partitioned: exit %d:\n%s", node.Name, p.code, p.output())
-	if err := c.sb.Heal(ctx, node.Name); err != nil {
+	t.Logf("the apply with the fault: exit %d:\n%s", p.code, p.output())
+	if p.code == 0 {
+		row.note = "the apply finished before the fault mattered"
+	}
+	undone = true
+	if err := undo(ctx); err != nil {
 		t.Fatal(err)
 	}
-	healed = true
-	at0 := time.Now()
+	back := time.Now()
 	ok, atWork, at := c.converge(ctx, t, k, 3)
 	if ok {
 		row.recovered = 1
 	}
-	row.converged, row.resume, row.recovery = ok, atWork.Sub(at0), at.Sub(at0)
-	if p.code == 0 {
-		row.note = "the apply finished before the partition mattered"
-	}
+	row.converged, row.resume, row.recovery = ok, atWork.Sub(back), at.Sub(back)
 	c.finish(ctx, t, &row, k, true)
 }
 
