@@ -25,13 +25,13 @@ import (
 	"sync/atomic"
 )
 
-// EnvVar names the point the process kills itself at.
+// EnvVar names the points the process kills itself at.
 const EnvVar = "RIGGER_FAULT"
 
 // The points outside the executor's phases.
 const (
-	// ApplyLocked: an apply holds the cluster's lock and Lease, and has
-	// changed nothing yet.
+	// ApplyLocked: an apply holds the cluster's lock (and its Lease, when
+	// the API server answers), and has changed nothing yet.
 	ApplyLocked = "apply:locked"
 	// ApplyExecuted: the plan has run (execute.Run), the Kubernetes side
 	// of the nodes (labels, taints, stale Nodes) is not yet done.

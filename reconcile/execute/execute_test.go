@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -441,5 +442,22 @@ func TestMembershipVia(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, fake.via); diff != "" {
 		t.Errorf("changes sent through (-want +got):\n%s", diff)
+	}
+}
+
+// TestCrashPoints: RIGGER_FAULT (package crashpoint) can name the start
+// and the end of every phase of Run, and the steps of those with steps.
+func TestCrashPoints(t *testing.T) {
+	points := crashpoint.Points()
+	for _, ph := range []plan.Phase{plan.PhaseFiles, plan.PhaseEtcd, plan.PhaseControlPlane, phaseKubernetes, plan.PhaseWorker, phaseAddons, plan.PhaseRemovedNodes} {
+		want := []string{crashpoint.PhaseStart(string(ph)), crashpoint.PhaseDone(string(ph))}
+		if ph != phaseKubernetes && ph != phaseAddons {
+			want = append(want, crashpoint.Step(string(ph)))
+		}
+		for _, p := range want {
+			if !slices.Contains(points, p) {
+				t.Errorf("phase %s: no point %s in crashpoint.Points()", ph, p)
+			}
+		}
 	}
 }
