@@ -539,6 +539,14 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		if err := r.do(ctx, s); err != nil {
 			return err
 		}
+		if s.Action == plan.AddMember && s.Member.ID != 0 && !createsEtcd(steps, s.Node) {
+			// A learner an earlier apply added (the plan names its ID)
+			// and started: it only needs its vote.
+			if err := r.promoteStarted(ctx, s.Node); err != nil {
+				return err
+			}
+			continue
+		}
 		if s.Component != desired.Etcd || s.Action == plan.Remove {
 			continue
 		}
@@ -555,6 +563,28 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		}
 	}
 	return r.allEtcdHealthy(ctx)
+}
+
+// createsEtcd reports whether steps create node's etcd container.
+func createsEtcd(steps []plan.Step, node string) bool {
+	return slices.ContainsFunc(steps, func(s plan.Step) bool {
+		return s.Node == node && s.Component == desired.Etcd && s.Action == plan.Create
+	})
+}
+
+// promoteStarted promotes the learner of node, whose container runs
+// already, once it is healthy.
+func (r *runner) promoteStarted(ctx context.Context, node string) error {
+	id, ok := r.learner(node)
+	if !ok {
+		return nil // a voter already
+	}
+	err := r.promote(ctx, id)
+	r.say(node, "etcd member promoted from learner to voter", err)
+	if err != nil {
+		return err
+	}
+	return r.waitHealthy(ctx, node, []string{desired.Etcd})
 }
 
 // changesEtcd reports whether a step changes a running etcd cluster's
