@@ -73,6 +73,11 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzCAPatterns ./transport/sshtun
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadJSON ./reconcile/statedir
 
+.PHONY: chaos
+chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, git away, on a sandbox; prints a table (docs/reliability.md)
+	$(BIN) sandbox images >/dev/null
+	RIGGER_E2E=1 RIGGER_CHAOS=1 $(GO) test -count=1 -timeout 60m -run '^TestChaosSandbox$$' -v ./reconcile/gitops; rc=$$?; $(BIN) sandbox down --name test22 || rc=1; exit $$rc
+
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
 	RIGGER_E2E=1 $(GO) test -run '^$$' -bench . -benchmem ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
@@ -66,6 +67,7 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 		return notRun, err
 	}
 	defer unlease()
+	crashpoint.Reach(crashpoint.ApplyLocked)
 	if pl.saveState {
 		if err := pki.Save(s.opts.StateDir, pl.PKI); err != nil {
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
@@ -133,6 +135,7 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 		}
 	}
 	res, err := execute.Run(ctx, pl.Plan, opts)
+	crashpoint.Reach(crashpoint.ApplyExecuted)
 	if err == nil {
 		// kubenode: labels, taints and stale Nodes, also after an empty plan.
 		err = side.reconcile(ctx)

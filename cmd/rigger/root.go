@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/rigger/rigger/internal/crashpoint"
 )
 
 // envPrefix is the prefix of the environment variables that stand in for
@@ -35,6 +37,9 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := crashpoint.Check(); err != nil {
+				return err
+			}
 			return applyEnvOverrides(cmd.Flags(), os.LookupEnv)
 		},
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/docker/docker/pkg/jsonmessage"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/registryauth"
 )
@@ -178,6 +179,7 @@ func Replace(ctx context.Context, e Engine, node string, c *desired.Container, e
 		_ = e.ContainerStart(context.WithoutCancel(ctx), c.Name, container.StartOptions{})
 		return "", fmt.Errorf("node %s: rename container %s: %w", node, c.Name, err)
 	}
+	crashpoint.Reach(crashpoint.ReplaceStopped)
 	id, err := Create(ctx, e, node, c, extraArgs)
 	if err != nil {
 		restoreCtx := context.WithoutCancel(ctx)

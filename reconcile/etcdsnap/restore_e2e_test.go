@@ -227,7 +227,7 @@ func restorePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	})
 
 	t.Run("a snapshot on no etcd node is fetched from s3", func(t *testing.T) {
-		c3 := e.cluster(t, shortAddonWait, e.withS3("clusters/test4/restore", e.gw.secret))
+		c3 := e.cluster(t, shortAddonWait, e.withS3("clusters/test4/restore", e.gw.Secret))
 		release() // sess's lock: sess3 takes its own
 		sess3, release3 := a.EtcdLocked(ctx, t, c3)
 		defer release3()

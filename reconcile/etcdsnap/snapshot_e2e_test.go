@@ -239,15 +239,15 @@ func snapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	})
 
 	t.Run("upload to s3", func(t *testing.T) {
-		s3sess := open(e.cluster(t, e.withS3(folder, gw.secret)))
+		s3sess := open(e.cluster(t, e.withS3(folder, gw.Secret)))
 		res, err := etcdsnap.Save(ctx, s3sess, etcdsnap.SaveOptions{Name: "to-s3"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "s3://" + gw.bucket + "/" + folder + "/to-s3"; res.S3 != want {
+		if want := "s3://" + gw.Bucket + "/" + folder + "/to-s3"; res.S3 != want {
 			t.Errorf("uploaded to %q, want %q", res.S3, want)
 		}
-		obj, err := gw.client.GetObject(ctx, gw.bucket, folder+"/to-s3", minio.GetObjectOptions{})
+		obj, err := gw.Client.GetObject(ctx, gw.Bucket, folder+"/to-s3", minio.GetObjectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +256,7 @@ func snapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		if sum := sha256.Sum256(b); err != nil || hex.EncodeToString(sum[:]) != res.Sidecar.SHA256 {
 			t.Errorf("the object in s3 is not the snapshot: %v", err)
 		}
-		obj, err = gw.client.GetObject(ctx, gw.bucket, folder+"/to-s3.json", minio.GetObjectOptions{})
+		obj, err = gw.Client.GetObject(ctx, gw.Bucket, folder+"/to-s3.json", minio.GetObjectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func snapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		if sc, err := etcdsnap.ParseSidecar(side); err != nil || sc.SHA256 != res.Sidecar.SHA256 {
 			t.Errorf("sidecar in s3: %v", err)
 		}
-		if bytes.Contains(side, []byte(gw.secret)) || bytes.Contains(side, []byte(gw.access)) {
+		if bytes.Contains(side, []byte(gw.Secret)) || bytes.Contains(side, []byte(gw.Access)) {
 			t.Error("the sidecar holds the s3 credentials")
 		}
 
@@ -282,7 +282,7 @@ func snapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		if err != nil || !slices.Contains(del.Deleted, res.S3) || len(del.Deleted) != 4 {
 			t.Errorf("delete --s3: %v %+v", err, del)
 		}
-		if _, err := gw.client.StatObject(ctx, gw.bucket, folder+"/to-s3", minio.StatObjectOptions{}); err == nil {
+		if _, err := gw.Client.StatObject(ctx, gw.Bucket, folder+"/to-s3", minio.StatObjectOptions{}); err == nil {
 			t.Error("the object is still in s3")
 		}
 	})
@@ -299,7 +299,7 @@ func snapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		if !errors.As(err, &se) || se.Temporary || (se.Code != "SignatureDoesNotMatch" && se.Code != "InvalidAccessKeyId") {
 			t.Errorf("s3 error %#v: want a permanent signature error", se)
 		}
-		for _, secret := range []string{wrong, gw.access} {
+		for _, secret := range []string{wrong, gw.Access} {
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("the error shows a credential: %v", err)
 			}

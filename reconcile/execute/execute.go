@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -231,7 +232,10 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		if o.Hooks.Phase != nil {
 			o.Hooks.Phase(ph.phase, ph.title)
 		}
-		err = ph.run(ctx, steps)
+		crashpoint.Reach(crashpoint.PhaseStart(string(ph.phase)))
+		if err = ph.run(ctx, steps); err == nil {
+			crashpoint.Reach(crashpoint.PhaseDone(string(ph.phase)))
+		}
 	}
 	if c, ok := r.etcdClient.(io.Closer); ok {
 		c.Close()
@@ -348,6 +352,7 @@ func (r *runner) do(ctx context.Context, s plan.Step) error {
 	}
 	r.record(s, err, r.o.Now().Sub(began))
 	r.say(s.Node, describe(s), err)
+	crashpoint.Reach(crashpoint.Step(string(s.Phase)))
 	return err
 }
 
@@ -410,6 +415,13 @@ func (r *runner) apply(ctx context.Context, s plan.Step) error {
 		if _, joining := r.learner(s.Node); joining && s.Component == desired.Etcd {
 			if args, err = r.joinArgs(ctx, s); err != nil {
 				return err
+			}
+			// A new member starts from an empty data directory: what a
+			// member the node had before left there (its etcd role taken
+			// away and given back) makes etcd start as that removed member
+			// and stop, over and over.
+			if err := clean(ctx, e, s.Node, r.o.HelperImage, desired.EtcdHostDataDir); err != nil {
+				return fmt.Errorf("node %s: empty %s before the new etcd member starts: %w", s.Node, desired.EtcdHostDataDir, err)
 			}
 		}
 		_, err := dockerop.Create(ctx, e, s.Node, s.After, args)
@@ -522,9 +534,18 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 			if err != nil {
 				return fmt.Errorf("snapshot before changing etcd (nothing was changed): %w", err)
 			}
+			crashpoint.Reach(crashpoint.EtcdSnapshotTaken)
 		}
 		if err := r.do(ctx, s); err != nil {
 			return err
+		}
+		if s.Action == plan.AddMember && s.Member.ID != 0 && !createsEtcd(steps, s.Node) {
+			// A learner an earlier apply added (the plan names its ID)
+			// and started: it only needs its vote.
+			if err := r.promoteStarted(ctx, s.Node); err != nil {
+				return err
+			}
+			continue
 		}
 		if s.Component != desired.Etcd || s.Action == plan.Remove {
 			continue
@@ -542,6 +563,28 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		}
 	}
 	return r.allEtcdHealthy(ctx)
+}
+
+// createsEtcd reports whether steps create node's etcd container.
+func createsEtcd(steps []plan.Step, node string) bool {
+	return slices.ContainsFunc(steps, func(s plan.Step) bool {
+		return s.Node == node && s.Component == desired.Etcd && s.Action == plan.Create
+	})
+}
+
+// promoteStarted promotes the learner of node, whose container runs
+// already, once it is healthy.
+func (r *runner) promoteStarted(ctx context.Context, node string) error {
+	id, ok := r.learner(node)
+	if !ok {
+		return nil // a voter already
+	}
+	err := r.promote(ctx, id)
+	r.say(node, "etcd member promoted from learner to voter", err)
+	if err != nil {
+		return err
+	}
+	return r.waitHealthy(ctx, node, []string{desired.Etcd})
 }
 
 // changesEtcd reports whether a step changes a running etcd cluster's
@@ -630,6 +673,7 @@ func (r *runner) addMember(ctx context.Context, s plan.Step) error {
 		if err != nil {
 			return err
 		}
+		crashpoint.Reach(crashpoint.EtcdLearnerAdded)
 		added = &mem
 	}
 	if added.IsLearner {
@@ -816,12 +860,12 @@ func (r *runner) cleanFiles(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	return clean(ctx, e, node, r.o.HelperImage, desired.CleanPaths(r.o.Desired.PrefixPath))
+	return clean(ctx, e, node, r.o.HelperImage, desired.CleanPaths(r.o.Desired.PrefixPath)...)
 }
 
-// clean empties paths on the node with a one-shot helper container (the
-// directories stay: they may be mount points).
-func clean(ctx context.Context, e dockerop.Engine, node, image string, paths []string) error {
+// clean empties the directories paths on the node with a one-shot helper
+// container (the directories stay: they may be mount points).
+func clean(ctx context.Context, e dockerop.Engine, node, image string, paths ...string) error {
 	const script = `for d in "$@"; do [ -d "/host$d" ] && find "/host$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done; exit 0`
 	binds := make([]string, 0, len(paths))
 	for _, p := range paths {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -441,5 +442,49 @@ func TestMembershipVia(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, fake.via); diff != "" {
 		t.Errorf("changes sent through (-want +got):\n%s", diff)
+	}
+}
+
+// TestCrashPoints: RIGGER_FAULT (package crashpoint) can name the start
+// and the end of every phase of Run, and the steps of those with steps.
+func TestCrashPoints(t *testing.T) {
+	points := crashpoint.Points()
+	for _, ph := range []plan.Phase{plan.PhaseFiles, plan.PhaseEtcd, plan.PhaseControlPlane, phaseKubernetes, plan.PhaseWorker, phaseAddons, plan.PhaseRemovedNodes} {
+		want := []string{crashpoint.PhaseStart(string(ph)), crashpoint.PhaseDone(string(ph))}
+		if ph != phaseKubernetes && ph != phaseAddons {
+			want = append(want, crashpoint.Step(string(ph)))
+		}
+		for _, p := range want {
+			if !slices.Contains(points, p) {
+				t.Errorf("phase %s: no point %s in crashpoint.Points()", ph, p)
+			}
+		}
+	}
+}
+
+// TestLearnerPromotedWithoutCreate: a learner that an earlier apply added
+// and started (its container runs; the plan adds it again to resume it)
+// is promoted; one whose container the plan creates is promoted after it.
+func TestLearnerPromotedWithoutCreate(t *testing.T) {
+	d := build(t, clusterYML)
+	m := func(id uint64, host string, learner bool) etcdmember.Member {
+		return etcdmember.Member{ID: id, Name: "etcd-" + host, PeerURLs: []string{"https://" + host + ":2380"},
+			ClientURLs: []string{"https://" + host + ":2379"}, Healthy: !learner, IsLearner: learner}
+	}
+	a, b, c := m(1, "10.0.0.1", false), m(2, "10.0.0.2", false), m(3, "10.0.0.3", true)
+	fake := &membersFake{members: []etcdmember.Member{a, b, c}, via: map[string][]string{}}
+	p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{
+		{Node: "10.0.0.3", Component: plan.EtcdMemberComponent, Action: plan.AddMember, Phase: plan.PhaseEtcd, Member: &c},
+	}}
+	o := options(d, &recorder{})
+	o.Etcd = func(context.Context) (Membership, error) { return fake, nil }
+	if _, err := run(context.Background(), p, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fake.via["promote 3"]; !ok {
+		t.Errorf("the started learner was not promoted: changes %v", fake.via)
+	}
+	if _, ok := fake.via["add https://10.0.0.3:2380"]; ok {
+		t.Error("the learner was added a second time")
 	}
 }

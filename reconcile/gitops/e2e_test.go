@@ -500,9 +500,12 @@ type serveProc struct {
 	port int
 	// stop interrupts serve and waits for it to end.
 	stop func()
-	mu   sync.Mutex
-	log  []logEntry
-	raw  bytes.Buffer
+	// ending is set when serve is expected to end: it is stopped, or
+	// killed on purpose (expectEnd).
+	ending atomic.Bool
+	mu     sync.Mutex
+	log    []logEntry
+	raw    bytes.Buffer
 }
 
 type logEntry struct {
@@ -545,7 +548,6 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stopping atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -561,12 +563,12 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 			p.raw.WriteByte('\n')
 			p.mu.Unlock()
 		}
-		if !stopping.Load() {
+		if !p.ending.Load() {
 			t.Errorf("serve %s ended by itself; its log ends:\n%s", name, p.tail())
 		}
 	}()
 	p.stop = sync.OnceFunc(func() {
-		stopping.Store(true)
+		p.ending.Store(true)
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
@@ -583,6 +585,22 @@ func startServe(t testing.TB, bin, name string, o *origin, stateDir string, port
 		}
 	})
 	return p
+}
+
+// expectEnd says serve is expected to end by itself (a fault kills it).
+func (p *serveProc) expectEnd() { p.ending.Store(true) }
+
+// waitRaw waits until the raw log holds sub.
+func (p *serveProc) waitRaw(timeout time.Duration, sub string) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		p.mu.Lock()
+		found := strings.Contains(p.raw.String(), sub)
+		p.mu.Unlock()
+		if found {
+			return true
+		}
+	}
+	return false
 }
 
 // readyz is the status of serve's /readyz (0 when it does not answer).

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
@@ -264,6 +265,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	}
 	cfg.Metrics.reconciled(out, end.Sub(start))
 	f := w.statusFile(out, cause, start, end)
+	crashpoint.Reach(crashpoint.ServeReconciled)
 	err = w.writeStatus(ctx, f)
 	cfg.Events(Event{Kind: EventReconcileEnd, Path: w.path, Revision: ref.Revision, Err: out.err})
 	switch {

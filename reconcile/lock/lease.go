@@ -484,11 +484,23 @@ func noAnswer(err error) bool {
 	return errors.As(err, &urlErr) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// transient reports whether err may go away by itself: no answer, or the
-// API server busy or failing.
+// transient reports whether err may go away by itself: no answer, the
+// API server busy or failing, or the Lease's namespace not there yet (an
+// API server creates kube-system as it starts: a new cluster's first API
+// server answers a moment before).
 func transient(err error) bool {
 	return noAnswer(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || namespaceMissing(err)
+}
+
+// namespaceMissing reports whether err says that a namespace is not found.
+func namespaceMissing(err error) bool {
+	var st apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &st) {
+		return false
+	}
+	d := st.Status().Details
+	return d != nil && d.Kind == "namespaces"
 }
 
 // newElector returns a leader elector on the Lease namespace/name for id,

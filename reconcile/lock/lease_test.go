@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -683,5 +684,30 @@ func TestLeaseAPIServerStarting(t *testing.T) {
 	release()
 	if n := gets.Load(); n < 3 {
 		t.Errorf("%d reads, want the two refused ones and more", n)
+	}
+}
+
+// TestLeaseNamespaceNotYetThere: a new cluster's first API server answers
+// a moment before it has created kube-system, and a Lease cannot be made
+// there meanwhile ("namespaces \"kube-system\" not found"): it is asked
+// again, and the lease is taken once the namespace is there (an apply
+// killed right after the first API server started was refused by the
+// next, make chaos).
+func TestLeaseNamespaceNotYetThere(t *testing.T) {
+	c := newCluster()
+	var creates atomic.Int32
+	c.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if creates.Add(1) <= 2 {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, testNS)
+		}
+		return false, nil, nil
+	})
+	_, release, err := Lease(t.Context(), c, testNS, testLease, testHolder("me"), LeaseOptions{Timing: testTiming})
+	if err != nil {
+		t.Fatalf("Lease once the namespace is there: %v", err)
+	}
+	release()
+	if n := creates.Load(); n < 3 {
+		t.Errorf("%d creates, want the two refused ones and more", n)
 	}
 }

@@ -398,6 +398,22 @@ func withMembership(d *desired.Cluster, o *observe.Cluster, steps []Step) []Step
 		}
 		return Step{Node: peerHost(m), Component: EtcdMemberComponent, Action: RemoveMember, Phase: PhaseEtcd, Reason: reason, Member: &m}
 	}
+	// learners are the members of etcd nodes that an earlier apply added
+	// as learners and did not promote (it stopped), by node: adding them
+	// again resumes them (the executor finds them added, starts their
+	// container as a joining member, and promotes them).
+	learners := map[string]etcdmember.Member{}
+	for _, w := range want {
+		if m := etcdmember.Find(o.Etcd.Members, w.PeerURL); m != nil && m.IsLearner {
+			learners[w.Node] = *m
+		}
+	}
+	resume := func(w etcdmember.Want) Step {
+		m := learners[w.Node]
+		delete(learners, w.Node)
+		return Step{Node: w.Node, Component: EtcdMemberComponent, Action: AddMember, Phase: PhaseEtcd,
+			Reason: "added as a learner by an apply that stopped before it voted: joins, votes once it has caught up", Member: &m}
+	}
 	var out, containerRemovals []Step
 	for _, m := range changes.RemoveFirst {
 		out = append(out, removeStep(m))
@@ -415,8 +431,18 @@ func withMembership(d *desired.Cluster, o *observe.Cluster, steps []Step) []Step
 						Member: &etcdmember.Member{Name: w.Name, PeerURLs: []string{w.PeerURL}, IsLearner: true}})
 				}
 			}
+			for _, w := range want {
+				if _, ok := learners[w.Node]; ok && w.Node == s.Node {
+					out = append(out, resume(w))
+				}
+			}
 		}
 		out = append(out, s)
+	}
+	for _, w := range want {
+		if _, ok := learners[w.Node]; ok {
+			out = append(out, resume(w)) // its container runs: promoted
+		}
 	}
 	for _, m := range changes.RemoveLast {
 		out = append(out, removeStep(m))

@@ -642,3 +642,34 @@ func TestEtcdMembership(t *testing.T) {
 		t.Errorf("etcd phase (-want +got):\n%s", diff)
 	}
 }
+
+// TestEtcdLearnerResumed: a member an apply added as a learner and did not
+// promote (it was killed) is added again, which resumes it: before its
+// container's creation when that is missing, alone when it runs (the
+// executor then promotes it).
+func TestEtcdLearnerResumed(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		d := build(t, baseYML, nil)
+		o := asApplied(d)
+		var members []etcdmember.Member
+		for i, addr := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
+			members = append(members, etcdmember.Member{ID: uint64(i + 1), Name: "etcd-" + addr, PeerURLs: []string{"https://" + addr + ":2380"}, Healthy: true})
+		}
+		members[2].IsLearner, members[2].Healthy = true, false
+		o.Etcd = &observe.Etcd{Members: members}
+		want := []string{"etcd 10.0.0.3 add-member etcd-member (added as a learner by an apply that stopped before it voted: joins, votes once it has caught up)"}
+		if !running {
+			delete(o.Nodes["10.0.0.3"].Containers, desired.Etcd)
+			want = append(want, "etcd 10.0.0.3 create etcd (container missing)")
+		}
+		var got []string
+		for _, s := range Compute(d, o).Steps {
+			if s.Phase == PhaseEtcd {
+				got = append(got, line(s))
+			}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("container running %v: etcd phase (-want +got):\n%s", running, diff)
+		}
+	}
+}
