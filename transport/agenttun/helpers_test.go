@@ -123,9 +123,16 @@ func (ts *testServer) agentConfig(t testing.TB, name string, n node) AgentConfig
 
 // runningAgent is an agent running in the test.
 type runningAgent struct {
-	done chan struct{}
-	err  error // set once done is closed
-	logs *syncBuffer
+	done   chan struct{}
+	err    error // set once done is closed
+	logs   *syncBuffer
+	cancel context.CancelFunc
+}
+
+// stop stops the agent and waits for it to end.
+func (ra *runningAgent) stop() {
+	ra.cancel()
+	<-ra.done
 }
 
 // runAgent runs an agent until the test ends.
@@ -138,14 +145,12 @@ func runAgent(t testing.TB, cfg AgentConfig) *runningAgent {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	ra.cancel = cancel
 	go func() {
 		defer close(ra.done)
 		ra.err = a.Run(ctx)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-ra.done
-	})
+	t.Cleanup(ra.stop)
 	return ra
 }
 
