@@ -13,23 +13,27 @@ import (
 // startAgentServer runs a tunnel server on loopback admitting node n1.
 func startAgentServer(t *testing.T) (url, checksum, token string) {
 	t.Helper()
-	store, err := agenttun.OpenStore("", "c1", time.Now())
+	store, err := agenttun.OpenStore("", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := agenttun.NewServer(agenttun.Config{Store: store, Hosts: []string{"127.0.0.1"},
+	srv, err := agenttun.NewServer(agenttun.Config{Cluster: "c1", Store: store,
 		Nodes: []agenttun.Node{{Name: "n1", DockerSocket: "/var/run/docker.sock"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tlsConfig, err := store.CA().TLSConfig([]string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs := httptest.NewUnstartedServer(srv)
-	hs.TLS = srv.TLSConfig()
+	hs.TLS = tlsConfig
 	hs.StartTLS()
 	t.Cleanup(func() {
 		srv.Close()
 		hs.Close()
 	})
-	tok, err := store.IssueToken(time.Hour, time.Now())
+	tok, err := store.IssueToken("c1", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

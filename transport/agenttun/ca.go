@@ -39,8 +39,8 @@ type CA struct {
 	certPEM []byte
 }
 
-// NewCA creates a CA named after the cluster.
-func NewCA(cluster string, now time.Time) (*CA, error) {
+// NewCA creates a CA.
+func NewCA(now time.Time) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("create tunnel CA key: %w", err)
@@ -51,7 +51,7 @@ func NewCA(cluster string, now time.Time) (*CA, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "rigger-agent-ca@" + cluster},
+		Subject:               pkix.Name{CommonName: "rigger-agent-ca"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -117,6 +117,23 @@ func Checksum(caPEM []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// TLSConfig is the configuration of the tunnel endpoint's listener: a
+// serving certificate issued by the CA for hosts (the DNS names and IP
+// addresses agents reach it at), and client certificates of the CA checked
+// when given.
+func (ca *CA) TLSConfig(hosts []string, now time.Time) (*tls.Config, error) {
+	cert, err := ca.serverCert(hosts, now)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    ca.pool(),
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
 // pool holds the CA alone.
 func (ca *CA) pool() *x509.CertPool {
 	p := x509.NewCertPool()
@@ -158,10 +175,11 @@ func (ca *CA) serverCert(hosts []string, now time.Time) (tls.Certificate, error)
 }
 
 // signNode issues node's client certificate for the public key of csrPEM.
-// The certificate names the node the token holder asked to join as, never
-// what the CSR's subject says, and is good for client authentication only,
-// so that it can never serve as the tunnel server's certificate.
-func (ca *CA) signNode(node string, csrPEM []byte, now time.Time) (*x509.Certificate, []byte, error) {
+// The certificate names the node (CN) and cluster (OU) the token holder
+// joined, never what the CSR's subject says, and is good for client
+// authentication only, so that it can never serve as the tunnel server's
+// certificate.
+func (ca *CA) signNode(cluster, node string, csrPEM []byte, now time.Time) (*x509.Certificate, []byte, error) {
 	b, _ := pem.Decode(csrPEM)
 	if b == nil || b.Type != "CERTIFICATE REQUEST" {
 		return nil, nil, errors.New("csr: no CERTIFICATE REQUEST block")
@@ -179,7 +197,7 @@ func (ca *CA) signNode(node string, csrPEM []byte, now time.Time) (*x509.Certifi
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: node, Organization: []string{nodeOrganization}},
+		Subject:      pkix.Name{CommonName: node, Organization: []string{nodeOrganization}, OrganizationalUnit: []string{cluster}},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(NodeValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

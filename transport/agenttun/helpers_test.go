@@ -60,7 +60,7 @@ func startServer(t testing.TB, nodes ...Node) *testServer {
 	t.Helper()
 	ts := &testServer{t: t, dir: t.TempDir(), nodes: nodes, logs: &syncBuffer{}}
 	ts.start("127.0.0.1:0")
-	tok, err := ts.srv.store.IssueToken(time.Hour, time.Now())
+	tok, err := ts.srv.store.IssueToken("c1", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +71,16 @@ func startServer(t testing.TB, nodes ...Node) *testServer {
 func (ts *testServer) start(addr string) {
 	t := ts.t
 	t.Helper()
-	store, err := OpenStore(ts.dir, "c1", time.Now())
+	store, err := OpenStore(ts.dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConfig, err := store.CA().TLSConfig([]string{"127.0.0.1"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := NewServer(Config{
-		Store: store, Hosts: []string{"127.0.0.1"}, Nodes: ts.nodes,
+		Cluster: "c1", Store: store, Nodes: ts.nodes,
 		KeepaliveInterval: time.Second, ConnectWait: 20 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(ts.logs, nil)),
 	})
@@ -90,7 +94,7 @@ func (ts *testServer) start(addr string) {
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Listener.Close()
 	hs.Listener = ln
-	hs.TLS = srv.TLSConfig()
+	hs.TLS = tlsConfig
 	hs.StartTLS()
 	ts.srv, ts.http, ts.addr, ts.URL = srv, hs, ln.Addr().String(), hs.URL
 	t.Cleanup(ts.stop)

@@ -3,6 +3,7 @@ package agenttun
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,18 +122,12 @@ func TestBadTokenRefused(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 
-	// Another cluster's token, issued by a store in the same directory:
-	// tokens are scoped to their cluster.
-	other, err := OpenStore(ts.dir, "c2", time.Now())
+	// Tokens are scoped to their cluster.
+	otherTok, err := ts.srv.store.IssueToken("c2", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherTok, err := other.IssueToken(time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.restart() // reads the other cluster's token too
-	expiring, err := ts.srv.store.IssueToken(time.Minute, time.Now())
+	expiring, err := ts.srv.store.IssueToken("c1", time.Minute, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +157,9 @@ func TestBadTokenRefused(t *testing.T) {
 	}
 }
 
-// dialAs opens a tunnel to ts claiming node with the credentials in dir.
-func dialAs(t *testing.T, ts *testServer, cfg AgentConfig, node string) (*http.Response, error) {
+// dialAs opens a tunnel to the server at url claiming node with the
+// credentials of cfg.
+func dialAs(t *testing.T, url string, cfg AgentConfig, node string) (*http.Response, error) {
 	t.Helper()
 	a, err := NewAgent(cfg)
 	if err != nil {
@@ -175,7 +171,7 @@ func dialAs(t *testing.T, ts *testServer, cfg AgentConfig, node string) (*http.R
 	}
 	hc := verifiedClient(creds.roots, &creds.cert)
 	defer hc.CloseIdleConnections()
-	c, resp, err := websocket.Dial(ctxFor(t), ts.URL+PathConnect+"?node="+node, &websocket.DialOptions{HTTPClient: hc})
+	c, resp, err := websocket.Dial(ctxFor(t), url+PathConnect+"?node="+node, &websocket.DialOptions{HTTPClient: hc})
 	if err == nil {
 		c.CloseNow()
 	}
@@ -190,7 +186,7 @@ func TestNodeActsOnlyAsItself(t *testing.T) {
 	waitFor(t, "a connected", 30*time.Second, func() bool { return ts.connected("a") })
 
 	// Node a's certificate used to open node b's tunnel.
-	resp, err := dialAs(t, ts, cfgA, "b")
+	resp, err := dialAs(t, ts.URL, cfgA, "b")
 	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a's certificate for b's tunnel: %v (%v), want 403", err, resp)
 	}
@@ -203,6 +199,23 @@ func TestNodeActsOnlyAsItself(t *testing.T) {
 		t.Error("node b is connected through a's certificate")
 	}
 
+	// Node a's certificate used for a node of the same name in another
+	// cluster served by the same endpoint (same CA).
+	other, err := NewServer(Config{Cluster: "c2", Store: ts.srv.store, Nodes: []Node{{Name: "a", DockerSocket: n.docker.Socket}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	hs := httptest.NewUnstartedServer(other)
+	hs.TLS = ts.http.TLS
+	hs.StartTLS()
+	defer hs.Close()
+	resp, err = dialAs(t, hs.URL, cfgA, "a")
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden ||
+		!strings.Contains(refusalOf("connect", resp).Error(), "the certificate presented is for cluster [c1], not c2") {
+		t.Fatalf("c1's certificate for c2's node a: %v (%v), want 403 naming both clusters", err, resp)
+	}
+
 	// A node's older certificate stops working when it joins again.
 	stale := cfgA
 	stale.StateDir = t.TempDir()
@@ -213,10 +226,10 @@ func TestNodeActsOnlyAsItself(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(stale.StateDir, f), b, 0o600)
 	}
-	if err := ts.srv.store.setNode("a", "0", time.Now()); err != nil { // a joined again elsewhere
+	if err := ts.srv.store.setNode("c1", "a", "0", time.Now()); err != nil { // a joined again elsewhere
 		t.Fatal(err)
 	}
-	resp, err = dialAs(t, ts, stale, "a")
+	resp, err = dialAs(t, ts.URL, stale, "a")
 	if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a replaced certificate: %v (%v), want 401", err, resp)
 	}

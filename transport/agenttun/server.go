@@ -2,7 +2,6 @@ package agenttun
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -43,11 +42,11 @@ type Node struct {
 
 // Config is what a Server needs.
 type Config struct {
+	// Cluster is the cluster_name of the cluster whose nodes the server
+	// admits: only tokens and certificates of that cluster are accepted.
+	Cluster string
 	// Store holds the CA, the tokens and the nodes' certificates.
 	Store *Store
-	// Hosts are the DNS names and IP addresses agents reach the server
-	// at: its serving certificate holds them.
-	Hosts []string
 	// Nodes are admitted; see Server.SetNodes.
 	Nodes []Node
 	// KeepaliveInterval: DefaultKeepaliveInterval when zero.
@@ -58,16 +57,17 @@ type Config struct {
 	Now         func() time.Time // nil: time.Now
 }
 
-// Server is the tunnel server: it serves the join and the tunnels over
-// HTTP (mount it under a listener that uses TLSConfig, without a proxy
-// that terminates TLS in front: node certificates authenticate tunnels),
-// and reaches the connected nodes as a transport.Transport.
+// Server is the tunnel server of one cluster: it serves the join and the
+// tunnels over HTTP (mount it under a listener that uses the CA's
+// TLSConfig, without a proxy that terminates TLS in front: node
+// certificates authenticate tunnels), and reaches the connected nodes as a
+// transport.Transport.
 type Server struct {
+	cluster string
 	store   *Store
 	log     *slog.Logger
 	now     func() time.Time
 	cfg     Config
-	tlsCert tls.Certificate
 	mux     *http.ServeMux
 
 	mu      sync.Mutex
@@ -99,8 +99,8 @@ type session struct {
 
 // NewServer returns a server that admits cfg.Nodes.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("agent tunnel server: no store")
+	if cfg.Store == nil || cfg.Cluster == "" {
+		return nil, errors.New("agent tunnel server: no store or no cluster")
 	}
 	if cfg.KeepaliveInterval <= 0 {
 		cfg.KeepaliveInterval = DefaultKeepaliveInterval
@@ -114,12 +114,8 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	cert, err := cfg.Store.CA().serverCert(cfg.Hosts, cfg.Now())
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
-		store: cfg.Store, log: cfg.Logger, now: cfg.Now, cfg: cfg, tlsCert: cert,
+		cluster: cfg.Cluster, store: cfg.Store, log: cfg.Logger.With("cluster", cfg.Cluster), now: cfg.Now, cfg: cfg,
 		done: make(chan struct{}), nodes: map[string]*nodeState{}, pending: map[string]PendingAgent{},
 	}
 	s.SetNodes(cfg.Nodes)
@@ -128,18 +124,6 @@ func NewServer(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST "+PathJoin, s.serveJoin)
 	s.mux.HandleFunc("GET "+PathConnect, s.serveConnect)
 	return s, nil
-}
-
-// TLSConfig is the configuration of the listener the server is mounted
-// under: its certificate, issued by the tunnel CA for Config.Hosts, and
-// client certificates of that CA checked when given.
-func (s *Server) TLSConfig() *tls.Config {
-	return &tls.Config{
-		Certificates: []tls.Certificate{s.tlsCert},
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    s.store.CA().pool(),
-		MinVersion:   tls.VersionTLS12,
-	}
 }
 
 // ServeHTTP serves PathCACerts, PathJoin and PathConnect.
@@ -176,7 +160,7 @@ func (s *Server) SetNodes(nodes []Node) {
 	}
 	s.mu.Unlock()
 	for _, st := range gone {
-		if err := s.store.revoke(st.name); err != nil {
+		if err := s.store.revoke(s.cluster, st.name); err != nil {
 			s.log.Error("revoke the certificate of a node removed from cluster.yml", "node", st.name, "err", err)
 			continue
 		}
@@ -280,7 +264,7 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || s.store.checkToken(tok, s.now()) != nil {
+	if !ok || s.store.checkToken(s.cluster, tok, s.now()) != nil {
 		s.log.Warn("agent join refused: bad token", "remote", r.RemoteAddr)
 		refuse(w, http.StatusUnauthorized, codeBadToken, errBadToken.Error()+": ask for a new one (rigger agent command)")
 		return
@@ -316,12 +300,12 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 			req.Node, holder.remote, holder.hostname, holder.since.UTC().Format(time.RFC3339)))
 		return
 	}
-	cert, certPEM, err := s.store.CA().signNode(req.Node, []byte(req.CSR), s.now())
+	cert, certPEM, err := s.store.CA().signNode(s.cluster, req.Node, []byte(req.CSR), s.now())
 	if err != nil {
 		refuse(w, http.StatusBadRequest, codeBadRequest, err.Error())
 		return
 	}
-	if err := s.store.setNode(req.Node, serialString(cert), s.now()); err != nil {
+	if err := s.store.setNode(s.cluster, req.Node, serialString(cert), s.now()); err != nil {
 		log.Error("agent join: record the node's certificate", "err", err)
 		http.Error(w, "the server could not record the node's certificate", http.StatusInternalServerError)
 		return
@@ -363,13 +347,19 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	certNode := cert.Subject.CommonName
 	log := s.log.With("node", certNode, "remote", r.RemoteAddr)
+	if certCluster := cert.Subject.OrganizationalUnit; !slices.Equal(certCluster, []string{s.cluster}) {
+		log.Warn("agent tunnel refused: another cluster's certificate", "cert_cluster", certCluster)
+		refuse(w, http.StatusForbidden, codeNotYourself, fmt.Sprintf("the certificate presented is for cluster %v, "+
+			"not %s: check --server", certCluster, s.cluster))
+		return
+	}
 	if node != certNode {
 		log.Warn("agent tunnel refused: a node's certificate used for another node", "claimed", node)
 		refuse(w, http.StatusForbidden, codeNotYourself, fmt.Sprintf("the certificate presented is node %s's, "+
 			"not node %s's: a node can only open its own tunnel", certNode, node))
 		return
 	}
-	if serialString(cert) != s.store.nodeSerial(node) {
+	if serialString(cert) != s.store.nodeSerial(s.cluster, node) {
 		log.Warn("agent tunnel refused: the certificate was replaced or revoked")
 		refuse(w, http.StatusUnauthorized, codeRevoked, fmt.Sprintf("the certificate of node %s was replaced or "+
 			"revoked: remove the agent's state directory and join again with a new token", node))

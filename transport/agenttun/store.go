@@ -31,24 +31,25 @@ const tokenPrefix = "rgt_"
 // maxStateBytes bounds agents.json when it is read back.
 const maxStateBytes = 16 << 20
 
-// Store keeps what the tunnel server must remember across restarts: the
-// CA, the join tokens (their SHA-256 only: a token is shown once, when it
-// is issued) and the serial of each node's current certificate (an older
-// certificate of the node, or one whose node was revoked, is refused). With
-// an empty directory it keeps everything in memory. It is safe for
-// concurrent use.
+// Store keeps what the tunnel servers of one rigger serve must remember
+// across restarts: the CA they share (one TLS endpoint serves every
+// cluster), the join tokens (their SHA-256 only: a token is shown once,
+// when it is issued), each for one cluster, and the serial of each node's
+// current certificate (an older certificate of the node, or one whose node
+// was revoked, is refused). With an empty directory it keeps everything in
+// memory. It is safe for concurrent use.
 type Store struct {
-	dir     string
-	cluster string
-	ca      *CA
+	dir string
+	ca  *CA
 
 	mu    sync.Mutex
 	state storeState
 }
 
 type storeState struct {
-	Tokens []TokenRecord          `json:"tokens"`
-	Nodes  map[string]*NodeRecord `json:"nodes"`
+	Tokens []TokenRecord `json:"tokens"`
+	// Nodes are keyed by cluster and node: "cluster/node".
+	Nodes map[string]*NodeRecord `json:"nodes"`
 }
 
 // TokenRecord is a join token as the store keeps it.
@@ -69,13 +70,12 @@ type NodeRecord struct {
 	Issued time.Time `json:"issued"`
 }
 
-// OpenStore reads the store of cluster in dir, creating the directory and
-// a new CA when the directory holds none. An empty dir keeps the store in
-// memory.
-func OpenStore(dir, cluster string, now time.Time) (*Store, error) {
-	s := &Store{dir: dir, cluster: cluster, state: storeState{Nodes: map[string]*NodeRecord{}}}
+// OpenStore reads the store in dir, creating the directory and a new CA
+// when the directory holds none. An empty dir keeps the store in memory.
+func OpenStore(dir string, now time.Time) (*Store, error) {
+	s := &Store{dir: dir, state: storeState{Nodes: map[string]*NodeRecord{}}}
 	if dir == "" {
-		ca, err := NewCA(cluster, now)
+		ca, err := NewCA(now)
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +89,7 @@ func OpenStore(dir, cluster string, now time.Time) (*Store, error) {
 	keyPEM, kerr := os.ReadFile(filepath.Join(dir, caKeyFile))
 	switch {
 	case errors.Is(cerr, fs.ErrNotExist) && errors.Is(kerr, fs.ErrNotExist):
-		ca, err := NewCA(cluster, now)
+		ca, err := NewCA(now)
 		if err != nil {
 			return nil, err
 		}
@@ -133,16 +133,16 @@ func OpenStore(dir, cluster string, now time.Time) (*Store, error) {
 // CA is the store's certificate authority.
 func (s *Store) CA() *CA { return s.ca }
 
-// IssueToken creates a join token for the store's cluster, valid for ttl
-// (zero: until it is revoked by hand). The token is returned once and only
-// its hash is kept.
-func (s *Store) IssueToken(ttl time.Duration, now time.Time) (string, error) {
+// IssueToken creates a join token for cluster, valid for ttl (zero: until
+// it is revoked by hand). The token is returned once and only its hash is
+// kept.
+func (s *Store) IssueToken(cluster string, ttl time.Duration, now time.Time) (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
 	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-	rec := TokenRecord{SHA256: hashToken(tok), Cluster: s.cluster, Created: now.UTC()}
+	rec := TokenRecord{SHA256: hashToken(tok), Cluster: cluster, Created: now.UTC()}
 	if ttl > 0 {
 		rec.Expires = now.Add(ttl).UTC()
 	}
@@ -160,9 +160,8 @@ func (s *Store) IssueToken(ttl time.Duration, now time.Time) (string, error) {
 // a refusal says nothing about which tokens exist.
 var errBadToken = errors.New("the join token is not valid for this cluster (unknown, expired or for another cluster)")
 
-// checkToken accepts a token issued for the store's cluster that has not
-// expired.
-func (s *Store) checkToken(tok string, now time.Time) error {
+// checkToken accepts a token issued for cluster that has not expired.
+func (s *Store) checkToken(cluster, tok string, now time.Time) error {
 	if !strings.HasPrefix(tok, tokenPrefix) {
 		return errBadToken
 	}
@@ -172,7 +171,7 @@ func (s *Store) checkToken(tok string, now time.Time) error {
 	for _, r := range s.state.Tokens {
 		// The hashes of a 256-bit secret: comparing them in variable time
 		// tells an attacker nothing about a token.
-		if r.SHA256 == h && r.Cluster == s.cluster && (r.Expires.IsZero() || now.Before(r.Expires)) {
+		if r.SHA256 == h && r.Cluster == cluster && (r.Expires.IsZero() || now.Before(r.Expires)) {
 			return nil
 		}
 	}
@@ -180,7 +179,8 @@ func (s *Store) checkToken(tok string, now time.Time) error {
 }
 
 // setNode records the certificate node holds from now on.
-func (s *Store) setNode(node, serial string, now time.Time) error {
+func (s *Store) setNode(cluster, node, serial string, now time.Time) error {
+	node = nodeKey(cluster, node)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.state.Nodes[node]
@@ -197,7 +197,8 @@ func (s *Store) setNode(node, serial string, now time.Time) error {
 }
 
 // nodeSerial is the serial of node's current certificate, "" if none.
-func (s *Store) nodeSerial(node string) string {
+func (s *Store) nodeSerial(cluster, node string) string {
+	node = nodeKey(cluster, node)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.state.Nodes[node]; r != nil {
@@ -207,7 +208,8 @@ func (s *Store) nodeSerial(node string) string {
 }
 
 // revoke forgets node's certificate: it is refused from then on.
-func (s *Store) revoke(node string) error {
+func (s *Store) revoke(cluster, node string) error {
+	node = nodeKey(cluster, node)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.state.Nodes[node]
@@ -232,6 +234,8 @@ func (s *Store) saveLocked() error {
 	}
 	return writeFile(filepath.Join(s.dir, stateFile), b)
 }
+
+func nodeKey(cluster, node string) string { return cluster + "/" + node }
 
 func hashToken(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
