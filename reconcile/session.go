@@ -20,8 +20,13 @@ type Options struct {
 	StateDir string
 	// Log receives what operators need to know (recovered PKI, retries).
 	Log *slog.Logger
-	// Transport reaches the nodes; nil means SSH as cluster.yml says.
+	// Transport reaches the nodes; nil means as cluster.yml says: SSH,
+	// and Agents for the nodes with transport: agent.
 	Transport transport.Transport
+	// Agents reaches the nodes with transport: agent when Transport is
+	// nil: rigger serve's agent tunnel for the cluster, which outlives the
+	// session. Nil: those nodes are unreachable, with a *NoTunnelError.
+	Agents transport.Transport
 	// Now gives the time (nil: time.Now).
 	Now func() time.Time
 	// ConfigDir is the directory of cluster.yml: relative addons_include
@@ -78,7 +83,7 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		if err != nil {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
-		s.tr, s.own = tr, true
+		s.tr, s.own = routeAgentNodes(&reach, tr, opts.Agents), true
 	}
 	return s, nil
 }
