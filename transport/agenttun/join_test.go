@@ -55,14 +55,14 @@ func TestJoin(t *testing.T) {
 
 	// At rest: the server keeps the token's hash only, the agent its own
 	// key; both mode 0600.
-	state, err := os.ReadFile(filepath.Join(ts.dir, stateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(state), ts.token) || !strings.Contains(string(state), hashToken(ts.token)) {
-		t.Errorf("%s holds the token, or not its hash:\n%s", stateFile, state)
-	}
-	for _, p := range []string{filepath.Join(ts.dir, stateFile), filepath.Join(ts.dir, caKeyFile),
+	tokenFile := filepath.Join(ts.dir, tokensDir, hashToken(ts.token)+".json")
+	filepath.WalkDir(ts.dir, func(p string, d os.DirEntry, err error) error {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), ts.token) {
+			t.Errorf("%s holds the token", p)
+		}
+		return nil
+	})
+	for _, p := range []string{tokenFile, filepath.Join(ts.dir, stateFile), filepath.Join(ts.dir, caKeyFile),
 		filepath.Join(cfg.StateDir, agentKeyFile), filepath.Join(cfg.StateDir, agentCertFile)} {
 		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, mode %v, want 0600", p, err, st.Mode().Perm())
@@ -289,4 +289,23 @@ func TestRemovedNodeRevoked(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != codeRevoked {
 		t.Fatalf("agent of a removed node: %v, want a *RefusedError %s", err, codeRevoked)
 	}
+}
+
+// A token issued by another process on the store's directory (`rigger
+// agent command` while serve runs) is accepted by the running server.
+func TestTokenIssuedBesideTheServer(t *testing.T) {
+	n := startNode(t)
+	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
+	beside, err := OpenStore(ts.dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := beside.IssueToken("c1", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ts.agentConfig(t, "n1", n)
+	cfg.Token = tok
+	runAgent(t, cfg)
+	waitFor(t, "agent joined with the token issued beside the server", 30*time.Second, func() bool { return ts.connected("n1") })
 }

@@ -12,17 +12,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
-// Files of a Store's directory, each mode 0600.
+// Files of a Store's directory, each mode 0600. Each token is a file of
+// its own in tokensDir, named for its hash, so that `rigger agent command`
+// issues tokens while rigger serve runs; agents.json is written by serve
+// alone.
 const (
 	caCertFile = "ca.pem"
 	caKeyFile  = "ca-key.pem"
 	stateFile  = "agents.json"
+	tokensDir  = "tokens"
 )
+
+// maxTokenFile bounds a token's file when it is read back.
+const maxTokenFile = 4096
 
 // tokenPrefix starts every join token, so that one is recognisable in a
 // leak scanner.
@@ -42,12 +50,12 @@ type Store struct {
 	dir string
 	ca  *CA
 
-	mu    sync.Mutex
-	state storeState
+	mu        sync.Mutex
+	state     storeState
+	memTokens []TokenRecord // without a directory
 }
 
 type storeState struct {
-	Tokens []TokenRecord `json:"tokens"`
 	// Nodes are keyed by cluster and node: "cluster/node".
 	Nodes map[string]*NodeRecord `json:"nodes"`
 }
@@ -146,12 +154,21 @@ func (s *Store) IssueToken(cluster string, ttl time.Duration, now time.Time) (st
 	if ttl > 0 {
 		rec.Expires = now.Add(ttl).UTC()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.state.Tokens = append(s.state.Tokens, rec)
-	if err := s.saveLocked(); err != nil {
-		s.state.Tokens = s.state.Tokens[:len(s.state.Tokens)-1]
+	if s.dir == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.memTokens = append(s.memTokens, rec)
+		return tok, nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
 		return "", err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, tokensDir), 0o700); err != nil {
+		return "", fmt.Errorf("issue a join token: %w", err)
+	}
+	if err := writeFile(filepath.Join(s.dir, tokensDir, rec.SHA256+".json"), b); err != nil {
+		return "", fmt.Errorf("issue a join token: %w", err)
 	}
 	return tok, nil
 }
@@ -165,12 +182,26 @@ func (s *Store) checkToken(cluster, tok string, now time.Time) error {
 	if !strings.HasPrefix(tok, tokenPrefix) {
 		return errBadToken
 	}
+	// The hash of a 256-bit secret, looked up in variable time: that
+	// tells an attacker nothing about a token.
 	h := hashToken(tok)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.state.Tokens {
-		// The hashes of a 256-bit secret: comparing them in variable time
-		// tells an attacker nothing about a token.
+	var recs []TokenRecord
+	if s.dir == "" {
+		s.mu.Lock()
+		recs = slices.Clone(s.memTokens)
+		s.mu.Unlock()
+	} else {
+		b, err := readCapped(filepath.Join(s.dir, tokensDir, h+".json"), maxTokenFile)
+		if err != nil {
+			return errBadToken
+		}
+		var r TokenRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			return errBadToken
+		}
+		recs = append(recs, r)
+	}
+	for _, r := range recs {
 		if r.SHA256 == h && r.Cluster == cluster && (r.Expires.IsZero() || now.Before(r.Expires)) {
 			return nil
 		}
