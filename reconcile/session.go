@@ -79,14 +79,20 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		if err != nil {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
-		tr, err := sshtun.New(cfg)
-		if err != nil {
-			return nil, stalls(ReasonInvalidSpec, err)
+		var ssh transport.Transport
+		if len(cfg.Nodes) > 0 { // else every node has transport: agent
+			if ssh, err = sshtun.New(cfg); err != nil {
+				return nil, stalls(ReasonInvalidSpec, err)
+			}
 		}
-		s.tr, s.own = routeAgentNodes(&reach, tr, opts.Agents), true
+		s.tr, s.own = routeAgentNodes(&reach, ssh, opts.Agents), true
 	}
 	return s, nil
 }
+
+// Former are the nodes of the last apply that cluster.yml no longer has:
+// the session still reaches them, to clean them, until an apply has.
+func (s *Session) Former() []spec.Node { return slices.Clone(s.former) }
 
 // Close closes the transport the session made.
 func (s *Session) Close() error {

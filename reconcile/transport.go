@@ -68,8 +68,8 @@ func sshHost(address, port, user, key, keyPath, cert, certPath string, agent boo
 
 // routeAgentNodes returns ssh when c has no node with transport: agent,
 // and otherwise a transport that sends those nodes' calls to agents (nil:
-// a *NoTunnelError) and the others' to ssh. Closing it closes ssh only:
-// the agent tunnel belongs to rigger serve.
+// a *NoTunnelError) and the others' to ssh (nil when there are none).
+// Closing it closes ssh only: the agent tunnel belongs to rigger serve.
 func routeAgentNodes(c *spec.Cluster, ssh, agents transport.Transport) transport.Transport {
 	viaAgent := map[string]bool{}
 	for _, n := range c.Nodes {
@@ -77,7 +77,7 @@ func routeAgentNodes(c *spec.Cluster, ssh, agents transport.Transport) transport
 			viaAgent[n.Address] = true
 		}
 	}
-	if len(viaAgent) == 0 {
+	if len(viaAgent) == 0 && ssh != nil {
 		return ssh
 	}
 	return &nodeRouter{ssh: ssh, agents: agents, viaAgent: viaAgent}
@@ -91,6 +91,9 @@ type nodeRouter struct {
 
 func (r *nodeRouter) pick(node string) (transport.Transport, error) {
 	if !r.viaAgent[node] {
+		if r.ssh == nil {
+			return nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)
+		}
 		return r.ssh, nil
 	}
 	if r.agents == nil {
@@ -115,7 +118,12 @@ func (r *nodeRouter) Dial(ctx context.Context, node, network, addr string) (net.
 	return t.Dial(ctx, node, network, addr)
 }
 
-func (r *nodeRouter) Close() error { return r.ssh.Close() }
+func (r *nodeRouter) Close() error {
+	if r.ssh == nil {
+		return nil
+	}
+	return r.ssh.Close()
+}
 
 // NoTunnelError means a node declared with transport: agent was to be
 // reached where no agent tunnel runs: only rigger serve, with

@@ -102,6 +102,19 @@ func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
 		t.Errorf("Dial to an agent node without a tunnel: %v, want a *NoTunnelError (a transport.NodeError)", err)
 	}
 
+	// A cluster of agent nodes only has no SSH transport.
+	only := *c
+	only.Nodes = c.Nodes[2:]
+	agents.dialed = nil
+	tr = routeAgentNodes(&only, nil, agents)
+	tr.Dial(t.Context(), agentNode, "tcp", "127.0.0.1:2379")
+	if want := []string{agentNode}; !cmp.Equal(agents.dialed, want) {
+		t.Errorf("the agent tunnel reached %v, want %v", agents.dialed, want)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("Close without SSH: %v", err)
+	}
+
 	// A cluster without agent nodes gets SSH itself.
 	c.Nodes[2].Transport = spec.TransportSSH
 	if tr := routeAgentNodes(c, ssh, agents); tr != transport.Transport(ssh) {

@@ -5,11 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport/agenttun"
 )
 
@@ -80,7 +86,88 @@ process list. See docs/agent.md.`,
 	fl.IntSliceVar(&o.allowPorts, "allow-port", defaultAgentPorts(), "node-local TCP ports rigger may reach (on loopback and the node's addresses)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.AddCommand(newAgentCommandCommand())
 	return cmd
+}
+
+// agentCommandOptions are the flags of agent command.
+type agentCommandOptions struct {
+	file, node, server, stateDir, image string
+	ttl                                 time.Duration
+}
+
+// DefaultTokenTTL is how long the token agent command issues is valid.
+const DefaultTokenTTL = 24 * time.Hour
+
+func newAgentCommandCommand() *cobra.Command {
+	var o agentCommandOptions
+	cmd := &cobra.Command{
+		Use:   "command",
+		Short: "Print the docker run line that starts a node's agent, with a new join token",
+		Long: `Command prints the docker run line that starts the agent of --node, a node
+of cluster.yml declared with "transport: agent": the server URL of its
+cluster, the CA checksum, its addresses, and a join token issued now for
+this cluster alone, valid for --ttl. Run it where rigger serve runs, with
+serve's --state-dir (the token is kept there, hashed; serve accepts it at
+once). The line holds the token: hand it over as a secret.`,
+		Example: `  rigger agent command -f clusters/edge/cluster.yml --node 203.0.113.7 \
+    --server https://rigger.example:9443 --state-dir /var/lib/rigger`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadCluster(cmd, o.file)
+			if err != nil {
+				return err
+			}
+			line, err := o.run(c)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), line)
+			return nil
+		},
+	}
+	addFileFlag(cmd, &o.file)
+	fl := cmd.Flags()
+	fl.StringVar(&o.node, "node", "", "the node's address in cluster.yml")
+	fl.StringVar(&o.server, "server", "", "rigger serve's agent endpoint as nodes reach it (its --agent-url: https://host:port)")
+	fl.StringVar(&o.stateDir, "state-dir", "", "rigger serve's --state-dir (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	fl.StringVar(&o.image, "image", "rigger/rigger:"+version, "the agent's image")
+	fl.DurationVar(&o.ttl, "ttl", DefaultTokenTTL, "how long the join token is valid")
+	return cmd
+}
+
+func (o *agentCommandOptions) run(c *spec.Cluster) (string, error) {
+	i := slices.IndexFunc(c.Nodes, func(n spec.Node) bool { return n.Address == o.node })
+	switch {
+	case o.node == "":
+		return "", errors.New("give the node: --node ADDRESS")
+	case i < 0:
+		return "", fmt.Errorf("node %s is not in %s: give a node's address", o.node, o.file)
+	case c.Nodes[i].Transport != spec.TransportAgent:
+		return "", fmt.Errorf("node %s is declared with transport: %s in %s: set transport: agent for it first",
+			o.node, c.Nodes[i].Transport, o.file)
+	case !strings.HasPrefix(o.server, "https://"):
+		return "", fmt.Errorf("--server %q: give rigger serve's agent endpoint, https://host:port", o.server)
+	case o.ttl <= 0:
+		return "", fmt.Errorf("--ttl %s: give a positive duration", o.ttl)
+	}
+	if o.stateDir == "" {
+		d, err := statedir.Default("x")
+		if err != nil {
+			return "", err
+		}
+		o.stateDir = filepath.Dir(d)
+	}
+	now := time.Now()
+	store, err := agenttun.OpenStore(agentStoreDir(o.stateDir), now)
+	if err != nil {
+		return "", err
+	}
+	tok, err := store.IssueToken(c.ClusterName, o.ttl, now)
+	if err != nil {
+		return "", err
+	}
+	return agentRunLine(agentServerURL(o.server, c.ClusterName), store.CA().Checksum(), o.image, c.Nodes[i], tok), nil
 }
 
 func (o *agentOptions) run(ctx context.Context, stderr io.Writer) error {
