@@ -8,9 +8,10 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/transport/internal/testnode"
 )
 
 func TestServerRestart(t *testing.T) {
@@ -41,70 +42,6 @@ func TestServerRestart(t *testing.T) {
 	}
 }
 
-// dropProxy forwards TCP connections to a target and can reset every
-// connection it carries, as a crashed peer or a NAT that forgot them does.
-type dropProxy struct {
-	addr string
-	mu   sync.Mutex
-	live map[net.Conn]bool
-}
-
-func startDropProxy(t testing.TB, target string) *dropProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{addr: ln.Addr().String(), live: map[net.Conn]bool{}}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		p.drop()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.live[c], p.live[s] = true, true
-			p.mu.Unlock()
-			wg.Add(2)
-			cp := func(dst, src net.Conn) {
-				defer wg.Done()
-				io.Copy(dst, src)
-				dst.Close()
-				src.Close()
-				p.mu.Lock()
-				delete(p.live, dst)
-				delete(p.live, src)
-				p.mu.Unlock()
-			}
-			go cp(c, s)
-			go cp(s, c)
-		}
-	}()
-	return p
-}
-
-// drop resets every connection: no FIN, no close frame.
-func (p *dropProxy) drop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.live {
-		c.(*net.TCPConn).SetLinger(0)
-		c.Close()
-	}
-}
-
 // TestAbruptClosesLeaveNothingBehind dials a hundred streams and drops
 // each mid-transfer, and resets the whole tunnel every ten: afterwards the
 // process (server and agent) runs no more goroutines than before and its
@@ -112,9 +49,9 @@ func (p *dropProxy) drop() {
 func TestAbruptClosesLeaveNothingBehind(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
-	proxy := startDropProxy(t, ts.addr)
+	proxy := testnode.StartProxy(t, ts.addr)
 	cfg := ts.agentConfig(t, "n1", n)
-	cfg.Server = "https://" + proxy.addr
+	cfg.Server = "https://" + proxy.Addr
 	runAgent(t, cfg)
 	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
 	dialEcho := func() net.Conn {
@@ -143,7 +80,7 @@ func TestAbruptClosesLeaveNothingBehind(t *testing.T) {
 		io.ReadFull(conn, buf)
 		conn.Close()
 		if i%10 == 9 {
-			proxy.drop()
+			proxy.Reset()
 			waitFor(t, "agent reconnected", 30*time.Second, func() bool {
 				if !ts.connected("n1") {
 					return false
