@@ -125,6 +125,22 @@ func (e *agentEndpoint) admit(srv *agenttun.Server, c *spec.Cluster, former []sp
 	}
 }
 
+// pending lists the cluster's pending agents for its status.yml, as
+// "node (host hostname)".
+func (e *agentEndpoint) pending(cluster string) []string {
+	e.mu.Lock()
+	srv := e.servers[cluster]
+	e.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range srv.Pending() {
+		out = append(out, fmt.Sprintf("%s (host %s)", p.Node, p.Hostname))
+	}
+	return out
+}
+
 // Close closes every cluster's tunnels.
 func (e *agentEndpoint) Close() {
 	e.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,19 +105,30 @@ func TestAgentEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		a.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	var agents sync.WaitGroup
+	defer agents.Wait()
+	defer cancel()
+	agents.Go(func() { a.Run(ctx) })
 	deadline := time.Now().Add(30 * time.Second)
 	for !e.servers["edge"].Agents()[1].Connected {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent did not connect through serve's endpoint")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// An agent of a node cluster.yml does not declare is pending, and
+	// listed for status.yml.
+	b, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server, Token: tok, CAChecksum: sum, Node: "192.0.2.30",
+		DockerSocket: "/var/run/docker.sock", Hostname: "edge-30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents.Go(func() { b.Run(ctx) })
+	deadline = time.Now().Add(30 * time.Second)
+	for !slices.Equal(e.pending("edge"), []string{"192.0.2.30 (host edge-30)"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending agents %v, want the undeclared node's", e.pending("edge"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -186,10 +186,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	var open gitops.Opener
+	var pending func(string) []string
 	if agents != nil {
 		defer agents.Close()
 		defer agentLn.Close()
-		open = agents.open
+		open, pending = agents.open, agents.pending
 	}
 	auth := gitrepo.Auth{SSHKeyFile: o.sshKey, KnownHostsFile: o.knownHosts, Username: o.gitUser}
 	if auth.Password, err = secretFrom(o.gitTokenFile, envGitToken); err != nil {
@@ -208,6 +209,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
+		PendingAgents: pending,
 	})
 	if err != nil {
 		return err

@@ -47,7 +47,7 @@ type StatusFile struct {
 	// Restore is the last restore request carried out.
 	Restore *RestoreStatus `json:"restore,omitempty"`
 	// PendingAgents are agents that asked to join and are not in
-	// cluster.yml (empty until the agent tunnel is in use).
+	// cluster.yml with transport: agent, as "node (host hostname)".
 	PendingAgents []string `json:"pendingAgents,omitempty"`
 	// Status is what the nodes, etcd and the API server said.
 	Status *reconcile.Status `json:"status,omitempty"`

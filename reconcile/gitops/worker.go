@@ -601,6 +601,9 @@ func (w *worker) statusFile(out outcome, cause string, start, end time.Time) *St
 	if f.Cluster == "" && w.prev != nil {
 		f.Cluster = w.prev.Cluster
 	}
+	if cfg.PendingAgents != nil && f.Cluster != "" {
+		f.PendingAgents = cfg.PendingAgents(f.Cluster)
+	}
 	var prev []Condition
 	if w.prev != nil {
 		prev = w.prev.Conditions
