@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
@@ -137,6 +138,27 @@ func (e *agentEndpoint) pending(cluster string) []string {
 	var out []string
 	for _, p := range srv.Pending() {
 		out = append(out, fmt.Sprintf("%s (host %s)", p.Node, p.Hostname))
+	}
+	return out
+}
+
+// tunnels gives the tunnel of each of the cluster's agent nodes for its
+// status.yml.
+func (e *agentEndpoint) tunnels(cluster string) []gitops.AgentTunnel {
+	e.mu.Lock()
+	srv := e.servers[cluster]
+	e.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	var out []gitops.AgentTunnel
+	for _, a := range srv.Agents() {
+		t := gitops.AgentTunnel{Node: a.Node, Connected: a.Connected, Hostname: a.Hostname}
+		if !a.LastSeen.IsZero() {
+			seen := a.LastSeen.UTC().Truncate(time.Second)
+			t.LastSeen = &seen
+		}
+		out = append(out, t)
 	}
 	return out
 }

@@ -117,6 +117,11 @@ func TestAgentEndpoint(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
+	tunnels := e.tunnels("edge")
+	if len(tunnels) != 2 || tunnels[0].Connected || !tunnels[1].Connected || tunnels[1].Node != "192.0.2.20" || tunnels[1].LastSeen == nil {
+		t.Errorf("tunnels for status.yml: %+v, want 192.0.2.20 connected and seen, 192.0.2.10 not", tunnels)
+	}
+
 	// An agent of a node cluster.yml does not declare is pending, and
 	// listed for status.yml.
 	b, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server, Token: tok, CAChecksum: sum, Node: "192.0.2.30",

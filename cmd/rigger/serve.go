@@ -187,10 +187,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	var open gitops.Opener
 	var pending func(string) []string
+	var tunnels func(string) []gitops.AgentTunnel
 	if agents != nil {
 		defer agents.Close()
 		defer agentLn.Close()
-		open, pending = agents.open, agents.pending
+		open, pending, tunnels = agents.open, agents.pending, agents.tunnels
 	}
 	auth := gitrepo.Auth{SSHKeyFile: o.sshKey, KnownHostsFile: o.knownHosts, Username: o.gitUser}
 	if auth.Password, err = secretFrom(o.gitTokenFile, envGitToken); err != nil {
@@ -209,7 +210,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
-		PendingAgents: pending,
+		PendingAgents: pending, AgentTunnels: tunnels,
 	})
 	if err != nil {
 		return err

@@ -87,7 +87,10 @@ type Config struct {
 	// of nodes its cluster.yml does not declare with transport: agent)
 	// for its status.yml.
 	PendingAgents func(cluster string) []string
-	Log           *slog.Logger
+	// AgentTunnels, when set, gives the tunnel of each of a cluster's
+	// nodes with transport: agent, for its status.yml.
+	AgentTunnels func(cluster string) []AgentTunnel
+	Log          *slog.Logger
 	// Metrics receives what happens (nil: none).
 	Metrics *Metrics
 	// Now gives the time (time.Now when nil).

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
@@ -101,7 +102,8 @@ func serveClustersWith(t *testing.T, o *origin, cfg gitops.Config) (*gitops.Serv
 	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
 		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
 		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
-		Open:   cfg.Open, PendingAgents: cfg.PendingAgents, Events: func(e gitops.Event) { events <- e }})
+		Open:   cfg.Open, PendingAgents: cfg.PendingAgents, AgentTunnels: cfg.AgentTunnels,
+		Events: func(e gitops.Event) { events <- e }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +269,7 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 }
 
 // TestServerPendingAgents: the agents of nodes a cluster.yml does not
-// declare are listed in its status.yml.
+// declare, and the tunnels of those it does, are listed in its status.yml.
 func TestServerPendingAgents(t *testing.T) {
 	o := newOrigin(t, freePort(t))
 	o.commit(t, "an edge cluster", map[string]string{
@@ -276,6 +278,7 @@ func TestServerPendingAgents(t *testing.T) {
 	o.push(t)
 	var asked []string
 	var mu sync.Mutex
+	seen := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	_, events := serveClustersWith(t, o, gitops.Config{
 		Open: func(*spec.Cluster, reconcile.Options) (gitops.Session, error) {
 			return nil, errors.New("no nodes in this test")
@@ -285,6 +288,9 @@ func TestServerPendingAgents(t *testing.T) {
 			defer mu.Unlock()
 			asked = append(asked, cluster)
 			return []string{"192.0.2.99 (host edge-99)"}
+		},
+		AgentTunnels: func(string) []gitops.AgentTunnel {
+			return []gitops.AgentTunnel{{Node: "192.0.2.10", Connected: true, Hostname: "edge-10", LastSeen: &seen}}
 		},
 	})
 	timeout := time.After(30 * time.Second)
@@ -303,6 +309,9 @@ func TestServerPendingAgents(t *testing.T) {
 	f := gitops.ParseStatus([]byte(out))
 	if f == nil || !slices.Equal(f.PendingAgents, []string{"192.0.2.99 (host edge-99)"}) {
 		t.Errorf("status.yml does not list the pending agent:\n%s", out)
+	}
+	if want := []gitops.AgentTunnel{{Node: "192.0.2.10", Connected: true, Hostname: "edge-10", LastSeen: &seen}}; f == nil || !cmp.Equal(f.AgentTunnels, want) {
+		t.Errorf("status.yml does not give the agent node's tunnel:\n%s", out)
 	}
 	mu.Lock()
 	defer mu.Unlock()
