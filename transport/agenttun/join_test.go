@@ -277,6 +277,26 @@ func TestSecondHostRefused(t *testing.T) {
 	}
 }
 
+// A node removed from cluster.yml while serve was not running loses its
+// certificate when serve starts again.
+func TestRemovedWhileStoppedRevoked(t *testing.T) {
+	n := startNode(t)
+	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket}, Node{Name: "n2", DockerSocket: n.docker.Socket})
+	ra := runAgent(t, ts.agentConfig(t, "n1", n))
+	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	ra.stop()
+	declared := ts.nodes
+	ts.nodes = nil
+	ts.restart() // made before its cluster.yml is read (as serve's are): revokes nothing
+	if ts.srv.store.nodeSerial("c1", "n1") == "" {
+		t.Fatal("a server made before its cluster.yml was read revoked n1's certificate")
+	}
+	ts.srv.SetNodes(declared[1:]) // cluster.yml read: n1 removed
+	if s := ts.srv.store.nodeSerial("c1", "n1"); s != "" {
+		t.Errorf("n1's certificate (serial %s) is still valid after a restart without it", s)
+	}
+}
+
 func TestRemovedNodeRevoked(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})

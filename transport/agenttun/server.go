@@ -97,7 +97,9 @@ type session struct {
 	since    time.Time
 }
 
-// NewServer returns a server that admits cfg.Nodes.
+// NewServer returns a server that admits cfg.Nodes. It revokes no
+// certificate: SetNodes does, so that a server made before its cluster.yml
+// is read does not revoke its nodes.
 func NewServer(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.Cluster == "" {
 		return nil, errors.New("agent tunnel server: no store or no cluster")
@@ -118,7 +120,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cluster: cfg.Cluster, store: cfg.Store, log: cfg.Logger.With("cluster", cfg.Cluster), now: cfg.Now, cfg: cfg,
 		done: make(chan struct{}), nodes: map[string]*nodeState{}, pending: map[string]PendingAgent{},
 	}
-	s.SetNodes(cfg.Nodes)
+	s.setNodes(cfg.Nodes, false)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET "+PathCACerts, s.serveCACerts)
 	s.mux.HandleFunc("POST "+PathJoin, s.serveJoin)
@@ -130,9 +132,12 @@ func NewServer(cfg Config) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // SetNodes replaces the admitted nodes. The tunnel of a node no longer
-// admitted is closed and its certificate revoked: declared again, it must
-// join again with a token.
-func (s *Server) SetNodes(nodes []Node) {
+// admitted is closed, and the certificate of every node of the cluster not
+// admitted is revoked (also of nodes removed while the server was not
+// running): declared again, a node must join again with a token.
+func (s *Server) SetNodes(nodes []Node) { s.setNodes(nodes, true) }
+
+func (s *Server) setNodes(nodes []Node, revoke bool) {
 	s.mu.Lock()
 	var gone []*nodeState
 	want := map[string]Node{}
@@ -159,12 +164,15 @@ func (s *Server) SetNodes(nodes []Node) {
 		st.closeLocked()
 	}
 	s.mu.Unlock()
-	for _, st := range gone {
-		if err := s.store.revoke(s.cluster, st.name); err != nil {
-			s.log.Error("revoke the certificate of a node removed from cluster.yml", "node", st.name, "err", err)
+	for _, node := range s.store.nodes(s.cluster) {
+		if _, ok := want[node]; ok || !revoke {
 			continue
 		}
-		s.log.Info("node removed from cluster.yml: its tunnel is closed and its certificate revoked", "node", st.name)
+		if err := s.store.revoke(s.cluster, node); err != nil {
+			s.log.Error("revoke the certificate of a node removed from cluster.yml", "node", node, "err", err)
+			continue
+		}
+		s.log.Info("node removed from cluster.yml: its tunnel is closed and its certificate revoked", "node", node)
 	}
 }
 

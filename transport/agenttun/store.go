@@ -238,6 +238,19 @@ func (s *Store) nodeSerial(cluster, node string) string {
 	return ""
 }
 
+// nodes are the nodes of cluster that hold a certificate.
+func (s *Store) nodes(cluster string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for key := range s.state.Nodes {
+		if node, ok := strings.CutPrefix(key, cluster+"/"); ok {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
 // revoke forgets node's certificate: it is refused from then on.
 func (s *Store) revoke(cluster, node string) error {
 	node = nodeKey(cluster, node)
