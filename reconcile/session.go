@@ -23,8 +23,13 @@ type Options struct {
 	StateDir string
 	// Log receives what operators need to know (recovered PKI, retries).
 	Log *slog.Logger
-	// Transport reaches the nodes; nil means SSH as cluster.yml says.
+	// Transport reaches the nodes; nil means as cluster.yml says: SSH,
+	// and Agents for the nodes with transport: agent.
 	Transport transport.Transport
+	// Agents reaches the nodes with transport: agent when Transport is
+	// nil: rigger serve's agent tunnel for the cluster, which outlives the
+	// session. Nil: those nodes are unreachable, with a *NoTunnelError.
+	Agents transport.Transport
 	// Now gives the time (nil: time.Now).
 	Now func() time.Time
 	// ConfigDir is the directory of cluster.yml: relative addons_include
@@ -81,11 +86,13 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		if err != nil {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
-		tr, err := sshtun.New(cfg)
-		if err != nil {
-			return nil, stalls(ReasonInvalidSpec, err)
+		var ssh transport.Transport
+		if len(cfg.Nodes) > 0 { // else every node has transport: agent
+			if ssh, err = sshtun.New(cfg); err != nil {
+				return nil, stalls(ReasonInvalidSpec, err)
+			}
 		}
-		s.tr, s.own = tr, true
+		s.tr, s.own = routeAgentNodes(&reach, ssh, opts.Agents), true
 	}
 	return s, nil
 }
@@ -99,6 +106,10 @@ func (s *Session) docker(ctx context.Context, node string) (dockerop.Engine, err
 	}
 	return dockerop.WithRegistries(cli, s.reg), nil
 }
+
+// Former are the nodes of the last apply that cluster.yml no longer has:
+// the session still reaches them, to clean them, until an apply has.
+func (s *Session) Former() []spec.Node { return slices.Clone(s.former) }
 
 // Close closes the transport the session made.
 func (s *Session) Close() error {

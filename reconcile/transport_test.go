@@ -1,12 +1,18 @@
 package reconcile
 
 import (
+	"context"
+	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/sshtun"
 )
 
@@ -41,5 +47,77 @@ func TestSSHConfigFromClusterYML(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+// fakeTransport records the nodes dialled and whether it was closed.
+type fakeTransport struct {
+	name   string
+	dialed []string
+	closed bool
+}
+
+func (f *fakeTransport) Docker(_ context.Context, node string) (*client.Client, error) {
+	f.dialed = append(f.dialed, node)
+	return nil, errors.New(f.name)
+}
+
+func (f *fakeTransport) Dial(_ context.Context, node, _, _ string) (net.Conn, error) {
+	f.dialed = append(f.dialed, node)
+	return nil, errors.New(f.name)
+}
+
+func (f *fakeTransport) Close() error {
+	f.closed = true
+	return nil
+}
+
+func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
+	c := load(t, "../examples/clusters/bastion/cluster.yml")
+	c.Nodes[2].Transport = spec.TransportAgent
+	agentNode := c.Nodes[2].Address
+	ssh, agents := &fakeTransport{name: "ssh"}, &fakeTransport{name: "agents"}
+	tr := routeAgentNodes(c, ssh, agents)
+	for _, n := range c.Nodes {
+		tr.Dial(t.Context(), n.Address, "tcp", "127.0.0.1:2379")
+		tr.Docker(t.Context(), n.Address)
+	}
+	if want := []string{c.Nodes[0].Address, c.Nodes[0].Address, c.Nodes[1].Address, c.Nodes[1].Address}; !cmp.Equal(ssh.dialed, want) {
+		t.Errorf("SSH reached %v, want %v", ssh.dialed, want)
+	}
+	if want := []string{agentNode, agentNode}; !cmp.Equal(agents.dialed, want) {
+		t.Errorf("the agent tunnel reached %v, want %v", agents.dialed, want)
+	}
+	tr.Close()
+	if !ssh.closed || agents.closed {
+		t.Errorf("Close closed SSH: %v, the agent tunnel: %v; want SSH only (the tunnel is serve's)", ssh.closed, agents.closed)
+	}
+
+	// Without a tunnel (rigger apply), the agent node is unreachable and
+	// the message says why.
+	_, err := routeAgentNodes(c, ssh, nil).Dial(t.Context(), agentNode, "tcp", "127.0.0.1:2379")
+	var nt *NoTunnelError
+	var ne transport.NodeError
+	if !errors.As(err, &nt) || !errors.As(err, &ne) || !strings.Contains(err.Error(), "only rigger serve reaches it") {
+		t.Errorf("Dial to an agent node without a tunnel: %v, want a *NoTunnelError (a transport.NodeError)", err)
+	}
+
+	// A cluster of agent nodes only has no SSH transport.
+	only := *c
+	only.Nodes = c.Nodes[2:]
+	agents.dialed = nil
+	tr = routeAgentNodes(&only, nil, agents)
+	tr.Dial(t.Context(), agentNode, "tcp", "127.0.0.1:2379")
+	if want := []string{agentNode}; !cmp.Equal(agents.dialed, want) {
+		t.Errorf("the agent tunnel reached %v, want %v", agents.dialed, want)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("Close without SSH: %v", err)
+	}
+
+	// A cluster without agent nodes gets SSH itself.
+	c.Nodes[2].Transport = spec.TransportSSH
+	if tr := routeAgentNodes(c, ssh, agents); tr != transport.Transport(ssh) {
+		t.Errorf("routeAgentNodes without agent nodes = %T, want the SSH transport", tr)
 	}
 }

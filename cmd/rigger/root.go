@@ -56,6 +56,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newStatusCommand(),
 		newSnapshotCommand(),
 		newServeCommand(),
+		newAgentCommand(),
 		newNginxProxyCommand(),
 		newSandboxCommand(),
 	)

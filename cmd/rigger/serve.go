@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/transport/agenttun"
 )
 
 // Environment variables serve reads secrets from (flags would show them in
@@ -52,6 +54,8 @@ type serveOptions struct {
 	leaseNamespace, leaseName        string
 	kubeconfig                       string
 	logFormat, logLevel              string
+	agentListen, agentURL            string
+	agentHosts                       []string
 }
 
 func newServeCommand() *cobra.Command {
@@ -95,6 +99,15 @@ HTTP (--listen): /healthz (the process runs), /readyz (the repository was
 fetched and, with --leader-elect, this replica leads), /metrics (Prometheus),
 and the webhook.
 
+Agent tunnel (--agent-listen, TLS): nodes declared with "transport: agent"
+run "rigger agent", which dials in to <--agent-url>/agent/<cluster_name>;
+only the nodes each cluster.yml declares so are admitted. The endpoint's CA,
+tokens and node certificates are kept in <--state-dir>/serve/agent-tunnel;
+its serving certificate names --agent-host. TLS must reach serve end to end
+(no proxy that terminates it). serve logs the CA checksum at start and, for
+each agent node not connected, the docker run line that starts its agent;
+"rigger agent command" prints it with a join token. See docs/agent.md.
+
 One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
 refuses, naming the holder), and each apply holds the Lease
@@ -131,6 +144,9 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	fl.StringVar(&o.leaseName, "lease-name", "rigger-serve", "name of the Lease")
 	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (default: the in-cluster service account)")
+	fl.StringVar(&o.agentListen, "agent-listen", "", "address of the agent tunnel's TLS endpoint (e.g. :9443); empty: no agent tunnel")
+	fl.StringSliceVar(&o.agentHosts, "agent-host", nil, "DNS name or IP address agents reach the endpoint at (repeatable): its certificate names them")
+	fl.StringVar(&o.agentURL, "agent-url", "", "the endpoint's base URL as agents dial it (default https://<first --agent-host>:<port of --agent-listen>)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -165,6 +181,18 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if o.workdir == "" {
 		o.workdir = workdirOf(o.stateDir, o.repo)
 	}
+	agents, agentLn, agentTLS, err := o.agentEndpoint(log)
+	if err != nil {
+		return err
+	}
+	var open gitops.Opener
+	var pending func(string) []string
+	var tunnels func(string) []gitops.AgentTunnel
+	if agents != nil {
+		defer agents.Close()
+		defer agentLn.Close()
+		open, pending, tunnels = agents.open, agents.pending, agents.tunnels
+	}
 	auth := gitrepo.Auth{SSHKeyFile: o.sshKey, KnownHostsFile: o.knownHosts, Username: o.gitUser}
 	if auth.Password, err = secretFrom(o.gitTokenFile, envGitToken); err != nil {
 		return err
@@ -181,7 +209,8 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	srv, err := gitops.New(gitops.Config{
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
-		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics,
+		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
+		PendingAgents: pending, AgentTunnels: tunnels,
 	})
 	if err != nil {
 		return err
@@ -238,11 +267,27 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 		return nil
 	})
+	var ahs *http.Server
+	if agents != nil {
+		// No ReadTimeout: tunnels are long-lived, and their pings find
+		// dead ones.
+		ahs = &http.Server{Handler: agents, TLSConfig: agentTLS, ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := ahs.ServeTLS(agentLn, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("agent tunnel endpoint: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		defer func() {
 			shut, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
 			defer cancel()
 			_ = hs.Shutdown(shut)
+			if ahs != nil {
+				agents.Close() // the tunnels: Shutdown does not wait for hijacked connections
+				_ = ahs.Shutdown(shut)
+			}
 		}()
 		if elect == nil {
 			return srv.Run(gctx)
@@ -252,6 +297,38 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	err = g.Wait()
 	log.Info("rigger serve stopped")
 	return err
+}
+
+// agentEndpoint opens the agent tunnel's store and listener when
+// --agent-listen is given; all nil otherwise.
+func (o *serveOptions) agentEndpoint(log *slog.Logger) (*agentEndpoint, net.Listener, *tls.Config, error) {
+	if o.agentListen == "" {
+		return nil, nil, nil, nil
+	}
+	if len(o.agentHosts) == 0 {
+		return nil, nil, nil, errors.New("--agent-listen needs --agent-host: the DNS names or addresses agents reach serve at")
+	}
+	now := time.Now()
+	store, err := agenttun.OpenStore(agentStoreDir(o.stateDir), now)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tlsConfig, err := store.CA().TLSConfig(o.agentHosts, now)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ln, err := net.Listen("tcp", o.agentListen)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("listen on %s: %w: give another --agent-listen", o.agentListen, err)
+	}
+	url := o.agentURL
+	if url == "" {
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		url = "https://" + net.JoinHostPort(o.agentHosts[0], port)
+	}
+	log.Info("agent tunnel endpoint listening", "listen", ln.Addr().String(), "url", url+agentPathPrefix+"<cluster_name>",
+		"ca_checksum", store.CA().Checksum())
+	return newAgentEndpoint(store, url, log), ln, tlsConfig, nil
 }
 
 // leaseClient is the Kubernetes client and namespace of the Lease.

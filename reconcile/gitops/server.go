@@ -83,7 +83,14 @@ type Config struct {
 	// Open opens a reconcile session (reconcile.Open when nil; tests
 	// give a transport, or a fake).
 	Open Opener
-	Log  *slog.Logger
+	// PendingAgents, when set, lists a cluster's pending agents (agents
+	// of nodes its cluster.yml does not declare with transport: agent)
+	// for its status.yml.
+	PendingAgents func(cluster string) []string
+	// AgentTunnels, when set, gives the tunnel of each of a cluster's
+	// nodes with transport: agent, for its status.yml.
+	AgentTunnels func(cluster string) []AgentTunnel
+	Log          *slog.Logger
 	// Metrics receives what happens (nil: none).
 	Metrics *Metrics
 	// Now gives the time (time.Now when nil).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
@@ -86,6 +88,12 @@ func TestServerInvalidSpec(t *testing.T) {
 // server and its events.
 func serveClusters(t *testing.T, o *origin, open gitops.Opener) (*gitops.Server, chan gitops.Event) {
 	t.Helper()
+	return serveClustersWith(t, o, gitops.Config{Open: open})
+}
+
+// serveClustersWith is serveClusters with cfg's Open and PendingAgents.
+func serveClustersWith(t *testing.T, o *origin, cfg gitops.Config) (*gitops.Server, chan gitops.Event) {
+	t.Helper()
 	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +102,8 @@ func serveClusters(t *testing.T, o *origin, open gitops.Opener) (*gitops.Server,
 	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
 		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
 		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
-		Open:   open, Events: func(e gitops.Event) { events <- e }})
+		Open:   cfg.Open, PendingAgents: cfg.PendingAgents, AgentTunnels: cfg.AgentTunnels,
+		Events: func(e gitops.Event) { events <- e }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,5 +270,57 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 	defer mu.Unlock()
 	if !opened["good"] || opened["bomb"] || opened["big"] || opened["addon"] {
 		t.Errorf("sessions opened for %v, want the good cluster's only", opened)
+	}
+}
+
+// TestServerPendingAgents: the agents of nodes a cluster.yml does not
+// declare, and the tunnels of those it does, are listed in its status.yml.
+func TestServerPendingAgents(t *testing.T) {
+	o := newOrigin(t, freePort(t))
+	o.commit(t, "an edge cluster", map[string]string{
+		"clusters/edge/cluster.yml": "cluster_name: edge\nnodes:\n  - {address: 192.0.2.10, role: [etcd, controlplane, worker], transport: agent}\n",
+	})
+	o.push(t)
+	var asked []string
+	var mu sync.Mutex
+	seen := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	_, events := serveClustersWith(t, o, gitops.Config{
+		Open: func(*spec.Cluster, reconcile.Options) (gitops.Session, error) {
+			return nil, errors.New("no nodes in this test")
+		},
+		PendingAgents: func(cluster string) []string {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, cluster)
+			return []string{"192.0.2.99 (host edge-99)"}
+		},
+		AgentTunnels: func(string) []gitops.AgentTunnel {
+			return []gitops.AgentTunnel{{Node: "192.0.2.10", Connected: true, Hostname: "edge-10", LastSeen: &seen}}
+		},
+	})
+	timeout := time.After(30 * time.Second)
+	for done := false; !done; {
+		select {
+		case e := <-events:
+			done = e.Kind == gitops.EventStatusWritten
+		case <-timeout:
+			t.Fatal("no status written")
+		}
+	}
+	out, err := bareGit(o, "show", "main:clusters/edge/status.yml")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	f := gitops.ParseStatus([]byte(out))
+	if f == nil || !slices.Equal(f.PendingAgents, []string{"192.0.2.99 (host edge-99)"}) {
+		t.Errorf("status.yml does not list the pending agent:\n%s", out)
+	}
+	if want := []gitops.AgentTunnel{{Node: "192.0.2.10", Connected: true, Hostname: "edge-10", LastSeen: &seen}}; f == nil || !cmp.Equal(f.AgentTunnels, want) {
+		t.Errorf("status.yml does not give the agent node's tunnel:\n%s", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(asked, "edge") {
+		t.Errorf("pending agents asked for %v, want edge", asked)
 	}
 }

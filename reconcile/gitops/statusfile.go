@@ -47,10 +47,23 @@ type StatusFile struct {
 	// Restore is the last restore request carried out.
 	Restore *RestoreStatus `json:"restore,omitempty"`
 	// PendingAgents are agents that asked to join and are not in
-	// cluster.yml (empty until the agent tunnel is in use).
+	// cluster.yml with transport: agent, as "node (host hostname)".
 	PendingAgents []string `json:"pendingAgents,omitempty"`
+	// AgentTunnels are the tunnels of the nodes with transport: agent.
+	AgentTunnels []AgentTunnel `json:"agentTunnels,omitempty"`
 	// Status is what the nodes, etcd and the API server said.
 	Status *reconcile.Status `json:"status,omitempty"`
+}
+
+// AgentTunnel is the agent tunnel of a node with transport: agent.
+type AgentTunnel struct {
+	Node      string `json:"node"`
+	Connected bool   `json:"connected"`
+	// Hostname is the host the tunnel comes from, while connected.
+	Hostname string `json:"hostname,omitempty"`
+	// LastSeen is when the tunnel was last up (the time of the status
+	// while it is); none when it has not been since serve started.
+	LastSeen *time.Time `json:"last_seen,omitempty"`
 }
 
 // Source names the cluster.yml a status is about.

@@ -608,6 +608,12 @@ func (w *worker) statusFile(out outcome, cause string, start, end time.Time) *St
 	if f.Cluster == "" && w.prev != nil {
 		f.Cluster = w.prev.Cluster
 	}
+	if cfg.PendingAgents != nil && f.Cluster != "" {
+		f.PendingAgents = cfg.PendingAgents(f.Cluster)
+	}
+	if cfg.AgentTunnels != nil && f.Cluster != "" {
+		f.AgentTunnels = cfg.AgentTunnels(f.Cluster)
+	}
 	var prev []Condition
 	if w.prev != nil {
 		prev = w.prev.Conditions

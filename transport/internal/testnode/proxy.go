@@ -7,8 +7,9 @@ import (
 )
 
 // Proxy forwards TCP connections to a target and can go silent on the
-// connections it carries, as a partitioned network does: no data, no
-// reset, no FIN.
+// connections it carries, as a partitioned network does (no data, no
+// reset, no FIN), or reset them, as a crashed peer or a NAT that forgot
+// them does.
 type Proxy struct {
 	Addr string
 
@@ -75,6 +76,21 @@ func (p *Proxy) Silence() {
 		if !p.frozen[c] {
 			p.frozen[c] = true
 			close(c.silent)
+		}
+	}
+}
+
+// Reset resets every connection open now, both ways: no FIN, no more
+// data. New connections are forwarded normally.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.live {
+		for _, conn := range []net.Conn{c.client, c.server} {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
+			conn.Close()
 		}
 	}
 }

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/gitops"
+	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport/agenttun"
+)
+
+// agentPathPrefix is where serve's agent endpoint serves each cluster's
+// tunnel: <prefix><cluster_name>, the URL an agent's --server names.
+const agentPathPrefix = "/agent/"
+
+// agentStoreDir is where serve keeps the agent tunnel's CA, tokens and node
+// certificates, under its --state-dir (beside the clones, where no cluster
+// state directory can be).
+func agentStoreDir(stateDir string) string { return filepath.Join(stateDir, "serve", "agent-tunnel") }
+
+// agentServerURL is the --server of a cluster's agents.
+func agentServerURL(base, cluster string) string {
+	return strings.TrimSuffix(base, "/") + agentPathPrefix + cluster
+}
+
+// agentEndpoint is rigger serve's agent tunnel endpoint: one TLS listener
+// and one CA for every cluster, and a tunnel server per cluster, made when
+// the cluster is first reconciled and admitting the nodes its cluster.yml
+// declares with transport: agent.
+type agentEndpoint struct {
+	store *agenttun.Store
+	url   string // the endpoint's public base URL, for the docker run lines
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	servers   map[string]*agenttun.Server // by cluster_name
+	announced map[string]bool             // cluster/node whose docker run line was logged
+}
+
+func newAgentEndpoint(store *agenttun.Store, url string, log *slog.Logger) *agentEndpoint {
+	return &agentEndpoint{store: store, url: url, log: log, servers: map[string]*agenttun.Server{}, announced: map[string]bool{}}
+}
+
+// ServeHTTP hands <prefix><cluster>/... to the cluster's tunnel server.
+func (e *agentEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cluster, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, agentPathPrefix), "/")
+	e.mu.Lock()
+	srv := e.servers[cluster]
+	e.mu.Unlock()
+	if !strings.HasPrefix(r.URL.Path, agentPathPrefix) || srv == nil {
+		http.Error(w, fmt.Sprintf("no cluster %q has been reconciled by this rigger serve yet", cluster), http.StatusNotFound)
+		return
+	}
+	http.StripPrefix(agentPathPrefix+cluster, srv).ServeHTTP(w, r)
+}
+
+// open is serve's gitops.Opener: the session reaches the cluster's agent
+// nodes through the cluster's tunnel server, which admits exactly the
+// nodes this cluster.yml declares with transport: agent, and those of the
+// last apply it no longer declares until an apply has cleaned them.
+func (e *agentEndpoint) open(c *spec.Cluster, opts reconcile.Options) (gitops.Session, error) {
+	srv, err := e.server(c.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	opts.Agents = srv
+	s, err := reconcile.Open(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.admit(srv, c, s.Former())
+	return s, nil
+}
+
+// server is the cluster's tunnel server, made on first use.
+func (e *agentEndpoint) server(cluster string) (*agenttun.Server, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if srv := e.servers[cluster]; srv != nil {
+		return srv, nil
+	}
+	srv, err := agenttun.NewServer(agenttun.Config{Cluster: cluster, Store: e.store, Logger: e.log})
+	if err != nil {
+		return nil, err
+	}
+	e.servers[cluster] = srv
+	return srv, nil
+}
+
+// admit sets the nodes srv admits, and logs the docker run line of each
+// declared agent node not connected, once per node.
+func (e *agentEndpoint) admit(srv *agenttun.Server, c *spec.Cluster, former []spec.Node) {
+	var nodes []agenttun.Node
+	var agentNodes []spec.Node
+	for i, n := range slices.Concat(c.Nodes, former) {
+		if n.Transport == spec.TransportAgent {
+			nodes = append(nodes, agenttun.Node{Name: n.Address, DockerSocket: n.DockerSocket})
+			if i < len(c.Nodes) {
+				agentNodes = append(agentNodes, n)
+			}
+		}
+	}
+	srv.SetNodes(nodes)
+	connected := map[string]bool{}
+	for _, a := range srv.Agents() {
+		connected[a.Node] = a.Connected
+	}
+	for _, n := range agentNodes {
+		e.mu.Lock()
+		first := !e.announced[c.ClusterName+"/"+n.Address]
+		e.announced[c.ClusterName+"/"+n.Address] = true
+		e.mu.Unlock()
+		if first && !connected[n.Address] {
+			e.log.Info("agent node not connected: start its agent with this command, RIGGER_TOKEN set to a token "+
+				"from `rigger agent command` (which prints the same line with a token)", "cluster", c.ClusterName,
+				"node", n.Address, "command", agentRunLine(agentServerURL(e.url, c.ClusterName), e.store.CA().Checksum(),
+					"rigger/rigger:"+version, n, ""))
+		}
+	}
+}
+
+// pending lists the cluster's pending agents for its status.yml, as
+// "node (host hostname)".
+func (e *agentEndpoint) pending(cluster string) []string {
+	e.mu.Lock()
+	srv := e.servers[cluster]
+	e.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range srv.Pending() {
+		out = append(out, fmt.Sprintf("%s (host %s)", p.Node, p.Hostname))
+	}
+	return out
+}
+
+// tunnels gives the tunnel of each of the cluster's agent nodes for its
+// status.yml.
+func (e *agentEndpoint) tunnels(cluster string) []gitops.AgentTunnel {
+	e.mu.Lock()
+	srv := e.servers[cluster]
+	e.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	var out []gitops.AgentTunnel
+	for _, a := range srv.Agents() {
+		t := gitops.AgentTunnel{Node: a.Node, Connected: a.Connected, Hostname: a.Hostname}
+		if !a.LastSeen.IsZero() {
+			seen := a.LastSeen.UTC().Truncate(time.Second)
+			t.LastSeen = &seen
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// Close closes every cluster's tunnels.
+func (e *agentEndpoint) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.servers {
+		s.Close()
+	}
+}
+
+// agentRunLine is the docker run line that starts node n's agent. With an
+// empty token it passes RIGGER_TOKEN on from the caller's environment.
+func agentRunLine(server, checksum, image string, n spec.Node, token string) string {
+	socket := n.DockerSocket
+	env := "-e RIGGER_TOKEN"
+	if token != "" {
+		env += "=" + token
+	}
+	args := []string{"docker run -d --restart=unless-stopped --net=host --name rigger-agent",
+		"-v " + socket + ":" + socket, "-v /etc/kubernetes:/etc/kubernetes", env,
+		image, "agent --server " + server, "--ca-checksum " + checksum, "--address " + n.Address}
+	if n.InternalAddress != "" && n.InternalAddress != n.Address {
+		args = append(args, "--internal-address "+n.InternalAddress)
+	}
+	if socket != "/var/run/docker.sock" {
+		args = append(args, "--docker-socket "+socket)
+	}
+	return strings.Join(args, " ")
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport/agenttun"
+)
+
+const agentClusterYML = `cluster_name: edge
+nodes:
+  - address: 192.0.2.10
+    role: [etcd, controlplane, worker]
+    transport: agent
+  - address: 192.0.2.20
+    internal_address: 10.0.0.20
+    role: [worker]
+    transport: agent
+`
+
+// startEndpoint serves an agent endpoint on loopback with its store under
+// stateDir, as rigger serve --agent-listen does.
+func startEndpoint(t *testing.T, stateDir string, log *syncBuffer) (*agentEndpoint, string) {
+	t.Helper()
+	store, err := agenttun.OpenStore(agentStoreDir(stateDir), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConfig, err := store.CA().TLSConfig([]string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "https://" + ln.Addr().String()
+	e := newAgentEndpoint(store, url, slog.New(slog.NewTextHandler(log, nil)))
+	hs := &http.Server{Handler: e, TLSConfig: tlsConfig}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() {
+		e.Close()
+		hs.Close()
+	})
+	return e, url
+}
+
+// TestAgentEndpoint follows a node from cluster.yml to a tunnel up: serve's
+// endpoint admits the cluster's agent node when the cluster is opened,
+// `rigger agent command` prints the docker run line with a token, and an
+// agent started with that line's flags joins through the endpoint.
+func TestAgentEndpoint(t *testing.T) {
+	file := writeCluster(t, agentClusterYML)
+	stateDir := t.TempDir()
+	logs := &syncBuffer{}
+	e, url := startEndpoint(t, stateDir, logs)
+
+	c, _, err := spec.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.open(c, reconcile.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if !strings.Contains(logs.String(), "agent node not connected") || !strings.Contains(logs.String(), "-e RIGGER_TOKEN ") {
+		t.Errorf("serve did not log the docker run line of the agent node (without a token):\n%s", logs)
+	}
+
+	out, stderr, code := run(t, "agent", "command", "-f", file, "--node", "192.0.2.20", "--server", url, "--state-dir", stateDir)
+	if code != 0 {
+		t.Fatalf("agent command: exit %d: %s", code, stderr)
+	}
+	re := regexp.MustCompile(`^docker run -d --restart=unless-stopped --net=host --name rigger-agent ` +
+		`-v /var/run/docker.sock:/var/run/docker.sock -v /etc/kubernetes:/etc/kubernetes -e RIGGER_TOKEN=(rgt_\S+) ` +
+		`rigger/rigger:dev agent --server (\S+) --ca-checksum ([0-9a-f]{64}) --address 192.0.2.20 --internal-address 10.0.0.20\n$`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("agent command printed\n%s\nwant a line matching %s", out, re)
+	}
+	tok, server, sum := m[1], m[2], m[3]
+	if server != url+"/agent/edge" {
+		t.Errorf("--server %s, want %s/agent/edge", server, url)
+	}
+
+	a, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server, Token: tok, CAChecksum: sum, Node: "192.0.2.20",
+		DockerSocket: "/var/run/docker.sock", StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var agents sync.WaitGroup
+	defer agents.Wait()
+	defer cancel()
+	agents.Go(func() { a.Run(ctx) })
+	deadline := time.Now().Add(30 * time.Second)
+	for !e.servers["edge"].Agents()[1].Connected {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not connect through serve's endpoint")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	tunnels := e.tunnels("edge")
+	if len(tunnels) != 2 || tunnels[0].Connected || !tunnels[1].Connected || tunnels[1].Node != "192.0.2.20" || tunnels[1].LastSeen == nil {
+		t.Errorf("tunnels for status.yml: %+v, want 192.0.2.20 connected and seen, 192.0.2.10 not", tunnels)
+	}
+
+	// An agent of a node cluster.yml does not declare is pending, and
+	// listed for status.yml.
+	b, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server, Token: tok, CAChecksum: sum, Node: "192.0.2.30",
+		DockerSocket: "/var/run/docker.sock", Hostname: "edge-30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents.Go(func() { b.Run(ctx) })
+	deadline = time.Now().Add(30 * time.Second)
+	for !slices.Equal(e.pending("edge"), []string{"192.0.2.30 (host edge-30)"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending agents %v, want the undeclared node's", e.pending("edge"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A cluster serve has not reconciled has no endpoint.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url + "/agent/other/cacerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `no cluster "other"`) {
+		t.Errorf("GET /agent/other/cacerts: %s %s, want 404 naming the cluster", resp.Status, body)
+	}
+}
+
+func TestAgentCommandRefusesNonAgentNodes(t *testing.T) {
+	file := writeCluster(t, strings.Replace(agentClusterYML, "    transport: agent\n", "    user: ubuntu\n", 1))
+	for _, tc := range []struct{ node, want string }{
+		{"192.0.2.10", "node 192.0.2.10 is declared with transport: ssh in " + file + ": set transport: agent for it first"},
+		{"192.0.2.99", "node 192.0.2.99 is not in " + file},
+	} {
+		_, stderr, code := run(t, "agent", "command", "-f", file, "--node", tc.node, "--server", "https://x:9443", "--state-dir", t.TempDir())
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("agent command --node %s: exit %d, %q; want 1 and %q", tc.node, code, stderr, tc.want)
+		}
+	}
+}
+
+func TestServeAgentFlags(t *testing.T) {
+	_, stderr, code := run(t, "serve", "--repo", "file:///nonexistent", "--state-dir", t.TempDir(), "--agent-listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "--agent-listen needs --agent-host") {
+		t.Errorf("serve --agent-listen without --agent-host: exit %d, %q", code, stderr)
+	}
+}
+
+// A node removed from cluster.yml stays admitted while the last apply's
+// nodes still hold it (the apply that cleans it reaches it through its
+// tunnel), and is revoked once they do not.
+func TestAgentEndpointRemovedNode(t *testing.T) {
+	e, _ := startEndpoint(t, t.TempDir(), &syncBuffer{})
+	full, _, err := spec.Load(writeCluster(t, agentClusterYML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	without := *full
+	without.Nodes = full.Nodes[:1] // 192.0.2.20 removed
+
+	admitted := func(stateDir string) []string {
+		t.Helper()
+		s, err := e.open(&without, reconcile.Options{StateDir: stateDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		var out []string
+		for _, a := range e.servers["edge"].Agents() {
+			out = append(out, a.Node)
+		}
+		return out
+	}
+	applied := t.TempDir() // the last apply had both nodes
+	b, err := json.Marshal(full.Nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(applied, "nodes.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted(applied); !slices.Equal(got, []string{"192.0.2.10", "192.0.2.20"}) {
+		t.Errorf("admitted %v before the removal was applied, want both nodes", got)
+	}
+	if got := admitted(t.TempDir()); !slices.Equal(got, []string{"192.0.2.10"}) {
+		t.Errorf("admitted %v after the removal was applied, want 192.0.2.10 alone", got)
+	}
+}

@@ -1,0 +1,637 @@
+package agenttun
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/docker/docker/client"
+	"github.com/hashicorp/yamux"
+
+	"github.com/rigger/rigger/transport"
+)
+
+var _ transport.Transport = (*Server)(nil)
+
+// DefaultConnectWait is how long a call to a declared node whose agent is
+// not connected waits for it to connect (after a restart of the server,
+// agents come back within their backoff).
+const DefaultConnectWait = 10 * time.Second
+
+// maxJoinBody bounds a join request.
+const maxJoinBody = 64 << 10
+
+// Node is a node the server admits: declared in cluster.yml with
+// `transport: agent`.
+type Node struct {
+	Name string // the node as rigger names it (its address in cluster.yml)
+	// DockerSocket is the path of the Docker socket on the node.
+	DockerSocket string
+}
+
+// Config is what a Server needs.
+type Config struct {
+	// Cluster is the cluster_name of the cluster whose nodes the server
+	// admits: only tokens and certificates of that cluster are accepted.
+	Cluster string
+	// Store holds the CA, the tokens and the nodes' certificates.
+	Store *Store
+	// Nodes are admitted; see Server.SetNodes.
+	Nodes []Node
+	// KeepaliveInterval: DefaultKeepaliveInterval when zero.
+	KeepaliveInterval time.Duration
+	// ConnectWait: DefaultConnectWait when zero.
+	ConnectWait time.Duration
+	Logger      *slog.Logger     // nil: discard
+	Now         func() time.Time // nil: time.Now
+}
+
+// Server is the tunnel server of one cluster: it serves the join and the
+// tunnels over HTTP (mount it under a listener that uses the CA's
+// TLSConfig, without a proxy that terminates TLS in front: node
+// certificates authenticate tunnels), and reaches the connected nodes as a
+// transport.Transport.
+type Server struct {
+	cluster string
+	store   *Store
+	log     *slog.Logger
+	now     func() time.Time
+	cfg     Config
+	mux     *http.ServeMux
+
+	mu      sync.Mutex
+	closed  bool
+	done    chan struct{} // closed by Close
+	nodes   map[string]*nodeState
+	pending map[string]PendingAgent
+	wg      sync.WaitGroup // live tunnels' handlers
+}
+
+// nodeState is an admitted node and its tunnel.
+type nodeState struct {
+	name, socket string
+	sess         *session      // nil while the agent is not connected
+	up           chan struct{} // closed when sess is set
+	lastSeen     time.Time
+	dockerLock   chan struct{}
+	docker       *client.Client
+}
+
+// session is one agent's tunnel.
+type session struct {
+	node     string
+	mux      *yamux.Session
+	remote   string
+	hostname string
+	since    time.Time
+}
+
+// NewServer returns a server that admits cfg.Nodes. It revokes no
+// certificate: SetNodes does, so that a server made before its cluster.yml
+// is read does not revoke its nodes.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Cluster == "" {
+		return nil, errors.New("agent tunnel server: no store or no cluster")
+	}
+	if cfg.KeepaliveInterval <= 0 {
+		cfg.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if cfg.ConnectWait <= 0 {
+		cfg.ConnectWait = DefaultConnectWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{
+		cluster: cfg.Cluster, store: cfg.Store, log: cfg.Logger.With("cluster", cfg.Cluster), now: cfg.Now, cfg: cfg,
+		done: make(chan struct{}), nodes: map[string]*nodeState{}, pending: map[string]PendingAgent{},
+	}
+	s.setNodes(cfg.Nodes, false)
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("GET "+PathCACerts, s.serveCACerts)
+	s.mux.HandleFunc("POST "+PathJoin, s.serveJoin)
+	s.mux.HandleFunc("GET "+PathConnect, s.serveConnect)
+	return s, nil
+}
+
+// ServeHTTP serves PathCACerts, PathJoin and PathConnect.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetNodes replaces the admitted nodes. The tunnel of a node no longer
+// admitted is closed, and the certificate of every node of the cluster not
+// admitted is revoked (also of nodes removed while the server was not
+// running): declared again, a node must join again with a token.
+func (s *Server) SetNodes(nodes []Node) { s.setNodes(nodes, true) }
+
+func (s *Server) setNodes(nodes []Node, revoke bool) {
+	s.mu.Lock()
+	var gone []*nodeState
+	want := map[string]Node{}
+	for _, n := range nodes {
+		want[n.Name] = n
+	}
+	for name, st := range s.nodes {
+		if n, ok := want[name]; !ok || n.DockerSocket != st.socket {
+			delete(s.nodes, name)
+			if !ok {
+				gone = append(gone, st)
+			} else {
+				st.closeLocked()
+			}
+		}
+	}
+	for name, n := range want {
+		if _, ok := s.nodes[name]; !ok {
+			s.nodes[name] = &nodeState{name: name, socket: n.DockerSocket, up: make(chan struct{}), dockerLock: make(chan struct{}, 1)}
+			delete(s.pending, name)
+		}
+	}
+	for _, st := range gone {
+		st.closeLocked()
+	}
+	s.mu.Unlock()
+	for _, node := range s.store.nodes(s.cluster) {
+		if _, ok := want[node]; ok || !revoke {
+			continue
+		}
+		if err := s.store.revoke(s.cluster, node); err != nil {
+			s.log.Error("revoke the certificate of a node removed from cluster.yml", "node", node, "err", err)
+			continue
+		}
+		s.log.Info("node removed from cluster.yml: its tunnel is closed and its certificate revoked", "node", node)
+	}
+}
+
+// closeLocked closes the node's tunnel and Docker client.
+func (n *nodeState) closeLocked() {
+	if n.sess != nil {
+		n.sess.mux.Close()
+	}
+	if n.docker != nil {
+		n.docker.Close()
+		n.docker = nil
+	}
+}
+
+// AgentStatus is an admitted node's tunnel, for status.
+type AgentStatus struct {
+	Node      string
+	Connected bool
+	// Remote and Hostname are where the tunnel comes from, while connected.
+	Remote, Hostname string
+	// LastSeen is now while connected, when the tunnel was lost otherwise
+	// (zero: never connected since the server started).
+	LastSeen time.Time
+}
+
+// Agents is the state of every admitted node's tunnel, sorted by node.
+func (s *Server) Agents() []AgentStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]AgentStatus, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		a := AgentStatus{Node: n.name, LastSeen: n.lastSeen}
+		if n.sess != nil {
+			a.Connected, a.Remote, a.Hostname, a.LastSeen = true, n.sess.remote, n.sess.hostname, s.now()
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b AgentStatus) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
+// PendingAgent is an agent that presented a valid token or certificate for
+// a node not declared with `transport: agent`. It is never admitted by
+// itself: declaring the node in cluster.yml admits it.
+type PendingAgent struct {
+	Node, Hostname, Remote string
+	LastSeen               time.Time
+}
+
+// Pending lists the pending agents, sorted by node.
+func (s *Server) Pending() []PendingAgent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PendingAgent, 0, len(s.pending))
+	for _, p := range s.pending {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b PendingAgent) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
+// maxPending bounds the pending list: a token holder cannot grow it
+// without limit.
+const maxPending = 1000
+
+func (s *Server) notePending(p PendingAgent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pending[p.Node]; ok || len(s.pending) < maxPending {
+		s.pending[p.Node] = p
+	}
+}
+
+func (s *Server) serveCACerts(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	w.Write(s.store.CA().CertPEM())
+}
+
+func refuse(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(refusal{Code: code, Message: msg})
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// serveJoin checks the token first, so that nothing else is said to a
+// client without one, then the node's admission, and issues the node's
+// certificate.
+func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
+	if s.isClosed() {
+		refuse(w, http.StatusServiceUnavailable, codeClosed, "the server is shutting down")
+		return
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || s.store.checkToken(s.cluster, tok, s.now()) != nil {
+		s.log.Warn("agent join refused: bad token", "remote", r.RemoteAddr)
+		refuse(w, http.StatusUnauthorized, codeBadToken, errBadToken.Error()+": ask for a new one (rigger agent command)")
+		return
+	}
+	var req joinRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxJoinBody)).Decode(&req); err != nil {
+		refuse(w, http.StatusBadRequest, codeBadRequest, "malformed join request")
+		return
+	}
+	if err := checkNodeName(req.Node); err != nil {
+		refuse(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
+	log := s.log.With("node", req.Node, "remote", r.RemoteAddr, "hostname", req.Hostname)
+	s.mu.Lock()
+	n := s.nodes[req.Node]
+	var holder *session
+	if n != nil {
+		holder = n.sess
+	}
+	s.mu.Unlock()
+	if n == nil {
+		s.notePending(PendingAgent{Node: req.Node, Hostname: req.Hostname, Remote: r.RemoteAddr, LastSeen: s.now()})
+		log.Info("agent join pending: the node is not declared with transport: agent in cluster.yml")
+		refuse(w, http.StatusForbidden, codePending, fmt.Sprintf("node %s is not declared in cluster.yml with "+
+			"transport: agent; the agent is listed as pending and waits until it is", req.Node))
+		return
+	}
+	if holder != nil {
+		log.Warn("agent join refused: the node's tunnel is held", "holder", holder.remote)
+		refuse(w, http.StatusConflict, codeHeld, fmt.Sprintf("node %s is connected from %s (host %q) since %s: "+
+			"a node joins from one host only; stop the agent there first",
+			req.Node, holder.remote, holder.hostname, holder.since.UTC().Format(time.RFC3339)))
+		return
+	}
+	cert, certPEM, err := s.store.CA().signNode(s.cluster, req.Node, []byte(req.CSR), s.now())
+	if err != nil {
+		refuse(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
+	if err := s.store.setNode(s.cluster, req.Node, serialString(cert), s.now()); err != nil {
+		log.Error("agent join: record the node's certificate", "err", err)
+		http.Error(w, "the server could not record the node's certificate", http.StatusInternalServerError)
+		return
+	}
+	log.Info("agent joined: certificate issued", "serial", serialString(cert))
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(joinResponse{Cert: string(certPEM)})
+}
+
+// checkNodeName refuses names no cluster.yml address can be.
+func checkNodeName(n string) error {
+	if n == "" || len(n) > 253 {
+		return errors.New("the node name must be 1 to 253 characters (the node's address in cluster.yml)")
+	}
+	for _, r := range n {
+		if r <= ' ' || r == 0x7f || r > 0x7e {
+			return fmt.Errorf("the node name %q holds a character no address has", n)
+		}
+	}
+	return nil
+}
+
+// serveConnect authenticates a tunnel by its client certificate alone and
+// serves it until it ends.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	if s.isClosed() {
+		refuse(w, http.StatusServiceUnavailable, codeClosed, "the server is shutting down")
+		return
+	}
+	node := r.URL.Query().Get("node")
+	var cert *x509.Certificate
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		cert = r.TLS.VerifiedChains[0][0]
+	}
+	if cert == nil || !slices.Contains(cert.Subject.Organization, nodeOrganization) {
+		refuse(w, http.StatusUnauthorized, codeRevoked, "no node certificate of this server was presented: "+
+			"join first (and keep TLS end to end: no proxy may terminate it in front of the tunnel endpoint)")
+		return
+	}
+	certNode := cert.Subject.CommonName
+	log := s.log.With("node", certNode, "remote", r.RemoteAddr)
+	if certCluster := cert.Subject.OrganizationalUnit; !slices.Equal(certCluster, []string{s.cluster}) {
+		log.Warn("agent tunnel refused: another cluster's certificate", "cert_cluster", certCluster)
+		refuse(w, http.StatusForbidden, codeNotYourself, fmt.Sprintf("the certificate presented is for cluster %v, "+
+			"not %s: check --server", certCluster, s.cluster))
+		return
+	}
+	if node != certNode {
+		log.Warn("agent tunnel refused: a node's certificate used for another node", "claimed", node)
+		refuse(w, http.StatusForbidden, codeNotYourself, fmt.Sprintf("the certificate presented is node %s's, "+
+			"not node %s's: a node can only open its own tunnel", certNode, node))
+		return
+	}
+	if serialString(cert) != s.store.nodeSerial(s.cluster, node) {
+		log.Warn("agent tunnel refused: the certificate was replaced or revoked")
+		refuse(w, http.StatusUnauthorized, codeRevoked, fmt.Sprintf("the certificate of node %s was replaced or "+
+			"revoked: remove the agent's state directory and join again with a new token", node))
+		return
+	}
+	hostname := r.Header.Get(headerHostname)
+	s.mu.Lock()
+	n := s.nodes[node]
+	s.mu.Unlock()
+	if n == nil {
+		s.notePending(PendingAgent{Node: node, Hostname: hostname, Remote: r.RemoteAddr, LastSeen: s.now()})
+		refuse(w, http.StatusForbidden, codePending, fmt.Sprintf("node %s is not declared in cluster.yml with "+
+			"transport: agent; the agent is listed as pending and waits until it is", node))
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		log.Warn("agent tunnel: websocket handshake", "err", err)
+		return
+	}
+	defer c.CloseNow()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mux, err := yamux.Client(websocket.NetConn(ctx, c, websocket.MessageBinary), s.yamuxConfig())
+	if err != nil {
+		log.Error("agent tunnel: start the multiplexer", "err", err)
+		return
+	}
+	defer mux.Close()
+	sess := &session{node: node, mux: mux, remote: r.RemoteAddr, hostname: hostname, since: s.now()}
+	if !s.attach(n, sess) {
+		return
+	}
+	defer s.wg.Done()
+	log.Info("agent tunnel up", "hostname", hostname)
+	select {
+	case <-mux.CloseChan():
+	case <-s.done:
+	}
+	s.detach(n, sess)
+	log.Info("agent tunnel down")
+}
+
+// headerHostname carries the agent's host name on PathConnect, for
+// messages only.
+const headerHostname = "X-Rigger-Agent-Hostname"
+
+// attach makes sess the node's tunnel, closing the one it replaces: the
+// newest authenticated tunnel of a node wins.
+func (s *Server) attach(n *nodeState, sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.nodes[n.name] != n {
+		return false
+	}
+	if old := n.sess; old != nil {
+		s.log.Info("agent tunnel replaced by a newer one", "node", n.name, "old", old.remote, "new", sess.remote)
+		old.mux.Close()
+	} else {
+		close(n.up)
+	}
+	n.sess = sess
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) detach(n *nodeState, sess *session) {
+	sess.mux.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n.sess == sess {
+		n.sess = nil
+		n.up = make(chan struct{})
+		n.lastSeen = s.now()
+	}
+}
+
+func (s *Server) yamuxConfig() *yamux.Config {
+	return muxConfig(s.cfg.KeepaliveInterval, s.log)
+}
+
+// muxConfig is the multiplexer's configuration on both sides.
+func muxConfig(keepalive time.Duration, log *slog.Logger) *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.EnableKeepAlive = true
+	c.KeepAliveInterval = keepalive
+	c.ConnectionWriteTimeout = keepalive
+	c.MaxStreamWindowSize = 1 << 20
+	c.StreamOpenTimeout = 30 * time.Second
+	c.StreamCloseTimeout = 30 * time.Second
+	c.LogOutput = nil
+	c.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	return c
+}
+
+// NotConnectedError means a node declared with the agent transport has no
+// tunnel: its agent is not running, cannot reach the server, or has not
+// joined.
+type NotConnectedError struct {
+	Node string
+	// LastSeen is when its last tunnel ended; zero: none since the server
+	// started.
+	LastSeen time.Time
+	Waited   time.Duration
+	Err      error // what broke the tunnel, if it broke during the call
+}
+
+func (*NotConnectedError) TransportNodeError() {}
+
+func (e *NotConnectedError) Error() string {
+	seen := "no tunnel since the server started"
+	if !e.LastSeen.IsZero() {
+		seen = "last tunnel ended " + e.LastSeen.UTC().Format(time.RFC3339)
+	}
+	msg := fmt.Sprintf("node %s: its agent is not connected (%s; waited %s): check that the agent runs on the node "+
+		"(docker logs rigger-agent) and reaches the server; its log says which join step fails", e.Node, seen, e.Waited)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *NotConnectedError) Unwrap() error { return e.Err }
+
+// tunnel returns node's tunnel, waiting up to ConnectWait for one.
+func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session, error) {
+	var timer <-chan time.Time
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, nil, fmt.Errorf("node %s: %w", node, transport.ErrClosed)
+		}
+		n := s.nodes[node]
+		if n == nil {
+			s.mu.Unlock()
+			return nil, nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)
+		}
+		sess, up, lastSeen := n.sess, n.up, n.lastSeen
+		s.mu.Unlock()
+		if sess != nil {
+			return n, sess, nil
+		}
+		if timer == nil {
+			t := time.NewTimer(s.cfg.ConnectWait)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-up:
+		case <-timer:
+			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait}
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
+		case <-s.done:
+		}
+	}
+}
+
+// Dial connects to addr as seen from the node; see transport.Transport.
+// The agent refuses what it does not allow with a *transport.DialError.
+func (s *Server) Dial(ctx context.Context, node, network, addr string) (net.Conn, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+		network = "tcp"
+	case "unix":
+	default:
+		return nil, fmt.Errorf("node %s: dial %s %s: network not supported by the agent tunnel", node, network, addr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("node %s: dial %s: %w", node, addr, err)
+	}
+	_, sess, err := s.tunnel(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return s.dialStream(ctx, sess, network, addr)
+}
+
+func (s *Server) dialStream(ctx context.Context, sess *session, network, addr string) (net.Conn, error) {
+	st, err := sess.mux.OpenStream()
+	if err != nil {
+		return nil, &NotConnectedError{Node: sess.node, LastSeen: s.now(), Err: err}
+	}
+	// A stream's request and reply take one round trip; ctx bounds it.
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Now()) })
+	if dl, ok := ctx.Deadline(); ok {
+		st.SetDeadline(dl)
+	}
+	var reply streamReply
+	err = writeFrame(st, streamRequest{Network: network, Addr: addr})
+	if err == nil {
+		err = readFrame(st, &reply)
+	}
+	if !stop() || ctx.Err() != nil {
+		st.Close()
+		return nil, fmt.Errorf("node %s: dial %s %s: %w", sess.node, network, addr, ctx.Err())
+	}
+	if err != nil {
+		st.Close()
+		return nil, &NotConnectedError{Node: sess.node, LastSeen: s.now(), Err: fmt.Errorf("open a stream: %w", err)}
+	}
+	if reply.Error != "" {
+		st.Close()
+		return nil, &transport.DialError{Node: sess.node, Network: network, Addr: addr, Err: errors.New(reply.Error)}
+	}
+	st.SetDeadline(time.Time{})
+	return st, nil
+}
+
+// Docker returns the node's Docker client; see transport.Transport. The
+// client outlives tunnels: each request goes through the node's tunnel of
+// the moment.
+func (s *Server) Docker(ctx context.Context, node string) (*client.Client, error) {
+	n, _, err := s.tunnel(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case n.dockerLock <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-n.dockerLock }()
+	s.mu.Lock()
+	cli := n.docker
+	s.mu.Unlock()
+	if cli != nil {
+		return cli, nil
+	}
+	cli, err = transport.NewDockerClient(n.socket, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return s.Dial(ctx, node, network, addr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := transport.CheckDocker(ctx, node, cli); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.nodes[node] != n {
+		cli.Close()
+		return nil, fmt.Errorf("node %s: %w", node, transport.ErrClosed)
+	}
+	n.docker = cli
+	return cli, nil
+}
+
+// Close closes every tunnel and Docker client and refuses new ones; it
+// waits for the tunnels' handlers to end.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	for _, n := range s.nodes {
+		n.closeLocked()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}

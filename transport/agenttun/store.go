@@ -1,0 +1,326 @@
+package agenttun
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Files of a Store's directory, each mode 0600. Each token is a file of
+// its own in tokensDir, named for its hash, so that `rigger agent command`
+// issues tokens while rigger serve runs; agents.json is written by serve
+// alone.
+const (
+	caCertFile = "ca.pem"
+	caKeyFile  = "ca-key.pem"
+	stateFile  = "agents.json"
+	tokensDir  = "tokens"
+)
+
+// maxTokenFile bounds a token's file when it is read back.
+const maxTokenFile = 4096
+
+// tokenPrefix starts every join token, so that one is recognisable in a
+// leak scanner.
+const tokenPrefix = "rgt_"
+
+// maxStateBytes bounds agents.json when it is read back.
+const maxStateBytes = 16 << 20
+
+// Store keeps what the tunnel servers of one rigger serve must remember
+// across restarts: the CA they share (one TLS endpoint serves every
+// cluster), the join tokens (their SHA-256 only: a token is shown once,
+// when it is issued), each for one cluster, and the serial of each node's
+// current certificate (an older certificate of the node, or one whose node
+// was revoked, is refused). With an empty directory it keeps everything in
+// memory. It is safe for concurrent use.
+type Store struct {
+	dir string
+	ca  *CA
+
+	mu        sync.Mutex
+	state     storeState
+	memTokens []TokenRecord // without a directory
+}
+
+type storeState struct {
+	// Nodes are keyed by cluster and node: "cluster/node".
+	Nodes map[string]*NodeRecord `json:"nodes"`
+}
+
+// TokenRecord is a join token as the store keeps it.
+type TokenRecord struct {
+	// SHA256 is the hex SHA-256 of the token; the token itself is not kept.
+	SHA256  string    `json:"sha256"`
+	Cluster string    `json:"cluster"`
+	Created time.Time `json:"created"`
+	// Expires is when the token stops being accepted; zero: never.
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// NodeRecord is the credential a node holds.
+type NodeRecord struct {
+	// Serial is the hex serial of the node's current certificate; only
+	// that certificate is accepted for the node.
+	Serial string    `json:"serial"`
+	Issued time.Time `json:"issued"`
+}
+
+// OpenStore reads the store in dir, creating the directory and a new CA
+// when the directory holds none. An empty dir keeps the store in memory.
+func OpenStore(dir string, now time.Time) (*Store, error) {
+	s := &Store{dir: dir, state: storeState{Nodes: map[string]*NodeRecord{}}}
+	if dir == "" {
+		ca, err := NewCA(now)
+		if err != nil {
+			return nil, err
+		}
+		s.ca = ca
+		return s, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent tunnel state: %w", err)
+	}
+	certPEM, cerr := os.ReadFile(filepath.Join(dir, caCertFile))
+	keyPEM, kerr := os.ReadFile(filepath.Join(dir, caKeyFile))
+	switch {
+	case errors.Is(cerr, fs.ErrNotExist) && errors.Is(kerr, fs.ErrNotExist):
+		ca, err := NewCA(now)
+		if err != nil {
+			return nil, err
+		}
+		keyPEM, err := ca.KeyPEM()
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFile(filepath.Join(dir, caKeyFile), keyPEM); err != nil {
+			return nil, err
+		}
+		if err := writeFile(filepath.Join(dir, caCertFile), ca.CertPEM()); err != nil {
+			return nil, err
+		}
+		s.ca = ca
+	case cerr != nil || kerr != nil:
+		return nil, fmt.Errorf("agent tunnel state %s: the CA is incomplete (%w): restore %s and %s from a backup; "+
+			"a new CA would make every agent's --ca-checksum wrong", dir, errors.Join(cerr, kerr), caCertFile, caKeyFile)
+	default:
+		ca, err := ParseCA(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("agent tunnel state %s: %w", dir, err)
+		}
+		s.ca = ca
+	}
+	b, err := readCapped(filepath.Join(dir, stateFile), maxStateBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("agent tunnel state: %w", err)
+	default:
+		if err := json.Unmarshal(b, &s.state); err != nil {
+			return nil, fmt.Errorf("agent tunnel state %s: %w", filepath.Join(dir, stateFile), err)
+		}
+		if s.state.Nodes == nil {
+			s.state.Nodes = map[string]*NodeRecord{}
+		}
+	}
+	return s, nil
+}
+
+// CA is the store's certificate authority.
+func (s *Store) CA() *CA { return s.ca }
+
+// IssueToken creates a join token for cluster, valid for ttl (zero: until
+// it is revoked by hand). The token is returned once and only its hash is
+// kept.
+func (s *Store) IssueToken(cluster string, ttl time.Duration, now time.Time) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	rec := TokenRecord{SHA256: hashToken(tok), Cluster: cluster, Created: now.UTC()}
+	if ttl > 0 {
+		rec.Expires = now.Add(ttl).UTC()
+	}
+	if s.dir == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.memTokens = append(s.memTokens, rec)
+		return tok, nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, tokensDir), 0o700); err != nil {
+		return "", fmt.Errorf("issue a join token: %w", err)
+	}
+	if err := writeFile(filepath.Join(s.dir, tokensDir, rec.SHA256+".json"), b); err != nil {
+		return "", fmt.Errorf("issue a join token: %w", err)
+	}
+	return tok, nil
+}
+
+// errBadToken is what checkToken returns for every refused token, so that
+// a refusal says nothing about which tokens exist.
+var errBadToken = errors.New("the join token is not valid for this cluster (unknown, expired or for another cluster)")
+
+// checkToken accepts a token issued for cluster that has not expired.
+func (s *Store) checkToken(cluster, tok string, now time.Time) error {
+	if !strings.HasPrefix(tok, tokenPrefix) {
+		return errBadToken
+	}
+	// The hash of a 256-bit secret, looked up in variable time: that
+	// tells an attacker nothing about a token.
+	h := hashToken(tok)
+	var recs []TokenRecord
+	if s.dir == "" {
+		s.mu.Lock()
+		recs = slices.Clone(s.memTokens)
+		s.mu.Unlock()
+	} else {
+		b, err := readCapped(filepath.Join(s.dir, tokensDir, h+".json"), maxTokenFile)
+		if err != nil {
+			return errBadToken
+		}
+		var r TokenRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			return errBadToken
+		}
+		recs = append(recs, r)
+	}
+	for _, r := range recs {
+		if r.SHA256 == h && r.Cluster == cluster && (r.Expires.IsZero() || now.Before(r.Expires)) {
+			return nil
+		}
+	}
+	return errBadToken
+}
+
+// setNode records the certificate node holds from now on.
+func (s *Store) setNode(cluster, node, serial string, now time.Time) error {
+	node = nodeKey(cluster, node)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.state.Nodes[node]
+	s.state.Nodes[node] = &NodeRecord{Serial: serial, Issued: now.UTC()}
+	if err := s.saveLocked(); err != nil {
+		if old == nil {
+			delete(s.state.Nodes, node)
+		} else {
+			s.state.Nodes[node] = old
+		}
+		return err
+	}
+	return nil
+}
+
+// nodeSerial is the serial of node's current certificate, "" if none.
+func (s *Store) nodeSerial(cluster, node string) string {
+	node = nodeKey(cluster, node)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.state.Nodes[node]; r != nil {
+		return r.Serial
+	}
+	return ""
+}
+
+// nodes are the nodes of cluster that hold a certificate.
+func (s *Store) nodes(cluster string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for key := range s.state.Nodes {
+		if node, ok := strings.CutPrefix(key, cluster+"/"); ok {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// revoke forgets node's certificate: it is refused from then on.
+func (s *Store) revoke(cluster, node string) error {
+	node = nodeKey(cluster, node)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.state.Nodes[node]
+	if !ok {
+		return nil
+	}
+	delete(s.state.Nodes, node)
+	if err := s.saveLocked(); err != nil {
+		s.state.Nodes[node] = old
+		return err
+	}
+	return nil
+}
+
+func (s *Store) saveLocked() error {
+	if s.dir == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(s.state, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(s.dir, stateFile), b)
+}
+
+func nodeKey(cluster, node string) string { return cluster + "/" + node }
+
+func hashToken(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])
+}
+
+// writeFile replaces path with b, mode 0600, so that a crash leaves the
+// old file or the new one, never a torn one.
+func writeFile(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// readCapped reads path, refusing a file over max bytes.
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is more than the %d bytes allowed", path, max)
+	}
+	return b, nil
+}
