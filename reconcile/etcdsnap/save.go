@@ -182,10 +182,11 @@ func (cl *Cluster) openOn(node, name string) Opener {
 // that await their upload (Info.AwaitsUpload): snaps must say what S3
 // holds, so that what it has is not sent again. Each is streamed from the
 // first of its nodes whose copy has the sidecar's sha256 (S3.Upload checks
-// it while sending, and removes an object that does not match), within
-// backup_config.timeout. It sets the S3 of each snapshot uploaded and
-// returns their names, oldest first; each that could not be uploaded is an
-// *UploadError in err, and the next run tries it again.
+// it while sending, and removes an object that does not match). All of it
+// is bounded by backup_config.timeout: what is left when it ends waits for
+// the next run, as does each snapshot that could not be uploaded (an
+// *UploadError in err). It sets the S3 of each snapshot uploaded and
+// returns their names, oldest first.
 func (cl *Cluster) uploadMissing(ctx context.Context, store *S3, snaps []Info) (uploaded []string, err error) {
 	var todo []*Info
 	for i := range snaps {
@@ -196,14 +197,30 @@ func (cl *Cluster) uploadMissing(ctx context.Context, store *S3, snaps []Info) (
 	slices.SortFunc(todo, func(a, b *Info) int {
 		return cmp.Or(b.TakenAt.Compare(a.TakenAt), strings.Compare(b.Name, a.Name))
 	})
+	timeout := cl.backupTimeout()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var errs []error
-	for _, si := range todo {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
+	for i, si := range todo {
+		if tctx.Err() != nil {
+			if ctx.Err() != nil {
+				errs = append(errs, ctx.Err())
+			} else {
+				errs = append(errs, fmt.Errorf("upload %d snapshot(s) s3 lacks: left for the next run, services.etcd.backup_config.timeout (%s) is spent", len(todo)-i, timeout))
+			}
 			break
 		}
-		if err := cl.uploadFromNodes(ctx, store, si); err != nil {
-			errs = append(errs, &UploadError{Name: si.Name, Err: err})
+		var nodeErrs []error
+		for _, node := range si.Nodes {
+			err := store.Upload(tctx, si.Sidecar, cl.openOn(node, si.Name))
+			if err == nil {
+				nodeErrs = nil
+				break
+			}
+			nodeErrs = append(nodeErrs, fmt.Errorf("from node %s: %w", node, err))
+		}
+		if len(nodeErrs) > 0 {
+			errs = append(errs, &UploadError{Name: si.Name, Err: errors.Join(nodeErrs...)})
 			continue
 		}
 		si.S3 = store.Where(si.Name)
@@ -211,29 +228,6 @@ func (cl *Cluster) uploadMissing(ctx context.Context, store *S3, snaps []Info) (
 	}
 	slices.Reverse(uploaded)
 	return uploaded, errors.Join(errs...)
-}
-
-// uploadFromNodes uploads the snapshot from the first of its nodes that
-// gives a copy that matches its sidecar, within backup_config.timeout.
-func (cl *Cluster) uploadFromNodes(ctx context.Context, store *S3, si *Info) error {
-	timeout := cl.backupTimeout()
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var errs []error
-	for _, node := range si.Nodes {
-		err := store.Upload(tctx, si.Sidecar, cl.openOn(node, si.Name))
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("from node %s: %w", node, err))
-		if tctx.Err() != nil {
-			if ctx.Err() == nil {
-				errs = append(errs, fmt.Errorf("gave up after services.etcd.backup_config.timeout (%s)", timeout))
-			}
-			break
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // UploadError is a snapshot that was saved on the etcd nodes but

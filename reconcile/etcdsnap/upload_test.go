@@ -32,10 +32,12 @@ import (
 // nodeFiles is a node's Docker engine as far as reading a file through a
 // helper container goes (dockerop.OpenFile, which S3 uploads stream
 // from): the node's snapshot directory Dir is the directory dir. Any
-// other call panics (the embedded Engine is nil).
+// other call panics (the embedded Engine is nil). A stalled node sends
+// nothing until the read is given up.
 type nodeFiles struct {
 	dockerop.Engine
-	dir string
+	dir     string
+	stalled bool
 }
 
 func (n nodeFiles) ImageInspect(context.Context, string, ...client.ImageInspectOption) (image.InspectResponse, error) {
@@ -52,7 +54,11 @@ func (n nodeFiles) ContainerRemove(context.Context, string, container.RemoveOpti
 
 // CopyFromContainer gives the file Dir/<name> as the archive API does: a
 // tar of that one file.
-func (n nodeFiles) CopyFromContainer(_ context.Context, _ string, p string) (io.ReadCloser, container.PathStat, error) {
+func (n nodeFiles) CopyFromContainer(ctx context.Context, _ string, p string) (io.ReadCloser, container.PathStat, error) {
+	if n.stalled {
+		<-ctx.Done()
+		return nil, container.PathStat{}, ctx.Err()
+	}
 	if path.Dir(p) != Dir {
 		return nil, container.PathStat{}, errors.New("not in " + Dir + ": " + p)
 	}
@@ -90,11 +96,13 @@ func TestScheduledUploadsWhatS3Missed(t *testing.T) {
 	cfg := &spec.S3BackupConfig{Endpoint: gw.Endpoint, Region: "us-east-1", BucketName: gw.Bucket, Folder: "catch-up",
 		AccessKey: gw.Access, SecretKey: gw.Secret, CustomCA: gw.CAPEM}
 	on := true
-	dirs := map[string]string{"10.0.0.1": t.TempDir(), "10.0.0.2": t.TempDir()}
+	dirs := map[string]string{"10.0.0.1": t.TempDir(), "10.0.0.2": t.TempDir(), "10.0.0.3": t.TempDir()}
 	cl := &Cluster{
-		Name:        "c",
-		Backup:      &spec.BackupConfig{Enabled: &on, IntervalHours: 1, Retention: 2, Timeout: 60, S3BackupConfig: cfg},
-		Engine:      func(_ context.Context, node string) (dockerop.Engine, error) { return nodeFiles{dir: dirs[node]}, nil },
+		Name:   "c",
+		Backup: &spec.BackupConfig{Enabled: &on, IntervalHours: 1, Retention: 2, Timeout: 60, S3BackupConfig: cfg},
+		Engine: func(_ context.Context, node string) (dockerop.Engine, error) {
+			return nodeFiles{dir: dirs[node], stalled: node == "10.0.0.3"}, nil
+		},
 		HelperImage: "alpine",
 		Log:         slog.New(slog.DiscardHandler),
 	}
@@ -238,5 +246,20 @@ func TestScheduledUploadsWhatS3Missed(t *testing.T) {
 	}
 	if content, _, _ := inS3(s3.Name); content != "" {
 		t.Errorf("%s, with no good copy, is in s3: %q", s3.Name, content)
+	}
+
+	// The uploads of a run are bounded by backup_config.timeout: a node
+	// that sends nothing holds the run that long, and what is left waits
+	// for the next run.
+	cl.Backup.Timeout = 1
+	const good4 = "snapshot four"
+	s4 := put(Name(KindScheduled, t0.Add(3*time.Hour), false), good4, t0.Add(3*time.Hour), map[string]string{"10.0.0.3": good4})
+	snaps = append(snaps, s4)
+	uploaded, missing, listErr, upErr = run(snaps)
+	if listErr != nil || !errors.As(upErr, &ue) || ue.Name != s4.Name || !strings.Contains(upErr.Error(), "1 snapshot(s) s3 lacks: left for the next run") {
+		t.Errorf("a stalled node: listed %v, upload %v; want an *UploadError of %s, and %s left for the next run", listErr, upErr, s4.Name, s3.Name)
+	}
+	if len(uploaded) > 0 || !slices.Equal(missing, []string{s3.Name, s4.Name}) {
+		t.Errorf("a stalled node: uploaded %v, not in s3 %v; want none uploaded, %s and %s not in s3", uploaded, missing, s3.Name, s4.Name)
 	}
 }
