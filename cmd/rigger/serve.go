@@ -73,7 +73,9 @@ A cluster is reconciled when its cluster.yml changes (a fetch every
 happened), at every drift check (--drift-interval: what was changed on the
 nodes by hand is repaired and recorded), when a retry is due after a
 failure, and when services.etcd.backup_config asks for a snapshot (counted
-from the last successful one; retention applied after each). With
+from the last successful one). A reconcile then takes the snapshot due, if any,
+uploads to s3backupconfig's S3 the snapshots it lacks (one missed while S3
+was down) and applies retention. With
 rigger.suspend: true in cluster.yml the cluster is observed and reported,
 not changed.
 

@@ -37,6 +37,9 @@ type Listing struct {
 	Snapshots []Info
 	// Unlisted are the nodes (and S3) that could not be listed, with why.
 	Unlisted []error
+	// S3Err says why S3 could not be listed (it is in Unlisted too); nil
+	// when it was, or was not asked.
+	S3Err error
 }
 
 // List lists the snapshots under Dir on every etcd node
@@ -113,6 +116,7 @@ func List(ctx context.Context, cl *Cluster, withS3 bool) (*Listing, error) {
 			objs, err = store.List(ctx)
 		}
 		if err != nil {
+			out.S3Err = err
 			out.Unlisted = append(out.Unlisted, err)
 		}
 		for _, o := range objs {

@@ -1,6 +1,7 @@
 package etcdsnap
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -106,10 +107,7 @@ func Save(ctx context.Context, cl *Cluster, o SaveOptions) (*SaveResult, error) 
 		return nil, err
 	}
 
-	timeout := time.Duration(spec.DefaultEtcdBackupTimeout) * time.Second
-	if b := cl.Backup; b != nil && b.Timeout > 0 {
-		timeout = time.Duration(b.Timeout) * time.Second
-	}
+	timeout := cl.backupTimeout()
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sc, err := cl.takeSnapshot(tctx, src, name, kind, now)
@@ -148,13 +146,7 @@ func Save(ctx context.Context, cl *Cluster, o SaveOptions) (*SaveResult, error) 
 	if cfg := cl.s3Config(); cfg != nil {
 		store, err := NewS3(cfg)
 		if err == nil {
-			err = store.Upload(ctx, sc, func(ctx context.Context) (io.ReadCloser, int64, error) {
-				e, err := cl.Engine(ctx, src.node.Address)
-				if err != nil {
-					return nil, 0, err
-				}
-				return dockerop.OpenFile(ctx, e, src.node.Address, cl.HelperImage, path.Join(Dir, name))
-			})
+			err = store.Upload(ctx, sc, cl.openOn(src.node.Address, name))
 		}
 		if err != nil {
 			res.S3Err = &UploadError{Name: name, Err: err}
@@ -165,6 +157,77 @@ func Save(ctx context.Context, cl *Cluster, o SaveOptions) (*SaveResult, error) 
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// backupTimeout is backup_config.timeout, or its default.
+func (cl *Cluster) backupTimeout() time.Duration {
+	if b := cl.Backup; b != nil && b.Timeout > 0 {
+		return time.Duration(b.Timeout) * time.Second
+	}
+	return time.Duration(spec.DefaultEtcdBackupTimeout) * time.Second
+}
+
+// openOn opens the snapshot name on the node, for S3.Upload.
+func (cl *Cluster) openOn(node, name string) Opener {
+	return func(ctx context.Context) (io.ReadCloser, int64, error) {
+		e, err := cl.Engine(ctx, node)
+		if err != nil {
+			return nil, 0, err
+		}
+		return dockerop.OpenFile(ctx, e, node, cl.HelperImage, path.Join(Dir, name))
+	}
+}
+
+// uploadMissing uploads to store, newest first, the snapshots of snaps
+// that await their upload (Info.AwaitsUpload): snaps must say what S3
+// holds, so that what it has is not sent again. Each is streamed from the
+// first of its nodes whose copy has the sidecar's sha256 (S3.Upload checks
+// it while sending, and removes an object that does not match). All of it
+// is bounded by backup_config.timeout: what is left when it ends waits for
+// the next run, as does each snapshot that could not be uploaded (an
+// *UploadError in err). It sets the S3 of each snapshot uploaded and
+// returns their names, oldest first.
+func (cl *Cluster) uploadMissing(ctx context.Context, store *S3, snaps []Info) (uploaded []string, err error) {
+	var todo []*Info
+	for i := range snaps {
+		if snaps[i].AwaitsUpload() {
+			todo = append(todo, &snaps[i])
+		}
+	}
+	slices.SortFunc(todo, func(a, b *Info) int {
+		return cmp.Or(b.TakenAt.Compare(a.TakenAt), strings.Compare(b.Name, a.Name))
+	})
+	timeout := cl.backupTimeout()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var errs []error
+	for i, si := range todo {
+		if tctx.Err() != nil {
+			if ctx.Err() != nil {
+				errs = append(errs, ctx.Err())
+			} else {
+				errs = append(errs, fmt.Errorf("upload %d snapshot(s) s3 lacks: left for the next run, services.etcd.backup_config.timeout (%s) is spent", len(todo)-i, timeout))
+			}
+			break
+		}
+		var nodeErrs []error
+		for _, node := range si.Nodes {
+			err := store.Upload(tctx, si.Sidecar, cl.openOn(node, si.Name))
+			if err == nil {
+				nodeErrs = nil
+				break
+			}
+			nodeErrs = append(nodeErrs, fmt.Errorf("from node %s: %w", node, err))
+		}
+		if len(nodeErrs) > 0 {
+			errs = append(errs, &UploadError{Name: si.Name, Err: errors.Join(nodeErrs...)})
+			continue
+		}
+		si.S3 = store.Where(si.Name)
+		uploaded = append(uploaded, si.Name)
+	}
+	slices.Reverse(uploaded)
+	return uploaded, errors.Join(errs...)
 }
 
 // UploadError is a snapshot that was saved on the etcd nodes but

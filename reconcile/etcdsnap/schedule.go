@@ -37,6 +37,13 @@ func (si Info) Complete() bool {
 	return si.Sidecar != nil && (len(si.Nodes) > 0 || si.S3 != "")
 }
 
+// AwaitsUpload says whether the snapshot is rigger's (it has a sidecar),
+// on at least one etcd node, and not in S3: with s3backupconfig set, S3
+// lacks it, and Scheduled uploads it (uploadMissing).
+func (si Info) AwaitsUpload() bool {
+	return si.Sidecar != nil && len(si.Nodes) > 0 && si.S3 == ""
+}
+
 // kind is the snapshot's kind from its sidecar; without one, KindScheduled
 // for a name of RKE's scheduled snapshots (<stamp>_etcd, ParseName), which
 // RKE's own retention would remove in time, and "" for any other.
@@ -108,10 +115,12 @@ func NextSnapshot(b *spec.BackupConfig, snaps []Info, now time.Time) Schedule {
 // of a complete one, and a newer one is left for people to look at).
 // Manual snapshots and those without a sidecar are never removed, but for
 // RKE's scheduled ones (<stamp>_etcd.zip, Info.kind): incomplete for
-// rigger, they go once retention complete scheduled snapshots are newer. A
-// retention below 1 removes nothing. Newest is by time, then name; the
-// result is sorted oldest first. It does no I/O.
-func Retain(snaps []Info, retention int) (remove []Info) {
+// rigger, they go once retention complete scheduled snapshots are newer.
+// With s3 (s3backupconfig set, and snaps has what S3 holds), a snapshot
+// that awaits its upload (Info.AwaitsUpload) is not removed until S3 has
+// it. A retention below 1 removes nothing. Newest is by time, then name;
+// the result is sorted oldest first. It does no I/O.
+func Retain(snaps []Info, retention int, s3 bool) (remove []Info) {
 	if retention < 1 {
 		return nil
 	}
@@ -129,7 +138,9 @@ func Retain(snaps []Info, retention int) (remove []Info) {
 		kept := 0
 		for _, si := range of {
 			if kept >= retention {
-				remove = append(remove, si)
+				if !s3 || !si.AwaitsUpload() {
+					remove = append(remove, si)
+				}
 				continue
 			}
 			if si.Complete() {
@@ -157,10 +168,21 @@ type ScheduledResult struct {
 	// size and sha256; Copies and S3 say where it is); nil when none was.
 	Snapshot *SaveResult
 	// CopyErr says which etcd nodes did not get a verified copy; S3Err why
-	// the upload to S3 failed (a *UploadError). The snapshot is
-	// taken all the same: it is on the other nodes.
+	// uploads to S3 failed, the snapshot's and those of snapshots S3
+	// lacked (Uploaded), each a *UploadError. The snapshot is taken all
+	// the same: it is on the other nodes.
 	CopyErr error
 	S3Err   error
+	// Uploaded are the snapshots this call uploaded to S3 that were on
+	// the etcd nodes only (an earlier upload failed, or they were taken
+	// before s3backupconfig was set), oldest first; an upload that failed
+	// is in S3Err.
+	Uploaded []string
+	// NotInS3 are this cluster's snapshots on the etcd nodes that S3 does
+	// not hold after this call (Info.AwaitsUpload), oldest first; while S3
+	// cannot be listed (ListErr), that is every one on the nodes, as none
+	// is known to be there. Nil without s3backupconfig.
+	NotInS3 []string
 	// Deleted are the snapshots retention removed, oldest first;
 	// RetentionErr says what could not be removed (they are tried again
 	// next time). Neither makes the snapshot a failure.
@@ -172,14 +194,19 @@ type ScheduledResult struct {
 // serve`: it lists the snapshots on the etcd nodes (and in S3 when
 // s3backupconfig is set), decides with NextSnapshot at the session's
 // time, takes a scheduled snapshot when one is due (Save, whose
-// taking is bounded by backup_config.timeout), then removes what Retain
-// says, from the nodes and from S3. Only snapshots of this cluster
+// taking is bounded by backup_config.timeout), uploads to S3 the
+// snapshots on the nodes that S3 lacks (uploadMissing), then removes what
+// Retain says, from the nodes and from S3. Only snapshots of this cluster
 // (their sidecar's cluster_name) are considered: an S3 folder may be
 // shared. With backup_config disabled it does nothing.
 //
+// With s3backupconfig set, a snapshot that S3 lacks is never removed by
+// retention; while S3 cannot be listed, retention removes nothing, as it
+// cannot tell which snapshots S3 lacks.
+//
 // The error is non-nil only when a due snapshot could not be taken at all
-// (then retention does not run) or ctx ended; everything else that failed
-// is in the result.
+// (then retention does not run, but what S3 lacks is still uploaded) or
+// ctx ended; everything else that failed is in the result.
 func Scheduled(ctx context.Context, cl *Cluster) (*ScheduledResult, error) {
 	b := cl.Backup
 	res := &ScheduledResult{}
@@ -202,32 +229,58 @@ func Scheduled(ctx context.Context, cl *Cluster) (*ScheduledResult, error) {
 	}
 	res.Schedule = NextSnapshot(b, snaps, cl.Now())
 	log := cl.Log.With("cluster", cl.Name, "phase", "scheduled snapshot")
+	s3 := cl.s3Config() != nil
+	s3Listed := s3 && list != nil && list.S3Err == nil
+	// The snapshots to upload are those found before this call's own,
+	// whose upload Save has just tried.
+	found := len(snaps)
+	var saveErr error
+	res.Next = res.Schedule.Next
 	if res.Schedule.Due {
 		log.Info("taking a scheduled snapshot", "reason", res.Schedule.Reason)
 		sr, err := Save(ctx, cl, SaveOptions{Kind: KindScheduled})
 		if sr == nil || sr.Sidecar == nil {
-			return res, fmt.Errorf("take the scheduled snapshot (%s): %w", res.Schedule.Reason, err)
-		}
-		res.Snapshot = sr
-		res.S3Err = sr.S3Err
-		var copyErrs []error
-		for _, c := range sr.Copies {
-			if c.Err != nil {
-				copyErrs = append(copyErrs, fmt.Errorf("node %s: %w", c.Node, c.Err))
+			saveErr = fmt.Errorf("take the scheduled snapshot (%s): %w", res.Schedule.Reason, err)
+		} else {
+			res.Snapshot = sr
+			res.S3Err = sr.S3Err
+			var copyErrs []error
+			for _, c := range sr.Copies {
+				if c.Err != nil {
+					copyErrs = append(copyErrs, fmt.Errorf("node %s: %w", c.Node, c.Err))
+				}
 			}
+			res.CopyErr = errors.Join(copyErrs...)
+			if err != nil {
+				log.Warn("scheduled snapshot taken, not everywhere", "snapshot", sr.Sidecar.Name, "error", err)
+			}
+			snaps = append(snaps, takenInfo(sr))
+			res.Next = NextSnapshot(b, snaps, cl.Now()).Next
 		}
-		res.CopyErr = errors.Join(copyErrs...)
-		if err != nil {
-			log.Warn("scheduled snapshot taken, not everywhere", "snapshot", sr.Sidecar.Name, "error", err)
-		}
-		snaps = append(snaps, takenInfo(sr))
-		res.Next = NextSnapshot(b, snaps, cl.Now()).Next
-	} else {
-		res.Next = res.Schedule.Next
 	}
-	s3 := cl.s3Config() != nil
+	// What S3 lacks is uploaded even when the due snapshot failed.
+	if s3Listed {
+		store, err := NewS3(cl.s3Config())
+		if err == nil {
+			res.Uploaded, err = cl.uploadMissing(ctx, store, snaps[:found])
+		}
+		res.S3Err = errors.Join(res.S3Err, err)
+		for _, name := range res.Uploaded {
+			log.Info("snapshot uploaded to s3, which lacked it", "snapshot", name)
+		}
+	}
+	if s3 {
+		res.NotInS3 = notInS3(snaps)
+	}
+	if saveErr != nil {
+		return res, saveErr
+	}
+	if s3 && !s3Listed {
+		log.Warn("retention skipped: s3 could not be listed, and a snapshot that s3 lacks is kept until it is uploaded", "error", res.ListErr)
+		return res, nil
+	}
 	var errs []error
-	for _, si := range Retain(snaps, b.Retention) {
+	for _, si := range Retain(snaps, b.Retention, s3) {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
@@ -243,6 +296,18 @@ func Scheduled(ctx context.Context, cl *Cluster) (*ScheduledResult, error) {
 	}
 	res.RetentionErr = errors.Join(errs...)
 	return res, nil
+}
+
+// notInS3 are the names of the snapshots that await their upload
+// (Info.AwaitsUpload), in the order of snaps.
+func notInS3(snaps []Info) []string {
+	var out []string
+	for _, si := range snaps {
+		if si.AwaitsUpload() {
+			out = append(out, si.Name)
+		}
+	}
+	return out
 }
 
 // takenInfo is the Info of a snapshot SaveSnapshot took, as a

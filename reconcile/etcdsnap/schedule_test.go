@@ -13,7 +13,8 @@ import (
 
 // snap is a snapshot as ListSnapshots finds it: of kind (no sidecar when
 // kind is ""), taken at, on one node unless where says otherwise
-// ("damaged": only a copy of the wrong size; "s3": in S3 only).
+// ("damaged": only a copy of the wrong size; "s3": in S3 only;
+// "nodes+s3": on the node and in S3).
 func snap(name, kind string, at time.Time, where ...string) Info {
 	si := Info{Name: name, TakenAt: at, Size: 10, Nodes: []string{"10.0.0.1"}}
 	if kind != "" {
@@ -25,6 +26,8 @@ func snap(name, kind string, at time.Time, where ...string) Info {
 			si.Nodes, si.Damaged = nil, []string{"10.0.0.1"}
 		case "s3":
 			si.Nodes, si.S3 = nil, "s3://b/"+name
+		case "nodes+s3":
+			si.S3 = "s3://b/" + name
 		}
 	}
 	return si
@@ -132,6 +135,7 @@ func TestRetain(t *testing.T) {
 		name      string
 		snaps     []Info
 		retention int
+		s3        bool
 		remove    []string
 	}{
 		{name: "none", retention: 2},
@@ -176,13 +180,28 @@ func TestRetain(t *testing.T) {
 		{name: "s3-only copies count as complete and are removed as well", retention: 1,
 			snaps:  []Info{snap("s1", sched, h(1), "s3"), snap("s2", sched, h(2), "s3")},
 			remove: []string{"s1"}},
+		{name: "with s3, a snapshot s3 lacks stays until it is uploaded, and counts as kept", retention: 1, s3: true,
+			snaps: []Info{
+				snap("local1", sched, h(1)), snap("up2", sched, h(2), "nodes+s3"), snap("up3", sched, h(3), "nodes+s3"),
+				snap("local4", sched, h(4)),
+			},
+			remove: []string{"up2", "up3"}},
+		{name: "without s3, the same are removed", retention: 1,
+			snaps: []Info{
+				snap("local1", sched, h(1)), snap("up2", sched, h(2), "nodes+s3"), snap("up3", sched, h(3), "nodes+s3"),
+				snap("local4", sched, h(4)),
+			},
+			remove: []string{"local1", "up2", "up3"}},
+		{name: "with s3, snapshots in s3 only go as before", retention: 1, s3: true,
+			snaps:  []Info{snap("s1", sched, h(1), "s3"), snap("s2", sched, h(2), "s3")},
+			remove: []string{"s1"}},
 		{name: "retention 0 removes nothing", retention: 0,
 			snaps: []Info{snap("s1", sched, h(1)), snap("s2", sched, h(2))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, si := range Retain(tt.snaps, tt.retention) {
+			for _, si := range Retain(tt.snaps, tt.retention, tt.s3) {
 				got = append(got, si.Name)
 			}
 			if diff := cmp.Diff(tt.remove, got); diff != "" {

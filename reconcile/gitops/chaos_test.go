@@ -692,8 +692,9 @@ func (c *chaos) gitDown(ctx context.Context, t *testing.T, k knobs) {
 // s3Down takes the S3 server away, removes the snapshots from the nodes
 // (so that a scheduled one is due at once), pushes backup_config with
 // that S3 server and starts serve: it takes the scheduled snapshot on the
-// nodes and reports the failed upload in status.yml. Once S3 is back, the report
-// must go away; the recovery is until then.
+// nodes and reports the failed upload in status.yml, and the snapshot as
+// not in S3. Once S3 is back, the report must go away and the snapshot be
+// in S3; the recovery is until then.
 func (c *chaos) s3Down(ctx context.Context, t *testing.T, k knobs) {
 	row := chaosRow{scenario: "S3 server down during a scheduled snapshot (serve)"}
 	c.gw = s3test.Start(t)
@@ -719,6 +720,9 @@ func (c *chaos) s3Down(ctx context.Context, t *testing.T, k knobs) {
 	if st.Snapshots.Last.Kind != "scheduled" {
 		t.Errorf("the last snapshot with S3 down is %+v, want a scheduled one", st.Snapshots.Last)
 	}
+	if !slices.Contains(st.Snapshots.NotInS3, st.Snapshots.Last.Name) {
+		t.Errorf("status.yml with S3 down lists %v as not in S3, want %s among them", st.Snapshots.NotInS3, st.Snapshots.Last.Name)
+	}
 	t.Logf("with S3 down: snapshot %s, error %q, Ready %s", st.Snapshots.Last.Name, st.Snapshots.Error, ready(st))
 	for _, n := range c.sb.Nodes {
 		if _, err := os.Stat(filepath.Join(n.Dir, "opt-rke", "etcd-snapshots", st.Snapshots.Last.Name)); err != nil {
@@ -728,7 +732,7 @@ func (c *chaos) s3Down(ctx context.Context, t *testing.T, k knobs) {
 	c.gw.Restart()
 	at0 := time.Now()
 	c.origin.waitStatus(t, "status.yml without the S3 error, S3 back", 10*time.Minute, func(f *gitops.StatusFile) bool {
-		return f.Snapshots != nil && f.Snapshots.Error == "" && ready(f) == "True"
+		return f.Snapshots != nil && f.Snapshots.Error == "" && len(f.Snapshots.NotInS3) == 0 && ready(f) == "True"
 	})
 	row.recovered, row.recovery = 1, time.Since(at0)
 	uploaded := 0
@@ -738,7 +742,7 @@ func (c *chaos) s3Down(ctx context.Context, t *testing.T, k knobs) {
 		}
 	}
 	if uploaded == 0 {
-		row.note = "the snapshot taken while S3 was down stays on the nodes only: S3 gets the next scheduled one (interval_hours later)"
+		t.Errorf("the snapshot %s taken while S3 was down is not in S3 once status.yml says S3 lacks nothing", st.Snapshots.Last.Name)
 	}
 	s.stop()
 	row.converged = c.inSync(ctx, t, k)

@@ -117,6 +117,11 @@ type SnapshotStatus struct {
 	Error string `json:"error,omitempty"`
 	// Retained are the scheduled snapshots retention removed last time.
 	Removed []string `json:"removed,omitempty"`
+	// NotInS3 are the snapshots on the etcd nodes that S3 lacks (with
+	// s3backupconfig set): the next run of the schedule uploads them.
+	NotInS3 []string `json:"notInS3,omitempty"`
+	// Uploaded are the snapshots S3 lacked that the last run uploaded.
+	Uploaded []string `json:"uploaded,omitempty"`
 }
 
 // SnapshotRef is one snapshot.

@@ -36,7 +36,7 @@ func statusSeeds(t testing.TB) [][]byte {
 		LastReconcile: &LastReconcile{Trigger: "change", FinishedAt: t0, Duration: "1s", Steps: 3},
 		Conditions:    []Condition{{Type: ConditionReady, Status: conditionTrue, Reason: ReasonSucceeded, Message: "ok", LastTransitionTime: t0}},
 		Drift:         []DriftRepair{{RepairedAt: t0, Node: "10.0.0.1", Component: "kubelet", Action: "replace", Reason: "image changed a → b"}},
-		Snapshots:     &SnapshotStatus{Last: &SnapshotRef{Name: "s", Taken: t0, Size: 1 << 40}, Next: &t0, Removed: []string{"old"}},
+		Snapshots:     &SnapshotStatus{Last: &SnapshotRef{Name: "s", Taken: t0, Size: 1 << 40}, Next: &t0, Removed: []string{"old"}, NotInS3: []string{"s"}, Uploaded: []string{"older"}},
 		Restore:       &RestoreStatus{ID: "1", Snapshot: "s", At: t0},
 		Status: &reconcile.Status{Cluster: "c", ObservedAt: t0, Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true}},
 			Certificates: map[string]time.Time{"kube-ca": t0}}}

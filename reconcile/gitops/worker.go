@@ -463,7 +463,7 @@ func (w *worker) snapshot(ctx context.Context, log *slog.Logger, s Session, lk *
 		w.snapshots, w.snapshotDue = nil, time.Time{}
 		return
 	}
-	st := &SnapshotStatus{Removed: r.Deleted}
+	st := &SnapshotStatus{Removed: r.Deleted, NotInS3: r.NotInS3, Uploaded: r.Uploaded}
 	if w.snapshots != nil {
 		st.Last = w.snapshots.Last
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +325,46 @@ func TestAddonDriftRepaired(t *testing.T) {
 	}
 	if d := w.drift[0]; d.Component != "addon/rke-coredns-addon" || d.Action != string(addons.Configure) || !strings.Contains(d.Reason, "kube-system/coredns") {
 		t.Errorf("drift recorded %+v, want the add-on, configure, and the object", d)
+	}
+}
+
+// TestSnapshotStatusNotInS3: status.yml names the snapshots S3 lacks while
+// the schedule reports them (S3 down when one was taken), and, once a run
+// uploaded them, says so and names none.
+func TestSnapshotStatusNotInS3(t *testing.T) {
+	now := time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
+	const s1 = "2026-11-24T01:00:00Z_etcd"
+	sc := &etcdsnap.Sidecar{Name: s1, Kind: etcdsnap.KindScheduled, TakenAt: now, Size: 10, SHA256: strings.Repeat("a", 64)}
+	runs := []*etcdsnap.ScheduledResult{
+		{Schedule: etcdsnap.Schedule{Enabled: true, Due: true}, Next: now.Add(time.Hour),
+			Snapshot: &etcdsnap.SaveResult{Sidecar: sc},
+			ListErr:  errors.New("s3 list s3://b/: connection refused"),
+			S3Err:    &etcdsnap.UploadError{Name: s1, Err: errors.New("connection refused")},
+			NotInS3:  []string{s1}},
+		{Schedule: etcdsnap.Schedule{Enabled: true, Next: now.Add(time.Hour)}, Next: now.Add(time.Hour), Uploaded: []string{s1}},
+	}
+	sess := &fakeSession{}
+	srv := &Server{cfg: Config{Now: func() time.Time { return now }}}
+	w := &worker{srv: srv, log: slog.New(slog.DiscardHandler)}
+	c := &spec.Cluster{ClusterName: "c"}
+	var got []*SnapshotStatus
+	for _, r := range runs {
+		sess.ScheduledSnapshotFn = func() (*etcdsnap.ScheduledResult, error) { return r, nil }
+		w.snapshot(t.Context(), w.log, sess, nil, c)
+		b, err := w.statusFile(outcome{cluster: "c"}, "snapshot", now, now).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ParseStatus(b)
+		if f == nil || f.Snapshots == nil {
+			t.Fatalf("status.yml without snapshots:\n%s", b)
+		}
+		got = append(got, f.Snapshots)
+	}
+	if down := got[0]; !slices.Equal(down.NotInS3, []string{s1}) || !strings.Contains(down.Error, "upload snapshot "+s1+" to s3") {
+		t.Errorf("status.yml with S3 down: %+v; want %s not in s3, and the upload's error", down, s1)
+	}
+	if back := got[1]; back.NotInS3 != nil || back.Error != "" || !slices.Equal(back.Uploaded, []string{s1}) {
+		t.Errorf("status.yml once %s was uploaded: %+v; want it uploaded, nothing missing, no error", s1, back)
 	}
 }
