@@ -34,30 +34,44 @@ nodes:
 `
 
 // startEndpoint serves an agent endpoint on loopback with its store under
-// stateDir, as rigger serve --agent-listen does.
-func startEndpoint(t *testing.T, stateDir string, log *syncBuffer) (*agentEndpoint, string) {
+// stateDir, as rigger serve --agent-listen does, until the test ends.
+func startEndpoint(t *testing.T, stateDir string, log io.Writer) (*agentEndpoint, string) {
 	t.Helper()
+	e, url, stop := listenEndpoint(t, stateDir, "127.0.0.1:0", log)
+	t.Cleanup(stop)
+	return e, url
+}
+
+// listenEndpoint serves an agent endpoint on listen (host:port) with its
+// store under stateDir, as rigger serve --agent-listen does with
+// --agent-host the host, until stop (which closes its tunnels, as serve's
+// end does).
+func listenEndpoint(t *testing.T, stateDir, listen string, log io.Writer) (e *agentEndpoint, url string, stop func()) {
+	t.Helper()
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		t.Fatal(err)
+	}
 	store, err := agenttun.OpenStore(agentStoreDir(stateDir), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsConfig, err := store.CA().TLSConfig([]string{"127.0.0.1"}, time.Now())
+	tlsConfig, err := store.CA().TLSConfig([]string{host}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := "https://" + ln.Addr().String()
-	e := newAgentEndpoint(store, url, slog.New(slog.NewTextHandler(log, nil)))
+	url = "https://" + ln.Addr().String()
+	e = newAgentEndpoint(store, url, slog.New(slog.NewTextHandler(log, nil)))
 	hs := &http.Server{Handler: e, TLSConfig: tlsConfig}
 	go hs.ServeTLS(ln, "", "")
-	t.Cleanup(func() {
+	return e, url, sync.OnceFunc(func() {
 		e.Close()
 		hs.Close()
 	})
-	return e, url
 }
 
 // TestAgentEndpoint follows a node from cluster.yml to a tunnel up: serve's

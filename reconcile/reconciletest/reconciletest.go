@@ -107,6 +107,9 @@ type Applier struct {
 	Options reconcile.ApplyOptions
 	// Now is the sessions' clock (nil: time.Now).
 	Now func() time.Time
+	// Open opens the sessions (nil: reconcile.Open): rigger serve's, for
+	// one, reaches the agent nodes through its tunnel.
+	Open func(*spec.Cluster, reconcile.Options) (*reconcile.Session, error)
 
 	mu sync.Mutex
 	// events are the progress lines of the last apply; timed are those
@@ -126,7 +129,11 @@ func New(t testing.TB) *Applier {
 // test's log.
 func (a *Applier) Session(t testing.TB, c *spec.Cluster) *reconcile.Session {
 	t.Helper()
-	sess, err := reconcile.Open(c, reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t)})
+	open := a.Open
+	if open == nil {
+		open = reconcile.Open
+	}
+	sess, err := open(c, reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
