@@ -216,19 +216,22 @@ func configMap(ns, name string, data map[string]string) string {
 	return b.String()
 }
 
-// resourceVersions are the resourceVersions of the ConfigMaps and
-// ServiceAccounts of namespace ns and of the add-on's inventory.
+// resourceVersions are the resourceVersions of the add-on's ConfigMaps and
+// Deployments in namespace ns and of its inventory. Only the add-on's: the
+// controller manager adds kube-root-ca.crt to a new namespace when it gets
+// to it, which may be during a re-apply.
 func resourceVersions(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns, addon string) map[string]string {
 	t.Helper()
 	rv := map[string]string{}
-	cms, err := kc.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	ours := metav1.ListOptions{LabelSelector: addons.LabelAddon + "=" + addon}
+	cms, err := kc.CoreV1().ConfigMaps(ns).List(ctx, ours)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cms.Items {
 		rv["ConfigMap "+c.Name] = c.ResourceVersion
 	}
-	deps, err := kc.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	deps, err := kc.AppsV1().Deployments(ns).List(ctx, ours)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +322,9 @@ func testApplyAndPrune(t *testing.T, cfg *rest.Config, kc kubernetes.Interface) 
 		t.Errorf("plan of what is applied is not empty:\n%s", b.String())
 	}
 	before := resourceVersions(t, ctx, kc, ns, "demo")
+	if len(before) != 4 {
+		t.Fatalf("the add-on's objects and inventory: %v, want 2 ConfigMaps, a Deployment and the inventory", before)
+	}
 	cs, err = h.Apply(ctx, demo("1", true))
 	if err != nil {
 		t.Fatal(err)
