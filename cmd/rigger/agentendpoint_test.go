@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport/agenttun"
@@ -123,12 +124,8 @@ func TestAgentEndpoint(t *testing.T) {
 	defer agents.Wait()
 	defer cancel()
 	agents.Go(func() { a.Run(ctx) })
-	deadline := time.Now().Add(30 * time.Second)
-	for !e.servers["edge"].Agents()[1].Connected {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not connect through serve's endpoint")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(30*time.Second, 10*time.Millisecond, func() bool { return e.servers["edge"].Agents()[1].Connected }) {
+		t.Fatal("the agent did not connect through serve's endpoint")
 	}
 
 	tunnels := e.tunnels("edge")
@@ -144,12 +141,8 @@ func TestAgentEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	agents.Go(func() { b.Run(ctx) })
-	deadline = time.Now().Add(30 * time.Second)
-	for !slices.Equal(e.pending("edge"), []string{"192.0.2.30 (host edge-30)"}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pending agents %v, want the undeclared node's", e.pending("edge"))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(30*time.Second, 10*time.Millisecond, func() bool { return slices.Equal(e.pending("edge"), []string{"192.0.2.30 (host edge-30)"}) }) {
+		t.Fatalf("pending agents %v, want the undeclared node's", e.pending("edge"))
 	}
 
 	// A cluster serve has not reconciled has no endpoint.

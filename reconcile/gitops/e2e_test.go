@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
@@ -592,15 +593,11 @@ func (p *serveProc) expectEnd() { p.ending.Store(true) }
 
 // waitRaw waits until the raw log holds sub.
 func (p *serveProc) waitRaw(timeout time.Duration, sub string) bool {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	return testwait.Until(timeout, 200*time.Millisecond, func() bool {
 		p.mu.Lock()
-		found := strings.Contains(p.raw.String(), sub)
-		p.mu.Unlock()
-		if found {
-			return true
-		}
-	}
-	return false
+		defer p.mu.Unlock()
+		return strings.Contains(p.raw.String(), sub)
+	})
 }
 
 // readyz is the status of serve's /readyz (0 when it does not answer).
@@ -615,12 +612,7 @@ func (p *serveProc) readyz() int {
 
 // waitLog waits until a log entry matches.
 func (p *serveProc) waitLog(timeout time.Duration, match func(logEntry) bool) bool {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if p.count(match) > 0 {
-			return true
-		}
-	}
-	return false
+	return testwait.Until(timeout, 200*time.Millisecond, func() bool { return p.count(match) > 0 })
 }
 
 func (p *serveProc) count(match func(logEntry) bool) int {

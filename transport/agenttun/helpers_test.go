@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
 
@@ -173,12 +174,8 @@ func (ra *runningAgent) wait(t testing.TB) error {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(d, 10*time.Millisecond, cond) {
+		t.Fatalf("%s: not within %s", what, d)
 	}
 }
 

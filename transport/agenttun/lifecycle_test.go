@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
 
@@ -95,19 +96,15 @@ func TestAbruptClosesLeaveNothingBehind(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var g int
+	if !testwait.Until(30*time.Second, 20*time.Millisecond, func() bool {
 		runtime.GC()
-		g := runtime.NumGoroutine()
-		if g <= baseG {
-			break
-		}
-		if time.Now().After(deadline) {
-			var dump bytes.Buffer
-			pprof.Lookup("goroutine").WriteTo(&dump, 1)
-			t.Fatalf("%d goroutines after the abrupt closes, %d before:\n%s", g, baseG, dump.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		g = runtime.NumGoroutine()
+		return g <= baseG
+	}) {
+		var dump bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&dump, 1)
+		t.Fatalf("%d goroutines after the abrupt closes, %d before:\n%s", g, baseG, dump.String())
 	}
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)

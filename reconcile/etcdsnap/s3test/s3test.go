@@ -26,6 +26,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // Gateway is a versitygw serving S3 over TLS on the host's loopback.
@@ -89,19 +90,15 @@ func Start(t *testing.T) *Gateway {
 		t.Fatal(err)
 	}
 	gw.Restart()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testwait.Until(30*time.Second, 300*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		err = gw.Client.MakeBucket(ctx, gw.Bucket, minio.MakeBucketOptions{Region: "us-east-1"})
-		cancel()
-		if err == nil {
-			return gw
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw on %s did not make a bucket in 30s: %v", endpoint, err)
-		}
-		time.Sleep(300 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("versitygw on %s did not make a bucket in 30s: %v", endpoint, err)
 	}
+	return gw
 }
 
 // Stop kills versitygw by its pid (S3 is down) and waits for it to end.
