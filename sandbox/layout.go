@@ -149,6 +149,10 @@ func nodeMounts() []string {
 		"/var/lib/cri-dockerd",
 		"/var/log/containers",
 		"/var/log/pods",
+		// root's home: a real machine's is its own. The host's would make
+		// every command a test runs on a node over SSH source the host's
+		// shell start-up files (a stale pyenv lock there held each one 60 s).
+		"/root",
 		// /run last: the node's sshd, engine and sockets live there.
 		"/run",
 	}
