@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 )
@@ -35,7 +34,7 @@ when the state directory is lost.`,
 				return err
 			}
 			if out != "" {
-				if err := os.WriteFile(out, b, 0o600); err != nil {
+				if err := writePrivate(out, b); err != nil {
 					return fmt.Errorf("write kubeconfig: %w", err)
 				}
 				return nil

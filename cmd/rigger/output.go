@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/internal/atomicfile"
 )
 
 // Output formats of the commands that print a result.
@@ -34,4 +37,15 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writePrivate writes b to the file a user named with --out, mode 0600
+// whatever mode a file already there had (a kubeconfig holds the admin's
+// key; a plan, the cluster's settings), replacing it whole. A symbolic
+// link is followed, so that a linked ~/.kube/config stays a link.
+func writePrivate(path string, b []byte) error {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+	}
+	return atomicfile.Write(path, b, 0o600)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -68,7 +67,7 @@ checked and nothing must change.`,
 				if err != nil {
 					return fmt.Errorf("encode plan: %w", err)
 				}
-				if err := os.WriteFile(out, append(b, '\n'), 0o600); err != nil {
+				if err := writePrivate(out, append(b, '\n')); err != nil {
 					return fmt.Errorf("write plan: %w", err)
 				}
 			}
@@ -91,7 +90,7 @@ checked and nothing must change.`,
 	}
 	f.add(cmd)
 	addOutputFlag(cmd, &output)
-	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file")
+	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file (mode 0600)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
