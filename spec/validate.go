@@ -804,7 +804,7 @@ func (v *validator) registries(c *Cluster) {
 			v.errorf(p+".url", "Give host[:port], as in image names.", "url %q must not include a scheme", r.URL)
 		}
 		if r.Password != "" && r.User == "" {
-			v.errorf(p+".user", "", "a password is given without a user")
+			v.warnf(p+".user", "Give the registry's user too.", "a password is given without a user: it is sent with an empty user name, as RKE sends it, which most registries refuse")
 		}
 		if r.ECRCredentialPlugin != nil {
 			v.errorf(p+".ecr_credential_plugin", "Give the registry's user and password instead: for Amazon ECR, user AWS and the password `aws ecr get-login-password` prints (valid 12 hours).",
@@ -812,7 +812,7 @@ func (v *validator) registries(c *Cluster) {
 		}
 		if r.IsDefault {
 			if defaults++; defaults > 1 {
-				v.errorf(p+".is_default", "", "more than one registry is marked is_default")
+				v.warnf(p+".is_default", "Mark one registry is_default.", "more than one registry is marked is_default: the first one's url prefixes the system images, as in RKE")
 			}
 		}
 	}
