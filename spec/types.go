@@ -149,7 +149,7 @@ type PrivateRegistry struct {
 	User string `json:"user,omitempty"`
 	// Registry password.
 	Password string `json:"password,omitempty" rigger:"secret"`
-	// Prefix every image the version table gives (the components', the helpers' and the add-ons') with this `url` and a slash, as RKE does, whatever registry the image names; images set in `system_images` are kept as written. A registry without `url` prefixes nothing, as in RKE; a second registry marked is refused (RKE takes the first).
+	// Prefix every image the version table gives (the components', the helpers' and the add-ons') with this `url` and a slash, as RKE does, whatever registry the image names; images set in `system_images` are kept as written. A registry without `url` prefixes nothing, as in RKE; when several are marked, the first one counts (as in RKE), with a warning.
 	IsDefault bool `json:"is_default,omitempty"`
 	// Get credentials for Amazon ECR from these AWS keys. Not supported by rigger: refused by `validate`; give the registry's `user` and `password` instead.
 	ECRCredentialPlugin *ECRCredentialPlugin `json:"ecr_credential_plugin,omitempty"`
