@@ -12,10 +12,10 @@ type Rotation struct {
 	// CA asks for a new kube-ca and kube-apiserver-requestheader-ca, and
 	// every certificate under them (Services is then ignored, as RKE
 	// ignores it).
-	CA bool
+	CA bool `json:"ca,omitempty"`
 	// Services are the components whose certificates are reissued, by
 	// RKE's names (RotatableServices); empty is every certificate.
-	Services []string
+	Services []string `json:"services,omitempty"`
 }
 
 // RotatableServices are the services a Rotation can name, as RKE names
