@@ -143,10 +143,11 @@ func Decide(rec Record, yml, cli *pki.Rotation) Decision {
 	switch {
 	case rec.Active != nil:
 		d.Resume = rec.Active
+		active := &rec.Active.Rotation
 		switch {
-		case cli != nil:
+		case cli != nil && !Same(cli, active):
 			d.Ignored = cli
-		case yml != nil && !Same(yml, rec.Requested):
+		case cli == nil && yml != nil && !Same(yml, rec.Requested) && !Same(yml, active):
 			d.Ignored = yml
 		}
 	case cli != nil:
