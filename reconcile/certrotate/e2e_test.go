@@ -15,7 +15,6 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -51,7 +50,7 @@ func TestCertRotateSandbox(t *testing.T) {
 	if !t.Run("converge", func(t *testing.T) { a.Apply(ctx, t, c) }) {
 		return
 	}
-	nodesReady(ctx, t, a.Client(ctx, t, c), s.Nodes)
+	rt.NodesReady(ctx, t, a.Client(ctx, t, c), s.Nodes)
 	oldKubeconfig := kubeconfig(ctx, t, a, c)
 	exp := int64(3600)
 	tok, err := a.Client(ctx, t, c).CoreV1().ServiceAccounts("default").CreateToken(ctx, "default",
@@ -87,7 +86,7 @@ func TestCertRotateSandbox(t *testing.T) {
 				t.Errorf("%s: not reissued", file)
 			}
 		}
-		nodesReady(ctx, t, a.Client(ctx, t, &rotated), s.Nodes)
+		rt.NodesReady(ctx, t, a.Client(ctx, t, &rotated), s.Nodes)
 		// One-shot: the same request rotates no more.
 		a.InSync(ctx, t, &rotated)
 		if again := serials(t, s); !mapsEqual(again, after) {
@@ -129,7 +128,7 @@ func TestCertRotateSandbox(t *testing.T) {
 			}
 		}
 		cs := a.Client(ctx, t, c)
-		nodesReady(ctx, t, cs, s.Nodes)
+		rt.NodesReady(ctx, t, cs, s.Nodes)
 		if err := listNodes(ctx, oldKubeconfig); err == nil {
 			t.Error("the admin kubeconfig with the old CA still works")
 		} else {
@@ -291,33 +290,4 @@ func pollAPI(ctx context.Context, t *testing.T, s *sandbox.Sandbox, kubeconfig [
 	}
 	t.Cleanup(func() { stop() }) // also when the test fails before it stops it
 	return stop
-}
-
-// nodesReady waits until the Nodes of the sandbox's nodes are Ready.
-func nodesReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, nodes []sandbox.Node) {
-	t.Helper()
-	rt.Eventually(ctx, t, 3*time.Minute, "every Node Ready", func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		ready := map[string]bool{}
-		for _, n := range list.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					ready[n.Name] = true
-				}
-			}
-		}
-		var missing []string
-		for _, n := range nodes {
-			if !ready[n.Hostname] {
-				missing = append(missing, n.Hostname)
-			}
-		}
-		if len(missing) > 0 {
-			return false, errors.New("not Ready: " + strings.Join(missing, ", "))
-		}
-		return true, nil
-	})
 }
