@@ -199,7 +199,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
 	if err == nil && pl.Complete() {
-		err = s.finishRotation(ctx, pl, cs)
+		err = s.finishRotation(ctx, pl, cs, side.say)
 	}
 	if res.AddonsErr != nil && !ao.AddonsErrInResult {
 		err = errors.Join(err, res.AddonsErr)

@@ -232,7 +232,9 @@ func (s *Session) startRotation(pl *Planned) error {
 // stage in which every component came to trust both CAs, the pods RKE
 // restarts after a CA rotation are deleted (restartSystemPods), so that
 // they too trust the new CA before any certificate of it is shown.
-func (s *Session) finishRotation(ctx context.Context, pl *Planned, cs kubernetes.Interface) error {
+//
+// say reports progress (the apply's Step hook; nil: none).
+func (s *Session) finishRotation(ctx context.Context, pl *Planned, cs kubernetes.Interface, say func(node, msg string)) error {
 	rot := pl.rot
 	if rot == nil || rot.active == nil {
 		return nil
@@ -240,8 +242,12 @@ func (s *Session) finishRotation(ctx context.Context, pl *Planned, cs kubernetes
 	rec, done := certrotate.Advanced(rot.rec)
 	if rot.active.Rotation.CA {
 		if rot.active.Stage == pki.StageTrust {
-			if err := s.restartSystemPods(ctx, cs, pl.PKI.Trusted(pki.CACertName)); err != nil {
+			n, err := s.restartSystemPods(ctx, cs, pl.PKI.Trusted(pki.CACertName))
+			if err != nil {
 				return err
+			}
+			if say != nil {
+				say("kubernetes", fmt.Sprintf("both CAs published in kube-root-ca.crt; deleted %d system pod(s) for their controllers to start again trusting both", n))
 			}
 		}
 		if done {
@@ -285,9 +291,10 @@ const rootCAPublishTimeout = 3 * time.Minute
 // two (the kubelet refreshes the projected volume) but a process that
 // read it when it started keeps what it read: those are the user's to
 // restart (docs/certificates.md).
-func (s *Session) restartSystemPods(ctx context.Context, cs kubernetes.Interface, trusted []byte) error {
+// It returns how many pods it deleted.
+func (s *Session) restartSystemPods(ctx context.Context, cs kubernetes.Interface, trusted []byte) (int, error) {
 	if cs == nil {
-		return errors.New("restart the system pods for the new CA: the API server could not be reached")
+		return 0, errors.New("restart the system pods for the new CA: the API server could not be reached")
 	}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, rootCAPublishTimeout, true, func(ctx context.Context) (bool, error) {
@@ -300,9 +307,10 @@ func (s *Session) restartSystemPods(ctx context.Context, cs kubernetes.Interface
 		return bytes.Equal([]byte(cm.Data["ca.crt"]), trusted), nil
 	})
 	if err != nil {
-		return fmt.Errorf("wait for the controller manager to publish both CAs in kube-system/kube-root-ca.crt: %w (%s)", err, last)
+		return 0, fmt.Errorf("wait for the controller manager to publish both CAs in kube-system/kube-root-ca.crt: %w (%s)", err, last)
 	}
 	var errs []error
+	deleted := 0
 	for _, sel := range systemPodSelectors {
 		pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
@@ -310,10 +318,13 @@ func (s *Session) restartSystemPods(ctx context.Context, cs kubernetes.Interface
 			continue
 		}
 		for _, p := range pods.Items {
-			if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			switch err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); {
+			case err == nil:
+				deleted++
+			case !apierrors.IsNotFound(err):
 				errs = append(errs, fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err))
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return deleted, errors.Join(errs...)
 }

@@ -112,6 +112,7 @@ func TestCertRotateSandbox(t *testing.T) {
 
 	t.Run("CA", func(t *testing.T) {
 		before := serials(t, s)
+		start := time.Now()
 		a.Open = func(c *spec.Cluster, o reconcile.Options) (*reconcile.Session, error) {
 			o.Rotate = &pki.Rotation{CA: true} // rigger cert rotate --rotate-ca
 			return reconcile.Open(c, o)
@@ -155,6 +156,26 @@ func TestCertRotateSandbox(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(a.StateDir, filepath.Dir(certrotate.OldDir))); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the old generation is still in the state directory: %v", err)
+		}
+		// The pods read the new CA: the controller manager publishes it
+		// alone, and the network plugin's pods were started again (as RKE
+		// restarts them) while both CAs were trusted.
+		newCA, err := os.ReadFile(filepath.Join(a.StateDir, pki.CACertName+".pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.Eventually(ctx, t, 2*time.Minute, "kube-root-ca.crt holds the new CA alone", func(ctx context.Context) (bool, error) {
+			cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			return err == nil && cm.Data["ca.crt"] == string(newCA), err
+		})
+		pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=flannel"})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("flannel pods: %d, %v", len(pods.Items), err)
+		}
+		for _, p := range pods.Items {
+			if p.CreationTimestamp.Time.Before(start.Add(-time.Second)) {
+				t.Errorf("pod %s was not started again during the CA rotation (created %s)", p.Name, p.CreationTimestamp)
+			}
 		}
 		a.InSync(ctx, t, c)
 	})
@@ -273,8 +294,9 @@ func pollAPI(ctx context.Context, t *testing.T, s *sandbox.Sandbox, kubeconfig [
 			}
 			tries++
 			if len(errs) > 0 {
-				down++
-				t.Logf("no API server answered: %s", strings.Join(errs, "; "))
+				if down++; down <= 3 {
+					t.Logf("no API server answered: %s", strings.Join(errs, "; "))
+				}
 			}
 			select {
 			case <-ctx.Done():
