@@ -2,6 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +19,49 @@ func newCertCommand() *cobra.Command {
 		Short: "Manage the cluster's certificates",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newCertRotateCommand())
+	cmd.AddCommand(newCertRotateCommand(), newCertListCommand())
+	return cmd
+}
+
+func newCertListCommand() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the cluster's certificates and when each expires",
+		Long: `List prints every certificate of the cluster's PKI (the state directory's,
+or a controlplane node's when the state directory is lost) with its expiry
+and the days left, soonest first. It changes nothing. rigger reissues a
+certificate 30 days before it expires; "rigger cert rotate" reissues them now.`,
+		Example: `  rigger cert list -f cluster.yml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			set, err := s.PKI(cmd.Context())
+			if err != nil {
+				return err
+			}
+			exp := pki.Expiry(set)
+			names := slices.Collect(maps.Keys(exp))
+			slices.SortFunc(names, func(a, b string) int {
+				if c := exp[a].Compare(exp[b]); c != 0 {
+					return c
+				}
+				return strings.Compare(a, b)
+			})
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "CERTIFICATE\tEXPIRES\tDAYS LEFT")
+			now := time.Now()
+			for _, n := range names {
+				fmt.Fprintf(tw, "%s\t%s\t%d\n", n, exp[n].UTC().Format(time.DateOnly), int(exp[n].Sub(now).Hours()/24))
+			}
+			return tw.Flush()
+		},
+	}
+	f.add(cmd)
 	return cmd
 }
 
