@@ -50,7 +50,54 @@ const MaxPlanAge = 15 * time.Minute
 // (execute.Run) with a snapshot before any etcd change, and makes the
 // Kubernetes side of the nodes right (package kubenode). The result lists
 // what was done, also on error.
+//
+// A certificate rotation the plan starts is recorded before anything
+// changes, and recorded done once every node runs it (startRotation,
+// finishRotation); a CA rotation goes through its stages (pki.CAStages),
+// Apply planning and applying each next one as Plan and Apply do, until
+// it is done or a stage fails.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+	res, err := s.applyOnce(ctx, lk, pl, ao)
+	for err == nil && pl.rot != nil && pl.rot.more {
+		if pl, err = s.Plan(ctx); err != nil {
+			break
+		}
+		if r := pl.Rotation(); r != nil && ao.Hooks.Phase != nil {
+			ao.Hooks.Phase("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
+		}
+		var next *execute.Result
+		next, err = s.applyOnce(ctx, lk, pl, ao)
+		res = joinResults(res, next)
+	}
+	return res, err
+}
+
+// stageTitle says what a stage of a CA rotation does, for people.
+func stageTitle(st pki.CAStage) string {
+	switch st {
+	case pki.StageTrust:
+		return "every component trusts both CAs"
+	case pki.StageIssue:
+		return "every certificate is the new CA's, both CAs trusted"
+	case pki.StageFinish:
+		return "the new CA alone is trusted"
+	}
+	return string(st)
+}
+
+// joinResults is what two applies in a row did.
+func joinResults(a, b *execute.Result) *execute.Result {
+	out := *b
+	out.Done = append(slices.Clone(a.Done), b.Done...)
+	out.Duration = a.Duration + b.Duration
+	if out.Addons == nil {
+		out.Addons = a.Addons
+	}
+	return &out
+}
+
+// applyOnce is Apply of one plan.
+func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
 	if lk == nil {
 		return notRun, errors.New("apply: the cluster's lock is not held (Session.Lock)")
@@ -69,9 +116,16 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 	defer unlease()
 	crashpoint.Reach(crashpoint.ApplyLocked)
 	if pl.saveState {
-		if err := pki.Save(s.opts.StateDir, pl.PKI); err != nil {
+		state := pl.statePKI
+		if state == nil {
+			state = pl.PKI
+		}
+		if err := pki.Save(s.opts.StateDir, state); err != nil {
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
 		}
+	}
+	if err := s.startRotation(pl); err != nil {
+		return notRun, err
 	}
 	if err := s.recordNodes(); err != nil {
 		return notRun, err
@@ -143,6 +197,9 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 	if err == nil {
 		// The removed nodes are clean: the next plan need not look.
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
+	}
+	if err == nil && pl.Complete() {
+		err = s.finishRotation(ctx, pl, cs, side.say)
 	}
 	if res.AddonsErr != nil && !ao.AddonsErrInResult {
 		err = errors.Join(err, res.AddonsErr)

@@ -52,12 +52,12 @@ func (s *Session) restConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, er
 	if len(cps) == 0 {
 		return nil, errors.New("connect to the API server: no controlplane node is reachable")
 	}
-	ca, admin := set.Certs[pki.CACertName], set.Certs[pki.KubeAdminCertName]
+	admin := set.Certs[pki.KubeAdminCertName]
 	cfg := &rest.Config{
 		// The name the API server's certificate holds for its loopback.
 		Host: "https://" + apiServerLocal,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData: ca.CertPEM, CertData: admin.CertPEM, KeyData: admin.KeyPEM,
+			CAData: set.Trusted(pki.CACertName), CertData: admin.CertPEM, KeyData: admin.KeyPEM,
 		},
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var errs []error

@@ -452,31 +452,7 @@ func checkHealthy(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Clus
 // and waits until those of the sandbox nodes want are Ready.
 func checkNodes(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Cluster, want []sandbox.Node) {
 	t.Helper()
-	cs := a.Client(ctx, t, c)
-	rt.Eventually(ctx, t, 3*time.Minute, "every Node Ready", func(ctx context.Context) (bool, error) {
-		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		ready := map[string]bool{}
-		for _, n := range nodes.Items {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					ready[n.Name] = true
-				}
-			}
-		}
-		var missing []string
-		for _, n := range want {
-			if !ready[n.Hostname] {
-				missing = append(missing, n.Hostname)
-			}
-		}
-		if len(missing) > 0 {
-			return false, errors.New("not Ready: " + strings.Join(missing, ", "))
-		}
-		return true, nil
-	})
+	rt.NodesReady(ctx, t, a.Client(ctx, t, c), want)
 }
 
 // memberHealthTimeout bounds the wait for every etcd member to answer its

@@ -21,6 +21,11 @@ type resolvedPKI struct {
 	save bool
 	// newCA, when set, says why the new CA must not be applied.
 	newCA error
+	// state is what the state directory's PKI must be when save is set:
+	// set, but for a CA rotation (the old generation until it is done).
+	state *pki.Set
+	// rot is what the plan does about certificate rotation.
+	rot *rotationState
 }
 
 // resolvePKI finds the cluster's PKI from what was observed of the nodes:
@@ -29,12 +34,22 @@ type resolvedPKI struct {
 // then completed (pki.Ensure).
 func (s *Session) resolvePKI(ctx context.Context, o *observe.Cluster) (*resolvedPKI, error) {
 	r := &resolvedPKI{}
+	var err error
+	if r.rot, err = s.rotationNow(); err != nil {
+		return nil, err
+	}
+	if a := r.rot.decision.Resume; a != nil && a.Rotation.CA {
+		if err := s.resumeCARotation(r, o); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
 	existing, err := pki.Load(s.opts.StateDir)
 	var nf *pki.NotFoundError
 	switch {
 	case err == nil:
 		r.source = PKISource{Kind: PKIStateDir, From: s.opts.StateDir}
-		if err := s.checkSameCA(existing, o); err != nil {
+		if err := s.checkSameCA(o, existing.Certs[pki.CACertName].CertPEM); err != nil {
 			return nil, stalls(ReasonStateDamaged, err)
 		}
 	case errors.As(err, &nf):
@@ -52,10 +67,17 @@ func (s *Session) resolvePKI(ctx context.Context, o *observe.Cluster) (*resolved
 	default:
 		return nil, retries(ReasonFailed, err)
 	}
-	if r.set, r.changes, err = pki.Ensure(existing, s.req, s.opts.Now()); err != nil {
+	req := s.req
+	if d := r.rot.decision; d.Issue != nil && existing != nil {
+		req.Rotate = d.Issue
+	}
+	if r.set, r.changes, err = pki.Ensure(existing, req, s.opts.Now()); err != nil {
 		return nil, err
 	}
-	r.save = r.save || len(r.changes) > 0
+	r.state, r.save = r.set, r.save || len(r.changes) > 0
+	if err := s.issueRotation(r, existing); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -63,12 +85,17 @@ func (s *Session) resolvePKI(ctx context.Context, o *observe.Cluster) (*resolved
 var caPath, caKeyPath = pki.NodePath(pki.CACertName)
 
 // checkSameCA refuses a state directory whose CA is not the one the nodes
-// trust: applying it would break every component's TLS.
-func (s *Session) checkSameCA(set *pki.Set, o *observe.Cluster) error {
-	want := observe.FileHash(set.Certs[pki.CACertName].CertPEM)
+// trust: applying it would break every component's TLS. accepted are the
+// contents kube-ca.pem may have on a node: the CA, and while the CA is
+// rotated, the other generation and both together.
+func (s *Session) checkSameCA(o *observe.Cluster, accepted ...[]byte) error {
+	var want []string
+	for _, b := range accepted {
+		want = append(want, observe.FileHash(b))
+	}
 	for _, a := range sortedAddrs(o) {
 		n := o.Nodes[a]
-		if got, ok := n.Files[caPath]; ok && got != want {
+		if got, ok := n.Files[caPath]; ok && !slices.Contains(want, got) {
 			return fmt.Errorf("the CA in state directory %s is not the CA of node %s (%s differs): "+
 				"the state directory belongs to another cluster; give the right --state-dir, "+
 				"or move this one away and rigger recovers the PKI from a controlplane node", s.opts.StateDir, a, caPath)

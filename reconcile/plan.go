@@ -44,11 +44,17 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
 		d.Nodes[i].Files = files
+		if a := rp.rot.active; a != nil {
+			d.Nodes[i].Reload = reloadPaths(files, rp.set.Names())
+			if !a.Rotation.CA {
+				d.Nodes[i].Reload = reloadPaths(files, a.Names)
+			}
+		}
 	}
 	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
-		PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, newCA: rp.newCA,
-		Warnings: etcdWarnings(s.c),
+		PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, statePKI: rp.state, newCA: rp.newCA,
+		Warnings: etcdWarnings(s.c), rot: rp.rot,
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes)

@@ -45,8 +45,11 @@ type Planned struct {
 	// hold the real one did not answer); nil when it may.
 	newCA error
 	// saveState is set when the state directory must be written before
-	// the plan is applied (new, recovered or changed PKI).
+	// the plan is applied (new, recovered or changed PKI): with statePKI.
 	saveState bool
+	statePKI  *pki.Set
+	// rot is what the plan does about certificate rotation.
+	rot *rotationState
 }
 
 // Blocked says why the plan must not be applied (a new CA while nodes that
@@ -60,9 +63,11 @@ func (p *Planned) Blocked() error {
 }
 
 // Changes reports whether applying the plan changes anything: containers,
-// files, certificates, the Kubernetes Nodes or the add-ons.
+// files, certificates (a rotation, or its record), the Kubernetes Nodes or
+// the add-ons.
 func (p *Planned) Changes() bool {
-	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0 || p.Addons != nil && !p.Addons.Empty()
+	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0 || p.Addons != nil && !p.Addons.Empty() ||
+		p.Rotation() != nil || p.RotationRecordCleared()
 }
 
 // addonWork reports whether applying the plan applies the add-ons: they

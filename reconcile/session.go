@@ -39,6 +39,11 @@ type Options struct {
 	// URLs instead (rigger serve reads them from the repository, at the
 	// revision it applies); it must refuse more than max bytes.
 	ReadInclude func(entry string, max int64) ([]byte, error)
+	// Rotate is a certificate rotation asked for on the command line
+	// (rigger cert rotate): carried out whatever the state directory
+	// records of cluster.yml's rotate_certificates, which it leaves as
+	// it is.
+	Rotate *pki.Rotation
 }
 
 // Session reconciles one cluster: it holds the cluster.yml, a transport to

@@ -204,15 +204,13 @@ var readCases = []readCase{
 		yml:    "rotate_certificates: {cacertificates: true}",
 		rigger: func(c *Cluster) any { return c.RotateCertificates.CACertificates },
 		rke:    "/rotateCertificates/caCertificates", want: true,
-		refused: "rotating certificates on request is not supported by rigger yet",
 	},
 	{
 		name:   "caCertificates, which RKE drops",
 		yml:    "rotate_certificates: {caCertificates: true, services: [etcd]}",
 		rigger: func(c *Cluster) any { return c.RotateCertificates.CACertificates },
 		rke:    "/rotateCertificates/caCertificates", want: true, rkeDrops: true,
-		warn:    `RKE ignores "caCertificates"`,
-		refused: "rotating certificates on request is not supported by rigger yet",
+		warn: `RKE ignores "caCertificates"`,
 	},
 	{
 		name:   "calico_network_provider.cloudprovider",

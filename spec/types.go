@@ -65,7 +65,7 @@ type Cluster struct {
 	UpgradeStrategy *UpgradeStrategy `json:"upgrade_strategy,omitempty"`
 	// Restore etcd from a snapshot on the next reconcile.
 	Restore Restore `json:"restore,omitempty"`
-	// Rotate certificates on the next reconcile: refused, rigger does not rotate on request yet (it reissues a certificate within 30 days of its end).
+	// Rotate certificates once, on the next apply: every certificate of the listed services (or all), or with `cacertificates` the CAs and everything under them; components restart one node at a time. rigger records the request in its state directory and rotates no more while it stays as it is; remove the block and add it again to rotate again (see docs/certificates.md; `rigger cert rotate` does the same from the command line).
 	RotateCertificates *RotateCertificates `json:"rotate_certificates,omitempty"`
 	// Rotate the secrets encryption key on the next reconcile: refused, rigger does not rotate it yet.
 	RotateEncryptionKey bool `json:"rotate_encryption_key,omitempty"`
@@ -719,9 +719,9 @@ type Restore struct {
 	ID string `json:"id,omitempty"`
 }
 
-// RotateCertificates rotates certificates.
+// RotateCertificates asks for a certificate rotation, once.
 type RotateCertificates struct {
-	// Rotate the CA too (every certificate is reissued).
+	// Rotate the CAs too: a new kube-ca and request-header CA, every certificate reissued under them, `services` ignored; the service-account token key is kept, so existing service-account tokens stay valid.
 	CACertificates bool `json:"cacertificates,omitempty" alias:"caCertificates"`
 	// Components whose certificates are rotated: `etcd`, `kubelet`, `kube-apiserver`, `kube-proxy`, `kube-scheduler`, `kube-controller-manager` (empty: all).
 	Services []string `json:"services,omitempty"`

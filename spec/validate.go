@@ -860,12 +860,6 @@ func (v *validator) notWritten(c *Cluster) {
 	if c.PrefixPath != "" {
 		v.errorf("prefix_path", "Remove prefix_path: rigger does not write its files under a prefix path yet.", "prefix_path is not supported by rigger yet")
 	}
-	// RKE rotates at every `rke up` that finds these set; rigger would
-	// ignore them, which is worse than refusing them.
-	if c.RotateCertificates != nil {
-		v.errorf("rotate_certificates", "Remove rotate_certificates. rigger reissues a certificate that expires within 30 days, or whose names changed, at every apply; it does not rotate certificates on request yet.",
-			"rotating certificates on request is not supported by rigger yet")
-	}
 	if c.RotateEncryptionKey {
 		v.errorf("rotate_encryption_key", "Remove rotate_encryption_key. To rotate your key, add the new key first in secrets_encryption_config.custom_config, apply, rewrite the Secrets (kubectl get secrets -A -o json | kubectl replace -f -), then remove the old key and apply again.",
 			"rotating the secrets encryption key is not supported by rigger yet")

@@ -53,6 +53,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newApplyCommand(),
 		newRemoveCommand(),
 		newKubeconfigCommand(),
+		newCertCommand(),
 		newStatusCommand(),
 		newSnapshotCommand(),
 		newServeCommand(),

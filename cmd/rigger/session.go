@@ -17,6 +17,7 @@ import (
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
@@ -32,6 +33,9 @@ type clusterFlags struct {
 	// (commands that change the cluster); waitLock waits for it.
 	lockAs   string
 	waitLock bool
+	// rotate is a certificate rotation asked for on the command line
+	// (rigger cert rotate).
+	rotate *pki.Rotation
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {
@@ -82,7 +86,7 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file)})
+	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate})
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +129,7 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 		}
 	}
 	fmt.Fprint(w, "\n\n")
+	renderRotation(w, pl)
 	for _, warn := range pl.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
 	}
@@ -138,6 +143,39 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 		}
 	}
 	pl.Plan.Render(w)
+}
+
+// renderRotation writes the certificate rotation the plan carries out,
+// one that waits for it, and a record that goes.
+func renderRotation(w io.Writer, pl *reconcile.Planned) {
+	if r := pl.Rotation(); r != nil {
+		how := "started now"
+		if r.Resumed {
+			how = "resumed: an earlier apply began it and did not finish; nothing is issued again"
+		}
+		fmt.Fprintf(w, "Certificate rotation (asked on the %s), %s:\n  reissues %s\n", r.From, how, r.Rotation.String())
+		if r.CA {
+			fmt.Fprintf(w, "  stage %s of %s", r.Stage, strings.Join(stageNames(), ", "))
+			fmt.Fprintln(w, "; each stage restarts every component, node by node, and the next follows once every node runs it")
+		}
+		fmt.Fprintf(w, "  certificates: %s\n", strings.Join(r.Names, ", "))
+		fmt.Fprintln(w, "  the components that read them restart, node by node (see the restarts below)")
+		fmt.Fprintln(w)
+	}
+	if r := pl.RotationWaiting(); r != nil {
+		fmt.Fprintf(w, "Certificate rotation of %s: waits until the rotation under way is done; the next apply after it starts it.\n\n", r.String())
+	}
+	if pl.RotationRecordCleared() {
+		fmt.Fprint(w, "rotate_certificates is no longer in cluster.yml: the record of the rotation it asked for is dropped, so that adding it again rotates again.\n\n")
+	}
+}
+
+func stageNames() []string {
+	var out []string
+	for _, st := range pki.CAStages {
+		out = append(out, string(st))
+	}
+	return out
 }
 
 // renderAddonPlan writes what applying the add-ons would change.

@@ -88,6 +88,11 @@ type Node struct {
 	// the certificates come from reconcile/pki, which the caller adds. They
 	// hold keys, so they never go into JSON.
 	Files map[string][]byte `json:"-"`
+	// Reload are paths of Files that were reissued on request (a
+	// certificate rotation under way): every container that reads one
+	// restarts, also when the node has the file already (an apply that
+	// stopped after writing it), so that it runs with the new one.
+	Reload []string `json:"-"`
 }
 
 // Container is the desired spec of one component container.

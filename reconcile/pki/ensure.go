@@ -47,6 +47,13 @@ const (
 //
 // Ensure never creates a CA when existing has one: an existing kube-ca that
 // cannot be read is an error, and so is an existing PKI without kube-ca.
+//
+// req.Rotate asks for more: every certificate it covers (Rotation.Covers)
+// is reissued although it is good, with the reason ReasonRotation; with
+// Rotate.CA the CAs too, and everything under them. The service-account
+// token key is kept whatever is rotated. Ensure does not remember a
+// rotation: a caller that calls it again with the same Rotate gets new
+// certificates again.
 func Ensure(existing *Set, req Request, now time.Time) (*Set, []Change, error) {
 	want, err := desired(req)
 	if err != nil {
@@ -71,6 +78,8 @@ func Ensure(existing *Set, req Request, now time.Time) (*Set, []Change, error) {
 		var reason string
 		switch {
 		case !have:
+		case id.kind == kindCA && rotates(req, name):
+			reason = ReasonRotation
 		case id.kind == kindCA:
 			p, err := parsePair(cur)
 			if err != nil {
@@ -85,6 +94,8 @@ func Ensure(existing *Set, req Request, now time.Time) (*Set, []Change, error) {
 			continue
 		case id.kind == kindKeyPair:
 			reason = checkKeyPair(cur)
+		case rotates(req, name):
+			reason = ReasonRotation
 		default:
 			reason = checkLeaf(cur, id, cas[id.signer], now)
 		}
@@ -126,6 +137,15 @@ func Ensure(existing *Set, req Request, now time.Time) (*Set, []Change, error) {
 		changes = append(changes, Change{Name: name, Action: ActionRemove, Reason: reason})
 	}
 	return out, changes, nil
+}
+
+// ReasonRotation is the reason of a Change made because Request.Rotate
+// asked for it.
+const ReasonRotation = "rotation requested"
+
+// rotates reports whether req asks to reissue name although it is good.
+func rotates(req Request, name string) bool {
+	return req.Rotate != nil && req.Rotate.Covers(name)
 }
 
 // issueOrder lists the names kube-ca first, then the other CAs (a leaf needs

@@ -25,20 +25,21 @@ const localAPIServer = "https://127.0.0.1:" + APIServerPort
 //     makes the PKI recoverable from any controlplane node (FromFiles).
 //
 // Kubeconfigs name https://127.0.0.1:6443 as the server and hold their
-// certificates inline. Every file is secret: write it 0600.
+// certificates inline. A CA's file, and the kubeconfigs' CA, hold the CA
+// and what Set.Trust adds to it. Every file is secret: write it 0600.
 func NodeFiles(s *Set, req Request, n Node) (map[string][]byte, error) {
 	if s == nil {
 		return nil, fmt.Errorf("list files of node %s: no certificates: run Ensure first", n.Name)
 	}
 	out := map[string][]byte{}
-	ca := s.Certs[CACertName].CertPEM
+	ca := s.Trusted(CACertName)
 	add := func(name string, withKey, kubeconfig bool) error {
 		c, ok := s.Certs[name]
 		if !ok {
 			return fmt.Errorf("list files of node %s: no %s: run Ensure first", n.Name, name)
 		}
 		cp, kp := NodePath(name)
-		out[cp] = c.CertPEM
+		out[cp] = s.Trusted(name)
 		if withKey {
 			out[kp] = c.KeyPEM
 		}
@@ -93,10 +94,10 @@ func AdminKubeconfig(s *Set, req Request) ([]byte, error) {
 	if s == nil {
 		return nil, errors.New("make admin kubeconfig: no certificates: run Ensure first")
 	}
-	ca, okCA := s.Certs[CACertName]
+	_, okCA := s.Certs[CACertName]
 	admin, okAdmin := s.Certs[KubeAdminCertName]
 	if !okCA || !okAdmin {
 		return nil, fmt.Errorf("make admin kubeconfig: no %s or %s: run Ensure first", CACertName, KubeAdminCertName)
 	}
-	return Kubeconfig(req.ClusterName, server, "kube-admin-"+req.ClusterName, ca.CertPEM, admin.CertPEM, admin.KeyPEM), nil
+	return Kubeconfig(req.ClusterName, server, "kube-admin-"+req.ClusterName, s.Trusted(CACertName), admin.CertPEM, admin.KeyPEM), nil
 }

@@ -25,6 +25,10 @@ type Request struct {
 	ClusterDomain string
 	// SANs are the extra names and IPs of the API server (authentication.sans).
 	SANs []string
+	// Rotate, when set, asks Ensure to reissue certificates that are
+	// still good (a certificate rotation). RequestFor leaves it nil: a
+	// rotation is requested once, and who asks decides when it is done.
+	Rotate *Rotation
 }
 
 // Node is one machine of the cluster as the PKI sees it.

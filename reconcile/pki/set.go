@@ -18,6 +18,25 @@ import (
 // Set is the cluster's PKI: a certificate and its private key per name.
 type Set struct {
 	Certs map[string]Cert
+	// Trust are CA certificates (PEM) trusted besides a CA of Certs, by
+	// that CA's name: the other generation of the CA while the CA is
+	// rotated. NodeFiles appends them to the CA's file and to the
+	// kubeconfigs' CA, ClientTLS trusts them; Save does not keep them.
+	Trust map[string][]byte
+}
+
+// Trusted is what trusting the CA name means in files: its certificate,
+// then those Trust adds for it.
+func (s *Set) Trusted(name string) []byte {
+	c := s.Certs[name].CertPEM
+	if extra := s.Trust[name]; len(extra) > 0 {
+		out := slices.Clip(c)
+		if len(out) > 0 && out[len(out)-1] != '\n' {
+			out = append(out, '\n')
+		}
+		return append(out, extra...)
+	}
+	return c
 }
 
 // Cert is one name's material, PEM-encoded. For the service-account token key
@@ -178,7 +197,7 @@ func (s *Set) ClientTLS() (*tls.Config, error) {
 		return nil, fmt.Errorf("the %s certificate: %w", KubeNodeCertName, err)
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(s.Certs[CACertName].CertPEM) {
+	if !pool.AppendCertsFromPEM(s.Trusted(CACertName)) {
 		return nil, fmt.Errorf("the %s certificate does not parse", CACertName)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil

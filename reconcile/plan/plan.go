@@ -158,6 +158,9 @@ const (
 	// ReasonNodeMissing is the reason of a kubelet restart for a machine
 	// whose Kubernetes Node is gone while its kubelet runs.
 	ReasonNodeMissing = "its Kubernetes Node is missing (deleted?): the kubelet registers it again when it starts"
+	// ReasonRotation is the reason of a restart for a certificate rotation
+	// under way (desired.Node.Reload).
+	ReasonRotation = "reads rotated certificates"
 )
 
 // Compute returns the plan that turns o into d. It is pure: it reads its
@@ -252,6 +255,8 @@ func nodeSteps(dn *desired.Node, on *observe.Node, nodeMissing bool) []Step {
 			s.Action, s.Reason = Restart, stateReason(oc.State)
 		case len(changed) > 0 && on.FilesRead && readsChanged(dc, changed, on):
 			s.Action, s.Reason = Restart, "reads changed files"
+		case reads(dc, dn.Reload):
+			s.Action, s.Reason = Restart, ReasonRotation
 		case dc.Name == desired.Kubelet && nodeMissing && oc.State == "running":
 			s.Action, s.Reason = Restart, ReasonNodeMissing
 		default:
@@ -355,10 +360,16 @@ func changedFiles(dn *desired.Node, on *observe.Node) ([]string, string) {
 // container that needs it is created or replaced). A container names its
 // files in its flags or environment.
 func readsChanged(c *desired.Container, changed []string, on *observe.Node) bool {
-	for _, p := range changed {
-		if _, existed := on.Files[p]; !existed {
-			continue
-		}
+	return reads(c, slices.DeleteFunc(slices.Clone(changed), func(p string) bool {
+		_, existed := on.Files[p]
+		return !existed
+	}))
+}
+
+// reads reports whether the container reads one of the files (named in
+// its flags or environment).
+func reads(c *desired.Container, files []string) bool {
+	for _, p := range files {
 		for _, s := range slices.Concat(c.Args, c.Env) {
 			if strings.Contains(s, p) {
 				return true

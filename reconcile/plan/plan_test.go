@@ -563,9 +563,25 @@ func TestFiles(t *testing.T) {
 		name    string
 		want    map[string][]byte
 		notRead bool
+		reload  []string
 		steps   []string
 	}{
 		{name: "same files", want: before},
+		{
+			name:   "rotation under way, files already written: their readers restart",
+			want:   before,
+			reload: []string{apiCert},
+			steps:  []string{"controlplane 10.0.0.4 restart kube-apiserver (reads rotated certificates)"},
+		},
+		{
+			name:   "rotation under way, files to write",
+			want:   map[string][]byte{caPath: []byte("ca"), apiCert: []byte("api v2")},
+			reload: []string{apiCert},
+			steps: []string{
+				"files 10.0.0.4 write-files files (changed: kube-apiserver.pem)",
+				"controlplane 10.0.0.4 restart kube-apiserver (reads changed files)",
+			},
+		},
 		{
 			name: "certificate changed",
 			want: map[string][]byte{caPath: []byte("ca"), apiCert: []byte("api v2")},
@@ -597,6 +613,9 @@ func TestFiles(t *testing.T) {
 				o.Nodes[onlyNode].FilesRead, o.Nodes[onlyNode].Files = false, nil
 			}
 			withFiles(d, tc.want)
+			for i := range d.Nodes {
+				d.Nodes[i].Reload = tc.reload
+			}
 			p := Compute(d, o)
 			if diff := cmp.Diff(tc.steps, lines(p)); diff != "" {
 				t.Errorf("steps (-want +got):\n%s", diff)

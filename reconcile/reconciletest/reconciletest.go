@@ -7,6 +7,7 @@ package reconciletest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -312,6 +315,36 @@ func Eventually(ctx context.Context, t testing.TB, timeout time.Duration, what s
 	if err != nil {
 		t.Fatalf("%s: not so after %s (last error: %v)", what, time.Since(start).Round(time.Second), last)
 	}
+}
+
+// NodesReady waits until the Nodes of nodes (by hostname) are Ready, as
+// cs lists them.
+func NodesReady(ctx context.Context, t testing.TB, cs kubernetes.Interface, nodes []sandbox.Node) {
+	t.Helper()
+	Eventually(ctx, t, 3*time.Minute, "every Node Ready", func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready := map[string]bool{}
+		for _, n := range list.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready[n.Name] = true
+				}
+			}
+		}
+		var missing []string
+		for _, n := range nodes {
+			if !ready[n.Hostname] {
+				missing = append(missing, n.Hostname)
+			}
+		}
+		if len(missing) > 0 {
+			return false, errors.New("not Ready: " + strings.Join(missing, ", "))
+		}
+		return true, nil
+	})
 }
 
 // StepLines are a plan's steps as "node action component".
