@@ -148,6 +148,11 @@ func (cl *Cluster) claimSlot(ctx context.Context, store SlotStore, s Schedule, n
 	next, claim, reason := decideSlot(s, rec, cl.interval(), now)
 	s.Next, s.Due, s.Reason = next, claim, reason
 	if !claim {
+		if soon := now.Add(RetryAfter); rec != nil && rec.State == SlotClaimed && next.After(soon) {
+			// Look again soon: the holder may be done (or fail) well
+			// before its claim lapses.
+			s.Next = soon
+		}
 		return s, nil, nil
 	}
 	b, err := json.Marshal(SlotRecord{State: SlotClaimed, Taker: cl.Taker, At: now, Until: now.Add(cl.backupTimeout() + claimMargin)})

@@ -277,6 +277,12 @@ func TestSnapshotterLoop(t *testing.T) {
 			},
 			load: func(context.Context) (*Cluster, func(), error) { return cluster(enabled), func() {}, nil },
 			want: 30 * time.Second},
+		{name: "another taker holds the claim 9 minutes more: look again in a minute",
+			setup: func() {
+				put(SlotRecord{State: SlotClaimed, Taker: "rigger serve", At: t0.Add(-time.Minute), Until: t0.Add(9 * time.Minute)})
+			},
+			load: func(context.Context) (*Cluster, func(), error) { return cluster(enabled), func() {}, nil },
+			want: RetryAfter},
 		{name: "a claim about to lapse: at least minWait",
 			setup: func() {
 				put(SlotRecord{State: SlotClaimed, Taker: "rigger serve", At: t0.Add(-time.Minute), Until: t0.Add(time.Second)})
