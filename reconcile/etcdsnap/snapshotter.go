@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/rigger/rigger/internal/ctxwait"
 )
 
 // RecheckInterval is the longest the etcd-rolling-snapshots container
@@ -50,7 +52,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 func RunSnapshotter(ctx context.Context, o SnapshotterOptions) error {
 	wait := o.Wait
 	if wait == nil {
-		wait = waitTimer
+		wait = ctxwait.Sleep
 	}
 	log := o.Log
 	if log == nil {
@@ -117,17 +119,5 @@ func logScheduled(log *slog.Logger, res *ScheduledResult, err error) {
 	}
 	if res.Snapshot == nil && err == nil {
 		log.Info("no scheduled snapshot due", "reason", res.Schedule.Reason, "next", res.Next.UTC().Format(time.RFC3339))
-	}
-}
-
-// waitTimer waits d, or until ctx ends.
-func waitTimer(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
