@@ -51,26 +51,44 @@ type SnapshotterConfig struct {
 // SnapshotsOnNodes says whether the etcd nodes run the
 // etcd-rolling-snapshots container: rigger runs the cluster's etcd,
 // services.etcd.snapshot is not false, backup_config.enabled is true (as
-// spec.Load defaults it), and system_images.cert_downloader is not RKE's
-// rke-tools, which cannot run it.
+// spec.Load defaults it), and rigger's image is known (RiggerImage).
 func SnapshotsOnNodes(c *spec.Cluster) bool {
+	return SnapshotsWanted(c) && RiggerImage(c) != ""
+}
+
+// SnapshotsWanted says whether cluster.yml asks for the
+// etcd-rolling-snapshots container, whether or not an image can run it.
+func SnapshotsWanted(c *spec.Cluster) bool {
 	e := c.Services.Etcd
-	if len(e.ExternalURLs) > 0 || e.Snapshot != nil && !*e.Snapshot || isRKETools(c.SystemImages.CertDownloader) {
+	if len(e.ExternalURLs) > 0 || e.Snapshot != nil && !*e.Snapshot {
 		return false
 	}
 	return e.BackupConfig != nil && (e.BackupConfig.Enabled == nil || *e.BackupConfig.Enabled)
 }
 
+// RiggerImage is rigger's own image for the containers that run rigger
+// on the nodes: rigger.image, or else system_images.cert_downloader when
+// it is not RKE's rke-tools (the sandbox's is rigger's), or "" when
+// neither is.
+func RiggerImage(c *spec.Cluster) string {
+	if c.Rigger.Image != "" {
+		return c.Rigger.Image
+	}
+	if im := c.SystemImages.CertDownloader; im != "" && !isRKETools(im) {
+		return im
+	}
+	return ""
+}
+
 // rollingSnapshots is the etcd-rolling-snapshots container: rigger's image
-// (system_images.cert_downloader, which rigger's image stands in for as it
-// does for nginx_proxy) runs `rigger etcd-snapshotter` with the node's
+// (RiggerImage) runs `rigger etcd-snapshotter` with the node's
 // Docker socket and /etc/kubernetes (read-only: its configuration and the
 // kube-node certificate it reaches etcd with). Restarted always, as RKE's.
 func (b *builder) rollingSnapshots() Container {
 	return Container{
 		Name:          EtcdRollingSnapshots,
-		Image:         b.c.SystemImages.CertDownloader,
-		Args:          []string{SnapshotterCommand, "--config", SnapshotterConfigFile},
+		Image:         RiggerImage(b.c),
+		Args:          []string{SnapshotterCommand, "--config=" + SnapshotterConfigFile},
 		Binds:         []string{b.kubernetesBind() + ":ro", dockerSocket + ":" + dockerSocket},
 		NetworkMode:   NetworkModeHost,
 		RestartPolicy: RestartAlways,

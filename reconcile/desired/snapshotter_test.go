@@ -37,6 +37,7 @@ func TestRollingSnapshotsContainer(t *testing.T) {
 		{"snapshot: false", "\n    snapshot: false", false},
 		{"backup_config.enabled: false", "\n    backup_config: {enabled: false}", false},
 		{"rke-tools cannot run it", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}", false},
+		{"rigger.image runs it", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}\nrigger: {image: rigger/rigger:v1}", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yml := snapshotterYML
@@ -67,7 +68,7 @@ func TestRollingSnapshotsContainer(t *testing.T) {
 				}
 				want := Container{
 					Name: EtcdRollingSnapshots, Image: "rigger/rigger:v1",
-					Args:        []string{"etcd-snapshotter", "--config", "/etc/kubernetes/etcd-snapshotter.json"},
+					Args:        []string{"etcd-snapshotter", "--config=/etc/kubernetes/etcd-snapshotter.json"},
 					Binds:       []string{"/etc/kubernetes:/etc/kubernetes:ro", "/var/run/docker.sock:/var/run/docker.sock"},
 					NetworkMode: NetworkModeHost, RestartPolicy: RestartAlways,
 				}
