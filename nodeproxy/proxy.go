@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rigger/rigger/internal/ctxwait"
 )
 
 // Defaults of Config.
@@ -146,7 +148,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			if isTemporary(err) {
 				p.log.Warn("accept failed, retrying", "err", err)
-				if waitCtx(ctx, acceptBackoff) != nil {
+				if ctxwait.Sleep(ctx, acceptBackoff) != nil {
 					break
 				}
 				continue
@@ -194,18 +196,6 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 func isTemporary(err error) bool {
 	var t interface{ Temporary() bool }
 	return errors.As(err, &t) && t.Temporary()
-}
-
-// waitCtx waits d or until ctx ends.
-func waitCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // handle forwards one client connection and closes it.

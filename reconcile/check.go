@@ -15,8 +15,9 @@ import (
 // another (desired.ConfigFiles), the system add-ons (sysaddons.Render) and
 // the inline add-ons. `rigger validate` and every command that loads
 // cluster.yml run it after spec.Load; c must be as spec.Load returns it
-// without errors. file names cluster.yml in the diagnostics, which are
-// errors; nil when the plan would refuse nothing of c.
+// without errors. file names cluster.yml in the diagnostics: errors, and a
+// warning when the scheduled snapshots cluster.yml asks of the etcd nodes
+// have no image to run (rigger.image); nil when there is nothing to say.
 func CheckSpec(c *spec.Cluster, file string) spec.Diagnostics {
 	var errs []error
 	if d, err := desired.Build(c); err != nil {
@@ -45,6 +46,11 @@ func CheckSpec(c *spec.Cluster, file string) spec.Diagnostics {
 	var diags spec.Diagnostics
 	for _, err := range errs {
 		diags = append(diags, spec.Diagnostic{Severity: spec.SeverityError, File: file, Summary: err.Error()})
+	}
+	if desired.SnapshotsWanted(c) && desired.RiggerImage(c) == "" {
+		diags = append(diags, spec.Diagnostic{Severity: spec.SeverityWarning, File: file, Path: "rigger.image",
+			Summary: "the etcd nodes take no scheduled snapshots (services.etcd.snapshot): their etcd-rolling-snapshots container runs rigger's image, which is not set, and RKE's rke-tools cannot run it; only `rigger serve` takes them",
+			Detail:  "Set rigger.image to rigger's image (rigger/rigger:<version>, `make image` builds it) where the nodes can pull it, or services.etcd.snapshot: false to say that rigger serve takes them."})
 	}
 	return diags
 }

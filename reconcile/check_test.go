@@ -35,7 +35,12 @@ func TestCheckSpec(t *testing.T) {
 			if diags.HasErrors() {
 				t.Fatal(diags)
 			}
-			got := CheckSpec(c, "cluster.yml")
+			var got spec.Diagnostics
+			for _, d := range CheckSpec(c, "cluster.yml") {
+				if d.Severity == spec.SeverityError {
+					got = append(got, d)
+				}
+			}
 			switch {
 			case tc.want == "" && len(got) > 0:
 				t.Errorf("refused: %v", got)
@@ -58,8 +63,38 @@ func TestCheckSpecExamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diags := CheckSpec(c, f); len(diags) > 0 {
-			t.Errorf("%v", diags)
+		if err := CheckSpec(c, f).Err(); err != nil {
+			t.Errorf("%v", err)
 		}
+	}
+}
+
+// TestCheckSpecSnapshotImage: the scheduled snapshots cluster.yml asks of
+// the etcd nodes (RKE's default) with no image of rigger's to run them get
+// a warning naming rigger.image, and only then.
+func TestCheckSpecSnapshotImage(t *testing.T) {
+	const nodes = "nodes:\n- {address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}\n"
+	for _, tc := range []struct {
+		name, yml string
+		warn      bool
+	}{
+		{name: "RKE's defaults", warn: true},
+		{name: "rigger.image", yml: "rigger: {image: registry.example/rigger/rigger:v1.0.0}"},
+		{name: "cert_downloader is rigger's", yml: "system_images: {cert_downloader: rigger/rigger:dev}"},
+		{name: "cert_downloader is rke-tools", yml: "system_images: {cert_downloader: registry.example/rancher/rke-tools:v0.1.111}", warn: true},
+		{name: "snapshot false", yml: "services: {etcd: {snapshot: false}}"},
+		{name: "backups disabled", yml: "services: {etcd: {backup_config: {enabled: false}}}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, diags := spec.Parse([]byte(nodes+tc.yml+"\n"), "cluster.yml")
+			if diags.HasErrors() {
+				t.Fatal(diags)
+			}
+			got := CheckSpec(c, "cluster.yml")
+			warned := len(got) == 1 && got[0].Severity == spec.SeverityWarning && got[0].Path == "rigger.image"
+			if warned != tc.warn || !tc.warn && len(got) > 0 {
+				t.Errorf("got %v, want a rigger.image warning: %v", got, tc.warn)
+			}
+		})
 	}
 }

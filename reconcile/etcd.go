@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"context"
+
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -20,5 +22,13 @@ func (s *Session) etcdOps(set *pki.Set, d *desired.Cluster) *etcdsnap.Cluster {
 		MaxParallel: s.c.Rigger.MaxParallel,
 		Log:         s.opts.Log,
 		Now:         s.opts.Now,
+		Taker:       "rigger serve",
+		Slots: func(ctx context.Context) (etcdsnap.SlotStore, func(), error) {
+			cli, err := s.etcdClient(ctx, set, s.observeNodes(ctx))
+			if err != nil {
+				return nil, nil, err
+			}
+			return cli, func() { cli.Close() }, nil
+		},
 	}
 }

@@ -308,7 +308,7 @@ type ETCDService struct {
 	UID int `json:"uid,omitempty"`
 	// Group ID etcd's container runs as.
 	GID int `json:"gid,omitempty"`
-	// Recurring snapshots, RKE's older switch (deprecated: use `backup_config`).
+	// Run the `etcd-rolling-snapshots` container on every etcd node, as RKE does (default true): it takes, verifies, uploads and retains the scheduled snapshots of `backup_config` without `rigger serve`. It runs rigger's own image: `rigger.image`, or else `system_images.cert_downloader` when that is not RKE's rke-tools (which cannot run it); with neither, no container runs and `validate` warns. `false` leaves the schedule to `rigger serve`; `backup_config.enabled: false` turns the schedule off everywhere.
 	Snapshot *bool `json:"snapshot,omitempty"`
 	// How long snapshots are kept, as a duration, RKE's older setting (deprecated: use `backup_config.retention`).
 	Retention string `json:"retention,omitempty"`
@@ -320,7 +320,7 @@ type ETCDService struct {
 
 // BackupConfig is the etcd snapshot schedule.
 type BackupConfig struct {
-	// Take snapshots on a schedule.
+	// Take snapshots on a schedule: on the etcd nodes (the `etcd-rolling-snapshots` container, see `snapshot`) and in `rigger serve`, which never both take the same one.
 	Enabled *bool `json:"enabled,omitempty"`
 	// Hours between two scheduled snapshots, counted from the last successful one.
 	IntervalHours int `json:"interval_hours,omitempty"`
@@ -741,6 +741,8 @@ type Rigger struct {
 	Suspend bool `json:"suspend,omitempty"`
 	// How rigger applies add-ons (the network plugin, DNS, metrics-server, ingress, `addons` and `addons_include`).
 	Addons RiggerAddons `json:"addons,omitempty"`
+	// rigger's own image (`make image` builds it; `rigger/rigger:<version>`), which the `etcd-rolling-snapshots` container of every etcd node runs to take the scheduled snapshots without `rigger serve` (`services.etcd.snapshot`). Empty: `system_images.cert_downloader` when that is not RKE's rke-tools.
+	Image string `json:"image,omitempty"`
 }
 
 // RiggerAddons says how rigger applies add-ons.

@@ -340,9 +340,6 @@ func (v *validator) services(c *Cluster) {
 		}
 		v.warnf("services.etcd."+key, "Use services.etcd.backup_config (interval_hours, retention) instead.", "services.etcd.%s is RKE's older snapshot setting", key)
 	}
-	if e.Snapshot != nil {
-		v.warnf("services.etcd.snapshot", "Use services.etcd.backup_config.enabled instead.", "services.etcd.snapshot is RKE's older snapshot setting")
-	}
 	if b := e.BackupConfig; b != nil {
 		for key, val := range map[string]int{"interval_hours": b.IntervalHours, "retention": b.Retention, "timeout": b.Timeout} {
 			if val < 0 {

@@ -59,6 +59,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newServeCommand(),
 		newAgentCommand(),
 		newNginxProxyCommand(),
+		newSnapshotterCommand(),
 		newSandboxCommand(),
 	)
 	return root

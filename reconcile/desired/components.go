@@ -120,6 +120,9 @@ func (b *builder) node(h *host) Node {
 		cs = append(cs, b.sidekick())
 	}
 	cs = append(cs, b.kubelet(h), b.kubeProxy(h))
+	if h.etcd && SnapshotsOnNodes(b.c) {
+		cs = append(cs, b.rollingSnapshots())
+	}
 	for i := range cs {
 		c := &cs[i]
 		c.Labels = map[string]string{

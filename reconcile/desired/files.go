@@ -53,6 +53,8 @@ var podSecurityExempt = []string{"ingress-nginx", "kube-system"}
 //     services.etcd.external_urls): ca_cert, cert and key, where the API
 //     server's etcd-cafile, etcd-certfile and etcd-keyfile point.
 //   - CloudConfigFile (every node, with a cloud provider): customCloudProvider.
+//   - SnapshotterConfigFile (etcd nodes that run EtcdRollingSnapshots):
+//     SnapshotterConfig, with backup_config (S3 credentials included).
 //
 // A file whose flag the user sets in kube-api's extra_args is the user's
 // and is left out. c must be defaulted and valid, n built from it by
@@ -62,6 +64,17 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if err := cloudConfig(c, out); err != nil {
 		return nil, fmt.Errorf("config files of %s: %w", n.Address, err)
+	}
+	r, err := runRelease(c)
+	if err != nil {
+		return nil, fmt.Errorf("config files of %s: %w", n.Address, err)
+	}
+	if _, ok := n.Container(EtcdRollingSnapshots); ok {
+		b, err := snapshotterConfig(c, r, n)
+		if err != nil {
+			return nil, fmt.Errorf("config files of %s: %w", n.Address, err)
+		}
+		out[SnapshotterConfigFile] = b
 	}
 	if !n.HasRole(spec.RoleControlPlane) {
 		return out, nil
@@ -82,10 +95,6 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 		}
 	}
 
-	r, err := runRelease(c)
-	if err != nil {
-		return nil, fmt.Errorf("config files of %s: %w", n.Address, err)
-	}
 	b, err := admissionConfig(api, r.minor)
 	add(flagAdmissionConfig, AdmissionConfigFile, b, err)
 

@@ -236,3 +236,36 @@ func retry(ctx context.Context, timeout, call time.Duration, again func(error) b
 	}
 	return err
 }
+
+// Get reads key: its value and modification revision, or nil and 0 when
+// it is absent. It is bounded by the client's call timeout.
+func (c *Client) Get(ctx context.Context, key string) (value []byte, rev int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	resp, err := c.c.Get(ctx, key)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read etcd key %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+}
+
+// PutIf writes value at key in one transaction when the key's
+// modification revision is still rev (0: the key does not exist), and
+// reports whether it did, with the key's new revision: false means another
+// writer changed the key since it was read. It is bounded by the client's
+// call timeout.
+func (c *Client) PutIf(ctx context.Context, key string, rev int64, value []byte) (newRev int64, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+	defer cancel()
+	resp, err := c.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(value))).
+		Commit()
+	if err != nil {
+		return 0, false, fmt.Errorf("write etcd key %s: %w", key, err)
+	}
+	return resp.Header.GetRevision(), resp.Succeeded, nil
+}

@@ -46,6 +46,14 @@ type Cluster struct {
 	Log         *slog.Logger
 	Now         func() time.Time
 
+	// Taker names who takes the scheduled snapshots in the slot record
+	// (SlotRecord.Taker): "rigger serve", or "etcd-rolling-snapshots on
+	// <node>". Slots opens the store where scheduled snapshots' slots are
+	// claimed (the cluster's etcd), and a function that closes it; nil
+	// leaves the decision to the snapshots listed alone (one taker).
+	Taker string
+	Slots func(ctx context.Context) (SlotStore, func(), error)
+
 	// Reapply plans and applies cluster.yml once the restored data is in
 	// place; Members lists the etcd members afterwards. Only Restore uses
 	// them.
@@ -99,6 +107,23 @@ func (cl *Cluster) checker() (*health.Checker, error) {
 		return nil, err
 	}
 	return &health.Checker{Dial: cl.Dial, TLS: cfg}, nil
+}
+
+// interval is backup_config.interval_hours, or its default.
+func (cl *Cluster) interval() time.Duration {
+	hours := spec.DefaultEtcdIntervalHours
+	if cl.Backup != nil && cl.Backup.IntervalHours > 0 {
+		hours = cl.Backup.IntervalHours
+	}
+	return time.Duration(hours) * time.Hour
+}
+
+// logger is cl.Log, or a logger that discards.
+func (cl *Cluster) logger() *slog.Logger {
+	if cl.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return cl.Log
 }
 
 func (cl *Cluster) s3Config() *spec.S3BackupConfig {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/etcdsnap/s3test"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 
@@ -27,7 +28,9 @@ import (
 //   - restore: a damaged copy refused, a restore stopped half-way and
 //     finished, a snapshot fetched from S3 (restorePhase);
 //   - schedule: the schedule and retention with a fake clock, then the
-//     restore request of cluster.yml (schedulePhase).
+//     restore request of cluster.yml (schedulePhase);
+//   - snapshotter: the etcd-rolling-snapshots container on every etcd
+//     node, and serve's schedule beside it (snapshotterPhase).
 //
 // No phase depends on what an earlier one left: each starts with the three
 // members healthy and no snapshot on the nodes (startPhase), and writes
@@ -47,6 +50,7 @@ func TestEtcdSandbox(t *testing.T) {
 		{"snapshots", snapshotPhase},
 		{"restore", restorePhase},
 		{"schedule", schedulePhase},
+		{"snapshotter", snapshotterPhase},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			e.startPhase(ctx, t)
@@ -99,7 +103,7 @@ func snapDir(n sandbox.Node) string { return filepath.Join(n.Dir, "opt-rke", "et
 // startPhase is where every phase starts: it waits until the three etcd
 // members are healthy (an earlier phase stops one, and restores them all)
 // and removes every snapshot from the nodes (the schedule counts from the
-// newest one, and list lists them all).
+// newest one, and list lists them all) and the schedule's slot record.
 func (e *etcdSandbox) startPhase(ctx context.Context, t *testing.T) {
 	t.Helper()
 	n1 := e.s.Nodes[0]
@@ -108,6 +112,10 @@ func (e *etcdSandbox) startPhase(ctx context.Context, t *testing.T) {
 		_, err := etcdctl(ctx, "endpoint", "health", "--cluster")
 		return err == nil, err
 	})
+	// The schedule's slot record: an earlier phase's fake clock wrote it.
+	if _, err := etcdctl(ctx, "del", etcdsnap.SlotKey(e.cluster(t).ClusterName)); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range e.s.Nodes {
 		entries, err := os.ReadDir(snapDir(n))
 		if errors.Is(err, os.ErrNotExist) {

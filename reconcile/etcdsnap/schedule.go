@@ -227,18 +227,44 @@ func Scheduled(ctx context.Context, cl *Cluster) (*ScheduledResult, error) {
 			}
 		}
 	}
-	res.Schedule = NextSnapshot(b, snaps, cl.Now())
-	log := cl.Log.With("cluster", cl.Name, "phase", "scheduled snapshot")
+	now := cl.Now()
+	res.Schedule = NextSnapshot(b, snaps, now)
+	log := cl.logger().With("cluster", cl.Name, "phase", "scheduled snapshot")
+	// A due snapshot is taken only by the taker that claims its slot.
+	var claim *slotClaim
+	var saveErr error
+	if res.Schedule.Due && cl.Slots != nil {
+		store, closeStore, err := cl.Slots(ctx)
+		if err == nil {
+			res.Schedule, claim, err = cl.claimSlot(ctx, store, res.Schedule, now)
+			closeLater := closeStore
+			defer closeLater()
+		}
+		if err != nil {
+			res.Schedule.Due = false
+			saveErr = fmt.Errorf("take the scheduled snapshot (%s): %w", res.Schedule.Reason, err)
+		} else if !res.Schedule.Due {
+			log.Info("scheduled snapshot not taken here", "reason", res.Schedule.Reason)
+		}
+	}
 	s3 := cl.s3Config() != nil
 	s3Listed := s3 && list != nil && list.S3Err == nil
 	// The snapshots to upload are those found before this call's own,
 	// whose upload Save has just tried.
 	found := len(snaps)
-	var saveErr error
 	res.Next = res.Schedule.Next
 	if res.Schedule.Due {
 		log.Info("taking a scheduled snapshot", "reason", res.Schedule.Reason)
-		sr, err := Save(ctx, cl, SaveOptions{Kind: KindScheduled})
+		sr, err := Save(ctx, cl, SaveOptions{Kind: KindScheduled, Progress: func(node, msg string) { log.Info(msg, "node", node) }})
+		if claim != nil {
+			name, at := "", cl.Now()
+			if sr != nil && sr.Sidecar != nil {
+				name, at = sr.Sidecar.Name, sr.Sidecar.TakenAt
+			}
+			if err := claim.settle(ctx, name, at); err != nil {
+				log.Warn("the scheduled snapshot's slot record was not updated; the claim lapses by itself", "error", err)
+			}
+		}
 		if sr == nil || sr.Sidecar == nil {
 			saveErr = fmt.Errorf("take the scheduled snapshot (%s): %w", res.Schedule.Reason, err)
 		} else {

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+
+	"github.com/rigger/rigger/internal/ctxwait"
 )
 
 // HolderAnnotation is the annotation of a Lease that holds its holder's
@@ -448,14 +450,7 @@ func (r *reported) tell(waiting func(*HeldError), e *HeldError, now time.Time) {
 
 // pause waits d, and reports false when ctx ended first.
 func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return ctxwait.Sleep(ctx, d) == nil
 }
 
 // stopWaiting is the error of a Lease whose ctx ended, with the holder last

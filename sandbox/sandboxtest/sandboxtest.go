@@ -15,7 +15,7 @@
 //	1       sandbox (its own tests)
 //	2       transport
 //	3       reconcile (BenchmarkSandbox)
-//	4       reconcile/etcdsnap (snapshots, restore, schedule: one cluster, TestEtcdSandbox)
+//	4       reconcile/etcdsnap (snapshots, restore, schedule, snapshotter: one cluster, TestEtcdSandbox)
 //	5       gitops
 //	6       reconcile/observe
 //	7       cmd/rigger (the CLI end to end)

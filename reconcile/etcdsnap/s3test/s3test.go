@@ -50,6 +50,14 @@ type Gateway struct {
 // arguments.
 func Start(t *testing.T) *Gateway {
 	t.Helper()
+	return StartAt(t, "127.0.0.1")
+}
+
+// StartAt is Start with versitygw listening on host (an IP address of this
+// machine, such as a sandbox's bridge address, which the sandbox's nodes
+// reach), with a certificate for it.
+func StartAt(t *testing.T, host string) *Gateway {
+	t.Helper()
 	bin := filepath.Join(cacheDir(), "bin", "versitygw")
 	if _, err := os.Stat(bin); err != nil {
 		script := findUp(t, "hack/install-versitygw.sh")
@@ -59,8 +67,8 @@ func Start(t *testing.T) *Gateway {
 		}
 	}
 	dir := t.TempDir()
-	caPEM, certFile, keyFile := tlsFiles(t, dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	caPEM, certFile, keyFile := tlsFiles(t, dir, net.ParseIP(host))
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +171,9 @@ func findUp(t testing.TB, rel string) string {
 	}
 }
 
-// tlsFiles makes a CA and a certificate for 127.0.0.1 signed by it, writes
-// the certificate and key to dir, and returns the CA's PEM.
-func tlsFiles(t testing.TB, dir string) (caPEM, certFile, keyFile string) {
+// tlsFiles makes a CA and a certificate for ip signed by it, writes the
+// certificate and key to dir, and returns the CA's PEM.
+func tlsFiles(t testing.TB, dir string, ip net.IP) (caPEM, certFile, keyFile string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -183,9 +191,9 @@ func tlsFiles(t testing.TB, dir string) (caPEM, certFile, keyFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip.String()},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{ip}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		KeyUsage: x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
