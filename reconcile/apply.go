@@ -50,7 +50,20 @@ const MaxPlanAge = 15 * time.Minute
 // (execute.Run) with a snapshot before any etcd change, and makes the
 // Kubernetes side of the nodes right (package kubenode). The result lists
 // what was done, also on error.
+//
+// Then it carries out the stages of the operation on the generated secrets
+// encryption key (encryptionWork): a rotation, or the rewrite of the
+// Secrets once encryption is on. Its steps are not in the result.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+	res, err := s.applyPlan(ctx, lk, pl, ao)
+	if err == nil {
+		err = s.encryptionWork(ctx, lk, pl, ao)
+	}
+	return res, err
+}
+
+// applyPlan is Apply without the secrets encryption stages.
+func (s *Session) applyPlan(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
 	if lk == nil {
 		return notRun, errors.New("apply: the cluster's lock is not held (Session.Lock)")
@@ -72,6 +85,9 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 		if err := pki.Save(s.opts.StateDir, pl.PKI); err != nil {
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
 		}
+	}
+	if err := s.saveEncryption(pl.encryption); err != nil {
+		return notRun, fmt.Errorf("save the secrets encryption key before applying: %w", err)
 	}
 	if err := s.recordNodes(); err != nil {
 		return notRun, err

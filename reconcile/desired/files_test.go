@@ -277,9 +277,6 @@ func TestConfigFilesErrors(t *testing.T) {
 		change func(*spec.Cluster)
 		want   []string
 	}{
-		{"encryption without custom_config", func(c *spec.Cluster) {
-			c.Services.KubeAPI.SecretsEncryptionConfig = &spec.SecretsEncryptionConfig{Enabled: true}
-		}, []string{"203.0.113.11", "secrets_encryption_config", "not supported by rigger yet", "custom_config"}},
 		{"cloud provider without a file", func(c *spec.Cluster) {
 			c.CloudProvider = spec.CloudProvider{Name: "aws", AWSCloudProvider: &spec.AWSCloudProvider{}}
 		}, []string{"cloud_provider aws", "customCloudProvider"}},
