@@ -321,3 +321,38 @@ func TestConfigFilesCloudWithoutConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneratedEncryption: rigger writes its own encryption configuration
+// only when enabled without custom_config and without the user's file;
+// ConfigFiles then leaves it to the caller (it holds a key of the state).
+func TestGeneratedEncryption(t *testing.T) {
+	custom := spec.Object{"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration"}
+	for _, tc := range []struct {
+		name     string
+		enc      *spec.SecretsEncryptionConfig
+		userFlag bool
+		want     bool
+		wantFile bool
+	}{
+		{"none", nil, false, false, false},
+		{"disabled", &spec.SecretsEncryptionConfig{}, false, false, false},
+		{"generated", &spec.SecretsEncryptionConfig{Enabled: true}, false, true, false},
+		{"user's file", &spec.SecretsEncryptionConfig{Enabled: true}, true, false, false},
+		{"custom_config", &spec.SecretsEncryptionConfig{Enabled: true, CustomConfig: custom}, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := load(t, "ha")
+			c.Services.KubeAPI.SecretsEncryptionConfig = tc.enc
+			if tc.userFlag {
+				c.Services.KubeAPI.ExtraArgs = map[string]string{"encryption-provider-config": "/etc/kubernetes/mine.yaml"}
+			}
+			if got := GeneratedEncryption(c); got != tc.want {
+				t.Fatalf("GeneratedEncryption = %v, want %v", got, tc.want)
+			}
+			files := configFiles(t, c, "203.0.113.11")
+			if _, ok := files[EncryptionConfigFile]; ok != tc.wantFile {
+				t.Fatalf("ConfigFiles writes %s: %v, want %v", EncryptionConfigFile, ok, tc.wantFile)
+			}
+		})
+	}
+}
