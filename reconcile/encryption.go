@@ -359,6 +359,9 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 			ao.Hooks.Phase("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", op.Kind, op.Stage, strings.Join(want.Names(), ", ")))
 		}
 		crashpoint.Reach(crashpoint.Step("secrets-encryption"))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		switch {
 		case op.Stage.ChangesFile() && !op.Restarted:
 			if err := s.restartAPIServers(ctx, lk, ao, op); err != nil {
