@@ -358,7 +358,7 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 		if ao.Hooks.Phase != nil {
 			ao.Hooks.Phase("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", op.Kind, op.Stage, strings.Join(want.Names(), ", ")))
 		}
-		crashpoint.Reach(crashpoint.Step("secrets-encryption"))
+		crashpoint.Reach(crashpoint.EncryptionStageSaved)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -381,7 +381,7 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 			}
 			say(fmt.Sprintf("%d Secrets rewritten, encrypted with key %s", n, want.Keys[0].Name), nil)
 		}
-		crashpoint.Reach(crashpoint.Step("secrets-encryption"))
+		crashpoint.Reach(crashpoint.EncryptionStageDone)
 		rec.Op = op.Next()
 		if rec.Op == nil && op.Kind == secretsenc.KindRotate {
 			rec.LastRotated, rec.LastRotatedKey = s.opts.Now().UTC(), op.NewKey
