@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -134,7 +135,7 @@ func (s *Session) resolveEncryption(ctx context.Context, o *observe.Cluster) (*r
 	switch {
 	case r.record.Op != nil:
 		r.info.Op = r.record.Op
-	case s.c.RotateEncryptionKey && !r.record.RotateHandled:
+	case s.c.RotateEncryptionKey && !r.record.RotateHandled || s.rotateKey:
 		r.info.Op = &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey}
 	}
 	if op := r.info.Op; op != nil {
@@ -284,9 +285,26 @@ func (s *Session) saveEncryption(r *resolvedEncryption) error {
 	return nil
 }
 
+// RequestKeyRotation makes this session's Plan show, and its Apply carry
+// out, a rotation of the generated secrets encryption key, whatever
+// rotate_encryption_key says (rigger encrypt rotate-key). As RKE, it
+// refuses a cluster.yml without a key rigger generates.
+func (s *Session) RequestKeyRotation() error {
+	if e := s.c.Services.KubeAPI.SecretsEncryptionConfig; e == nil || !e.Enabled {
+		return stalls(ReasonInvalidSpec, errors.New("can't rotate the secrets encryption key: services.kube-api.secrets_encryption_config.enabled is not true in cluster.yml"))
+	}
+	if !desired.GeneratedEncryption(s.c) {
+		return stalls(ReasonInvalidSpec, errors.New("can't rotate the secrets encryption key: rigger rotates only the key it generates, not one of secrets_encryption_config.custom_config "+
+			"or of the file kube-api's extra_args name"))
+	}
+	s.rotateKey = true
+	return nil
+}
+
 // encryptionWork carries out, after the plan's steps, the operation on the
 // encryption key the record holds, stage by stage, and starts the rotation
-// cluster.yml asks for (rotate_encryption_key) once. Each stage is recorded
+// cluster.yml asks for (rotate_encryption_key) once, or the one
+// RequestKeyRotation asks for. Each stage is recorded
 // before it acts; a stage that changes the configuration ends when every
 // API server was restarted with it (one at a time, health checked), so an
 // apply stopped anywhere resumes at a stage whose keys read every Secret.
@@ -312,7 +330,8 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 		}
 		op := rec.Op
 		if op == nil {
-			if !s.c.RotateEncryptionKey || rec.RotateHandled {
+			requested := s.c.RotateEncryptionKey && !rec.RotateHandled
+			if !requested && !s.rotateKey {
 				return nil
 			}
 			k, err := secretsenc.NewKey(cur.Names())
@@ -321,7 +340,8 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 			}
 			// The record first: a stop before the key is saved leaves a
 			// rotation whose first stage makes a key again.
-			rec.RotateHandled = true
+			rec.RotateHandled = rec.RotateHandled || requested
+			s.rotateKey = false
 			rec.Op = &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey, NewKey: k.Name, StartedAt: s.opts.Now().UTC()}
 			if err := secretsenc.SaveRecord(dir, rec); err != nil {
 				return err

@@ -214,3 +214,32 @@ func TestEncryptionNotTurnedOff(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestKeyRotation: rigger encrypt rotate-key's request shows a
+// pending rotation whatever the record of rotate_encryption_key says, and
+// is refused without a generated key.
+func TestRequestKeyRotation(t *testing.T) {
+	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
+	cur, _ := secretsenc.New()
+	if err := secretsenc.Save(dir, cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	if err != nil || r.info.Op != nil {
+		t.Fatalf("before the request: op %+v, %v", r.info.Op, err)
+	}
+	if err := s.RequestKeyRotation(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	if err != nil || r.info.Op == nil || r.info.Op.Kind != secretsenc.KindRotate {
+		t.Fatalf("after the request: op %+v, %v", r.info.Op, err)
+	}
+	off, _ := encSession(t, nil, false)
+	if err := off.RequestKeyRotation(); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
+		t.Fatalf("without encryption: %v", err)
+	}
+}

@@ -55,6 +55,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newKubeconfigCommand(),
 		newStatusCommand(),
 		newSnapshotCommand(),
+		newEncryptCommand(),
 		newServeCommand(),
 		newAgentCommand(),
 		newNginxProxyCommand(),
