@@ -23,8 +23,9 @@ import (
 // where it comes from, the keys' names (never their secrets), and the work
 // an apply does after the plan's steps.
 type Encryption struct {
-	// Source is where the key comes from.
-	Source EncryptionSource
+	// Source is where the key comes from: the state directory, a node
+	// (recovered), or new (PKINew: no controlplane node has one yet).
+	Source PKISource
 	// Keys are the names of the keys the API servers get, the first one
 	// encrypting.
 	Keys []string
@@ -37,25 +38,6 @@ type Encryption struct {
 	// and the key it brought.
 	LastRotated    time.Time
 	LastRotatedKey string
-}
-
-// EncryptionSource is where a plan's encryption key comes from.
-type EncryptionSource struct {
-	Kind PKIKind
-	From string
-}
-
-// String says where the key comes from, for people.
-func (s EncryptionSource) String() string {
-	switch s.Kind {
-	case PKIStateDir:
-		return "state directory " + s.From
-	case PKIRecovered:
-		return "recovered from node " + s.From + " (the state directory had none)"
-	case PKINew:
-		return "new (no controlplane node has one yet)"
-	}
-	return string(s.Kind)
 }
 
 // resolvedEncryption is the cluster's generated encryption for a plan.
@@ -96,7 +78,7 @@ func (s *Session) resolveEncryption(ctx context.Context, o *observe.Cluster) (*r
 	}
 	r := &resolvedEncryption{record: rec, info: &Encryption{}}
 	if cur != nil {
-		r.info.Source = EncryptionSource{Kind: PKIStateDir, From: s.opts.StateDir}
+		r.info.Source = PKISource{Kind: PKIStateDir, From: s.opts.StateDir}
 		if err := s.checkSameKeys(cur, rec.Op, o); err != nil {
 			return nil, stalls(ReasonStateDamaged, err)
 		}
@@ -107,7 +89,7 @@ func (s *Session) resolveEncryption(ctx context.Context, o *observe.Cluster) (*r
 		case err != nil:
 			return nil, err
 		case cur != nil:
-			r.info.Source = EncryptionSource{Kind: PKIRecovered, From: from}
+			r.info.Source = PKISource{Kind: PKIRecovered, From: from}
 			// The record of a lost state is lost with it: the nodes' keys
 			// are kept as they are.
 			r.record.Op = nil
@@ -116,7 +98,7 @@ func (s *Session) resolveEncryption(ctx context.Context, o *observe.Cluster) (*r
 			if cur, err = secretsenc.New(); err != nil {
 				return nil, err
 			}
-			r.info.Source = EncryptionSource{Kind: PKINew}
+			r.info.Source = PKISource{Kind: PKINew}
 			r.newKey = s.newKeyBlocked(o)
 			// As RKE: Secrets written before encryption was on are
 			// rewritten, encrypted.

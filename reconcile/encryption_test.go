@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -241,5 +242,22 @@ func TestRequestKeyRotation(t *testing.T) {
 	off, _ := encSession(t, nil, false)
 	if err := off.RequestKeyRotation(); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
 		t.Fatalf("without encryption: %v", err)
+	}
+}
+
+// TestEncryptionStatusHasNoKey: status.yml names the keys, never their
+// secrets.
+func TestEncryptionStatusHasNoKey(t *testing.T) {
+	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
+	r, err := s.resolveEncryption(context.Background(), observed(nil, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(encryptionStatus(r.info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), r.cur.Keys[0].Name) || strings.Contains(string(b), r.cur.Keys[0].Secret) {
+		t.Fatalf("status %s: want the key's name and not its secret", b)
 	}
 }

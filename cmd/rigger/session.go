@@ -154,7 +154,11 @@ func renderEncryption(w io.Writer, pl *reconcile.Planned) {
 	if err := pl.Blocked(); err != nil && !errors.As(err, &newCA) {
 		fmt.Fprintf(w, "Secrets encryption: new key, for this plan only: %v\n", err)
 	} else {
-		fmt.Fprintf(w, "Secrets encryption: keys %s (%s)", strings.Join(e.Keys, ", "), e.Source)
+		source := e.Source.String()
+		if e.Source.Kind == reconcile.PKINew {
+			source = "new: no controlplane node has a key yet"
+		}
+		fmt.Fprintf(w, "Secrets encryption: keys %s (%s)", strings.Join(e.Keys, ", "), source)
 		if !e.LastRotated.IsZero() {
 			fmt.Fprintf(w, "; last rotated %s to %s", e.LastRotated.Format(time.RFC3339), e.LastRotatedKey)
 		}
