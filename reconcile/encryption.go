@@ -295,6 +295,9 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 		return nil
 	}
 	dir := s.opts.StateDir
+	if rec, err := secretsenc.LoadRecord(dir); err == nil && rec.Op != nil && rec.Op.Kind == secretsenc.KindRotate {
+		s.rotateKey = false // the rotation in progress is the one asked for
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
