@@ -350,7 +350,10 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 		if err != nil {
 			return stalls(ReasonStateDamaged, err)
 		}
-		if !bytes.Equal(want.Marshal(), cur.Marshal()) {
+		// The saved configuration loses a key only once every API server
+		// runs without it (below): until then a node may hold it, and the
+		// state must still know it (secretsenc.Accepted).
+		if !bytes.Equal(want.Marshal(), cur.Marshal()) && want.Covers(cur) {
 			if err := secretsenc.Save(dir, want); err != nil {
 				return err
 			}
@@ -376,6 +379,11 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 			op.Restarted = true
 			if err := secretsenc.SaveRecord(dir, rec); err != nil {
 				return err
+			}
+			if !bytes.Equal(want.Marshal(), cur.Marshal()) {
+				if err := secretsenc.Save(dir, want); err != nil {
+					return err
+				}
 			}
 			say("every API server reads "+encryptionPath+" with keys "+strings.Join(want.Names(), ", "), nil)
 		case op.Stage == secretsenc.StageRewrite:

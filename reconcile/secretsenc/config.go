@@ -4,7 +4,8 @@
 //
 // The key lives in the state directory as [File], the API server's
 // EncryptionConfiguration exactly as it is written to every controlplane
-// node at /etc/kubernetes/ssl/encryption.yaml (RKE's path and layout: one
+// node at /etc/kubernetes/ssl/encryption.yaml (during the last stage of a
+// rotation it keeps the old keys until every API server runs without them) (RKE's path and layout: one
 // aescbc provider with 32-byte keys named like RKE's, k-xxxxx, and the
 // identity provider last, so that Secrets written before encryption was
 // enabled still read). [Load], [Save], [Parse] and [Config.Marshal] read and

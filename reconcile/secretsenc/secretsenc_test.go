@@ -233,6 +233,18 @@ func TestAccepted(t *testing.T) {
 			t.Errorf("a node with another key %v is accepted", bad.Names())
 		}
 	}
+	// At the last stage the saved configuration still has the old key
+	// (it is dropped from the state once every API server runs without
+	// it): a node with either stage's file is accepted.
+	drop := map[string]bool{}
+	for _, c := range Accepted(cur, &Op{Kind: KindRotate, Stage: StageDropOld, NewKey: n.Name}) {
+		drop[string(c.Marshal())] = true
+	}
+	for _, ok := range []*Config{{Keys: []Key{n, a}}, {Keys: []Key{n}}} {
+		if !drop[string(ok.Marshal())] {
+			t.Errorf("a node with %v is refused at %s", ok.Names(), StageDropOld)
+		}
+	}
 	if got := Accepted(cur, nil); len(got) != 1 {
 		t.Fatalf("no op: %d configurations accepted, want cur only", len(got))
 	}

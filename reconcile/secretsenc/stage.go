@@ -164,7 +164,9 @@ func Desired(cur *Config, op *Op) (*Config, error) {
 }
 
 // Accepted are the configurations a controlplane node may hold while the
-// state has cur and op: the one Desired gives, those of the op's other
+// state has cur and op (the saved configuration keeps every key until the
+// API servers run without it, so cur has the old keys until StageDropOld
+// is done): the one Desired gives, those of the op's other
 // stages, and the one before the op began (cur without the new key), as a
 // stop may leave any of them on a node. A node holding any other has a
 // key the state does not know.
