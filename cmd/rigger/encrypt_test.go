@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/secretsenc"
 )
 
 // TestRotateKeyRefuses: as rke encrypt rotate-key, rotate-key refuses a
@@ -26,5 +29,27 @@ func TestRotateKeyRefuses(t *testing.T) {
 				t.Errorf("exit %d, stderr:\n%s", code, errOut)
 			}
 		})
+	}
+}
+
+// TestRenderEncryption: the plan names the keys, where they come from and
+// the stages of a pending rotation.
+func TestRenderEncryption(t *testing.T) {
+	var b strings.Builder
+	renderEncryption(&b, &reconcile.Planned{Encryption: &reconcile.Encryption{
+		Source: reconcile.PKISource{Kind: reconcile.PKIStateDir, From: "/state"},
+		Keys:   []string{"k-abcde"},
+		Op:     &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey},
+		Stages: secretsenc.Stages(secretsenc.KindRotate),
+	}})
+	want := "Secrets encryption: keys k-abcde (state directory /state)\n" +
+		"  key rotation pending (rotate_encryption_key); apply runs after the steps: add-key -> write-new-key -> rewrite-secrets -> drop-old-keys\n\n"
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	renderEncryption(&b, &reconcile.Planned{})
+	if b.Len() != 0 {
+		t.Errorf("no generated key: %q", b.String())
 	}
 }
