@@ -56,6 +56,10 @@ const MaxPlanAge = 15 * time.Minute
 // finishRotation); a CA rotation goes through its stages (pki.CAStages),
 // Apply planning and applying each next one as Plan and Apply do, until
 // it is done or a stage fails.
+//
+// Then it carries out the stages of the operation on the generated secrets
+// encryption key (encryptionWork): a rotation, or the rewrite of the
+// Secrets once encryption is on. Its steps are not in the result.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	res, err := s.applyOnce(ctx, lk, pl, ao)
 	for err == nil && pl.rot != nil && pl.rot.more {
@@ -68,6 +72,9 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 		var next *execute.Result
 		next, err = s.applyOnce(ctx, lk, pl, ao)
 		res = joinResults(res, next)
+	}
+	if err == nil {
+		err = s.encryptionWork(ctx, lk, pl, ao)
 	}
 	return res, err
 }
@@ -96,7 +103,7 @@ func joinResults(a, b *execute.Result) *execute.Result {
 	return &out
 }
 
-// applyOnce is Apply of one plan.
+// applyOnce is Apply of one plan, without the secrets encryption stages.
 func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
 	if lk == nil {
@@ -123,6 +130,9 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		if err := pki.Save(s.opts.StateDir, state); err != nil {
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
 		}
+	}
+	if err := s.saveEncryption(pl.encryption); err != nil {
+		return notRun, fmt.Errorf("save the secrets encryption key before applying: %w", err)
 	}
 	if err := s.startRotation(pl); err != nil {
 		return notRun, err

@@ -24,6 +24,9 @@ const (
 	// ReasonNewCABlocked: the cluster has no certificates anywhere rigger
 	// looked while some nodes did not answer (NewCAError). Stalls.
 	ReasonNewCABlocked Reason = "NewCABlocked"
+	// ReasonNewKeyBlocked: a new secrets encryption key would be made
+	// while nodes that may hold the cluster's did not answer. Stalls.
+	ReasonNewKeyBlocked Reason = "NewKeyBlocked"
 	// ReasonRemovalGuard: the plan removes more nodes than
 	// rigger.max_removed_nodes allows (RemovalGuardError). Stalls.
 	ReasonRemovalGuard Reason = "RemovalGuard"

@@ -38,8 +38,12 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if err := plan.CheckDocker(s.c, o); err != nil {
 		return nil, stalls(ReasonInvalidSpec, err)
 	}
+	re, err := s.resolveEncryption(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	for i := range d.Nodes {
-		files, err := s.nodeFiles(rp.set, &d.Nodes[i])
+		files, err := s.nodeFiles(rp.set, re, &d.Nodes[i])
 		if err != nil {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
@@ -54,7 +58,10 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
 		PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, statePKI: rp.state, newCA: rp.newCA,
-		Warnings: etcdWarnings(s.c), rot: rp.rot,
+		Warnings: etcdWarnings(s.c), rot: rp.rot, encryption: re,
+	}
+	if re != nil {
+		pl.Encryption = re.info
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes)
@@ -100,8 +107,9 @@ func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, 
 }
 
 // nodeFiles are the files a node gets: its certificates and kubeconfigs,
-// and the configuration files its components read.
-func (s *Session) nodeFiles(set *pki.Set, n *desired.Node) (map[string][]byte, error) {
+// and the configuration files its components read, with the generated
+// secrets encryption configuration on controlplane nodes (enc, when set).
+func (s *Session) nodeFiles(set *pki.Set, enc *resolvedEncryption, n *desired.Node) (map[string][]byte, error) {
 	var pn pki.Node
 	for _, r := range s.req.Nodes {
 		if r.Address == n.Address {
@@ -118,6 +126,9 @@ func (s *Session) nodeFiles(set *pki.Set, n *desired.Node) (map[string][]byte, e
 	}
 	for p, b := range conf {
 		files[p] = b
+	}
+	if enc != nil && n.HasRole(spec.RoleControlPlane) {
+		files[desired.EncryptionConfigFile] = enc.file
 	}
 	return files, nil
 }

@@ -39,6 +39,12 @@ type Planned struct {
 	// AddonsErr says why the add-ons could not be planned although the API
 	// server answered (then Addons is nil).
 	AddonsErr error
+	// Encryption is the generated secrets encryption key and the work on
+	// it an apply does after the steps (a rotation's stages); nil when
+	// cluster.yml asks for no generated key.
+	Encryption *Encryption
+	// encryption is what Apply saves and carries out of it.
+	encryption *resolvedEncryption
 	// addons are the add-ons cluster.yml asks for, as the plan read them.
 	addons []addons.Addon
 	// newCA says why this plan's new CA must not be applied (nodes that may
@@ -54,20 +60,24 @@ type Planned struct {
 
 // Blocked says why the plan must not be applied (a new CA while nodes that
 // may hold the cluster's did not answer, a *NewCAError wrapped in an
-// *Error); nil when it may be.
+// *Error; the same for a new secrets encryption key); nil when it may be.
 func (p *Planned) Blocked() error {
-	if p.newCA == nil {
-		return nil
+	if p.newCA != nil {
+		return stalls(ReasonNewCABlocked, p.newCA)
 	}
-	return stalls(ReasonNewCABlocked, p.newCA)
+	if e := p.encryption; e != nil && e.newKey != nil {
+		return stalls(ReasonNewKeyBlocked, e.newKey)
+	}
+	return nil
 }
 
 // Changes reports whether applying the plan changes anything: containers,
-// files, certificates (a rotation, or its record), the Kubernetes Nodes or
-// the add-ons.
+// files, certificates (a rotation, or its record), the Kubernetes Nodes,
+// the add-ons or the secrets encryption key (a stage to run, a record to
+// keep).
 func (p *Planned) Changes() bool {
 	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0 || p.Addons != nil && !p.Addons.Empty() ||
-		p.Rotation() != nil || p.RotationRecordCleared()
+		p.Rotation() != nil || p.RotationRecordCleared() || p.encryption.work()
 }
 
 // addonWork reports whether applying the plan applies the add-ons: they

@@ -61,6 +61,9 @@ type Session struct {
 	reg registryauth.Set
 	// former are the nodes of the last apply gone from cluster.yml.
 	former []spec.Node
+	// rotateKey asks this session's apply to rotate the secrets
+	// encryption key (RequestKeyRotation), whatever cluster.yml says.
+	rotateKey bool
 }
 
 // Open prepares a reconcile of c, which must be loaded and valid

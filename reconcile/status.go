@@ -52,6 +52,37 @@ type Status struct {
 	// they could not be read.
 	Addons      []AddonStatus `json:"addons,omitempty"`
 	AddonsError string        `json:"addons_error,omitempty"`
+	// SecretsEncryption is the key rigger generated for Secrets at rest,
+	// by name only; nil when cluster.yml asks for none.
+	SecretsEncryption *EncryptionStatus `json:"secrets_encryption,omitempty"`
+}
+
+// EncryptionStatus is the generated secrets encryption key: the keys'
+// names (never their secrets), the operation in progress, the last
+// rotation.
+type EncryptionStatus struct {
+	// Keys are the names of the keys the API servers get, the first one
+	// encrypting.
+	Keys []string `json:"keys"`
+	// Operation and Stage are the operation in progress (rotate,
+	// encrypt) and its stage.
+	Operation string `json:"operation,omitempty"`
+	Stage     string `json:"stage,omitempty"`
+	// LastRotated is when the last rotation ended, to LastRotatedKey.
+	LastRotated    time.Time `json:"last_rotated,omitzero"`
+	LastRotatedKey string    `json:"last_rotated_key,omitempty"`
+}
+
+// encryptionStatus is the status of the plan's generated key.
+func encryptionStatus(e *Encryption) *EncryptionStatus {
+	if e == nil {
+		return nil
+	}
+	st := &EncryptionStatus{Keys: e.Keys, LastRotated: e.LastRotated, LastRotatedKey: e.LastRotatedKey}
+	if e.Op != nil {
+		st.Operation, st.Stage = string(e.Op.Kind), string(e.Op.Stage)
+	}
+	return st
 }
 
 // AddonStatus is one add-on.
@@ -175,6 +206,7 @@ func BuildStatus(pl *Planned) *Status {
 	st := &Status{
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
 		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges, Addons: addonStatus(pl),
+		SecretsEncryption: encryptionStatus(pl.Encryption),
 	}
 	if pl.AddonsErr != nil {
 		st.AddonsError = pl.AddonsErr.Error()

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -527,5 +528,33 @@ func TestCloudProvidersWithoutConfig(t *testing.T) {
 		if diags.HasErrors() == tc.ok {
 			t.Errorf("cloud_provider.name %s on %s: errors %v, want accepted %v", tc.name, tc.version, diags, tc.ok)
 		}
+	}
+}
+
+// TestSecretsEncryption: a key rigger generates is accepted, and so is
+// its rotation; rotating without encryption, or a custom_config's key, is
+// refused as RKE refuses it.
+func TestSecretsEncryption(t *testing.T) {
+	const custom = "{apiVersion: apiserver.config.k8s.io/v1, kind: EncryptionConfiguration, resources: [{resources: [secrets], providers: [{identity: {}}]}]}"
+	for _, tc := range []struct {
+		name, yml, refused string
+	}{
+		{"generated key", "services: {kube-api: {secrets_encryption_config: {enabled: true}}}", ""},
+		{"rotate the generated key", "rotate_encryption_key: true\nservices: {kube-api: {secrets_encryption_config: {enabled: true}}}", ""},
+		{"custom config", "services: {kube-api: {secrets_encryption_config: {enabled: true, custom_config: " + custom + "}}}", ""},
+		{"rotate without encryption", "rotate_encryption_key: true", "there is no key to rotate"},
+		{"rotate when disabled", "rotate_encryption_key: true\nservices: {kube-api: {secrets_encryption_config: {enabled: false}}}", "there is no key to rotate"},
+		{"rotate a custom config", "rotate_encryption_key: true\nservices: {kube-api: {secrets_encryption_config: {enabled: true, custom_config: " + custom + "}}}", "only the key it generates"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yml := "nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]\n" + tc.yml + "\n"
+			_, diags := Parse([]byte(yml), "cluster.yml")
+			switch {
+			case tc.refused == "" && diags.HasErrors():
+				t.Fatalf("refused: %v", diags)
+			case tc.refused != "" && !strings.Contains(fmt.Sprint(diags), tc.refused):
+				t.Fatalf("diagnostics %v, want %q", diags, tc.refused)
+			}
+		})
 	}
 }

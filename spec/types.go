@@ -67,7 +67,7 @@ type Cluster struct {
 	Restore Restore `json:"restore,omitempty"`
 	// Rotate certificates once, on the next apply: every certificate of the listed services (or all), or with `cacertificates` the CAs and everything under them; components restart one node at a time. rigger records the request in its state directory and rotates no more while it stays as it is; remove the block and add it again to rotate again (see docs/certificates.md; `rigger cert rotate` does the same from the command line).
 	RotateCertificates *RotateCertificates `json:"rotate_certificates,omitempty"`
-	// Rotate the secrets encryption key on the next reconcile: refused, rigger does not rotate it yet.
+	// Rotate the secrets encryption key rigger generates, once: a new key is added, made the one that encrypts, every Secret is rewritten, then the old key is dropped (see docs/secrets-encryption.md). While this stays true no further rotation is made; remove it (or set false) so that a later true rotates again. Needs `secrets_encryption_config.enabled` without `custom_config`.
 	RotateEncryptionKey bool `json:"rotate_encryption_key,omitempty"`
 	// Settings of rigger itself (not in RKE): SSH host-key checks, parallelism, safety guards, suspension.
 	Rigger Rigger `json:"rigger,omitempty"`
@@ -375,7 +375,7 @@ type KubeAPIService struct {
 
 // SecretsEncryptionConfig is encryption of Secrets at rest.
 type SecretsEncryptionConfig struct {
-	// Encrypt Secrets at rest with a key rigger generates.
+	// Encrypt Secrets at rest. Without `custom_config`, rigger generates the key (AES-CBC, 32 bytes, as RKE), keeps it in its state directory (recovered from a controlplane node when lost) and writes it to every controlplane node; Secrets written before are rewritten encrypted. Turning it off again is refused (see docs/secrets-encryption.md).
 	Enabled bool `json:"enabled,omitempty"`
 	// An apiserver.config.k8s.io EncryptionConfiguration object to use instead of rigger's.
 	CustomConfig Object `json:"custom_config,omitempty" rigger:"secret"`

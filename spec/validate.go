@@ -386,11 +386,6 @@ func (v *validator) services(c *Cluster) {
 	}
 	if se := api.SecretsEncryptionConfig; se != nil {
 		v.object("services.kube-api.secrets_encryption_config.custom_config", se.CustomConfig)
-		if se.Enabled && se.CustomConfig == nil {
-			v.errorf("services.kube-api.secrets_encryption_config.enabled",
-				"rigger does not generate the encryption key yet (it would have to keep it in its state and on every controlplane node): give your own EncryptionConfiguration in secrets_encryption_config.custom_config, or set enabled: false.",
-				"encryption of Secrets at rest with a key rigger generates is not supported yet")
-		}
 	}
 	if p, ok := api.AdmissionConfiguration["plugins"]; ok && p != nil {
 		if _, list := p.([]any); !list {
@@ -857,9 +852,17 @@ func (v *validator) notWritten(c *Cluster) {
 	if c.PrefixPath != "" {
 		v.errorf("prefix_path", "Remove prefix_path: rigger does not write its files under a prefix path yet.", "prefix_path is not supported by rigger yet")
 	}
-	if c.RotateEncryptionKey {
-		v.errorf("rotate_encryption_key", "Remove rotate_encryption_key. To rotate your key, add the new key first in secrets_encryption_config.custom_config, apply, rewrite the Secrets (kubectl get secrets -A -o json | kubectl replace -f -), then remove the old key and apply again.",
-			"rotating the secrets encryption key is not supported by rigger yet")
+	// As RKE (rke encrypt rotate-key refuses both): only the key rigger
+	// generates is rotated.
+	if se := c.Services.KubeAPI.SecretsEncryptionConfig; c.RotateEncryptionKey {
+		switch {
+		case se == nil || !se.Enabled:
+			v.errorf("rotate_encryption_key", "Set services.kube-api.secrets_encryption_config.enabled: true, or remove rotate_encryption_key.",
+				"rotate_encryption_key: secrets encryption is not enabled, there is no key to rotate")
+		case se.CustomConfig != nil:
+			v.errorf("rotate_encryption_key", "Remove rotate_encryption_key. To rotate a key of your custom_config, add the new key second in custom_config and apply, move it first and apply, rewrite the Secrets (kubectl get secrets -A -o json | kubectl replace -f -), then remove the old key and apply again.",
+				"rotate_encryption_key: rigger rotates only the key it generates, not one of secrets_encryption_config.custom_config")
+		}
 	}
 }
 

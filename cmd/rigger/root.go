@@ -56,6 +56,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newCertCommand(),
 		newStatusCommand(),
 		newSnapshotCommand(),
+		newEncryptCommand(),
 		newServeCommand(),
 		newAgentCommand(),
 		newNginxProxyCommand(),

@@ -19,6 +19,7 @@ import (
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
@@ -117,7 +118,8 @@ func lockSession(cmd *cobra.Command, s *reconcile.Session, command string, wait 
 
 // renderPlanned writes the plan and where the certificates come from.
 func renderPlanned(w io.Writer, pl *reconcile.Planned) {
-	if err := pl.Blocked(); err != nil {
+	var newCA *reconcile.NewCAError
+	if err := pl.Blocked(); errors.As(err, &newCA) {
 		fmt.Fprintf(w, "Certificates: new, for this plan only: %v", err)
 	} else {
 		fmt.Fprintf(w, "Certificates: %s", pl.PKISource)
@@ -130,6 +132,7 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 	}
 	fmt.Fprint(w, "\n\n")
 	renderRotation(w, pl)
+	renderEncryption(w, pl)
 	for _, warn := range pl.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
 	}
@@ -176,6 +179,45 @@ func stageNames() []string {
 		out = append(out, string(st))
 	}
 	return out
+}
+
+// renderEncryption writes where the generated secrets encryption key comes
+// from, the keys' names (never their secrets) and the stages an apply runs.
+func renderEncryption(w io.Writer, pl *reconcile.Planned) {
+	e := pl.Encryption
+	if e == nil {
+		return
+	}
+	var newCA *reconcile.NewCAError
+	if err := pl.Blocked(); err != nil && !errors.As(err, &newCA) {
+		fmt.Fprintf(w, "Secrets encryption: new key, for this plan only: %v\n", err)
+	} else {
+		source := e.Source.String()
+		if e.Source.Kind == reconcile.PKINew {
+			source = "new: no controlplane node has a key yet"
+		}
+		fmt.Fprintf(w, "Secrets encryption: keys %s (%s)", strings.Join(e.Keys, ", "), source)
+		if !e.LastRotated.IsZero() {
+			fmt.Fprintf(w, "; last rotated %s to %s", e.LastRotated.Format(time.RFC3339), e.LastRotatedKey)
+		}
+		fmt.Fprintln(w)
+	}
+	if op := e.Op; op != nil {
+		what := map[secretsenc.Kind]string{
+			secretsenc.KindRotate:  "key rotation",
+			secretsenc.KindEncrypt: "encryption of the Secrets written before",
+		}[op.Kind]
+		state := "pending (rotate_encryption_key)"
+		if !op.StartedAt.IsZero() {
+			state = "in progress since " + op.StartedAt.Format(time.RFC3339)
+		}
+		stages := make([]string, len(e.Stages))
+		for i, st := range e.Stages {
+			stages[i] = string(st)
+		}
+		fmt.Fprintf(w, "  %s %s; apply runs after the steps: %s\n", what, state, strings.Join(stages, " -> "))
+	}
+	fmt.Fprintln(w)
 }
 
 // renderAddonPlan writes what applying the add-ons would change.

@@ -12,8 +12,9 @@
 //
 // The points are those of Points: an apply's own boundaries, every
 // executor phase's start and end, every step of a phase, the middle of a
-// container's replacement and of an etcd member's addition, and serve's
-// boundary between a reconcile and its status commit.
+// container's replacement and of an etcd member's addition, the stages of
+// a secrets encryption key rotation, and serve's boundary between a
+// reconcile and its status commit.
 package crashpoint
 
 import (
@@ -48,6 +49,13 @@ const (
 	// ServeReconciled: serve has reconciled a cluster and not yet
 	// committed its status.yml.
 	ServeReconciled = "serve:reconciled"
+	// EncryptionStageSaved: a stage of an operation on the secrets
+	// encryption key (a rotation) and its configuration are saved in the
+	// state directory, the API servers do not have it yet.
+	EncryptionStageSaved = "encryption:stage-saved"
+	// EncryptionStageDone: a stage's work is done (API servers restarted,
+	// or Secrets rewritten), the next stage is not yet recorded.
+	EncryptionStageDone = "encryption:stage-done"
 )
 
 // phases are the executor's phases, in the order they run (see
@@ -82,7 +90,8 @@ func Points() []string {
 		}
 		out = append(out, PhaseDone(p.name))
 	}
-	return append(out, EtcdSnapshotTaken, EtcdLearnerAdded, ReplaceStopped, ApplyExecuted, ServeReconciled)
+	return append(out, EtcdSnapshotTaken, EtcdLearnerAdded, ReplaceStopped, ApplyExecuted,
+		EncryptionStageSaved, EncryptionStageDone, ServeReconciled)
 }
 
 // target is one point of RIGGER_FAULT, the count of the reach that kills

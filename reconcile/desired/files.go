@@ -46,8 +46,10 @@ var podSecurityExempt = []string{"ingress-nginx", "kube-system"}
 //     event_rate_limit.configuration, or RKE's: 5000 qps, burst 20000).
 //   - AuditPolicyFile (controlplane, audit log enabled): the user's policy,
 //     or RKE's, which logs every request at the Metadata level.
-//   - EncryptionConfigFile (controlplane, secrets encryption enabled): the
-//     user's custom_config. rigger does not generate encryption keys yet.
+//   - EncryptionConfigFile (controlplane, secrets encryption enabled with
+//     custom_config): the user's custom_config. The one rigger generates
+//     (GeneratedEncryption) holds a key of the state directory: the caller
+//     adds it (package secretsenc).
 //   - AuthnWebhookFile (controlplane, webhook authentication): config_file.
 //   - The external etcd's CA, client certificate and key (controlplane,
 //     services.etcd.external_urls): ca_cert, cert and key, where the API
@@ -102,14 +104,9 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 		b, err := auditPolicy(a.Configuration.Policy)
 		add(flagAuditPolicy, AuditPolicyFile, b, err)
 	}
-	if e := api.SecretsEncryptionConfig; e != nil && e.Enabled {
-		if e.CustomConfig == nil {
-			errs = append(errs, errors.New("services.kube-api.secrets_encryption_config: encryption of Secrets at rest with a key rigger generates is not supported by rigger yet (the key must be kept in rigger's state); "+
-				"give your own EncryptionConfiguration in secrets_encryption_config.custom_config, or set enabled: false"))
-		} else {
-			b, err := marshalObject("services.kube-api.secrets_encryption_config.custom_config", e.CustomConfig)
-			add(flagEncryptionConfig, EncryptionConfigFile, b, err)
-		}
+	if e := api.SecretsEncryptionConfig; e != nil && e.Enabled && e.CustomConfig != nil {
+		b, err := marshalObject("services.kube-api.secrets_encryption_config.custom_config", e.CustomConfig)
+		add(flagEncryptionConfig, EncryptionConfigFile, b, err)
 	}
 	if e := c.Services.Etcd; len(e.ExternalURLs) > 0 {
 		out[certPath(pki.ExternalEtcdCACertName)] = []byte(e.CACert)
@@ -262,4 +259,19 @@ func marshalObject(field string, v any) ([]byte, error) {
 		return nil, fmt.Errorf("%s: write as YAML: %w", field, err)
 	}
 	return b, nil
+}
+
+// GeneratedEncryption reports whether the API servers of c read an
+// encryption configuration with a key rigger generates and keeps:
+// secrets_encryption_config is enabled without custom_config, and the user
+// does not name a file of their own in kube-api's extra_args.
+func GeneratedEncryption(c *spec.Cluster) bool {
+	api := c.Services.KubeAPI
+	e := api.SecretsEncryptionConfig
+	if e == nil || !e.Enabled || e.CustomConfig != nil {
+		return false
+	}
+	_, a := api.ExtraArgs[flagEncryptionConfig]
+	_, b := api.ExtraArgsArray[flagEncryptionConfig]
+	return !a && !b
 }

@@ -277,9 +277,6 @@ func TestConfigFilesErrors(t *testing.T) {
 		change func(*spec.Cluster)
 		want   []string
 	}{
-		{"encryption without custom_config", func(c *spec.Cluster) {
-			c.Services.KubeAPI.SecretsEncryptionConfig = &spec.SecretsEncryptionConfig{Enabled: true}
-		}, []string{"203.0.113.11", "secrets_encryption_config", "not supported by rigger yet", "custom_config"}},
 		{"cloud provider without a file", func(c *spec.Cluster) {
 			c.CloudProvider = spec.CloudProvider{Name: "aws", AWSCloudProvider: &spec.AWSCloudProvider{}}
 		}, []string{"cloud_provider aws", "customCloudProvider"}},
@@ -322,5 +319,40 @@ func TestConfigFilesCloudWithoutConfig(t *testing.T) {
 		if got := flagValues(kubelet.Args, "cloud-provider"); !slices.Equal(got, []string{"external"}) {
 			t.Errorf("%s: kubelet --cloud-provider = %q, want external", name, got)
 		}
+	}
+}
+
+// TestGeneratedEncryption: rigger writes its own encryption configuration
+// only when enabled without custom_config and without the user's file;
+// ConfigFiles then leaves it to the caller (it holds a key of the state).
+func TestGeneratedEncryption(t *testing.T) {
+	custom := spec.Object{"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration"}
+	for _, tc := range []struct {
+		name     string
+		enc      *spec.SecretsEncryptionConfig
+		userFlag bool
+		want     bool
+		wantFile bool
+	}{
+		{"none", nil, false, false, false},
+		{"disabled", &spec.SecretsEncryptionConfig{}, false, false, false},
+		{"generated", &spec.SecretsEncryptionConfig{Enabled: true}, false, true, false},
+		{"user's file", &spec.SecretsEncryptionConfig{Enabled: true}, true, false, false},
+		{"custom_config", &spec.SecretsEncryptionConfig{Enabled: true, CustomConfig: custom}, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := load(t, "ha")
+			c.Services.KubeAPI.SecretsEncryptionConfig = tc.enc
+			if tc.userFlag {
+				c.Services.KubeAPI.ExtraArgs = map[string]string{"encryption-provider-config": "/etc/kubernetes/mine.yaml"}
+			}
+			if got := GeneratedEncryption(c); got != tc.want {
+				t.Fatalf("GeneratedEncryption = %v, want %v", got, tc.want)
+			}
+			files := configFiles(t, c, "203.0.113.11")
+			if _, ok := files[EncryptionConfigFile]; ok != tc.wantFile {
+				t.Fatalf("ConfigFiles writes %s: %v, want %v", EncryptionConfigFile, ok, tc.wantFile)
+			}
+		})
 	}
 }

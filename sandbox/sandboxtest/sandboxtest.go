@@ -25,6 +25,7 @@
 //	21      reconcile/registryauth (TestRegistriesSandbox: private_registries)
 //	22      reconcile/gitops (TestChaosSandbox, the chaos suite: make chaos)
 //	23      cmd/rigger (TestAgentSandbox: a node reached through the agent tunnel)
+//	24      reconcile/secretsenc (TestEncryptionSandbox: secrets encryption key, rotation)
 //	25      reconcile/certrotate (TestCertRotateSandbox: certificate rotation)
 //
 // Take a free number for a new package and add it here. Within one package,

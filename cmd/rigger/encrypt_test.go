@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+)
+
+// TestRotateKeyRefuses: as rke encrypt rotate-key, rotate-key refuses a
+// cluster without a key rigger generates, before any connection.
+func TestRotateKeyRefuses(t *testing.T) {
+	dir := t.TempDir()
+	writeKey(t, dir)
+	node := "ssh_key_path: " + dir + "/id\nnodes: [{address: 192.0.2.10, user: u, role: [etcd, controlplane, worker]}]\n"
+	for _, tc := range []struct {
+		name, yml, want string
+	}{
+		{"encryption off", node, "secrets_encryption_config.enabled is not true"},
+		{"custom_config", node + "services: {kube-api: {secrets_encryption_config: {enabled: true, custom_config: " +
+			"{apiVersion: apiserver.config.k8s.io/v1, kind: EncryptionConfiguration, resources: [{resources: [secrets], providers: [{identity: {}}]}]}}}}\n",
+			"only the key it generates"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeCluster(t, tc.yml)
+			_, errOut, code := run(t, "encrypt", "rotate-key", "-f", path, "--state-dir", t.TempDir()+"/state", "--yes")
+			if code != 1 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stderr:\n%s", code, errOut)
+			}
+		})
+	}
+}
+
+// TestRenderEncryption: the plan names the keys, where they come from and
+// the stages of a pending rotation.
+func TestRenderEncryption(t *testing.T) {
+	var b strings.Builder
+	renderEncryption(&b, &reconcile.Planned{Encryption: &reconcile.Encryption{
+		Source: reconcile.PKISource{Kind: reconcile.PKIStateDir, From: "/state"},
+		Keys:   []string{"k-abcde"},
+		Op:     &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey},
+		Stages: secretsenc.Stages(secretsenc.KindRotate),
+	}})
+	want := "Secrets encryption: keys k-abcde (state directory /state)\n" +
+		"  key rotation pending (rotate_encryption_key); apply runs after the steps: add-key -> write-new-key -> rewrite-secrets -> drop-old-keys\n\n"
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	renderEncryption(&b, &reconcile.Planned{})
+	if b.Len() != 0 {
+		t.Errorf("no generated key: %q", b.String())
+	}
+}

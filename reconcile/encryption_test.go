@@ -1,0 +1,263 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
+)
+
+// encSession is a session on a two-node cluster (10.0.0.1 controlplane,
+// 10.0.0.2 worker) whose secrets encryption is set by enc; it connects to
+// nothing.
+func encSession(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool) (*Session, string) {
+	t.Helper()
+	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{
+		{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleEtcd, spec.RoleControlPlane}},
+		{Address: "10.0.0.2", User: "u", Role: []string{spec.RoleWorker}},
+	}}
+	c.Services.KubeAPI.SecretsEncryptionConfig = enc
+	c.RotateEncryptionKey = rotate
+	spec.SetDefaults(c)
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(c, Options{StateDir: dir, Transport: struct{ transport.Transport }{},
+		Now: func() time.Time { return time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+// observed are the two nodes, both reachable, with the controlplane node's
+// encryption file (its hash; none when file is nil).
+func observed(file []byte, reachable bool) *observe.Cluster {
+	cp := &observe.Node{Address: "10.0.0.1", Reachable: reachable, FilesRead: reachable, Files: map[string]string{},
+		Containers: map[string]observe.Container{desired.KubeAPIServer: {Name: desired.KubeAPIServer, State: "running"}}}
+	if file != nil {
+		cp.Files[encryptionPath] = observe.FileHash(file)
+	}
+	return &observe.Cluster{Nodes: map[string]*observe.Node{
+		"10.0.0.1": cp,
+		"10.0.0.2": {Address: "10.0.0.2", Reachable: true, FilesRead: true, Files: map[string]string{}},
+	}}
+}
+
+func TestResolveEncryptionNewKey(t *testing.T) {
+	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
+	r, err := s.resolveEncryption(context.Background(), observed(nil, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.info.Source.Kind != PKINew || len(r.info.Keys) != 1 || !r.saveConfig || r.newKey != nil {
+		t.Fatalf("new key: %+v, save %v, blocked %v", r.info, r.saveConfig, r.newKey)
+	}
+	if op := r.record.Op; op == nil || op.Kind != secretsenc.KindEncrypt || op.Stage != secretsenc.StageRewrite {
+		t.Fatalf("a new key rewrites the Secrets: op %+v", op)
+	}
+	if !strings.Contains(string(r.file), r.cur.Keys[0].Secret) || !r.work() {
+		t.Fatal("the file holds the new key and there is work")
+	}
+
+	// A controlplane node that may hold the key does not answer: the plan
+	// shows a new key, apply refuses it.
+	r, err = s.resolveEncryption(context.Background(), observed(nil, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &Planned{encryption: r}
+	var e *Error
+	if err := pl.Blocked(); !errors.As(err, &e) || e.Reason != ReasonNewKeyBlocked || !strings.Contains(err.Error(), "10.0.0.1") {
+		t.Fatalf("Blocked: %v", err)
+	}
+}
+
+func TestResolveEncryptionFromState(t *testing.T) {
+	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
+	cur, err := secretsenc.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := secretsenc.Save(dir, cur); err != nil {
+		t.Fatal(err)
+	}
+	// The node has it, or has none yet: the state's key.
+	for _, file := range [][]byte{cur.Marshal(), nil} {
+		r, err := s.resolveEncryption(context.Background(), observed(file, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.info.Source.Kind != PKIStateDir || r.saveConfig || r.work() || string(r.file) != string(cur.Marshal()) {
+			t.Fatalf("state key: %+v save %v work %v", r.info, r.saveConfig, r.work())
+		}
+	}
+	// The node holds another key: refused, naming the node, never a key.
+	other, _ := secretsenc.New()
+	_, err = s.resolveEncryption(context.Background(), observed(other.Marshal(), true))
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonStateDamaged || !strings.Contains(err.Error(), "10.0.0.1") ||
+		strings.Contains(err.Error(), other.Keys[0].Secret) || strings.Contains(err.Error(), cur.Keys[0].Secret) {
+		t.Fatalf("another key on the node: %v", err)
+	}
+
+	// During a rotation the node may hold the configuration before it.
+	n, _ := secretsenc.NewKey(cur.Names())
+	rot := &secretsenc.Config{Keys: []secretsenc.Key{n, cur.Keys[0]}}
+	if err := secretsenc.Save(dir, rot); err != nil {
+		t.Fatal(err)
+	}
+	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true, Op: &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageWriteKey, NewKey: n.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	if err != nil {
+		t.Fatalf("a node at the stage before: %v", err)
+	}
+	if strings.Join(r.info.Keys, ",") != n.Name+","+cur.Keys[0].Name || r.info.Op == nil || !r.work() {
+		t.Fatalf("rotation at write-new-key: keys %v, op %+v", r.info.Keys, r.info.Op)
+	}
+	if len(r.info.Stages) != 3 || r.info.Stages[0] != secretsenc.StageWriteKey {
+		t.Fatalf("stages left: %v", r.info.Stages)
+	}
+}
+
+// TestResolveEncryptionRotateRequest: rotate_encryption_key is a one-shot
+// request: pending until handled, nothing while it stays, and cleared
+// when cluster.yml drops it.
+func TestResolveEncryptionRotateRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		rotate        bool
+		handled       bool
+		wantPending   bool
+		wantSaveClear bool
+	}{
+		{"requested", true, false, true, false},
+		{"requested, done already", true, true, false, false},
+		{"request removed", false, true, false, true},
+		{"never requested", false, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, tc.rotate)
+			cur, _ := secretsenc.New()
+			if err := secretsenc.Save(dir, cur); err != nil {
+				t.Fatal(err)
+			}
+			if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: tc.handled}); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pending := r.info.Op != nil; pending != tc.wantPending {
+				t.Fatalf("rotation pending %v, want %v", pending, tc.wantPending)
+			}
+			if pending := r.info.Op != nil; pending && (len(r.info.Stages) != 4 || !r.info.Op.StartedAt.IsZero()) {
+				t.Fatalf("pending rotation: %+v, stages %v", r.info.Op, r.info.Stages)
+			}
+			if r.saveRecord != tc.wantSaveClear || tc.wantSaveClear && r.record.RotateHandled {
+				t.Fatalf("save record %v (handled %v), want the request cleared: %v", r.saveRecord, r.record.RotateHandled, tc.wantSaveClear)
+			}
+			if r.work() != (tc.wantPending || tc.wantSaveClear) {
+				t.Fatalf("work %v", r.work())
+			}
+		})
+	}
+}
+
+// TestEncryptionNotTurnedOff: a cluster whose Secrets are encrypted with
+// the generated key is not applied without it.
+func TestEncryptionNotTurnedOff(t *testing.T) {
+	cur, _ := secretsenc.New()
+	for _, tc := range []struct {
+		name    string
+		enc     *spec.SecretsEncryptionConfig
+		inState bool
+		onNode  []byte
+		want    string
+	}{
+		{"disabled, key in state", &spec.SecretsEncryptionConfig{}, true, nil, "state directory"},
+		{"removed, key on a node", nil, false, cur.Marshal(), "node 10.0.0.1"},
+		{"never enabled", nil, false, nil, ""},
+		{"RKE's empty file after disabling", nil, false, []byte{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dir := encSession(t, tc.enc, false)
+			if tc.inState {
+				if err := secretsenc.Save(dir, cur); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := s.resolveEncryption(context.Background(), observed(tc.onNode, true))
+			if r != nil {
+				t.Fatalf("a generated key without encryption enabled: %+v", r.info)
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Reason != ReasonInvalidSpec || !strings.Contains(err.Error(), tc.want) ||
+				!strings.Contains(err.Error(), "enabled: true") || strings.Contains(err.Error(), cur.Keys[0].Secret) {
+				t.Fatalf("got %v, want a refusal naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRequestKeyRotation: rigger encrypt rotate-key's request shows a
+// pending rotation whatever the record of rotate_encryption_key says, and
+// is refused without a generated key.
+func TestRequestKeyRotation(t *testing.T) {
+	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
+	cur, _ := secretsenc.New()
+	if err := secretsenc.Save(dir, cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	if err != nil || r.info.Op != nil {
+		t.Fatalf("before the request: op %+v, %v", r.info.Op, err)
+	}
+	if err := s.RequestKeyRotation(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	if err != nil || r.info.Op == nil || r.info.Op.Kind != secretsenc.KindRotate {
+		t.Fatalf("after the request: op %+v, %v", r.info.Op, err)
+	}
+	off, _ := encSession(t, nil, false)
+	if err := off.RequestKeyRotation(); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
+		t.Fatalf("without encryption: %v", err)
+	}
+}
+
+// TestEncryptionStatusHasNoKey: status.yml names the keys, never their
+// secrets.
+func TestEncryptionStatusHasNoKey(t *testing.T) {
+	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
+	r, err := s.resolveEncryption(context.Background(), observed(nil, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(encryptionStatus(r.info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), r.cur.Keys[0].Name) || strings.Contains(string(b), r.cur.Keys[0].Secret) {
+		t.Fatalf("status %s: want the key's name and not its secret", b)
+	}
+}

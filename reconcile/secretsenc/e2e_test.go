@@ -1,0 +1,290 @@
+package secretsenc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/plan"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// TestEncryptionSandbox: on a one-node sandbox cluster, turning
+// secrets_encryption_config on makes rigger generate a key, keep it in
+// the state directory (0600) and write it to the node; the Secret created
+// before and one created after are stored in etcd with the key's
+// k8s:enc:aescbc:v1:<name>: prefix (read with etcdctl in the etcd
+// container). rotate_encryption_key: true shows the rotation's stages in
+// the plan; an apply stopped at its second stage resumes there; once done
+// both Secrets are stored with the new key, the old key is gone from the
+// node, the Secrets read back, and the request is not carried out again.
+// rigger encrypt rotate-key's request (Session.RequestKeyRotation) rotates
+// once more through the same stages. A state directory with another key is refused; a lost state directory
+// gets the key back from the node, not a new one.
+func TestEncryptionSandbox(t *testing.T) {
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 24, Nodes: 1, Images: true})
+	ctx, cancel := rt.UntilTestDeadline(t)
+	defer cancel()
+	n := s.Nodes[0]
+	cli := sandboxtest.DockerClient(t, n)
+	nodeFile := filepath.Join(n.Dir, "etc-kubernetes", strings.TrimPrefix(desired.EncryptionConfigFile, "/etc/kubernetes/"))
+	a := rt.New(t)
+	cluster := func(enabled, rotate bool) *spec.Cluster {
+		return rt.Cluster(t, s, rt.Roles(1), func(c *spec.Cluster) {
+			rt.NetworkOnly(c)
+			if enabled {
+				c.Services.KubeAPI.SecretsEncryptionConfig = &spec.SecretsEncryptionConfig{Enabled: true}
+			}
+			c.RotateEncryptionKey = rotate
+		})
+	}
+	const secretValue = "s3cret-value-in-clear"
+	secrets := []string{"before-encryption", "after-encryption"}
+	createSecret := func(t *testing.T, c *spec.Cluster, name string) {
+		cs := a.Client(ctx, t, c)
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, StringData: map[string]string{"v": secretValue}}
+		if _, err := cs.CoreV1().Secrets("default").Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// stored checks that every Secret of secrets is stored in etcd
+	// encrypted with key, and reads back through the API server.
+	stored := func(t *testing.T, c *spec.Cluster, key string) {
+		t.Helper()
+		for _, name := range secrets {
+			raw := etcdGet(ctx, t, cli, "/registry/secrets/default/"+name)
+			if want := "k8s:enc:aescbc:v1:" + key + ":"; !bytes.HasPrefix(raw, []byte(want)) {
+				t.Errorf("Secret %s is stored as %.40q…, want the prefix %s", name, raw, want)
+			}
+			if bytes.Contains(raw, []byte(secretValue)) {
+				t.Errorf("Secret %s is stored in clear", name)
+			}
+			got, err := a.Client(ctx, t, c).CoreV1().Secrets("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("read Secret %s back: %v", name, err)
+			}
+			if string(got.Data["v"]) != secretValue {
+				t.Errorf("Secret %s reads back as %q", name, got.Data["v"])
+			}
+		}
+	}
+	stateKey := func(t *testing.T) *secretsenc.Config {
+		t.Helper()
+		cfg, err := secretsenc.Load(a.StateDir)
+		if err != nil || cfg == nil {
+			t.Fatalf("the state's key: %v, %v", cfg, err)
+		}
+		onNode, err := os.ReadFile(nodeFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(onNode, cfg.Marshal()) {
+			t.Errorf("the node's %s is not the state's %s (keys %v)", nodeFile, secretsenc.File, cfg.Names())
+		}
+		return cfg
+	}
+
+	if !t.Run("converge without encryption", func(t *testing.T) {
+		a.Apply(ctx, t, cluster(false, false))
+		createSecret(t, cluster(false, false), secrets[0])
+		if raw := etcdGet(ctx, t, cli, "/registry/secrets/default/"+secrets[0]); !bytes.Contains(raw, []byte(secretValue)) {
+			t.Fatalf("without encryption the Secret is stored as %.40q…, want it in clear", raw)
+		}
+	}) {
+		return
+	}
+
+	c := cluster(true, false)
+	var first string
+	if !t.Run("enable", func(t *testing.T) {
+		pl := a.Apply(ctx, t, c)
+		if e := pl.Encryption; e == nil || e.Source.Kind != reconcile.PKINew || e.Op == nil || e.Op.Kind != secretsenc.KindEncrypt {
+			t.Fatalf("plan's encryption: %+v, want a new key and the Secrets rewritten", e)
+		}
+		cfg := stateKey(t)
+		if len(cfg.Keys) != 1 {
+			t.Fatalf("keys %v, want one", cfg.Names())
+		}
+		first = cfg.Keys[0].Name
+		if fi, err := os.Stat(filepath.Join(a.StateDir, secretsenc.File)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s in the state directory: %v, mode %v; want 0600", secretsenc.File, err, fi.Mode().Perm())
+		}
+		createSecret(t, c, secrets[1])
+		stored(t, c, first)
+		a.InSync(ctx, t, c)
+	}) {
+		return
+	}
+
+	rotate := cluster(true, true)
+	if !t.Run("rotate", func(t *testing.T) {
+		pl := a.Plan(ctx, t, rotate)
+		e := pl.Encryption
+		if e == nil || e.Op == nil || e.Op.Kind != secretsenc.KindRotate || len(e.Stages) != 4 || !pl.Changes() {
+			t.Fatalf("plan with rotate_encryption_key: %+v, want a pending rotation of 4 stages", e)
+		}
+		// Stopped when the new key becomes the write key: the state says
+		// so, the node still has the first stage's file.
+		sess := a.Session(t, rotate)
+		lk := a.Lock(ctx, t, sess)
+		stopCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		pl, err := sess.Plan(stopCtx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sess.Apply(stopCtx, lk, pl, reconcile.ApplyOptions{Hooks: execute.Hooks{
+			Phase: func(_ plan.Phase, title string) {
+				t.Logf("==> %s", title)
+				if strings.Contains(title, string(secretsenc.StageWriteKey)) {
+					stop()
+				}
+			},
+			Step: func(node, msg string, err error) { t.Logf("    %s: %s %v", node, msg, err) },
+		}})
+		lk.Release()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("apply stopped at %s: %v", secretsenc.StageWriteKey, err)
+		}
+		rec, err := secretsenc.LoadRecord(a.StateDir)
+		if err != nil || rec.Op == nil || rec.Op.Stage != secretsenc.StageWriteKey || !rec.RotateHandled {
+			t.Fatalf("record after the stop: %+v, %v", rec, err)
+		}
+		if pl := a.Plan(ctx, t, rotate); pl.Encryption.Op == nil || pl.Encryption.Stages[0] != secretsenc.StageWriteKey {
+			t.Fatalf("plan after the stop: %+v, want the rotation at %s", pl.Encryption, secretsenc.StageWriteKey)
+		}
+
+		a.Apply(ctx, t, rotate)
+		cfg := stateKey(t)
+		if len(cfg.Keys) != 1 || cfg.Keys[0].Name == first {
+			t.Fatalf("keys after the rotation %v, want one new key (the old one was %s)", cfg.Names(), first)
+		}
+		if b, _ := os.ReadFile(nodeFile); bytes.Contains(b, []byte(first)) {
+			t.Errorf("the old key %s is still in the node's %s", first, nodeFile)
+		}
+		stored(t, c, cfg.Keys[0].Name)
+		// The request is carried out once while it stays in cluster.yml.
+		a.InSync(ctx, t, rotate)
+		if pl := a.Plan(ctx, t, rotate); pl.Encryption.LastRotatedKey != cfg.Keys[0].Name {
+			t.Errorf("last rotation %q, want %s", pl.Encryption.LastRotatedKey, cfg.Keys[0].Name)
+		}
+	}) {
+		return
+	}
+
+	t.Run("rotate-key", func(t *testing.T) {
+		// rigger encrypt rotate-key: the same rotation, asked of a session
+		// rather than by cluster.yml (which still says true, handled).
+		before := stateKey(t)
+		sess := a.Session(t, rotate)
+		if err := sess.RequestKeyRotation(); err != nil {
+			t.Fatal(err)
+		}
+		pl, err := sess.Plan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := pl.Encryption; e.Op == nil || e.Op.Kind != secretsenc.KindRotate || !pl.Changes() {
+			t.Fatalf("plan after RequestKeyRotation: %+v, want a pending rotation", e)
+		}
+		if _, err := a.ApplyPlanned(ctx, t, sess, pl); err != nil {
+			t.Fatal(err)
+		}
+		after := stateKey(t)
+		if len(after.Keys) != 1 || after.Covers(before) {
+			t.Fatalf("keys %v after rotate-key, want one other than %v", after.Names(), before.Names())
+		}
+		stored(t, c, after.Keys[0].Name)
+		a.InSync(ctx, t, rotate)
+	})
+
+	t.Run("state", func(t *testing.T) {
+		// The request leaves cluster.yml: only the record changes.
+		pl := a.Apply(ctx, t, c)
+		if !pl.Plan.Empty() {
+			t.Errorf("dropping rotate_encryption_key changes the nodes: %v", rt.StepLines(pl.Plan))
+		}
+		want := stateKey(t)
+
+		// Another key in the state directory is refused.
+		keep, err := os.ReadFile(filepath.Join(a.StateDir, secretsenc.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := secretsenc.New()
+		if err := secretsenc.Save(a.StateDir, other); err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.Session(t, c).Plan(ctx)
+		if reason, stalled := reconcile.Classify(err); reason != reconcile.ReasonStateDamaged || !stalled || !strings.Contains(err.Error(), n.Address) {
+			t.Errorf("plan with another key in the state directory: %v (%s)", err, reason)
+		}
+		if strings.Contains(err.Error(), other.Keys[0].Secret) || strings.Contains(err.Error(), want.Keys[0].Secret) {
+			t.Errorf("the error shows a key: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(a.StateDir, secretsenc.File), keep, 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		// The state directory lost: the key comes back from the node.
+		if err := os.RemoveAll(a.StateDir); err != nil {
+			t.Fatal(err)
+		}
+		pl = a.Apply(ctx, t, c)
+		if e := pl.Encryption; e == nil || e.Source.Kind != reconcile.PKIRecovered || e.Source.From != n.Address {
+			t.Fatalf("encryption after losing the state directory: %+v, want recovered from %s", e, n.Address)
+		}
+		if !pl.Plan.Empty() {
+			t.Errorf("a recovered key changes the nodes: %v", rt.StepLines(pl.Plan))
+		}
+		if got := stateKey(t); !got.Covers(want) || !want.Covers(got) {
+			t.Errorf("recovered keys %v, want %v", got.Names(), want.Names())
+		}
+		stored(t, c, want.Keys[0].Name)
+	})
+}
+
+// etcdGet is the raw value of key in etcd, read with etcdctl in the node's
+// etcd container (its environment points etcdctl at the member).
+func etcdGet(ctx context.Context, t *testing.T, cli *client.Client, key string) []byte {
+	t.Helper()
+	ex, err := cli.ContainerExecCreate(ctx, desired.Etcd, container.ExecOptions{
+		Cmd: []string{"etcdctl", "get", key, "--print-value-only"}, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	var out, errOut bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
+		t.Fatal(err)
+	}
+	if insp, err := cli.ContainerExecInspect(ctx, ex.ID); err != nil || insp.ExitCode != 0 {
+		t.Fatalf("etcdctl get %s: exit %d, %v: %s", key, insp.ExitCode, err, errOut.String())
+	}
+	if out.Len() == 0 {
+		t.Fatalf("etcdctl get %s: no such key", key)
+	}
+	return out.Bytes()
+}
