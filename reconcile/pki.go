@@ -87,17 +87,13 @@ func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set,
 		if !n.Reachable || n.Files[caKeyPath] == "" {
 			continue
 		}
-		e, err := s.docker(ctx, a)
+		files, err := s.nodeSSLFiles(ctx, a)
 		if err == nil {
-			var files map[string][]byte
-			files, err = dockerop.ReadDir(ctx, e, a, s.c.SystemImages.Alpine, strings.TrimSuffix(pki.NodeDir, "/"))
-			if err == nil {
-				var set *pki.Set
-				if set, err = pki.FromFiles(files); err == nil {
-					s.opts.Log.Warn("state directory had no certificates: recovered the PKI from a node",
-						"cluster", s.c.ClusterName, "node", a, "state_dir", s.opts.StateDir)
-					return set, PKISource{Kind: PKIRecovered, From: a}, nil
-				}
+			var set *pki.Set
+			if set, err = pki.FromFiles(files); err == nil {
+				s.opts.Log.Warn("state directory had no certificates: recovered the PKI from a node",
+					"cluster", s.c.ClusterName, "node", a, "state_dir", s.opts.StateDir)
+				return set, PKISource{Kind: PKIRecovered, From: a}, nil
 			}
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", a, err))
@@ -124,6 +120,15 @@ func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set,
 		return nil, PKISource{}, &NewCAError{StateDir: s.opts.StateDir, Unreachable: unreachable}
 	}
 	return nil, PKISource{Kind: PKINew}, nil
+}
+
+// nodeSSLFiles reads the files of pki.NodeDir on node a, by path.
+func (s *Session) nodeSSLFiles(ctx context.Context, a string) (map[string][]byte, error) {
+	e, err := s.docker(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return dockerop.ReadDir(ctx, e, a, s.c.SystemImages.Alpine, strings.TrimSuffix(pki.NodeDir, "/"))
 }
 
 func sortedAddrs(o *observe.Cluster) []string {

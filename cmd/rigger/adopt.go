@@ -15,8 +15,8 @@ import (
 
 func newAdoptCommand() *cobra.Command {
 	var (
-		f        clusterFlags
-		rkeState string
+		f                    clusterFlags
+		rkeState, kubeconfig string
 	)
 	cmd := &cobra.Command{
 		Use:   "adopt",
@@ -27,6 +27,14 @@ service-account signing key, the requestheader CA and proxy client
 certificate, and the secrets encryption configuration into rigger's state
 directory. It never makes a new CA, and refuses a state directory that holds
 another one. It changes nothing on the nodes.
+
+RKE's state is read from cluster.rkestate (--rkestate); or through the API
+server from the full-cluster-state Secret (or ConfigMap) RKE keeps in
+kube-system, with the credentials of RKE's kube_config_cluster.yml
+(--kubeconfig); or, with neither, from the first reachable controlplane
+node's /etc/kubernetes/ssl, which holds every certificate and key RKE made
+but the admin's (rigger issues that one, signed by RKE's CA). Each line of
+the output says where it came from.
 
 RKE's state must be of this cluster.yml: the same cluster_name and nodes
 (addresses, roles, internal addresses, hostnames). Adopt the cluster as RKE
@@ -39,10 +47,15 @@ does it (see docs/migrating-from-rke.md).
 What is printed are names and expiry dates; cluster.rkestate holds every
 private key of the cluster and none is ever printed.`,
 		Example: `  rigger adopt -f cluster.yml --rkestate cluster.rkestate
+  rigger adopt -f cluster.yml --kubeconfig kube_config_cluster.yml
+  rigger adopt -f cluster.yml
   rigger plan -f cluster.yml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var opts reconcile.AdoptOptions
+			if rkeState != "" && kubeconfig != "" {
+				return &exitError{code: 2, msg: "give --rkestate or --kubeconfig, not both"}
+			}
+			opts := reconcile.AdoptOptions{Kubeconfig: kubeconfig}
 			if rkeState != "" {
 				st, err := readRKEState(rkeState)
 				if err != nil {
@@ -67,6 +80,7 @@ private key of the cluster and none is ever printed.`,
 	f.add(cmd)
 	cmd.Flags().StringVar(&rkeState, "rkestate", "", "RKE's cluster.rkestate of the cluster (the file rke up wrote beside cluster.yml)")
 	_ = cmd.MarkFlagFilename("rkestate", "rkestate")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "RKE's kube_config_cluster.yml: read RKE's state from the full-cluster-state Secret through the API server")
 	return cmd
 }
 
