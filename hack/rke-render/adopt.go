@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/docker/docker/api/types"
 	"github.com/rancher/rke/cluster"
+	"github.com/rancher/rke/pki"
 )
 
 // rkeUpState does, for the cluster.yml at clusterFile, what `rke up` does
@@ -23,7 +25,13 @@ import (
 // image, command, args, env, binds, network mode, pid mode, privileged,
 // restart policy, health check), for Linux nodes on amd64 whose etcd
 // members start as a new cluster.
-func rkeUpState(clusterFile, stateFile, plansFile string) error {
+//
+// With filesFile set, it writes, as JSON by node address and path, the
+// files RKE's cert-deployer writes to each node
+// (pki.DeployCertificatesOnPlaneHost: the node's certificates as
+// pki.GenerateRKENodeCerts picks them, the CA's key only on controlplane
+// nodes, and the kubeconfigs of those that have one).
+func rkeUpState(clusterFile, stateFile, plansFile, filesFile string) error {
 	ctx := context.Background()
 	text, err := os.ReadFile(clusterFile)
 	if err != nil {
@@ -54,6 +62,29 @@ func rkeUpState(clusterFile, stateFile, plansFile string) error {
 	st.CurrentState.EncryptionConfig = st.DesiredState.EncryptionConfig
 	if err := st.WriteStateFile(ctx, stateFile); err != nil {
 		return err
+	}
+	if filesFile != "" {
+		files := map[string]map[string]string{}
+		for _, h := range kc.Nodes {
+			out := map[string]string{}
+			bundle := pki.GenerateRKENodeCerts(ctx, kc.RancherKubernetesEngineConfig, h.Address, st.CurrentState.CertificatesBundle)
+			for name, c := range bundle {
+				if c.CertificatePEM == "" {
+					continue // a name the node's roles call for that RKE did not make: nothing deployed
+				}
+				out[c.Path] = c.CertificatePEM
+				if c.KeyPEM != "" && (name != pki.CACertName || slices.Contains(h.Role, "controlplane")) {
+					out[c.KeyPath] = c.KeyPEM
+				}
+				if c.Config != "" && c.ConfigEnvName != "" {
+					out[c.ConfigPath] = c.Config
+				}
+			}
+			files[h.Address] = out
+		}
+		if err := writeJSONFile(filesFile, files); err != nil {
+			return err
+		}
 	}
 	if plansFile == "" {
 		return nil

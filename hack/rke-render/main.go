@@ -9,7 +9,7 @@
 //	go run . -config FILE [-empty]                           # `rke config`
 //	go run . -docker < versions                              # Docker check
 //	go run . -registries < query.json                        # registry auth
-//	go run . -rkestate FILE [-plans FILE] cluster.yml         # rke up's state
+//	go run . -rkestate FILE [-plans FILE] [-files FILE] cluster.yml # rke up
 //
 // With -parse, it reads each file with RKE's cluster.ParseConfig and writes
 // what RKE read, as JSON with RKE's json names, to DIR/<name>/config.json,
@@ -96,15 +96,16 @@ func main() {
 	registries := flag.Bool("registries", false, "read private registries and images (JSON) and print the credentials RKE gives each pull")
 	rkestate := flag.String("rkestate", "", "write the cluster.rkestate `rke up` writes for the one cluster.yml given to this file")
 	plans := flag.String("plans", "", "with -rkestate: write RKE's node plans (containers) to this file as JSON")
+	nodeFiles := flag.String("files", "", "with -rkestate: write the files RKE's cert-deployer writes to each node to this file as JSON")
 	flag.Parse()
 	switch {
 	case *rkestate != "":
 		if flag.NArg() != 1 {
-			fmt.Fprintln(os.Stderr, "usage: rke-render -rkestate FILE [-plans FILE] cluster.yml")
+			fmt.Fprintln(os.Stderr, "usage: rke-render -rkestate FILE [-plans FILE] [-files FILE] cluster.yml")
 			os.Exit(2)
 		}
 		logrus.SetOutput(io.Discard)
-		if err := rkeUpState(flag.Arg(0), *rkestate, *plans); err != nil {
+		if err := rkeUpState(flag.Arg(0), *rkestate, *plans, *nodeFiles); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
