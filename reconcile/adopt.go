@@ -86,39 +86,19 @@ func (s *Session) rkeStateFromAPI(ctx context.Context, kubeconfig string) (*rkes
 // /etc/kubernetes/ssl and encryption.yaml. The nodes do not say which
 // cluster.yml RKE ran, so the state takes cluster.yml's nodes.
 func (s *Session) rkeStateFromNodes(ctx context.Context) (*rkestate.State, error) {
-	o := s.observeNodes(ctx)
 	var tried []string
-	for _, a := range sortedAddrs(o) {
-		n := o.Nodes[a]
-		if !n.Reachable || n.Files[caKeyPath] == "" {
-			continue
-		}
+	for _, a := range caNodes(s.observeNodes(ctx)) {
 		files, err := s.nodeSSLFiles(ctx, a)
+		var set *pki.Set
+		if err == nil {
+			set, err = pki.FromFiles(files)
+		}
 		if err != nil {
 			tried = append(tried, fmt.Sprintf("%s: %v", a, err))
 			continue
 		}
-		st := &rkestate.State{Source: "node " + a + ":" + pki.NodeDir, Certs: map[string]pki.Cert{}}
-		for p, b := range files {
-			base := path.Base(p)
-			if base == rkestate.EncryptionFile {
-				st.EncryptionConfig = b
-				continue
-			}
-			name, ok := strings.CutSuffix(base, ".pem")
-			if !ok || strings.Contains(strings.TrimPrefix(p, pki.NodeDir+"/"), "/") {
-				continue
-			}
-			if k, isKey := strings.CutSuffix(name, "-key"); isKey {
-				c := st.Certs[k]
-				c.KeyPEM = b
-				st.Certs[k] = c
-				continue
-			}
-			c := st.Certs[name]
-			c.CertPEM = b
-			st.Certs[name] = c
-		}
+		st := &rkestate.State{Source: "node " + a + ":" + pki.NodeDir, Certs: set.Certs,
+			EncryptionConfig: files[path.Join(pki.NodeDir, rkestate.EncryptionFile)]}
 		for _, n := range s.c.Nodes {
 			st.Nodes = append(st.Nodes, rkestate.Node{Address: n.Address, InternalAddress: n.InternalAddress,
 				HostnameOverride: n.HostnameOverride, Roles: n.Role})
@@ -127,7 +107,7 @@ func (s *Session) rkeStateFromNodes(ctx context.Context) (*rkestate.State, error
 	}
 	msg := "no reachable controlplane node holds " + caKeyPath
 	if len(tried) > 0 {
-		msg += " that could be read (" + strings.Join(tried, "; ") + ")"
+		msg = "the PKI could not be read from any controlplane node (" + strings.Join(tried, "; ") + ")"
 	}
 	return nil, fmt.Errorf("adopt from the nodes: %s: give RKE's cluster.rkestate (--rkestate) or its kube_config_cluster.yml (--kubeconfig)", msg)
 }

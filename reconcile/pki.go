@@ -82,11 +82,7 @@ func (s *Session) checkSameCA(set *pki.Set, o *observe.Cluster) error {
 // to get a new PKI (a nil set, source PKINew).
 func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set, PKISource, error) {
 	var tried []string
-	for _, a := range sortedAddrs(o) {
-		n := o.Nodes[a]
-		if !n.Reachable || n.Files[caKeyPath] == "" {
-			continue
-		}
+	for _, a := range caNodes(o) {
 		files, err := s.nodeSSLFiles(ctx, a)
 		if err == nil {
 			var set *pki.Set
@@ -120,6 +116,18 @@ func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set,
 		return nil, PKISource{}, &NewCAError{StateDir: s.opts.StateDir, Unreachable: unreachable}
 	}
 	return nil, PKISource{Kind: PKINew}, nil
+}
+
+// caNodes are the reachable nodes that hold the CA's key (controlplane
+// nodes), sorted: where the PKI can be read back from.
+func caNodes(o *observe.Cluster) []string {
+	var out []string
+	for _, a := range sortedAddrs(o) {
+		if n := o.Nodes[a]; n.Reachable && n.Files[caKeyPath] != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // nodeSSLFiles reads the files of pki.NodeDir on node a, by path.
