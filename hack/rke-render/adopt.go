@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/rancher/rke/cluster"
 	"github.com/rancher/rke/pki"
+	"sigs.k8s.io/yaml"
 )
 
 // rkeUpState does, for the cluster.yml at clusterFile, what `rke up` does
@@ -23,14 +24,16 @@ import (
 // With plansFile set, it writes RKE's node plans too, as JSON
 // (cluster.GeneratePlan: each node's processes, by container name, with
 // image, command, args, env, binds, network mode, pid mode, privileged,
-// restart policy, health check), for Linux nodes on amd64 whose etcd
+// restart policy, health check), for Linux nodes on amd64 (Docker root
+// /var/lib/docker) whose etcd
 // members start as a new cluster.
 //
 // With filesFile set, it writes, as JSON by node address and path, the
 // files RKE's cert-deployer writes to each node
 // (pki.DeployCertificatesOnPlaneHost: the node's certificates as
 // pki.GenerateRKENodeCerts picks them, the CA's key only on controlplane
-// nodes, and the kubeconfigs of those that have one).
+// nodes, and the kubeconfigs of those that have one), and the audit policy
+// RKE's file deployer writes to controlplane nodes.
 func rkeUpState(clusterFile, stateFile, plansFile, filesFile string) error {
 	ctx := context.Background()
 	text, err := os.ReadFile(clusterFile)
@@ -80,6 +83,18 @@ func rkeUpState(clusterFile, stateFile, plansFile, filesFile string) error {
 					out[c.ConfigPath] = c.Config
 				}
 			}
+			// What RKE's file deployer writes to controlplane nodes beside
+			// them (cluster/hosts.go): the audit policy when the audit log
+			// is on.
+			api := kc.Services.KubeAPI
+			if _, set := api.ExtraArgs["audit-policy-file"]; !set && slices.Contains(h.Role, "controlplane") &&
+				api.AuditLog != nil && api.AuditLog.Enabled && api.AuditLog.Configuration != nil {
+				b, err := yaml.Marshal(api.AuditLog.Configuration.Policy)
+				if err != nil {
+					return err
+				}
+				out[cluster.DefaultKubeAPIArgAuditPolicyFileValue] = string(b)
+			}
 			files[h.Address] = out
 		}
 		if err := writeJSONFile(filesFile, files); err != nil {
@@ -91,7 +106,7 @@ func rkeUpState(clusterFile, stateFile, plansFile, filesFile string) error {
 	}
 	infos := map[string]types.Info{}
 	for _, n := range kc.Nodes {
-		infos[n.Address] = types.Info{OSType: "linux", Architecture: "x86_64"}
+		infos[n.Address] = types.Info{OSType: "linux", Architecture: "x86_64", DockerRootDir: "/var/lib/docker"}
 	}
 	plan, err := cluster.GeneratePlan(ctx, &kc.RancherKubernetesEngineConfig, infos, map[string]interface{}{})
 	if err != nil {

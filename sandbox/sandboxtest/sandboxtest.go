@@ -25,6 +25,7 @@
 //	21      reconcile/registryauth (TestRegistriesSandbox: private_registries)
 //	22      reconcile/gitops (TestChaosSandbox, the chaos suite: make chaos)
 //	23      cmd/rigger (TestAgentSandbox: a node reached through the agent tunnel)
+//	27      reconcile (TestAdoptSandbox: rigger adopt takes over a cluster RKE laid out)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;
