@@ -109,22 +109,14 @@ func (s *Session) checkSameCA(o *observe.Cluster, accepted ...[]byte) error {
 // to get a new PKI (a nil set, source PKINew).
 func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set, PKISource, error) {
 	var tried []string
-	for _, a := range sortedAddrs(o) {
-		n := o.Nodes[a]
-		if !n.Reachable || n.Files[caKeyPath] == "" {
-			continue
-		}
-		e, err := s.docker(ctx, a)
+	for _, a := range caNodes(o) {
+		files, err := s.nodeSSLFiles(ctx, a)
 		if err == nil {
-			var files map[string][]byte
-			files, err = dockerop.ReadDir(ctx, e, a, s.c.SystemImages.Alpine, strings.TrimSuffix(pki.NodeDir, "/"))
-			if err == nil {
-				var set *pki.Set
-				if set, err = pki.FromFiles(files); err == nil {
-					s.opts.Log.Warn("state directory had no certificates: recovered the PKI from a node",
-						"cluster", s.c.ClusterName, "node", a, "state_dir", s.opts.StateDir)
-					return set, PKISource{Kind: PKIRecovered, From: a}, nil
-				}
+			var set *pki.Set
+			if set, err = pki.FromFiles(files); err == nil {
+				s.opts.Log.Warn("state directory had no certificates: recovered the PKI from a node",
+					"cluster", s.c.ClusterName, "node", a, "state_dir", s.opts.StateDir)
+				return set, PKISource{Kind: PKIRecovered, From: a}, nil
 			}
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", a, err))
@@ -151,6 +143,27 @@ func (s *Session) recoverPKI(ctx context.Context, o *observe.Cluster) (*pki.Set,
 		return nil, PKISource{}, &NewCAError{StateDir: s.opts.StateDir, Unreachable: unreachable}
 	}
 	return nil, PKISource{Kind: PKINew}, nil
+}
+
+// caNodes are the reachable nodes that hold the CA's key (controlplane
+// nodes), sorted: where the PKI can be read back from.
+func caNodes(o *observe.Cluster) []string {
+	var out []string
+	for _, a := range sortedAddrs(o) {
+		if n := o.Nodes[a]; n.Reachable && n.Files[caKeyPath] != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// nodeSSLFiles reads the files of pki.NodeDir on node a, by path.
+func (s *Session) nodeSSLFiles(ctx context.Context, a string) (map[string][]byte, error) {
+	e, err := s.docker(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return dockerop.ReadDir(ctx, e, a, s.c.SystemImages.Alpine, strings.TrimSuffix(pki.NodeDir, "/"))
 }
 
 func sortedAddrs(o *observe.Cluster) []string {

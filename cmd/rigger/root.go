@@ -52,6 +52,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newPlanCommand(),
 		newApplyCommand(),
 		newRemoveCommand(),
+		newAdoptCommand(),
 		newKubeconfigCommand(),
 		newCertCommand(),
 		newStatusCommand(),

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/errdefs"
 
 	"github.com/rigger/rigger/reconcile/desired"
@@ -103,16 +102,21 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 		return n.unreachable(callError(addr, "read docker version", err))
 	}
 	n.DockerVersion, n.DockerAPIVersion = v.Version, v.APIVersion
-	list, err := cli.ContainerList(ctx, container.ListOptions{
-		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", desired.LabelCluster+"="+r.Cluster)),
-	})
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
 		return n.unreachable(callError(addr, "list containers", err))
 	}
 	n.Containers = make(map[string]Container, len(list))
 	for _, s := range list {
 		c := fromSummary(s)
+		cluster, labelled := s.Labels[desired.LabelCluster]
+		switch {
+		case labelled && cluster == r.Cluster:
+		case !labelled && IsRKEContainer(c.Name):
+			c.RKE = true
+		default:
+			continue // another cluster's, or not a cluster's at all
+		}
 		n.Containers[c.Name] = c
 	}
 	if r.FilesImage != "" && r.FilesDir != "" {
@@ -153,6 +157,26 @@ func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir stri
 		}
 	}
 	return nil
+}
+
+// IsRKEContainer reports whether name is one of the containers RKE
+// (v1.8.1, services/services.go, pki/deploy.go) runs or may leave behind on
+// a node: its components, whose names are rigger's (etcd, kube-apiserver,
+// …, service-sidekick), its etcd snapshot containers, and the one-shot
+// containers a failed rke up leaves (cert-deployer, rke-log-linker, …). A
+// container of one of these names without rigger's labels is RKE's: rigger
+// adopt's takeover replaces or removes it.
+func IsRKEContainer(name string) bool {
+	switch name {
+	case desired.Etcd, desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler,
+		desired.NginxProxy, desired.ServiceSidekick, desired.Kubelet, desired.KubeProxy,
+		"etcd-rolling-snapshots", "etcd-snapshot-once", "etcd-remove-snapshot", "etcd-restore",
+		"etcd-download-backup", "etcd-Serve-backup", "etcd-checksum-checker", "etcd-extract-statefile",
+		"extract-statefile-configmap", "etcd-fix-perm", "rke-log-linker", "rke-log-cleaner",
+		"cert-deployer", "cert-fetcher", "cluster-state-deployer", "file-deployer":
+		return true
+	}
+	return false
 }
 
 // FileHash is how Observe hashes a file's content: hex SHA-256.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -44,7 +43,7 @@ func (f *fakeTransport) Close() error { return nil }
 // fakeEngine serves the two calls Observe makes of a Docker engine API
 // (GET /version and GET /containers/json) with httptest. A nil listFn
 // answers the list with list, after checking that Observe asked for every
-// state and filtered by the cluster's label.
+// container, in every state.
 type fakeEngine struct {
 	t       *testing.T
 	version string
@@ -65,9 +64,9 @@ func (e *fakeEngine) client() *client.Client {
 				http.Error(w, "want all=1", http.StatusBadRequest)
 				return
 			}
-			f, err := filters.FromJSON(r.URL.Query().Get("filters"))
-			if err != nil || !f.ExactMatch("label", desired.LabelCluster+"=prod") || f.Len() != 1 {
-				http.Error(w, fmt.Sprintf("want only the filter label=%s=prod, got %q", desired.LabelCluster, r.URL.Query().Get("filters")), http.StatusBadRequest)
+			if f := r.URL.Query().Get("filters"); f != "" {
+				// RKE's containers have no label to filter on.
+				http.Error(w, fmt.Sprintf("want every container, got the filter %q", f), http.StatusBadRequest)
 				return
 			}
 			json.NewEncoder(w).Encode(e.list)
@@ -102,6 +101,14 @@ func TestObserve(t *testing.T) {
 		// A container linked to kubelet shows its alias among kubelet's names.
 		{ID: "k1", Names: []string{"/other/kl", "/kubelet"}, Image: "hyperkube:v1", State: container.StateExited,
 			Status: "Exited (1) 2 seconds ago", Labels: labels("kubelet", "h2")},
+		// RKE's, without rigger's labels: observed, marked.
+		{ID: "r1", Names: []string{"/kube-proxy"}, Image: "rancher/hyperkube:v1.31.4-rancher1", State: container.StateRunning,
+			Status: "Up 2 days", Labels: map[string]string{"io.rancher.rke.container.name": "kube-proxy"}},
+		{ID: "r2", Names: []string{"/etcd-rolling-snapshots"}, Image: "rancher/rke-tools:v0.1.100", State: container.StateRunning, Status: "Up 2 days"},
+		// Not the cluster's: a workload's, another cluster's.
+		{ID: "w1", Names: []string{"/web"}, Image: "nginx", State: container.StateRunning},
+		{ID: "o1", Names: []string{"/kube-scheduler"}, Image: "hyperkube:v1", State: container.StateRunning,
+			Labels: map[string]string{desired.LabelCluster: "other", desired.LabelComponent: "kube-scheduler"}},
 	}}).client()
 	empty := (&fakeEngine{t: t, version: "28.0.1"}).client()
 	failingList := (&fakeEngine{t: t, version: "24.0.0", listFn: func(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +154,8 @@ func TestObserve(t *testing.T) {
 					Component: "etcd", SpecHash: "h1", Spec: `{"name":"etcd"}`},
 				"kubelet": {ID: "k1", Name: "kubelet", Image: "hyperkube:v1", State: "exited",
 					Component: "kubelet", SpecHash: "h2", Spec: `{"name":"kubelet"}`},
+				"kube-proxy":             {ID: "r1", Name: "kube-proxy", Image: "rancher/hyperkube:v1.31.4-rancher1", State: "running", RKE: true},
+				"etcd-rolling-snapshots": {ID: "r2", Name: "etcd-rolling-snapshots", Image: "rancher/rke-tools:v0.1.100", State: "running", RKE: true},
 			}},
 		"10.0.0.2": {Address: "10.0.0.2", Error: unreachable.Error()},
 		"10.0.0.3": {Address: "10.0.0.3", Error: "node 10.0.0.3: list containers: Error response from daemon: engine is shutting down"},

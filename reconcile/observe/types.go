@@ -62,8 +62,10 @@ type Node struct {
 	// DockerVersion and DockerAPIVersion are the engine's.
 	DockerVersion    string `json:"docker_version,omitempty"`
 	DockerAPIVersion string `json:"docker_api_version,omitempty"`
-	// Containers are the containers of this cluster on the node (those with
-	// the label io.rigger.cluster=<cluster name>), by container name.
+	// Containers are the containers of this cluster on the node, by
+	// container name: those with the label io.rigger.cluster=<cluster
+	// name>, and RKE's (IsRKEContainer, without rigger's labels, RKE set),
+	// which rigger adopt's takeover replaces.
 	Containers map[string]Container `json:"containers,omitempty"`
 	// FilesRead says whether Files were read: false when the helper image
 	// is not on the node yet, and the plan must then write every file.
@@ -75,7 +77,7 @@ type Node struct {
 	CertExpiry map[string]time.Time `json:"cert_expiry,omitempty"`
 }
 
-// Container is a rigger-managed container as observed.
+// Container is a rigger-managed container, or RKE's, as observed.
 type Container struct {
 	ID    string `json:"id"`
 	Name  string `json:"name"`
@@ -92,4 +94,7 @@ type Container struct {
 	// Spec is the canonical JSON of the hashed fields of the container's
 	// desired spec when it was created, so that a plan can say what changed.
 	Spec string `json:"spec,omitempty"`
+	// RKE is set for a container RKE made (no rigger labels, one of RKE's
+	// names): it has no spec hash, and rigger replaces it with its own.
+	RKE bool `json:"rke,omitempty"`
 }

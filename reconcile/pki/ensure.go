@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -200,15 +201,17 @@ func checkLeaf(c Cert, id identity, signer pair, now time.Time) string {
 		return "not signed by the current " + id.signer
 	}
 	var why []string
-	if got, want := subject(crt.Subject.CommonName, crt.Subject.Organization), subject(id.cn, id.orgs); got != want {
-		why = append(why, fmt.Sprintf("subject changed: %s, was %s", want, got))
-	}
-	if got := usageNames(crt.ExtKeyUsage); !slices.Equal(got, usageNames(id.usages)) {
-		why = append(why, fmt.Sprintf("usages changed: %s, was %s",
-			strings.Join(usageNames(id.usages), ","), strings.Join(got, ",")))
-	}
-	if d := diffSANs(certSANs(crt), id.sans()); d != "" {
-		why = append(why, "SANs changed: "+d)
+	if !rkeServes(p, id) {
+		if got, want := subject(crt.Subject.CommonName, crt.Subject.Organization), subject(id.cn, id.orgs); got != want {
+			why = append(why, fmt.Sprintf("subject changed: %s, was %s", want, got))
+		}
+		if got := usageNames(crt.ExtKeyUsage); !slices.Equal(got, usageNames(id.usages)) {
+			why = append(why, fmt.Sprintf("usages changed: %s, was %s",
+				strings.Join(usageNames(id.usages), ","), strings.Join(got, ",")))
+		}
+		if d := diffSANs(certSANs(crt), id.sans()); d != "" {
+			why = append(why, "SANs changed: "+d)
+		}
 	}
 	left := crt.NotAfter.Sub(now)
 	switch {
@@ -221,6 +224,44 @@ func checkLeaf(c Cert, id identity, signer pair, now time.Time) string {
 			crt.NotAfter.UTC().Format(time.DateOnly), int(RenewBefore/(24*time.Hour))))
 	}
 	return strings.Join(why, "; ")
+}
+
+// rkeEtcdCN is the common name RKE gives every etcd node's certificate
+// (rigger names each one for its node).
+const rkeEtcdCN = "kube-etcd"
+
+// rkeServes reports whether p is a certificate RKE issued that does all
+// rigger needs of id, so that a cluster taken over from RKE (rigger adopt)
+// keeps it until it nears its expiry. rigger issues ECDSA keys only: an RSA
+// key is RKE's. RKE's certificate serves when its subject is rigger's (for
+// an etcd node's, RKE's common kube-etcd), and it has at least rigger's
+// usages and SANs: RKE gives an etcd certificate the names of every etcd
+// node and of the API server, and the API server's proxy client the server
+// usage too.
+func rkeServes(p pair, id identity) bool {
+	if _, rsaKey := p.key.(*rsa.PrivateKey); !rsaKey {
+		return false
+	}
+	crt := p.cert
+	want := subject(id.cn, id.orgs)
+	if strings.HasPrefix(id.cn, etcdCertPrefix) {
+		want = subject(rkeEtcdCN, id.orgs)
+	}
+	if subject(crt.Subject.CommonName, crt.Subject.Organization) != want {
+		return false
+	}
+	return containsAll(usageNames(crt.ExtKeyUsage), usageNames(id.usages)) &&
+		containsAll(certSANs(crt), id.sans())
+}
+
+// containsAll reports whether every element of want is in got.
+func containsAll(got, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func subject(cn string, orgs []string) string {

@@ -9,7 +9,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -599,4 +601,89 @@ func BenchmarkEnsureNoOp(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// rkeLeaf is a certificate as RKE issues them: an RSA key, signed by ca.
+func rkeLeaf(t *testing.T, ca Cert, cn string, usages []x509.ExtKeyUsage, sans []string, rsaKey bool) Cert {
+	t.Helper()
+	caPair, err := parsePair(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pub any
+	var keyPEM []byte
+	if rsaKey {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, keyPEM = k.Public(), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)})
+	} else {
+		k, err := newKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keyPEM, err = encodeKey(k); err != nil {
+			t.Fatal(err)
+		}
+		pub = k.Public()
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: cn},
+		NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(CAValidity / 2), ExtKeyUsage: usages,
+	}
+	tmpl.DNSNames, _ = splitSANs(sans)
+	_, ips := splitSANs(sans)
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caPair.cert, pub, caPair.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Cert{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: keyPEM}
+}
+
+// TestEnsureKeepsRKECertificates: a certificate RKE issued (RSA) that does
+// all rigger needs is kept though it says more (RKE's etcd certificates
+// share the CN kube-etcd and name every etcd node; its proxy client is a
+// server too); one that lacks something rigger needs, and one rigger made,
+// are reissued as always.
+func TestEnsureKeepsRKECertificates(t *testing.T) {
+	ca := selfSigned(t, "kube-ca", true)
+	base, _ := mustEnsure(t, &Set{Certs: map[string]Cert{CACertName: ca}}, threeNodes(), t0)
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
+	rkeSANs := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "192.168.0.1", "192.168.0.2", "192.168.0.3", "node1", "node2", "node3",
+		"127.0.0.1", "10.43.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	const name = "kube-etcd-192-168-0-1"
+	tests := []struct {
+		name string
+		cert Cert
+		want []Change
+	}{
+		{"RKE's etcd certificate", rkeLeaf(t, ca, "kube-etcd", both, rkeSANs, true), nil},
+		{"RKE's, without the node's internal address", rkeLeaf(t, ca, "kube-etcd", both, slices.DeleteFunc(slices.Clone(rkeSANs), func(s string) bool { return s == "192.168.0.1" }), true),
+			[]Change{{Name: name, Action: ActionReissue, Reason: "subject changed: CN=kube-etcd-192-168-0-1, was CN=kube-etcd; SANs changed: +192.168.0.1, -10.0.0.2, -10.0.0.3, -10.43.0.1, -192.168.0.2, -192.168.0.3, -kubernetes, -kubernetes.default, -kubernetes.default.svc, -kubernetes.default.svc.cluster.local, -node2, -node3"}}},
+		{"RKE's, client usage only", rkeLeaf(t, ca, "kube-etcd", both[:1], rkeSANs, true),
+			[]Change{{Name: name, Action: ActionReissue, Reason: "subject changed: CN=kube-etcd-192-168-0-1, was CN=kube-etcd; usages changed: client,server, was client; SANs changed: -10.0.0.2, -10.0.0.3, -10.43.0.1, -192.168.0.2, -192.168.0.3, -kubernetes, -kubernetes.default, -kubernetes.default.svc, -kubernetes.default.svc.cluster.local, -node2, -node3"}}},
+		{"the same made with an ECDSA key", rkeLeaf(t, ca, "kube-etcd", both, rkeSANs, false),
+			[]Change{{Name: name, Action: ActionReissue, Reason: "subject changed: CN=kube-etcd-192-168-0-1, was CN=kube-etcd; SANs changed: -10.0.0.2, -10.0.0.3, -10.43.0.1, -192.168.0.2, -192.168.0.3, -kubernetes, -kubernetes.default, -kubernetes.default.svc, -kubernetes.default.svc.cluster.local, -node2, -node3"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &Set{Certs: maps.Clone(base.Certs)}
+			s.Certs[name] = tt.cert
+			_, changes := mustEnsure(t, s, threeNodes(), t0)
+			if diff := cmp.Diff(tt.want, changes); diff != "" {
+				t.Errorf("changes (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("RKE's proxy client, a server too", func(t *testing.T) {
+		s := &Set{Certs: maps.Clone(base.Certs)}
+		s.Certs[APIProxyClientCertName] = rkeLeaf(t, s.Certs[RequestHeaderCACertName], APIProxyClientCertName, both, nil, true)
+		if _, changes := mustEnsure(t, s, threeNodes(), t0); len(changes) != 0 {
+			t.Errorf("changes %+v, want none", changes)
+		}
+	})
 }

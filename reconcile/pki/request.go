@@ -3,6 +3,7 @@ package pki
 import (
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -210,4 +211,15 @@ func splitSANs(sans []string) (dns, ips []string) {
 	slices.Sort(dns)
 	slices.Sort(ips)
 	return slices.Compact(dns), slices.Compact(ips)
+}
+
+// Names are the names of every certificate and key the request needs,
+// sorted: what rigger takes over from another PKI (RKE's) and what Ensure
+// keeps.
+func (r Request) Names() ([]string, error) {
+	want, err := desired(r)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(want)), nil
 }

@@ -247,6 +247,8 @@ func nodeSteps(dn *desired.Node, on *observe.Node, nodeMissing bool) []Step {
 		switch {
 		case !ok:
 			s.Action, s.Reason = Create, reasonMissing
+		case oc.RKE:
+			s.Action, s.Reason = Replace, adoptReason(dc.Name)
 		case oc.SpecHash != dc.Hash():
 			s.Action, s.Reason = Replace, specReason(oc.Spec, dc.SpecJSON())
 		case dc.RunOnce && (oc.State == "exited" || oc.State == "created" || oc.State == "running"):
@@ -272,9 +274,13 @@ func nodeSteps(dn *desired.Node, on *observe.Node, nodeMissing bool) []Step {
 			continue
 		}
 		oc := on.Containers[name]
+		reason := notDesiredReason(dn, name)
+		if oc.RKE {
+			reason = adoptRemoveReason(name)
+		}
 		steps = append(steps, Step{
 			Node: dn.Address, Component: name, Action: Remove, Phase: phaseOf(name),
-			Reason: notDesiredReason(dn, name), Before: &oc,
+			Reason: reason, Before: &oc,
 		})
 	}
 	slices.SortStableFunc(steps, func(a, b Step) int { return Rank(a.Component) - Rank(b.Component) })

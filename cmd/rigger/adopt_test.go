@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rigger/rigger/internal/rkerender"
+	"github.com/rigger/rigger/reconcile/pki"
+)
+
+// TestAdoptRKEState: rigger adopt takes over the cluster.rkestate RKE's own
+// code writes, prints names and expiry dates and never a key, can be run
+// again, and refuses a state directory of another cluster; a cluster.rkestate
+// of other nodes is refused naming them.
+func TestAdoptRKEState(t *testing.T) {
+	bin := rkerender.Binary(t)
+	dir := t.TempDir()
+	writeKey(t, dir)
+	yml := "cluster_name: adopted\nssh_key_path: " + dir + "/id\nnodes:\n" +
+		"  - {address: 10.231.27.11, user: root, role: [etcd, controlplane, worker], hostname_override: node1}\n" +
+		"  - {address: 10.231.27.12, user: root, role: [worker]}\n"
+	clusterFile := filepath.Join(dir, "cluster.yml")
+	if err := os.WriteFile(clusterFile, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rkeState := filepath.Join(dir, "cluster.rkestate")
+	rkerender.Run(t, bin, "-rkestate", rkeState, clusterFile)
+	state := filepath.Join(dir, "state")
+
+	args := []string{"adopt", "-f", clusterFile, "--rkestate", rkeState, "--state-dir", state}
+	stdout, stderr, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("adopt: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"kube-ca ", "kube-etcd-10-231-27-11 ", "kube-service-account-token ", "imported", rkeState, "Secrets encryption: RKE's state has none"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout+stderr, "PRIVATE KEY") || strings.Contains(stdout+stderr, "BEGIN") {
+		t.Errorf("adopt printed key material:\n%s%s", stdout, stderr)
+	}
+	if _, err := pki.Load(state); err != nil {
+		t.Fatalf("the state directory after adopt: %v", err)
+	}
+	if _, stderr, code := run(t, args...); code != 0 {
+		t.Fatalf("adopt run again: exit %d\n%s", code, stderr)
+	}
+
+	// Another cluster's state: its own cluster.rkestate.
+	other := filepath.Join(dir, "other.rkestate")
+	rkerender.Run(t, bin, "-rkestate", other, clusterFile)
+	_, stderr, code = run(t, "adopt", "-f", clusterFile, "--rkestate", other, "--state-dir", state)
+	if code == 0 || !strings.Contains(stderr, "already holds a different kube-ca") {
+		t.Fatalf("adopt over another cluster's state directory: exit %d\n%s", code, stderr)
+	}
+
+	moved := strings.Replace(yml, "10.231.27.12", "10.231.27.13", 1)
+	if err := os.WriteFile(clusterFile, []byte(moved), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = run(t, "adopt", "-f", clusterFile, "--rkestate", rkeState, "--state-dir", filepath.Join(dir, "state2"))
+	if code == 0 || !strings.Contains(stderr, "node 10.231.27.13 is in cluster.yml but not in "+rkeState) ||
+		!strings.Contains(stderr, "node 10.231.27.12 is in "+rkeState+" but not in cluster.yml") {
+		t.Fatalf("adopt of another cluster.yml's state: exit %d\n%s", code, stderr)
+	}
+}

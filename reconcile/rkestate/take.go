@@ -1,0 +1,227 @@
+package rkestate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/spec"
+)
+
+// EncryptionFile is the name of the secrets encryption configuration in
+// the state directory: the EncryptionConfiguration YAML, as RKE writes it to
+// /etc/kubernetes/ssl/encryption.yaml on controlplane nodes.
+const EncryptionFile = "encryption.yaml"
+
+// Check says whether the state is of the cluster c describes: the same
+// cluster_name, and the same nodes (by address) with the same roles,
+// internal addresses and hostnames, which name the etcd members and the
+// certificates. Every difference is listed.
+func (st *State) Check(c *spec.Cluster) error {
+	var errs []error
+	if st.ClusterName != "" && st.ClusterName != c.ClusterName {
+		errs = append(errs, fmt.Errorf("cluster_name is %q in cluster.yml but %q in %s", c.ClusterName, st.ClusterName, st.Source))
+	}
+	theirs := map[string]Node{}
+	for _, n := range st.Nodes {
+		theirs[n.Address] = n
+	}
+	ours := map[string]bool{}
+	for _, n := range c.Nodes {
+		ours[n.Address] = true
+		r, ok := theirs[n.Address]
+		if !ok {
+			errs = append(errs, fmt.Errorf("node %s is in cluster.yml but not in %s", n.Address, st.Source))
+			continue
+		}
+		if a, b := sortedRoles(n.Role), sortedRoles(r.Roles); !slices.Equal(a, b) {
+			errs = append(errs, fmt.Errorf("node %s has roles %s in cluster.yml but %s in %s", n.Address,
+				strings.Join(a, ","), strings.Join(b, ","), st.Source))
+		}
+		if a, b := orAddress(n.InternalAddress, n.Address), orAddress(r.InternalAddress, r.Address); a != b {
+			errs = append(errs, fmt.Errorf("node %s has internal_address %s in cluster.yml but %s in %s", n.Address, a, b, st.Source))
+		}
+		if a, b := strings.ToLower(orAddress(n.HostnameOverride, n.Address)), strings.ToLower(orAddress(r.HostnameOverride, r.Address)); a != b {
+			errs = append(errs, fmt.Errorf("node %s has hostname_override %s in cluster.yml but %s in %s", n.Address, a, b, st.Source))
+		}
+	}
+	for _, n := range st.Nodes {
+		if !ours[n.Address] {
+			errs = append(errs, fmt.Errorf("node %s is in %s but not in cluster.yml", n.Address, st.Source))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s is not the state of this cluster.yml: %w; adopt the cluster as RKE last deployed it (the cluster.yml of the last rke up), then change cluster.yml with rigger",
+			st.Source, errors.Join(errs...))
+	}
+	return nil
+}
+
+func sortedRoles(r []string) []string {
+	out := slices.Clone(r)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func orAddress(v, address string) string {
+	if v == "" {
+		return address
+	}
+	return v
+}
+
+// ItemAction is what Take does with one of RKE's names.
+type ItemAction string
+
+const (
+	// Imported: rigger uses it as RKE made it.
+	Imported ItemAction = "imported"
+	// Unused: RKE has it, rigger does not use it (the kubelets' serving
+	// certificates, the external etcd's files); not imported.
+	Unused ItemAction = "not used by rigger"
+	// Missing: rigger needs it, RKE's state lacks it; the next apply
+	// issues it, signed by RKE's CA.
+	Missing ItemAction = "missing: rigger issues it, signed by the imported CA"
+)
+
+// Item is one name of what was taken over and what became of it. It
+// holds no key.
+type Item struct {
+	Name   string
+	Action ItemAction
+	// NotAfter is when the certificate expires (zero for the
+	// service-account key and what was not imported).
+	NotAfter time.Time
+	// Source is where it came from (State.Source).
+	Source string
+}
+
+// Taken is the PKI and encryption configuration rigger takes over.
+type Taken struct {
+	Set              *pki.Set
+	Items            []Item
+	EncryptionConfig []byte
+}
+
+// Take picks from the state what the cluster of req needs (pki.Request's
+// names), checks it (every key matches its certificate, every certificate
+// chains to its CA: pki.FromFiles) and the encryption configuration (an
+// EncryptionConfiguration), and lists what it took, left out and lacks.
+func (st *State) Take(req pki.Request) (*Taken, error) {
+	need, err := req.Names()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	t := &Taken{}
+	for _, name := range slices.Sorted(maps.Keys(st.Certs)) {
+		c := st.Certs[name]
+		if !slices.Contains(need, name) {
+			t.Items = append(t.Items, Item{Name: name, Action: Unused, Source: st.Source})
+			continue
+		}
+		cp, kp := pki.NodePath(name)
+		files[cp] = c.CertPEM
+		if c.KeyPEM != nil {
+			files[kp] = c.KeyPEM
+		}
+	}
+	if _, ok := st.Certs[pki.CACertName]; !ok {
+		return nil, fmt.Errorf("take certificates from %s: it has no %s: rigger will not make a new CA for a running cluster", st.Source, pki.CACertName)
+	}
+	set, err := pki.FromFiles(files)
+	if err != nil {
+		return nil, fmt.Errorf("take certificates from %s: %w", st.Source, err)
+	}
+	t.Set = set
+	expiry := pki.Expiry(set)
+	for _, name := range need {
+		if _, ok := set.Certs[name]; ok {
+			t.Items = append(t.Items, Item{Name: name, Action: Imported, NotAfter: expiry[name], Source: st.Source})
+		} else {
+			t.Items = append(t.Items, Item{Name: name, Action: Missing})
+		}
+	}
+	slices.SortStableFunc(t.Items, func(a, b Item) int { return strings.Compare(a.Name, b.Name) })
+	if st.EncryptionConfig != nil {
+		if err := checkEncryption(st.EncryptionConfig); err != nil {
+			return nil, fmt.Errorf("take the encryption configuration from %s: %w", st.Source, err)
+		}
+		t.EncryptionConfig = st.EncryptionConfig
+	}
+	return t, nil
+}
+
+// checkEncryption checks that b is an EncryptionConfiguration; its errors
+// quote nothing of it (it holds the keys).
+func checkEncryption(b []byte) error {
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+		Resources  []any  `yaml:"resources"`
+	}
+	if err := yaml.Unmarshal(b, &head); err != nil {
+		return errors.New("encryptionConfig is not YAML")
+	}
+	if head.Kind != "EncryptionConfiguration" || !strings.HasPrefix(head.APIVersion, "apiserver.config.k8s.io/") {
+		return fmt.Errorf("encryptionConfig is a %s of %s, not an apiserver.config.k8s.io EncryptionConfiguration", head.Kind, head.APIVersion)
+	}
+	if len(head.Resources) == 0 {
+		return errors.New("encryptionConfig lists no resources")
+	}
+	return nil
+}
+
+// DifferentCAError is Save's refusal of a state directory that holds
+// another CA than the one taken over.
+type DifferentCAError struct {
+	Dir string
+}
+
+func (e *DifferentCAError) Error() string {
+	return fmt.Sprintf("state directory %s already holds a different kube-ca: it belongs to another cluster; "+
+		"give another --state-dir, or move %s away if it is left over from an earlier attempt", e.Dir, e.Dir)
+}
+
+// Save writes what was taken to the state directory dir: the PKI
+// (pki.Save) and the encryption configuration (EncryptionFile, mode 0600).
+// A directory that holds another CA is refused (*DifferentCAError); one
+// with the same CA (an adopt run again) is brought up to date.
+func (t *Taken) Save(dir string) error {
+	existing, err := pki.Load(dir)
+	var nf *pki.NotFoundError
+	switch {
+	case errors.As(err, &nf):
+	case err != nil:
+		return fmt.Errorf("check state directory %s: %w", dir, err)
+	case !bytes.Equal(existing.Certs[pki.CACertName].CertPEM, t.Set.Certs[pki.CACertName].CertPEM):
+		return &DifferentCAError{Dir: dir}
+	}
+	if t.EncryptionConfig == nil {
+		if _, err := os.Stat(filepath.Join(dir, EncryptionFile)); err == nil {
+			return fmt.Errorf("state directory %s holds an %s, but the cluster taken over has no secrets encryption: move it away", dir, EncryptionFile)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("check state directory %s: %w", dir, err)
+		}
+	}
+	if err := pki.Save(dir, t.Set); err != nil {
+		return err
+	}
+	if t.EncryptionConfig != nil {
+		if err := statedir.WriteFile(dir, EncryptionFile, t.EncryptionConfig); err != nil {
+			return fmt.Errorf("write %s: %w", EncryptionFile, err)
+		}
+	}
+	return nil
+}
