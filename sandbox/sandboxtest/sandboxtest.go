@@ -27,7 +27,7 @@
 //	23      cmd/rigger (TestAgentSandbox: a node reached through the agent tunnel)
 //	24      reconcile/secretsenc (TestEncryptionSandbox: secrets encryption key, rotation)
 //	25      reconcile/certrotate (TestCertRotateSandbox: certificate rotation)
-//	27      reconcile (TestAdoptSandbox: rigger adopt takes over a cluster RKE laid out)
+//	27      reconcile/rkestate (TestAdoptSandbox: rigger adopt takes over a cluster RKE laid out)
 //
 // Take a free number for a new package and add it here. Within one package,
 // tests that start sandboxes one after the other may share the number;

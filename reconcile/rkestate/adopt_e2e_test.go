@@ -1,4 +1,4 @@
-package reconcile_test
+package rkestate_test
 
 import (
 	"bytes"
