@@ -53,6 +53,9 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
 	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
 	$(BIN) sandbox images >/dev/null
+	@# RKE v1.8.1's modules, for the tests that run RKE's own code to compare rigger with
+	@# it (hack/rke-render): without them in the module cache those tests skip.
+	cd hack/rke-render && $(GO) mod download
 	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzLoad ./spec
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseState ./sandbox

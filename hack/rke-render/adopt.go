@@ -9,7 +9,9 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/rancher/rke/cluster"
+	"github.com/rancher/rke/hosts"
 	"github.com/rancher/rke/pki"
+	v3 "github.com/rancher/rke/types"
 	"sigs.k8s.io/yaml"
 )
 
@@ -84,8 +86,12 @@ func rkeUpState(clusterFile, stateFile, plansFile, filesFile string) error {
 				}
 			}
 			// What RKE's file deployer writes to controlplane nodes beside
-			// them (cluster/hosts.go): the audit policy when the audit log
-			// is on.
+			// them (cluster/hosts.go): the secrets encryption provider file
+			// when encryption is on (deployEncryptionProviderFile), and the
+			// audit policy when the audit log is on.
+			if ec := st.CurrentState.EncryptionConfig; ec != "" && slices.Contains(h.Role, "controlplane") {
+				out[cluster.EncryptionProviderFilePath] = ec
+			}
 			api := kc.Services.KubeAPI
 			if _, set := api.ExtraArgs["audit-policy-file"]; !set && slices.Contains(h.Role, "controlplane") &&
 				api.AuditLog != nil && api.AuditLog.Enabled && api.AuditLog.Configuration != nil {
@@ -108,9 +114,19 @@ func rkeUpState(clusterFile, stateFile, plansFile, filesFile string) error {
 	for _, n := range kc.Nodes {
 		infos[n.Address] = types.Info{OSType: "linux", Architecture: "x86_64", DockerRootDir: "/var/lib/docker"}
 	}
-	plan, err := cluster.GeneratePlan(ctx, &kc.RancherKubernetesEngineConfig, infos, map[string]interface{}{})
-	if err != nil {
-		return fmt.Errorf("generate plan: %w", err)
+	// What cluster.GeneratePlan does, on the cluster object rke up plans
+	// with: its encryption provider file is the state's (cmd/common.go),
+	// which GeneratePlan's fresh object lacks, and with it the API server's
+	// --encryption-provider-config.
+	kc.EncryptionConfig.EncryptionProviderFile = st.DesiredState.EncryptionConfig
+	plan := v3.RKEPlan{}
+	for _, host := range hosts.GetUniqueHostList(kc.EtcdHosts, kc.ControlPlaneHosts, kc.WorkerHosts) {
+		host.DockerInfo = infos[host.Address]
+		svcOptions, err := kc.GetKubernetesServicesOptions(host.DockerInfo.OSType, cluster.GetServiceOptionData(map[string]interface{}{}))
+		if err != nil {
+			return fmt.Errorf("generate plan: %w", err)
+		}
+		plan.Nodes = append(plan.Nodes, cluster.BuildRKEConfigNodePlan(ctx, kc, host, svcOptions))
 	}
 	return writeJSONFile(plansFile, plan)
 }

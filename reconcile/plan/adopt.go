@@ -28,7 +28,7 @@ func adoptReason(component string) string {
 func adoptRemoveReason(name string) string {
 	switch {
 	case name == "etcd-rolling-snapshots":
-		return adoptPrefix + "remove RKE's snapshot schedule: rigger takes the snapshots (rigger serve's schedule, rigger snapshot save); those RKE took stay on the node"
+		return adoptPrefix + "remove RKE's snapshot schedule: rigger serve takes the scheduled snapshots (rigger.image would run rigger's etcd-rolling-snapshots instead); those RKE took stay on the node"
 	case strings.HasPrefix(name, "etcd-") || name == "extract-statefile-configmap":
 		return adoptPrefix + "remove RKE's one-shot " + name + " left by an earlier rke run"
 	}

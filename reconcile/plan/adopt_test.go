@@ -52,7 +52,7 @@ nodes:
 		"worker 10.0.0.1 replace service-sidekick (adopt: replace RKE's service-sidekick with rigger's)",
 		"worker 10.0.0.1 replace kubelet (adopt: replace RKE's kubelet with rigger's)",
 		"worker 10.0.0.1 replace kube-proxy (adopt: replace RKE's kube-proxy with rigger's)",
-		"worker 10.0.0.1 remove etcd-rolling-snapshots (adopt: remove RKE's snapshot schedule: rigger takes the snapshots (rigger serve's schedule, rigger snapshot save); those RKE took stay on the node)",
+		"worker 10.0.0.1 remove etcd-rolling-snapshots (adopt: remove RKE's snapshot schedule: rigger serve takes the scheduled snapshots (rigger.image would run rigger's etcd-rolling-snapshots instead); those RKE took stay on the node)",
 		"worker 10.0.0.2 replace nginx-proxy (adopt: replace RKE's nginx-proxy with rigger's)",
 		"worker 10.0.0.2 replace service-sidekick (adopt: replace RKE's service-sidekick with rigger's)",
 		"worker 10.0.0.2 replace kubelet (adopt: replace RKE's kubelet with rigger's)",
@@ -85,6 +85,19 @@ nodes:
 	}
 	if diff := cmp.Diff(want, etcd); diff != "" {
 		t.Errorf("etcd phase (-want +got):\n%s", diff)
+	}
+
+	// With rigger's image for it, rigger's etcd-rolling-snapshots takes the
+	// place of RKE's.
+	withImage := yml + "rigger: {image: rigger/rigger:v1}\n"
+	var snaps []string
+	for _, s := range Compute(build(t, withImage, nil), asRKE(t, withImage)).Steps {
+		if s.Component == "etcd-rolling-snapshots" {
+			snaps = append(snaps, line(s))
+		}
+	}
+	if want := []string{"worker 10.0.0.1 replace etcd-rolling-snapshots (adopt: replace RKE's etcd-rolling-snapshots with rigger's)"}; !cmp.Equal(want, snaps) {
+		t.Errorf("etcd-rolling-snapshots with rigger.image: %v, want %v", snaps, want)
 	}
 
 	// Once rigger's run, the plan is empty.

@@ -6,6 +6,7 @@
 package reconciletest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -396,4 +400,32 @@ func UntilTestDeadline(t *testing.T) (context.Context, context.CancelFunc) {
 		return context.WithDeadline(t.Context(), dl.Add(-sandboxTeardown))
 	}
 	return context.WithCancel(t.Context())
+}
+
+// EtcdGet is the raw value of key in etcd, read with etcdctl in the node's
+// etcd container (its environment points etcdctl at the member).
+func EtcdGet(ctx context.Context, t *testing.T, cli *client.Client, key string) []byte {
+	t.Helper()
+	ex, err := cli.ContainerExecCreate(ctx, "etcd", container.ExecOptions{
+		Cmd: []string{"etcdctl", "get", key, "--print-value-only"}, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	var out, errOut bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
+		t.Fatal(err)
+	}
+	if insp, err := cli.ContainerExecInspect(ctx, ex.ID); err != nil || insp.ExitCode != 0 {
+		t.Fatalf("etcdctl get %s: exit %d, %v: %s", key, insp.ExitCode, err, errOut.String())
+	}
+	if out.Len() == 0 {
+		t.Fatalf("etcdctl get %s: no such key", key)
+	}
+	return out.Bytes()
 }

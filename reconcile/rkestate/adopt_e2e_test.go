@@ -31,6 +31,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/reconcile/rkestate"
+	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
@@ -99,7 +100,8 @@ func kubeClient(t *testing.T, set *pki.Set, server string, timeout time.Duration
 // each node, the containers of its node plans), is taken over by rigger
 // adopt and one apply while the API is polled: no poll fails, the CA is
 // RKE's, the etcd members are the same (IDs), a Secret and a ConfigMap made
-// under RKE are there, the Nodes are Ready, every component is rigger's, and
+// under RKE are there, RKE's secrets encryption key goes on encrypting
+// them, the Nodes are Ready, every component is rigger's, and
 // the next plan is empty.
 func TestAdoptSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 27, Nodes: 3, Images: true})
@@ -107,7 +109,13 @@ func TestAdoptSandbox(t *testing.T) {
 	defer cancel()
 	bin := rkerender.Binary(t)
 
-	yml := sandboxtest.NetworkOnly(sandboxtest.ClusterYML(t, s, rt.Roles(3)))
+	// Secrets encrypted at rest with the key RKE generates: adopt imports
+	// it, and rigger goes on with it.
+	yml, ok := replaceOnce(sandboxtest.NetworkOnly(sandboxtest.ClusterYML(t, s, rt.Roles(3))),
+		"\nservices:\n", "\nservices:\n  kube-api:\n    secrets_encryption_config: {enabled: true}\n")
+	if !ok {
+		t.Fatalf("no services block in the sandbox's cluster.yml:\n%s", yml)
+	}
 	dir := t.TempDir()
 	clusterFile := filepath.Join(dir, "cluster.yml")
 	if err := os.WriteFile(clusterFile, []byte(yml), 0o600); err != nil {
@@ -143,6 +151,12 @@ func TestAdoptSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	rkeSet := &pki.Set{Certs: st.Certs}
+	rkeKeys, err := secretsenc.Parse(stateFile, st.EncryptionConfig)
+	if err != nil {
+		t.Fatalf("RKE's encryption config: %v", err)
+	}
+	// What the API servers write Secrets with: RKE's first key.
+	encrypted := []byte("k8s:enc:aescbc:v1:" + rkeKeys.Names()[0] + ":")
 
 	d, err := desired.Build(c)
 	if err != nil {
@@ -257,6 +271,10 @@ func TestAdoptSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if raw := rt.EtcdGet(ctx, t, clients[s.Nodes[0].Address], "/registry/secrets/default/adopt-marker"); !bytes.HasPrefix(raw, encrypted) {
+		t.Fatalf("RKE's API servers stored the Secret as %.40q, want it encrypted with RKE's key (%s)", raw, encrypted)
+	}
+
 	// RKE keeps its state in the cluster too (SaveFullStateToK8s: the
 	// state's JSON in the Secret kube-system/full-cluster-state).
 	stateJSON, err := os.ReadFile(stateFile)
@@ -320,6 +338,9 @@ func TestAdoptSandbox(t *testing.T) {
 	pl := a.Plan(ctx, t, c)
 	if len(pl.PKIChanges) != 0 {
 		t.Errorf("the plan after adopt issues certificates: %+v", pl.PKIChanges)
+	}
+	if e := pl.Encryption; e == nil || e.Source.Kind != reconcile.PKIStateDir || !slices.Equal(e.Keys, rkeKeys.Names()) || e.Op != nil {
+		t.Errorf("the plan after adopt: secrets encryption %+v, want RKE's keys %v from the state directory and nothing to do", e, rkeKeys.Names())
 	}
 	if pl.Observed.Etcd == nil || len(pl.Observed.Etcd.Members) != 3 {
 		t.Fatalf("etcd members seen by the plan: %+v (%v)", pl.Observed.Etcd, pl.Observed.EtcdErr)
@@ -405,6 +426,13 @@ func TestAdoptSandbox(t *testing.T) {
 		if _, err := k.CoreV1().Secrets("default").Get(ctx, "adopt-marker", metav1.GetOptions{}); err != nil {
 			t.Errorf("the Secret made under RKE: %v", err)
 		}
+		// A Secret written by rigger's API servers is encrypted with RKE's key.
+		if _, err := k.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "after-adopt"}, StringData: marker}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if raw := rt.EtcdGet(ctx, t, clients[s.Nodes[1].Address], "/registry/secrets/default/after-adopt"); !bytes.HasPrefix(raw, encrypted) {
+			t.Errorf("rigger's API servers stored a new Secret as %.40q, want it encrypted with RKE's key (%s)", raw, encrypted)
+		}
 		rt.Eventually(ctx, t, 5*time.Minute, "every Node Ready", func(ctx context.Context) (bool, error) {
 			nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 			if err != nil {
@@ -447,4 +475,14 @@ func memberIDs(o *observe.Cluster) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// replaceOnce replaces the first old in s by new, and says whether there
+// was one.
+func replaceOnce(s, old, new string) (string, bool) {
+	before, after, ok := strings.Cut(s, old)
+	if !ok {
+		return s, false
+	}
+	return before + new + after, true
 }

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -69,7 +66,7 @@ func TestEncryptionSandbox(t *testing.T) {
 	stored := func(t *testing.T, c *spec.Cluster, key string) {
 		t.Helper()
 		for _, name := range secrets {
-			raw := etcdGet(ctx, t, cli, "/registry/secrets/default/"+name)
+			raw := rt.EtcdGet(ctx, t, cli, "/registry/secrets/default/"+name)
 			if want := "k8s:enc:aescbc:v1:" + key + ":"; !bytes.HasPrefix(raw, []byte(want)) {
 				t.Errorf("Secret %s is stored as %.40q…, want the prefix %s", name, raw, want)
 			}
@@ -104,7 +101,7 @@ func TestEncryptionSandbox(t *testing.T) {
 	if !t.Run("converge without encryption", func(t *testing.T) {
 		a.Apply(ctx, t, cluster(false, false))
 		createSecret(t, cluster(false, false), secrets[0])
-		if raw := etcdGet(ctx, t, cli, "/registry/secrets/default/"+secrets[0]); !bytes.Contains(raw, []byte(secretValue)) {
+		if raw := rt.EtcdGet(ctx, t, cli, "/registry/secrets/default/"+secrets[0]); !bytes.Contains(raw, []byte(secretValue)) {
 			t.Fatalf("without encryption the Secret is stored as %.40q…, want it in clear", raw)
 		}
 	}) {
@@ -259,32 +256,4 @@ func TestEncryptionSandbox(t *testing.T) {
 		}
 		stored(t, c, want.Keys[0].Name)
 	})
-}
-
-// etcdGet is the raw value of key in etcd, read with etcdctl in the node's
-// etcd container (its environment points etcdctl at the member).
-func etcdGet(ctx context.Context, t *testing.T, cli *client.Client, key string) []byte {
-	t.Helper()
-	ex, err := cli.ContainerExecCreate(ctx, desired.Etcd, container.ExecOptions{
-		Cmd: []string{"etcdctl", "get", key, "--print-value-only"}, AttachStdout: true, AttachStderr: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer att.Close()
-	var out, errOut bytes.Buffer
-	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
-		t.Fatal(err)
-	}
-	if insp, err := cli.ContainerExecInspect(ctx, ex.ID); err != nil || insp.ExitCode != 0 {
-		t.Fatalf("etcdctl get %s: exit %d, %v: %s", key, insp.ExitCode, err, errOut.String())
-	}
-	if out.Len() == 0 {
-		t.Fatalf("etcdctl get %s: no such key", key)
-	}
-	return out.Bytes()
 }
