@@ -30,7 +30,8 @@ cluster.yml in it is reconciled when pushed and checked for drift, its etcd
 snapshots are taken on schedule, and its status is committed back.
 
 Start with: rigger validate, rigger plan, rigger apply (see docs/operations.md);
-for GitOps, rigger serve (see docs/gitops.md).
+for GitOps, rigger serve (see docs/gitops.md); to take over a cluster RKE runs,
+rigger adopt (see docs/migrating-from-rke.md).
 
 Every flag can also be set from the environment: RIGGER_ followed by the
 flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).`,
