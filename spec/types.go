@@ -55,11 +55,11 @@ type Cluster struct {
 	Addons string `json:"addons,omitempty"`
 	// Paths or URLs of more add-on manifests.
 	AddonsInclude []string `json:"addons_include,omitempty"`
-	// Seconds to wait for an add-on deployment job.
+	// Seconds rigger waits for each add-on to be ready (rolled out, as kstatus says) after applying it; RKE waited this long for the add-on's deploy job.
 	AddonJobTimeout int `json:"addon_job_timeout,omitempty"`
-	// Prefix of every host path rigger uses on the nodes (for distributions with a read-only /).
+	// Prefix of every host path RKE uses on the nodes (for distributions with a read-only /). Not supported by rigger: refused by `validate`.
 	PrefixPath string `json:"prefix_path,omitempty"`
-	// Prefix of host paths on Windows nodes.
+	// Prefix of host paths on Windows nodes (RKE's; rigger runs no Windows nodes and does not use it).
 	WindowsPrefixPath string `json:"win_prefix_path,omitempty"`
 	// How nodes are upgraded: how many at a time, and whether they are drained.
 	UpgradeStrategy *UpgradeStrategy `json:"upgrade_strategy,omitempty"`
@@ -439,7 +439,7 @@ type KubeletService struct {
 
 // Network is the CNI plugin.
 type Network struct {
-	// `canal`, `flannel`, `calico`, `weave`, `aci` or `none`.
+	// `canal`, `flannel`, `calico`, `weave`, `aci` or `none`. rigger deploys each as RKE does but `aci` (refused by `validate`: deploy the Cisco ACI CNI yourself with `none`).
 	Plugin string `json:"plugin,omitempty"`
 	// Plugin options, `key: value`.
 	Options map[string]string `json:"options,omitempty"`
