@@ -3,8 +3,10 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -137,7 +139,9 @@ func (s *Session) resolveEncryption(ctx context.Context, o *observe.Cluster) (*r
 // Secrets stored encrypted.
 func (s *Session) checkEncryptionKept(cur *secretsenc.Config, o *observe.Cluster) error {
 	if e := s.c.Services.KubeAPI.SecretsEncryptionConfig; e != nil && e.Enabled {
-		return nil // the user's custom_config or file: theirs to manage
+		// The user's custom_config: theirs to manage, but it must go on
+		// reading what the generated key encrypted.
+		return s.checkCustomKeepsKeys(cur, e.CustomConfig)
 	}
 	where := ""
 	if cur != nil {
@@ -159,6 +163,28 @@ func (s *Session) checkEncryptionKept(cur *secretsenc.Config, o *observe.Cluster
 	return stalls(ReasonInvalidSpec, fmt.Errorf("services.kube-api.secrets_encryption_config: Secrets of cluster %s are encrypted at rest (%s), and cluster.yml no longer enables it: "+
 		"rigger does not turn encryption off (every Secret would first have to be rewritten in clear, with the identity provider first); "+
 		"set secrets_encryption_config.enabled: true again", s.c.ClusterName, where))
+}
+
+// checkCustomKeepsKeys refuses a custom_config that replaces the key
+// rigger generated (in the state directory) without holding its secret:
+// the API servers could no longer read the Secrets encrypted with it. The
+// secret is looked for anywhere in custom_config (a key of any provider).
+func (s *Session) checkCustomKeepsKeys(cur *secretsenc.Config, custom spec.Object) error {
+	if cur == nil || len(custom) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(custom)
+	if err != nil {
+		return stalls(ReasonInvalidSpec, fmt.Errorf("services.kube-api.secrets_encryption_config.custom_config: %w", err))
+	}
+	for _, k := range cur.Keys {
+		if !bytes.Contains(b, []byte(k.Secret)) {
+			return stalls(ReasonInvalidSpec, fmt.Errorf("services.kube-api.secrets_encryption_config.custom_config does not hold key %s, which rigger generated and Secrets of cluster %s may be encrypted with "+
+				"(its secret is in %s): the API servers could no longer read them; add it to custom_config's aescbc keys (after your own, to go on reading), "+
+				"or remove custom_config to keep the generated key", k.Name, s.c.ClusterName, filepath.Join(s.opts.StateDir, secretsenc.File)))
+		}
+	}
+	return nil
 }
 
 // checkSameKeys refuses a state directory whose key is not the one the

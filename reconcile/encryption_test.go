@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -211,6 +212,54 @@ func TestEncryptionNotTurnedOff(t *testing.T) {
 			if !errors.As(err, &e) || e.Reason != ReasonInvalidSpec || !strings.Contains(err.Error(), tc.want) ||
 				!strings.Contains(err.Error(), "enabled: true") || strings.Contains(err.Error(), cur.Keys[0].Secret) {
 				t.Fatalf("got %v, want a refusal naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCustomConfigKeepsGeneratedKey: a custom_config that takes the place
+// of the key rigger generated must hold that key's secret, or the Secrets
+// it encrypted could no longer be read; one that holds it is the user's.
+func TestCustomConfigKeepsGeneratedKey(t *testing.T) {
+	cur, _ := secretsenc.New()
+	custom := func(secrets ...string) spec.Object {
+		var keys []any
+		for i, sec := range secrets {
+			keys = append(keys, map[string]any{"name": fmt.Sprintf("k%d", i), "secret": sec})
+		}
+		return spec.Object{"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
+			"resources": []any{map[string]any{"resources": []any{"secrets"}, "providers": []any{
+				map[string]any{"aescbc": map[string]any{"keys": keys}}, map[string]any{"identity": map[string]any{}}}}}}
+	}
+	mine := "c2VjcmV0LW9mLXRoZS11c2VyLTMyLWJ5dGVzLWxvbmchIQ=="
+	for _, tc := range []struct {
+		name    string
+		config  spec.Object
+		inState bool
+		refused bool
+	}{
+		{"without the generated key", custom(mine), true, true},
+		{"with it, after the user's", custom(mine, cur.Keys[0].Secret), true, false},
+		{"no generated key in the state directory", custom(mine), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true, CustomConfig: tc.config}, false)
+			if tc.inState {
+				if err := secretsenc.Save(dir, cur); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+			if r != nil {
+				t.Fatalf("a generated key with custom_config: %+v", r.info)
+			}
+			var e *Error
+			switch {
+			case !tc.refused && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.refused && (!errors.As(err, &e) || e.Reason != ReasonInvalidSpec || !strings.Contains(err.Error(), cur.Keys[0].Name) ||
+				strings.Contains(err.Error(), cur.Keys[0].Secret)):
+				t.Fatalf("got %v, want a refusal naming key %s, not its secret", err, cur.Keys[0].Name)
 			}
 		})
 	}
