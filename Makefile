@@ -76,6 +76,8 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzCAPatterns ./transport/sshtun
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadJSON ./reconcile/statedir
 	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadFrame ./transport/agenttun
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParse ./reconcile/rkestate
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParse ./reconcile/secretsenc
 
 .PHONY: chaos
 chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, git away, on a sandbox; prints a table (docs/reliability.md)
