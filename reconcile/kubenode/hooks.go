@@ -54,6 +54,10 @@ type Hooks struct {
 	// heartbeat is the Ready heartbeat of a node's Node before its
 	// kubelet changed, by address.
 	heartbeat map[string]time.Time
+	// wasReady are the nodes whose Node was Ready when BeforeNode cordoned
+	// it, by address: a restart of the node's API server or kube-proxy can
+	// make it NotReady for a while, and it is uncordoned once Ready again.
+	wasReady map[string]bool
 }
 
 // NewHooks returns the hooks for plan p.
@@ -61,7 +65,7 @@ func NewHooks(cfg Config, p *plan.Plan) *Hooks {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
-	h := &Hooks{cfg: cfg, remaining: map[string]int{}, heartbeat: map[string]time.Time{}}
+	h := &Hooks{cfg: cfg, remaining: map[string]int{}, heartbeat: map[string]time.Time{}, wasReady: map[string]bool{}}
 	for _, s := range p.Steps {
 		if s.Action != plan.WriteFiles {
 			h.remaining[s.Node]++
@@ -155,6 +159,11 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		return err
 	}
 	_, ours := n.Annotations[AnnotationCordoned]
+	if observe.Ready(n) == string(corev1.ConditionTrue) {
+		h.mu.Lock()
+		h.wasReady[node] = true
+		h.mu.Unlock()
+	}
 	switch {
 	case cordoned:
 		h.say(node, "cordoned Node %s", n.Name)
@@ -243,9 +252,28 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 		return nil
 	}
 	if r := observe.Ready(n); r != string(corev1.ConditionTrue) {
-		// Uncordoned by a later apply, once Ready.
-		h.say(node, "Node %s left cordoned: not Ready (%s)", n.Name, r)
-		return nil
+		h.mu.Lock()
+		wasReady := h.wasReady[node]
+		h.mu.Unlock()
+		if !wasReady {
+			// Uncordoned by a later apply, once Ready.
+			h.say(node, "Node %s left cordoned: not Ready (%s)", n.Name, r)
+			return nil
+		}
+		// Ready before its changes: the node lifecycle controller can
+		// mark it Unknown while the API servers restart. Its kubelet
+		// reports again within the node-status period.
+		began := time.Now()
+		ready, err := WaitReady(ctx, h.cfg.Client, node, m.Hostname, Heartbeat(n), h.cfg.ReadyTimeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			h.say(node, "Node %s left cordoned: not Ready (%s) %s after its changes", n.Name, r, time.Since(began).Round(time.Second))
+			return nil
+		}
+		h.say(node, "Node %s Ready again (%s)", n.Name, time.Since(began).Round(100*time.Millisecond))
+		n = ready
 	}
 	if _, err := Uncordon(ctx, h.cfg.Client, n); err != nil {
 		return fmt.Errorf("node %s: %w", node, err)

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -164,5 +167,76 @@ func TestChanges(t *testing.T) {
 	}
 	if got := Changes(ms, Link(ms, nodes), spec.StaleNodesReport); len(got) != 2 {
 		t.Errorf("with stale_nodes: report: %+v", got)
+	}
+}
+
+// TestAfterNodeReadyAgain: a Node that was Ready when cordoned and is not
+// once its changes are done (the node lifecycle controller marked it
+// Unknown while the API server restarted) is uncordoned when its kubelet
+// reports Ready again; one that does not within ReadyTimeout, or that was
+// not Ready to begin with, stays cordoned for a later apply.
+func TestAfterNodeReadyAgain(t *testing.T) {
+	ctx := context.Background()
+	steps := []plan.Step{{Node: "10.0.0.1", Component: desired.KubeAPIServer, Action: plan.Restart, Phase: plan.PhaseControlPlane}}
+	setReady := func(t *testing.T, cs *fake.Clientset, status string) {
+		t.Helper()
+		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionStatus(status)}}
+		if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name          string
+		before        string
+		readyAgain    bool
+		unschedulable bool
+		said          string
+	}{
+		{"Ready again", "True", true, false, "uncordoned Node n1"},
+		{"not Ready again", "True", false, true, "Node n1 left cordoned: not Ready (Unknown) "},
+		{"not Ready before", "False", false, true, "Node n1 left cordoned: not Ready (Unknown)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n1 := node("n1", "10.0.0.1", tt.before, 0)
+			cs := fake.NewClientset(&n1)
+			var said []string
+			h := NewHooks(Config{Client: cs, Machines: machines(), ReadyTimeout: 3 * time.Second,
+				Say: func(_, msg string) { said = append(said, msg) }}, &plan.Plan{Steps: steps})
+			if err := h.BeforeNode(ctx, "10.0.0.1", steps); err != nil {
+				t.Fatal(err)
+			}
+			setReady(t, cs, "Unknown")
+			if tt.readyAgain {
+				// Ready again from AfterNode's second look on.
+				var lists atomic.Int32
+				cs.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+					if lists.Add(1) == 2 {
+						n := node("n1", "10.0.0.1", "True", 0)
+						n.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+						n.Spec.Unschedulable = true
+						n.Annotations = map[string]string{AnnotationCordoned: "true"}
+						if err := cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), &n, ""); err != nil {
+							t.Error(err)
+						}
+					}
+					return false, nil, nil
+				})
+			}
+			if err := h.AfterNode(ctx, "10.0.0.1", steps); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+			if got.Spec.Unschedulable != tt.unschedulable {
+				t.Errorf("unschedulable %v, want %v", got.Spec.Unschedulable, tt.unschedulable)
+			}
+			last := said[len(said)-1]
+			if !strings.HasPrefix(last, tt.said) || (last == tt.said) == strings.HasSuffix(tt.said, " ") {
+				t.Errorf("progress %q, want %q", said, tt.said)
+			}
+		})
 	}
 }
