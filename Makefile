@@ -10,11 +10,34 @@ BIN          := bin/rigger
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS      := -s -w -X main.version=$(VERSION)
 RIGGER_CACHE ?= /var/cache/rigger
-FUZZTIME     ?= 10s
-# The parsers of what nodes, the cluster and the state directory hold get a
-# shorter run each (nine of them: 45 s of fuzzing in all, plus their builds);
-# docs/testing.md lists them and says how to fuzz one for longer.
+# The fuzz targets (package:target; docs/testing.md says what each is fed and
+# how to fuzz one for longer): `make fuzz`, at the end of `make test`, runs
+# each of FUZZ_TARGETS for FUZZTIME and each of FUZZ_TARGETS_SHORT, the
+# parsers of what nodes, the cluster and the state directory hold, for
+# FUZZTIME_SHORT.
+FUZZTIME       ?= 10s
 FUZZTIME_SHORT ?= 5s
+FUZZ_TARGETS := ./spec:FuzzLoad \
+	./sandbox:FuzzParseState \
+	./reconcile/etcdsnap:FuzzParseName \
+	./reconcile/etcdsnap:FuzzParseSidecar \
+	./reconcile/gitops/webhook:FuzzHandler \
+	./reconcile/gitops:FuzzParseStatus \
+	./reconcile/gitops:FuzzSameMeaning \
+	./reconcile/addons:FuzzDecodeManifest \
+	./reconcile/addons:FuzzDecodeInventory
+FUZZ_TARGETS_SHORT := ./reconcile/plan:FuzzSpecReason \
+	./reconcile/plan:FuzzReadSaved \
+	./reconcile/dockerop:FuzzReadTar \
+	./reconcile/pki:FuzzFromFiles \
+	./reconcile/kubenode:FuzzParseState \
+	./reconcile/health:FuzzParseEtcdHealth \
+	./reconcile/etcdsnap:FuzzVerifyOutput \
+	./transport/sshtun:FuzzCAPatterns \
+	./reconcile/statedir:FuzzReadJSON \
+	./transport/agenttun:FuzzReadFrame \
+	./reconcile/rkestate:FuzzParse \
+	./reconcile/secretsenc:FuzzParse
 # Each new interesting input is minimized for at most this long (Go's default,
 # 60s, spends a short fuzz run minimizing the large seed files instead of fuzzing).
 FUZZMINIMIZE ?= 1s
@@ -57,27 +80,12 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@# it (hack/rke-render): without them in the module cache those tests skip.
 	cd hack/rke-render && $(GO) mod download
 	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzLoad ./spec
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseState ./sandbox
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseName ./reconcile/etcdsnap
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseSidecar ./reconcile/etcdsnap
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzHandler ./reconcile/gitops/webhook
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzParseStatus ./reconcile/gitops
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzSameMeaning ./reconcile/gitops
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzDecodeManifest ./reconcile/addons
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZE) FuzzDecodeInventory ./reconcile/addons
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzSpecReason ./reconcile/plan
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadSaved ./reconcile/plan
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadTar ./reconcile/dockerop
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzFromFiles ./reconcile/pki
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParseState ./reconcile/kubenode
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParseEtcdHealth ./reconcile/health
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzVerifyOutput ./reconcile/etcdsnap
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzCAPatterns ./transport/sshtun
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadJSON ./reconcile/statedir
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzReadFrame ./transport/agenttun
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParse ./reconcile/rkestate
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZTIME_SHORT) $(FUZZMINIMIZE) FuzzParse ./reconcile/secretsenc
+	@$(MAKE) --no-print-directory fuzz
+
+.PHONY: fuzz
+fuzz: ## a short fuzz run of every fuzz target (the end of make test)
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZMINIMIZE) $(foreach t,$(FUZZ_TARGETS),$(FUZZTIME):$(t)) \
+		$(foreach t,$(FUZZ_TARGETS_SHORT),$(FUZZTIME_SHORT):$(t))
 
 .PHONY: chaos
 chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, git away, on a sandbox; prints a table (docs/reliability.md)

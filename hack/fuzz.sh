@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# hack/fuzz.sh TIME MINIMIZE TARGET PACKAGE — one short fuzz run of TARGET in
-# PACKAGE, as `make test` runs them.
+# hack/fuzz.sh MINIMIZE TIME:PACKAGE:TARGET... — one short fuzz run of each
+# TARGET in PACKAGE for TIME, as `make test` runs them.
+#
+# Each package's fuzz test binary is built once (`go test -c -fuzz`, with the
+# coverage instrumentation fuzzing needs) and runs each of its targets in
+# the package's directory, with the corpus cache `go test -fuzz` uses: a
+# build per target took as long as the fuzzing.
 #
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when
 # -fuzztime ends while a worker is still busy (golang/go#75804, fixed in Go
@@ -8,20 +13,43 @@
 # when that is the only failure and no new input was written under
 # testdata/fuzz/TARGET; any other failure, or a failing input, fails.
 set -uo pipefail
-time=$1 minimize=$2 target=$3 pkg=$4
-corpus="$pkg/testdata/fuzz/$target"
-before=$(ls "$corpus" 2>/dev/null | sort)
+minimize=$1
+shift
+go=${GO:-go}
+cache=$("$go" env GOCACHE) || exit 1
+module=$("$go" list -m) || exit 1
+bins=$(mktemp -d)
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-echo "go test -run '^\$' -fuzz '^$target\$' -fuzztime $time -fuzzminimizetime $minimize $pkg"
-"${GO:-go}" test -run '^$' -fuzz "^$target\$" -fuzztime "$time" -fuzzminimizetime "$minimize" "$pkg" 2>&1 | tee "$out"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] && exit 0
-after=$(ls "$corpus" 2>/dev/null | sort)
-fails=$(grep -c -- '^--- FAIL' "$out")
-if [ "$before" = "$after" ] && [ "$fails" -eq 1 ] &&
-	grep -A1 -- "^--- FAIL: $target " "$out" | tail -1 | grep -qx '[[:space:]]*context deadline exceeded'; then
-	echo "$target: the fuzz run ended with Go's 'context deadline exceeded' and no failing input (golang/go#75804): passed"
-	exit 0
-fi
-exit "$rc"
+trap 'rm -rf "$bins" "$out"' EXIT
+
+# fuzz TIME PACKAGE TARGET: one target's run; its status is the run's.
+fuzz() {
+	local time=$1 pkg=$2 target=$3
+	local bin="$bins/${pkg//\//_}.test" corpus="$pkg/testdata/fuzz/$target"
+	if [ ! -x "$bin" ]; then
+		echo "go test -c -fuzz . -o $bin $pkg"
+		"$go" test -c -fuzz . -o "$bin" "$pkg" || return
+	fi
+	local before after fails rc
+	before=$(ls "$corpus" 2>/dev/null | sort)
+	echo "fuzz $target in $pkg for $time (minimize $minimize)"
+	(cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$time" \
+		-test.fuzzminimizetime "$minimize" -test.timeout 10m -test.paniconexit0 \
+		-test.fuzzcachedir "$cache/fuzz/$module/${pkg#./}") 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	[ "$rc" -eq 0 ] && return 0
+	after=$(ls "$corpus" 2>/dev/null | sort)
+	fails=$(grep -c -- '^--- FAIL' "$out")
+	if [ "$before" = "$after" ] && [ "$fails" -eq 1 ] &&
+		grep -A1 -- "^--- FAIL: $target " "$out" | tail -1 | grep -qx '[[:space:]]*context deadline exceeded'; then
+		echo "$target: the fuzz run ended with Go's 'context deadline exceeded' and no failing input (golang/go#75804): passed"
+		return 0
+	fi
+	echo "FAIL: $target in $pkg"
+	return "$rc"
+}
+
+for arg in "$@"; do
+	time=${arg%%:*} rest=${arg#*:}
+	fuzz "$time" "${rest%%:*}" "${rest#*:}" || exit
+done

@@ -401,17 +401,29 @@ func parseCAPatterns(data []byte) []caPattern {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 || f[0] != "@cert-authority" {
+		marker, rest := nextWord(strings.Trim(sc.Text(), " \t"))
+		hosts, _ := nextWord(rest)
+		if marker != "@cert-authority" || hosts == "" {
 			continue
 		}
-		if strings.HasPrefix(f[1], "|") {
-			out = append(out, caPattern{f[1]})
+		if strings.HasPrefix(hosts, "|") {
+			out = append(out, caPattern{hosts})
 		} else {
-			out = append(out, strings.Split(f[1], ","))
+			out = append(out, strings.Split(hosts, ","))
 		}
 	}
 	return out
+}
+
+// nextWord splits the first field off a known_hosts line as OpenSSH and
+// knownhosts do: spaces and tabs separate fields, and other white space
+// (a vertical tab, say) is part of a host pattern.
+func nextWord(line string) (word, rest string) {
+	i := strings.IndexAny(line, " \t")
+	if i < 0 {
+		return line, ""
+	}
+	return line[:i], strings.Trim(line[i:], " \t")
 }
 
 // match reports whether host:port matches the patterns: a negated pattern
