@@ -12,11 +12,8 @@ LDFLAGS      := -s -w -X main.version=$(VERSION)
 RIGGER_CACHE ?= /var/cache/rigger
 # The fuzz targets (package:target; docs/testing.md says what each is fed and
 # how to fuzz one for longer): `make fuzz`, at the end of `make test`, runs
-# each of FUZZ_TARGETS for FUZZTIME and each of FUZZ_TARGETS_SHORT, the
-# parsers of what nodes, the cluster and the state directory hold, for
-# FUZZTIME_SHORT.
-FUZZTIME       ?= 10s
-FUZZTIME_SHORT ?= 5s
+# each for FUZZTIME.
+FUZZTIME ?= 5s
 FUZZ_TARGETS := ./spec:FuzzLoad \
 	./sandbox:FuzzParseState \
 	./reconcile/etcdsnap:FuzzParseName \
@@ -25,8 +22,8 @@ FUZZ_TARGETS := ./spec:FuzzLoad \
 	./reconcile/gitops:FuzzParseStatus \
 	./reconcile/gitops:FuzzSameMeaning \
 	./reconcile/addons:FuzzDecodeManifest \
-	./reconcile/addons:FuzzDecodeInventory
-FUZZ_TARGETS_SHORT := ./reconcile/plan:FuzzSpecReason \
+	./reconcile/addons:FuzzDecodeInventory \
+	./reconcile/plan:FuzzSpecReason \
 	./reconcile/plan:FuzzReadSaved \
 	./reconcile/dockerop:FuzzReadTar \
 	./reconcile/pki:FuzzFromFiles \
@@ -84,8 +81,7 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 
 .PHONY: fuzz
 fuzz: ## a short fuzz run of every fuzz target (the end of make test)
-	@GO=$(GO) bash hack/fuzz.sh $(FUZZMINIMIZE) $(foreach t,$(FUZZ_TARGETS),$(FUZZTIME):$(t)) \
-		$(foreach t,$(FUZZ_TARGETS_SHORT),$(FUZZTIME_SHORT):$(t))
+	@GO=$(GO) bash hack/fuzz.sh $(FUZZMINIMIZE) $(foreach t,$(FUZZ_TARGETS),$(FUZZTIME):$(t))
 
 .PHONY: chaos
 chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, git away, on a sandbox; prints a table (docs/reliability.md)
