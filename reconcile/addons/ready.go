@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/rigger/rigger/reconcile/internal/podstatus"
 )
 
 // AnnotationWait set to "false" on an object tells rigger not to wait for
@@ -505,36 +506,9 @@ func (e *Engine) troubledNeighbours(ctx context.Context, podList []unstructured.
 			if own[string(u.GetUID())] || runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil || p.Spec.NodeName != node {
 				continue
 			}
-			for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-				if d := containerTrouble(cs); d != "" && len(out) < maxEvents {
-					out = append(out, fmt.Sprintf("Pod %s/%s on %s: container %s %s", p.Namespace, p.Name, node, cs.Name, d))
-				}
-			}
+			out = append(out, podstatus.Troubles(&p, node, maxEvents-len(out))...)
 		}
 	}
 	return out
 }
 
-// containerTrouble says what is wrong with a container that restarted or
-// waits for something other than its first start, or "".
-func containerTrouble(cs corev1.ContainerStatus) string {
-	var parts []string
-	if cs.RestartCount > 0 {
-		s := fmt.Sprintf("restarted %d time(s)", cs.RestartCount)
-		if t := cs.LastTerminationState.Terminated; t != nil {
-			s += fmt.Sprintf(", last exit %d (%s) at %s", t.ExitCode, t.Reason, t.FinishedAt.UTC().Format(time.TimeOnly+"Z"))
-			if t.Message != "" {
-				s += ": " + oneLine(t.Message)
-			}
-		}
-		parts = append(parts, s)
-	}
-	if w := cs.State.Waiting; w != nil && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
-		s := "waiting: " + w.Reason
-		if w.Message != "" {
-			s += ": " + oneLine(w.Message)
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, "; ")
-}

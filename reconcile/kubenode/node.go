@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/internal/podstatus"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
@@ -154,6 +155,9 @@ type NotReadyError struct {
 	Waited time.Duration
 	// Logs are the kubelet's last lines, when known.
 	Logs string
+	// Pods describe the pods on the Node whose containers restarted or
+	// wait (a network plugin that cannot start keeps a Node NotReady).
+	Pods []string
 }
 
 func (e *NotReadyError) Error() string {
@@ -164,10 +168,35 @@ func (e *NotReadyError) Error() string {
 		fmt.Fprintf(&b, "node %s: Node %s not Ready within %s (Ready: %s)", e.Address, e.Node, e.Waited, e.Ready)
 	}
 	b.WriteString("; the next apply checks it again")
+	if len(e.Pods) > 0 {
+		fmt.Fprintf(&b, "; on the Node: %s", strings.Join(e.Pods, "; "))
+	}
 	if e.Logs != "" {
 		fmt.Fprintf(&b, "\nlast lines of kubelet on %s:\n%s", e.Address, e.Logs)
 	}
 	return b.String()
+}
+
+// maxPods is how many troubled pods a NotReadyError describes.
+const maxPods = 5
+
+// troubledPods describes the pods on Node name whose containers restarted
+// or wait (podstatus.Troubles), at most maxPods; none when they cannot be
+// listed within 10 s.
+func troubledPods(ctx context.Context, cs kubernetes.Interface, name string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name, Limit: 200})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Spec.NodeName == name {
+			out = append(out, podstatus.Troubles(p, name, maxPods-len(out))...)
+		}
+	}
+	return out
 }
 
 // ReadyPoll is how often WaitReady looks.
