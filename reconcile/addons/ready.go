@@ -511,4 +511,3 @@ func (e *Engine) troubledNeighbours(ctx context.Context, podList []unstructured.
 	}
 	return out
 }
-
