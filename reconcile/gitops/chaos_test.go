@@ -189,21 +189,21 @@ func (c *chaos) yml(t testing.TB, k knobs) string {
 		roles[2] = []string{spec.RoleControlPlane, spec.RoleWorker}
 	}
 	y := sandboxtest.NetworkOnly(sandboxtest.ClusterYML(t, c.sb, roles))
+	// The example's services start with its etcd, whose settings go
+	// below its own (snapshot: false).
 	services := "services:\n"
+	if k.api > 0 {
+		services += fmt.Sprintf("  kube-api:\n    extra_args:\n      max-requests-inflight: \"%d\"\n", 400+k.api)
+	}
+	services += "  etcd:\n"
 	if k.etcd > 0 {
-		services += fmt.Sprintf("  etcd:\n    extra_args:\n      snapshot-count: \"%d\"\n", 10000+k.etcd)
+		services += fmt.Sprintf("    extra_args:\n      snapshot-count: \"%d\"\n", 10000+k.etcd)
 	}
 	if k.s3 {
-		if k.etcd == 0 {
-			services += "  etcd:\n"
-		}
 		services += fmt.Sprintf("    backup_config:\n      interval_hours: 12\n      retention: 6\n      s3backupconfig:\n"+
 			"        endpoint: %q\n        region: us-east-1\n        bucket_name: %s\n        folder: chaos\n"+
 			"        access_key: %s\n        secret_key: %s\n        custom_ca: |\n          %s\n",
 			c.gw.Endpoint, c.gw.Bucket, c.gw.Access, c.gw.Secret, strings.ReplaceAll(strings.TrimSpace(c.gw.CAPEM), "\n", "\n          "))
-	}
-	if k.api > 0 {
-		services += fmt.Sprintf("  kube-api:\n    extra_args:\n      max-requests-inflight: \"%d\"\n", 400+k.api)
 	}
 	proxy := oneFlag
 	if k.proxy > 0 {
@@ -211,7 +211,7 @@ func (c *chaos) yml(t testing.TB, k knobs) string {
 	}
 	for _, r := range [][2]string{
 		{"rigger:\n  ssh:\n", "rigger:\n  ssh:\n    connect_timeout: 3s\n"},
-		{"services:\n", services},
+		{"services:\n  etcd:\n", services},
 		{oneFlag, proxy},
 	} {
 		if !strings.Contains(y, r[0]) {
