@@ -211,7 +211,7 @@ func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstru
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &p) != nil {
 			return 0
 		}
-		if podReady(&p) {
+		if podstatus.Ready(&p) {
 			continue
 		}
 		node := p.Spec.NodeName
@@ -236,16 +236,6 @@ func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstru
 		return 0
 	}
 	return down
-}
-
-// podReady reports whether p's Ready condition is True.
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // nodeReady reports whether the Node u's Ready condition is True.
@@ -495,7 +485,7 @@ func (e *Engine) troubledNeighbours(ctx context.Context, podList []unstructured.
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
 			continue
 		}
-		if n := p.Spec.NodeName; n != "" && !podReady(&p) && !slices.Contains(nodeNames, n) && len(nodeNames) < maxEvents {
+		if n := p.Spec.NodeName; n != "" && !podstatus.Ready(&p) && !slices.Contains(nodeNames, n) && len(nodeNames) < maxEvents {
 			nodeNames = append(nodeNames, n)
 		}
 	}

@@ -18,11 +18,8 @@ import (
 )
 
 // DefaultReadyTimeout is how long AfterNode waits for a new or changed
-// kubelet's Node to be Ready: kubeadm's wait for a joining kubelet. A new
-// Node is Ready once its network plugin runs, and flannel can lose its
-// first starts there (a 30 s timeout each, then the kubelet's back-off)
-// while kube-proxy has not programmed the kubernetes Service yet.
-const DefaultReadyTimeout = 4 * time.Minute
+// kubelet's Node to be Ready.
+const DefaultReadyTimeout = 2 * time.Minute
 
 // Config is what Hooks need.
 type Config struct {
@@ -226,7 +223,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 		if err != nil {
 			if nr := (*NotReadyError)(nil); errors.As(err, &nr) {
 				if nr.Node != "" {
-					nr.Pods = troubledPods(context.WithoutCancel(ctx), h.cfg.Client, nr.Node)
+					nr.Pods = nodePods(context.WithoutCancel(ctx), h.cfg.Client, nr.Node)
 				}
 				if h.cfg.Logs != nil {
 					nr.Logs = h.cfg.Logs(context.WithoutCancel(ctx), node, desired.Kubelet)

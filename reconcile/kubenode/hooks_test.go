@@ -242,12 +242,13 @@ func TestAfterNodeReadyAgain(t *testing.T) {
 }
 
 // TestAfterNodeNotReadyPods: the error of a Node that stays NotReady names
-// the pods on it whose containers restart or wait (a network plugin that
-// cannot start), not those that are fine or on other Nodes.
+// the pods on it that are not ready (a network plugin that cannot start),
+// with what they restarted or wait for, not those that are ready or on
+// other Nodes; and says when no pod is on it.
 func TestAfterNodeNotReadyPods(t *testing.T) {
-	n2 := node("n2", "10.0.0.2", "False", 0)
-	pod := func(name, node string, restarts int32, waiting string) *corev1.Pod {
+	pod := func(name, node string, restarts int32, waiting string, ready bool) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"}, Spec: corev1.PodSpec{NodeName: node}}
+		p.Status.Phase = corev1.PodPending
 		cs := corev1.ContainerStatus{Name: "c", RestartCount: restarts}
 		if waiting != "" {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting, Message: "back-off 20s\nrestarting"}
@@ -255,25 +256,43 @@ func TestAfterNodeNotReadyPods(t *testing.T) {
 		if restarts > 0 {
 			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
 		}
+		if ready {
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		return p
 	}
-	cs := fake.NewClientset(&n2, pod("kube-flannel-a", "n2", 2, "CrashLoopBackOff"), pod("coredns-b", "n2", 0, ""),
-		pod("kube-flannel-c", "n1", 3, "CrashLoopBackOff"))
-	steps := []plan.Step{{Node: "10.0.0.2", Component: desired.Kubelet, Action: plan.Create, Phase: plan.PhaseWorker}}
-	h := NewHooks(Config{Client: cs, Machines: machines(), ReadyTimeout: time.Second}, &plan.Plan{Steps: steps})
-	ctx := context.Background()
-	if err := h.BeforeNode(ctx, "10.0.0.2", steps); err != nil {
-		t.Fatal(err)
-	}
-	err := h.AfterNode(ctx, "10.0.0.2", steps)
-	var nr *NotReadyError
-	if !errors.As(err, &nr) {
-		t.Fatalf("AfterNode = %v, want a NotReadyError", err)
-	}
-	want := "(Ready: False); the next apply checks it again; on the Node: " +
-		"Pod kube-system/kube-flannel-a on n2: container c restarted 2 time(s), last exit 1 (Error) at 00:00:00Z; waiting: CrashLoopBackOff: back-off 20s restarting"
-	if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "coredns-b") || strings.Contains(err.Error(), "kube-flannel-c") {
-		t.Errorf("error:\n%v\nwant it to hold:\n%s", err, want)
+	for _, tt := range []struct {
+		name string
+		pods []runtime.Object
+		want string
+	}{
+		{"pods", []runtime.Object{pod("kube-flannel-a", "n2", 2, "CrashLoopBackOff", false), pod("coredns-b", "n2", 0, "", true),
+			pod("metrics-d", "n2", 0, "ContainerCreating", false), pod("kube-flannel-c", "n1", 3, "CrashLoopBackOff", false)},
+			"(Ready: False); the next apply checks it again; on the Node: " +
+				"Pod kube-system/kube-flannel-a on n2: container c restarted 2 time(s), last exit 1 (Error) at 00:00:00Z; waiting: CrashLoopBackOff: back-off 20s restarting; " +
+				"Pod kube-system/metrics-d on n2: Pending; container c waiting: ContainerCreating: back-off 20s restarting"},
+		{"no pods", []runtime.Object{pod("kube-flannel-c", "n1", 3, "CrashLoopBackOff", false)},
+			"(Ready: False); the next apply checks it again; on the Node: no pods"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n2 := node("n2", "10.0.0.2", "False", 0)
+			cs := fake.NewClientset(append([]runtime.Object{&n2}, tt.pods...)...)
+			steps := []plan.Step{{Node: "10.0.0.2", Component: desired.Kubelet, Action: plan.Create, Phase: plan.PhaseWorker}}
+			h := NewHooks(Config{Client: cs, Machines: machines(), ReadyTimeout: time.Second}, &plan.Plan{Steps: steps})
+			ctx := context.Background()
+			if err := h.BeforeNode(ctx, "10.0.0.2", steps); err != nil {
+				t.Fatal(err)
+			}
+			err := h.AfterNode(ctx, "10.0.0.2", steps)
+			var nr *NotReadyError
+			if !errors.As(err, &nr) {
+				t.Fatalf("AfterNode = %v, want a NotReadyError", err)
+			}
+			if !strings.HasSuffix(err.Error(), tt.want) {
+				t.Errorf("error:\n%v\nwant it to end with:\n%s", err, tt.want)
+			}
+		})
 	}
 }

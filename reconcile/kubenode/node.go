@@ -155,8 +155,9 @@ type NotReadyError struct {
 	Waited time.Duration
 	// Logs are the kubelet's last lines, when known.
 	Logs string
-	// Pods describe the pods on the Node whose containers restarted or
-	// wait (a network plugin that cannot start keeps a Node NotReady).
+	// Pods describe the pods on the Node that are not ready, or say there
+	// are none (a network plugin that does not start there keeps a Node
+	// NotReady).
 	Pods []string
 }
 
@@ -177,13 +178,15 @@ func (e *NotReadyError) Error() string {
 	return b.String()
 }
 
-// maxPods is how many troubled pods a NotReadyError describes.
+// maxPods is how many pods a NotReadyError describes.
 const maxPods = 5
 
-// troubledPods describes the pods on Node name whose containers restarted
-// or wait (podstatus.Troubles), at most maxPods; none when they cannot be
-// listed within 10 s.
-func troubledPods(ctx context.Context, cs kubernetes.Interface, name string) []string {
+// nodePods describes the pods on Node name that are not ready, at most
+// maxPods: what their containers restarted for or wait for
+// (podstatus.Troubles), else their state; "no pods" when none is there (a
+// network plugin whose DaemonSet placed no pod keeps a Node NotReady);
+// nothing when they cannot be listed within 10 s.
+func nodePods(ctx context.Context, cs kubernetes.Interface, name string) []string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name, Limit: 200})
@@ -191,10 +194,24 @@ func troubledPods(ctx context.Context, cs kubernetes.Interface, name string) []s
 		return nil
 	}
 	var out []string
+	on := 0
 	for i := range list.Items {
-		if p := &list.Items[i]; p.Spec.NodeName == name {
-			out = append(out, podstatus.Troubles(p, name, maxPods-len(out))...)
+		p := &list.Items[i]
+		if p.Spec.NodeName != name {
+			continue
 		}
+		on++
+		if podstatus.Ready(p) || len(out) >= maxPods {
+			continue
+		}
+		if d := podstatus.Troubles(p, name, maxPods-len(out)); len(d) > 0 {
+			out = append(out, d...)
+		} else {
+			out = append(out, fmt.Sprintf("Pod %s/%s on %s: %s", p.Namespace, p.Name, name, podstatus.State(p)))
+		}
+	}
+	if on == 0 {
+		return []string{"no pods"}
 	}
 	return out
 }

@@ -51,3 +51,31 @@ func Troubles(p *corev1.Pod, node string, max int) []string {
 
 // oneLine joins a message's lines and runs of blanks.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// State is a pod's phase and what its containers that do not run wait
+// for: "Pending; container install-cni waiting: PodInitializing".
+func State(p *corev1.Pod) string {
+	s := string(p.Status.Phase)
+	if s == "" {
+		s = "not started"
+	}
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+		if w := cs.State.Waiting; w != nil {
+			s += fmt.Sprintf("; container %s waiting: %s", cs.Name, w.Reason)
+			if w.Message != "" {
+				s += ": " + oneLine(w.Message)
+			}
+		}
+	}
+	return s
+}
+
+// Ready reports whether the pod's Ready condition is True.
+func Ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
