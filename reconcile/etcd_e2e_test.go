@@ -15,6 +15,7 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -96,7 +97,18 @@ func testEtcdMembership(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 	t.Run("grow to five, one member at a time", func(t *testing.T) {
 		before := etcdIDs()
-		pl := a.Apply(ctx, t, five)
+		pl, _, err := a.TryApply(ctx, t, five)
+		if nr := (*kubenode.NotReadyError)(nil); errors.As(err, &nr) {
+			// Under make test's load a joining node's Node has twice
+			// stayed NotReady past the Ready wait ("cni config
+			// uninitialized"); the apply then says that the next apply
+			// checks it again, and so does this test, once. The error
+			// names the pods on the Node that were not ready.
+			t.Logf("apply: %v\nthe next apply checks the Node again", err)
+			a.Apply(ctx, t, five)
+		} else if err != nil {
+			t.Fatalf("apply: %v", err)
+		}
 		if got := pl.Plan.Count(plan.AddMember); got != 2 {
 			t.Errorf("%d members added, want 2: %v", got, rt.StepLines(pl.Plan))
 		}
