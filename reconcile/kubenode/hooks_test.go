@@ -82,23 +82,12 @@ func TestReconcile(t *testing.T) {
 // node's changes with the kubelet's last lines and says the next apply
 // looks again.
 func TestAfterNodeNotReady(t *testing.T) {
-	cs := fake.NewClientset()
-	steps := []plan.Step{{Node: "10.0.0.2", Component: desired.Kubelet, Action: plan.Create, Phase: plan.PhaseWorker}}
-	h := NewHooks(Config{
-		Client: cs, Machines: machines(), ReadyTimeout: 3 * time.Second,
+	err := joinNotReady(t, Config{
+		Client: fake.NewClientset(), ReadyTimeout: 3 * time.Second,
 		Logs: func(_ context.Context, node, component string) string {
 			return component + " on " + node + ": Unable to register node with API server"
 		},
-	}, &plan.Plan{Steps: steps})
-	ctx := context.Background()
-	if err := h.BeforeNode(ctx, "10.0.0.2", steps); err != nil {
-		t.Fatal(err)
-	}
-	err := h.AfterNode(ctx, "10.0.0.2", steps)
-	var nr *NotReadyError
-	if !errors.As(err, &nr) {
-		t.Fatalf("AfterNode = %v, want a NotReadyError", err)
-	}
+	})
 	for _, want := range []string{"its kubelet registered no Node within", "the next apply checks it again",
 		"last lines of kubelet on 10.0.0.2:\nkubelet on 10.0.0.2: Unable to register node"} {
 		if !strings.Contains(err.Error(), want) {
@@ -278,21 +267,30 @@ func TestAfterNodeNotReadyPods(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n2 := node("n2", "10.0.0.2", "False", 0)
-			cs := fake.NewClientset(append([]runtime.Object{&n2}, tt.pods...)...)
-			steps := []plan.Step{{Node: "10.0.0.2", Component: desired.Kubelet, Action: plan.Create, Phase: plan.PhaseWorker}}
-			h := NewHooks(Config{Client: cs, Machines: machines(), ReadyTimeout: time.Second}, &plan.Plan{Steps: steps})
-			ctx := context.Background()
-			if err := h.BeforeNode(ctx, "10.0.0.2", steps); err != nil {
-				t.Fatal(err)
-			}
-			err := h.AfterNode(ctx, "10.0.0.2", steps)
-			var nr *NotReadyError
-			if !errors.As(err, &nr) {
-				t.Fatalf("AfterNode = %v, want a NotReadyError", err)
-			}
+			err := joinNotReady(t, Config{Client: fake.NewClientset(append([]runtime.Object{&n2}, tt.pods...)...), ReadyTimeout: time.Second})
 			if !strings.HasSuffix(err.Error(), tt.want) {
 				t.Errorf("error:\n%v\nwant it to end with:\n%s", err, tt.want)
 			}
 		})
 	}
+}
+
+// joinNotReady runs the hooks of cfg (with machines()) around a kubelet
+// created on 10.0.0.2 whose Node does not become Ready, and returns
+// AfterNode's NotReadyError.
+func joinNotReady(t *testing.T, cfg Config) error {
+	t.Helper()
+	steps := []plan.Step{{Node: "10.0.0.2", Component: desired.Kubelet, Action: plan.Create, Phase: plan.PhaseWorker}}
+	cfg.Machines = machines()
+	h := NewHooks(cfg, &plan.Plan{Steps: steps})
+	ctx := context.Background()
+	if err := h.BeforeNode(ctx, "10.0.0.2", steps); err != nil {
+		t.Fatal(err)
+	}
+	err := h.AfterNode(ctx, "10.0.0.2", steps)
+	var nr *NotReadyError
+	if !errors.As(err, &nr) {
+		t.Fatalf("AfterNode = %v, want a NotReadyError", err)
+	}
+	return err
 }
