@@ -69,6 +69,37 @@ func TestSandbox(t *testing.T) {
 			t.Run(n.Name, func(t *testing.T) { checkNode(ctx, t, s, n) })
 		}
 	})
+	t.Run("new nodes' engines are seeded from one store, each its own copy", func(t *testing.T) {
+		// Imported one by one, a node's images would have IDs of their
+		// own (the import time is in the image's configuration).
+		ids := map[string]string{}
+		for _, n := range s.Nodes {
+			dc, err := client.NewClientWithOpts(client.WithHost("unix://"+n.DockerSocket), client.WithAPIVersionNegotiation())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dc.Close()
+			insp, err := dc.ImageInspect(ctx, sandbox.HyperkubeImage)
+			if err != nil {
+				t.Fatalf("%s: %v", n.Name, err)
+			}
+			ids[insp.ID] = n.Name
+			if n.Name == "node1" {
+				// A container that writes over an image file changes its
+				// own copy: not the other nodes' (whose layers are the same
+				// files), not the store.
+				runContainer(ctx, t, dc, &container.Config{Image: s.SystemImages["flannel_cni"], Entrypoint: []string{"/bin/sh", "-c", "echo overwritten > /install-cni.sh"}}, &container.HostConfig{NetworkMode: "host"})
+				continue
+			}
+			logs := runContainer(ctx, t, dc, &container.Config{Image: s.SystemImages["flannel_cni"], Entrypoint: []string{"/bin/sh", "-c", "head -c 9 /install-cni.sh"}}, &container.HostConfig{NetworkMode: "host"})
+			if logs != "#!/bin/sh" {
+				t.Errorf("%s: /install-cni.sh of the flannel-cni image starts %q after node1 wrote over its own", n.Name, logs)
+			}
+		}
+		if len(ids) != 1 {
+			t.Errorf("%s has a different ID on each node (%v): the nodes' engines imported it each, not seeded from the engine store", sandbox.HyperkubeImage, ids)
+		}
+	})
 	t.Run("containerd", func(t *testing.T) {
 		for _, n := range s.Nodes {
 			t.Run(n.Name, func(t *testing.T) { checkContainerd(ctx, t, s, n) })

@@ -127,12 +127,19 @@ func (o Options) cacheDir() string {
 }
 
 // BuildImages makes (or finds in the cache) every image archive that Up
-// loads, without making nodes, and returns the system_images keys they
-// serve. Progress goes to progress (nil: nowhere).
+// loads, and as root the engine store Up seeds new nodes from, without
+// making nodes, and returns the system_images keys they serve. Progress
+// goes to progress (nil: nowhere).
 func BuildImages(ctx context.Context, opts Options, progress io.Writer) (map[string]string, error) {
-	imgs, err := buildImages(ctx, opts, newProgress(progress))
+	p := newProgress(progress)
+	imgs, err := buildImages(ctx, opts, p)
 	if err != nil {
 		return nil, err
+	}
+	if os.Geteuid() == 0 {
+		if _, err := ensureEngineStore(ctx, opts.cacheDir(), imgs, p); err != nil {
+			return nil, err
+		}
 	}
 	return systemImages(imgs), nil
 }

@@ -47,6 +47,17 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 		return nil, err
 	}
 
+	var imgs []builtImage
+	if opts.Images {
+		imgs, err = buildImages(ctx, opts, p)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.seedEngines(ctx, opts.cacheDir(), imgs, p); err != nil {
+			return nil, err
+		}
+	}
+
 	p.phase("Start containerd, Docker and sshd on every node")
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(nodeParallelism)
@@ -67,10 +78,6 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 	}
 
 	if opts.Images {
-		imgs, err := buildImages(ctx, opts, p)
-		if err != nil {
-			return nil, err
-		}
 		if err := s.loadImages(ctx, imgs, p); err != nil {
 			return nil, err
 		}
