@@ -5,7 +5,8 @@
 # Each package's fuzz test binary is built once (`go test -c -fuzz`, with the
 # coverage instrumentation fuzzing needs) and runs each of its targets in
 # the package's directory, with the corpus cache `go test -fuzz` uses: a
-# build per target took as long as the fuzzing.
+# build per target took as long as the fuzzing. The builds come first, as
+# many at once as there are cores.
 #
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when
 # -fuzztime ends while a worker is still busy (golang/go#75804, fixed in Go
@@ -22,14 +23,14 @@ bins=$(mktemp -d)
 out=$(mktemp)
 trap 'rm -rf "$bins" "$out"' EXIT
 
+# binary PACKAGE: where PACKAGE's fuzz test binary goes.
+binary() { echo "$bins/${1//\//_}.test"; }
+
 # fuzz TIME PACKAGE TARGET: one target's run; its status is the run's.
 fuzz() {
 	local time=$1 pkg=$2 target=$3
-	local bin="$bins/${pkg//\//_}.test" corpus="$pkg/testdata/fuzz/$target"
-	if [ ! -x "$bin" ]; then
-		echo "go test -c -fuzz . -o $bin $pkg"
-		"$go" test -c -fuzz . -o "$bin" "$pkg" || return
-	fi
+	local bin corpus="$pkg/testdata/fuzz/$target"
+	bin=$(binary "$pkg")
 	local before after fails rc
 	before=$(ls "$corpus" 2>/dev/null | sort)
 	echo "fuzz $target in $pkg for $time (minimize $minimize)"
@@ -48,6 +49,18 @@ fuzz() {
 	echo "FAIL: $target in $pkg"
 	return "$rc"
 }
+
+# Every package's binary first, as many builds at once as there are cores:
+# each is mostly a link, which one core does.
+pkgs=()
+for arg in "$@"; do
+	rest=${arg#*:} pkg=${rest%%:*}
+	[[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")
+done
+export go
+printf '%s\n' "${pkgs[@]}" | while read -r pkg; do echo "$pkg $(binary "$pkg")"; done |
+	xargs -P "$(nproc)" -L 1 bash -c 'echo "go test -c -fuzz . -o $1 $0"; "$go" test -c -fuzz . -o "$1" "$0" || { echo "FAIL: build of $0"; exit 1; }' ||
+	exit 1
 
 for arg in "$@"; do
 	time=${arg%%:*} rest=${arg#*:}
