@@ -77,7 +77,9 @@ Kubernetes components (built from the Go module proxy by hack/kube-build, about
 9 minutes the first time, then cached in $RIGGER_CACHE), pause, an rke-tools
 stand-in (cri-dockerd) and the add-on images (flannel, flannel-cni, CoreDNS,
 metrics-server; built from the Go module proxy, about 20 more minutes the
-first time, then cached) are built and imported into every node's engine.
+first time, then cached) are built and put into every node's engine: a new
+node's engine starts from the engine store (the images imported once per
+machine), one that has run gets what it lacks imported.
 --images=false skips them; 'rigger sandbox images' only builds them.`,
 		Example: `  rigger sandbox up
   rigger sandbox up --nodes 5 --name big --subnet 7
@@ -112,9 +114,10 @@ func newSandboxImagesCommand() *cobra.Command {
 		Short: "Build the sandbox's images into the cache, without making nodes",
 		Long: `Images builds (or finds in $RIGGER_CACHE) everything 'rigger sandbox up' loads
 into the nodes: the programs built from the Go module proxy and the image
-archives. It makes no nodes and needs no namespaces: run it before tests that
-start sandboxes, so that a cold cache is filled outside their time limits.
-It prints the system_images block.`,
+archives, and as root the engine store that new nodes' engines start from (the
+images imported once by an engine of its own). It makes no nodes: run it
+before tests that start sandboxes, so that a cold cache is filled outside
+their time limits. It prints the system_images block.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.RiggerBinary == "" {
