@@ -61,13 +61,16 @@ prereqs: ## install what the sandbox and the tests need (does nothing when prese
 	@bash hack/install-versitygw.sh >/dev/null
 
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: fmtcheck ## go vet and gofmt
 	$(GO) vet ./...
+
+.PHONY: fmtcheck
+fmtcheck: ## fail when gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: prereqs lint build ## every test, with -race, the real sandbox parts and a short fuzz run
+test: prereqs fmtcheck build ## every test, with -race and every go vet check, the real sandbox parts and a short fuzz run
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
@@ -76,7 +79,11 @@ test: prereqs lint build ## every test, with -race, the real sandbox parts and a
 	@# RKE v1.8.1's modules, for the tests that run RKE's own code to compare rigger with
 	@# it (hack/rke-render): without them in the module cache those tests skip.
 	cd hack/rke-render && $(GO) mod download
-	RIGGER_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
+	@# go test vets each package it tests with every go vet check (-vet=all), from the same
+	@# -race builds it tests: `make lint`'s go vet would build the module once more. The
+	@# packages without tests are vetted here, first.
+	$(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
+	RIGGER_E2E=1 $(GO) test -vet=all -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: fuzz
