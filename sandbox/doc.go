@@ -30,8 +30,9 @@
 // With Options.Images the sandbox also builds, without any registry, the
 // images a cluster needs (rigger's own, etcd from Debian's etcd-server, the
 // Kubernetes components built from the Go module proxy, a pause image) and
-// imports them into every node's engine. Slow outputs are cached in
-// RIGGER_CACHE (default /var/cache/rigger).
+// puts them into every node's engine: a new node's engine starts from the
+// engine store, the images imported once per machine (enginestore.go). Slow
+// outputs are cached in RIGGER_CACHE (default /var/cache/rigger).
 //
 // Everything here needs root.
 package sandbox
