@@ -145,20 +145,14 @@ func importIntoNewEngine(ctx context.Context, root string, imgs []builtImage) er
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "--",
+	argv := []string{"--net", "--mount", "--propagation", "private", "--",
 		"dockerd",
-		"--data-root="+root,
-		"--exec-root="+filepath.Join(runDir, "exec"),
-		"--pidfile="+filepath.Join(runDir, "docker.pid"),
-		"--host=unix://"+socket,
-		"--bridge=none",
-		"--iptables=false",
-		"--ip6tables=false",
-		"--ip-masq=false",
-		"--ip-forward=false",
-		"--userland-proxy=false",
-		"--storage-driver=overlay2",
-	)
+		"--data-root=" + root,
+		"--exec-root=" + filepath.Join(runDir, "exec"),
+		"--pidfile=" + filepath.Join(runDir, "docker.pid"),
+		"--host=unix://" + socket,
+	}
+	cmd := exec.Command("unshare", append(argv, engineArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// unshare execs dockerd: the death signal reaches it, and dockerd's
 	// own containerd has one too.

@@ -162,22 +162,31 @@ const dockerLabel = "io.rigger.sandbox.node"
 // the node's cgroup namespace: its containers' cgroups (/docker/<id>) are
 // below the node's cgroup.
 func (s *Sandbox) dockerdArgs(n Node) []string {
-	return []string{
+	argv := []string{
 		"dockerd",
 		"--host=unix://" + DockerSocket,
 		"--containerd=" + ContainerdSocket,
 		"--label=" + dockerLabel + "=" + s.Name + "/" + n.Name,
-		"--bridge=none",
-		"--iptables=false",
-		"--ip6tables=false",
-		"--ip-masq=false",
-		"--ip-forward=false",
-		"--userland-proxy=false",
-		"--storage-driver=overlay2",
-		"--exec-opt=native.cgroupdriver=cgroupfs",
-		"--add-runtime=" + runcName + "=" + s.runcWrapperPath(),
-		"--default-runtime=" + runcName,
 	}
+	argv = append(argv, engineArgs...)
+	return append(argv,
+		"--exec-opt=native.cgroupdriver=cgroupfs",
+		"--add-runtime="+runcName+"="+s.runcWrapperPath(),
+		"--default-runtime="+runcName,
+	)
+}
+
+// engineArgs are what every engine the sandbox starts has, the nodes' and
+// the engine store's: no networking of its own (host networking, no
+// iptables), and the overlay2 storage driver, whose layout the store holds.
+var engineArgs = []string{
+	"--bridge=none",
+	"--iptables=false",
+	"--ip6tables=false",
+	"--ip-masq=false",
+	"--ip-forward=false",
+	"--userland-proxy=false",
+	"--storage-driver=overlay2",
 }
 
 // sshdConfig is node n's sshd configuration: root with the sandbox's key
