@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -101,16 +102,12 @@ func ensureEngineStore(ctx context.Context, cache string, imgs []builtImage, p *
 	if err := importIntoNewEngine(ctx, root, imgs); err != nil {
 		return "", fmt.Errorf("engine store: %w", err)
 	}
-	keep := map[string]bool{}
-	for _, d := range storeDirs {
-		keep[d] = true
-	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return "", err
 	}
 	for _, e := range entries {
-		if !keep[e.Name()] {
+		if !slices.Contains(storeDirs, e.Name()) {
 			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 				return "", err
 			}
