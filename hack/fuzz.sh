@@ -6,7 +6,9 @@
 # coverage instrumentation fuzzing needs) and runs each of its targets in
 # the package's directory, with the corpus cache `go test -fuzz` uses: a
 # build per target took as long as the fuzzing. The builds come first, as
-# many at once as there are cores.
+# many at once as there are cores; then the targets, as many at once as
+# there are cores, each with one fuzz worker (-test.parallel 1), its output
+# printed whole when it ends.
 #
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when
 # -fuzztime ends while a worker is still busy (golang/go#75804, fixed in Go
@@ -20,24 +22,24 @@ go=${GO:-go}
 cache=$("$go" env GOCACHE) || exit 1
 module=$("$go" list -m) || exit 1
 bins=$(mktemp -d)
-out=$(mktemp)
-trap 'rm -rf "$bins" "$out"' EXIT
+trap 'rm -rf "$bins"' EXIT
 
 # binary PACKAGE: where PACKAGE's fuzz test binary goes.
 binary() { echo "$bins/${1//\//_}.test"; }
 
-# fuzz TIME PACKAGE TARGET: one target's run; its status is the run's.
+# fuzz TIME PACKAGE TARGET: one target's run, with one worker; its status
+# is the run's. What it printed is printed when it ends.
 fuzz() {
 	local time=$1 pkg=$2 target=$3
 	local bin corpus="$pkg/testdata/fuzz/$target"
 	bin=$(binary "$pkg")
-	local before after fails rc
+	local before after fails rc out="$bins/${pkg//\//_}.$target.out"
 	before=$(ls "$corpus" 2>/dev/null | sort)
-	echo "fuzz $target in $pkg for $time (minimize $minimize)"
 	(cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$time" \
-		-test.fuzzminimizetime "$minimize" -test.timeout 10m -test.paniconexit0 \
-		-test.fuzzcachedir "$cache/fuzz/$module/${pkg#./}") 2>&1 | tee "$out"
-	rc=${PIPESTATUS[0]}
+		-test.fuzzminimizetime "$minimize" -test.parallel 1 -test.timeout 10m -test.paniconexit0 \
+		-test.fuzzcachedir "$cache/fuzz/$module/${pkg#./}") >"$out" 2>&1
+	rc=$?
+	{ echo "fuzz $target in $pkg for $time (minimize $minimize)"; cat "$out"; } | flock "$bins/print.lock" cat
 	[ "$rc" -eq 0 ] && return 0
 	after=$(ls "$corpus" 2>/dev/null | sort)
 	fails=$(grep -c -- '^--- FAIL' "$out")
@@ -62,7 +64,10 @@ printf '%s\n' "${pkgs[@]}" | while read -r pkg; do echo "$pkg $(binary "$pkg")";
 	xargs -P "$(nproc)" -L 1 bash -c 'echo "go test -c -fuzz . -o $1 $0"; "$go" test -c -fuzz . -o "$1" "$0" || { echo "FAIL: build of $0"; exit 1; }' ||
 	exit 1
 
+# Then every target, as many at once as there are cores; any failure fails.
+export minimize cache module bins
+export -f binary fuzz
 for arg in "$@"; do
 	time=${arg%%:*} rest=${arg#*:}
-	fuzz "$time" "${rest%%:*}" "${rest#*:}" || exit
-done
+	echo "$time ${rest%%:*} ${rest#*:}"
+done | xargs -P "$(nproc)" -L 1 bash -c 'fuzz "$@"' fuzz || { echo "FAIL: make fuzz"; exit 1; }
