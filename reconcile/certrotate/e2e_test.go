@@ -254,7 +254,11 @@ func listNodes(ctx context.Context, kubeconfig []byte) error {
 
 // pollAPI asks every API server of the sandbox for /readyz twice a second
 // with the kubeconfig's credentials, until the returned func is called:
-// it says how many times it asked and how many times none answered.
+// it says how many times it asked and how many times none answered. An API
+// server that is down refuses or answers 500 at once; one that is slow to
+// answer on a loaded machine is up (under make test, two running API
+// servers once took over 2 s while the third restarted), so each is given
+// 10 s.
 func pollAPI(ctx context.Context, t *testing.T, s *sandbox.Sandbox, kubeconfig []byte) func() (tries, down int) {
 	t.Helper()
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
@@ -265,7 +269,7 @@ func pollAPI(ctx context.Context, t *testing.T, s *sandbox.Sandbox, kubeconfig [
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}}
 	ctx, cancel := context.WithCancel(ctx)
 	var (
 		wg          sync.WaitGroup

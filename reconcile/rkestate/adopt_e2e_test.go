@@ -224,7 +224,7 @@ func TestAdoptSandbox(t *testing.T) {
 	})
 	servers := make([]kubernetes.Interface, len(s.Nodes))
 	for i, n := range s.Nodes {
-		servers[i] = kubeClient(t, rkeSet, "https://"+n.Address+":6443", 3*time.Second)
+		servers[i] = kubeClient(t, rkeSet, "https://"+n.Address+":6443", 10*time.Second)
 	}
 	k := servers[0]
 	rt.Eventually(ctx, t, 3*time.Minute, "RKE's API servers answer", func(ctx context.Context) (bool, error) {
@@ -361,7 +361,9 @@ func TestAdoptSandbox(t *testing.T) {
 	}
 
 	// Poll the API through the three API servers, as a load balancer in
-	// front of them would: a poll fails when none answers.
+	// front of them would: a poll fails when none answers. One that is down
+	// refuses at once; one that is slow on a loaded machine is up, so each
+	// is given 10 s.
 	var polls, failed atomic.Int64
 	var failures sync.Map
 	pollCtx, stopPolling := context.WithCancel(ctx)
@@ -371,7 +373,7 @@ func TestAdoptSandbox(t *testing.T) {
 			var errs []string
 			ok := false
 			for _, k := range servers {
-				rc, cancel := context.WithTimeout(pollCtx, 3*time.Second)
+				rc, cancel := context.WithTimeout(pollCtx, 10*time.Second)
 				_, err := k.CoreV1().ConfigMaps("default").Get(rc, "adopt-marker", metav1.GetOptions{})
 				cancel()
 				if err == nil {
