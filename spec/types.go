@@ -731,7 +731,7 @@ type RotateCertificates struct {
 type Rigger struct {
 	// How SSH connections are checked and kept.
 	SSH SSHOptions `json:"ssh,omitempty"`
-	// Nodes rigger connects to and observes at once.
+	// Nodes rigger connects to and observes at once, and brings up at once where nothing runs yet.
 	MaxParallel int `json:"max_parallel,omitempty"`
 	// Most nodes one reconcile may remove, a number or a percentage of the nodes rigger knows: a guard against a truncated cluster.yml. Removing more needs `rigger apply --allow-removals`.
 	MaxRemovedNodes string `json:"max_removed_nodes,omitempty"`

@@ -35,12 +35,15 @@ func newApplyCommand() *cobra.Command {
   1. certificates and files on every node;
   2. etcd: a new cluster's members together, otherwise one member at a time,
      each healthy before the next;
-  3. control plane: one node at a time, its API server, controller manager
-     and scheduler healthy before the next; then the kubelets' authorization,
+  3. control plane: the nodes where it is only created (nothing of it runs
+     there yet: a new cluster, a node that joins) at once, then one node at
+     a time, its API server, controller manager and scheduler healthy before
+     the next; then the kubelets' authorization,
      the Nodes of removed machines drained and deleted, the state Secret;
-  4. workers: upgrade_strategy.max_unavailable_worker nodes at a time (nodes
-     already down count against it), each kubelet healthy and its Node Ready
-     before the next batch; nodes are cordoned (drained with
+  4. workers: the nodes where they are only created at once, then
+     upgrade_strategy.max_unavailable_worker nodes at a time (nodes already
+     down count against it), each kubelet healthy and its Node Ready before
+     the next batch; nodes are cordoned (drained with
      upgrade_strategy.drain) around their changes;
   5. nodes removed from cluster.yml: containers removed, files cleaned.
 

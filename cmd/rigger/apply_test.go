@@ -47,7 +47,7 @@ func TestCLISandbox(t *testing.T) {
 	}
 
 	out, errOut, code = run(t, args("apply", "--plan", planFile)...)
-	if code != 0 || !strings.Contains(out, "Apply complete") || !strings.Contains(out, "==> Control plane, one node at a time") {
+	if code != 0 || !strings.Contains(out, "Apply complete") || !strings.Contains(out, "==> Control plane, one node at a time (new ones at once)") {
 		t.Fatalf("apply of the saved plan: exit %d\n%s%s", code, out, errOut)
 	}
 

@@ -148,10 +148,13 @@ func (e *StaleError) Error() string {
 //  2. etcd: a new cluster's members all at once (etcd needs a quorum to
 //     answer), then every member healthy; otherwise one member at a time,
 //     each healthy before the next;
-//  3. control plane: one node at a time, its API server, controller
-//     manager and scheduler healthy before the next node;
-//  4. workers: batches of MaxUnavailableWorker nodes, each node's kubelet
-//     (and nginx-proxy) healthy before the next batch;
+//  3. control plane: the nodes where it is only created (nothing of it
+//     runs there yet) all at once, then one node at a time, its API
+//     server, controller manager and scheduler healthy before the next
+//     node;
+//  4. workers: the nodes where they are only created all at once, then
+//     batches of MaxUnavailableWorker nodes, each node's kubelet (and
+//     nginx-proxy) healthy before the next batch;
 //  5. add-ons (Options.Addons);
 //  6. removed nodes: containers removed and rigger's files cleaned, nodes
 //     in parallel.
@@ -208,9 +211,9 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	}{
 		{plan.PhaseFiles, "Write certificates and files", r.files},
 		{plan.PhaseEtcd, "etcd", r.etcd},
-		{plan.PhaseControlPlane, "Control plane, one node at a time", r.controlPlane},
+		{plan.PhaseControlPlane, "Control plane, one node at a time (new ones at once)", r.controlPlane},
 		{phaseKubernetes, "Kubernetes objects", r.kubernetes},
-		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time", o.MaxUnavailableWorker), r.workers},
+		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time (new ones at once)", o.MaxUnavailableWorker), r.workers},
 		{phaseAddons, "Add-ons", r.addons},
 		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
 	}
@@ -806,7 +809,7 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 	return nil
 }
 
-// controlPlane changes one node at a time.
+// controlPlane changes one node at a time (rolling).
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 	return r.rolling(ctx, steps, 1, r.o.ControlPlaneBlocked)
 }
@@ -816,24 +819,54 @@ func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
 	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.o.WorkersBlocked)
 }
 
-// rolling changes the nodes of steps in batches of size (nodes of
-// Plan.First first); a batch finishes before the next starts, and a
-// failed batch stops the phase. blocked, when set, stops it at once.
+// rolling changes the nodes of steps. The nodes whose steps only create
+// missing containers go first, MaxParallel at once: they stop nothing that
+// serves (a new cluster's nodes, a node that joins; RKE too brings a new
+// cluster's control plane and workers up in parallel). The others follow
+// in batches of size (nodes of Plan.First first); a batch finishes before
+// the next starts, and a failed batch stops the phase. blocked, when set,
+// stops it at once.
 func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, blocked error) error {
 	r.start(steps)
 	if blocked != nil {
 		return blocked
 	}
 	nodes, groups := r.rollingOrder(steps)
-	for batch := range slices.Chunk(nodes, size) {
+	var creating, changing []string
+	for _, n := range nodes {
+		if onlyCreates(groups[n]) {
+			creating = append(creating, n)
+		} else {
+			changing = append(changing, n)
+		}
+	}
+	batches := slices.Collect(slices.Chunk(changing, size))
+	if len(creating) > 0 {
+		batches = append([][]string{creating}, batches...)
+	}
+	for i, batch := range batches {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := fanout.Each(ctx, batch, len(batch), func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }); err != nil {
+		limit := len(batch)
+		if i == 0 && len(creating) > 0 {
+			limit = r.o.MaxParallel
+		}
+		if err := fanout.Each(ctx, batch, limit, func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// onlyCreates reports whether steps only create missing containers.
+func onlyCreates(steps []plan.Step) bool {
+	for _, s := range steps {
+		if s.Action != plan.Create {
+			return false
+		}
+	}
+	return true
 }
 
 // removedNodes removes the containers of nodes gone from cluster.yml and

@@ -139,9 +139,22 @@ func options(d *desired.Cluster, r *recorder) Options {
 	return Options{Desired: d, Health: r, MaxUnavailableWorker: 2, Now: func() time.Time { return now }}
 }
 
+// replacing is the plan of d's nodes from scratch with the control plane
+// and worker steps made replacements, as for a cluster whose containers
+// all run with another spec: those phases then roll.
+func replacing(d *desired.Cluster) *plan.Plan {
+	p := plan.Compute(d, empty(d, now))
+	for i, s := range p.Steps {
+		if (s.Phase == plan.PhaseControlPlane || s.Phase == plan.PhaseWorker) && s.Action == plan.Create {
+			p.Steps[i].Action = plan.Replace
+		}
+	}
+	return p
+}
+
 func TestOrder(t *testing.T) {
 	d := build(t, clusterYML)
-	p := plan.Compute(d, empty(d, now))
+	p := replacing(d)
 	r := &recorder{}
 	res, err := run(context.Background(), p, options(d, r), r.ops())
 	if err != nil {
@@ -160,10 +173,10 @@ func TestOrder(t *testing.T) {
 		t.Errorf("etcd members waited for before all were created:\n%s", strings.Join(ev, "\n"))
 	}
 	// Control plane: node 1 healthy before node 2 changes.
-	if healthy1, start2 := index(ev, "healthy 10.0.0.1 kube-scheduler"), index(ev, "create 10.0.0.2 kube-apiserver"); healthy1 < 0 || healthy1 > start2 {
+	if healthy1, start2 := index(ev, "healthy 10.0.0.1 kube-scheduler"), index(ev, "replace 10.0.0.2 kube-apiserver"); healthy1 < 0 || healthy1 > start2 {
 		t.Errorf("controlplane node 2 started before node 1 was healthy:\n%s", strings.Join(ev, "\n"))
 	}
-	if apiHealthy := index(ev, "healthy 10.0.0.1 kube-apiserver"); apiHealthy > index(ev, "create 10.0.0.2 kube-apiserver") {
+	if apiHealthy := index(ev, "healthy 10.0.0.1 kube-apiserver"); apiHealthy > index(ev, "replace 10.0.0.2 kube-apiserver") {
 		t.Errorf("API server of node 1 not checked before node 2:\n%s", strings.Join(ev, "\n"))
 	}
 	// Workers: at most two nodes at once.
@@ -180,13 +193,13 @@ func TestOrder(t *testing.T) {
 
 func TestStopsAtFailure(t *testing.T) {
 	d := build(t, clusterYML)
-	p := plan.Compute(d, empty(d, now))
+	p := replacing(d)
 	r := &recorder{failOn: "10.0.0.2 kube-apiserver"}
 	res, err := run(context.Background(), p, options(d, r), r.ops())
 	if err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("error %v, want the failed step's", err)
 	}
-	if index(r.events, "create 10.0.0.3 kube-apiserver") >= 0 || index(r.events, "create 10.0.0.4") >= 0 {
+	if index(r.events, "replace 10.0.0.3 kube-apiserver") >= 0 || index(r.events, "replace 10.0.0.4") >= 0 {
 		t.Errorf("went on after the failure:\n%s", strings.Join(r.events, "\n"))
 	}
 	if len(res.Failed()) != 1 || res.Failed()[0].Step.Node != "10.0.0.2" {
@@ -206,7 +219,7 @@ func TestStopsAtFailure(t *testing.T) {
 
 func TestCancelStopsBetweenBatches(t *testing.T) {
 	d := build(t, clusterYML)
-	p := plan.Compute(d, empty(d, now))
+	p := replacing(d)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &recorder{cancel: cancel}
@@ -215,7 +228,7 @@ func TestCancelStopsBetweenBatches(t *testing.T) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
 	for _, n := range []string{"10.0.0.6", "10.0.0.7"} {
-		if index(r.events, "create "+n) >= 0 {
+		if index(r.events, "replace "+n) >= 0 {
 			t.Errorf("the second worker batch (%s) ran after cancel:\n%s", n, strings.Join(r.events, "\n"))
 		}
 	}
@@ -337,7 +350,7 @@ func TestSnapshotBeforeEtcdChange(t *testing.T) {
 // TestNotReadyFirst: the nodes of Plan.First change before the others.
 func TestNotReadyFirst(t *testing.T) {
 	d := build(t, clusterYML)
-	p := plan.Compute(d, empty(d, now))
+	p := replacing(d)
 	r := &recorder{}
 	o := options(d, r)
 	o.MaxUnavailableWorker = 1
@@ -346,11 +359,11 @@ func TestNotReadyFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := r.events
-	if !(index(ev, "create 10.0.0.3 kube-apiserver") < index(ev, "create 10.0.0.1 kube-apiserver")) {
+	if !(index(ev, "replace 10.0.0.3 kube-apiserver") < index(ev, "replace 10.0.0.1 kube-apiserver")) {
 		t.Errorf("controlplane: 10.0.0.3 not first:\n%s", strings.Join(ev, "\n"))
 	}
-	first := index(ev, "create 10.0.0.1 kubelet")
-	if !(index(ev, "create 10.0.0.7 kubelet") < first && index(ev, "create 10.0.0.3 kubelet") < first) {
+	first := index(ev, "replace 10.0.0.1 kubelet")
+	if !(index(ev, "replace 10.0.0.7 kubelet") < first && index(ev, "replace 10.0.0.3 kubelet") < first) {
 		t.Errorf("workers: 10.0.0.7 and 10.0.0.3 not first:\n%s", strings.Join(ev, "\n"))
 	}
 }
@@ -487,4 +500,87 @@ func TestLearnerPromotedWithoutCreate(t *testing.T) {
 	if _, ok := fake.via["add https://10.0.0.3:2380"]; ok {
 		t.Error("the learner was added a second time")
 	}
+}
+
+// TestCreatesAtOnce: the nodes where the control plane or the workers are
+// only created (a new cluster) go all at once, at most MaxParallel, and
+// before the nodes whose containers are replaced, which still roll.
+func TestCreatesAtOnce(t *testing.T) {
+	d := build(t, clusterYML)
+	for _, tc := range []struct {
+		name        string
+		maxParallel int
+		wantWorkers int // worker nodes at once
+	}{
+		{"unbounded", 0, 7},
+		{"MaxParallel 3", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := plan.Compute(d, empty(d, now))
+			r := &recorder{}
+			o := options(d, r)
+			o.MaxParallel = tc.maxParallel
+			// Each worker node's first step waits until wantWorkers nodes
+			// have started: nodes taken one batch of MaxUnavailableWorker
+			// (2) at a time never get there.
+			var mu sync.Mutex
+			started := map[string]bool{}
+			all := make(chan struct{})
+			ops := r.ops()
+			apply := ops.apply
+			ops.apply = func(ctx context.Context, s plan.Step) error {
+				if s.Phase == plan.PhaseWorker {
+					mu.Lock()
+					if !started[s.Node] {
+						started[s.Node] = true
+						if len(started) == tc.wantWorkers {
+							close(all)
+						}
+					}
+					mu.Unlock()
+					select {
+					case <-all:
+					case <-time.After(10 * time.Second):
+						return fmt.Errorf("%s: fewer than %d worker nodes started at once", s.Node, tc.wantWorkers)
+					}
+				}
+				return apply(ctx, s)
+			}
+			if _, err := run(context.Background(), p, o, ops); err != nil {
+				t.Fatal(err)
+			}
+			if r.maxBusy > tc.wantWorkers {
+				t.Errorf("%d worker nodes at once, more than %d", r.maxBusy, tc.wantWorkers)
+			}
+			if tc.maxParallel == 0 {
+				lastCreate, firstHealthy := lastIndex(r.events, "create 10.0.0.3 kube-scheduler"), index(r.events, "healthy 10.0.0.1 kube-apiserver")
+				if lastCreate > firstHealthy {
+					t.Errorf("a control plane node waited for before every one was created:\n%s", strings.Join(r.events, "\n"))
+				}
+			}
+		})
+	}
+
+	t.Run("created nodes before replaced ones", func(t *testing.T) {
+		p := replacing(d)
+		for i, s := range p.Steps {
+			if s.Node == "10.0.0.3" && s.Phase == plan.PhaseControlPlane || s.Node == "10.0.0.7" && s.Phase == plan.PhaseWorker {
+				p.Steps[i].Action = plan.Create
+			}
+		}
+		r := &recorder{}
+		if _, err := run(context.Background(), p, options(d, r), r.ops()); err != nil {
+			t.Fatal(err)
+		}
+		ev := r.events
+		if !(lastIndex(ev, "healthy 10.0.0.3 kube-scheduler") < index(ev, "replace 10.0.0.1 kube-apiserver")) {
+			t.Errorf("controlplane: 10.0.0.3's creates not done before the replacements:\n%s", strings.Join(ev, "\n"))
+		}
+		if !(lastIndex(ev, "healthy 10.0.0.7 kubelet") < index(ev, "replace 10.0.0.1 kubelet")) {
+			t.Errorf("workers: 10.0.0.7's creates not done before the replacements:\n%s", strings.Join(ev, "\n"))
+		}
+		if healthy1, start2 := index(ev, "healthy 10.0.0.1 kube-scheduler"), index(ev, "replace 10.0.0.2 kube-apiserver"); healthy1 < 0 || healthy1 > start2 {
+			t.Errorf("the replacements did not roll:\n%s", strings.Join(ev, "\n"))
+		}
+	})
 }
