@@ -83,16 +83,8 @@ test: prereqs fmtcheck build ## every test, with -race and every go vet check, t
 	@# -race builds it tests: `make lint`'s go vet would build the module once more. The
 	@# packages without tests are vetted here, first.
 	$(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
-	@# The fuzz targets' binaries (make fuzz) build beside the tests, at the lowest CPU
-	@# priority: the tests leave about a sixth of two cores idle (waiting on timers and
-	@# on nodes), which the builds take instead of the tests' share. The targets run
-	@# after the tests, and the builds' output is printed then.
-	bins=$$(mktemp -d); setsid -w nice -n 19 env FUZZ_BINS=$$bins FUZZ_STEP=build $(MAKE) --no-print-directory fuzz >$$bins/build.log 2>&1 & fb=$$!; \
-	trap 'kill -- -$$fb 2>/dev/null; rm -rf "$$bins"' EXIT; \
-	RIGGER_E2E=1 $(GO) test -vet=all -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; \
-	[ $$rc -eq 0 ] || exit $$rc; \
-	wait $$fb; rc=$$?; cat $$bins/build.log; [ $$rc -eq 0 ] || exit $$rc; \
-	FUZZ_BINS=$$bins FUZZ_STEP=run $(MAKE) --no-print-directory fuzz
+	RIGGER_E2E=1 $(GO) test -vet=all -race -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
+	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: fuzz
 fuzz: ## a short fuzz run of every fuzz target (the end of make test)

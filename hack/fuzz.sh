@@ -10,11 +10,6 @@
 # there are cores, each with one fuzz worker (-test.parallel 1), its output
 # printed whole when it ends.
 #
-# FUZZ_BINS names a directory to build the binaries in and keep (default: a
-# temporary one); FUZZ_STEP=build only builds them there, FUZZ_STEP=run only
-# runs the targets from them. `make test` builds them beside its tests at
-# the lowest CPU priority and runs the targets after.
-#
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when
 # -fuzztime ends while a worker is still busy (golang/go#75804, fixed in Go
 # 1.27): a failure with no failing input. Such a run is reported and passes
@@ -26,12 +21,8 @@ shift
 go=${GO:-go}
 cache=$("$go" env GOCACHE) || exit 1
 module=$("$go" list -m) || exit 1
-step=${FUZZ_STEP:-}
-bins=${FUZZ_BINS:-}
-if [ -z "$bins" ]; then
-	bins=$(mktemp -d)
-	trap 'rm -rf "$bins"' EXIT
-fi
+bins=$(mktemp -d)
+trap 'rm -rf "$bins"' EXIT
 
 # binary PACKAGE: where PACKAGE's fuzz test binary goes.
 binary() { echo "$bins/${1//\//_}.test"; }
@@ -61,22 +52,17 @@ fuzz() {
 	return "$rc"
 }
 
-# build: every package's binary, as many builds at once as there are
-# cores: each is mostly a link, which one core does.
-build() {
-	local arg rest pkg pkgs=()
-	for arg in "$@"; do
-		rest=${arg#*:} pkg=${rest%%:*}
-		[[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")
-	done
-	printf '%s\n' "${pkgs[@]}" | while read -r pkg; do echo "$pkg $(binary "$pkg")"; done |
-		xargs -P "$(nproc)" -L 1 bash -c 'echo "go test -c -fuzz . -o $1 $0"; "$go" test -c -fuzz . -o "$1" "$0" || { echo "FAIL: build of $0"; exit 1; }'
-}
+# Every package's binary first, as many builds at once as there are cores:
+# each is mostly a link, which one core does.
+pkgs=()
+for arg in "$@"; do
+	rest=${arg#*:} pkg=${rest%%:*}
+	[[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")
+done
 export go
-if [ "$step" != run ]; then
-	build "$@" || exit 1
-	[ "$step" = build ] && exit 0
-fi
+printf '%s\n' "${pkgs[@]}" | while read -r pkg; do echo "$pkg $(binary "$pkg")"; done |
+	xargs -P "$(nproc)" -L 1 bash -c 'echo "go test -c -fuzz . -o $1 $0"; "$go" test -c -fuzz . -o "$1" "$0" || { echo "FAIL: build of $0"; exit 1; }' ||
+	exit 1
 
 # Then every target, as many at once as there are cores; any failure fails.
 export minimize cache module bins
