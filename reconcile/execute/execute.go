@@ -840,19 +840,15 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, block
 			changing = append(changing, n)
 		}
 	}
-	batches := slices.Collect(slices.Chunk(changing, size))
-	if len(creating) > 0 {
-		batches = append([][]string{creating}, batches...)
+	steps1 := func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }
+	if err := fanout.Each(ctx, creating, r.o.MaxParallel, steps1); err != nil {
+		return err
 	}
-	for i, batch := range batches {
+	for batch := range slices.Chunk(changing, size) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		limit := len(batch)
-		if i == 0 && len(creating) > 0 {
-			limit = r.o.MaxParallel
-		}
-		if err := fanout.Each(ctx, batch, limit, func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }); err != nil {
+		if err := fanout.Each(ctx, batch, len(batch), steps1); err != nil {
 			return err
 		}
 	}

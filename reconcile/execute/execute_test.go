@@ -510,38 +510,41 @@ func TestCreatesAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		maxParallel int
-		wantWorkers int // worker nodes at once
+		want        map[plan.Phase]int // nodes started at once
 	}{
-		{"unbounded", 0, 7},
-		{"MaxParallel 3", 3, 3},
+		{"unbounded", 0, map[plan.Phase]int{plan.PhaseControlPlane: 3, plan.PhaseWorker: 7}},
+		{"MaxParallel 3", 3, map[plan.Phase]int{plan.PhaseControlPlane: 3, plan.PhaseWorker: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := plan.Compute(d, empty(d, now))
 			r := &recorder{}
 			o := options(d, r)
 			o.MaxParallel = tc.maxParallel
-			// Each worker node's first step waits until wantWorkers nodes
-			// have started: nodes taken one batch of MaxUnavailableWorker
-			// (2) at a time never get there.
+			// Each node's steps of a phase wait until want[phase] nodes
+			// have started theirs: nodes taken one at a time (the control
+			// plane) or two at a time (MaxUnavailableWorker) never get there.
 			var mu sync.Mutex
-			started := map[string]bool{}
-			all := make(chan struct{})
+			started := map[plan.Phase]map[string]bool{}
+			all := map[plan.Phase]chan struct{}{}
+			for ph := range tc.want {
+				started[ph], all[ph] = map[string]bool{}, make(chan struct{})
+			}
 			ops := r.ops()
 			apply := ops.apply
 			ops.apply = func(ctx context.Context, s plan.Step) error {
-				if s.Phase == plan.PhaseWorker {
+				if want, ok := tc.want[s.Phase]; ok {
 					mu.Lock()
-					if !started[s.Node] {
-						started[s.Node] = true
-						if len(started) == tc.wantWorkers {
-							close(all)
+					if !started[s.Phase][s.Node] {
+						started[s.Phase][s.Node] = true
+						if len(started[s.Phase]) == want {
+							close(all[s.Phase])
 						}
 					}
 					mu.Unlock()
 					select {
-					case <-all:
+					case <-all[s.Phase]:
 					case <-time.After(10 * time.Second):
-						return fmt.Errorf("%s: fewer than %d worker nodes started at once", s.Node, tc.wantWorkers)
+						return fmt.Errorf("%s: fewer than %d %s nodes started at once", s.Node, want, s.Phase)
 					}
 				}
 				return apply(ctx, s)
@@ -549,14 +552,8 @@ func TestCreatesAtOnce(t *testing.T) {
 			if _, err := run(context.Background(), p, o, ops); err != nil {
 				t.Fatal(err)
 			}
-			if r.maxBusy > tc.wantWorkers {
-				t.Errorf("%d worker nodes at once, more than %d", r.maxBusy, tc.wantWorkers)
-			}
-			if tc.maxParallel == 0 {
-				lastCreate, firstHealthy := lastIndex(r.events, "create 10.0.0.3 kube-scheduler"), index(r.events, "healthy 10.0.0.1 kube-apiserver")
-				if lastCreate > firstHealthy {
-					t.Errorf("a control plane node waited for before every one was created:\n%s", strings.Join(r.events, "\n"))
-				}
+			if want := tc.want[plan.PhaseWorker]; r.maxBusy > want {
+				t.Errorf("%d worker nodes at once, more than %d", r.maxBusy, want)
 			}
 		})
 	}
