@@ -809,12 +809,14 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 	return nil
 }
 
-// controlPlane changes one node at a time (rolling).
+// controlPlane changes one node at a time (those where it is only created
+// at once).
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 	return r.rolling(ctx, steps, 1, r.o.ControlPlaneBlocked)
 }
 
-// workers changes MaxUnavailableWorker nodes at once.
+// workers changes MaxUnavailableWorker nodes at once (those where they are
+// only created all at once).
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
 	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.o.WorkersBlocked)
 }
@@ -840,15 +842,15 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, block
 			changing = append(changing, n)
 		}
 	}
-	steps1 := func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }
-	if err := fanout.Each(ctx, creating, r.o.MaxParallel, steps1); err != nil {
+	change := func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }
+	if err := fanout.Each(ctx, creating, r.o.MaxParallel, change); err != nil {
 		return err
 	}
 	for batch := range slices.Chunk(changing, size) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := fanout.Each(ctx, batch, len(batch), steps1); err != nil {
+		if err := fanout.Each(ctx, batch, len(batch), change); err != nil {
 			return err
 		}
 	}
