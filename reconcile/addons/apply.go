@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,38 +28,98 @@ var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespace
 // An object whose kind a CRD of addons defines, or whose Namespace addons
 // creates, cannot be dry-run before those exist: it is Create, with a
 // Summary that says why it was not checked. An object the API server
-// rejects is an *ApplyError with DryRun set.
+// rejects is an *ApplyError with DryRun set; when several fail, the error
+// is the first one's in the add-ons' order.
+//
+// The dry runs change nothing, so they do not wait for each other:
+// planParallel objects (and add-ons' prunes) are planned at once.
 func (e *Engine) Plan(ctx context.Context, addons []Addon) (*ChangeSet, error) {
 	set, err := e.resolve(ctx, addons)
 	if err != nil {
 		return nil, err
 	}
-	cs := &ChangeSet{}
-	nsExists := map[string]bool{}
-	for _, ra := range set.addons {
-		inv, err := e.readInventory(ctx, ra.name)
-		if err != nil {
-			return nil, err
+	nsExists, err := e.namespacesExist(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	// results[i] are add-on i's objects' changes, in order, then its
+	// prune's.
+	type result struct {
+		changes []Change
+		err     error
+	}
+	results := make([][]result, len(set.addons))
+	var jobs []func()
+	for i := range set.addons {
+		ra := &set.addons[i]
+		res := make([]result, len(ra.targets)+1)
+		results[i] = res
+		for j, t := range ra.targets {
+			jobs = append(jobs, func() {
+				ch, err := e.planObject(ctx, set, t, nsExists)
+				res[j] = result{[]Change{ch}, err}
+			})
 		}
-		ac := AddonChanges{Name: ra.name}
-		for _, t := range ra.targets {
-			ch, err := e.planObject(ctx, set, t, nsExists)
-			if err != nil {
-				return nil, err
+		jobs = append(jobs, func() {
+			inv, err := e.readInventory(ctx, ra.name)
+			if err == nil {
+				res[len(ra.targets)].changes, _, err = e.prune(ctx, ra.name, inv.refs, set.owner, false, false)
 			}
-			ac.Changes = append(ac.Changes, ch)
+			res[len(ra.targets)].err = err
+		})
+	}
+	runAll(jobs, planParallel)
+	cs := &ChangeSet{}
+	for i, ra := range set.addons {
+		ac := AddonChanges{Name: ra.name}
+		for _, r := range results[i] {
+			if r.err != nil {
+				return nil, r.err
+			}
+			ac.Changes = append(ac.Changes, r.changes...)
 		}
-		stale, _, err := e.prune(ctx, ra.name, inv.refs, set.owner, false, false)
-		if err != nil {
-			return nil, err
-		}
-		ac.Changes = append(ac.Changes, stale...)
 		cs.Addons = append(cs.Addons, ac)
 	}
 	return cs, nil
 }
 
-// planObject dry-runs one object and classifies it.
+// planParallel is how many calls Plan makes at once. One at a time, a
+// plan waits out every slow answer in turn: right after an etcd member
+// goes away, each resource type's first call stalls about 10 s in the API
+// server until its etcd client gives that member up, and a plan of the
+// system add-ons waited a minute.
+const planParallel = 8
+
+// runAll runs jobs, n at a time, and returns when all have ended.
+func runAll(jobs []func(), n int) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, n)
+	for _, job := range jobs {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			job()
+		})
+	}
+	wg.Wait()
+}
+
+// namespacesExist says, for each Namespace the add-ons create, whether it
+// exists: the objects in one that does not are not dry-run.
+func (e *Engine) namespacesExist(ctx context.Context, set *desiredSet) (map[string]bool, error) {
+	exists := map[string]bool{}
+	for _, ns := range slices.Sorted(maps.Keys(set.namespaces)) {
+		live, err := e.get(ctx, namespaces, ObjectRef{Version: "v1", Kind: "Namespace", Name: ns})
+		if err != nil {
+			return nil, err
+		}
+		exists[ns] = live != nil
+	}
+	return exists, nil
+}
+
+// planObject dry-runs one object and classifies it. nsExists is
+// namespacesExist's answer.
 func (e *Engine) planObject(ctx context.Context, set *desiredSet, t *target, nsExists map[string]bool) (Change, error) {
 	notChecked := func(why string) Change {
 		return Change{Object: t.ref, Action: Create, Source: t.src.String(), Summary: "not dry-run: " + why}
@@ -65,19 +127,8 @@ func (e *Engine) planObject(ctx context.Context, set *desiredSet, t *target, nsE
 	if t.pendingCRD {
 		return notChecked("its CustomResourceDefinition is created first"), nil
 	}
-	if ns := t.ref.Namespace; ns != "" && set.namespaces[ns] {
-		exists, ok := nsExists[ns]
-		if !ok {
-			live, err := e.get(ctx, namespaces, ObjectRef{Version: "v1", Kind: "Namespace", Name: ns})
-			if err != nil {
-				return Change{}, fmt.Errorf("addon %s: %w", t.addon, err)
-			}
-			exists = live != nil
-			nsExists[ns] = exists
-		}
-		if !exists {
-			return notChecked("its Namespace is created first"), nil
-		}
+	if ns := t.ref.Namespace; ns != "" && set.namespaces[ns] && !nsExists[ns] {
+		return notChecked("its Namespace is created first"), nil
 	}
 	live, err := e.get(ctx, t.gvr, t.ref)
 	if err != nil {
