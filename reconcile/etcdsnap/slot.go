@@ -54,6 +54,11 @@ const (
 // attempt is made, by whichever taker: serve's schedule waits as long.
 const RetryAfter = time.Minute
 
+// claimRecheck is how soon a taker looks again at a slot another taker
+// claimed: a snapshot takes seconds, and what follows it on this taker
+// (retention on its node, its listing) should not wait a minute.
+const claimRecheck = 15 * time.Second
+
 // claimMargin is added to backup_config.timeout (which bounds the taking
 // itself) for how long a claim holds: the listing before, the copies and
 // the upload after. A taker that died holding a claim delays the slot by
@@ -148,7 +153,7 @@ func (cl *Cluster) claimSlot(ctx context.Context, store SlotStore, s Schedule, n
 	next, claim, reason := decideSlot(s, rec, cl.interval(), now)
 	s.Next, s.Due, s.Reason = next, claim, reason
 	if !claim {
-		if soon := now.Add(RetryAfter); rec != nil && rec.State == SlotClaimed && next.After(soon) {
+		if soon := now.Add(claimRecheck); rec != nil && rec.State == SlotClaimed && next.After(soon) {
 			// Look again soon: the holder may be done (or fail) well
 			// before its claim lapses.
 			s.Next = soon
@@ -165,7 +170,7 @@ func (cl *Cluster) claimSlot(ctx context.Context, store SlotStore, s Schedule, n
 	}
 	if !ok {
 		s.Due = false
-		s.Next = now.Add(RetryAfter)
+		s.Next = now.Add(claimRecheck)
 		s.Reason = "another taker claimed this scheduled snapshot's slot first: it takes it"
 		return s, nil, nil
 	}

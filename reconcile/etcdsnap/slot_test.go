@@ -271,18 +271,18 @@ func TestSnapshotterLoop(t *testing.T) {
 			},
 			load: func(context.Context) (*Cluster, func(), error) { return cluster(enabled), func() {}, nil },
 			want: RecheckInterval},
-		{name: "another taker holds the claim 30 s more",
+		{name: "another taker holds the claim 12 s more",
 			setup: func() {
-				put(SlotRecord{State: SlotClaimed, Taker: "rigger serve", At: t0.Add(-time.Minute), Until: t0.Add(30 * time.Second)})
+				put(SlotRecord{State: SlotClaimed, Taker: "rigger serve", At: t0.Add(-time.Minute), Until: t0.Add(12 * time.Second)})
 			},
 			load: func(context.Context) (*Cluster, func(), error) { return cluster(enabled), func() {}, nil },
-			want: 30 * time.Second},
-		{name: "another taker holds the claim 9 minutes more: look again in a minute",
+			want: 12 * time.Second},
+		{name: "another taker holds the claim 9 minutes more: look again in 15 s",
 			setup: func() {
 				put(SlotRecord{State: SlotClaimed, Taker: "rigger serve", At: t0.Add(-time.Minute), Until: t0.Add(9 * time.Minute)})
 			},
 			load: func(context.Context) (*Cluster, func(), error) { return cluster(enabled), func() {}, nil },
-			want: RetryAfter},
+			want: claimRecheck},
 		{name: "a claim about to lapse: at least minWait",
 			setup: func() {
 				put(SlotRecord{State: SlotClaimed, Taker: "rigger serve", At: t0.Add(-time.Minute), Until: t0.Add(time.Second)})
