@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rigger/rigger/reconcile/fanout"
 )
 
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -49,18 +50,18 @@ func (e *Engine) Plan(ctx context.Context, addons []Addon) (*ChangeSet, error) {
 		err     error
 	}
 	results := make([][]result, len(set.addons))
-	var jobs []func()
+	var jobs []func(context.Context)
 	for i := range set.addons {
 		ra := &set.addons[i]
 		res := make([]result, len(ra.targets)+1)
 		results[i] = res
 		for j, t := range ra.targets {
-			jobs = append(jobs, func() {
+			jobs = append(jobs, func(ctx context.Context) {
 				ch, err := e.planObject(ctx, set, t, nsExists)
 				res[j] = result{[]Change{ch}, err}
 			})
 		}
-		jobs = append(jobs, func() {
+		jobs = append(jobs, func(ctx context.Context) {
 			inv, err := e.readInventory(ctx, ra.name)
 			if err == nil {
 				res[len(ra.targets)].changes, _, err = e.prune(ctx, ra.name, inv.refs, set.owner, false, false)
@@ -68,7 +69,12 @@ func (e *Engine) Plan(ctx context.Context, addons []Addon) (*ChangeSet, error) {
 			res[len(ra.targets)].err = err
 		})
 	}
-	runAll(jobs, planParallel)
+	if err := fanout.Each(ctx, jobs, planParallel, func(ctx context.Context, _ int, job func(context.Context)) error {
+		job(ctx)
+		return nil
+	}); err != nil {
+		return nil, err // ctx ended before every job started
+	}
 	cs := &ChangeSet{}
 	for i, ra := range set.addons {
 		ac := AddonChanges{Name: ra.name}
@@ -83,26 +89,12 @@ func (e *Engine) Plan(ctx context.Context, addons []Addon) (*ChangeSet, error) {
 	return cs, nil
 }
 
-// planParallel is how many calls Plan makes at once. One at a time, a
-// plan waits out every slow answer in turn: right after an etcd member
+// planParallel is how many objects (or add-ons' prunes) Plan plans at
+// once. One at a time, a plan waits out every slow answer in turn: right after an etcd member
 // goes away, each resource type's first call stalls about 10 s in the API
 // server until its etcd client gives that member up, and a plan of the
 // system add-ons waited a minute.
 const planParallel = 8
-
-// runAll runs jobs, n at a time, and returns when all have ended.
-func runAll(jobs []func(), n int) {
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, n)
-	for _, job := range jobs {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			job()
-		})
-	}
-	wg.Wait()
-}
 
 // namespacesExist says, for each Namespace the add-ons create, whether it
 // exists: the objects in one that does not are not dry-run.
