@@ -90,10 +90,10 @@ func (e *Engine) Plan(ctx context.Context, addons []Addon) (*ChangeSet, error) {
 }
 
 // planParallel is how many objects (or add-ons' prunes) Plan plans at
-// once. One at a time, a plan waits out every slow answer in turn: right after an etcd member
-// goes away, each resource type's first call stalls about 10 s in the API
-// server until its etcd client gives that member up, and a plan of the
-// system add-ons waited a minute.
+// once. One at a time, a plan waits out every slow answer in turn: right
+// after an etcd member goes away, each resource type's first call stalls
+// about 10 s in the API server until its etcd client gives that member
+// up, and a plan of the system add-ons waited a minute.
 const planParallel = 8
 
 // namespacesExist says, for each Namespace the add-ons create, whether it
