@@ -809,14 +809,14 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 	return nil
 }
 
-// controlPlane changes one node at a time (those where it is only created
-// at once).
+// controlPlane changes one node at a time, after the nodes where it is
+// only created, which start all at once.
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
 	return r.rolling(ctx, steps, 1, r.o.ControlPlaneBlocked)
 }
 
-// workers changes MaxUnavailableWorker nodes at once (those where they are
-// only created all at once).
+// workers changes MaxUnavailableWorker nodes at once, after the nodes
+// where they are only created, which start all at once.
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
 	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.o.WorkersBlocked)
 }
