@@ -19,6 +19,7 @@ set -uo pipefail
 minimize=$1
 shift
 go=${GO:-go}
+ldflags=${TESTLDFLAGS:--w -linkmode=internal}
 cache=$("$go" env GOCACHE) || exit 1
 module=$("$go" list -m) || exit 1
 bins=$(mktemp -d)
@@ -53,16 +54,16 @@ fuzz() {
 }
 
 # Every package's binary first, as many builds at once as there are cores:
-# each is mostly a link, which one core does, without DWARF (-w: half the
-# link time; a fuzz failure's stack trace does not need it).
+# each is mostly a link, which one core does, linked as the Makefile's
+# TESTLDFLAGS says (without DWARF, by Go's own linker).
 pkgs=()
 for arg in "$@"; do
 	rest=${arg#*:} pkg=${rest%%:*}
 	[[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")
 done
-export go
+export go ldflags
 printf '%s\n' "${pkgs[@]}" | while read -r pkg; do echo "$pkg $(binary "$pkg")"; done |
-	xargs -P "$(nproc)" -L 1 bash -c 'echo "go test -c -fuzz . -ldflags=-w -o $1 $0"; "$go" test -c -fuzz . -ldflags=-w -o "$1" "$0" || { echo "FAIL: build of $0"; exit 1; }' ||
+	xargs -P "$(nproc)" -L 1 bash -c 'echo "go test -c -fuzz . -ldflags=\"$ldflags\" -o $1 $0"; "$go" test -c -fuzz . -ldflags="$ldflags" -o "$1" "$0" || { echo "FAIL: build of $0"; exit 1; }' ||
 	exit 1
 
 # Then every target, as many at once as there are cores; any failure fails.
