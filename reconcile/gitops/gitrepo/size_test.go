@@ -14,7 +14,9 @@ func TestLargeFilesAreNotRead(t *testing.T) {
 	const max = 1 << 20
 	ctx := context.Background()
 	bare := newBare(t)
-	big := strings.Repeat("# a comment that compresses well\n", 2<<20) // 66 MiB
+	// 24 MiB: more than the 16 MiB Find may allocate below, so that reading
+	// it would show.
+	big := strings.Repeat("# a comment that compresses well\n", 3<<18)
 	humanPush(t, bare, "main", map[string]string{
 		"clusters/big/cluster.yml":   big,
 		"clusters/small/cluster.yml": "name: small\n",
