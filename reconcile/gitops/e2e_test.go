@@ -372,7 +372,7 @@ func ready(f *gitops.StatusFile) string {
 }
 
 // buildRigger compiles the rigger command as `make build` does (static,
-// -trimpath, no symbol table or DWARF: a third of the link time), so that
+// -trimpath, no symbol table or DWARF, which shortens the link), so that
 // under `make test` every package comes from the build cache `make build`
 // filled and only the link is left.
 func buildRigger(t testing.TB) string {
