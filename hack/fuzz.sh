@@ -19,7 +19,8 @@ set -uo pipefail
 minimize=$1
 shift
 go=${GO:-go}
-ldflags=${TESTLDFLAGS:--w -linkmode=internal}
+# The linker flags: the Makefile's TESTLDFLAGS (Go's defaults when unset).
+ldflags=${TESTLDFLAGS-}
 cache=$("$go" env GOCACHE) || exit 1
 module=$("$go" list -m) || exit 1
 bins=$(mktemp -d)
