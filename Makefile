@@ -11,8 +11,8 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo
 LDFLAGS      := -s -w -X main.version=$(VERSION)
 RIGGER_CACHE ?= /var/cache/rigger
 # The fuzz targets (package:target; docs/testing.md says what each is fed and
-# how to fuzz one for longer): `make fuzz`, at the end of `make test`, runs
-# each for FUZZTIME.
+# how to fuzz one for longer): `make fuzz` runs each for FUZZTIME. `make test`
+# runs their seeds and saved inputs as tests, without fuzzing.
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./spec:FuzzLoad \
 	./sandbox:FuzzParseState \
@@ -77,7 +77,7 @@ fmtcheck: ## fail when gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: prereqs fmtcheck build ## every test, with -race and every go vet check, the real sandbox parts and a short fuzz run
+test: prereqs fmtcheck build ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
@@ -93,10 +93,9 @@ test: prereqs fmtcheck build ## every test, with -race and every go vet check, t
 	@# are linked.
 	$(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
 	RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
-	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: fuzz
-fuzz: ## a short fuzz run of every fuzz target (the end of make test)
+fuzz: ## a short fuzz run of every fuzz target (FUZZTIME each; not part of make test)
 	@GO=$(GO) TESTLDFLAGS='$(TESTLDFLAGS)' bash hack/fuzz.sh $(FUZZMINIMIZE) $(foreach t,$(FUZZ_TARGETS),$(FUZZTIME):$(t))
 
 .PHONY: chaos
