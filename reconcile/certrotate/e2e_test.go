@@ -41,12 +41,16 @@ import (
 //     every node, the new admin kubeconfig works and the old one no longer
 //     does, a service-account token issued before still authenticates
 //     (the signing key is kept, as RKE keeps it), the Nodes are Ready.
+//
+// Its workers change all at once (upgrade_strategy.max_unavailable_worker
+// 100%), the one sandbox cluster to do so: the API servers still change
+// one at a time, and each rotation's worker phase takes one node's time.
 func TestCertRotateSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 25, Nodes: 3, Images: true})
 	ctx, cancel := rt.UntilTestDeadline(t)
 	defer cancel()
 	a := rt.New(t)
-	c := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly)
+	c := rt.Cluster(t, s, rt.Roles(3), rt.NetworkOnly, func(c *spec.Cluster) { c.UpgradeStrategy.MaxUnavailableWorker = "100%" })
 	if !t.Run("converge", func(t *testing.T) { a.Apply(ctx, t, c) }) {
 		return
 	}
