@@ -96,11 +96,11 @@ func listNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, err
 		}
 		return last == nil, nil
 	})
-	if err != nil && last != nil {
+	if last != nil {
 		return nil, last
 	}
 	if err != nil {
-		return nil, err
+		return nil, err // ctx ended before the first attempt
 	}
 	return nodes.Items, nil
 }
