@@ -2,14 +2,8 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/kubenode"
@@ -52,8 +46,13 @@ func (s *Session) observeEtcd(ctx context.Context, set *pki.Set, o *observe.Clus
 	o.Etcd = &observe.Etcd{Members: members}
 }
 
-// nodeListTimeout bounds the listing of the Nodes: an API server that does
-// not answer makes the plan go on without them.
+// nodeListTimeout bounds the listing of the Nodes, its retries included:
+// an API server that does not answer makes the plan go on without them.
+// Right after an etcd member goes away, the API server answers a
+// resource's first call with a 500 after about 10 s, until its etcd client
+// gives the member up; the next call is answered. One such answer must not
+// leave the plan without the Nodes, and so without the add-ons' plan (the
+// network plugin was then applied again, another 30 s of such answers).
 const nodeListTimeout = 15 * time.Second
 
 // observeKubernetes lists the Nodes into o and links them to the machines
@@ -67,40 +66,11 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 	}
 	lctx, cancel := context.WithTimeout(ctx, nodeListTimeout)
 	defer cancel()
-	nodes, err := listNodes(lctx, cs)
+	nodes, err := kubenode.ListNodes(lctx, cs)
 	if err != nil {
-		o.Kubernetes.Err = fmt.Errorf("list Nodes: %w", err)
+		o.Kubernetes.Err = err
 		return
 	}
 	o.Kubernetes.Nodes = nodes
 	o.Kubernetes.Link = kubenode.Link(kubenode.Machines(s.c), nodes)
-}
-
-// nodeListBackoff spaces the Node list's attempts.
-var nodeListBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 5, Cap: 4 * time.Second}
-
-// listNodes lists the Nodes, again while the API server fails for a
-// reason that passes (kubenode.Retriable), until ctx ends. Right after an
-// etcd member goes away, the API server answers a resource's first call
-// with a 500 after about 10 s, until its etcd client gives the member up;
-// the next call is answered. One such answer must not leave the plan
-// without the Nodes, and so without the add-ons' plan (the network plugin
-// was then applied again, another 30 s of such answers).
-func listNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {
-	var nodes *corev1.NodeList
-	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, nodeListBackoff, func(ctx context.Context) (bool, error) {
-		nodes, last = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if last != nil && !kubenode.Retriable(last) {
-			return false, last
-		}
-		return last == nil, nil
-	})
-	if last != nil {
-		return nil, last
-	}
-	if err != nil {
-		return nil, err // ctx ended before the first attempt
-	}
-	return nodes.Items, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,13 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/rigger/rigger/reconcile/internal/apiretry"
 )
 
 // Defaults of Options.
@@ -397,47 +397,5 @@ var retryBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Ste
 
 // retry calls fn until it succeeds, fails for good or the retries run out.
 func retry(ctx context.Context, fn func() error) error {
-	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, retryBackoff, func(context.Context) (bool, error) {
-		last = fn()
-		if last == nil {
-			return true, nil
-		}
-		if transient(last) {
-			return false, nil
-		}
-		return false, last
-	})
-	if err != nil && last != nil {
-		return last
-	}
-	return err
-}
-
-// transient reports whether an API error may pass on its own: a timeout,
-// an overloaded or restarting API server, a dropped connection. An internal
-// error (500) is not retried: server-side apply answers one for a field the
-// schema does not declare.
-func transient(err error) bool {
-	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
-		utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionRefused(err) ||
-		storageUnavailable(err)
-}
-
-// storageUnavailable reports whether err is the API server's 500 for etcd
-// not answering (a member down, a leader election): it passes. The API
-// server gives no reason for it but the message; other 500s (a field the
-// schema does not have) do not pass and are not retried.
-func storageUnavailable(err error) bool {
-	if !apierrors.IsInternalError(err) {
-		return false
-	}
-	msg := err.Error()
-	for _, s := range []string{"etcdserver: ", "rpc error: code = Unavailable", "rpc error: code = DeadlineExceeded"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return apiretry.Do(ctx, retryBackoff, apiretry.Passes, func(context.Context) error { return fn() })
 }

@@ -2,11 +2,8 @@ package addons
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -185,25 +182,5 @@ func TestUnion(t *testing.T) {
 	want := []ObjectRef{b[0], a[1], b[1]}
 	if diff := cmp.Diff(want, union(a, b)); diff != "" {
 		t.Errorf("union (-want +got):\n%s", diff)
-	}
-}
-
-// TestTransient: an etcd hiccup behind the API server is retried; a 500
-// for a field the schema does not have is not.
-func TestTransient(t *testing.T) {
-	tests := []struct {
-		err  error
-		want bool
-	}{
-		{apierrors.NewInternalError(errors.New("etcdserver: leader changed")), true},
-		{apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = keepalive ping failed to receive ACK within timeout")), true},
-		{apierrors.NewInternalError(errors.New("failed to create typed patch object (default/x; /v1, Kind=ConfigMap): .datta: field not declared in schema")), false},
-		{apierrors.NewServiceUnavailable("restarting"), true},
-		{apierrors.NewBadRequest("no"), false},
-	}
-	for _, tt := range tests {
-		if got := transient(tt.err); got != tt.want {
-			t.Errorf("transient(%v) = %v, want %v", tt.err, got, tt.want)
-		}
 	}
 }

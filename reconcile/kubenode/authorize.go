@@ -37,7 +37,7 @@ func AuthorizeAPIServer(ctx context.Context, cs kubernetes.Interface) error {
 		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(APIServerProxyRole)).
 		WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName("kube-apiserver"))
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
-	return retryAPI(func() error {
+	return retryAPI(ctx, func() error {
 		if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, role, opts); err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ const fieldManager = "rigger"
 // creates it.
 func AuthorizeKubelets(ctx context.Context, cs kubernetes.Interface) error {
 	subject := rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}
-	return retryAPI(func() error {
+	return retryAPI(ctx, func() error {
 		crb, err := cs.RbacV1().ClusterRoleBindings().Get(ctx, NodeBinding, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{

@@ -29,7 +29,7 @@ import (
 // registered before rigger labelled Nodes). Hostname may be empty.
 func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname string) ([]corev1.Node, error) {
 	var list *corev1.NodeList
-	err := retryAPI(func() (err error) {
+	err := retryAPI(ctx, func() (err error) {
 		list, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 			LabelSelector: desired.NodeAddressLabel + "=" + desired.NodeAddressLabelValue(address)})
 		return err
@@ -41,7 +41,7 @@ func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname s
 		return list.Items, nil
 	}
 	var n *corev1.Node
-	err = retryAPI(func() (err error) {
+	err = retryAPI(ctx, func() (err error) {
 		n, err = cs.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
 		return err
 	})
@@ -56,10 +56,11 @@ func FindNodes(ctx context.Context, cs kubernetes.Interface, address, hostname s
 	return []corev1.Node{*n}, nil
 }
 
-// ListNodes lists every Node, retried on passing errors.
+// ListNodes lists every Node, again while the API server fails for a
+// reason that passes (Retriable), until the backoff is spent or ctx ends.
 func ListNodes(ctx context.Context, cs kubernetes.Interface) ([]corev1.Node, error) {
 	var list *corev1.NodeList
-	err := retryAPI(func() (err error) {
+	err := retryAPI(ctx, func() (err error) {
 		list, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		return err
 	})
@@ -75,7 +76,7 @@ func patchNode(ctx context.Context, cs kubernetes.Interface, name string, patch 
 	if err != nil {
 		return err
 	}
-	return retryAPI(func() error {
+	return retryAPI(ctx, func() error {
 		_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{})
 		return err
 	})
@@ -270,7 +271,7 @@ func Heartbeat(n *corev1.Node) time.Time {
 
 // Delete deletes the Node (gone already is no error).
 func Delete(ctx context.Context, cs kubernetes.Interface, name string) error {
-	err := retryAPI(func() error {
+	err := retryAPI(ctx, func() error {
 		return cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -84,7 +84,7 @@ func SaveState(ctx context.Context, cs kubernetes.Interface, c *spec.Cluster, se
 		return fmt.Errorf("save the cluster state: %w", err)
 	}
 	secrets := cs.CoreV1().Secrets(StateNamespace)
-	err = retryAPI(func() error {
+	err = retryAPI(ctx, func() error {
 		old, err := secrets.Get(ctx, StateSecret, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = secrets.Create(ctx, &corev1.Secret{
@@ -122,7 +122,7 @@ func (*NoStateError) Error() string {
 // is a *NoStateError.
 func LoadState(ctx context.Context, cs kubernetes.Interface) (*pki.Set, *ClusterState, error) {
 	var sec *corev1.Secret
-	err := retryAPI(func() (err error) {
+	err := retryAPI(ctx, func() (err error) {
 		sec, err = cs.CoreV1().Secrets(StateNamespace).Get(ctx, StateSecret, metav1.GetOptions{})
 		return err
 	})

@@ -241,7 +241,7 @@ func (c *Change) Patch(resourceVersion string) ([]byte, error) {
 func Sync(ctx context.Context, cs kubernetes.Interface, name string, m Machine) (*Change, error) {
 	labels, taints := Wanted(m)
 	var done *Change
-	err := retryAPI(func() error {
+	err := retryAPI(ctx, func() error {
 		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

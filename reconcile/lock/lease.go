@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rigger/rigger/internal/ctxwait"
+	"github.com/rigger/rigger/reconcile/internal/apiretry"
 )
 
 // HolderAnnotation is the annotation of a Lease that holds its holder's
@@ -480,12 +481,11 @@ func noAnswer(err error) bool {
 }
 
 // transient reports whether err may go away by itself: no answer, the
-// API server busy or failing, or the Lease's namespace not there yet (an
+// API server busy or failing (apiretry.Passes, and any 500), or the Lease's namespace not there yet (an
 // API server creates kube-system as it starts: a new cluster's first API
 // server answers a moment before).
 func transient(err error) bool {
-	return noAnswer(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || namespaceMissing(err)
+	return noAnswer(err) || apiretry.Passes(err) || apierrors.IsInternalError(err) || namespaceMissing(err)
 }
 
 // namespaceMissing reports whether err says that a namespace is not found.

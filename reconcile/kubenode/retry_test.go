@@ -1,4 +1,4 @@
-package reconcile
+package kubenode
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func TestListNodesRetries(t *testing.T) {
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			nodes, err := listNodes(ctx, cs)
+			nodes, err := ListNodes(ctx, cs)
 			if tt.wantErr != nil {
 				if !tt.wantErr(err) {
 					t.Fatalf("err %v", err)
