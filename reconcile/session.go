@@ -12,7 +12,6 @@ import (
 	"github.com/rigger/rigger/reconcile/registryauth"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
-	"github.com/rigger/rigger/transport/sshtun"
 )
 
 // Options are the settings of a Session.
@@ -90,17 +89,11 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		// The former nodes are reached as the last apply reached them.
 		reach := *c
 		reach.Nodes = slices.Concat(c.Nodes, s.former)
-		cfg, err := SSHConfig(&reach, opts.Log)
+		ssh, unusable, err := sshTransport(&reach, s.former, opts.Log)
 		if err != nil {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
-		var ssh transport.Transport
-		if len(cfg.Nodes) > 0 { // else every node has transport: agent
-			if ssh, err = sshtun.New(cfg); err != nil {
-				return nil, stalls(ReasonInvalidSpec, err)
-			}
-		}
-		s.tr, s.own = routeAgentNodes(&reach, ssh, opts.Agents), true
+		s.tr, s.own = routeNodes(&reach, ssh, opts.Agents, unusable), true
 	}
 	return s, nil
 }

@@ -1,12 +1,17 @@
 package reconcile
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
@@ -77,5 +82,56 @@ func TestOpenClassifiesStateErrors(t *testing.T) {
 				t.Errorf("Open: %v, classified %s stalled=%v; want %s stalled=%v", err, reason, stalled, tt.wantReason, tt.wantStall)
 			}
 		})
+	}
+}
+
+// TestFormerNodeWithoutKey: a node of the last apply whose recorded key is
+// gone no longer stops every apply: the session opens, and the node
+// answers with an error that says where it comes from, as one that does
+// not answer. A node of cluster.yml without its key still stops Open.
+func TestFormerNodeWithoutKey(t *testing.T) {
+	dir := t.TempDir()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(key, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleWorker}, SSHKeyPath: key}}}
+	spec.SetDefaults(c)
+	c.Rigger.SSH.KnownHostsFile = filepath.Join(dir, "known_hosts")
+	gone := filepath.Join(dir, "old", "id_ed25519")
+	former := spec.Node{Address: "10.0.0.9", Port: "22", User: "u", Role: []string{spec.RoleWorker}, SSHKeyPath: gone, Transport: spec.TransportSSH}
+	state := filepath.Join(dir, "state")
+	if err := statedir.WriteJSON(state, nodesFile, []spec.Node{c.Nodes[0], former}); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := Open(c, Options{StateDir: state})
+	if err != nil {
+		t.Fatalf("Open with a former node's key gone: %v", err)
+	}
+	defer s.Close()
+	_, err = s.tr.Docker(t.Context(), former.Address)
+	var fe *FormerNodeError
+	var ne transport.NodeError
+	if !errors.As(err, &fe) || !errors.As(err, &ne) {
+		t.Fatalf("the former node: %v (%T), want a *FormerNodeError, a transport.NodeError", err, err)
+	}
+	for _, want := range []string{"node 10.0.0.9", gone, "no longer in cluster.yml", nodesFile} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the former node's error %q does not say %q", err, want)
+		}
+	}
+
+	c.Nodes[0].SSHKeyPath = gone
+	if _, err := Open(c, Options{StateDir: state}); err == nil || !strings.Contains(err.Error(), "node 10.0.0.1") {
+		t.Errorf("Open with a key of cluster.yml gone: %v, want an error naming node 10.0.0.1", err)
 	}
 }

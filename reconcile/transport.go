@@ -2,9 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/docker/docker/client"
@@ -66,30 +68,98 @@ func sshHost(address, port, user, key, keyPath, cert, certPath string, agent boo
 	return h, nil
 }
 
-// routeAgentNodes returns ssh when c has no node with transport: agent,
-// and otherwise a transport that sends those nodes' calls to agents (nil:
-// a *NoTunnelError) and the others' to ssh (nil when there are none).
-// Closing it closes ssh only: the agent tunnel belongs to rigger serve.
-func routeAgentNodes(c *spec.Cluster, ssh, agents transport.Transport) transport.Transport {
+// sshTransport returns the SSH transport of c's nodes with transport: ssh
+// (nil when there are none). A node of former, the nodes of the last apply
+// that cluster.yml no longer has, whose key or certificate can no longer
+// be used (gone with the machine, or moved away) is left out of it, with
+// its error: like a removed node that does not answer, it is reported and
+// left for a later apply, instead of stopping every apply of the cluster.
+func sshTransport(c *spec.Cluster, former []spec.Node, log *slog.Logger) (transport.Transport, map[string]error, error) {
+	cfg, err := SSHConfig(c, log)
+	if err != nil || len(cfg.Nodes) == 0 {
+		return nil, nil, err
+	}
+	ssh, err := sshtun.New(cfg)
+	if err == nil {
+		return ssh, nil, nil
+	}
+	unusable := formerKeyErrors(err, former)
+	if unusable == nil {
+		return nil, nil, err
+	}
+	cfg.Nodes = slices.DeleteFunc(cfg.Nodes, func(n sshtun.Node) bool { return unusable[n.Name] != nil })
+	if len(cfg.Nodes) == 0 {
+		return nil, unusable, nil
+	}
+	if ssh, err = sshtun.New(cfg); err != nil {
+		return nil, nil, err
+	}
+	return ssh, unusable, nil
+}
+
+// formerKeyErrors returns the errors of sshtun.New by node when each is a
+// *sshtun.KeyError of a node of former (as *FormerNodeError), and nil
+// when any is not.
+func formerKeyErrors(err error, former []spec.Node) map[string]error {
+	errs := []error{err}
+	if joined, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	out := map[string]error{}
+	for _, e := range errs {
+		var ke *sshtun.KeyError
+		if !errors.As(e, &ke) || !slices.ContainsFunc(former, func(n spec.Node) bool { return n.Address == ke.Node }) {
+			return nil
+		}
+		out[ke.Node] = &FormerNodeError{Err: ke}
+	}
+	return out
+}
+
+// FormerNodeError is a node of the last apply that cluster.yml no longer
+// has, which cannot be reached as the last apply reached it: the key or
+// certificate recorded for it in the state directory cannot be used.
+type FormerNodeError struct{ Err error }
+
+func (*FormerNodeError) TransportNodeError() {}
+
+func (e *FormerNodeError) Error() string {
+	return fmt.Sprintf("%v (the node is no longer in cluster.yml: this is how the last apply reached it, "+
+		"as recorded in the state directory's %s)", e.Err, nodesFile)
+}
+
+func (e *FormerNodeError) Unwrap() error { return e.Err }
+
+// routeNodes returns ssh when c has no node with transport: agent and
+// unusable is empty, and otherwise a transport that answers a node of
+// unusable with its error, sends the calls of nodes with transport: agent
+// to agents (nil: a *NoTunnelError) and the others' to ssh (nil when there
+// are none). Closing it closes ssh only: the agent tunnel belongs to rigger
+// serve.
+func routeNodes(c *spec.Cluster, ssh, agents transport.Transport, unusable map[string]error) transport.Transport {
 	viaAgent := map[string]bool{}
 	for _, n := range c.Nodes {
 		if n.Transport == spec.TransportAgent {
 			viaAgent[n.Address] = true
 		}
 	}
-	if len(viaAgent) == 0 && ssh != nil {
+	if len(viaAgent) == 0 && len(unusable) == 0 && ssh != nil {
 		return ssh
 	}
-	return &nodeRouter{ssh: ssh, agents: agents, viaAgent: viaAgent}
+	return &nodeRouter{ssh: ssh, agents: agents, viaAgent: viaAgent, unusable: unusable}
 }
 
 // nodeRouter sends each node's calls to the transport that reaches it.
 type nodeRouter struct {
 	ssh, agents transport.Transport
 	viaAgent    map[string]bool
+	unusable    map[string]error
 }
 
 func (r *nodeRouter) pick(node string) (transport.Transport, error) {
+	if err := r.unusable[node]; err != nil {
+		return nil, err
+	}
 	if !r.viaAgent[node] {
 		if r.ssh == nil {
 			return nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)

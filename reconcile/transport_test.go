@@ -77,7 +77,7 @@ func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
 	c.Nodes[2].Transport = spec.TransportAgent
 	agentNode := c.Nodes[2].Address
 	ssh, agents := &fakeTransport{name: "ssh"}, &fakeTransport{name: "agents"}
-	tr := routeAgentNodes(c, ssh, agents)
+	tr := routeNodes(c, ssh, agents, nil)
 	for _, n := range c.Nodes {
 		tr.Dial(t.Context(), n.Address, "tcp", "127.0.0.1:2379")
 		tr.Docker(t.Context(), n.Address)
@@ -95,7 +95,7 @@ func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
 
 	// Without a tunnel (rigger apply), the agent node is unreachable and
 	// the message says why.
-	_, err := routeAgentNodes(c, ssh, nil).Dial(t.Context(), agentNode, "tcp", "127.0.0.1:2379")
+	_, err := routeNodes(c, ssh, nil, nil).Dial(t.Context(), agentNode, "tcp", "127.0.0.1:2379")
 	var nt *NoTunnelError
 	var ne transport.NodeError
 	if !errors.As(err, &nt) || !errors.As(err, &ne) || !strings.Contains(err.Error(), "only rigger serve reaches it") {
@@ -106,7 +106,7 @@ func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
 	only := *c
 	only.Nodes = c.Nodes[2:]
 	agents.dialed = nil
-	tr = routeAgentNodes(&only, nil, agents)
+	tr = routeNodes(&only, nil, agents, nil)
 	tr.Dial(t.Context(), agentNode, "tcp", "127.0.0.1:2379")
 	if want := []string{agentNode}; !cmp.Equal(agents.dialed, want) {
 		t.Errorf("the agent tunnel reached %v, want %v", agents.dialed, want)
@@ -117,7 +117,7 @@ func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
 
 	// A cluster without agent nodes gets SSH itself.
 	c.Nodes[2].Transport = spec.TransportSSH
-	if tr := routeAgentNodes(c, ssh, agents); tr != transport.Transport(ssh) {
-		t.Errorf("routeAgentNodes without agent nodes = %T, want the SSH transport", tr)
+	if tr := routeNodes(c, ssh, agents, nil); tr != transport.Transport(ssh) {
+		t.Errorf("routeNodes without agent nodes = %T, want the SSH transport", tr)
 	}
 }
