@@ -99,10 +99,10 @@ func (p *Planned) Complete() bool { return len(p.Unreachable()) == 0 }
 
 // PKISource says where a plan's certificates come from.
 type PKISource struct {
-	Kind PKIKind
+	Kind PKIKind `json:"source"`
 	// From is the state directory (PKIStateDir) or the node
 	// (PKIRecovered) they were read from.
-	From string
+	From string `json:"from,omitempty"`
 }
 
 // PKIKind is where a plan's certificates come from.

@@ -25,15 +25,15 @@ import (
 type Rotation struct {
 	pki.Rotation
 	// From says who asked: certrotate.FromClusterYML or FromCommandLine.
-	From string
+	From string `json:"from"`
 	// Resumed is set when an earlier apply started the rotation and did not
 	// finish it: its certificates are not issued again.
-	Resumed bool
+	Resumed bool `json:"resumed,omitempty"`
 	// Stage is the stage of a CA rotation the plan moves the nodes to.
-	Stage pki.CAStage
+	Stage pki.CAStage `json:"stage,omitempty"`
 	// Names are the certificates rotated; every component that reads one
 	// restarts, node by node.
-	Names []string
+	Names []string `json:"certificates"`
 }
 
 // rotationState is what Plan decided about rotations, for Apply.

@@ -3,9 +3,11 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/rigger/rigger/reconcile/certrotate"
@@ -48,7 +50,7 @@ func plannedPKI(s *Session, caFile []byte) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planned{Plan: &plan.Plan{}, PKI: rp.set, PKIChanges: rp.changes, saveState: rp.save, statePKI: rp.state, rot: rp.rot}, nil
+	return &Planned{Plan: &plan.Plan{}, PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, statePKI: rp.state, rot: rp.rot}, nil
 }
 
 // started does what Apply does before the nodes change.
@@ -202,5 +204,50 @@ func TestLeafRotationOnce(t *testing.T) {
 	started(t, s, pl)
 	if pl := mustPlanned(t, rotationCluster(t, dir, kubelet, nil), ca); pl.Rotation() == nil || pl.Rotation().Resumed {
 		t.Fatal("request added back: no new rotation")
+	}
+}
+
+// TestPlanReport: the JSON of a plan (rigger plan -o json, --out) says
+// what the text plan says besides the steps, here a CA rotation under way
+// and where the PKI comes from, and apply --plan still reads it.
+func TestPlanReport(t *testing.T) {
+	dir := t.TempDir()
+	s := rotationCluster(t, dir, nil, &pki.Rotation{CA: true})
+	pl := mustPlanned(t, s, caOf(t, dir))
+	started(t, s, pl)
+	pl = mustPlanned(t, rotationCluster(t, dir, nil, nil), caOf(t, dir))
+
+	b, err := json.Marshal(pl.Report())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Steps        []plan.Step `json:"steps"`
+		Changes      bool        `json:"changes"`
+		Certificates struct {
+			Source string `json:"source"`
+			From   string `json:"from"`
+		} `json:"certificates"`
+		Rotation *struct {
+			CA           bool     `json:"ca"`
+			From         string   `json:"from"`
+			Resumed      bool     `json:"resumed"`
+			Stage        string   `json:"stage"`
+			Certificates []string `json:"certificates"`
+		} `json:"certificate_rotation"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	r := got.Rotation
+	if r == nil || !r.CA || r.From != certrotate.FromCommandLine || !r.Resumed || r.Stage != string(pki.StageTrust) ||
+		!slices.Contains(r.Certificates, pki.CACertName) {
+		t.Errorf("certificate_rotation %+v, want the CA rotation from the command line, resumed at %s:\n%s", r, pki.StageTrust, b)
+	}
+	if !got.Changes || got.Certificates.Source != string(PKIStateDir) || got.Certificates.From != dir {
+		t.Errorf("changes %v, certificates %+v:\n%s", got.Changes, got.Certificates, b)
+	}
+	if _, err := plan.ReadSaved(bytes.NewReader(b)); err != nil {
+		t.Errorf("apply --plan cannot read the report: %v", err)
 	}
 }

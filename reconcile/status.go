@@ -55,6 +55,9 @@ type Status struct {
 	// SecretsEncryption is the key rigger generated for Secrets at rest,
 	// by name only; nil when cluster.yml asks for none.
 	SecretsEncryption *EncryptionStatus `json:"secrets_encryption,omitempty"`
+	// CertificateRotation is the certificate rotation an apply carries out
+	// (Resumed: under way, an earlier apply started it); nil when none.
+	CertificateRotation *Rotation `json:"certificate_rotation,omitempty"`
 }
 
 // EncryptionStatus is the generated secrets encryption key: the keys'
@@ -206,7 +209,7 @@ func BuildStatus(pl *Planned) *Status {
 	st := &Status{
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
 		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges, Addons: addonStatus(pl),
-		SecretsEncryption: encryptionStatus(pl.Encryption),
+		SecretsEncryption: encryptionStatus(pl.Encryption), CertificateRotation: pl.Rotation(),
 	}
 	if pl.AddonsErr != nil {
 		st.AddonsError = pl.AddonsErr.Error()

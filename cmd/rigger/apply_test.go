@@ -35,6 +35,19 @@ func TestCLISandbox(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "Plan: 7 to create") || !strings.Contains(out, "Certificates: new") {
 		t.Fatalf("plan of a fresh node: exit %d\n%s%s", code, out, errOut)
 	}
+	// The saved plan says what the text says besides the steps.
+	var saved struct {
+		Steps        []json.RawMessage `json:"steps"`
+		Changes      bool              `json:"changes"`
+		Certificates struct {
+			Source string            `json:"source"`
+			Issue  []json.RawMessage `json:"issue"`
+		} `json:"certificates"`
+	}
+	if b, err := os.ReadFile(planFile); err != nil || json.Unmarshal(b, &saved) != nil ||
+		len(saved.Steps) == 0 || !saved.Changes || saved.Certificates.Source != "new" || len(saved.Certificates.Issue) == 0 {
+		t.Errorf("saved plan: %v, %+v", err, saved)
+	}
 
 	// Nothing is applied without an answer.
 	out, errOut, code = run(t, args("apply")...)

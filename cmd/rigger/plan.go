@@ -53,7 +53,7 @@ checked and nothing must change.`,
 			if err != nil {
 				return err
 			}
-			p := pl.Plan
+			p := pl.Report()
 			if n := restoreNotice(req); n != "" {
 				// Not part of the plan's JSON: beside it, for people.
 				w := cmd.OutOrStdout()

@@ -197,6 +197,17 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 		fmt.Fprintf(w, "Certificates: %d, the first to expire is %s on %s (in %d days).\n", len(names), first,
 			st.Certificates[first].Format("2006-01-02"), int(st.Certificates[first].Sub(now).Hours()/24))
 	}
+	if r := st.CertificateRotation; r != nil {
+		state := "to start: rigger apply starts it"
+		if r.Resumed {
+			state = "under way: an apply began it and did not finish, rigger apply carries it on"
+		}
+		stage := ""
+		if r.CA {
+			stage = ", at stage " + string(r.Stage)
+		}
+		fmt.Fprintf(w, "Certificate rotation of %s (asked on the %s%s): %s.\n", r.Rotation.String(), r.From, stage, state)
+	}
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -8,6 +8,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
 )
 
 // TestStatusNodeLinks: stale, duplicate and missing Nodes are shown, and a
@@ -36,5 +37,19 @@ func TestStatusNodeLinks(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestStatusCertificateRotation: a rotation under way is shown, with its
+// stage for the CAs.
+func TestStatusCertificateRotation(t *testing.T) {
+	st := &reconcile.Status{Cluster: "c", CertificateRotation: &reconcile.Rotation{
+		Rotation: pki.Rotation{CA: true}, From: "command line", Resumed: true, Stage: pki.StageTrust}}
+	var b strings.Builder
+	renderStatus(&b, st, time.Now())
+	want := "Certificate rotation of the CAs and every certificate (the service-account token key is kept) " +
+		"(asked on the command line, at stage " + string(pki.StageTrust) + "): under way"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
 	}
 }

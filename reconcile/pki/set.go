@@ -68,9 +68,9 @@ const (
 // Change is one difference between the PKI that existed and the one Ensure
 // returned. Reason is for people.
 type Change struct {
-	Name   string
-	Action Action
-	Reason string
+	Name   string `json:"name"`
+	Action Action `json:"action"`
+	Reason string `json:"reason"`
 }
 
 // Expiry is when each certificate of the set expires, for status. The
