@@ -324,6 +324,7 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 	if rec, err := secretsenc.LoadRecord(dir); err == nil && rec.Op != nil && rec.Op.Kind == secretsenc.KindRotate {
 		s.rotateKey = false // the rotation in progress is the one asked for
 	}
+	applied := pl // the plan just applied, for the first stage only
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -396,9 +397,15 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		readAlready := applied != nil && restartedAll(applied, want.Marshal())
+		applied = nil
 		switch {
 		case op.Stage.ChangesFile() && !op.Restarted:
-			if err := s.restartAPIServers(ctx, lk, ao, op); err != nil {
+			// A stage resumed after a stop: the apply's own plan may have
+			// written its file and restarted every API server already.
+			if readAlready {
+				s.opts.Log.Info("the API servers read the stage's configuration already", "cluster", s.c.ClusterName, "stage", op.Stage)
+			} else if err := s.restartAPIServers(ctx, lk, ao, op); err != nil {
 				say("restart the API servers", err)
 				return fmt.Errorf("secrets encryption %s, stage %s (it resumes there on the next apply): %w", op.Kind, op.Stage, err)
 			}
@@ -430,6 +437,28 @@ func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao 
 			return err
 		}
 	}
+}
+
+// restartedAll reports whether the applied plan pl wrote file as the
+// secrets encryption configuration of every controlplane node and then
+// started each one's kube-apiserver (created, replaced or restarted it):
+// then every API server reads file already.
+func restartedAll(pl *Planned, file []byte) bool {
+	if pl.encryption == nil || !bytes.Equal(pl.encryption.file, file) || !pl.Complete() {
+		return false
+	}
+	started := map[string]bool{}
+	for _, st := range pl.Plan.Steps {
+		if st.Component == desired.KubeAPIServer && (st.Action == plan.Create || st.Action == plan.Replace || st.Action == plan.Restart) {
+			started[st.Node] = true
+		}
+	}
+	for _, n := range pl.Desired.Nodes {
+		if n.HasRole(spec.RoleControlPlane) && !started[n.Address] {
+			return false
+		}
+	}
+	return true
 }
 
 // restartAPIServers applies the configuration of the stage: a fresh plan

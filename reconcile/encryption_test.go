@@ -12,6 +12,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -308,5 +309,43 @@ func TestEncryptionStatusHasNoKey(t *testing.T) {
 	}
 	if !strings.Contains(string(b), r.cur.Keys[0].Name) || strings.Contains(string(b), r.cur.Keys[0].Secret) {
 		t.Fatalf("status %s: want the key's name and not its secret", b)
+	}
+}
+
+// TestRestartedAll: a stage resumed after a stop needs no restart of its
+// own when the apply's plan wrote its file and started every API server;
+// it does when any controlplane node's was not started, the file differs
+// or a node did not answer.
+func TestRestartedAll(t *testing.T) {
+	file := []byte("stage's configuration")
+	nodes := []desired.Node{
+		{Address: "10.0.0.1", Roles: []string{spec.RoleEtcd, spec.RoleControlPlane}},
+		{Address: "10.0.0.2", Roles: []string{spec.RoleControlPlane}},
+		{Address: "10.0.0.3", Roles: []string{spec.RoleWorker}},
+	}
+	step := func(node, component string, a plan.Action) plan.Step {
+		return plan.Step{Node: node, Component: component, Action: a}
+	}
+	both := []plan.Step{step("10.0.0.1", desired.KubeAPIServer, plan.Restart), step("10.0.0.2", desired.KubeAPIServer, plan.Replace),
+		step("10.0.0.3", desired.Kubelet, plan.Restart)}
+	tests := []struct {
+		name        string
+		steps       []plan.Step
+		unreachable []plan.Unreachable
+		file        []byte
+		want        bool
+	}{
+		{"every API server started", both, nil, file, true},
+		{"one not started", both[:1], nil, file, false},
+		{"another component started", []plan.Step{both[0], step("10.0.0.2", desired.KubeControllerManager, plan.Restart)}, nil, file, false},
+		{"another file", both, nil, []byte("the stage before"), false},
+		{"a node did not answer", both, []plan.Unreachable{{Node: "10.0.0.3", Error: "timeout"}}, file, false},
+	}
+	for _, tt := range tests {
+		pl := &Planned{Plan: &plan.Plan{Steps: tt.steps, Unreachable: tt.unreachable}, Desired: &desired.Cluster{Nodes: nodes},
+			encryption: &resolvedEncryption{file: tt.file}}
+		if got := restartedAll(pl, file); got != tt.want {
+			t.Errorf("%s: restartedAll = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -29,7 +29,8 @@ import (
 // before and one created after are stored in etcd with the key's
 // k8s:enc:aescbc:v1:<name>: prefix (read with etcdctl in the etcd
 // container). rotate_encryption_key: true shows the rotation's stages in
-// the plan; an apply stopped at its second stage resumes there; once done
+// the plan; an apply stopped at its second stage resumes there, without a
+// second restart of the API server for it; once done
 // both Secrets are stored with the new key, the old key is gone from the
 // node, the Secrets read back, and the request is not carried out again.
 // rigger encrypt rotate-key's request (Session.RequestKeyRotation) rotates
@@ -168,7 +169,19 @@ func TestEncryptionSandbox(t *testing.T) {
 			t.Fatalf("plan after the stop: %+v, want the rotation at %s", pl.Encryption, secretsenc.StageWriteKey)
 		}
 
+		// The resumed apply's plan writes the stage's file and restarts
+		// the API server: the stage does not restart it again.
 		a.Apply(ctx, t, rotate)
+		var restarts []string
+		for _, e := range a.Events() {
+			if strings.Contains(e, "restarted "+desired.KubeAPIServer) {
+				restarts = append(restarts, e)
+			}
+		}
+		if len(restarts) != 2 {
+			t.Errorf("API server restarts of the resumed rotation:\n%s\nwant two: the plan's, for stage %s's file, and stage %s's",
+				strings.Join(restarts, "\n"), secretsenc.StageWriteKey, secretsenc.StageDropOld)
+		}
 		cfg := stateKey(t)
 		if len(cfg.Keys) != 1 || cfg.Keys[0].Name == first {
 			t.Fatalf("keys after the rotation %v, want one new key (the old one was %s)", cfg.Names(), first)
