@@ -208,6 +208,13 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 		}
 		fmt.Fprintf(w, "Certificate rotation of %s (asked on the %s%s): %s.\n", r.Rotation.String(), r.From, stage, state)
 	}
+	if e := st.SecretsEncryption; e != nil {
+		fmt.Fprintf(w, "Secrets encryption: keys %s", strings.Join(e.Keys, ", "))
+		if e.Operation != "" {
+			fmt.Fprintf(w, "; %s at stage %s: rigger apply carries it on", e.Operation, e.Stage)
+		}
+		fmt.Fprintln(w, ".")
+	}
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -53,3 +53,14 @@ func TestStatusCertificateRotation(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, b.String())
 	}
 }
+
+// TestStatusSecretsEncryption: the generated key's names and an operation
+// under way are shown.
+func TestStatusSecretsEncryption(t *testing.T) {
+	st := &reconcile.Status{Cluster: "c", SecretsEncryption: &reconcile.EncryptionStatus{Keys: []string{"k-new", "k-old"}, Operation: "rotate", Stage: "rewrite-secrets"}}
+	var b strings.Builder
+	renderStatus(&b, st, time.Now())
+	if want := "Secrets encryption: keys k-new, k-old; rotate at stage rewrite-secrets: rigger apply carries it on."; !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
+}
