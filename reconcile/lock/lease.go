@@ -481,9 +481,9 @@ func noAnswer(err error) bool {
 }
 
 // transient reports whether err may go away by itself: no answer, the
-// API server busy or failing (apiretry.Passes, and any 500), or the Lease's namespace not there yet (an
-// API server creates kube-system as it starts: a new cluster's first API
-// server answers a moment before).
+// API server busy or failing (apiretry.Passes, and any 500), or the
+// Lease's namespace not there yet (an API server creates kube-system as it
+// starts: a new cluster's first API server answers a moment before).
 func transient(err error) bool {
 	return noAnswer(err) || apiretry.Passes(err) || apierrors.IsInternalError(err) || namespaceMissing(err)
 }

@@ -16,22 +16,22 @@ import (
 
 // Passes reports whether an API error may pass on its own: a timeout, an
 // overloaded or restarting API server, a dropped or refused connection,
-// or the API server's 500 for its etcd not answering (StorageUnavailable).
+// or the API server's 500 for its etcd not answering (storageUnavailable).
 // Other 500s are not in it: server-side apply answers one for a field the
 // schema does not declare, which no retry mends.
 func Passes(err error) bool {
 	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
 		apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
 		utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionRefused(err) ||
-		StorageUnavailable(err)
+		storageUnavailable(err)
 }
 
-// StorageUnavailable reports whether err is the API server's 500 for etcd
+// storageUnavailable reports whether err is the API server's 500 for etcd
 // not answering: a member down, a leader election. Right after an etcd
 // member goes away, the API server answers each resource's first call so
 // after about 10 s, until its etcd client gives the member up. The API
 // server gives no reason for it but the message.
-func StorageUnavailable(err error) bool {
+func storageUnavailable(err error) bool {
 	if !apierrors.IsInternalError(err) {
 		return false
 	}
