@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -72,7 +74,10 @@ func connect(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dia
 func (c *Client) Close() error { return c.c.Close() }
 
 // Members lists the members, each with its health: whether it answers a
-// status request on its first client URL.
+// status request on its first client URL. The members are asked at once,
+// each for at most statusTimeout; one whose address cannot be dialed (its
+// node does not answer) is reported so at once, with the dial's error:
+// etcd's client would wait for a connection until the timeout.
 func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -80,28 +85,50 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list etcd members: %w", err)
 	}
-	out := make([]Member, 0, len(resp.Members))
-	for _, m := range resp.Members {
-		mem := Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
-		switch {
-		case len(m.ClientURLs) == 0:
-			mem.Error = "not started"
-		default:
-			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-			st, err := c.c.Status(sctx, m.ClientURLs[0])
-			scancel()
-			switch {
-			case err != nil:
+	out := make([]Member, len(resp.Members))
+	var wg sync.WaitGroup
+	for i, m := range resp.Members {
+		out[i] = Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
+		if len(m.ClientURLs) == 0 {
+			out[i].Error = "not started"
+			continue
+		}
+		mem := &out[i]
+		wg.Go(func() {
+			if err := c.status(ctx, mem.ClientURLs[0]); err != nil {
 				mem.Error = err.Error()
-			case len(st.Errors) > 0:
-				mem.Error = strings.Join(st.Errors, "; ")
-			default:
+			} else {
 				mem.Healthy = true
 			}
-		}
-		out = append(out, mem)
+		})
 	}
+	wg.Wait()
 	return out, nil
+}
+
+// statusTimeout bounds the status request of one member.
+const statusTimeout = 5 * time.Second
+
+// status asks the member at clientURL for its status: nil when it answers
+// without errors.
+func (c *Client) status(ctx context.Context, clientURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	if u, err := url.Parse(clientURL); err == nil && u.Host != "" {
+		conn, err := c.dial(ctx, u.Host)
+		if err != nil {
+			return err
+		}
+		conn.Close()
+	}
+	st, err := c.c.Status(ctx, clientURL)
+	switch {
+	case err != nil:
+		return err
+	case len(st.Errors) > 0:
+		return errors.New(strings.Join(st.Errors, "; "))
+	}
+	return nil
 }
 
 // AddLearner adds a member that does not vote yet, through the members at

@@ -26,6 +26,8 @@ type fakeMember struct {
 	members []*pb.Member
 	// hang makes it answer no change until the caller gives up.
 	hang bool
+	// statusErrors are the errors its status lists (an alarm).
+	statusErrors []string
 
 	mu    sync.Mutex
 	calls []string
@@ -69,6 +71,17 @@ func (f *fakeMember) MemberList(context.Context, *pb.MemberListRequest) (*pb.Mem
 	return &pb.MemberListResponse{Header: &pb.ResponseHeader{}, Members: f.members}, nil
 }
 
+// fakeMaintenance is f's Maintenance service: its status.
+type fakeMaintenance struct {
+	pb.UnimplementedMaintenanceServer
+	f *fakeMember
+}
+
+func (m *fakeMaintenance) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	m.f.record("status")
+	return &pb.StatusResponse{Header: &pb.ResponseHeader{}, Errors: m.f.statusErrors}, nil
+}
+
 // serve runs f on a loopback port until the test ends and returns its
 // client URL.
 func serve(t *testing.T, f *fakeMember) string {
@@ -79,6 +92,7 @@ func serve(t *testing.T, f *fakeMember) string {
 	}
 	srv := grpc.NewServer()
 	pb.RegisterClusterServer(srv, f)
+	pb.RegisterMaintenanceServer(srv, &fakeMaintenance{f: f})
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	return "http://" + l.Addr().String()
@@ -87,9 +101,14 @@ func serve(t *testing.T, f *fakeMember) string {
 func dialFake(t *testing.T, endpoints ...string) *Client {
 	t.Helper()
 	var d net.Dialer
-	c, err := Dial(t.Context(), endpoints, nil, func(ctx context.Context, addr string) (net.Conn, error) {
+	return dialFakeWith(t, func(ctx context.Context, addr string) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", addr)
-	})
+	}, endpoints...)
+}
+
+func dialFakeWith(t *testing.T, dial Dialer, endpoints ...string) *Client {
+	t.Helper()
+	c, err := Dial(t.Context(), endpoints, nil, dial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,5 +213,43 @@ func TestChangeWithoutMembers(t *testing.T) {
 	c := dialFake(t, "http://127.0.0.1:1")
 	if err := c.Remove(t.Context(), nil, 9); err == nil {
 		t.Error("Remove through no member succeeded")
+	}
+}
+
+// TestMembersHealth: each member's health is its status; a member whose
+// address cannot be dialed (its node does not answer) has the dial's
+// error, not etcd's client's timeout.
+func TestMembersHealth(t *testing.T) {
+	healthy := &fakeMember{}
+	alarmed := &fakeMember{statusErrors: []string{"etcdserver: mvcc: database space exceeded"}}
+	healthyURL, alarmedURL := serve(t, healthy), serve(t, alarmed)
+	const downURL = "https://10.0.0.9:2379"
+	healthy.members = []*pb.Member{
+		{ID: 1, Name: "etcd-a", ClientURLs: []string{healthyURL}},
+		{ID: 2, Name: "etcd-b", ClientURLs: []string{alarmedURL}},
+		{ID: 3, Name: "etcd-c", ClientURLs: []string{downURL}},
+		{ID: 4, PeerURLs: []string{"https://10.0.0.8:2380"}, IsLearner: true},
+	}
+	downErr := "node 10.0.0.9: cannot reach 10.0.0.9:22: connection refused"
+	var d net.Dialer
+	c := dialFakeWith(t, func(ctx context.Context, addr string) (net.Conn, error) {
+		if addr == "10.0.0.9:2379" {
+			return nil, errors.New(downErr)
+		}
+		return d.DialContext(ctx, "tcp", addr)
+	}, healthyURL)
+
+	got, err := c.Members(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Member{
+		{ID: 1, Name: "etcd-a", ClientURLs: []string{healthyURL}, Healthy: true},
+		{ID: 2, Name: "etcd-b", ClientURLs: []string{alarmedURL}, Error: "etcdserver: mvcc: database space exceeded"},
+		{ID: 3, Name: "etcd-c", ClientURLs: []string{downURL}, Error: downErr},
+		{ID: 4, PeerURLs: []string{"https://10.0.0.8:2380"}, IsLearner: true, Error: "not started"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("members (-want +got):\n%s", diff)
 	}
 }
