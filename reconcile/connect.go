@@ -136,5 +136,5 @@ func (s *Session) checker(set *pki.Set) (*health.Checker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("health checks: %w", err)
 	}
-	return &health.Checker{Dial: s.tr.Dial, TLS: cfg}, nil
+	return &health.Checker{Dial: s.tr.Dial, TLS: cfg, Log: s.opts.Log}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -53,6 +54,9 @@ type Checker struct {
 	// authenticates to them (Certificates): pki.Set.ClientTLS, the
 	// kube-node certificate, which both accept.
 	TLS *tls.Config
+	// Log, when set, gets each failed probe of Wait at debug level: what
+	// a long wait for a component was waiting on.
+	Log *slog.Logger
 }
 
 // Target is one component of one node to probe.
@@ -195,10 +199,13 @@ func (c *Checker) Wait(ctx context.Context, t Target, timeout time.Duration) err
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	interval := firstInterval
-	for {
+	for probes := 1; ; probes++ {
 		err := c.Check(ctx, t)
 		if err == nil {
 			return nil
+		}
+		if c.Log != nil {
+			c.Log.Debug("not healthy yet", "node", t.Node, "component", t.Component, "probes", probes, "error", err)
 		}
 		timer := time.NewTimer(interval)
 		select {

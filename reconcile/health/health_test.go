@@ -1,10 +1,12 @@
 package health
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -125,6 +127,8 @@ func TestCheck(t *testing.T) {
 func TestWaitTimesOut(t *testing.T) {
 	set := cluster(t)
 	c, dialed := checker(t, set, nil)
+	var logged bytes.Buffer
+	c.Log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	err := c.Wait(context.Background(), Target{Node: "10.0.0.1", Component: desired.KubeAPIServer}, 1200*time.Millisecond)
 	var ue *UnhealthyError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "kube-apiserver not healthy after 1.2s") {
@@ -132,5 +136,9 @@ func TestWaitTimesOut(t *testing.T) {
 	}
 	if len(*dialed) < 2 {
 		t.Errorf("probed %d times in 1.2s, want a retry", len(*dialed))
+	}
+	// Each failed probe is logged, with its error: what a wait waits on.
+	if lines := strings.Count(logged.String(), `msg="not healthy yet" node=10.0.0.1 component=kube-apiserver probes=`); lines < 2 {
+		t.Errorf("%d failed probes logged, want each:\n%s", lines, logged.String())
 	}
 }

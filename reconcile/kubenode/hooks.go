@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -277,7 +279,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 			h.say(node, "Node %s left cordoned: not Ready (%s) %s after its changes", n.Name, r, time.Since(began).Round(time.Second))
 			return nil
 		}
-		h.say(node, "Node %s Ready again (%s)", n.Name, time.Since(began).Round(100*time.Millisecond))
+		h.say(node, "Node %s Ready again (%s; it was %s)", n.Name, time.Since(began).Round(100*time.Millisecond), notReady(n))
 		n = ready
 	}
 	if _, err := Uncordon(ctx, h.cfg.Client, n); err != nil {
@@ -405,4 +407,18 @@ func RenderPending(w io.Writer, pending []Pending) {
 	for _, c := range pending {
 		fmt.Fprintf(w, "  ~ %s: Node %s: %s\n", c.Node, c.Name, c.Change)
 	}
+}
+
+// notReady is the Node's Ready condition for a progress line: its status,
+// and the reason that the kubelet or the node lifecycle controller gave.
+func notReady(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Reason == "" {
+				return string(c.Status)
+			}
+			return fmt.Sprintf("%s: %s", c.Status, clip.Ellipsis(strings.TrimSpace(c.Reason+" "+c.Message), 200))
+		}
+	}
+	return string(corev1.ConditionUnknown) + ": no Ready condition"
 }

@@ -173,7 +173,8 @@ func TestAfterNodeReadyAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionStatus(status)}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionStatus(status),
+			Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."}}
 		if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +226,10 @@ func TestAfterNodeReadyAgain(t *testing.T) {
 			last := said[len(said)-1]
 			if !strings.HasPrefix(last, tt.said) || (last == tt.said) == strings.HasSuffix(tt.said, " ") {
 				t.Errorf("progress %q, want %q", said, tt.said)
+			}
+			// The wait says what the Node's Ready condition was.
+			if want := "; it was Unknown: NodeStatusUnknown Kubelet stopped posting node status.)"; tt.readyAgain && !strings.HasSuffix(said[len(said)-2], want) {
+				t.Errorf("progress %q, want the Ready again line to end %q", said, want)
 			}
 		})
 	}

@@ -178,9 +178,8 @@ func (a *Applier) Apply(ctx context.Context, t testing.TB, c *spec.Cluster) *rec
 	if err != nil {
 		var b strings.Builder
 		pl.Plan.Render(&b)
-		t.Fatalf("apply: %v\nplan:\n%s\nprogress:\n%s\nnot run: %d", err, b.String(), a.timedEvents(), len(res.NotRun))
+		t.Fatalf("apply: %v\nplan:\n%s\nnot run: %d (the progress lines are above)", err, b.String(), len(res.NotRun))
 	}
-	t.Logf("apply:\n%s", a.timedEvents())
 	return pl
 }
 
@@ -232,6 +231,7 @@ func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcil
 	}}
 	res, err := sess.Apply(ctx, lk, pl, o)
 	a.step("(apply done)", time.Since(start), false)
+	t.Logf("apply:\n%s", a.timedEvents())
 	return res, err
 }
 
