@@ -279,7 +279,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 			h.say(node, "Node %s left cordoned: not Ready (%s) %s after its changes", n.Name, r, time.Since(began).Round(time.Second))
 			return nil
 		}
-		h.say(node, "Node %s Ready again (%s; it was %s)", n.Name, time.Since(began).Round(100*time.Millisecond), notReady(n))
+		h.say(node, "Node %s Ready again (%s; it was %s)", n.Name, time.Since(began).Round(100*time.Millisecond), readyCondition(n))
 		n = ready
 	}
 	if _, err := Uncordon(ctx, h.cfg.Client, n); err != nil {
@@ -409,9 +409,9 @@ func RenderPending(w io.Writer, pending []Pending) {
 	}
 }
 
-// notReady is the Node's Ready condition for a progress line: its status,
+// readyCondition is the Node's Ready condition for a progress line: its status,
 // and the reason that the kubelet or the node lifecycle controller gave.
-func notReady(n *corev1.Node) string {
+func readyCondition(n *corev1.Node) string {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			if c.Reason == "" {
