@@ -50,7 +50,7 @@ func flannelImageSpec(ctx context.Context, progs builtPrograms) (imageSpec, erro
 }
 
 // flannelCNIPlugins are the CNI plugins of the flannel-cni image: the
-// flannel plugin and those it and RKE's conflist delegate to.
+// flannel plugin and those it and RKE's network config delegate to.
 func flannelCNIPlugins() []struct {
 	prog goProgram
 	bin  string
@@ -74,18 +74,20 @@ func flannelCNIPlugins() []struct {
 // /host/opt/cni/bin), writes $CNI_NETWORK_CONFIG, the network of the
 // manifest rigger deploys, as /etc/cni/net.d/$CNI_CONF_NAME (mounted on
 // /host/etc/cni/net.d), and then stays up, as the DaemonSet expects. The
-// image has no network of its own: without CNI_NETWORK_CONFIG it writes
-// nothing and fails, so that a node's network can only come from the
-// cluster's network plugin. Files
+// image has no network of its own, nor a name for one: without
+// CNI_NETWORK_CONFIG or CNI_CONF_NAME it writes nothing and fails, so that
+// a node's network can only come from the cluster's network plugin. Files
 // are written beside their target and renamed into place: a plugin that
 // runs is never overwritten in place.
 const installCNIScript = `#!/bin/sh
 # install-cni of the rigger sandbox flannel-cni image.
 set -eu
-if [ -z "${CNI_NETWORK_CONFIG:-}" ]; then
-	echo "install-cni: CNI_NETWORK_CONFIG is not set: the network plugin's manifest gives the node's network" >&2
-	exit 1
-fi
+for v in CNI_NETWORK_CONFIG CNI_CONF_NAME; do
+	if eval "[ -z \"\${$v:-}\" ]"; then
+		echo "install-cni: $v is not set: the network plugin's manifest gives the node's network" >&2
+		exit 1
+	fi
+done
 bin=/host/opt/cni/bin
 conf=/host/etc/cni/net.d
 if [ -w "$bin/" ]; then
@@ -96,7 +98,7 @@ if [ -w "$bin/" ]; then
 	done
 	echo "install-cni: CNI plugins copied to $bin: $(ls /opt/cni/bin | tr '\n' ' ')"
 fi
-name=${CNI_CONF_NAME:-10-flannel.conflist}
+name=$CNI_CONF_NAME
 old=${CNI_OLD_NAME:-10-flannel.conf}
 if [ "$name" != "$old" ]; then
 	rm -f "$conf/$old"

@@ -166,17 +166,23 @@ func TestAddonImagesSystemImages(t *testing.T) {
 }
 
 // TestInstallCNIHasNoNetworkOfItsOwn: the flannel-cni image writes the
-// network the DaemonSet gives it and no other: without CNI_NETWORK_CONFIG
-// it fails, saying so, and writes nothing.
+// network the DaemonSet gives it, under the name it gives, and no other:
+// without CNI_NETWORK_CONFIG or CNI_CONF_NAME it fails, naming the one
+// missing, before it writes anything.
 func TestInstallCNIHasNoNetworkOfItsOwn(t *testing.T) {
 	if _, err := os.Stat(busybox); err != nil {
 		t.Skipf("no %s here (make prereqs installs busybox-static)", busybox)
 	}
-	cmd := exec.Command(busybox, "sh", "-c", installCNIScript)
-	cmd.Env = []string{"PATH=/nonexistent", "CNI_CONF_NAME=10-flannel.conflist"}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "CNI_NETWORK_CONFIG is not set") {
-		t.Fatalf("install-cni without CNI_NETWORK_CONFIG: %v\n%s", err, out)
+	for missing, env := range map[string][]string{
+		"CNI_NETWORK_CONFIG": {"CNI_CONF_NAME=10-flannel.conflist"},
+		"CNI_CONF_NAME":      {`CNI_NETWORK_CONFIG={"name":"cbr0","plugins":[{"type":"flannel"}]}`},
+	} {
+		cmd := exec.Command(busybox, "sh", "-c", installCNIScript)
+		cmd.Env = append([]string{"PATH=/nonexistent"}, env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || string(out) != "install-cni: "+missing+" is not set: the network plugin's manifest gives the node's network\n" {
+			t.Errorf("install-cni without %s: %v\n%s", missing, err, out)
+		}
 	}
 }
 
