@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/hashicorp/yamux"
+	"github.com/libp2p/go-yamux/v5"
 )
 
 // Reconnection backoff of an agent: the wait after the first failure,
@@ -420,7 +420,8 @@ func (a *Agent) connect(ctx context.Context, creds *credentials, first bool) (up
 	defer c.CloseNow()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mux, err := yamux.Server(websocket.NetConn(sctx, c, websocket.MessageBinary), muxConfig(a.cfg.KeepaliveInterval, a.log))
+	mux, err := yamux.Server(newTunnelConn(sctx, c), muxConfig(a.cfg.KeepaliveInterval, agentIncomingStreams, a.log),
+		newWindowBudget(tunnelWindowBudget))
 	if err != nil {
 		return false, err
 	}
@@ -486,7 +487,7 @@ func pipe(st *yamux.Stream, local net.Conn) {
 	go func() {
 		defer close(done)
 		io.Copy(st, local)
-		st.Close() // half-close: FIN to the server
+		st.CloseWrite() // half-close: FIN to the server
 	}()
 	io.Copy(local, st)
 	local.Close()

@@ -17,7 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/docker/docker/client"
-	"github.com/hashicorp/yamux"
+	"github.com/libp2p/go-yamux/v5"
 
 	"github.com/rigger/rigger/transport"
 )
@@ -140,6 +140,7 @@ func (s *Server) SetNodes(nodes []Node) { s.setNodes(nodes, true) }
 func (s *Server) setNodes(nodes []Node, revoke bool) {
 	s.mu.Lock()
 	var gone []*nodeState
+	var closers []func()
 	want := map[string]Node{}
 	for _, n := range nodes {
 		want[n.Name] = n
@@ -150,7 +151,7 @@ func (s *Server) setNodes(nodes []Node, revoke bool) {
 			if !ok {
 				gone = append(gone, st)
 			} else {
-				st.closeLocked()
+				closers = append(closers, st.detachLocked())
 			}
 		}
 	}
@@ -161,9 +162,12 @@ func (s *Server) setNodes(nodes []Node, revoke bool) {
 		}
 	}
 	for _, st := range gone {
-		st.closeLocked()
+		closers = append(closers, st.detachLocked())
 	}
 	s.mu.Unlock()
+	for _, c := range closers {
+		c()
+	}
 	for _, node := range s.store.nodes(s.cluster) {
 		if _, ok := want[node]; ok || !revoke {
 			continue
@@ -176,14 +180,20 @@ func (s *Server) setNodes(nodes []Node, revoke bool) {
 	}
 }
 
-// closeLocked closes the node's tunnel and Docker client.
-func (n *nodeState) closeLocked() {
-	if n.sess != nil {
-		n.sess.mux.Close()
-	}
-	if n.docker != nil {
-		n.docker.Close()
-		n.docker = nil
+// detachLocked takes the node's tunnel and Docker client from it and
+// returns what closes them, to be called once the server's lock is
+// released: closing a tunnel waits on its connection, which its peer
+// controls.
+func (n *nodeState) detachLocked() func() {
+	sess, docker := n.sess, n.docker
+	n.docker = nil
+	return func() {
+		if sess != nil {
+			sess.mux.Close()
+		}
+		if docker != nil {
+			docker.Close()
+		}
 	}
 }
 
@@ -391,7 +401,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mux, err := yamux.Client(websocket.NetConn(ctx, c, websocket.MessageBinary), s.yamuxConfig())
+	mux, err := yamux.Client(newTunnelConn(ctx, c), muxConfig(s.cfg.KeepaliveInterval, serverIncomingStreams, s.log),
+		newWindowBudget(tunnelWindowBudget))
 	if err != nil {
 		log.Error("agent tunnel: start the multiplexer", "err", err)
 		return
@@ -416,21 +427,26 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 const headerHostname = "X-Rigger-Agent-Hostname"
 
 // attach makes sess the node's tunnel, closing the one it replaces: the
-// newest authenticated tunnel of a node wins.
+// newest authenticated tunnel of a node wins. The old tunnel is closed
+// after the lock is released: its peer may make that slow.
 func (s *Server) attach(n *nodeState, sess *session) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed || s.nodes[n.name] != n {
+		s.mu.Unlock()
 		return false
 	}
-	if old := n.sess; old != nil {
+	old := n.sess
+	if old != nil {
 		s.log.Info("agent tunnel replaced by a newer one", "node", n.name, "old", old.remote, "new", sess.remote)
-		old.mux.Close()
 	} else {
 		close(n.up)
 	}
 	n.sess = sess
 	s.wg.Add(1)
+	s.mu.Unlock()
+	if old != nil {
+		old.mux.Close()
+	}
 	return true
 }
 
@@ -443,24 +459,6 @@ func (s *Server) detach(n *nodeState, sess *session) {
 		n.up = make(chan struct{})
 		n.lastSeen = s.now()
 	}
-}
-
-func (s *Server) yamuxConfig() *yamux.Config {
-	return muxConfig(s.cfg.KeepaliveInterval, s.log)
-}
-
-// muxConfig is the multiplexer's configuration on both sides.
-func muxConfig(keepalive time.Duration, log *slog.Logger) *yamux.Config {
-	c := yamux.DefaultConfig()
-	c.EnableKeepAlive = true
-	c.KeepAliveInterval = keepalive
-	c.ConnectionWriteTimeout = keepalive
-	c.MaxStreamWindowSize = 1 << 20
-	c.StreamOpenTimeout = 30 * time.Second
-	c.StreamCloseTimeout = 30 * time.Second
-	c.LogOutput = nil
-	c.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	return c
 }
 
 // NotConnectedError means a node declared with the agent transport has no
@@ -548,7 +546,7 @@ func (s *Server) Dial(ctx context.Context, node, network, addr string) (net.Conn
 }
 
 func (s *Server) dialStream(ctx context.Context, sess *session, network, addr string) (net.Conn, error) {
-	st, err := sess.mux.OpenStream()
+	st, err := sess.mux.OpenStream(ctx)
 	if err != nil {
 		return nil, &NotConnectedError{Node: sess.node, LastSeen: s.now(), Err: err}
 	}
@@ -628,10 +626,14 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	var closers []func()
 	for _, n := range s.nodes {
-		n.closeLocked()
+		closers = append(closers, n.detachLocked())
 	}
 	s.mu.Unlock()
+	for _, c := range closers {
+		c()
+	}
 	s.wg.Wait()
 	return nil
 }
