@@ -245,6 +245,11 @@ func (v *validator) nodes(c *Cluster) {
 		}
 		v.port(p+".port", n.Port)
 		v.oneOf(p+".transport", n.Transport, false, TransportSSH, TransportAgent)
+		if n.DockerSocket != "" && !validSocketPath(n.DockerSocket) {
+			v.errorf(p+".docker_socket", "Give the absolute path of the node's Docker socket, e.g. /var/run/docker.sock: "+
+				"letters, digits and / . _ - + @ only (it goes into the agent's docker run line).",
+				"docker_socket %q is not an absolute path of a socket", n.DockerSocket)
+		}
 		if n.SSHKey != "" {
 			if _, set := v.pos[p+".ssh_key_path"]; set {
 				v.warnf(p+".ssh_key_path", "", "ssh_key and ssh_key_path are both set: ssh_key is used")
@@ -1003,4 +1008,19 @@ func labelValueErrors(s string) []string {
 		return []string{"must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"}
 	}
 	return nil
+}
+
+// validSocketPath: an absolute, clean path of at most 1024 bytes made of
+// letters, digits and / . _ - + @, so that it reads the same in a shell
+// line and in a bind mount.
+func validSocketPath(p string) bool {
+	if len(p) > 1024 || !strings.HasPrefix(p, "/") || path.Clean(p) != p || p == "/" {
+		return false
+	}
+	for _, r := range p {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+@", r)) {
+			return false
+		}
+	}
+	return true
 }

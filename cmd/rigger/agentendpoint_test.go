@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -133,9 +134,14 @@ func TestAgentEndpoint(t *testing.T) {
 		t.Errorf("tunnels for status.yml: %+v, want 192.0.2.20 connected and seen, 192.0.2.10 not", tunnels)
 	}
 
-	// An agent of a node cluster.yml does not declare is pending, and
-	// listed for status.yml.
-	b, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server, Token: tok, CAChecksum: sum, Node: "192.0.2.30",
+	// An agent of a node cluster.yml does not declare (no longer: its
+	// token was issued while it was) is pending, and listed for
+	// status.yml.
+	tok30, err := e.store.IssueToken("edge", "192.0.2.30", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server, Token: tok30, CAChecksum: sum, Node: "192.0.2.30",
 		DockerSocket: "/var/run/docker.sock", Hostname: "edge-30"})
 	if err != nil {
 		t.Fatal(err)
@@ -217,5 +223,29 @@ func TestAgentEndpointRemovedNode(t *testing.T) {
 	}
 	if got := admitted(t.TempDir()); !slices.Equal(got, []string{"192.0.2.10"}) {
 		t.Errorf("admitted %v after the removal was applied, want 192.0.2.10 alone", got)
+	}
+}
+
+// TestAgentRunLineQuoted: the docker run line is pasted into a root
+// shell; whatever a node's values hold (spec refuses these, the line does
+// not count on it), the shell reads each as one word and runs none of it.
+func TestAgentRunLineQuoted(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "pwned")
+	n := spec.Node{Address: "10.0.0.3$(touch " + marker + ")", InternalAddress: "10.0.0.4;touch " + marker,
+		DockerSocket: "/run/d.sock`touch " + marker + "` x"}
+	line := agentRunLine("https://h:1/agent/c' ; touch "+marker+" '", strings.Repeat("a", 64), "img", n, "rgt_tok")
+	// docker is a shell function here that prints its arguments.
+	out, err := exec.Command("sh", "-c", `docker() { for a; do printf '%s\n' "$a"; done; }; `+line).Output()
+	if err != nil {
+		t.Fatalf("sh: %v\n%s", err, line)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatalf("the shell ran a command from a node's values:\n%s", line)
+	}
+	args := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	for _, want := range []string{n.Address, n.InternalAddress, n.DockerSocket, n.DockerSocket + ":" + n.DockerSocket} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the shell did not read %q as one argument: %q", want, args)
+		}
 	}
 }
