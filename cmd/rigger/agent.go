@@ -86,8 +86,91 @@ process list. See docs/agent.md.`,
 	fl.IntSliceVar(&o.allowPorts, "allow-port", defaultAgentPorts(), "node-local TCP ports rigger may reach (on loopback and the node's addresses)")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	cmd.AddCommand(newAgentCommandCommand())
+	cmd.AddCommand(newAgentCommandCommand(), newAgentApproveCommand())
 	return cmd
+}
+
+// agentApproveOptions are the flags of agent approve.
+type agentApproveOptions struct {
+	file, node, key, stateDir string
+}
+
+func newAgentApproveCommand() *cobra.Command {
+	var o agentApproveOptions
+	cmd := &cobra.Command{
+		Use:   "approve",
+		Short: "List the agent joins waiting for approval, or approve one (it replaces the node's certificate)",
+		Long: `Approve lets a join replace the certificate of a node that holds a valid
+one. rigger serve never lets a join do that by itself: whoever holds a
+token for the node would take its traffic and lock its agent out. Such a
+join is refused, listed in status.yml's pendingAgents and recorded here;
+its agent asks again with backoff (at most a minute apart).
+
+Without --node, approve lists the joins of the cluster waiting for
+approval: node, host, address it came from, and the SHA-256 of the key it
+asks a certificate for. With --node (and --key, a prefix of that SHA-256,
+when more than one waits for the node) it approves that join: the agent's
+next try gets a new certificate, and the node's old certificate stops
+working. Check with the node's operator that the host and key are theirs
+first (the agent logs its key in "join waits for approval").
+
+Run it where rigger serve runs, with serve's --state-dir.`,
+		Example: `  rigger agent approve -f clusters/edge/cluster.yml --state-dir /var/lib/rigger
+  rigger agent approve -f clusters/edge/cluster.yml --state-dir /var/lib/rigger --node 203.0.113.7 --key 3f9a12`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadCluster(cmd, o.file)
+			if err != nil {
+				return err
+			}
+			return o.run(c, cmd.OutOrStdout())
+		},
+	}
+	addFileFlag(cmd, &o.file)
+	fl := cmd.Flags()
+	fl.StringVar(&o.node, "node", "", "approve the join of this node (its address in cluster.yml); without it, list the joins waiting")
+	fl.StringVar(&o.key, "key", "", "the start of the SHA-256 of the key the join asks for, when several joins of the node wait")
+	fl.StringVar(&o.stateDir, "state-dir", "", "rigger serve's --state-dir (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	return cmd
+}
+
+func (o *agentApproveOptions) run(c *spec.Cluster, out io.Writer) error {
+	if o.stateDir == "" {
+		d, err := statedir.Default("x")
+		if err != nil {
+			return err
+		}
+		o.stateDir = filepath.Dir(d)
+	}
+	store, err := agenttun.OpenStore(agentStoreDir(o.stateDir), time.Now())
+	if err != nil {
+		return err
+	}
+	if o.node == "" {
+		waiting, err := store.Approvals(c.ClusterName)
+		if err != nil {
+			return err
+		}
+		if len(waiting) == 0 {
+			fmt.Fprintf(out, "no join of cluster %s waits for approval\n", c.ClusterName)
+			return nil
+		}
+		for _, a := range waiting {
+			fmt.Fprintf(out, "node %s: host %s from %s, key %s, asked %s\n", a.Node, a.Hostname, a.Remote, a.Key,
+				a.Requested.UTC().Format(time.RFC3339))
+		}
+		return nil
+	}
+	if !slices.ContainsFunc(c.Nodes, func(n spec.Node) bool { return n.Address == o.node && n.Transport == spec.TransportAgent }) {
+		return fmt.Errorf("node %s is not declared with transport: agent in %s", o.node, o.file)
+	}
+	a, err := store.Approve(c.ClusterName, o.node, o.key)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "approved the join of node %s from host %s (%s, key %s): its agent's next try replaces the node's certificate\n",
+		a.Node, a.Hostname, a.Remote, a.Key)
+	return nil
 }
 
 // agentCommandOptions are the flags of agent command.
@@ -107,9 +190,11 @@ func newAgentCommandCommand() *cobra.Command {
 		Long: `Command prints the docker run line that starts the agent of --node, a node
 of cluster.yml declared with "transport: agent": the server URL of its
 cluster, the CA checksum, its addresses, and a join token issued now for
-this cluster alone, valid for --ttl. Run it where rigger serve runs, with
-serve's --state-dir (the token is kept there, hashed; serve accepts it at
-once). The line holds the token: hand it over as a secret.`,
+this node of this cluster alone, valid for one join within --ttl. Run it
+where rigger serve runs, with serve's --state-dir (the token is kept
+there, hashed; serve accepts it at once). The line holds the token: hand it
+over as a secret. A join never replaces the certificate of a node that
+holds a valid one: such a join waits for "rigger agent approve".`,
 		Example: `  rigger agent command -f clusters/edge/cluster.yml --node 203.0.113.7 \
     --server https://rigger.example:9443 --state-dir /var/lib/rigger`,
 		Args: cobra.NoArgs,
@@ -163,7 +248,7 @@ func (o *agentCommandOptions) run(c *spec.Cluster) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tok, err := store.IssueToken(c.ClusterName, o.ttl, now)
+	tok, err := store.IssueToken(c.ClusterName, o.node, o.ttl, now)
 	if err != nil {
 		return "", err
 	}

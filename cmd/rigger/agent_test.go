@@ -33,7 +33,7 @@ func startAgentServer(t *testing.T) (url, checksum, token string) {
 		srv.Close()
 		hs.Close()
 	})
-	tok, err := store.IssueToken("c1", time.Hour, time.Now())
+	tok, err := store.IssueToken("c1", "n1", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

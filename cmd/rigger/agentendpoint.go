@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rigger/rigger/internal/shellquote"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/spec"
@@ -137,6 +138,11 @@ func (e *agentEndpoint) pending(cluster string) []string {
 	}
 	var out []string
 	for _, p := range srv.Pending() {
+		if p.Key != "" {
+			out = append(out, fmt.Sprintf("%s (host %s, a second join: approve it with rigger agent approve --node %s --key %.16s)",
+				p.Node, p.Hostname, p.Node, p.Key))
+			continue
+		}
 		out = append(out, fmt.Sprintf("%s (host %s)", p.Node, p.Hostname))
 	}
 	return out
@@ -174,20 +180,23 @@ func (e *agentEndpoint) Close() {
 
 // agentRunLine is the docker run line that starts node n's agent. With an
 // empty token it passes RIGGER_TOKEN on from the caller's environment.
+// Operators paste it into a root shell: every value in it is quoted for
+// the shell, whatever spec's validation let through.
 func agentRunLine(server, checksum, image string, n spec.Node, token string) string {
 	socket := n.DockerSocket
 	env := "-e RIGGER_TOKEN"
 	if token != "" {
-		env += "=" + token
+		env = "-e " + shellquote.Quote("RIGGER_TOKEN="+token)
 	}
 	args := []string{"docker run -d --restart=unless-stopped --net=host --name rigger-agent",
-		"-v " + socket + ":" + socket, "-v /etc/kubernetes:/etc/kubernetes", env,
-		image, "agent --server " + server, "--ca-checksum " + checksum, "--address " + n.Address}
+		"-v " + shellquote.Quote(socket+":"+socket), "-v /etc/kubernetes:/etc/kubernetes", env,
+		shellquote.Quote(image), "agent --server " + shellquote.Quote(server), "--ca-checksum " + shellquote.Quote(checksum),
+		"--address " + shellquote.Quote(n.Address)}
 	if n.InternalAddress != "" && n.InternalAddress != n.Address {
-		args = append(args, "--internal-address "+n.InternalAddress)
+		args = append(args, "--internal-address "+shellquote.Quote(n.InternalAddress))
 	}
 	if socket != "/var/run/docker.sock" {
-		args = append(args, "--docker-socket "+socket)
+		args = append(args, "--docker-socket "+shellquote.Quote(socket))
 	}
 	return strings.Join(args, " ")
 }

@@ -90,6 +90,7 @@ type Agent struct {
 	log      *slog.Logger
 	checksum string
 	firstReq sync.Once
+	key      *ecdsa.PrivateKey // the key joins ask a certificate for
 }
 
 // RefusedError is a refusal the agent must not retry: it exits with it.
@@ -296,7 +297,7 @@ func (a *Agent) join(ctx context.Context) (*credentials, error) {
 	}
 	a.log.Info("join step 2/4: CA fetched and matched --ca-checksum", "ca_checksum", a.checksum)
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := a.joinKey()
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +344,45 @@ func (a *Agent) join(ctx context.Context) (*credentials, error) {
 	}
 	a.log.Info("join step 3/4: token accepted, node certificate issued", "expires", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	return c, nil
+}
+
+// joinKey is the key every join of the agent asks a certificate for: the
+// same across tries and restarts (kept in StateDir), so that an
+// operator's approval of a join (rigger agent approve) holds for the
+// agent's next try.
+func (a *Agent) joinKey() (*ecdsa.PrivateKey, error) {
+	if a.key != nil {
+		return a.key, nil
+	}
+	path := filepath.Join(a.cfg.StateDir, agentKeyFile)
+	if a.cfg.StateDir != "" {
+		if b, err := readCapped(path, maxCACertBytes); err == nil {
+			if blk, _ := pem.Decode(b); blk != nil {
+				if k, err := x509.ParseECPrivateKey(blk.Bytes); err == nil {
+					a.key = k
+					return k, nil
+				}
+			}
+		}
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if a.cfg.StateDir != "" {
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("save the agent's key: %w", err)
+		}
+		if err := writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})); err != nil {
+			return nil, fmt.Errorf("save the agent's key: %w", err)
+		}
+	}
+	a.key = k
+	return k, nil
 }
 
 // fetchCA reads the server's CA without trusting anything yet and without

@@ -64,6 +64,7 @@ const (
 	codeNotYourself = "not_yourself" // 403: the certificate names another node; the agent exits
 	codePending     = "pending"      // 403: the node is not declared with transport: agent; the agent retries
 	codeHeld        = "held"         // 409: another host holds the node's tunnel; the agent retries
+	codeApproval    = "approval"     // 409: the node holds a valid certificate; the agent retries until an operator approves
 	codeClosed      = "closed"       // 503: the server is shutting down; the agent retries
 )
 

@@ -51,7 +51,7 @@ type testServer struct {
 	http  *httptest.Server
 	addr  string
 	URL   string
-	token string
+	token string // the last token agentConfig issued
 	logs  *syncBuffer
 }
 
@@ -61,11 +61,6 @@ func startServer(t testing.TB, nodes ...Node) *testServer {
 	t.Helper()
 	ts := &testServer{t: t, dir: t.TempDir(), nodes: nodes, logs: &syncBuffer{}}
 	ts.start("127.0.0.1:0")
-	tok, err := ts.srv.store.IssueToken("c1", time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.token = tok
 	return ts
 }
 
@@ -116,8 +111,14 @@ func (ts *testServer) restart() {
 	ts.start(ts.addr)
 }
 
-// agentConfig is an agent of n joining ts as name.
+// agentConfig is an agent of n joining ts as name, with a token issued
+// for name.
 func (ts *testServer) agentConfig(t testing.TB, name string, n node) AgentConfig {
+	tok, err := ts.srv.store.IssueToken("c1", name, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.token = tok
 	return AgentConfig{
 		Server: ts.URL, Token: ts.token, CAChecksum: ts.srv.store.CA().Checksum(), Node: name,
 		DockerSocket: n.docker.Socket, AllowPorts: []int{port(t, n.echo)}, StateDir: t.TempDir(),

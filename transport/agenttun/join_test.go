@@ -53,11 +53,19 @@ func TestJoin(t *testing.T) {
 	}
 	rec.mu.Unlock()
 
-	// At rest: the server keeps the token's hash only, the agent its own
-	// key; both mode 0600.
+	// At rest: the server keeps the token's hash only, until the join
+	// uses it up; the agent its own key; both mode 0600.
 	tokenFile := filepath.Join(ts.dir, tokensDir, hashToken(ts.token)+".json")
+	if _, err := os.Stat(tokenFile); err == nil {
+		t.Errorf("%s is still there: a token joins once", tokenFile)
+	}
+	unused, err := ts.srv.store.IssueToken("c1", "n1", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile = filepath.Join(ts.dir, tokensDir, hashToken(unused)+".json")
 	filepath.WalkDir(ts.dir, func(p string, d os.DirEntry, err error) error {
-		if b, _ := os.ReadFile(p); strings.Contains(string(b), ts.token) {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), ts.token) || strings.Contains(string(b), unused) {
 			t.Errorf("%s holds the token", p)
 		}
 		return nil
@@ -65,7 +73,7 @@ func TestJoin(t *testing.T) {
 	for _, p := range []string{tokenFile, filepath.Join(ts.dir, stateFile), filepath.Join(ts.dir, caKeyFile),
 		filepath.Join(cfg.StateDir, agentKeyFile), filepath.Join(cfg.StateDir, agentCertFile)} {
 		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
-			t.Errorf("%s: %v, mode %v, want 0600", p, err, st.Mode().Perm())
+			t.Errorf("%s: %v, want mode 0600", p, err)
 		}
 	}
 
@@ -123,11 +131,11 @@ func TestBadTokenRefused(t *testing.T) {
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 
 	// Tokens are scoped to their cluster.
-	otherTok, err := ts.srv.store.IssueToken("c2", time.Hour, time.Now())
+	otherTok, err := ts.srv.store.IssueToken("c2", "n1", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	expiring, err := ts.srv.store.IssueToken("c1", time.Minute, time.Now())
+	expiring, err := ts.srv.store.IssueToken("c1", "n1", time.Minute, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +234,7 @@ func TestNodeActsOnlyAsItself(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(stale.StateDir, f), b, 0o600)
 	}
-	if err := ts.srv.store.setNode("c1", "a", "0", time.Now()); err != nil { // a joined again elsewhere
+	if err := ts.srv.store.setNode("c1", "a", "0", time.Now(), time.Now().Add(time.Hour)); err != nil { // a joined again elsewhere
 		t.Fatal(err)
 	}
 	resp, err = dialAs(t, ts.URL, stale, "a")
@@ -320,7 +328,7 @@ func TestTokenIssuedBesideTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := beside.IssueToken("c1", time.Hour, time.Now())
+	tok, err := beside.IssueToken("c1", "n1", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,11 @@ package agenttun
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -230,6 +233,10 @@ func (s *Server) Agents() []AgentStatus {
 type PendingAgent struct {
 	Node, Hostname, Remote string
 	LastSeen               time.Time
+	// Key is set for a join of a declared node that holds a valid
+	// certificate: it waits for an operator's approval of that key
+	// (rigger agent approve).
+	Key string
 }
 
 // Pending lists the pending agents, sorted by node.
@@ -246,7 +253,7 @@ func (s *Server) Pending() []PendingAgent {
 
 // maxPending bounds the pending list: a token holder cannot grow it
 // without limit.
-const maxPending = 1000
+const maxPending = 50
 
 func (s *Server) notePending(p PendingAgent) {
 	s.mu.Lock()
@@ -282,9 +289,17 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || s.store.checkToken(s.cluster, tok, s.now()) != nil {
+	var rec TokenRecord
+	var err error
+	if ok {
+		rec, err = s.store.checkToken(s.cluster, tok, s.now())
+	}
+	badToken := func() {
 		s.log.Warn("agent join refused: bad token", "remote", r.RemoteAddr)
-		refuse(w, http.StatusUnauthorized, codeBadToken, errBadToken.Error()+": ask for a new one (rigger agent command)")
+		refuse(w, http.StatusUnauthorized, codeBadToken, errBadToken.Error()+": ask for a new one (rigger agent command --node)")
+	}
+	if !ok || err != nil {
+		badToken()
 		return
 	}
 	var req joinRequest
@@ -292,8 +307,12 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusBadRequest, codeBadRequest, "malformed join request")
 		return
 	}
-	if err := checkNodeName(req.Node); err != nil {
+	if err := errors.Join(checkNodeName(req.Node), checkHostname(req.Hostname)); err != nil {
 		refuse(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
+	if req.Node != rec.Node {
+		badToken() // the same refusal: it says nothing about the token's node
 		return
 	}
 	log := s.log.With("node", req.Node, "remote", r.RemoteAddr, "hostname", req.Hostname)
@@ -318,19 +337,83 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 			req.Node, holder.remote, holder.hostname, holder.since.UTC().Format(time.RFC3339)))
 		return
 	}
+	key, err := csrKey([]byte(req.CSR))
+	if err != nil {
+		refuse(w, http.StatusBadRequest, codeBadRequest, err.Error())
+		return
+	}
+	// A join never replaces a valid certificate by itself: whoever holds
+	// a token would take the node's traffic and lock its agent out.
+	if held, valid := s.store.validCert(s.cluster, req.Node, s.now()); valid {
+		approved, err := s.store.askApproval(Approval{Cluster: s.cluster, Node: req.Node, Hostname: req.Hostname,
+			Remote: r.RemoteAddr, Key: key, Requested: s.now().UTC()})
+		if !approved {
+			s.notePending(PendingAgent{Node: req.Node, Hostname: req.Hostname, Remote: r.RemoteAddr, LastSeen: s.now(), Key: key})
+			log.Warn("agent join waits for approval: the node holds a valid certificate", "key", key, "err", err)
+			refuse(w, http.StatusConflict, codeApproval, fmt.Sprintf("node %s holds a valid certificate (issued %s): "+
+				"a join does not replace it; the agent waits until an operator approves this join on the server "+
+				"(rigger agent approve --node %s --key %.16s), or run the agent with the node's old state directory",
+				req.Node, held.Issued.UTC().Format(time.RFC3339), req.Node, key))
+			return
+		}
+		log.Info("agent join approved by an operator: the node's certificate is replaced", "key", key)
+	}
+	if err := s.store.useToken(tok); err != nil {
+		badToken()
+		return
+	}
 	cert, certPEM, err := s.store.CA().signNode(s.cluster, req.Node, []byte(req.CSR), s.now())
 	if err != nil {
 		refuse(w, http.StatusBadRequest, codeBadRequest, err.Error())
 		return
 	}
-	if err := s.store.setNode(s.cluster, req.Node, serialString(cert), s.now()); err != nil {
+	if err := s.store.setNode(s.cluster, req.Node, serialString(cert), s.now(), cert.NotAfter); err != nil {
 		log.Error("agent join: record the node's certificate", "err", err)
 		http.Error(w, "the server could not record the node's certificate", http.StatusInternalServerError)
 		return
 	}
+	s.mu.Lock()
+	delete(s.pending, req.Node)
+	s.mu.Unlock()
 	log.Info("agent joined: certificate issued", "serial", serialString(cert))
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(joinResponse{Cert: string(certPEM)})
+}
+
+// csrKey is the hex SHA-256 of the public key of a PEM certificate
+// request whose signature holds.
+func csrKey(csrPEM []byte) (string, error) {
+	b, _ := pem.Decode(csrPEM)
+	if b == nil || b.Type != "CERTIFICATE REQUEST" {
+		return "", errors.New("csr: no CERTIFICATE REQUEST block")
+	}
+	csr, err := x509.ParseCertificateRequest(b.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("csr: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return "", fmt.Errorf("csr: %w", err)
+	}
+	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// maxHostname bounds the host name an agent reports (RFC 1035's bound
+// for a name), so that pending agents cannot bloat status.yml.
+const maxHostname = 253
+
+// checkHostname refuses what no host name is; empty is allowed (the agent
+// could not tell).
+func checkHostname(h string) error {
+	if len(h) > maxHostname {
+		return fmt.Errorf("the host name is %d bytes, more than the %d a host name may have", len(h), maxHostname)
+	}
+	for _, r := range h {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return fmt.Errorf("the host name %q holds a character no host name has", h)
+		}
+	}
+	return nil
 }
 
 // checkNodeName refuses names no cluster.yml address can be.
@@ -384,6 +467,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hostname := r.Header.Get(headerHostname)
+	if err := checkHostname(hostname); err != nil {
+		refuse(w, http.StatusBadRequest, codeBadRequest, "header "+headerHostname+": "+err.Error())
+		return
+	}
 	s.mu.Lock()
 	n := s.nodes[node]
 	s.mu.Unlock()

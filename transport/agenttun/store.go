@@ -27,7 +27,14 @@ const (
 	caKeyFile  = "ca-key.pem"
 	stateFile  = "agents.json"
 	tokensDir  = "tokens"
+	// approvalsDir holds the joins waiting for an operator's approval
+	// (rigger agent approve), one file each.
+	approvalsDir = "approvals"
 )
+
+// maxApprovals bounds the joins waiting for approval: beyond it a join is
+// refused without being recorded.
+const maxApprovals = 100
 
 // maxTokenFile bounds a token's file when it is read back.
 const maxTokenFile = 4096
@@ -63,11 +70,13 @@ type storeState struct {
 // TokenRecord is a join token as the store keeps it.
 type TokenRecord struct {
 	// SHA256 is the hex SHA-256 of the token; the token itself is not kept.
-	SHA256  string    `json:"sha256"`
-	Cluster string    `json:"cluster"`
+	SHA256  string `json:"sha256"`
+	Cluster string `json:"cluster"`
+	// Node is the only node the token joins.
+	Node    string    `json:"node"`
 	Created time.Time `json:"created"`
-	// Expires is when the token stops being accepted; zero: never.
-	Expires time.Time `json:"expires,omitzero"`
+	// Expires is when the token stops being accepted.
+	Expires time.Time `json:"expires"`
 }
 
 // NodeRecord is the credential a node holds.
@@ -76,6 +85,9 @@ type NodeRecord struct {
 	// that certificate is accepted for the node.
 	Serial string    `json:"serial"`
 	Issued time.Time `json:"issued"`
+	// Expires is the certificate's NotAfter (zero in records written
+	// before it was kept: Issued + NodeValidity).
+	Expires time.Time `json:"expires,omitzero"`
 }
 
 // OpenStore reads the store in dir, creating the directory and a new CA
@@ -141,19 +153,21 @@ func OpenStore(dir string, now time.Time) (*Store, error) {
 // CA is the store's certificate authority.
 func (s *Store) CA() *CA { return s.ca }
 
-// IssueToken creates a join token for cluster, valid for ttl (zero: until
-// it is revoked by hand). The token is returned once and only its hash is
-// kept.
-func (s *Store) IssueToken(cluster string, ttl time.Duration, now time.Time) (string, error) {
+// IssueToken creates a join token for node of cluster, valid for ttl and
+// for one join. The token is returned once and only its hash is kept.
+func (s *Store) IssueToken(cluster, node string, ttl time.Duration, now time.Time) (string, error) {
+	if ttl <= 0 {
+		return "", fmt.Errorf("issue a join token: a token must expire (ttl %s)", ttl)
+	}
+	if err := checkNodeName(node); err != nil {
+		return "", fmt.Errorf("issue a join token: %w", err)
+	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
 	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-	rec := TokenRecord{SHA256: hashToken(tok), Cluster: cluster, Created: now.UTC()}
-	if ttl > 0 {
-		rec.Expires = now.Add(ttl).UTC()
-	}
+	rec := TokenRecord{SHA256: hashToken(tok), Cluster: cluster, Node: node, Created: now.UTC(), Expires: now.Add(ttl).UTC()}
 	if s.dir == "" {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -175,12 +189,13 @@ func (s *Store) IssueToken(cluster string, ttl time.Duration, now time.Time) (st
 
 // errBadToken is what checkToken returns for every refused token, so that
 // a refusal says nothing about which tokens exist.
-var errBadToken = errors.New("the join token is not valid for this cluster (unknown, expired or for another cluster)")
+var errBadToken = errors.New("the join token is not valid for this node (unknown, used, expired, or for another node or cluster)")
 
-// checkToken accepts a token issued for cluster that has not expired.
-func (s *Store) checkToken(cluster, tok string, now time.Time) error {
+// checkToken returns the record of tok if it was issued for cluster and
+// has not expired. It does not use the token up: useToken does.
+func (s *Store) checkToken(cluster, tok string, now time.Time) (TokenRecord, error) {
 	if !strings.HasPrefix(tok, tokenPrefix) {
-		return errBadToken
+		return TokenRecord{}, errBadToken
 	}
 	// The hash of a 256-bit secret, looked up in variable time: that
 	// tells an attacker nothing about a token.
@@ -193,29 +208,51 @@ func (s *Store) checkToken(cluster, tok string, now time.Time) error {
 	} else {
 		b, err := readCapped(filepath.Join(s.dir, tokensDir, h+".json"), maxTokenFile)
 		if err != nil {
-			return errBadToken
+			return TokenRecord{}, errBadToken
 		}
 		var r TokenRecord
 		if err := json.Unmarshal(b, &r); err != nil {
-			return errBadToken
+			return TokenRecord{}, errBadToken
 		}
 		recs = append(recs, r)
 	}
 	for _, r := range recs {
-		if r.SHA256 == h && r.Cluster == cluster && (r.Expires.IsZero() || now.Before(r.Expires)) {
-			return nil
+		// A token without a node or an expiry (issued by an older
+		// rigger) is refused: issue a new one.
+		if r.SHA256 == h && r.Cluster == cluster && r.Node != "" && !r.Expires.IsZero() && now.Before(r.Expires) {
+			return r, nil
 		}
 	}
-	return errBadToken
+	return TokenRecord{}, errBadToken
 }
 
-// setNode records the certificate node holds from now on.
-func (s *Store) setNode(cluster, node, serial string, now time.Time) error {
+// useToken uses tok up: of two joins with one token, one gets nil.
+func (s *Store) useToken(tok string) error {
+	h := hashToken(tok)
+	if s.dir == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		i := slices.IndexFunc(s.memTokens, func(r TokenRecord) bool { return r.SHA256 == h })
+		if i < 0 {
+			return errBadToken
+		}
+		s.memTokens = slices.Delete(s.memTokens, i, i+1)
+		return nil
+	}
+	if err := os.Remove(filepath.Join(s.dir, tokensDir, h+".json")); err != nil {
+		return errBadToken
+	}
+	return nil
+}
+
+// setNode records the certificate node holds from now on, valid until
+// expires.
+func (s *Store) setNode(cluster, node, serial string, now, expires time.Time) error {
 	node = nodeKey(cluster, node)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.state.Nodes[node]
-	s.state.Nodes[node] = &NodeRecord{Serial: serial, Issued: now.UTC()}
+	s.state.Nodes[node] = &NodeRecord{Serial: serial, Issued: now.UTC(), Expires: expires.UTC()}
 	if err := s.saveLocked(); err != nil {
 		if old == nil {
 			delete(s.state.Nodes, node)
@@ -236,6 +273,22 @@ func (s *Store) nodeSerial(cluster, node string) string {
 		return r.Serial
 	}
 	return ""
+}
+
+// validCert is the record of node's certificate if it holds one that has
+// not expired at now.
+func (s *Store) validCert(cluster, node string, now time.Time) (NodeRecord, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.state.Nodes[nodeKey(cluster, node)]
+	if r == nil {
+		return NodeRecord{}, false
+	}
+	exp := r.Expires
+	if exp.IsZero() {
+		exp = r.Issued.Add(NodeValidity)
+	}
+	return *r, now.Before(exp)
 }
 
 // nodes are the nodes of cluster that hold a certificate.
@@ -323,4 +376,124 @@ func readCapped(path string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is more than the %d bytes allowed", path, max)
 	}
 	return b, nil
+}
+
+// Approval is a join for a node that holds a valid certificate: a join
+// never replaces one by itself; an operator approves it (rigger agent
+// approve), and the agent's next try joins.
+type Approval struct {
+	Cluster  string `json:"cluster"`
+	Node     string `json:"node"`
+	Hostname string `json:"hostname"`
+	Remote   string `json:"remote"`
+	// Key is the hex SHA-256 of the public key the join asks a
+	// certificate for: the approval is for that key alone.
+	Key       string    `json:"key"`
+	Requested time.Time `json:"requested"`
+	Approved  bool      `json:"approved,omitempty"`
+}
+
+func (a Approval) file() string {
+	return hashToken(a.Cluster+"/"+a.Node+"/"+a.Key) + ".json"
+}
+
+// askApproval records a join waiting for approval, or, if an operator has
+// approved it, uses the approval up and says so.
+func (s *Store) askApproval(a Approval) (approved bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dir == "" {
+		return false, errors.New("no state directory to keep approvals in")
+	}
+	dir := filepath.Join(s.dir, approvalsDir)
+	path := filepath.Join(dir, a.file())
+	if b, err := readCapped(path, maxTokenFile); err == nil {
+		var old Approval
+		if json.Unmarshal(b, &old) == nil && old.Approved {
+			if err := os.Remove(path); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+	} else if entries, _ := os.ReadDir(dir); len(entries) >= maxApprovals {
+		return false, fmt.Errorf("%d joins already wait for approval in %s", len(entries), dir)
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, err
+	}
+	return false, writeFile(path, b)
+}
+
+// Approvals lists the joins of cluster waiting for approval.
+func (s *Store) Approvals(cluster string) ([]Approval, error) {
+	if s.dir == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(filepath.Join(s.dir, approvalsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the joins waiting for approval: %w", err)
+	}
+	var out []Approval
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := readCapped(filepath.Join(s.dir, approvalsDir, e.Name()), maxTokenFile)
+		if err != nil {
+			continue
+		}
+		var a Approval
+		if json.Unmarshal(b, &a) == nil && a.Cluster == cluster && !a.Approved {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b Approval) int { return strings.Compare(a.Node+a.Key, b.Node+b.Key) })
+	return out, nil
+}
+
+// Approve approves the join of node of cluster waiting for approval whose
+// key starts with key (any, if there is one only and key is empty).
+func (s *Store) Approve(cluster, node, key string) (Approval, error) {
+	all, err := s.Approvals(cluster)
+	if err != nil {
+		return Approval{}, err
+	}
+	var match []Approval
+	for _, a := range all {
+		if a.Node == node && strings.HasPrefix(a.Key, strings.ToLower(key)) {
+			match = append(match, a)
+		}
+	}
+	switch {
+	case len(match) == 0:
+		return Approval{}, fmt.Errorf("no join of node %s of cluster %s waits for approval%s: its agent asks again "+
+			"within a minute of its last try; run rigger agent approve without --node to list them", node, cluster,
+			map[bool]string{true: " with key " + key, false: ""}[key != ""])
+	case len(match) > 1:
+		var keys []string
+		for _, a := range match {
+			keys = append(keys, fmt.Sprintf("%s (host %s, from %s)", a.Key, a.Hostname, a.Remote))
+		}
+		return Approval{}, fmt.Errorf("%d joins of node %s wait for approval: choose one with --key: %s",
+			len(match), node, strings.Join(keys, "; "))
+	}
+	a := match[0]
+	a.Approved = true
+	b, err := json.Marshal(a)
+	if err != nil {
+		return Approval{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writeFile(filepath.Join(s.dir, approvalsDir, a.file()), b); err != nil {
+		return Approval{}, fmt.Errorf("approve the join of node %s: %w", node, err)
+	}
+	return a, nil
 }
