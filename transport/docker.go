@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/versions"
@@ -35,14 +37,16 @@ const DockerIdleChannels = 16
 // CheckDocker before handing it out. Every transport builds its clients
 // here so that they behave the same.
 func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
+	// Idle connections are open channels kept for the next request:
+	// opening a channel costs a round trip, and several ms against
+	// OpenSSH when channels are closed and opened back to back.
+	hc := &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost:    DockerIdleChannels,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: DockerMaxHeader,
+	}}
 	cli, err := client.NewClientWithOpts(
-		// Idle connections are open channels kept for the next request:
-		// opening a channel costs a round trip, and several ms against
-		// OpenSSH when channels are closed and opened back to back.
-		client.WithHTTPClient(&http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: DockerIdleChannels,
-			IdleConnTimeout:     90 * time.Second,
-		}}),
+		client.WithHTTPClient(hc),
 		// The host only shapes the requests (scheme, Host header); dial
 		// decides where the bytes go. It must come before WithDialContext,
 		// which replaces the dialer WithHost installs.
@@ -55,8 +59,78 @@ func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create docker client: %w", err)
 	}
+	// Wrapped once the client is made: its options want the
+	// *http.Transport itself, which it keeps for its dialer and idle
+	// connections.
+	hc.Transport = boundedAnswers{hc.Transport}
 	return cli, nil
 }
+
+// Bounds of a Docker engine's answers: a node's engine is not trusted to
+// keep them small (a compromised node, or anything behind an agent, can
+// answer /version with an endless body). An answer's headers are bounded
+// by DockerMaxHeader, and its body, unless the endpoint streams (files,
+// logs, events, image transfers), by DockerMaxAnswer: reading past it
+// fails with a *DockerAnswerTooLargeError.
+const (
+	DockerMaxHeader = 1 << 20
+	DockerMaxAnswer = 32 << 20
+)
+
+// DockerAnswerTooLargeError is an engine's answer over DockerMaxAnswer.
+type DockerAnswerTooLargeError struct {
+	Method, Path string
+	Limit        int64
+}
+
+func (e *DockerAnswerTooLargeError) Error() string {
+	return fmt.Sprintf("the Docker engine's answer to %s %s is over %d MiB, more than any answer rigger expects: "+
+		"check the engine on the node (docker version there)", e.Method, e.Path, e.Limit>>20)
+}
+
+// streamingEndpoints are the ends of the API paths whose answers stream
+// and are read as they come (their readers bound what they keep).
+var streamingEndpoints = []string{"/archive", "/logs", "/attach", "/export", "/stats", "/start", "/events",
+	"/images/create", "/get", "/load", "/build", "/push"}
+
+// boundedAnswers bounds the bodies of the answers that are not streams.
+type boundedAnswers struct{ next http.RoundTripper }
+
+func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.next.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	for _, end := range streamingEndpoints {
+		if strings.HasSuffix(req.URL.Path, end) {
+			return resp, nil
+		}
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: DockerMaxAnswer,
+		err: &DockerAnswerTooLargeError{Method: req.Method, Path: req.URL.Path, Limit: DockerMaxAnswer}}
+	return resp, nil
+}
+
+// limitedBody reads at most left bytes of rc, then fails with err.
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+	err  error
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, l.err
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.rc.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+func (l *limitedBody) Close() error { return l.rc.Close() }
 
 // CheckDocker pings the engine behind cli, refuses one older than
 // MinDockerAPIVersion with a *DockerVersionError, and fixes the API version

@@ -3,7 +3,10 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +146,54 @@ type fakeTransport struct {
 
 func (f fakeTransport) Dial(ctx context.Context, node, network, addr string) (net.Conn, error) {
 	return f.DialFn(ctx, node, network, addr)
+}
+
+// TestDockerAnswersBounded: an engine (a compromised node, or a fake one
+// behind an agent) that answers /version with an endless body does not
+// make the client read, and keep, all of it. Both transports build their
+// Docker clients with NewDockerClient.
+func TestDockerAnswersBounded(t *testing.T) {
+	const offered = 4 * transport.DockerMaxAnswer
+	written := make(chan int64, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Api-Version", "1.43")
+		if strings.HasSuffix(r.URL.Path, "/_ping") {
+			w.Write([]byte("OK"))
+			return
+		}
+		n, _ := io.Copy(w, io.MultiReader(strings.NewReader(`{"Version":"`), io.LimitReader(endless('a'), offered)))
+		written <- n
+	}))
+	defer srv.Close()
+	cli, err := transport.NewDockerClient("/var/run/docker.sock", func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err = cli.ServerVersion(ctx)
+	var tooLarge *transport.DockerAnswerTooLargeError
+	if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), "/version") {
+		t.Errorf("ServerVersion from an endless answer: %v, want a *DockerAnswerTooLargeError naming /version", err)
+	}
+	cli.Close()
+	srv.CloseClientConnections()
+	if n := <-written; n >= offered {
+		t.Errorf("the client read all %d MiB of an endless answer; want it to stop at %d MiB", n>>20, transport.DockerMaxAnswer>>20)
+	}
+}
+
+// endless reads as b, for ever.
+type endless byte
+
+func (e endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(e)
+	}
+	return len(p), nil
 }
