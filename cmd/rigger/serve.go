@@ -258,7 +258,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w: give another --listen", o.listen, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
+	hs := newServeHTTPServer(mux)
 	log.Info("rigger serve starts", "repo", repo.URL(), "branch", o.branch, "path", o.path,
 		"listen", ln.Addr().String(), "state_dir", o.stateDir)
 
@@ -271,9 +271,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	})
 	var ahs *http.Server
 	if agents != nil {
-		// No ReadTimeout: tunnels are long-lived, and their pings find
-		// dead ones.
-		ahs = &http.Server{Handler: agents, TLSConfig: agentTLS, ReadHeaderTimeout: 10 * time.Second}
+		ahs = newAgentHTTPServer(agents, agentTLS)
 		g.Go(func() error {
 			if err := ahs.ServeTLS(agentLn, "", ""); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("agent tunnel endpoint: %w", err)
@@ -299,6 +297,34 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	err = g.Wait()
 	log.Info("rigger serve stopped")
 	return err
+}
+
+// Deadlines of serve's listeners (the webhook and the agent endpoint), so
+// that a connection that says nothing, or nothing more, is closed: the
+// TLS handshake and a request's headers must come within
+// listenHeaderTimeout, the next request on a kept-alive connection within
+// listenIdleTimeout, a webhook request's body within listenReadTimeout.
+// Agent tunnels, once up, are not bound by them: their pings find dead
+// ones.
+const (
+	listenHeaderTimeout = 10 * time.Second
+	listenIdleTimeout   = 15 * time.Second
+	listenReadTimeout   = 30 * time.Second
+	listenWriteTimeout  = 60 * time.Second
+	listenMaxHeader     = 64 << 10
+)
+
+// newServeHTTPServer is the server of --listen: webhook, health, metrics.
+func newServeHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: listenHeaderTimeout, ReadTimeout: listenReadTimeout,
+		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: listenMaxHeader}
+}
+
+// newAgentHTTPServer is the server of --agent-listen. No ReadTimeout or
+// WriteTimeout: a tunnel is a long-lived hijacked connection.
+func newAgentHTTPServer(h http.Handler, cfg *tls.Config) *http.Server {
+	return &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: listenHeaderTimeout,
+		IdleTimeout: listenIdleTimeout, MaxHeaderBytes: listenMaxHeader}
 }
 
 // agentEndpoint opens the agent tunnel's store and listener when
