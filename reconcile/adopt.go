@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,7 +53,7 @@ func (s *Session) Adopt(ctx context.Context, o AdoptOptions) (*rkestate.Taken, e
 	if err := st.Check(s.c); err != nil {
 		return nil, stalls(ReasonInvalidSpec, err)
 	}
-	t, err := st.Take(s.req)
+	t, err := st.Take(s.req, time.Now())
 	if err != nil {
 		return nil, stalls(ReasonStateDamaged, err)
 	}

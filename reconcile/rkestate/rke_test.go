@@ -66,7 +66,7 @@ func TestAgainstRKE(t *testing.T) {
 		t.Fatalf("Check: %v", err)
 	}
 	req := pki.RequestFor(c)
-	taken, err := st.Take(req)
+	taken, err := st.Take(req, time.Now())
 	if err != nil {
 		t.Fatalf("Take: %v", err)
 	}

@@ -1,8 +1,16 @@
 package rkestate
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +60,7 @@ func stateJSON(t *testing.T, edit func(cur map[string]any)) []byte {
 			},
 		},
 		"certificatesBundle": bundle,
-		"encryptionConfig":   "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n  - aescbc: {keys: [{name: k, secret: SECRETKEYMATERIAL}]}\n",
+		"encryptionConfig":   "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n  - aescbc: {keys: [{name: k, secret: SECRETKEYMATERIALSECRETKEYMATERIALSECRETKEY=}]}\n",
 	}
 	if edit != nil {
 		edit(cur)
@@ -88,7 +96,7 @@ func TestParseAndTake(t *testing.T) {
 	if err := st.Check(c); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
-	taken, err := st.Take(pki.RequestFor(c))
+	taken, err := st.Take(pki.RequestFor(c), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +213,48 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// badCA replaces the state's kube-ca with a self-signed certificate made
+// from a CA template that edit spoils, and drops the certificates it
+// signed (the next apply would issue them with it).
+func badCA(t *testing.T, edit func(*x509.Certificate)) func(cur map[string]any) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kube-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	edit(tmpl)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(cur map[string]any) {
+		cur["certificatesBundle"] = map[string]any{"kube-ca": map[string]any{
+			"certificatePEM": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+			"keyPEM":         string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
+			"name":           "kube-ca", "path": "/etc/kubernetes/ssl/kube-ca.pem"}}
+	}
+}
+
+// TestCheckErrorBounded: a state file of 100,000 nodes that are not
+// cluster.yml's gives an error that lists a few and counts the rest.
+func TestCheckErrorBounded(t *testing.T) {
+	c := parseCluster(t, testCluster)
+	st := &State{Source: "cluster.rkestate", ClusterName: "prod"}
+	for i := range 100000 {
+		st.Nodes = append(st.Nodes, Node{Address: fmt.Sprintf("192.0.%d.%d", i/256, i%256)})
+	}
+	err := st.Check(c)
+	if err == nil || len(err.Error()) > 8<<10 || !strings.Contains(err.Error(), "more differences") {
+		t.Fatalf("Check of 100,000 foreign nodes: an error of %d bytes; want a few lines ending with the count of the rest", len(fmt.Sprint(err)))
+	}
+}
+
 func TestTakeErrors(t *testing.T) {
 	c := parseCluster(t, testCluster)
 	tests := []struct {
@@ -221,6 +271,19 @@ func TestTakeErrors(t *testing.T) {
 			cur["encryptionConfig"] = "kind: Secret\napiVersion: v1\ndata: {a: SECRET}\n"
 		}, "not an apiserver.config.k8s.io EncryptionConfiguration"},
 		{"encryption config not YAML", func(cur map[string]any) { cur["encryptionConfig"] = "SECRET: [" }, "encryptionConfig is not YAML"},
+		{"encryption key not base64", func(cur map[string]any) {
+			cur["encryptionConfig"] = strings.Replace(cur["encryptionConfig"].(string), "KEY=", "KE!=", 1)
+		}, "keys[0] (k): its secret is not base64"},
+		{"encryption key of a wrong length", func(cur map[string]any) {
+			cur["encryptionConfig"] = strings.Replace(cur["encryptionConfig"].(string), "SECRETKEY=", "SECRET", 1)
+		}, "its secret is 30 bytes, and aescbc takes keys of [16 24 32] bytes"},
+		{"CA:FALSE", badCA(t, func(c *x509.Certificate) { c.IsCA = false }), "kube-ca is not a CA certificate"},
+		{"no keyCertSign", badCA(t, func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageDigitalSignature }), "kube-ca may not sign certificates"},
+		{"CA not yet valid", badCA(t, func(c *x509.Certificate) { c.NotBefore = time.Now().Add(time.Hour) }), "kube-ca is not valid before"},
+		{"CA expired", badCA(t, func(c *x509.Certificate) { c.NotAfter = time.Now().Add(-time.Hour) }), "kube-ca expired on"},
+		{"CA without its key", func(cur map[string]any) {
+			delete(cur["certificatesBundle"].(map[string]any)["kube-ca"].(map[string]any), "keyPEM")
+		}, "kube-ca comes without its key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,7 +291,7 @@ func TestTakeErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = st.Take(pki.RequestFor(c))
+			_, err = st.Take(pki.RequestFor(c), time.Now())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}

@@ -2,6 +2,10 @@ package rkestate
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,30 +46,48 @@ func (st *State) Check(c *spec.Cluster) error {
 		ours[n.Address] = true
 		r, ok := theirs[n.Address]
 		if !ok {
-			errs = append(errs, fmt.Errorf("node %s is in cluster.yml but not in %s", n.Address, st.Source))
+			errs = append(errs, fmt.Errorf("node %s is in cluster.yml but not in %s", clip(n.Address), st.Source))
 			continue
 		}
 		if a, b := sortedRoles(n.Role), sortedRoles(r.Roles); !slices.Equal(a, b) {
 			errs = append(errs, fmt.Errorf("node %s has roles %s in cluster.yml but %s in %s", n.Address,
-				strings.Join(a, ","), strings.Join(b, ","), st.Source))
+				clip(strings.Join(a, ",")), clip(strings.Join(b, ",")), st.Source))
 		}
 		if a, b := orAddress(n.InternalAddress, n.Address), orAddress(r.InternalAddress, r.Address); a != b {
-			errs = append(errs, fmt.Errorf("node %s has internal_address %s in cluster.yml but %s in %s", n.Address, a, b, st.Source))
+			errs = append(errs, fmt.Errorf("node %s has internal_address %s in cluster.yml but %s in %s", n.Address, a, clip(b), st.Source))
 		}
 		if a, b := strings.ToLower(orAddress(n.HostnameOverride, n.Address)), strings.ToLower(orAddress(r.HostnameOverride, r.Address)); a != b {
-			errs = append(errs, fmt.Errorf("node %s has hostname_override %s in cluster.yml but %s in %s", n.Address, a, b, st.Source))
+			errs = append(errs, fmt.Errorf("node %s has hostname_override %s in cluster.yml but %s in %s", n.Address, a, clip(b), st.Source))
 		}
 	}
 	for _, n := range st.Nodes {
 		if !ours[n.Address] {
-			errs = append(errs, fmt.Errorf("node %s is in %s but not in cluster.yml", n.Address, st.Source))
+			errs = append(errs, fmt.Errorf("node %s is in %s but not in cluster.yml", clip(n.Address), st.Source))
 		}
 	}
 	if len(errs) > 0 {
+		if len(errs) > maxListed {
+			errs = append(errs[:maxListed], fmt.Errorf("and %d more differences", len(errs)-maxListed))
+		}
 		return fmt.Errorf("%s is not the state of this cluster.yml: %w; adopt the cluster as RKE last deployed it (the cluster.yml of the last rke up), then change cluster.yml with rigger",
 			st.Source, errors.Join(errs...))
 	}
 	return nil
+}
+
+// maxListed bounds the differences Check lists (and the errors Take
+// lists): a state file of a huge or hostile cluster must not make an
+// error of megabytes.
+const maxListed = 20
+
+// clip shortens a value from the state (an address, a name) quoted in an
+// error.
+func clip(s string) string {
+	const max = 256
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
 }
 
 func sortedRoles(r []string) []string {
@@ -118,7 +140,7 @@ type Taken struct {
 // names), checks it (every key matches its certificate, every certificate
 // chains to its CA: pki.FromFiles) and the encryption configuration (an
 // EncryptionConfiguration), and lists what it took, left out and lacks.
-func (st *State) Take(req pki.Request) (*Taken, error) {
+func (st *State) Take(req pki.Request, now time.Time) (*Taken, error) {
 	need, err := req.Names()
 	if err != nil {
 		return nil, err
@@ -139,6 +161,14 @@ func (st *State) Take(req pki.Request) (*Taken, error) {
 	}
 	if _, ok := st.Certs[pki.CACertName]; !ok {
 		return nil, fmt.Errorf("take certificates from %s: it has no %s: rigger will not make a new CA for a running cluster", st.Source, pki.CACertName)
+	}
+	for _, name := range []string{pki.CACertName, pki.RequestHeaderCACertName} {
+		if c, ok := st.Certs[name]; ok && slices.Contains(need, name) {
+			if err := checkCA(name, c.CertPEM, c.KeyPEM, now); err != nil {
+				return nil, fmt.Errorf("take certificates from %s: %w: rigger would issue certificates no one can verify; "+
+					"give the state of the running cluster (its %s is in /etc/kubernetes/ssl on a controlplane node)", st.Source, err, name)
+			}
+		}
 	}
 	set, err := pki.FromFiles(files)
 	if err != nil {
@@ -163,13 +193,55 @@ func (st *State) Take(req pki.Request) (*Taken, error) {
 	return t, nil
 }
 
-// checkEncryption checks that b is an EncryptionConfiguration; its errors
-// quote nothing of it (it holds the keys).
+// checkCA checks that a CA's certificate can sign certificates others
+// verify: a CA (basic constraints), allowed to sign certificates
+// (keyCertSign), valid now, with its key, which matches it.
+func checkCA(name string, certPEM, keyPEM []byte, now time.Time) error {
+	b, _ := pem.Decode(certPEM)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return fmt.Errorf("%s: no CERTIFICATE block", name)
+	}
+	crt, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	switch {
+	case !crt.BasicConstraintsValid || !crt.IsCA:
+		return fmt.Errorf("%s is not a CA certificate (basic constraints CA:FALSE or absent)", name)
+	case crt.KeyUsage != 0 && crt.KeyUsage&x509.KeyUsageCertSign == 0:
+		return fmt.Errorf("%s may not sign certificates (its key usage lacks keyCertSign)", name)
+	case now.Before(crt.NotBefore):
+		return fmt.Errorf("%s is not valid before %s", name, crt.NotBefore.UTC().Format(time.RFC3339))
+	case !now.Before(crt.NotAfter):
+		return fmt.Errorf("%s expired on %s", name, crt.NotAfter.UTC().Format(time.RFC3339))
+	case len(keyPEM) == 0:
+		return fmt.Errorf("%s comes without its key", name)
+	}
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return fmt.Errorf("%s: its key does not match its certificate", name)
+	}
+	return nil
+}
+
+// encryptionKeyLengths are the key lengths (bytes) the API server takes
+// for each provider with keys.
+var encryptionKeyLengths = map[string][]int{"aescbc": {16, 24, 32}, "aesgcm": {16, 24, 32}, "secretbox": {32}}
+
+// checkEncryption checks that b is an EncryptionConfiguration whose keys
+// are base64 of a length the API server takes; its errors quote nothing
+// of it (it holds the keys).
 func checkEncryption(b []byte) error {
 	var head struct {
 		APIVersion string `yaml:"apiVersion"`
 		Kind       string `yaml:"kind"`
-		Resources  []any  `yaml:"resources"`
+		Resources  []struct {
+			Providers []map[string]struct {
+				Keys []struct {
+					Name   string `yaml:"name"`
+					Secret string `yaml:"secret"`
+				} `yaml:"keys"`
+			} `yaml:"providers"`
+		} `yaml:"resources"`
 	}
 	if err := yaml.Unmarshal(b, &head); err != nil {
 		return errors.New("encryptionConfig is not YAML")
@@ -179,6 +251,29 @@ func checkEncryption(b []byte) error {
 	}
 	if len(head.Resources) == 0 {
 		return errors.New("encryptionConfig lists no resources")
+	}
+	for i, r := range head.Resources {
+		for j, p := range r.Providers {
+			for kind, prov := range p {
+				lengths, ok := encryptionKeyLengths[kind]
+				if !ok {
+					continue
+				}
+				for k, key := range prov.Keys {
+					where := fmt.Sprintf("encryptionConfig resources[%d].providers[%d].%s.keys[%d]", i, j, kind, k)
+					raw, err := base64.StdEncoding.DecodeString(key.Secret)
+					switch {
+					case key.Name == "":
+						return fmt.Errorf("%s has no name", where)
+					case err != nil:
+						return fmt.Errorf("%s (%s): its secret is not base64", where, clip(key.Name))
+					case !slices.Contains(lengths, len(raw)):
+						return fmt.Errorf("%s (%s): its secret is %d bytes, and %s takes keys of %v bytes", where,
+							clip(key.Name), len(raw), kind, lengths)
+					}
+				}
+			}
+		}
 	}
 	return nil
 }
