@@ -70,6 +70,7 @@ private key of the cluster and none is ever printed.`,
 			defer s.Close()
 			t, err := s.Adopt(cmd.Context(), opts)
 			if err != nil {
+				s.dropFreshStateDir()
 				return err
 			}
 			renderTaken(cmd.OutOrStdout(), t)

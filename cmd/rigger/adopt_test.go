@@ -66,4 +66,36 @@ func TestAdoptRKEState(t *testing.T) {
 		!strings.Contains(stderr, "node 10.231.27.12 is in "+rkeState+" but not in cluster.yml") {
 		t.Fatalf("adopt of another cluster.yml's state: exit %d\n%s", code, stderr)
 	}
+	// A refused adopt leaves no state directory (nor lock file) behind.
+	if _, err := os.Stat(filepath.Join(dir, "state2")); err == nil {
+		t.Errorf("a refused adopt left its state directory %s behind", filepath.Join(dir, "state2"))
+	}
+}
+
+// TestRefusedAdoptLeavesNoStateDir: an adopt refused (here, RKE's state
+// is of other nodes) leaves neither the state directory it would have
+// made nor its lock file.
+func TestRefusedAdoptLeavesNoStateDir(t *testing.T) {
+	dir := t.TempDir()
+	writeKey(t, dir)
+	clusterFile := filepath.Join(dir, "cluster.yml")
+	yml := "cluster_name: adopted\nssh_key_path: " + dir + "/id\nnodes:\n" +
+		"  - {address: 10.231.27.11, user: root, role: [etcd, controlplane, worker]}\n"
+	if err := os.WriteFile(clusterFile, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rkeState := filepath.Join(dir, "cluster.rkestate")
+	if err := os.WriteFile(rkeState, []byte(`{"currentState":{"rkeConfig":{"clusterName":"adopted","nodes":[`+
+		`{"address":"10.231.27.99","role":["etcd","controlplane","worker"]}]},`+
+		`"certificatesBundle":{"kube-ca":{"certificatePEM":"x"}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	_, stderr, code := run(t, "adopt", "-f", clusterFile, "--rkestate", rkeState, "--state-dir", state)
+	if code == 0 || !strings.Contains(stderr, "node 10.231.27.11 is in cluster.yml but not in") {
+		t.Fatalf("adopt of other nodes' state: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(state); err == nil {
+		t.Errorf("a refused adopt left %s behind", state)
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -55,6 +57,27 @@ type opened struct {
 	// lock is held for commands that change the cluster (lockAs); nil
 	// otherwise.
 	lock *reconcile.Lock
+	// dir is the state directory; fresh says that taking the lock made it.
+	dir   string
+	fresh bool
+}
+
+// dropFreshStateDir removes the state directory the lock made, when it
+// holds nothing but the lock file: a refused command (an adopt) leaves no
+// trace. It releases the lock.
+func (o *opened) dropFreshStateDir() {
+	if !o.fresh || o.lock == nil {
+		return
+	}
+	entries, err := os.ReadDir(o.dir)
+	if err != nil || len(entries) != 1 || entries[0].Name() != reconcile.LockFileName {
+		return
+	}
+	// Removed while held: nobody else can have opened a directory that
+	// this process has just made.
+	os.Remove(filepath.Join(o.dir, reconcile.LockFileName))
+	o.lock.Release()
+	os.Remove(o.dir)
 }
 
 // Close releases the lock and closes the session.
@@ -91,7 +114,8 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &opened{c: c, Session: s}
+	_, statErr := os.Stat(dir)
+	o := &opened{c: c, Session: s, dir: dir, fresh: errors.Is(statErr, fs.ErrNotExist)}
 	if f.lockAs != "" {
 		if o.lock, err = lockSession(cmd, s, f.lockAs, f.waitLock); err != nil {
 			s.Close()
