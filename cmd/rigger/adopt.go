@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rigger/rigger/internal/termsafe"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/rkestate"
 )
@@ -109,7 +110,9 @@ func renderTaken(w io.Writer, t *rkestate.Taken) {
 		if from == "" {
 			from = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.Name, exp, it.Action, from)
+		// Names and sources come from RKE's state: escaped, so that none
+		// forges a line.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", termsafe.String(it.Name), exp, it.Action, termsafe.String(from))
 	}
 	_ = tw.Flush()
 	if t.EncryptionConfig != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rigger/rigger/internal/termsafe"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/spec"
 )
@@ -40,7 +41,7 @@ func loadCluster(cmd *cobra.Command, file string) (*spec.Cluster, error) {
 		return nil, &exitError{code: 1}
 	}
 	for _, d := range diags {
-		fmt.Fprintln(cmd.ErrOrStderr(), d)
+		fmt.Fprintln(cmd.ErrOrStderr(), termsafe.String(d.String()))
 	}
 	return c, nil
 }

@@ -7,9 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/rigger/rigger/internal/termsafe"
 )
 
 func main() {
@@ -17,16 +20,23 @@ func main() {
 	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		var ex *exitError
-		if errors.As(err, &ex) {
-			if ex.msg != "" {
-				fmt.Fprintln(os.Stderr, "error:", ex.msg)
-			}
-			os.Exit(ex.code)
-		}
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+		os.Exit(printError(os.Stderr, err))
 	}
+}
+
+// printError prints err as rigger ends with it and returns the exit code.
+// Errors quote files and nodes (names, addresses): their control
+// characters are escaped, so that none moves the cursor or forges a line.
+func printError(w io.Writer, err error) int {
+	var ex *exitError
+	if errors.As(err, &ex) {
+		if ex.msg != "" {
+			fmt.Fprintln(w, "error:", termsafe.String(ex.msg))
+		}
+		return ex.code
+	}
+	fmt.Fprintln(w, "error:", termsafe.String(err.Error()))
+	return 1
 }
 
 // exitError ends the program with a given exit code. A command returns it

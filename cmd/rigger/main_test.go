@@ -42,16 +42,8 @@ func runTo(t *testing.T, ctx context.Context, stdin string, out, errOut interfac
 	cmd := newRootCommand(out, errOut)
 	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetArgs(args)
-	err := cmd.ExecuteContext(ctx)
-	var ex *exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ex):
-		code = ex.code
-		errOut.WriteString(ex.msg) // as main prints it
-	default:
-		code = 1
-		errOut.WriteString(err.Error())
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		code = printError(errOut, err) // as main prints it
 	}
 	return out.String(), errOut.String(), code
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rigger/rigger/internal/termsafe"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -76,8 +77,11 @@ func printDiagnostics(w io.Writer, format, file string, diags spec.Diagnostics) 
 			Diagnostics spec.Diagnostics `json:"diagnostics"`
 		}{file, errs == 0, errs, warns, diags})
 	case "text":
+		// A diagnostic quotes the file: its control characters are
+		// escaped, so that none forges a line (a "valid" one).
+		file = termsafe.String(file)
 		for _, d := range diags {
-			fmt.Fprintln(w, d)
+			fmt.Fprintln(w, termsafe.String(d.String()))
 		}
 		switch {
 		case errs > 0:
