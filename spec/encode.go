@@ -66,6 +66,8 @@ func encodeValue(v reflect.Value, showSecrets bool) *yaml.Node {
 				n = encodeValue(fv, showSecrets)
 			case secrecy(sf) == tagSecret:
 				n = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: Redacted}
+			case secrecy(sf) == tagSecretManifests:
+				n = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: RedactManifests(fv.String())}
 			case secrecy(sf) == tagSecretEnv:
 				n = encodeValue(fv, showSecrets)
 				for _, e := range n.Content {

@@ -558,3 +558,37 @@ func TestSecretsEncryption(t *testing.T) {
 		})
 	}
 }
+
+// TestMarshalRedactsAddonSecrets: config defaults shows addons, but not
+// the data of a Secret among them (nor of a List's Secret); the rest of
+// the manifests is shown.
+func TestMarshalRedactsAddonSecrets(t *testing.T) {
+	y := "nodes:\n  - {address: 10.0.0.1, user: root, role: [etcd, controlplane, worker]}\n" +
+		"addons: |-\n" +
+		"  apiVersion: v1\n  kind: Secret\n  metadata: {name: db}\n  data: {password: c3VwZXJzZWNyZXQ=}\n  stringData: {token: hunter2}\n" +
+		"  ---\n" +
+		"  apiVersion: v1\n  kind: List\n  items:\n  - {apiVersion: v1, kind: Secret, metadata: {name: b}, stringData: {k: listsecret}}\n" +
+		"  ---\n" +
+		"  apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: shown}\n  data: {greeting: hello}\n"
+	c, diags := Parse([]byte(y), "cluster.yml")
+	if diags.Err() != nil {
+		t.Fatal(diags.Err())
+	}
+	out, err := Marshal(c, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"c3VwZXJzZWNyZXQ=", "hunter2", "listsecret"} {
+		if strings.Contains(string(out), secret) {
+			t.Errorf("output holds the Secret's value %q:\n%s", secret, out)
+		}
+	}
+	for _, shown := range []string{"password:", "greeting: hello", "name: db"} {
+		if !strings.Contains(string(out), shown) {
+			t.Errorf("output lacks %q:\n%s", shown, out)
+		}
+	}
+	if all, _ := Marshal(c, true); !strings.Contains(string(all), "hunter2") {
+		t.Errorf("with showSecrets the addons are not shown whole:\n%s", all)
+	}
+}

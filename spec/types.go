@@ -52,7 +52,7 @@ type Cluster struct {
 	// Cloud provider integration of the kubelet and controller manager.
 	CloudProvider CloudProvider `json:"cloud_provider,omitempty"`
 	// YAML manifests applied to the cluster after it is up.
-	Addons string `json:"addons,omitempty"`
+	Addons string `json:"addons,omitempty" rigger:"secret-manifests"`
 	// Paths or URLs of more add-on manifests.
 	AddonsInclude []string `json:"addons_include,omitempty"`
 	// Seconds rigger waits for each add-on to be ready (rolled out, as kstatus says) after applying it; RKE waited this long for the add-on's deploy job.
