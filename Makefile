@@ -33,6 +33,8 @@ FUZZ_TARGETS := ./spec:FuzzLoad \
 	./transport/sshtun:FuzzCAPatterns \
 	./reconcile/statedir:FuzzReadJSON \
 	./transport/agenttun:FuzzReadFrame \
+	./transport/agenttun:FuzzJoinRequest \
+	./transport/agenttun:FuzzTunnelFrames \
 	./reconcile/rkestate:FuzzParse \
 	./reconcile/secretsenc:FuzzParse
 # Each new interesting input is minimized for at most this long (Go's default,
