@@ -30,7 +30,7 @@ func TestListenersCloseIdleConnections(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	agentLn := listen(t)
 	webhookLn := listen(t)
-	ahs := newAgentHTTPServer(ok, tlsConfig)
+	ahs := agenttun.NewHTTPServer(ok, tlsConfig)
 	hs := newServeHTTPServer(ok)
 	go ahs.ServeTLS(agentLn, "", "")
 	go hs.Serve(webhookLn)
@@ -72,8 +72,8 @@ func TestListenersCloseIdleConnections(t *testing.T) {
 		}
 	}
 	probes := []probe{
-		{"agent endpoint, no TLS handshake", silentTCP(agentLn.Addr().String()), listenHeaderTimeout},
-		{"agent endpoint, idle after a request", afterRequest(agentLn.Addr().String(), true), listenIdleTimeout},
+		{"agent endpoint, no TLS handshake", silentTCP(agentLn.Addr().String()), agenttun.HandshakeTimeout},
+		{"agent endpoint, idle after a request", afterRequest(agentLn.Addr().String(), true), agenttun.IdleTimeout},
 		{"webhook, no request", silentTCP(webhookLn.Addr().String()), listenHeaderTimeout},
 		{"webhook, idle after a request", afterRequest(webhookLn.Addr().String(), false), listenIdleTimeout},
 	}

@@ -271,7 +271,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	})
 	var ahs *http.Server
 	if agents != nil {
-		ahs = newAgentHTTPServer(agents, agentTLS)
+		ahs = agenttun.NewHTTPServer(agents, agentTLS)
 		g.Go(func() error {
 			if err := ahs.ServeTLS(agentLn, "", ""); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("agent tunnel endpoint: %w", err)
@@ -299,13 +299,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	return err
 }
 
-// Deadlines of serve's listeners (the webhook and the agent endpoint), so
-// that a connection that says nothing, or nothing more, is closed: the
-// TLS handshake and a request's headers must come within
+// Deadlines of serve's webhook listener (agenttun.NewHTTPServer has the
+// agent endpoint's), so that a connection that says nothing, or nothing
+// more, is closed: a request's headers must come within
 // listenHeaderTimeout, the next request on a kept-alive connection within
-// listenIdleTimeout, a webhook request's body within listenReadTimeout.
-// Agent tunnels, once up, are not bound by them: their pings find dead
-// ones.
+// listenIdleTimeout, a request's body within listenReadTimeout.
 const (
 	listenHeaderTimeout = 10 * time.Second
 	listenIdleTimeout   = 15 * time.Second
@@ -318,13 +316,6 @@ const (
 func newServeHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: listenHeaderTimeout, ReadTimeout: listenReadTimeout,
 		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: listenMaxHeader}
-}
-
-// newAgentHTTPServer is the server of --agent-listen. No ReadTimeout or
-// WriteTimeout: a tunnel is a long-lived hijacked connection.
-func newAgentHTTPServer(h http.Handler, cfg *tls.Config) *http.Server {
-	return &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: listenHeaderTimeout,
-		IdleTimeout: listenIdleTimeout, MaxHeaderBytes: listenMaxHeader}
 }
 
 // agentEndpoint opens the agent tunnel's store and listener when

@@ -16,7 +16,7 @@ import (
 // joinedCredentials joins name to ts with a real agent, stops it and
 // returns its configuration (whose state directory holds the
 // credentials) and its credentials.
-func joinedCredentials(t *testing.T, ts *testServer, name string, n node) (AgentConfig, *credentials) {
+func joinedCredentials(t testing.TB, ts *testServer, name string, n node) (AgentConfig, *credentials) {
 	t.Helper()
 	cfg := ts.agentConfig(t, name, n)
 	ra := runAgent(t, cfg)
@@ -37,7 +37,7 @@ func joinedCredentials(t *testing.T, ts *testServer, name string, n node) (Agent
 // rawTunnel opens a tunnel for name with creds below the agent's code:
 // the WebSocket handshake by hand, then the raw TLS connection, on which
 // the test writes what no agent would.
-func rawTunnel(t *testing.T, ts *testServer, name string, creds *credentials) net.Conn {
+func rawTunnel(t testing.TB, ts *testServer, name string, creds *credentials) net.Conn {
 	t.Helper()
 	conn, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: creds.roots, Certificates: []tls.Certificate{creds.cert},
 		ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})

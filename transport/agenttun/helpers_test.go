@@ -88,6 +88,7 @@ func (ts *testServer) start(addr string) {
 		t.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(srv)
+	hs.Config = NewHTTPServer(srv, nil) // serve's deadlines; StartTLS sets its TLS
 	hs.Listener.Close()
 	hs.Listener = ln
 	hs.TLS = tlsConfig

@@ -3,6 +3,7 @@ package agenttun
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -507,6 +508,25 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	s.detach(n, sess)
 	log.Info("agent tunnel down")
+}
+
+// Deadlines of the tunnel endpoint's listener (NewHTTPServer): the TLS
+// handshake and a request's headers must come within HandshakeTimeout,
+// the next request on a kept-alive connection within IdleTimeout, so that
+// connections that say nothing are not held. A tunnel, once up, is a
+// hijacked connection they do not bound: its pings find a dead one.
+const (
+	HandshakeTimeout = 10 * time.Second
+	IdleTimeout      = 15 * time.Second
+	maxHeaderBytes   = 64 << 10
+)
+
+// NewHTTPServer is the HTTP server to serve h (a Server, or what routes to
+// Servers) on a TLS listener with cfg: with the endpoint's deadlines and
+// no ReadTimeout or WriteTimeout, which would end tunnels.
+func NewHTTPServer(h http.Handler, cfg *tls.Config) *http.Server {
+	return &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: HandshakeTimeout,
+		IdleTimeout: IdleTimeout, MaxHeaderBytes: maxHeaderBytes}
 }
 
 // headerHostname carries the agent's host name on PathConnect, for

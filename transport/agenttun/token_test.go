@@ -61,9 +61,9 @@ func TestJoinDoesNotReplaceAValidCertificate(t *testing.T) {
 		p := ts.srv.Pending()
 		return len(p) == 1 && p[0].Node == "n1" && p[0].Hostname == "elsewhere" && p[0].Key != ""
 	})
-	if !strings.Contains(ro.logs.String(), "rigger agent approve --node n1") {
-		t.Errorf("the waiting agent's log does not say how to approve it:\n%s", ro.logs)
-	}
+	waitFor(t, "the waiting agent's log says how to approve it", 30*time.Second, func() bool {
+		return strings.Contains(ro.logs.String(), "rigger agent approve --node n1")
+	})
 	if got := ts.srv.store.nodeSerial("c1", "n1"); got != serial {
 		t.Fatalf("n1's certificate was replaced by a join (serial %s, was %s)", got, serial)
 	}
