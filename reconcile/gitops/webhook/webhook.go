@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/time/rate"
 )
@@ -56,7 +57,20 @@ const (
 	ResultMethodNotAllowed = "method_not_allowed"
 	// ResultPing: GitHub's ping event, authenticated.
 	ResultPing = "ping"
+	// ResultReplay: an authenticated delivery already received (the same
+	// delivery ID, or the same body when the forge sends no ID): a replay,
+	// answered without spending the forge's budget.
+	ResultReplay = "replay"
 )
+
+// deliveryHeaders name a delivery's ID, by forge; a request with none is
+// known by its body's digest.
+var deliveryHeaders = []string{"X-GitHub-Delivery", "X-Gitlab-Event-UUID", "X-Gitea-Delivery", "X-Forgejo-Delivery",
+	"X-Rigger-Delivery"}
+
+// rememberedDeliveries is how many delivery IDs the endpoint remembers
+// (the oldest is forgotten first).
+const rememberedDeliveries = 4096
 
 // Config of the webhook endpoint.
 type Config struct {
@@ -133,6 +147,47 @@ type handler struct {
 	limiter, rejected *rate.Limiter
 	observe           func(provider, result string)
 	log               *slog.Logger
+	seen              *deliveries
+}
+
+// deliveries are the IDs of the last deliveries received, a bounded set.
+type deliveries struct {
+	mu   sync.Mutex
+	ids  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newDeliveries(n int) *deliveries {
+	return &deliveries{ids: make(map[string]struct{}, n), ring: make([]string, n)}
+}
+
+// add records id and says whether it was seen before.
+func (d *deliveries) add(id string) (seen bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.ids[id]; ok {
+		return true
+	}
+	if old := d.ring[d.next]; old != "" {
+		delete(d.ids, old)
+	}
+	d.ring[d.next] = id
+	d.ids[id] = struct{}{}
+	d.next = (d.next + 1) % len(d.ring)
+	return false
+}
+
+// deliveryID is what tells a delivery from a replay of it: the forge's
+// delivery ID, or the digest of the body.
+func deliveryID(hdr http.Header, body []byte) string {
+	for _, h := range deliveryHeaders {
+		if v := hdr.Get(h); v != "" {
+			return h + ":" + v
+		}
+	}
+	sum := sha256.Sum256(body)
+	return "body:" + hex.EncodeToString(sum[:])
 }
 
 // New returns the handler of the endpoint described by cfg. It serves only
@@ -169,6 +224,7 @@ func New(cfg Config) (http.Handler, error) {
 		maxBody: cfg.MaxBody,
 		observe: cfg.Observe,
 		log:     cfg.Log,
+		seen:    newDeliveries(rememberedDeliveries),
 	}
 	if h.maxBody == 0 {
 		h.maxBody = DefaultMaxBody
@@ -263,6 +319,12 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 	case authMismatch:
 		return h.reject(outcome{code: http.StatusForbidden, result: ResultForbidden,
 			msg: p.mismatch, reason: "signature does not match"})
+	}
+	// A captured delivery sent again is authenticated too: it spends the
+	// budget of rejected requests, never the forge's.
+	if h.seen.add(deliveryID(r.Header, body)) {
+		return h.reject(outcome{code: http.StatusOK, result: ResultReplay,
+			msg: "ignored: this delivery was received already", reason: "replayed delivery"})
 	}
 	if o, limited := limited(h.limiter); limited {
 		return o

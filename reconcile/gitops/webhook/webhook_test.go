@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,12 +48,56 @@ const (
 // mod changes a request's headers; it sees the body to sign it.
 type mod func(h http.Header, body []byte)
 
-// github sets GitHub's event and a valid signature.
+// deliverySeq numbers the tests' deliveries: each is a new one, as a
+// forge's are.
+var deliverySeq atomic.Int64
+
+// github sets GitHub's event, a delivery ID of its own and a valid
+// signature.
 func github(event string) mod {
 	return func(h http.Header, body []byte) {
 		h.Set("X-GitHub-Event", event)
-		h.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+		h.Set("X-GitHub-Delivery", fmt.Sprintf("72d3162e-cc78-11e3-81ab-%012d", deliverySeq.Add(1)))
 		h.Set("X-Hub-Signature-256", Sign(testSecret, body))
+	}
+}
+
+// delivery sets GitHub's delivery ID.
+func delivery(id string) mod {
+	return func(h http.Header, _ []byte) { h.Set("X-GitHub-Delivery", id) }
+}
+
+// TestReplayIgnored: a captured delivery sent again (same delivery ID, or
+// the same body from a forge that sends no ID) is answered as a replay:
+// no fetch, and the forge's budget is not spent, so that the next real
+// push goes through at once.
+func TestReplayIgnored(t *testing.T) {
+	h, c := newHandler(t, func(cfg *Config) {
+		cfg.Rate = rate.Every(time.Hour)
+		cfg.Burst = 2
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	path := Path(testSecret)
+	captured := []mod{github("push"), delivery("captured-1")}
+	if resp, body := send(t, srv, http.MethodPost, path, githubPush, captured...); resp.StatusCode != 202 {
+		t.Fatalf("the first delivery: status %d (%q), want 202", resp.StatusCode, body)
+	}
+	for i := range 5 {
+		resp, body := send(t, srv, http.MethodPost, path, githubPush, captured...)
+		if resp.StatusCode == 202 {
+			t.Fatalf("replay %d: status 202 (%q): a replay was taken as a push", i, body)
+		}
+	}
+	if resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push")); resp.StatusCode != 202 {
+		t.Fatalf("the next real push after replays: status %d (%q), want 202", resp.StatusCode, body)
+	}
+	events, observed, _ := c.snapshot()
+	if len(events) != 2 {
+		t.Errorf("Trigger called %d times, want 2 (the first delivery and the next push)", len(events))
+	}
+	if observed[1] != "github/replay" {
+		t.Errorf("Observe calls %v, want the second a replay", observed)
 	}
 }
 
