@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
+	"syscall"
 	"time"
 )
 
@@ -53,6 +55,12 @@ func (e *UnreachableError) Error() string {
 	case e.Op == OpHandshake:
 		return fmt.Sprintf("node %s: SSH handshake with %s%s failed: %v: check that sshd listens on that port and "+
 			"shares a key exchange algorithm with rigger", e.Node, e.Addr, via, e.Err)
+	case errors.Is(e.Err, syscall.ECONNREFUSED):
+		// Worded without "connection refused": Docker's client replaces
+		// any error that says so with "Cannot connect to the Docker
+		// daemon", which would hide that SSH itself was refused.
+		return fmt.Sprintf("node %s: %s%s refused the connection: nothing listens on that port: check the node's "+
+			"address and port (port in cluster.yml, 22 by default) and that sshd runs there", e.Node, e.Addr, via)
 	case e.Timeout > 0:
 		return fmt.Sprintf("node %s: cannot reach %s%s: no answer within %s: check the node's address and port, "+
 			"that it is up, and that no firewall drops the connection; or raise rigger.ssh.connect_timeout",

@@ -467,3 +467,21 @@ func TestHandshakeTimeoutDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedPortNotReportedAsDocker: the Docker client of a node whose
+// SSH port refuses connections says that the port refused, naming the
+// node and what to check; Docker's client turned any error that read
+// "connection refused" into "Cannot connect to the Docker daemon".
+func TestRefusedPortNotReportedAsDocker(t *testing.T) {
+	n := startNode(t, nodeOptions{})
+	cfg := n.config()
+	cfg.Nodes[0].Port = port(testnode.ClosedAddr(t))
+	_, err := newT(t, cfg).Docker(testCtx(t), "n1")
+	var unreachable *transport.UnreachableError
+	if !errors.As(err, &unreachable) || unreachable.Node != "n1" {
+		t.Fatalf("Docker: %v (%T), want *transport.UnreachableError for n1", err, err)
+	}
+	if strings.Contains(err.Error(), "Cannot connect to the Docker daemon") || !strings.Contains(err.Error(), "refused the connection") {
+		t.Errorf("error %q does not say that the SSH port refused the connection", err)
+	}
+}
