@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
@@ -46,23 +47,23 @@ func (st *State) Check(c *spec.Cluster) error {
 		ours[n.Address] = true
 		r, ok := theirs[n.Address]
 		if !ok {
-			errs = append(errs, fmt.Errorf("node %s is in cluster.yml but not in %s", clip(n.Address), st.Source))
+			errs = append(errs, fmt.Errorf("node %s is in cluster.yml but not in %s", clipped(n.Address), st.Source))
 			continue
 		}
 		if a, b := sortedRoles(n.Role), sortedRoles(r.Roles); !slices.Equal(a, b) {
 			errs = append(errs, fmt.Errorf("node %s has roles %s in cluster.yml but %s in %s", n.Address,
-				clip(strings.Join(a, ",")), clip(strings.Join(b, ",")), st.Source))
+				clipped(strings.Join(a, ",")), clipped(strings.Join(b, ",")), st.Source))
 		}
 		if a, b := orAddress(n.InternalAddress, n.Address), orAddress(r.InternalAddress, r.Address); a != b {
-			errs = append(errs, fmt.Errorf("node %s has internal_address %s in cluster.yml but %s in %s", n.Address, a, clip(b), st.Source))
+			errs = append(errs, fmt.Errorf("node %s has internal_address %s in cluster.yml but %s in %s", n.Address, a, clipped(b), st.Source))
 		}
 		if a, b := strings.ToLower(orAddress(n.HostnameOverride, n.Address)), strings.ToLower(orAddress(r.HostnameOverride, r.Address)); a != b {
-			errs = append(errs, fmt.Errorf("node %s has hostname_override %s in cluster.yml but %s in %s", n.Address, a, clip(b), st.Source))
+			errs = append(errs, fmt.Errorf("node %s has hostname_override %s in cluster.yml but %s in %s", n.Address, a, clipped(b), st.Source))
 		}
 	}
 	for _, n := range st.Nodes {
 		if !ours[n.Address] {
-			errs = append(errs, fmt.Errorf("node %s is in %s but not in cluster.yml", clip(n.Address), st.Source))
+			errs = append(errs, fmt.Errorf("node %s is in %s but not in cluster.yml", clipped(n.Address), st.Source))
 		}
 	}
 	if len(errs) > 0 {
@@ -80,15 +81,9 @@ func (st *State) Check(c *spec.Cluster) error {
 // error of megabytes.
 const maxListed = 20
 
-// clip shortens a value from the state (an address, a name) quoted in an
-// error.
-func clip(s string) string {
-	const max = 256
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
+// clipped shortens a value from the state (an address, a name) quoted in
+// an error.
+func clipped(s string) string { return clip.Ellipsis(s, 256) }
 
 func sortedRoles(r []string) []string {
 	out := slices.Clone(r)
@@ -266,10 +261,10 @@ func checkEncryption(b []byte) error {
 					case key.Name == "":
 						return fmt.Errorf("%s has no name", where)
 					case err != nil:
-						return fmt.Errorf("%s (%s): its secret is not base64", where, clip(key.Name))
+						return fmt.Errorf("%s (%s): its secret is not base64", where, clipped(key.Name))
 					case !slices.Contains(lengths, len(raw)):
 						return fmt.Errorf("%s (%s): its secret is %d bytes, and %s takes keys of %v bytes", where,
-							clip(key.Name), len(raw), kind, lengths)
+							clipped(key.Name), len(raw), kind, lengths)
 					}
 				}
 			}
