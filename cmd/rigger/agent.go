@@ -58,10 +58,12 @@ fetched without sending anything secret and its SHA-256 compared with
 only that CA is trusted from then on; the token is sent to the verified
 server, which issues this node its own client certificate (kept in
 --state-dir); the tunnel comes up. Later starts use the certificate and need
-no token. A refused token, a revoked certificate or a wrong checksum end the
-agent with one line and exit code 1; everything else (server down, node not
-yet declared in cluster.yml, another host holding the node) is retried with
-exponential backoff and jitter.
+no token. A token joins one node, once, before it expires ("rigger agent
+command" issues it). A refused token, a revoked certificate or a wrong
+checksum end the agent with one line and exit code 1; everything else
+(server down, node not yet declared in cluster.yml, another host holding
+the node, a join waiting for "rigger agent approve" because the node holds a
+valid certificate) is retried with exponential backoff and jitter.
 
 Pass the token in $RIGGER_TOKEN rather than --token, which shows in the
 process list. See docs/agent.md.`,
