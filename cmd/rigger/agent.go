@@ -114,7 +114,8 @@ asks a certificate for. With --node (and --key, a prefix of that SHA-256,
 when more than one waits for the node) it approves that join: the agent's
 next try gets a new certificate, and the node's old certificate stops
 working. Check with the node's operator that the host and key are theirs
-first (the agent logs its key in "join waits for approval").
+first: the waiting agent's log shows the start of its key, in the command
+that approves it ("rigger agent approve --node … --key …").
 
 Run it where rigger serve runs, with serve's --state-dir.`,
 		Example: `  rigger agent approve -f clusters/edge/cluster.yml --state-dir /var/lib/rigger
