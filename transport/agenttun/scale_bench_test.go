@@ -23,6 +23,9 @@ func BenchmarkSessions(b *testing.B) {
 	}
 	for b.Loop() {
 		ts := startServer(b, nodes...)
+		// serve's keepalive (and so write timeout), not the tests' 1 s:
+		// a thousand tunnels coming up at once on two cores take longer.
+		ts.srv.cfg.KeepaliveInterval = DefaultKeepaliveInterval
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
