@@ -64,7 +64,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		pl.Encryption = re.info
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {
-		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes)
+		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes, pl.Unreachable())
 	}
 	if pl.addons, err = s.desiredAddons(ctx); err != nil {
 		return nil, err
