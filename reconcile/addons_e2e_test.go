@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/rigger/rigger/reconcile/kubenode"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/sandbox/smoke"
 	"github.com/rigger/rigger/spec"
 )
@@ -83,6 +85,12 @@ func testAddons(ctx context.Context, t *testing.T, f *clusterFixture) {
 			if err := os.RemoveAll(filepath.Join(n.CNIConfigDir(), e.Name())); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// cri-dockerd, in the kubelet's container, keeps the configuration
+		// it loaded: the node loses its network when they start again (a
+		// reboot, a kubelet replaced after a remove stopped half-way).
+		if err := sandboxtest.DockerClient(t, n).ContainerRestart(ctx, "kubelet", container.StopOptions{}); err != nil {
+			t.Fatal(err)
 		}
 		rt.Eventually(ctx, t, 2*time.Minute, n.Hostname+" NotReady without a network", func(ctx context.Context) (bool, error) {
 			node, err := cs.CoreV1().Nodes().Get(ctx, n.Hostname, metav1.GetOptions{})

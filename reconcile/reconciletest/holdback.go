@@ -14,8 +14,6 @@ import (
 	"github.com/docker/docker/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
@@ -73,17 +71,9 @@ func leaseOf(ctx context.Context, c *spec.Cluster, opts reconcile.Options, hostn
 		return err
 	}
 	defer sess.Close()
-	kc, err := sess.Kubeconfig(ctx)
+	cs, err := adminClient(ctx, sess)
 	if err != nil {
-		return fmt.Errorf("hold kube-proxy back: admin kubeconfig: %w", err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
+		return fmt.Errorf("hold kube-proxy back: %w", err)
 	}
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, HoldKubeProxyTimeout, true, func(ctx context.Context) (bool, error) {
