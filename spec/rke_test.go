@@ -18,7 +18,7 @@ import (
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
-// rkeConfigFiles are the files RKE v1.8.1's `rke config` writes
+// rkeConfigFiles are the files RKE v1.8.14's `rke config` writes
 // (testdata/rke), with the arguments of hack/rke-render that write them.
 var rkeConfigFiles = map[string][]string{
 	"testdata/rke/rke-config.yml":       nil,
@@ -59,7 +59,7 @@ func TestRKEConfigFile(t *testing.T) {
 	}
 }
 
-// TestAgainstRKE compares rigger with RKE v1.8.1's own code, run by
+// TestAgainstRKE compares rigger with RKE v1.8.14's own code, run by
 // hack/rke-render (built once for all): the files `rke config` writes,
 // what RKE's parser reads, the keys it reads, and its check of the nodes'
 // Docker versions.
@@ -134,7 +134,7 @@ func checkRKEConfigFiles(t *testing.T, bin string) {
 	}
 }
 
-// readCase is a cluster.yml key that RKE v1.8.1 reads in its own way.
+// readCase is a cluster.yml key that RKE v1.8.14 reads in its own way.
 type readCase struct {
 	name string
 	// yml is added to a one-node cluster, or is the whole file when it
@@ -294,7 +294,19 @@ var readCases = []readCase{
 		warn: "pod_security_policy was a key of services.kube-api, which RKE v1.6.0 removed; RKE ignores it here, and so does rigger",
 	},
 	{
-		// RKE v1.8.1 reads authorization.options and passes it nowhere.
+		// Not in RKE v1.8.1; RKE v1.8.14's defaults copy it into network.options.
+		name:   "canal_network_provider.blackhole_route",
+		yml:    `network: {plugin: canal, canal_network_provider: {blackhole_route: "true"}}`,
+		rigger: func(c *Cluster) any { return c.Network.CanalNetworkProvider.BlackholeRoute },
+		rke:    "/network/options/canal_blackhole_route", defaulted: true, want: "true",
+	},
+	{
+		name: "canal_blackhole_route with a flannel before v0.28.1",
+		yml:  "kubernetes_version: v1.31.14-rancher1-1\nnetwork: {plugin: canal, options: {canal_blackhole_route: \"true\"}}",
+		warn: "Blackhole route requires Flannel version >= v0.28.1, disabling it for image [rancher/mirrored-flannel-flannel:v0.27.3]",
+	},
+	{
+		// RKE v1.8.14 reads authorization.options and passes it nowhere.
 		name:   "authorization.options",
 		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",
 		rigger: func(c *Cluster) any { return c.Authorization.Options["authorization-webhook-version"] },
@@ -418,7 +430,7 @@ func TestOneKeyTwoSpellings(t *testing.T) {
 	}
 }
 
-// checkReadsAsRKE runs RKE v1.8.1's own parser (hack/rke-render -parse:
+// checkReadsAsRKE runs RKE v1.8.14's own parser (hack/rke-render -parse:
 // cluster.ParseConfig, then InitClusterObject's defaults and validation) on
 // every readCase: RKE accepts each file, as rigger does, and reads what the
 // case says RKE reads.
@@ -509,16 +521,16 @@ func jsonText(t *testing.T, v any) string {
 	return string(b)
 }
 
-// riggerOnlyKeys are the keys rigger reads and RKE v1.8.1 does not, with
+// riggerOnlyKeys are the keys rigger reads and RKE v1.8.14 does not, with
 // why they exist.
 var riggerOnlyKeys = map[string]string{
 	"rigger":                               "rigger's own settings",
 	"nodes[].transport":                    "how rigger reaches the node",
 	"restore.id":                           "the id of a restore request, so that each is carried out once",
-	"system_images.calico_tigera_operator": "the Tigera operator's image, which RKE v1.8.1's table never fills",
+	"system_images.calico_tigera_operator": "the Tigera operator's image, which RKE v1.8.14's table never fills",
 }
 
-// checkKeysAsRKE compares the keys rigger reads with those RKE v1.8.1's
+// checkKeysAsRKE compares the keys rigger reads with those RKE v1.8.14's
 // parser reads (hack/rke-render -keys, from RKE's types and the rules of
 // yaml.v2 and encoding/json): the same keys with the same spelling, read
 // in any case where RKE reads them so, and Kubernetes objects where RKE

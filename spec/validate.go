@@ -546,6 +546,10 @@ func (v *validator) network(c *Cluster) {
 				"Weave CNI plugin is deprecated starting with Kubernetes v1.27 and will be removed in Kubernetes v1.30")
 		}
 	}
+	if n.Plugin == "canal" && n.CanalBlackholeRoute() && !rkemeta.FlannelHasBlackholeRoute(c.SystemImages.CanalFlannel) {
+		v.warnf("network.options.canal_blackhole_route", "Use a canal_flannel image of flannel v0.28.1 or later (kubernetes_version v1.32.12-rancher1-1 or later has one) for the route, or leave the option out.",
+			"Blackhole route requires Flannel version >= v0.28.1, disabling it for image [%s]", c.SystemImages.CanalFlannel)
+	}
 	if strings.Contains(c.Services.KubeAPI.ServiceClusterIPRange, ",") || strings.Contains(c.Services.KubeController.ClusterCIDR, ",") {
 		// Two ranges are dual stack (RKE's validateNetworkOptions).
 		switch {

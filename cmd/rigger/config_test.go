@@ -12,8 +12,8 @@ func TestConfigVersions(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 	blocks := strings.Split(strings.TrimSpace(out), "\n\n")
-	if len(blocks) != 82 {
-		t.Errorf("%d versions listed, want RKE v1.8.1's 82 from 1.24 on", len(blocks))
+	if len(blocks) != 104 {
+		t.Errorf("%d versions listed, want RKE v1.8.14's 104 from 1.24 on", len(blocks))
 	}
 	if !strings.HasPrefix(blocks[0], "v1.24.2-rancher1-1\n  etcd: rancher/mirrored-coreos-etcd:v3.5.4\n") {
 		t.Errorf("first version:\n%s", blocks[0])
@@ -24,7 +24,7 @@ func TestConfigVersions(t *testing.T) {
 			defaults = append(defaults, first)
 		}
 	}
-	if len(defaults) != 1 || defaults[0] != "v1.32.3-rancher1-1 (default)" {
+	if len(defaults) != 1 || defaults[0] != "v1.32.13-rancher1-3 (default)" {
 		t.Errorf("marked as default: %v", defaults)
 	}
 
@@ -36,7 +36,7 @@ func TestConfigVersions(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.RKEVersion != "v1.8.1" || got.Default != "v1.32.3-rancher1-1" || len(got.Versions) != 1 {
+	if got.RKEVersion != "v1.8.14" || got.Default != "v1.32.13-rancher1-3" || len(got.Versions) != 1 {
 		t.Fatalf("versions -o json: %+v", got)
 	}
 	v := got.Versions[0]

@@ -41,10 +41,10 @@ func TestCheckDocker(t *testing.T) {
 			o: observed("20.10.24+dfsg1", "27.5.1")},
 		{
 			name: "one node too new", yml: "ignore_docker_version: false\nkubernetes_version: v1.32.3-rancher1-1\n",
-			o:    observed("20.10.24+dfsg1", "28.0.1"),
-			want: []UnsupportedDocker{{Node: "10.0.0.2", Version: "28.0.1"}},
-			says: []string{"unsupported Docker version for Kubernetes 1.32: node 10.0.0.2 runs Docker 28.0.1.",
-				"supports for Kubernetes 1.32 are 1.13.x, ", ", 27.5.x (any patch release)",
+			o:    observed("20.10.24+dfsg1", "28.4.0"),
+			want: []UnsupportedDocker{{Node: "10.0.0.2", Version: "28.4.0"}},
+			says: []string{"unsupported Docker version for Kubernetes 1.32: node 10.0.0.2 runs Docker 28.4.0.",
+				"supports for Kubernetes 1.32 are 1.13.x, ", ", 28.3.x (any patch release)",
 				"install a supported Docker version on these nodes, or set ignore_docker_version: true"},
 		},
 		{

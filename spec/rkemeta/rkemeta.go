@@ -1,5 +1,5 @@
 // Package rkemeta is RKE's Kubernetes metadata (kontainer-driver-metadata,
-// KDM) as RKE v1.8.1 embeds it in data/data.json, and the lookups RKE
+// KDM) as RKE v1.8.14 embeds it in data/data.json, and the lookups RKE
 // makes in it, answering as RKE answers:
 //
 //   - the Kubernetes versions RKE knows from 1.24 on (Versions), each with
@@ -338,4 +338,22 @@ func ParseVersion(version string) (semver.Version, error) {
 		return semver.Version{}, fmt.Errorf("%s is not valid semver", version)
 	}
 	return v, nil
+}
+
+// FlannelHasBlackholeRoute is RKE v1.8.14's blackholeCompatibleToFlannelVersion:
+// whether canal's flannel image can add a blackhole route for the node's
+// pod range (flannel v0.28.1 and later). The tag is what follows the last
+// `:` of the image, read without a leading `v`; a tag that is no semantic
+// version (`latest`, or a registry port when the image has no tag) counts
+// as able, as in RKE, and an empty image as not.
+func FlannelHasBlackholeRoute(image string) bool {
+	if image == "" {
+		return false
+	}
+	tag := image[strings.LastIndex(image, ":")+1:]
+	v, err := semver.Make(strings.TrimPrefix(tag, "v"))
+	if err != nil {
+		return true
+	}
+	return v.GTE(semver.MustParse("0.28.1-0"))
 }
