@@ -20,12 +20,21 @@ func TestConfigVersions(t *testing.T) {
 	}
 	var defaults []string
 	for _, b := range blocks {
-		if first, _, _ := strings.Cut(b, "\n"); strings.HasSuffix(first, " (default)") {
+		if first, _, _ := strings.Cut(b, "\n"); strings.Contains(first, " (default)") {
 			defaults = append(defaults, first)
 		}
 	}
-	if len(defaults) != 1 || defaults[0] != "v1.32.13-rancher1-3 (default)" {
+	if len(defaults) != 1 || defaults[0] != "v1.32.13-rancher1-3 (default) (extended life: rke-extended-life images need a SUSE Rancher subscription)" {
 		t.Errorf("marked as default: %v", defaults)
+	}
+	var extended []string
+	for _, b := range blocks {
+		if first, _, _ := strings.Cut(b, "\n"); strings.Contains(first, "(extended life: ") {
+			extended = append(extended, strings.Fields(first)[0])
+		}
+	}
+	if len(extended) != 13 || extended[0] != "v1.31.11-rancher1-1" || extended[4] != "v1.32.7-rancher1-1" {
+		t.Errorf("marked as extended life: %v", extended)
 	}
 
 	out, _, code = run(t, "config", "versions", "-o", "json", "v1.31.5-rancher1-1")
@@ -40,9 +49,15 @@ func TestConfigVersions(t *testing.T) {
 		t.Fatalf("versions -o json: %+v", got)
 	}
 	v := got.Versions[0]
-	if v.Version != "v1.31.5-rancher1-1" || v.Default || v.SystemImages["kubernetes"] != "rancher/hyperkube:v1.31.5-rancher1" ||
+	if v.Version != "v1.31.5-rancher1-1" || v.Default || v.ExtendedLife || v.SystemImages["kubernetes"] != "rancher/hyperkube:v1.31.5-rancher1" ||
 		v.SystemImages["aci_ovs_container"] != "noiro/openvswitch:6.1.1.2.81c2369" || len(v.SystemImages) != 37 {
 		t.Errorf("v1.31.5-rancher1-1 -o json: %+v (%d images)", v, len(v.SystemImages))
+	}
+
+	out, _, code = run(t, "config", "versions", "-o", "json", "v1.32.7-rancher1-1")
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Versions) != 1 ||
+		!got.Versions[0].ExtendedLife || got.Versions[0].SystemImages["kubernetes"] != "rke-extended-life/hyperkube:v1.32.7-rancher1" {
+		t.Errorf("v1.32.7-rancher1-1 -o json: exit %d, %v, %+v", code, err, got)
 	}
 
 	_, errOut, code := run(t, "config", "versions", "v1.31.5")

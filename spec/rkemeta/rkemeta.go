@@ -36,6 +36,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -356,4 +357,36 @@ func FlannelHasBlackholeRoute(image string) bool {
 		return true
 	}
 	return v.GTE(semver.MustParse("0.28.1-0"))
+}
+
+// ExtendedLifeNamespace is the image namespace of RKE's extended life: RKE
+// v1.8.14's table names the kubernetes image of its newest versions (from
+// v1.31.11 and v1.32.7 on) there, as rke-extended-life/hyperkube:…. SUSE
+// Rancher serves these images to its subscribers only.
+const ExtendedLifeNamespace = "rke-extended-life"
+
+// IsExtendedLifeImage reports whether an image is in RKE's extended-life
+// namespace, whatever registry it is pulled from
+// (rke-extended-life/hyperkube:v1.32.13-rancher1,
+// registry.internal:5000/rke-extended-life/hyperkube:v1.32.13-rancher1).
+func IsExtendedLifeImage(image string) bool {
+	name, _, _ := strings.Cut(image, "@")
+	parts := strings.Split(name, "/")
+	return slices.Contains(parts[:len(parts)-1], ExtendedLifeNamespace)
+}
+
+// ExtendedLife reports whether a version of the table has an image in RKE's
+// extended-life namespace.
+func ExtendedLife(version string) bool {
+	im, ok := Images(version)
+	if !ok {
+		return false
+	}
+	v := reflect.ValueOf(im)
+	for i := range v.NumField() {
+		if IsExtendedLifeImage(v.Field(i).String()) {
+			return true
+		}
+	}
+	return false
 }

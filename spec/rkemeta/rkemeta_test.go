@@ -352,6 +352,37 @@ func TestMatchRange(t *testing.T) {
 	}
 }
 
+// TestExtendedLife: RKE v1.8.14 names the kubernetes image of its newest
+// versions (from v1.31.11 and v1.32.7 on) in the rke-extended-life
+// namespace, and only those.
+func TestExtendedLife(t *testing.T) {
+	var got []string
+	for _, v := range Versions() {
+		if ExtendedLife(v) {
+			got = append(got, v)
+		}
+	}
+	want := []string{"v1.31.11-rancher1-1", "v1.31.12-rancher1-1", "v1.31.13-rancher1-1", "v1.31.14-rancher1-1",
+		"v1.32.7-rancher1-1", "v1.32.8-rancher1-1", "v1.32.9-rancher1-1", "v1.32.10-rancher1-1", "v1.32.11-rancher1-1",
+		"v1.32.12-rancher1-1", "v1.32.13-rancher1-1", "v1.32.13-rancher1-2", "v1.32.13-rancher1-3"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("extended-life versions (-want +got):\n%s", diff)
+	}
+	for image, want := range map[string]bool{
+		"rke-extended-life/hyperkube:v1.32.13-rancher1":                        true,
+		"registry.internal:5000/rke-extended-life/hyperkube:v1.32.13-rancher1": true,
+		"rke-extended-life/hyperkube@sha256:0123":                              true,
+		"rancher/hyperkube:v1.32.3-rancher1":                                   false,
+		"rancher/rke-extended-life:v1":                                         false,
+		"rke-extended-life":                                                    false,
+		"":                                                                     false,
+	} {
+		if got := IsExtendedLifeImage(image); got != want {
+			t.Errorf("IsExtendedLifeImage(%q) = %v, want %v", image, got, want)
+		}
+	}
+}
+
 // TestFlannelHasBlackholeRoute is RKE v1.8.14's
 // blackholeCompatibleToFlannelVersion.
 func TestFlannelHasBlackholeRoute(t *testing.T) {
