@@ -216,15 +216,37 @@ func setImageDefaults(c *Cluster) {
 		}
 		fillZero(reflect.ValueOf(&c.SystemImages).Elem(), reflect.ValueOf(known))
 	}
+	// RKE's setClusterServicesDefaults: "We don't accept per service
+	// images anymore": each service's image is system_images', whatever
+	// the file says (validation warns when it said something else).
 	im := c.SystemImages
 	s := &c.Services
-	def(&s.Etcd.Image, im.Etcd)
-	def(&s.KubeAPI.Image, im.Kubernetes)
-	def(&s.KubeController.Image, im.Kubernetes)
-	def(&s.Scheduler.Image, im.Kubernetes)
-	def(&s.Kubelet.Image, im.Kubernetes)
-	def(&s.Kubeproxy.Image, im.Kubernetes)
+	s.Etcd.Image = im.Etcd
+	s.KubeAPI.Image = im.Kubernetes
+	s.KubeController.Image = im.Kubernetes
+	s.Scheduler.Image = im.Kubernetes
+	s.Kubelet.Image = im.Kubernetes
+	s.Kubeproxy.Image = im.Kubernetes
 	def(&s.Kubelet.InfraContainerImage, im.PodInfraContainer)
+}
+
+// serviceBases are the services' common settings, by their key under
+// services.
+func serviceBases(s *Services) map[string]*BaseService {
+	return map[string]*BaseService{
+		"etcd": &s.Etcd.BaseService, "kube-api": &s.KubeAPI.BaseService, "kube-controller": &s.KubeController.BaseService,
+		"scheduler": &s.Scheduler, "kubelet": &s.Kubelet.BaseService, "kubeproxy": &s.Kubeproxy,
+	}
+}
+
+// serviceImages are the services' image keys as they are now (as the file
+// gave them, before SetDefaults), by their key under services.
+func serviceImages(s *Services) map[string]string {
+	out := map[string]string{}
+	for name, b := range serviceBases(s) {
+		out[name] = b.Image
+	}
+	return out
 }
 
 // prefixImages puts registry/ before every image of im (RKE's d()).

@@ -204,8 +204,11 @@ rigger:
 	if got := c.Services.KubeAPI.Image; got != "registry.internal/hyperkube:v1.31.5" {
 		t.Errorf("kube-api image = %q, want system_images.kubernetes", got)
 	}
-	if got := c.Services.Scheduler.Image; got != "registry.internal/scheduler:custom" {
-		t.Errorf("scheduler image = %q, want the service's own", got)
+	if got := c.Services.Scheduler.Image; got != "registry.internal/hyperkube:v1.31.5" {
+		t.Errorf("scheduler image = %q, want system_images.kubernetes, which replaces the service's own as in RKE", got)
+	}
+	if len(diags) != 1 || diags[0].Path != "services.scheduler.image" || diags[0].Severity != SeverityWarning {
+		t.Errorf("want one warning for services.scheduler.image, got %v", diags)
 	}
 	if got := c.SystemImages.Etcd; got != "rancher/mirrored-coreos-etcd:v3.5.15" {
 		t.Errorf("etcd image = %q, want RKE's of v1.31.5-rancher1-1", got)

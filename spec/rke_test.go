@@ -306,6 +306,27 @@ var readCases = []readCase{
 		warn: "Blackhole route requires Flannel version >= v0.28.1, disabling it for image [rancher/mirrored-flannel-flannel:v0.27.3]",
 	},
 	{
+		name:   "services.kube-api.image is replaced by system_images.kubernetes",
+		yml:    "services: {kube-api: {image: registry.internal/hyperkube:v1.32.0-custom}}",
+		rigger: func(c *Cluster) any { return c.Services.KubeAPI.Image },
+		rke:    "/services/kubeApi/image", defaulted: true,
+		want: tableImage(func(im SystemImages) string { return im.Kubernetes }),
+		warn: "services.kube-api.image registry.internal/hyperkube:v1.32.0-custom is replaced by system_images.kubernetes",
+	},
+	{
+		name:   "services.etcd.image is replaced by system_images.etcd",
+		yml:    "system_images: {etcd: registry.internal/etcd:v3.5.16}\nservices: {etcd: {image: registry.internal/etcd:v3.5.21}}",
+		rigger: func(c *Cluster) any { return c.Services.Etcd.Image },
+		rke:    "/services/etcd/image", defaulted: true, want: "registry.internal/etcd:v3.5.16",
+		warn: "services.etcd.image registry.internal/etcd:v3.5.21 is replaced by system_images.etcd",
+	},
+	{
+		name:   "services.kubelet.image equal to system_images.kubernetes",
+		yml:    "system_images: {kubernetes: registry.internal/hyperkube:v1.32.13}\nservices: {kubelet: {image: registry.internal/hyperkube:v1.32.13}}",
+		rigger: func(c *Cluster) any { return c.Services.Kubelet.Image },
+		rke:    "/services/kubelet/image", defaulted: true, want: "registry.internal/hyperkube:v1.32.13",
+	},
+	{
 		// RKE v1.8.14 reads authorization.options and passes it nowhere.
 		name:   "authorization.options",
 		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",

@@ -271,7 +271,7 @@ type Services struct {
 
 // BaseService holds what every component's container accepts.
 type BaseService struct {
-	// Image of the component's container. Default: `system_images.kubernetes` (`system_images.etcd` for etcd).
+	// Ignored, as RKE v1.8.14 ignores it ("We don't accept per service images anymore"): the container runs `system_images.kubernetes` (`system_images.etcd` for etcd) whatever this says. Default: that image. `validate` warns when it names another one; set `system_images` instead.
 	Image string `json:"image,omitempty"`
 	// Extra command-line flags, `flag: value` (without the leading `--`). They override rigger's own.
 	ExtraArgs map[string]string `json:"extra_args,omitempty"`

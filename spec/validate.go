@@ -28,6 +28,9 @@ type validator struct {
 	holdsBad map[string]bool
 	zero     map[string]bool // paths given an explicit 0
 	diags    *collector
+	// givenImages are the services' image keys as the file gave them,
+	// before the defaults replaced them (serviceImages).
+	givenImages map[string]string
 }
 
 // newValidator makes the validator of what d decoded.
@@ -305,11 +308,16 @@ func (v *validator) labels(p string, labels map[string]string) {
 
 func (v *validator) services(c *Cluster) {
 	s := &c.Services
-	for name, b := range map[string]*BaseService{
-		"etcd": &s.Etcd.BaseService, "kube-api": &s.KubeAPI.BaseService, "kube-controller": &s.KubeController.BaseService,
-		"scheduler": &s.Scheduler, "kubelet": &s.Kubelet.BaseService, "kubeproxy": &s.Kubeproxy,
-	} {
+	for name, b := range serviceBases(s) {
 		v.baseService("services."+name, b)
+		if given := v.givenImages[name]; given != "" && given != b.Image {
+			key := "system_images.kubernetes"
+			if name == "etcd" {
+				key = "system_images.etcd"
+			}
+			v.warnf("services."+name+".image", fmt.Sprintf("RKE does not accept a service's own image: it runs %s (%s) instead, and so does rigger. Set %s, or remove services.%s.image.", key, b.Image, key, name),
+				"services.%s.image %s is replaced by %s", name, given, key)
+		}
 	}
 
 	e := &s.Etcd
