@@ -327,6 +327,14 @@ var readCases = []readCase{
 		rke:    "/services/kubelet/image", defaulted: true, want: "registry.internal/hyperkube:v1.32.13",
 	},
 	{
+		// RKE has default flags back to 1.9; 1.24 and later is rigger's
+		// policy, and the error says so.
+		name: "a kubernetes image of 1.23",
+		yml:  "system_images: {kubernetes: rancher/hyperkube:v1.23.16-rancher2}",
+		rke:  "/systemImages/kubernetes", defaulted: true, want: "rancher/hyperkube:v1.23.16-rancher2",
+		refused: "rancher/hyperkube:v1.23.16-rancher2: rigger runs Kubernetes 1.24 and later, not v1.23",
+	},
+	{
 		// RKE v1.8.14 reads authorization.options and passes it nowhere.
 		name:   "authorization.options",
 		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",

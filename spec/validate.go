@@ -178,8 +178,15 @@ func (v *validator) version(c *Cluster) {
 			p = "system_images.kubernetes"
 			detail = fmt.Sprintf("The tag %s of the image says Kubernetes %s, and RKE takes the components' default flags from the image's tag. ", tag, series)
 		}
+		if sv, err := rkemeta.ParseVersion(series + ".0"); err == nil && sv.Major == 1 && sv.Minor < rkemeta.MinMinor {
+			// RKE has flags back to 1.9; running nothing before 1.24 is
+			// rigger's own rule (dockershim is gone from 1.24 on).
+			detail += fmt.Sprintf("rigger runs Kubernetes 1.%d and later only: that is rigger's policy, not RKE's. Upgrade the cluster to 1.%d or later with RKE first, then move it to rigger with an image of 1.%d or later.", rkemeta.MinMinor, rkemeta.MinMinor, rkemeta.MinMinor)
+			v.errorf(p, detail, "%s: rigger runs Kubernetes 1.%d and later, not %s", c.SystemImages.Kubernetes, rkemeta.MinMinor, series)
+			return
+		}
 		newest := strings.TrimPrefix(rkemeta.Series(KubernetesVersions()[len(KubernetesVersions())-1]), "v")
-		detail += fmt.Sprintf("RKE %s has default flags for Kubernetes 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, rkemeta.MinMinor, newest)
+		detail += fmt.Sprintf("RKE %s, RKE's last release, has default flags up to Kubernetes %s, and rigger runs 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, newest, rkemeta.MinMinor, newest)
 		v.errorf(p, detail, "%s: no default component flags for Kubernetes %s", c.SystemImages.Kubernetes, series)
 	}
 }
