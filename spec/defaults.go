@@ -70,7 +70,6 @@ func SetDefaults(c *Cluster) {
 	def(&c.SSHKeyPath, DefaultSSHKeyPath)
 	def(&c.KubernetesVersion, DefaultKubernetesVersion)
 	def(&c.AddonJobTimeout, DefaultAddonJobTimeout)
-	defBool(&c.IgnoreDockerVersion, true)
 	// Kubernetes 1.24 removed dockershim: RKE turns cri-dockerd on from there.
 	defBool(&c.EnableCRIDockerd, inRange(c.KubernetesVersion, rangeCRIDockerd))
 

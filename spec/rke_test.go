@@ -335,6 +335,15 @@ var readCases = []readCase{
 		refused: "rancher/hyperkube:v1.23.16-rancher2: rigger runs Kubernetes 1.24 and later, not v1.23",
 	},
 	{
+		// RKE's parser reads it; `rke up` then replaces it with its
+		// --ignore-docker-version flag (cmd.setOptionsFromCLI).
+		name:   "ignore_docker_version: true",
+		yml:    "ignore_docker_version: true",
+		rigger: func(c *Cluster) any { return *c.IgnoreDockerVersion },
+		rke:    "/ignoreDockerVersion", want: true,
+		warn: "rke up ignores ignore_docker_version and checks each node's Docker version unless given --ignore-docker-version, and so does rigger",
+	},
+	{
 		// RKE v1.8.14 reads authorization.options and passes it nowhere.
 		name:   "authorization.options",
 		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",

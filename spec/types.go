@@ -35,7 +35,7 @@ type Cluster struct {
 	SSHAgentAuth bool `json:"ssh_agent_auth,omitempty"`
 	// A jump host through which every node is reached.
 	BastionHost *BastionHost `json:"bastion_host,omitempty"`
-	// Skip RKE's check of each node's Docker version. With `false`, a plan (and so `apply` and `serve`) is refused while a node of cluster.yml runs a Docker engine whose major.minor version is not on RKE v1.8.14's list for the cluster's Kubernetes minor version (`20.10.x` accepts `20.10.24+dfsg1`), naming each node, its version and the list. RKE's CLI replaces this key with its `--ignore-docker-version` flag, and so checks unless given it; how rigger checks, and where it differs from RKE on purpose: [versions.md](versions.md#docker-versions).
+	// Read and ignored, as RKE v1.8.14's `rke up` ignores it: it replaces the key with its `--ignore-docker-version` flag. rigger does the same: `plan`, `apply` and `serve` check each node's Docker version (its major.minor version must be on RKE v1.8.14's list for the cluster's Kubernetes minor version; `20.10.x` accepts `20.10.24+dfsg1`) and refuse the plan, naming each node, its version and the list, unless given `--ignore-docker-version`. `validate` warns when the file sets `true`. How rigger checks: [versions.md](versions.md#docker-versions).
 	IgnoreDockerVersion *bool `json:"ignore_docker_version,omitempty"`
 	// Run the kubelet against cri-dockerd (Kubernetes 1.24 and later need a CRI; RKE's default there is true).
 	EnableCRIDockerd *bool `json:"enable_cri_dockerd,omitempty"`

@@ -850,6 +850,10 @@ func (v *validator) bastion(c *Cluster) {
 
 func (v *validator) misc(c *Cluster) {
 	v.restore(&c.Restore)
+	if c.IgnoreDockerVersion != nil && *c.IgnoreDockerVersion {
+		v.warnf("ignore_docker_version", "Run rigger plan, apply or serve with --ignore-docker-version to skip the check, as rke up's flag.",
+			"rke up ignores ignore_docker_version and checks each node's Docker version unless given --ignore-docker-version, and so does rigger")
+	}
 	if rc := c.RotateCertificates; rc != nil {
 		for i, s := range rc.Services {
 			v.oneOf(fmt.Sprintf("rotate_certificates.services[%d]", i), s, false,
