@@ -683,17 +683,17 @@ type CloudProvider struct {
 	Name string `json:"name,omitempty"`
 	// Use the instance metadata hostname as the node name (AWS).
 	UseInstanceMetadataHostname *bool `json:"useInstanceMetadataHostname,omitempty"`
-	// AWS cloud config.
+	// AWS cloud config. Refused: rigger does not write it (give the file in `customCloudProvider`); Kubernetes 1.27 and later have no in-tree AWS provider.
 	AWSCloudProvider *AWSCloudProvider `json:"awsCloudProvider,omitempty"`
-	// Azure cloud config.
+	// Azure cloud config, written to `/etc/kubernetes/cloud-config` on every node as RKE v1.8.14 writes it (JSON with RKE's keys). The in-tree provider is gone from Kubernetes 1.30: `validate` refuses `name: azure` there (use `external` and Azure's cloud controller manager).
 	AzureCloudProvider *AzureCloudProvider `json:"azureCloudProvider,omitempty"`
-	// OpenStack cloud config.
+	// OpenStack cloud config, written to `/etc/kubernetes/cloud-config` on every node as RKE v1.8.14 writes it (INI). The in-tree provider is gone from Kubernetes 1.26: `validate` refuses `name: openstack` there (use `external` and OpenStack's cloud controller manager).
 	OpenstackCloudProvider *OpenstackCloudProvider `json:"openstackCloudProvider,omitempty"`
-	// vSphere cloud config.
+	// vSphere cloud config, written to `/etc/kubernetes/cloud-config` on every node as RKE v1.8.14 writes it (INI). The in-tree provider is gone from Kubernetes 1.30: `validate` refuses `name: vsphere` there (use `external` and vSphere's cloud controller manager).
 	VsphereCloudProvider *VsphereCloudProvider `json:"vsphereCloudProvider,omitempty"`
-	// Harvester cloud config.
+	// Harvester cloud config. Refused: rigger does not write it (give the file in `customCloudProvider`).
 	HarvesterCloudProvider *HarvesterCloudProvider `json:"harvesterCloudProvider,omitempty"`
-	// A cloud config file, inline, for any other provider.
+	// A cloud config file, inline, for any provider: written to `/etc/kubernetes/cloud-config` as it is, and preferred over the typed blocks, as in RKE.
 	CustomCloudProvider string `json:"customCloudProvider,omitempty" rigger:"secret"`
 }
 

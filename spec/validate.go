@@ -701,8 +701,8 @@ func (v *validator) cloudProvider(c *Cluster) {
 		if !v.oneOf("cloud_provider.name", cp.Name, true, "aws", "azure", "openstack", "vsphere", "harvester", "external", "external-aws") {
 			return
 		}
-		// Typed configs: RKE writes the cloud config file from them; rigger
-		// does not yet.
+		// Typed configs: RKE writes the cloud config file from them, and so
+		// does rigger for azure, openstack and vsphere (desired.cloudConfig).
 		for _, cfg := range []struct {
 			name, key string
 			set       bool
@@ -714,7 +714,7 @@ func (v *validator) cloudProvider(c *Cluster) {
 			{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
 		} {
 			switch {
-			case cfg.set && cp.Name == cfg.name:
+			case cfg.set && cp.Name == cfg.name && (cfg.name == "aws" || cfg.name == "harvester"):
 				v.errorf("cloud_provider."+cfg.key, "Give the provider's cloud config file inline in cloud_provider.customCloudProvider instead (keeping name: "+cfg.name+").",
 					"rigger does not write the cloud config from %s yet", cfg.key)
 			case !cfg.set && cp.Name == cfg.name && cfg.name != "aws":
@@ -725,11 +725,51 @@ func (v *validator) cloudProvider(c *Cluster) {
 			}
 		}
 	}
+	v.inTreeCloudProvider(c)
 	// RKE's setCloudProvider: Kubernetes 1.27 removed the in-tree AWS provider.
 	if cp.Name == "aws" && inRange(c.KubernetesVersion, rangeNoInTreeAWS) {
 		v.errorf("cloud_provider.name", "Kubernetes 1.27 and later have no in-tree AWS cloud provider: use name: external-aws and deploy the AWS cloud controller manager.",
 			"Cloud provider aws is invalid for [%s]", c.KubernetesVersion)
 	}
+}
+
+// inTreeRemoved is the first Kubernetes minor version without each in-tree
+// cloud provider RKE can configure (k8s.io/legacy-cloud-providers: openstack
+// is gone from v0.26, azure and vsphere from v0.30; aws is RKE's own check).
+var inTreeRemoved = map[string]int{"openstack": 26, "azure": 30, "vsphere": 30}
+
+// inTreeCloudProvider refuses, with what to do instead, an in-tree cloud
+// provider that the cluster's Kubernetes no longer has: RKE passes
+// --cloud-provider=<name> to the components anyway, and they do not start.
+// The version is the one the components' flags follow (the kubernetes
+// image's tag, else kubernetes_version).
+func (v *validator) inTreeCloudProvider(c *Cluster) {
+	cp := &c.CloudProvider
+	removed, ok := inTreeRemoved[cp.Name]
+	if !ok || c.SystemImages.Kubernetes == "" {
+		return
+	}
+	_, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
+	if err != nil {
+		return // said by version()
+	}
+	sv, err := rkemeta.ParseVersion(series + ".0")
+	if err != nil || sv.Major != 1 || sv.Minor < uint64(removed)-1 {
+		return
+	}
+	if sv.Minor == 29 && removed == 30 {
+		// Upstream 1.29 turns the DisableCloudProviders gate on: the API
+		// server, controller manager and kubelet refuse an in-tree provider.
+		v.warnf("cloud_provider.name", "Set feature-gates: DisableCloudProviders=false in extra_args of services.kube-api, kube-controller and kubelet (the API server refuses the provider otherwise), or move to name: external with the "+cp.Name+" cloud controller manager before Kubernetes 1.30, which has no in-tree "+cp.Name+" provider.",
+			"Kubernetes 1.29 disables the in-tree %s cloud provider by default (feature gate DisableCloudProviders)", cp.Name)
+		return
+	}
+	if sv.Minor < uint64(removed) {
+		return
+	}
+	v.errorf("cloud_provider.name", fmt.Sprintf("Kubernetes 1.%d removed the in-tree %s cloud provider, so the components cannot start with it (RKE would write the cloud config and fail there). "+
+		"Use name: external (with customCloudProvider if your cloud controller manager reads one) and deploy the %s cloud controller manager in the cluster, or run Kubernetes before 1.%d.", removed, cp.Name, cp.Name, removed),
+		"Kubernetes %s has no in-tree %s cloud provider", strings.TrimPrefix(series, "v"), cp.Name)
 }
 
 func (v *validator) upgradeStrategy(c *Cluster) {
