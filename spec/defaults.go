@@ -156,6 +156,31 @@ func SetDefaults(c *Cluster) {
 	defBool(&r.Addons.Prune, true)
 }
 
+// legacySchedule is what RKE v1.8.14 makes of services.etcd's creation and
+// retention when backup_config is null or absent: its etcd-rolling-snapshots
+// container then takes a snapshot every `creation` (default 12h) and keeps
+// those younger than `retention` (default 72h), where with backup_config it
+// is given `--retention=<retention × interval_hours>h`. So creation becomes
+// interval_hours (whole hours, rounded up, at least 1) and retention the
+// number of snapshots that age holds (rounded up, at least 1): 6h and 24h
+// are a snapshot every 6 hours, 4 kept. Durations that do not parse are
+// left to validation, and the defaults taken.
+func legacySchedule(creation, retention string) *BackupConfig {
+	b := &BackupConfig{}
+	every, err := time.ParseDuration(creation)
+	if creation == "" || err != nil || every <= 0 {
+		every = DefaultEtcdIntervalHours * time.Hour
+	}
+	keep, err := time.ParseDuration(retention)
+	if retention == "" || err != nil || keep <= 0 {
+		keep = DefaultEtcdIntervalHours * DefaultEtcdRetention * time.Hour
+	}
+	b.IntervalHours = max(1, int((every+time.Hour-1)/time.Hour))
+	interval := time.Duration(b.IntervalHours) * time.Hour
+	b.Retention = max(1, int((keep+interval-1)/interval))
+	return b
+}
+
 func setServiceDefaults(s *Services) {
 	e := &s.Etcd
 	if len(e.ExternalURLs) == 0 {
@@ -164,7 +189,7 @@ func setServiceDefaults(s *Services) {
 		defArg(&e.BaseService, "heartbeat-interval", "500")
 	}
 	if e.BackupConfig == nil {
-		e.BackupConfig = &BackupConfig{}
+		e.BackupConfig = legacySchedule(e.Creation, e.Retention)
 	}
 	b := e.BackupConfig
 	defBool(&b.Enabled, true)

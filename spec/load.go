@@ -114,12 +114,13 @@ func ParseContext(ctx context.Context, data []byte, file string) (*Cluster, Diag
 		return nil, nil, context.Cause(ctx)
 	}
 	given := serviceImages(&c.Services)
+	noBackupConfig := c.Services.Etcd.BackupConfig == nil
 	SetDefaults(&c)
 	if !d.stopped {
 		// A decode that stopped at a bound left the cluster incomplete:
 		// validating it would report what was never read.
 		v := newValidator(d)
-		v.givenImages = given
+		v.givenImages, v.noBackupConfig = given, noBackupConfig
 		if err := v.validate(ctx, &c); err != nil {
 			return nil, nil, err
 		}

@@ -561,3 +561,32 @@ func TestSecretsEncryption(t *testing.T) {
 		})
 	}
 }
+
+// TestLegacySchedule: with backup_config null or absent, creation and
+// retention make the schedule as in RKE (a snapshot every creation, kept
+// for retention), in rigger's whole hours and number of snapshots.
+func TestLegacySchedule(t *testing.T) {
+	for _, tc := range []struct {
+		creation, retention string
+		interval, keep      int
+	}{
+		{"", "", 12, 6},
+		{"6h", "24h", 6, 4},
+		{"12h", "", 12, 6},
+		{"", "36h", 12, 3},
+		{"6h", "25h", 6, 5},
+		{"90m", "6h", 2, 3},
+		{"30m", "1h", 1, 1},
+		{"1h", "10m", 1, 1},
+		{"nonsense", "-5h", 12, 6},
+	} {
+		b := legacySchedule(tc.creation, tc.retention)
+		if b.IntervalHours != tc.interval || b.Retention != tc.keep {
+			t.Errorf("creation %q, retention %q: every %d h, %d kept; want %d h, %d", tc.creation, tc.retention, b.IntervalHours, b.Retention, tc.interval, tc.keep)
+		}
+	}
+	_, diags := Parse([]byte(oneNode+"services: {etcd: {creation: 90m, retention: 6h}}\n"), "cluster.yml")
+	if len(diags) != 1 || diags[0].Path != "services.etcd.creation" || diags[0].Severity != SeverityWarning {
+		t.Errorf("creation 90m: want one warning, got %v", diags)
+	}
+}

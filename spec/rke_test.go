@@ -344,6 +344,39 @@ var readCases = []readCase{
 		warn: "rke up ignores ignore_docker_version and checks each node's Docker version unless given --ignore-docker-version, and so does rigger",
 	},
 	{
+		// Rancher's HA example. With backup_config null, RKE runs its
+		// etcd-rolling-snapshots with --creation and --retention (an age);
+		// with backup_config, --retention=<retention × interval_hours>h.
+		name:   "backup_config null: creation is the interval",
+		yml:    "services: {etcd: {snapshot: true, creation: 6h, retention: 24h, backup_config: null}}",
+		rigger: func(c *Cluster) any { return fmt.Sprintf("%dh", c.Services.Etcd.BackupConfig.IntervalHours) },
+		rke:    "/services/etcd/creation", defaulted: true, want: "6h",
+	},
+	{
+		name: "backup_config null: retention is the age kept",
+		yml:  "services: {etcd: {snapshot: true, creation: 6h, retention: 24h, backup_config: null}}",
+		rigger: func(c *Cluster) any {
+			b := c.Services.Etcd.BackupConfig
+			return fmt.Sprintf("%dh", b.Retention*b.IntervalHours)
+		},
+		rke: "/services/etcd/retention", defaulted: true, want: "24h",
+	},
+	{
+		name: "backup_config absent: RKE's defaults 12h and 72h",
+		yml:  "services: {etcd: {snapshot: true}}",
+		rigger: func(c *Cluster) any {
+			return fmt.Sprintf("%dh", c.Services.Etcd.BackupConfig.Retention*c.Services.Etcd.BackupConfig.IntervalHours)
+		},
+		rke: "/services/etcd/retention", defaulted: true, want: "72h",
+	},
+	{
+		name:   "creation with backup_config set is ignored",
+		yml:    "services: {etcd: {creation: 6h, backup_config: {interval_hours: 3}}}",
+		rigger: func(c *Cluster) any { return c.Services.Etcd.BackupConfig.IntervalHours },
+		rke:    "/services/etcd/backupConfig/intervalHours", defaulted: true, want: 3,
+		warn: "services.etcd.creation is ignored because backup_config is set",
+	},
+	{
 		// RKE v1.8.14 reads authorization.options and passes it nowhere.
 		name:   "authorization.options",
 		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",

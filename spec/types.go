@@ -310,9 +310,9 @@ type ETCDService struct {
 	GID int `json:"gid,omitempty"`
 	// Run the `etcd-rolling-snapshots` container on every etcd node, as RKE does (default true): it takes, verifies, uploads and retains the scheduled snapshots of `backup_config` without `rigger serve`. It runs rigger's own image: `rigger.image`, or else `system_images.cert_downloader` when that is not RKE's rke-tools (which cannot run it); with neither, no container runs and `validate` warns. `false` leaves the schedule to `rigger serve`; `backup_config.enabled: false` turns the schedule off everywhere.
 	Snapshot *bool `json:"snapshot,omitempty"`
-	// How long snapshots are kept, as a duration, RKE's older setting (deprecated: use `backup_config.retention`).
+	// How long scheduled snapshots are kept, as a duration (RKE's older setting). Used only when `backup_config` is null or absent, as in RKE (default then `72h`): `backup_config.retention` becomes the number of snapshots that age holds (`24h` with `creation: 6h`: 4). Ignored, with a warning, when `backup_config` is set.
 	Retention string `json:"retention,omitempty"`
-	// How often snapshots are taken, as a duration, RKE's older setting (deprecated: use `backup_config.interval_hours`).
+	// How often scheduled snapshots are taken, as a duration (RKE's older setting). Used only when `backup_config` is null or absent, as in RKE (default then `12h`): it becomes `backup_config.interval_hours`, in whole hours (rounded up, with a warning). Ignored, with a warning, when `backup_config` is set.
 	Creation string `json:"creation,omitempty"`
 	// Recurring snapshots and where they are stored.
 	BackupConfig *BackupConfig `json:"backup_config,omitempty"`

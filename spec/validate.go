@@ -31,6 +31,9 @@ type validator struct {
 	// givenImages are the services' image keys as the file gave them,
 	// before the defaults replaced them (serviceImages).
 	givenImages map[string]string
+	// noBackupConfig: the file's services.etcd.backup_config was null or
+	// absent, so creation and retention make the schedule (legacySchedule).
+	noBackupConfig bool
 }
 
 // newValidator makes the validator of what d decoded.
@@ -350,10 +353,20 @@ func (v *validator) services(c *Cluster) {
 		if val == "" {
 			continue
 		}
-		if _, err := time.ParseDuration(val); err != nil {
-			v.errorf("services.etcd."+key, "Write it as a duration, like 12h.", "%q is not a duration", val)
+		if d, err := time.ParseDuration(val); err != nil || d <= 0 {
+			v.errorf("services.etcd."+key, "Write it as a positive duration, like 12h.", "%q is not a positive duration", val)
+			continue
 		}
-		v.warnf("services.etcd."+key, "Use services.etcd.backup_config (interval_hours, retention) instead.", "services.etcd.%s is RKE's older snapshot setting", key)
+		if !v.noBackupConfig {
+			v.warnf("services.etcd."+key, "Remove it: with backup_config set, RKE ignores creation and retention, and so does rigger (backup_config.interval_hours and retention make the schedule).",
+				"services.etcd.%s is ignored because backup_config is set", key)
+		}
+	}
+	if v.noBackupConfig && e.Creation != "" {
+		if d, err := time.ParseDuration(e.Creation); err == nil && d > 0 && d%time.Hour != 0 {
+			v.warnf("services.etcd.creation", fmt.Sprintf("rigger takes scheduled snapshots every whole number of hours: every %d hours here. Write creation in whole hours, or set backup_config.interval_hours.", e.BackupConfig.IntervalHours),
+				"creation %s is not a whole number of hours", e.Creation)
+		}
 	}
 	if b := e.BackupConfig; b != nil {
 		for key, val := range map[string]int{"interval_hours": b.IntervalHours, "retention": b.Retention, "timeout": b.Timeout} {
