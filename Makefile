@@ -83,9 +83,9 @@ test: prereqs fmtcheck build ## every test, with -race and every go vet check, t
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
 	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
 	$(BIN) sandbox images >/dev/null
-	@# RKE v1.8.1's modules, for the tests that run RKE's own code to compare rigger with
+	@# RKE v1.8.14's modules, for the tests that run RKE's own code to compare rigger with
 	@# it (hack/rke-render): without them in the module cache those tests skip. Built once
-	@# here for the five packages that run it (RIGGER_RKE_RENDER), not once by each.
+	@# here for the six packages that run it (RIGGER_RKE_RENDER), not once by each.
 	cd hack/rke-render && $(GO) mod download && GOFLAGS=-mod=readonly $(GO) build -ldflags='$(TESTLDFLAGS)' -o $(CURDIR)/bin/rke-render .
 	@# go test vets each package it tests with every go vet check (-vet=all), from the same
 	@# -race builds it tests: `make lint`'s go vet would build the module once more. The

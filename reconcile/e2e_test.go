@@ -237,10 +237,11 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 	s, a, c, first3 := f.s, f.a, f.c, f.first3()
 	defer func() { f.c = c }()
 
-	t.Run("ignore_docker_version: false checks each node's Docker version as RKE does", func(t *testing.T) {
-		checked := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.IgnoreDockerVersion = new(false) })
+	t.Run("each node's Docker version is checked as rke up checks it", func(t *testing.T) {
+		checked := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.IgnoreDockerVersion = new(true) })
 		// The sandbox's Docker 20.10 is supported for every minor version
-		// rigger knows: the plan is made, and the key changes no container.
+		// rigger knows: the plan is made (ignore_docker_version in the file
+		// plays no part, as in rke up), and the key changes no container.
 		pl := a.Plan(ctx, t, checked)
 		if pl.Changes() {
 			t.Fatalf("plan: %v, certificates %v, Node changes %v", rt.StepLines(pl.Plan), pl.PKIChanges, pl.NodeChanges)
@@ -249,13 +250,16 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// engines are refused, each named with the version it reported.
 		checked.KubernetesVersion = "v1.33.1"
 		var de *plan.DockerVersionError
-		if err := plan.CheckDocker(checked, pl.Observed); !errors.As(err, &de) || len(de.Nodes) != 3 {
+		if err := plan.CheckDocker(checked, pl.Observed, false); !errors.As(err, &de) || len(de.Nodes) != 3 {
 			t.Fatalf("Kubernetes 1.33: %v, want the 3 nodes refused", err)
 		}
 		for i, n := range de.Nodes {
 			if v := pl.Observed.Nodes[n.Node].DockerVersion; n.Node != first3[i] || n.Version != v || !strings.HasPrefix(v, "20.10.") || n.Err != nil {
 				t.Errorf("refused %+v, observed Docker %q", n, v)
 			}
+		}
+		if err := plan.CheckDocker(checked, pl.Observed, true); err != nil {
+			t.Errorf("--ignore-docker-version: %v", err)
 		}
 	})
 
