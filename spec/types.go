@@ -55,7 +55,7 @@ type Cluster struct {
 	Addons string `json:"addons,omitempty"`
 	// Paths or URLs of more add-on manifests.
 	AddonsInclude []string `json:"addons_include,omitempty"`
-	// Seconds rigger waits for each add-on to be ready (rolled out, as kstatus says) after applying it; RKE waited this long for the add-on's deploy job.
+	// Seconds rigger waits for each add-on to be ready (rolled out, as kstatus says) after applying it, measured from the last progress of its objects and their pods ([addons.md](addons.md#readiness)); RKE waited this long for the add-on's deploy job.
 	AddonJobTimeout int `json:"addon_job_timeout,omitempty"`
 	// Prefix of every host path RKE uses on the nodes (for distributions with a read-only /). Not supported by rigger: refused by `validate`.
 	PrefixPath string `json:"prefix_path,omitempty"`
