@@ -85,9 +85,9 @@ test: prereqs fmtcheck build ## every test, with -race and every go vet check, t
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
 	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
 	$(BIN) sandbox images >/dev/null
-	@# RKE v1.8.1's modules, for the tests that run RKE's own code to compare rigger with
+	@# RKE v1.8.14's modules, for the tests that run RKE's own code to compare rigger with
 	@# it (hack/rke-render): without them in the module cache those tests skip. Built once
-	@# here for the five packages that run it (RIGGER_RKE_RENDER), not once by each.
+	@# here for the six packages that run it (RIGGER_RKE_RENDER), not once by each.
 	cd hack/rke-render && $(GO) mod download && GOFLAGS=-mod=readonly $(GO) build -ldflags='$(TESTLDFLAGS)' -o $(CURDIR)/bin/rke-render .
 	@# go test vets each package it tests with every go vet check (-vet=all), from the same
 	@# -race builds it tests: `make lint`'s go vet would build the module once more. The
@@ -95,6 +95,15 @@ test: prereqs fmtcheck build ## every test, with -race and every go vet check, t
 	@# are linked.
 	$(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
 	RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
+
+# How many cold converges `make test-cold` makes in a row (.ci/run makes fewer).
+COLD_RUNS ?= 10
+
+.PHONY: test-cold
+test-cold: prereqs build ## COLD_RUNS cold converges of the example cluster on fresh sandbox nodes, one core kept busy; each must succeed first time
+	$(BIN) sandbox images >/dev/null
+	RIGGER_E2E=1 RIGGER_COLD_RUNS=$(COLD_RUNS) $(GO) test -count=1 -timeout 150m -run '^TestColdConverges$$' -v ./reconcile; rc=$$?; $(BIN) sandbox down --name test29 || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test-cold FAILED: the run table and the first failing run's timeline are above (--- FAIL lines)"; fi; exit $$rc
 
 .PHONY: fuzz
 fuzz: ## a short fuzz run of every fuzz target (FUZZTIME each; not part of make test)
@@ -115,13 +124,23 @@ demo: prereqs build ## validate the examples, start the sandbox nodes, apply the
 		echo "==> $$f"; $(BIN) validate -f $$f || exit 1; \
 	done
 	@echo; echo "==> sandbox nodes (rigger sandbox up)"
-	$(BIN) sandbox up
+	@$(BIN) sandbox up || { echo; \
+		echo "make demo FAILED at rigger sandbox up: the line above says which part of the machine's set-up failed."; \
+		echo "  Then:  make demo  (what was made is kept), or start over:  make sandbox-down && make demo. Help: docs/sandbox.md"; exit 1; }
 	@echo; echo "==> rigger apply: examples/clusters/sandbox/cluster.yml on those nodes"
-	$(BIN) apply --yes -f examples/clusters/sandbox/cluster.yml
+	@$(BIN) apply --yes -f examples/clusters/sandbox/cluster.yml || { echo; \
+		echo "make demo FAILED at rigger apply: the lines above name the node or add-on and why."; \
+		echo "  What is not in sync:  $(BIN) status -f examples/clusters/sandbox/cluster.yml"; \
+		echo "  Fix the cause, then go on from here:  make demo  (the nodes and images are kept; the apply goes on from where it stopped)"; \
+		echo "  Help: docs/nodes.md (a Node that is not Ready), docs/addons.md (Readiness), docs/sandbox.md"; exit 1; }
 	@echo; echo "==> rigger status"
-	$(BIN) status -f examples/clusters/sandbox/cluster.yml
+	@$(BIN) status -f examples/clusters/sandbox/cluster.yml || { echo; \
+		echo "make demo FAILED: rigger status says the cluster is not in sync (the reasons are listed above)."; \
+		echo "  Run the apply again to repair it:  $(BIN) apply --yes -f examples/clusters/sandbox/cluster.yml"; exit 1; }
 	@echo; echo "==> a pod on rigger-node1 fetches a page from a pod on rigger-node3 (rigger sandbox smoke)"
-	$(BIN) sandbox smoke -f examples/clusters/sandbox/cluster.yml
+	@$(BIN) sandbox smoke -f examples/clusters/sandbox/cluster.yml || { echo; \
+		echo "make demo FAILED at the smoke test: the line above says which step (a pod scheduled, a fetch by IP or by name)."; \
+		echo "  What is not in sync:  $(BIN) status -f examples/clusters/sandbox/cluster.yml; then make demo again"; exit 1; }
 	@echo; echo "The cluster stays up: 'bin/rigger kubeconfig -f examples/clusters/sandbox/cluster.yml' prints its"
 	@echo "admin kubeconfig; 'bin/rigger remove -f examples/clusters/sandbox/cluster.yml' tears it down and"
 	@echo "'make sandbox-down' removes the nodes."

@@ -5,16 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/sandbox/smoke"
 	"github.com/rigger/rigger/spec"
 )
@@ -23,7 +30,8 @@ import (
 // reaches a pod on another by IP and by a Service name CoreDNS resolves;
 // the nodes' metrics are served; the user's add-ons are applied, changed
 // and pruned; a broken one fails naming its object and event while the
-// rest stays converged. (TestClusterSandbox's converge from scratch
+// rest stays converged; a Node whose CNI configuration was deleted is
+// not in sync, and the next apply recreates the network plugin's pod there. (TestClusterSandbox's converge from scratch
 // deploys and checks the system add-ons; its engine phase, a worker that
 // joins and gets the network plugin.)
 func testAddons(ctx context.Context, t *testing.T, f *clusterFixture) {
@@ -65,6 +73,49 @@ func testAddons(ctx context.Context, t *testing.T, f *clusterFixture) {
 			}
 			return true, nil
 		})
+	})
+
+	t.Run("a Node whose CNI configuration was deleted is not in sync, and the next apply repairs it", func(t *testing.T) {
+		n := s.Nodes[2]
+		entries, err := os.ReadDir(n.CNIConfigDir())
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("%s's CNI configuration: %v, %d files; want the network plugin's", n.Hostname, err, len(entries))
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(n.CNIConfigDir(), e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// cri-dockerd, in the kubelet's container, keeps the configuration
+		// it loaded: the node loses its network when they start again (a
+		// reboot, a kubelet replaced after a remove stopped half-way).
+		if err := sandboxtest.DockerClient(t, n).ContainerRestart(ctx, "kubelet", container.StopOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rt.Eventually(ctx, t, 2*time.Minute, n.Hostname+" NotReady without a network", func(ctx context.Context) (bool, error) {
+			node, err := cs.CoreV1().Nodes().Get(ctx, n.Hostname, metav1.GetOptions{})
+			return err == nil && kubenode.NoNetwork(node), err
+		})
+		pl := a.Plan(ctx, t, c)
+		i := slices.IndexFunc(pl.NodeChanges, func(p kubenode.Pending) bool {
+			return p.Node == n.Address && strings.Contains(p.Change, "NetworkReady=false")
+		})
+		if !pl.Changes() || i < 0 {
+			t.Fatalf("plan with %s NotReady: changes %v, Node changes %+v; want a repair of it", n.Hostname, pl.Changes(), pl.NodeChanges)
+		}
+		st := reconcile.BuildStatus(pl)
+		for _, ns := range st.Nodes {
+			if ns.Address == n.Address && (ns.KubernetesNode == nil || ns.KubernetesNode.Ready != "False" || !strings.Contains(ns.KubernetesNode.ReadyMessage, "NetworkReady=false")) {
+				t.Errorf("status of %s: %+v; want its Node NotReady with the kubelet's message", n.Address, ns.KubernetesNode)
+			}
+		}
+		a.Apply(ctx, t, c)
+		events := strings.Join(a.Events(), "\n")
+		if !strings.Contains(events, "the pod is recreated") {
+			t.Errorf("the apply did not say it recreated the network plugin's pod:\n%s", events)
+		}
+		rt.NodesReady(ctx, t, cs, s.Nodes[:3])
+		a.InSync(ctx, t, c)
 	})
 
 	t.Run("the user's add-ons are applied, changed and pruned", func(t *testing.T) {

@@ -195,6 +195,9 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			if engErr != nil {
 				return nil, fmt.Errorf("apply the add-ons: %w", engErr)
 			}
+			if err := side.repair(ctx); err != nil {
+				return nil, fmt.Errorf("before the add-ons: %w", err)
+			}
 			return applyAddons(ctx, eng, pl.addons)
 		}
 	}

@@ -21,7 +21,7 @@ func TestCheckSpec(t *testing.T) {
 		{name: "cloud provider external", yml: "cloud_provider: {name: external}"},
 		{name: "cloud provider external-aws", yml: "cloud_provider: {name: external-aws}"},
 		{name: "in-tree aws before 1.27", yml: "kubernetes_version: v1.26.15-rancher1-1\ncloud_provider: {name: aws}"},
-		{name: "custom cloud config", yml: "cloud_provider: {name: openstack, customCloudProvider: \"[Global]\\n\"}"},
+		{name: "custom cloud config", yml: "kubernetes_version: v1.25.16-rancher2-3\ncloud_provider: {name: openstack, customCloudProvider: \"[Global]\\n\"}"},
 		{name: "own encryption config", yml: "services: {kube-api: {secrets_encryption_config: {enabled: true, custom_config: {apiVersion: apiserver.config.k8s.io/v1, kind: EncryptionConfiguration, resources: [{resources: [secrets], providers: [{identity: {}}]}]}}}}"},
 		{name: "calico on aws", yml: "network: {plugin: calico, calico_network_provider: {cloudprovider: aws}}"},
 		{name: "weave before 1.30", yml: "kubernetes_version: v1.29.15-rancher1-1\nnetwork: {plugin: weave}"},

@@ -8,10 +8,12 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -63,7 +65,8 @@ func (s *Session) kubeSide(pl *Planned, cs kubernetes.Interface, h execute.Hooks
 			}
 			return dockerop.Logs(ctx, e, component)
 		},
-		Say: ks.say,
+		Say:           ks.say,
+		NetworkPlugin: s.networkPluginSelector(),
 	}
 	if u.DrainInput != nil {
 		cfg.DrainInput = *u.DrainInput
@@ -131,13 +134,39 @@ func (k *kubeSide) kubernetes(ctx context.Context) error {
 	return kubenode.SaveState(ctx, k.cs, k.s.c, k.pl.PKI)
 }
 
-// reconcile runs after a successful plan, also an empty one: labels and
-// taints of every Node, Nodes left cordoned, and stale Nodes
-// (rigger.stale_nodes).
+// reconcile runs after a successful plan, also an empty one: the Nodes
+// of machines that answer and are not Ready repaired and waited for (an
+// error names each one that stays so), labels and taints of every Node,
+// Nodes left cordoned, and stale Nodes (rigger.stale_nodes).
 func (k *kubeSide) reconcile(ctx context.Context) error {
 	if k.cs == nil {
 		return nil
 	}
-	_, err := kubenode.Reconcile(ctx, k.cs, kubenode.Machines(k.s.c), k.s.c.Rigger.StaleNodes, k.say)
+	_, err := kubenode.Reconcile(ctx, k.cs, kubenode.Machines(k.s.c), k.reconcileOptions())
 	return err
+}
+
+// repair waits for the Nodes of machines that answer and are not Ready,
+// repairing those without a pod network (kubenode.RepairNodes): before the
+// add-ons, whose pods would wait for them.
+func (k *kubeSide) repair(ctx context.Context) error {
+	if k.cs == nil {
+		return nil
+	}
+	return kubenode.RepairNodes(ctx, k.cs, kubenode.Machines(k.s.c), k.reconcileOptions())
+}
+
+func (k *kubeSide) reconcileOptions() kubenode.ReconcileOptions {
+	return kubenode.ReconcileOptions{
+		Policy: k.s.c.Rigger.StaleNodes, Down: k.pl.Unreachable(), NetworkPlugin: k.s.networkPluginSelector(), Say: k.say,
+	}
+}
+
+// networkPluginSelector selects the network plugin's DaemonSets (the
+// add-on's label), for the Nodes' repair; "" without a network plugin.
+func (s *Session) networkPluginSelector() string {
+	if s.c.Network.Plugin == "" || s.c.Network.Plugin == "none" {
+		return ""
+	}
+	return addons.LabelAddon + "=" + sysaddons.NetworkPlugin
 }

@@ -19,7 +19,7 @@ import (
 // for it to run what cluster.yml asks for (plan.Compute). It changes
 // nothing, on the nodes or in the state directory. It refuses a cluster.yml
 // that would move the nodes to an older Kubernetes minor version than they
-// run (plan.CheckDowngrade), and, with ignore_docker_version: false, nodes
+// run (plan.CheckDowngrade), and, unless Options.IgnoreDockerVersion, nodes
 // whose Docker version RKE does not support (plan.CheckDocker).
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	d, err := desired.Build(s.c)
@@ -35,7 +35,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if err := plan.CheckDowngrade(d, o); err != nil {
 		return nil, stalls(ReasonInvalidSpec, err)
 	}
-	if err := plan.CheckDocker(s.c, o); err != nil {
+	if err := plan.CheckDocker(s.c, o, s.opts.IgnoreDockerVersion); err != nil {
 		return nil, stalls(ReasonInvalidSpec, err)
 	}
 	re, err := s.resolveEncryption(ctx, o)
@@ -64,7 +64,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		pl.Encryption = re.info
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {
-		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes)
+		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes, pl.Unreachable())
 	}
 	if pl.addons, err = s.desiredAddons(ctx); err != nil {
 		return nil, err

@@ -269,7 +269,7 @@ func (s *Session) finishRotation(ctx context.Context, pl *Planned, cs kubernetes
 }
 
 // systemPodSelectors are the pods RKE deletes after a CA rotation
-// (cluster.RestartClusterPods of RKE v1.8.1): the network plugin's, the
+// (cluster.RestartClusterPods of RKE v1.8.14): the network plugin's, the
 // ingress controller's, metrics-server's, the DNS add-on's and their
 // autoscalers', kube-api-auth's and Rancher's agent's. Their controllers
 // start them again, reading the cluster's CA afresh.

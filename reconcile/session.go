@@ -43,6 +43,10 @@ type Options struct {
 	// records of cluster.yml's rotate_certificates, which it leaves as
 	// it is.
 	Rotate *pki.Rotation
+	// IgnoreDockerVersion skips RKE's check of each node's Docker version
+	// (plan.CheckDocker): `--ignore-docker-version`, as `rke up`'s flag.
+	// cluster.yml's ignore_docker_version plays no part, as in `rke up`.
+	IgnoreDockerVersion bool
 }
 
 // Session reconciles one cluster: it holds the cluster.yml, a transport to

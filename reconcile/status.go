@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -149,10 +150,17 @@ type KubernetesNode struct {
 	Name string `json:"name"`
 	// InternalIP is the address the kubelet reported.
 	InternalIP string `json:"internal_ip,omitempty"`
-	// Ready is the Ready condition's status: True, False or Unknown.
+	// Ready is the Ready condition's status: True, False or Unknown, and
+	// ReadyReason and ReadyMessage what the kubelet (or the node lifecycle
+	// controller) said when it is not True.
 	Ready          string `json:"ready"`
+	ReadyReason    string `json:"ready_reason,omitempty"`
+	ReadyMessage   string `json:"ready_message,omitempty"`
 	KubeletVersion string `json:"kubelet_version,omitempty"`
 }
+
+// maxReadyMessage bounds a Node's Ready message in the status.
+const maxReadyMessage = 300
 
 // Status observes the cluster (a plan: the nodes, etcd and the Kubernetes
 // Nodes) and says what it saw. A failure to reach the API server is part
@@ -234,6 +242,9 @@ func BuildStatus(pl *Planned) *Status {
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
 				kn.Ready = string(c.Status)
+				if c.Status != corev1.ConditionTrue {
+					kn.ReadyReason, kn.ReadyMessage = c.Reason, clip.Ellipsis(c.Message, maxReadyMessage)
+				}
 			}
 		}
 		for _, a := range n.Status.Addresses {

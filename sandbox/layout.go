@@ -195,6 +195,11 @@ func (n Node) containerdConfigPath() string {
 	return filepath.Join(n.Dir, "containerd", "config.toml")
 }
 
+// CNIConfigDir is node n's CNIConfDir (/etc/cni/net.d) seen from the host:
+// where the network plugin writes the node's CNI configuration, for tests
+// that take it away.
+func (n Node) CNIConfigDir() string { return n.cniConfDir() }
+
 // cniBinDir and cniConfDir are node n's CNIBinDir and CNIConfDir, host
 // side (inside the node's /opt/cni and /etc/cni).
 func (n Node) cniBinDir() string  { return filepath.Join(n.mountDir("/opt/cni"), "bin") }

@@ -244,4 +244,12 @@ type AciNetworkProvider struct {
 	OpflexAgentResetWaitDelay string `json:"opflex_agent_reset_wait_delay,omitempty"`
 	// ACI option `proactive_conf`.
 	ProactiveConf string `json:"proactive_conf,omitempty"`
+	// ACI option `epg_resolve_prioritize` (RKE v1.8.14's default `true`).
+	EpgResolvePrioritize string `json:"epg_resolve_prioritize,omitempty"`
+	// ACI option `force_ep_undeclares` (RKE v1.8.14's default `true`).
+	ForceEpUndeclares string `json:"force_ep_undeclares,omitempty"`
+	// ACI option `enable_apic_request_retry_delay` (RKE v1.8.14's default `true`).
+	EnableApicRequestRetryDelay string `json:"enable_apic_request_retry_delay,omitempty"`
+	// ACI option `apic_request_retry_delay` (RKE v1.8.14's default `2`).
+	ApicRequestRetryDelay string `json:"apic_request_retry_delay,omitempty"`
 }

@@ -70,7 +70,6 @@ func SetDefaults(c *Cluster) {
 	def(&c.SSHKeyPath, DefaultSSHKeyPath)
 	def(&c.KubernetesVersion, DefaultKubernetesVersion)
 	def(&c.AddonJobTimeout, DefaultAddonJobTimeout)
-	defBool(&c.IgnoreDockerVersion, true)
 	// Kubernetes 1.24 removed dockershim: RKE turns cri-dockerd on from there.
 	defBool(&c.EnableCRIDockerd, inRange(c.KubernetesVersion, rangeCRIDockerd))
 
@@ -157,6 +156,31 @@ func SetDefaults(c *Cluster) {
 	defBool(&r.Addons.Prune, true)
 }
 
+// legacySchedule is what RKE v1.8.14 makes of services.etcd's creation and
+// retention when backup_config is null or absent: its etcd-rolling-snapshots
+// container then takes a snapshot every `creation` (default 12h) and keeps
+// those younger than `retention` (default 72h), where with backup_config it
+// is given `--retention=<retention × interval_hours>h`. So creation becomes
+// interval_hours (whole hours, rounded up, at least 1) and retention the
+// number of snapshots that age holds (rounded up, at least 1): 6h and 24h
+// are a snapshot every 6 hours, 4 kept. Durations that do not parse are
+// left to validation, and the defaults taken.
+func legacySchedule(creation, retention string) *BackupConfig {
+	b := &BackupConfig{}
+	every, err := time.ParseDuration(creation)
+	if creation == "" || err != nil || every <= 0 {
+		every = DefaultEtcdIntervalHours * time.Hour
+	}
+	keep, err := time.ParseDuration(retention)
+	if retention == "" || err != nil || keep <= 0 {
+		keep = DefaultEtcdIntervalHours * DefaultEtcdRetention * time.Hour
+	}
+	b.IntervalHours = max(1, int((every+time.Hour-1)/time.Hour))
+	interval := time.Duration(b.IntervalHours) * time.Hour
+	b.Retention = max(1, int((keep+interval-1)/interval))
+	return b
+}
+
 func setServiceDefaults(s *Services) {
 	e := &s.Etcd
 	if len(e.ExternalURLs) == 0 {
@@ -165,7 +189,7 @@ func setServiceDefaults(s *Services) {
 		defArg(&e.BaseService, "heartbeat-interval", "500")
 	}
 	if e.BackupConfig == nil {
-		e.BackupConfig = &BackupConfig{}
+		e.BackupConfig = legacySchedule(e.Creation, e.Retention)
 	}
 	b := e.BackupConfig
 	defBool(&b.Enabled, true)
@@ -216,15 +240,37 @@ func setImageDefaults(c *Cluster) {
 		}
 		fillZero(reflect.ValueOf(&c.SystemImages).Elem(), reflect.ValueOf(known))
 	}
+	// RKE's setClusterServicesDefaults: "We don't accept per service
+	// images anymore": each service's image is system_images', whatever
+	// the file says (validation warns when it said something else).
 	im := c.SystemImages
 	s := &c.Services
-	def(&s.Etcd.Image, im.Etcd)
-	def(&s.KubeAPI.Image, im.Kubernetes)
-	def(&s.KubeController.Image, im.Kubernetes)
-	def(&s.Scheduler.Image, im.Kubernetes)
-	def(&s.Kubelet.Image, im.Kubernetes)
-	def(&s.Kubeproxy.Image, im.Kubernetes)
+	s.Etcd.Image = im.Etcd
+	s.KubeAPI.Image = im.Kubernetes
+	s.KubeController.Image = im.Kubernetes
+	s.Scheduler.Image = im.Kubernetes
+	s.Kubelet.Image = im.Kubernetes
+	s.Kubeproxy.Image = im.Kubernetes
 	def(&s.Kubelet.InfraContainerImage, im.PodInfraContainer)
+}
+
+// serviceBases are the services' common settings, by their key under
+// services.
+func serviceBases(s *Services) map[string]*BaseService {
+	return map[string]*BaseService{
+		"etcd": &s.Etcd.BaseService, "kube-api": &s.KubeAPI.BaseService, "kube-controller": &s.KubeController.BaseService,
+		"scheduler": &s.Scheduler, "kubelet": &s.Kubelet.BaseService, "kubeproxy": &s.Kubeproxy,
+	}
+}
+
+// serviceImages are the services' image keys as they are now (as the file
+// gave them, before SetDefaults), by their key under services.
+func serviceImages(s *Services) map[string]string {
+	out := map[string]string{}
+	for name, b := range serviceBases(s) {
+		out[name] = b.Image
+	}
+	return out
 }
 
 // prefixImages puts registry/ before every image of im (RKE's d()).

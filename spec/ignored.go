@@ -3,7 +3,7 @@ package spec
 import "regexp"
 
 // ignoredKey is a key of RKE's cluster.yml that does nothing, in RKE
-// v1.8.1 as in rigger: rigger warns that it ignores it instead of refusing
+// v1.8.14 as in rigger: rigger warns that it ignores it instead of refusing
 // it as unknown.
 type ignoredKey struct {
 	summary, detail string
@@ -11,10 +11,10 @@ type ignoredKey struct {
 
 // ignoredKeys are the ignored keys by schema path (schemaPath): the yaml
 // keys of the types of RKE v1.0.0 (github.com/rancher/types), v1.3.24,
-// v1.4.0 and v1.5.10 that RKE v1.8.1's types do not have, which older `rke
+// v1.4.0 and v1.5.10 that RKE v1.8.14's types do not have, which older `rke
 // config` wrote in every file (but for a few options of the Cisco ACI
 // plugin of RKE v1.3, which rigger does not deploy), and the keys RKE
-// v1.8.1 reads and never uses.
+// v1.8.14 reads and never uses.
 var ignoredKeys = map[string]ignoredKey{
 	"services.kube-api.pod_security_policy": {
 		"RKE v1.6.0 removed pod_security_policy and ignores it, and so does rigger",

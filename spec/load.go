@@ -113,11 +113,15 @@ func ParseContext(ctx context.Context, data []byte, file string) (*Cluster, Diag
 	if d.err != nil {
 		return nil, nil, context.Cause(ctx)
 	}
+	given := serviceImages(&c.Services)
+	noBackupConfig := c.Services.Etcd.BackupConfig == nil
 	SetDefaults(&c)
 	if !d.stopped {
 		// A decode that stopped at a bound left the cluster incomplete:
 		// validating it would report what was never read.
-		if err := newValidator(d).validate(ctx, &c); err != nil {
+		v := newValidator(d)
+		v.givenImages, v.noBackupConfig = given, noBackupConfig
+		if err := v.validate(ctx, &c); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -154,11 +154,11 @@ services:
 		{"authentication", c.Authentication.Strategy, "x509"},
 		{"authorization", c.Authorization.Mode, "rbac"},
 		{"kubernetes_version", c.KubernetesVersion, DefaultKubernetesVersion},
-		{"kubernetes_version is RKE v1.8.1's default", c.KubernetesVersion, "v1.32.3-rancher1-1"},
-		{"kubernetes image from the version", c.SystemImages.Kubernetes, "rancher/hyperkube:v1.32.3-rancher1"},
+		{"kubernetes_version is RKE v1.8.14's default", c.KubernetesVersion, "v1.32.13-rancher1-3"},
+		{"kubernetes image from the version", c.SystemImages.Kubernetes, "rke-extended-life/hyperkube:v1.32.13-rancher1"},
 		{"etcd image from the version", c.SystemImages.Etcd, "rancher/mirrored-coreos-etcd:v3.5.16"},
-		{"rke-tools from the version", c.SystemImages.Alpine, "rancher/rke-tools:v0.1.111"},
-		{"component image from system_images", c.Services.KubeAPI.Image, "rancher/hyperkube:v1.32.3-rancher1"},
+		{"rke-tools from the version", c.SystemImages.Alpine, "rancher/rke-tools:v0.1.114"},
+		{"component image from system_images", c.Services.KubeAPI.Image, "rke-extended-life/hyperkube:v1.32.13-rancher1"},
 		{"cri-dockerd from 1.24 on", *c.EnableCRIDockerd, true},
 		{"ingress network mode from 1.21 on", c.Ingress.NetworkMode, "hostPort"},
 		{"etcd image", c.Services.Etcd.Image, c.SystemImages.Etcd},
@@ -204,8 +204,11 @@ rigger:
 	if got := c.Services.KubeAPI.Image; got != "registry.internal/hyperkube:v1.31.5" {
 		t.Errorf("kube-api image = %q, want system_images.kubernetes", got)
 	}
-	if got := c.Services.Scheduler.Image; got != "registry.internal/scheduler:custom" {
-		t.Errorf("scheduler image = %q, want the service's own", got)
+	if got := c.Services.Scheduler.Image; got != "registry.internal/hyperkube:v1.31.5" {
+		t.Errorf("scheduler image = %q, want system_images.kubernetes, which replaces the service's own as in RKE", got)
+	}
+	if len(diags) != 1 || diags[0].Path != "services.scheduler.image" || diags[0].Severity != SeverityWarning {
+		t.Errorf("want one warning for services.scheduler.image, got %v", diags)
 	}
 	if got := c.SystemImages.Etcd; got != "rancher/mirrored-coreos-etcd:v3.5.15" {
 		t.Errorf("etcd image = %q, want RKE's of v1.31.5-rancher1-1", got)
@@ -590,5 +593,34 @@ func TestMarshalRedactsAddonSecrets(t *testing.T) {
 	}
 	if all, _ := Marshal(c, true); !strings.Contains(string(all), "hunter2") {
 		t.Errorf("with showSecrets the addons are not shown whole:\n%s", all)
+	}
+}
+
+// TestLegacySchedule: with backup_config null or absent, creation and
+// retention make the schedule as in RKE (a snapshot every creation, kept
+// for retention), in rigger's whole hours and number of snapshots.
+func TestLegacySchedule(t *testing.T) {
+	for _, tc := range []struct {
+		creation, retention string
+		interval, keep      int
+	}{
+		{"", "", 12, 6},
+		{"6h", "24h", 6, 4},
+		{"12h", "", 12, 6},
+		{"", "36h", 12, 3},
+		{"6h", "25h", 6, 5},
+		{"90m", "6h", 2, 3},
+		{"30m", "1h", 1, 1},
+		{"1h", "10m", 1, 1},
+		{"nonsense", "-5h", 12, 6},
+	} {
+		b := legacySchedule(tc.creation, tc.retention)
+		if b.IntervalHours != tc.interval || b.Retention != tc.keep {
+			t.Errorf("creation %q, retention %q: every %d h, %d kept; want %d h, %d", tc.creation, tc.retention, b.IntervalHours, b.Retention, tc.interval, tc.keep)
+		}
+	}
+	_, diags := Parse([]byte(oneNode+"services: {etcd: {creation: 90m, retention: 6h}}\n"), "cluster.yml")
+	if len(diags) != 1 || diags[0].Path != "services.etcd.creation" || diags[0].Severity != SeverityWarning {
+		t.Errorf("creation 90m: want one warning, got %v", diags)
 	}
 }

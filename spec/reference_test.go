@@ -28,13 +28,13 @@ func TestReferenceUpToDate(t *testing.T) {
 
 const referenceIntro = `# cluster.yml reference
 
-rigger reads RKE's cluster.yml as RKE v1.8.1 reads it: every key RKE reads,
+rigger reads RKE's cluster.yml as RKE v1.8.14 reads it: every key RKE reads,
 spelt as RKE's parser reads it, with RKE's defaults. RKE's parser reads the
 keys of the Kubernetes types it uses in lower case (` + "`tolerationseconds`" + `,
 ` + "`cacertificates`" + `); where rigger also reads the camel case, it warns that RKE
 drops that spelling. A file written by ` + "`rke config`" + ` loads as it is: its
 ` + "`addon_job_timeout: 0`" + ` and its ` + "`bastion_host`" + ` without an address mean "unset", as in
-RKE. Keys older RKE releases wrote and RKE v1.8.1 no longer reads
+RKE. Keys older RKE releases wrote and RKE v1.8.14 no longer reads
 (` + "`services.kube-api.pod_security_policy`" + `), and a taint's ` + "`timeAdded`" + ` and
 ` + "`authorization.options`" + `, which RKE reads and never uses, are ignored with a warning. rigger's own additions are
 marked **(rigger)**; RKE ignores them, so one file can serve both while you

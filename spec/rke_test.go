@@ -18,7 +18,7 @@ import (
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
-// rkeConfigFiles are the files RKE v1.8.1's `rke config` writes
+// rkeConfigFiles are the files RKE v1.8.14's `rke config` writes
 // (testdata/rke), with the arguments of hack/rke-render that write them.
 var rkeConfigFiles = map[string][]string{
 	"testdata/rke/rke-config.yml":       nil,
@@ -59,7 +59,7 @@ func TestRKEConfigFile(t *testing.T) {
 	}
 }
 
-// TestAgainstRKE compares rigger with RKE v1.8.1's own code, run by
+// TestAgainstRKE compares rigger with RKE v1.8.14's own code, run by
 // hack/rke-render (built once for all): the files `rke config` writes,
 // what RKE's parser reads, the keys it reads, and its check of the nodes'
 // Docker versions.
@@ -134,7 +134,7 @@ func checkRKEConfigFiles(t *testing.T, bin string) {
 	}
 }
 
-// readCase is a cluster.yml key that RKE v1.8.1 reads in its own way.
+// readCase is a cluster.yml key that RKE v1.8.14 reads in its own way.
 type readCase struct {
 	name string
 	// yml is added to a one-node cluster, or is the whole file when it
@@ -294,7 +294,90 @@ var readCases = []readCase{
 		warn: "pod_security_policy was a key of services.kube-api, which RKE v1.6.0 removed; RKE ignores it here, and so does rigger",
 	},
 	{
-		// RKE v1.8.1 reads authorization.options and passes it nowhere.
+		// Not in RKE v1.8.1; RKE v1.8.14's defaults copy it into network.options.
+		name:   "canal_network_provider.blackhole_route",
+		yml:    `network: {plugin: canal, canal_network_provider: {blackhole_route: "true"}}`,
+		rigger: func(c *Cluster) any { return c.Network.CanalNetworkProvider.BlackholeRoute },
+		rke:    "/network/options/canal_blackhole_route", defaulted: true, want: "true",
+	},
+	{
+		name: "canal_blackhole_route with a flannel before v0.28.1",
+		yml:  "kubernetes_version: v1.31.14-rancher1-1\nnetwork: {plugin: canal, options: {canal_blackhole_route: \"true\"}}",
+		warn: "Blackhole route requires Flannel version >= v0.28.1, disabling it for image [rancher/mirrored-flannel-flannel:v0.27.3]",
+	},
+	{
+		name:   "services.kube-api.image is replaced by system_images.kubernetes",
+		yml:    "services: {kube-api: {image: registry.internal/hyperkube:v1.32.0-custom}}",
+		rigger: func(c *Cluster) any { return c.Services.KubeAPI.Image },
+		rke:    "/services/kubeApi/image", defaulted: true,
+		want: tableImage(func(im SystemImages) string { return im.Kubernetes }),
+		warn: "services.kube-api.image registry.internal/hyperkube:v1.32.0-custom is replaced by system_images.kubernetes",
+	},
+	{
+		name:   "services.etcd.image is replaced by system_images.etcd",
+		yml:    "system_images: {etcd: registry.internal/etcd:v3.5.16}\nservices: {etcd: {image: registry.internal/etcd:v3.5.21}}",
+		rigger: func(c *Cluster) any { return c.Services.Etcd.Image },
+		rke:    "/services/etcd/image", defaulted: true, want: "registry.internal/etcd:v3.5.16",
+		warn: "services.etcd.image registry.internal/etcd:v3.5.21 is replaced by system_images.etcd",
+	},
+	{
+		name:   "services.kubelet.image equal to system_images.kubernetes",
+		yml:    "system_images: {kubernetes: registry.internal/hyperkube:v1.32.13}\nservices: {kubelet: {image: registry.internal/hyperkube:v1.32.13}}",
+		rigger: func(c *Cluster) any { return c.Services.Kubelet.Image },
+		rke:    "/services/kubelet/image", defaulted: true, want: "registry.internal/hyperkube:v1.32.13",
+	},
+	{
+		// RKE has default flags back to 1.9; 1.24 and later is rigger's
+		// policy, and the error says so.
+		name: "a kubernetes image of 1.23",
+		yml:  "system_images: {kubernetes: rancher/hyperkube:v1.23.16-rancher2}",
+		rke:  "/systemImages/kubernetes", defaulted: true, want: "rancher/hyperkube:v1.23.16-rancher2",
+		refused: "rancher/hyperkube:v1.23.16-rancher2: rigger runs Kubernetes 1.24 and later, not v1.23",
+	},
+	{
+		// RKE's parser reads it; `rke up` then replaces it with its
+		// --ignore-docker-version flag (cmd.setOptionsFromCLI).
+		name:   "ignore_docker_version: true",
+		yml:    "ignore_docker_version: true",
+		rigger: func(c *Cluster) any { return *c.IgnoreDockerVersion },
+		rke:    "/ignoreDockerVersion", want: true,
+		warn: "rke up ignores ignore_docker_version and checks each node's Docker version unless given --ignore-docker-version, and so does rigger",
+	},
+	{
+		// Rancher's HA example. With backup_config null, RKE runs its
+		// etcd-rolling-snapshots with --creation and --retention (an age);
+		// with backup_config, --retention=<retention × interval_hours>h.
+		name:   "backup_config null: creation is the interval",
+		yml:    "services: {etcd: {snapshot: true, creation: 6h, retention: 24h, backup_config: null}}",
+		rigger: func(c *Cluster) any { return fmt.Sprintf("%dh", c.Services.Etcd.BackupConfig.IntervalHours) },
+		rke:    "/services/etcd/creation", defaulted: true, want: "6h",
+	},
+	{
+		name: "backup_config null: retention is the age kept",
+		yml:  "services: {etcd: {snapshot: true, creation: 6h, retention: 24h, backup_config: null}}",
+		rigger: func(c *Cluster) any {
+			b := c.Services.Etcd.BackupConfig
+			return fmt.Sprintf("%dh", b.Retention*b.IntervalHours)
+		},
+		rke: "/services/etcd/retention", defaulted: true, want: "24h",
+	},
+	{
+		name: "backup_config absent: RKE's defaults 12h and 72h",
+		yml:  "services: {etcd: {snapshot: true}}",
+		rigger: func(c *Cluster) any {
+			return fmt.Sprintf("%dh", c.Services.Etcd.BackupConfig.Retention*c.Services.Etcd.BackupConfig.IntervalHours)
+		},
+		rke: "/services/etcd/retention", defaulted: true, want: "72h",
+	},
+	{
+		name:   "creation with backup_config set is ignored",
+		yml:    "services: {etcd: {creation: 6h, backup_config: {interval_hours: 3}}}",
+		rigger: func(c *Cluster) any { return c.Services.Etcd.BackupConfig.IntervalHours },
+		rke:    "/services/etcd/backupConfig/intervalHours", defaulted: true, want: 3,
+		warn: "services.etcd.creation is ignored because backup_config is set",
+	},
+	{
+		// RKE v1.8.14 reads authorization.options and passes it nowhere.
 		name:   "authorization.options",
 		yml:    "authorization: {mode: rbac, options: {authorization-webhook-version: v1}}",
 		rigger: func(c *Cluster) any { return c.Authorization.Options["authorization-webhook-version"] },
@@ -418,7 +501,7 @@ func TestOneKeyTwoSpellings(t *testing.T) {
 	}
 }
 
-// checkReadsAsRKE runs RKE v1.8.1's own parser (hack/rke-render -parse:
+// checkReadsAsRKE runs RKE v1.8.14's own parser (hack/rke-render -parse:
 // cluster.ParseConfig, then InitClusterObject's defaults and validation) on
 // every readCase: RKE accepts each file, as rigger does, and reads what the
 // case says RKE reads.
@@ -509,16 +592,16 @@ func jsonText(t *testing.T, v any) string {
 	return string(b)
 }
 
-// riggerOnlyKeys are the keys rigger reads and RKE v1.8.1 does not, with
+// riggerOnlyKeys are the keys rigger reads and RKE v1.8.14 does not, with
 // why they exist.
 var riggerOnlyKeys = map[string]string{
 	"rigger":                               "rigger's own settings",
 	"nodes[].transport":                    "how rigger reaches the node",
 	"restore.id":                           "the id of a restore request, so that each is carried out once",
-	"system_images.calico_tigera_operator": "the Tigera operator's image, which RKE v1.8.1's table never fills",
+	"system_images.calico_tigera_operator": "the Tigera operator's image, which RKE v1.8.14's table never fills",
 }
 
-// checkKeysAsRKE compares the keys rigger reads with those RKE v1.8.1's
+// checkKeysAsRKE compares the keys rigger reads with those RKE v1.8.14's
 // parser reads (hack/rke-render -keys, from RKE's types and the rules of
 // yaml.v2 and encoding/json): the same keys with the same spelling, read
 // in any case where RKE reads them so, and Kubernetes objects where RKE

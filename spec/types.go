@@ -21,7 +21,7 @@ type Cluster struct {
 	Authentication Authentication `json:"authentication,omitempty"`
 	// How the API server authorizes requests.
 	Authorization Authorization `json:"authorization,omitempty"`
-	// Kubernetes version to run, 1.24 or later, written as RKE writes it (`v1.32.3-rancher1-1`). A version of rigger's version table, which is RKE v1.8.1's (`rigger config versions` lists it), fills every `system_images` key left empty; any other version (`v1.31.4`, or `v1.31.5` for RKE's `v1.31.5-rancher1-1`) needs `system_images` set for every component the cluster runs, as in RKE.
+	// Kubernetes version to run, 1.24 or later, written as RKE writes it (`v1.32.3-rancher1-1`). A version of rigger's version table, which is RKE v1.8.14's (`rigger config versions` lists it), fills every `system_images` key left empty; any other version (`v1.31.4`, or `v1.31.5` for RKE's `v1.31.5-rancher1-1`) needs `system_images` set for every component the cluster runs, as in RKE.
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
 	// Container images of the cluster's components. Keys left empty take the image of `kubernetes_version` in the version table, prefixed with the URL of the first private registry marked `is_default`, as in RKE. The components' default flags follow the version the `kubernetes` image's tag names (RKE's rule), so `v1.31.4` runs 1.31's flags whatever `kubernetes_version` says.
 	SystemImages SystemImages `json:"system_images,omitempty"`
@@ -35,7 +35,7 @@ type Cluster struct {
 	SSHAgentAuth bool `json:"ssh_agent_auth,omitempty"`
 	// A jump host through which every node is reached.
 	BastionHost *BastionHost `json:"bastion_host,omitempty"`
-	// Skip RKE's check of each node's Docker version. With `false`, a plan (and so `apply` and `serve`) is refused while a node of cluster.yml runs a Docker engine whose major.minor version is not on RKE v1.8.1's list for the cluster's Kubernetes minor version (`20.10.x` accepts `20.10.24+dfsg1`), naming each node, its version and the list. RKE's CLI replaces this key with its `--ignore-docker-version` flag, and so checks unless given it; how rigger checks, and where it differs from RKE on purpose: [versions.md](versions.md#docker-versions).
+	// Read and ignored, as RKE v1.8.14's `rke up` ignores it: it replaces the key with its `--ignore-docker-version` flag. rigger does the same: `plan`, `apply` and `serve` check each node's Docker version (its major.minor version must be on RKE v1.8.14's list for the cluster's Kubernetes minor version; `20.10.x` accepts `20.10.24+dfsg1`) and refuse the plan, naming each node, its version and the list, unless given `--ignore-docker-version`. `validate` warns when the file sets `true`. How rigger checks: [versions.md](versions.md#docker-versions).
 	IgnoreDockerVersion *bool `json:"ignore_docker_version,omitempty"`
 	// Run the kubelet against cri-dockerd (Kubernetes 1.24 and later need a CRI; RKE's default there is true).
 	EnableCRIDockerd *bool `json:"enable_cri_dockerd,omitempty"`
@@ -55,7 +55,7 @@ type Cluster struct {
 	Addons string `json:"addons,omitempty" rigger:"secret-manifests"`
 	// Paths or URLs of more add-on manifests.
 	AddonsInclude []string `json:"addons_include,omitempty"`
-	// Seconds rigger waits for each add-on to be ready (rolled out, as kstatus says) after applying it; RKE waited this long for the add-on's deploy job.
+	// Seconds rigger waits for each add-on to be ready (rolled out, as kstatus says) after applying it, measured from the last progress of its objects and their pods ([addons.md](addons.md#readiness)); RKE waited this long for the add-on's deploy job.
 	AddonJobTimeout int `json:"addon_job_timeout,omitempty"`
 	// Prefix of every host path RKE uses on the nodes (for distributions with a read-only /). Not supported by rigger: refused by `validate`.
 	PrefixPath string `json:"prefix_path,omitempty"`
@@ -233,7 +233,7 @@ type SystemImages struct {
 	MetricsServer string `json:"metrics_server,omitempty"`
 	// Pause image on Windows nodes.
 	WindowsPodInfraContainer string `json:"windows_pod_infra_container,omitempty"`
-	// Tigera operator (Calico installed by its operator). Not in RKE v1.8.1's table, which never fills it.
+	// Tigera operator (Calico installed by its operator). Not in RKE v1.8.14's table, which never fills it.
 	TigeraOperator string `json:"calico_tigera_operator,omitempty"`
 	// Cisco ACI CNI deployer.
 	AciCniDeployContainer string `json:"aci_cni_deploy_container,omitempty"`
@@ -271,7 +271,7 @@ type Services struct {
 
 // BaseService holds what every component's container accepts.
 type BaseService struct {
-	// Image of the component's container. Default: `system_images.kubernetes` (`system_images.etcd` for etcd).
+	// Ignored, as RKE v1.8.14 ignores it ("We don't accept per service images anymore"): the container runs `system_images.kubernetes` (`system_images.etcd` for etcd) whatever this says. Default: that image. `validate` warns when it names another one; set `system_images` instead.
 	Image string `json:"image,omitempty"`
 	// Extra command-line flags, `flag: value` (without the leading `--`). They override rigger's own.
 	ExtraArgs map[string]string `json:"extra_args,omitempty"`
@@ -310,9 +310,9 @@ type ETCDService struct {
 	GID int `json:"gid,omitempty"`
 	// Run the `etcd-rolling-snapshots` container on every etcd node, as RKE does (default true): it takes, verifies, uploads and retains the scheduled snapshots of `backup_config` without `rigger serve`. It runs rigger's own image: `rigger.image`, or else `system_images.cert_downloader` when that is not RKE's rke-tools (which cannot run it); with neither, no container runs and `validate` warns. `false` leaves the schedule to `rigger serve`; `backup_config.enabled: false` turns the schedule off everywhere.
 	Snapshot *bool `json:"snapshot,omitempty"`
-	// How long snapshots are kept, as a duration, RKE's older setting (deprecated: use `backup_config.retention`).
+	// How long scheduled snapshots are kept, as a duration (RKE's older setting). Used only when `backup_config` is null or absent, as in RKE (default then `72h`): `backup_config.retention` becomes the number of snapshots that age holds (`24h` with `creation: 6h`: 4). Ignored, with a warning, when `backup_config` is set.
 	Retention string `json:"retention,omitempty"`
-	// How often snapshots are taken, as a duration, RKE's older setting (deprecated: use `backup_config.interval_hours`).
+	// How often scheduled snapshots are taken, as a duration (RKE's older setting). Used only when `backup_config` is null or absent, as in RKE (default then `12h`): it becomes `backup_config.interval_hours`, in whole hours (rounded up, with a warning). Ignored, with a warning, when `backup_config` is set.
 	Creation string `json:"creation,omitempty"`
 	// Recurring snapshots and where they are stored.
 	BackupConfig *BackupConfig `json:"backup_config,omitempty"`
@@ -481,6 +481,20 @@ type FlannelNetworkProvider struct {
 type CanalNetworkProvider struct {
 	// Interface flannel uses for traffic between nodes.
 	Iface string `json:"iface,omitempty"`
+	// `"true"`: flannel adds a blackhole route for the node's pod range (`--ip-blackhole-route=true`), as RKE v1.8.14 does, when `canal_flannel` is flannel v0.28.1 or later (or a tag that is no version); otherwise it is left off with a warning. The `canal_blackhole_route` key of `network.options` wins over it.
+	BlackholeRoute string `json:"blackhole_route,omitempty"`
+}
+
+// CanalBlackholeRoute reports whether canal's blackhole route is asked for,
+// as RKE v1.8.14 reads it: `network.options.canal_blackhole_route`, or
+// `canal_network_provider.blackhole_route` when that option is absent, is
+// exactly `true`.
+func (n *Network) CanalBlackholeRoute() bool {
+	v, ok := n.Options["canal_blackhole_route"]
+	if !ok && n.CanalNetworkProvider != nil {
+		v = n.CanalNetworkProvider.BlackholeRoute
+	}
+	return v == "true"
 }
 
 // WeaveNetworkProvider is Weave's options.
@@ -553,7 +567,7 @@ type AuthWebhook struct {
 type Authorization struct {
 	// `rbac` or `none`.
 	Mode string `json:"mode,omitempty"`
-	// Read and ignored, as RKE v1.8.1 ignores it (it passes these options nowhere); rigger warns when one is set. The API server's authorization flags go in `services.kube-api.extra_args`.
+	// Read and ignored, as RKE v1.8.14 ignores it (it passes these options nowhere); rigger warns when one is set. The API server's authorization flags go in `services.kube-api.extra_args`.
 	Options map[string]string `json:"options,omitempty"`
 }
 
@@ -669,17 +683,17 @@ type CloudProvider struct {
 	Name string `json:"name,omitempty"`
 	// Use the instance metadata hostname as the node name (AWS).
 	UseInstanceMetadataHostname *bool `json:"useInstanceMetadataHostname,omitempty"`
-	// AWS cloud config.
+	// AWS cloud config. Refused: rigger does not write it (give the file in `customCloudProvider`); Kubernetes 1.27 and later have no in-tree AWS provider.
 	AWSCloudProvider *AWSCloudProvider `json:"awsCloudProvider,omitempty"`
-	// Azure cloud config.
+	// Azure cloud config, written to `/etc/kubernetes/cloud-config` on every node as RKE v1.8.14 writes it (JSON with RKE's keys). The in-tree provider is gone from Kubernetes 1.30: `validate` refuses `name: azure` there (use `external` and Azure's cloud controller manager).
 	AzureCloudProvider *AzureCloudProvider `json:"azureCloudProvider,omitempty"`
-	// OpenStack cloud config.
+	// OpenStack cloud config, written to `/etc/kubernetes/cloud-config` on every node as RKE v1.8.14 writes it (INI). The in-tree provider is gone from Kubernetes 1.26: `validate` refuses `name: openstack` there (use `external` and OpenStack's cloud controller manager).
 	OpenstackCloudProvider *OpenstackCloudProvider `json:"openstackCloudProvider,omitempty"`
-	// vSphere cloud config.
+	// vSphere cloud config, written to `/etc/kubernetes/cloud-config` on every node as RKE v1.8.14 writes it (INI). The in-tree provider is gone from Kubernetes 1.30: `validate` refuses `name: vsphere` there (use `external` and vSphere's cloud controller manager).
 	VsphereCloudProvider *VsphereCloudProvider `json:"vsphereCloudProvider,omitempty"`
-	// Harvester cloud config.
+	// Harvester cloud config. Refused: rigger does not write it (give the file in `customCloudProvider`).
 	HarvesterCloudProvider *HarvesterCloudProvider `json:"harvesterCloudProvider,omitempty"`
-	// A cloud config file, inline, for any other provider.
+	// A cloud config file, inline, for any provider: written to `/etc/kubernetes/cloud-config` as it is, and preferred over the typed blocks, as in RKE.
 	CustomCloudProvider string `json:"customCloudProvider,omitempty" rigger:"secret"`
 }
 

@@ -28,6 +28,12 @@ type validator struct {
 	holdsBad map[string]bool
 	zero     map[string]bool // paths given an explicit 0
 	diags    *collector
+	// givenImages are the services' image keys as the file gave them,
+	// before the defaults replaced them (serviceImages).
+	givenImages map[string]string
+	// noBackupConfig: the file's services.etcd.backup_config was null or
+	// absent, so creation and retention make the schedule (legacySchedule).
+	noBackupConfig bool
 }
 
 // newValidator makes the validator of what d decoded.
@@ -175,8 +181,15 @@ func (v *validator) version(c *Cluster) {
 			p = "system_images.kubernetes"
 			detail = fmt.Sprintf("The tag %s of the image says Kubernetes %s, and RKE takes the components' default flags from the image's tag. ", tag, series)
 		}
+		if sv, err := rkemeta.ParseVersion(series + ".0"); err == nil && sv.Major == 1 && sv.Minor < rkemeta.MinMinor {
+			// RKE has flags back to 1.9; running nothing before 1.24 is
+			// rigger's own rule (dockershim is gone from 1.24 on).
+			detail += fmt.Sprintf("rigger runs Kubernetes 1.%d and later only: that is rigger's policy, not RKE's. Upgrade the cluster to 1.%d or later with RKE first, then move it to rigger with an image of 1.%d or later.", rkemeta.MinMinor, rkemeta.MinMinor, rkemeta.MinMinor)
+			v.errorf(p, detail, "%s: rigger runs Kubernetes 1.%d and later, not %s", c.SystemImages.Kubernetes, rkemeta.MinMinor, series)
+			return
+		}
 		newest := strings.TrimPrefix(rkemeta.Series(KubernetesVersions()[len(KubernetesVersions())-1]), "v")
-		detail += fmt.Sprintf("RKE %s has default flags for Kubernetes 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, rkemeta.MinMinor, newest)
+		detail += fmt.Sprintf("RKE %s, RKE's last release, has default flags up to Kubernetes %s, and rigger runs 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, newest, rkemeta.MinMinor, newest)
 		v.errorf(p, detail, "%s: no default component flags for Kubernetes %s", c.SystemImages.Kubernetes, series)
 	}
 }
@@ -310,11 +323,16 @@ func (v *validator) labels(p string, labels map[string]string) {
 
 func (v *validator) services(c *Cluster) {
 	s := &c.Services
-	for name, b := range map[string]*BaseService{
-		"etcd": &s.Etcd.BaseService, "kube-api": &s.KubeAPI.BaseService, "kube-controller": &s.KubeController.BaseService,
-		"scheduler": &s.Scheduler, "kubelet": &s.Kubelet.BaseService, "kubeproxy": &s.Kubeproxy,
-	} {
+	for name, b := range serviceBases(s) {
 		v.baseService("services."+name, b)
+		if given := v.givenImages[name]; given != "" && given != b.Image {
+			key := "system_images.kubernetes"
+			if name == "etcd" {
+				key = "system_images.etcd"
+			}
+			v.warnf("services."+name+".image", fmt.Sprintf("RKE does not accept a service's own image: it runs %s (%s) instead, and so does rigger. Set %s, or remove services.%s.image.", key, b.Image, key, name),
+				"services.%s.image %s is replaced by %s", name, given, key)
+		}
 	}
 
 	e := &s.Etcd
@@ -340,10 +358,20 @@ func (v *validator) services(c *Cluster) {
 		if val == "" {
 			continue
 		}
-		if _, err := time.ParseDuration(val); err != nil {
-			v.errorf("services.etcd."+key, "Write it as a duration, like 12h.", "%q is not a duration", val)
+		if d, err := time.ParseDuration(val); err != nil || d <= 0 {
+			v.errorf("services.etcd."+key, "Write it as a positive duration, like 12h.", "%q is not a positive duration", val)
+			continue
 		}
-		v.warnf("services.etcd."+key, "Use services.etcd.backup_config (interval_hours, retention) instead.", "services.etcd.%s is RKE's older snapshot setting", key)
+		if !v.noBackupConfig {
+			v.warnf("services.etcd."+key, "Remove it: with backup_config set, RKE ignores creation and retention, and so does rigger (backup_config.interval_hours and retention make the schedule).",
+				"services.etcd.%s is ignored because backup_config is set", key)
+		}
+	}
+	if v.noBackupConfig && e.Creation != "" {
+		if d, err := time.ParseDuration(e.Creation); err == nil && d > 0 && d%time.Hour != 0 {
+			v.warnf("services.etcd.creation", fmt.Sprintf("rigger takes scheduled snapshots every whole number of hours: every %d hours here. Write creation in whole hours, or set backup_config.interval_hours.", e.BackupConfig.IntervalHours),
+				"creation %s is not a whole number of hours", e.Creation)
+		}
 	}
 	if b := e.BackupConfig; b != nil {
 		for key, val := range map[string]int{"interval_hours": b.IntervalHours, "retention": b.Retention, "timeout": b.Timeout} {
@@ -551,6 +579,10 @@ func (v *validator) network(c *Cluster) {
 				"Weave CNI plugin is deprecated starting with Kubernetes v1.27 and will be removed in Kubernetes v1.30")
 		}
 	}
+	if n.Plugin == "canal" && n.CanalBlackholeRoute() && !rkemeta.FlannelHasBlackholeRoute(c.SystemImages.CanalFlannel) {
+		v.warnf("network.options.canal_blackhole_route", "Use a canal_flannel image of flannel v0.28.1 or later (kubernetes_version v1.32.12-rancher1-1 or later has one) for the route, or leave the option out.",
+			"Blackhole route requires Flannel version >= v0.28.1, disabling it for image [%s]", c.SystemImages.CanalFlannel)
+	}
 	if strings.Contains(c.Services.KubeAPI.ServiceClusterIPRange, ",") || strings.Contains(c.Services.KubeController.ClusterCIDR, ",") {
 		// Two ranges are dual stack (RKE's validateNetworkOptions).
 		switch {
@@ -687,8 +719,8 @@ func (v *validator) cloudProvider(c *Cluster) {
 		if !v.oneOf("cloud_provider.name", cp.Name, true, "aws", "azure", "openstack", "vsphere", "harvester", "external", "external-aws") {
 			return
 		}
-		// Typed configs: RKE writes the cloud config file from them; rigger
-		// does not yet.
+		// Typed configs: RKE writes the cloud config file from them, and so
+		// does rigger for azure, openstack and vsphere (desired.cloudConfig).
 		for _, cfg := range []struct {
 			name, key string
 			set       bool
@@ -700,7 +732,7 @@ func (v *validator) cloudProvider(c *Cluster) {
 			{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
 		} {
 			switch {
-			case cfg.set && cp.Name == cfg.name:
+			case cfg.set && cp.Name == cfg.name && (cfg.name == "aws" || cfg.name == "harvester"):
 				v.errorf("cloud_provider."+cfg.key, "Give the provider's cloud config file inline in cloud_provider.customCloudProvider instead (keeping name: "+cfg.name+").",
 					"rigger does not write the cloud config from %s yet", cfg.key)
 			case !cfg.set && cp.Name == cfg.name && cfg.name != "aws":
@@ -711,11 +743,51 @@ func (v *validator) cloudProvider(c *Cluster) {
 			}
 		}
 	}
+	v.inTreeCloudProvider(c)
 	// RKE's setCloudProvider: Kubernetes 1.27 removed the in-tree AWS provider.
 	if cp.Name == "aws" && inRange(c.KubernetesVersion, rangeNoInTreeAWS) {
 		v.errorf("cloud_provider.name", "Kubernetes 1.27 and later have no in-tree AWS cloud provider: use name: external-aws and deploy the AWS cloud controller manager.",
 			"Cloud provider aws is invalid for [%s]", c.KubernetesVersion)
 	}
+}
+
+// inTreeRemoved is the first Kubernetes minor version without each in-tree
+// cloud provider RKE can configure (k8s.io/legacy-cloud-providers: openstack
+// is gone from v0.26, azure and vsphere from v0.30; aws is RKE's own check).
+var inTreeRemoved = map[string]int{"openstack": 26, "azure": 30, "vsphere": 30}
+
+// inTreeCloudProvider refuses, with what to do instead, an in-tree cloud
+// provider that the cluster's Kubernetes no longer has: RKE passes
+// --cloud-provider=<name> to the components anyway, and they do not start.
+// The version is the one the components' flags follow (the kubernetes
+// image's tag, else kubernetes_version).
+func (v *validator) inTreeCloudProvider(c *Cluster) {
+	cp := &c.CloudProvider
+	removed, ok := inTreeRemoved[cp.Name]
+	if !ok || c.SystemImages.Kubernetes == "" {
+		return
+	}
+	_, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
+	if err != nil {
+		return // said by version()
+	}
+	sv, err := rkemeta.ParseVersion(series + ".0")
+	if err != nil || sv.Major != 1 || sv.Minor < uint64(removed)-1 {
+		return
+	}
+	if sv.Minor == 29 && removed == 30 {
+		// Upstream 1.29 turns the DisableCloudProviders gate on: the API
+		// server, controller manager and kubelet refuse an in-tree provider.
+		v.warnf("cloud_provider.name", "Set feature-gates: DisableCloudProviders=false in extra_args of services.kube-api, kube-controller and kubelet (the API server refuses the provider otherwise), or move to name: external with the "+cp.Name+" cloud controller manager before Kubernetes 1.30, which has no in-tree "+cp.Name+" provider.",
+			"Kubernetes 1.29 disables the in-tree %s cloud provider by default (feature gate DisableCloudProviders)", cp.Name)
+		return
+	}
+	if sv.Minor < uint64(removed) {
+		return
+	}
+	v.errorf("cloud_provider.name", fmt.Sprintf("Kubernetes 1.%d removed the in-tree %s cloud provider, so the components cannot start with it (RKE would write the cloud config and fail there). "+
+		"Use name: external (with customCloudProvider if your cloud controller manager reads one) and deploy the %s cloud controller manager in the cluster, or run Kubernetes before 1.%d.", removed, cp.Name, cp.Name, removed),
+		"Kubernetes %s has no in-tree %s cloud provider", strings.TrimPrefix(series, "v"), cp.Name)
 }
 
 func (v *validator) upgradeStrategy(c *Cluster) {
@@ -836,6 +908,10 @@ func (v *validator) bastion(c *Cluster) {
 
 func (v *validator) misc(c *Cluster) {
 	v.restore(&c.Restore)
+	if c.IgnoreDockerVersion != nil && *c.IgnoreDockerVersion {
+		v.warnf("ignore_docker_version", "Run rigger plan, apply or serve with --ignore-docker-version to skip the check, as rke up's flag.",
+			"rke up ignores ignore_docker_version and checks each node's Docker version unless given --ignore-docker-version, and so does rigger")
+	}
 	if rc := c.RotateCertificates; rc != nil {
 		for i, s := range rc.Services {
 			v.oneOf(fmt.Sprintf("rotate_certificates.services[%d]", i), s, false,

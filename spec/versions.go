@@ -8,10 +8,10 @@ import (
 )
 
 // DefaultKubernetesVersion is the kubernetes_version of a cluster.yml that
-// sets none: RKE v1.8.1's default.
+// sets none: RKE v1.8.14's default.
 const DefaultKubernetesVersion = rkemeta.DefaultVersion
 
-// Version ranges RKE v1.8.1 gates behaviour on, in blang/semver syntax
+// Version ranges RKE v1.8.14 gates behaviour on, in blang/semver syntax
 // (rkemeta.MatchRange), as RKE writes them.
 const (
 	// rangeCRIDockerd: from here enable_cri_dockerd defaults to true
@@ -35,7 +35,7 @@ const (
 )
 
 // KubernetesVersions lists the versions rigger fills system_images for:
-// every version RKE v1.8.1 knows from 1.24 on, oldest first.
+// every version RKE v1.8.14 knows from 1.24 on, oldest first.
 func KubernetesVersions() []string { return rkemeta.Versions() }
 
 // KnownImages returns the images of a kubernetes_version of the version

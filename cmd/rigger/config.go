@@ -66,6 +66,12 @@ Kubernetes version it knows from 1.` + fmt.Sprint(rkemeta.MinMinor) + ` on, with
 found only when written exactly as listed (v1.31.5-rancher1-1, not v1.31.5), as
 in RKE. Other versions work when system_images names every image they need.
 
+From v1.31.11 and v1.32.7 on, RKE's table names the kubernetes image in RKE's
+extended-life namespace (` + rkemeta.ExtendedLifeNamespace + `/hyperkube:…), which SUSE Rancher
+serves to its subscribers only; those versions are marked "extended life"
+("extended_life": true with -o json). Without a subscription, pull them from a
+registry that serves them (private_registries) or set system_images.kubernetes.
+
 Give versions as arguments to show only those.`,
 		Example: `  rigger config versions v1.32.3-rancher1-1
   rigger config versions -o json | jq -r '.versions[].version'`,
@@ -88,6 +94,9 @@ Give versions as arguments to show only those.`,
 				mark := ""
 				if v.Default {
 					mark = " (default)"
+				}
+				if v.ExtendedLife {
+					mark += " (extended life: " + rkemeta.ExtendedLifeNamespace + " images need a SUSE Rancher subscription)"
 				}
 				fmt.Fprintf(w, "%s%s\n", v.Version, mark)
 				for _, im := range v.images {
@@ -113,6 +122,10 @@ type versionsJSON struct {
 type versionJSON struct {
 	Version string `json:"version"`
 	Default bool   `json:"default"`
+	// ExtendedLife: an image of the version is in RKE's extended-life
+	// namespace (rke-extended-life/…), which SUSE Rancher serves to its
+	// subscribers only.
+	ExtendedLife bool `json:"extended_life"`
 	// SystemImages are the images, by their system_images key.
 	SystemImages map[string]string `json:"system_images"`
 	images       [][2]string       // SystemImages in the order of the schema
@@ -143,7 +156,7 @@ func knownVersions(names []string) ([]versionJSON, error) {
 	out := make([]versionJSON, 0, len(versions))
 	for _, name := range versions {
 		im, _ := spec.KnownImages(name)
-		v := versionJSON{Version: name, Default: name == spec.DefaultKubernetesVersion, SystemImages: map[string]string{}}
+		v := versionJSON{Version: name, Default: name == spec.DefaultKubernetesVersion, ExtendedLife: rkemeta.ExtendedLife(name), SystemImages: map[string]string{}}
 		rv, rt := reflect.ValueOf(im), reflect.TypeFor[spec.SystemImages]()
 		for i := range rt.NumField() {
 			key, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")

@@ -12,20 +12,29 @@ func TestConfigVersions(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 	blocks := strings.Split(strings.TrimSpace(out), "\n\n")
-	if len(blocks) != 82 {
-		t.Errorf("%d versions listed, want RKE v1.8.1's 82 from 1.24 on", len(blocks))
+	if len(blocks) != 104 {
+		t.Errorf("%d versions listed, want RKE v1.8.14's 104 from 1.24 on", len(blocks))
 	}
 	if !strings.HasPrefix(blocks[0], "v1.24.2-rancher1-1\n  etcd: rancher/mirrored-coreos-etcd:v3.5.4\n") {
 		t.Errorf("first version:\n%s", blocks[0])
 	}
 	var defaults []string
 	for _, b := range blocks {
-		if first, _, _ := strings.Cut(b, "\n"); strings.HasSuffix(first, " (default)") {
+		if first, _, _ := strings.Cut(b, "\n"); strings.Contains(first, " (default)") {
 			defaults = append(defaults, first)
 		}
 	}
-	if len(defaults) != 1 || defaults[0] != "v1.32.3-rancher1-1 (default)" {
+	if len(defaults) != 1 || defaults[0] != "v1.32.13-rancher1-3 (default) (extended life: rke-extended-life images need a SUSE Rancher subscription)" {
 		t.Errorf("marked as default: %v", defaults)
+	}
+	var extended []string
+	for _, b := range blocks {
+		if first, _, _ := strings.Cut(b, "\n"); strings.Contains(first, "(extended life: ") {
+			extended = append(extended, strings.Fields(first)[0])
+		}
+	}
+	if len(extended) != 13 || extended[0] != "v1.31.11-rancher1-1" || extended[4] != "v1.32.7-rancher1-1" {
+		t.Errorf("marked as extended life: %v", extended)
 	}
 
 	out, _, code = run(t, "config", "versions", "-o", "json", "v1.31.5-rancher1-1")
@@ -36,13 +45,19 @@ func TestConfigVersions(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.RKEVersion != "v1.8.1" || got.Default != "v1.32.3-rancher1-1" || len(got.Versions) != 1 {
+	if got.RKEVersion != "v1.8.14" || got.Default != "v1.32.13-rancher1-3" || len(got.Versions) != 1 {
 		t.Fatalf("versions -o json: %+v", got)
 	}
 	v := got.Versions[0]
-	if v.Version != "v1.31.5-rancher1-1" || v.Default || v.SystemImages["kubernetes"] != "rancher/hyperkube:v1.31.5-rancher1" ||
+	if v.Version != "v1.31.5-rancher1-1" || v.Default || v.ExtendedLife || v.SystemImages["kubernetes"] != "rancher/hyperkube:v1.31.5-rancher1" ||
 		v.SystemImages["aci_ovs_container"] != "noiro/openvswitch:6.1.1.2.81c2369" || len(v.SystemImages) != 37 {
 		t.Errorf("v1.31.5-rancher1-1 -o json: %+v (%d images)", v, len(v.SystemImages))
+	}
+
+	out, _, code = run(t, "config", "versions", "-o", "json", "v1.32.7-rancher1-1")
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Versions) != 1 ||
+		!got.Versions[0].ExtendedLife || got.Versions[0].SystemImages["kubernetes"] != "rke-extended-life/hyperkube:v1.32.7-rancher1" {
+		t.Errorf("v1.32.7-rancher1-1 -o json: exit %d, %v, %+v", code, err, got)
 	}
 
 	_, errOut, code := run(t, "config", "versions", "v1.31.5")

@@ -56,6 +56,7 @@ type serveOptions struct {
 	logFormat, logLevel              string
 	agentListen, agentURL            string
 	agentHosts                       []string
+	ignoreDockerVersion              bool
 }
 
 func newServeCommand() *cobra.Command {
@@ -133,6 +134,7 @@ cluster, several replicas), only the replica holding the Lease
 	fl.DurationVar(&o.interval, "interval", gitops.DefaultInterval, "time between fetches of the branch")
 	fl.DurationVar(&o.driftInterval, "drift-interval", gitops.DefaultDriftInterval, "time between drift checks of each cluster")
 	fl.IntVar(&o.maxConcurrent, "max-concurrent", gitops.DefaultMaxConcurrent, "clusters reconciled at once")
+	fl.BoolVar(&o.ignoreDockerVersion, "ignore-docker-version", false, "skip the check of each node's Docker version against RKE's list for the Kubernetes version (rke up's flag: like rke up, rigger ignores cluster.yml's ignore_docker_version)")
 	fl.StringVar(&o.workdir, "workdir", "", "directory of serve's clone of the repository (default: <state-dir>/serve/<hash of --repo>)")
 	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the clusters' state directories, one per cluster_name, never in git (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
 	fl.StringVar(&o.sshKey, "git-ssh-key", "", "private key for SSH git URLs")
@@ -212,7 +214,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
-		PendingAgents: pending, AgentTunnels: tunnels,
+		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion,
 	})
 	if err != nil {
 		return err

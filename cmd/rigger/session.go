@@ -39,6 +39,9 @@ type clusterFlags struct {
 	// rotate is a certificate rotation asked for on the command line
 	// (rigger cert rotate).
 	rotate *pki.Rotation
+	// ignoreDocker skips the check of the nodes' Docker versions
+	// (--ignore-docker-version, as rke up's flag).
+	ignoreDocker bool
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {
@@ -47,6 +50,7 @@ func (f *clusterFlags) add(cmd *cobra.Command) {
 		"directory of the cluster's certificates and node record, never in git (default $XDG_STATE_HOME/rigger/<cluster_name> or ~/.local/state/rigger/<cluster_name>)")
 	cmd.Flags().StringVar(&f.knownHosts, "known-hosts", "",
 		"known_hosts file the nodes' SSH host keys are checked against (default: rigger.ssh.known_hosts_file of cluster.yml)")
+	cmd.Flags().BoolVar(&f.ignoreDocker, "ignore-docker-version", false, "skip the check of each node's Docker version against RKE's list for the Kubernetes version (rke up's flag: like rke up, rigger ignores cluster.yml's ignore_docker_version)")
 }
 
 // opened is a cluster.yml with a reconcile session on it, and the
@@ -110,7 +114,8 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate})
+	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate,
+		IgnoreDockerVersion: f.ignoreDocker})
 	if err != nil {
 		return nil, err
 	}

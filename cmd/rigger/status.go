@@ -68,31 +68,66 @@ Node is Ready and none is stale; 1 otherwise.`,
 }
 
 // healthy reports whether the cluster is as cluster.yml says and serving.
-func healthy(st *reconcile.Status) bool {
-	if st.PendingSteps > 0 || st.KubernetesError != "" || st.AddonsError != "" || len(st.StaleNodes) > 0 || len(st.NodeChanges) > 0 {
-		return false
+func healthy(st *reconcile.Status) bool { return len(notInSync(st)) == 0 }
+
+// notInSync says why the cluster is not as cluster.yml says, or not
+// serving, one reason a line; nothing when it is.
+func notInSync(st *reconcile.Status) []string {
+	var out []string
+	if st.PendingSteps > 0 {
+		out = append(out, fmt.Sprintf("%d change(s) to the containers and files pending: run rigger plan to see them", st.PendingSteps))
+	}
+	if len(st.NodeChanges) > 0 {
+		out = append(out, fmt.Sprintf("%d change(s) to the Kubernetes Nodes pending (listed above)", len(st.NodeChanges)))
+	}
+	if st.KubernetesError != "" {
+		out = append(out, "the API server does not answer")
+	}
+	for _, n := range st.Nodes {
+		switch {
+		case n.Removed:
+			out = append(out, fmt.Sprintf("node %s: removed from cluster.yml, its containers still there", n.Address))
+		case !n.Reachable:
+			out = append(out, fmt.Sprintf("node %s does not answer", n.Address))
+		case n.KubernetesNode == nil && st.KubernetesError == "":
+			out = append(out, fmt.Sprintf("node %s: no Kubernetes Node registered", n.Address))
+		case n.KubernetesNode != nil && n.KubernetesNode.Ready != "True":
+			out = append(out, fmt.Sprintf("node %s: Node %s not Ready (%s)", n.Address, n.KubernetesNode.Name, readyText(n.KubernetesNode)))
+		}
+	}
+	if len(st.StaleNodes) > 0 {
+		out = append(out, fmt.Sprintf("%d stale Node(s) (listed above)", len(st.StaleNodes)))
 	}
 	if e := st.Etcd; e != nil {
 		if e.Error != "" {
-			return false
+			out = append(out, "etcd: "+oneLine(e.Error))
 		}
-		for _, h := range e.Health {
-			if h != "healthy" {
-				return false
+		for _, node := range slices.Sorted(maps.Keys(e.Health)) {
+			if h := e.Health[node]; h != "healthy" {
+				out = append(out, fmt.Sprintf("etcd member on %s: %s", node, oneLine(h)))
 			}
 		}
 	}
-	for _, n := range st.Nodes {
-		if !n.Reachable || n.Removed || n.KubernetesNode == nil || n.KubernetesNode.Ready != "True" {
-			return false
-		}
+	if st.AddonsError != "" {
+		out = append(out, "the add-ons could not be read")
 	}
 	for _, a := range st.Addons {
-		if !a.Ready || a.Pending > 0 || a.Removed {
-			return false
+		switch {
+		case a.Removed:
+			out = append(out, fmt.Sprintf("add-on %s: removed from cluster.yml, still in the cluster", a.Name))
+		case a.Pending > 0:
+			out = append(out, fmt.Sprintf("add-on %s: %d change(s) pending", a.Name, a.Pending))
+		case !a.Ready:
+			out = append(out, fmt.Sprintf("add-on %s: not ready", a.Name))
 		}
 	}
-	return true
+	return out
+}
+
+// readyText is a Node's Ready condition that is not True: its status, reason
+// and message.
+func readyText(n *reconcile.KubernetesNode) string {
+	return strings.TrimSuffix(strings.TrimSpace(n.Ready+": "+n.ReadyReason+" "+oneLine(n.ReadyMessage)), ":")
 }
 
 func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
@@ -120,6 +155,9 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 			kube = "Ready " + n.KubernetesNode.KubeletVersion
 		case n.KubernetesNode != nil:
 			kube = "NotReady (" + n.KubernetesNode.Ready + ")"
+			if n.KubernetesNode.ReadyReason != "" {
+				kube = "NotReady (" + n.KubernetesNode.Ready + ", " + n.KubernetesNode.ReadyReason + ")"
+			}
 		case st.KubernetesError == "" && !n.Removed:
 			kube = "not registered"
 		}
@@ -182,10 +220,13 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 	}
 	renderAddons(w, st)
 	fmt.Fprintln(w)
-	if st.PendingSteps == 0 {
-		fmt.Fprintln(w, "In sync with cluster.yml: no changes pending.")
+	if why := notInSync(st); len(why) == 0 {
+		fmt.Fprintln(w, "In sync with cluster.yml: no changes pending, every Node Ready.")
 	} else {
-		fmt.Fprintf(w, "%d change(s) pending: run rigger plan to see them.\n", st.PendingSteps)
+		fmt.Fprintln(w, "Not in sync with cluster.yml:")
+		for _, r := range why {
+			fmt.Fprintf(w, "  - %s\n", r)
+		}
 	}
 	if len(st.Certificates) > 0 {
 		names := make([]string, 0, len(st.Certificates))

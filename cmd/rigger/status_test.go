@@ -64,3 +64,39 @@ func TestStatusSecretsEncryption(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s", want, b.String())
 	}
 }
+
+// TestStatusVerdict: "In sync" only for a cluster that is as cluster.yml
+// says and serving; a cluster without a pending step whose nodes do not
+// answer, or whose Node is NotReady, is not in sync, and says why.
+func TestStatusVerdict(t *testing.T) {
+	ready := &reconcile.KubernetesNode{Name: "n1", Ready: "True"}
+	notReady := &reconcile.KubernetesNode{Name: "n2", Ready: "False", ReadyReason: "KubeletNotReady",
+		ReadyMessage: "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized"}
+	tests := []struct {
+		name  string
+		nodes []reconcile.NodeStatus
+		want  []string
+	}{
+		{"every node answers, every Node Ready", []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}},
+			[]string{"In sync with cluster.yml"}},
+		{"no node answers", []reconcile.NodeStatus{{Address: "10.0.0.1"}, {Address: "10.0.0.2"}},
+			[]string{"Not in sync with cluster.yml:", "- node 10.0.0.1 does not answer", "- node 10.0.0.2 does not answer"}},
+		{"a Node NotReady", []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}, {Address: "10.0.0.2", Reachable: true, KubernetesNode: notReady}},
+			[]string{"NotReady (False, KubeletNotReady)", "- node 10.0.0.2: Node n2 not Ready (False: KubeletNotReady container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &reconcile.Status{Cluster: "c", Nodes: tt.nodes}
+			var b strings.Builder
+			renderStatus(&b, st, time.Now())
+			for _, want := range tt.want {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("status lacks %q:\n%s", want, b.String())
+				}
+			}
+			if inSync := strings.Contains(b.String(), "In sync with cluster.yml"); inSync != healthy(st) {
+				t.Errorf("says in sync: %v, exits healthy: %v", inSync, healthy(st))
+			}
+		})
+	}
+}

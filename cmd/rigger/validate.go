@@ -23,7 +23,7 @@ func newValidateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Check a cluster.yml and print every problem in it",
-		Long: `Validate decodes cluster.yml strictly, as RKE v1.8.1 reads it, and checks it
+		Long: `Validate decodes cluster.yml strictly, as RKE v1.8.14 reads it, and checks it
 as a whole, before any connection to a node: misspelled or misplaced keys,
 values of the wrong type, missing or duplicate nodes, roles, CIDRs, labels and
 taints, etcd backup settings, upgrade budgets and the Kubernetes version. Every

@@ -11,7 +11,7 @@ import (
 
 // rkeConfigAnswers are the answers given to `rke config`'s questions: the
 // address of the one host, and the default (an empty line) for every other
-// question, in the order RKE v1.8.1's cmd/config.go asks them.
+// question, in the order RKE v1.8.14's cmd/config.go asks them.
 var rkeConfigAnswers = []string{
 	"",         // Cluster Level SSH Private Key Path [~/.ssh/id_rsa]
 	"",         // Number of Hosts [1]

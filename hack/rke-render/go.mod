@@ -7,7 +7,7 @@ go 1.23.0
 
 require (
 	github.com/docker/docker v20.10.25+incompatible
-	github.com/rancher/rke v1.8.1
+	github.com/rancher/rke v1.8.14
 	github.com/sirupsen/logrus v1.9.3
 	github.com/urfave/cli v1.22.14
 	k8s.io/api v0.32.1
@@ -85,7 +85,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mxk/go-flowrate v0.0.0-20140419014527-cca7078d478f // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
-	github.com/opencontainers/image-spec v1.1.0-rc2.0.20221005185240-3a7f492d3f1b // indirect
+	github.com/opencontainers/image-spec v1.1.0 // indirect
 	github.com/opencontainers/runc v1.2.1 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pkg/errors v0.9.1 // indirect
@@ -95,7 +95,7 @@ require (
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/rancher/lasso v0.2.1 // indirect
 	github.com/rancher/norman v0.5.2 // indirect
-	github.com/rancher/wrangler/v3 v3.2.0-rc.3 // indirect
+	github.com/rancher/wrangler/v3 v3.2.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/shopspring/decimal v1.2.0 // indirect
 	github.com/spf13/cast v1.3.1 // indirect

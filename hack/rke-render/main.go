@@ -1,4 +1,4 @@
-// Command rke-render runs RKE v1.8.1's own code on cluster.yml files, so
+// Command rke-render runs RKE v1.8.14's own code on cluster.yml files, so
 // that rigger can be compared with RKE: the system add-ons RKE deploys
 // (reconcile/sysaddons TestEquivalentToRKE), what RKE's parser reads and the
 // file `rke config` writes (spec TestAgainstRKE).

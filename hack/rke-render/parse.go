@@ -15,7 +15,8 @@ import (
 // to out/<name>/config.json (or RKE's error to out/<name>/error.txt), then
 // cluster.InitClusterObject (RKE's defaults and validation), whose
 // configuration it writes to out/<name>/defaulted.json (or RKE's error to
-// out/<name>/init-error.txt).
+// out/<name>/init-error.txt), and, with a cloud provider, the cloud config
+// file RKE writes to the nodes to out/<name>/cloud-config.
 func parseFile(path, out string) error {
 	text, err := os.ReadFile(path)
 	if err != nil {
@@ -42,6 +43,13 @@ func parseFile(path, out string) error {
 	kc, err := cluster.InitClusterObject(context.Background(), c, flags, "")
 	if err != nil {
 		return os.WriteFile(filepath.Join(dir, "init-error.txt"), []byte(err.Error()), 0o644)
+	}
+	if kc.CloudProvider.Name != "" {
+		// The cloud config file RKE writes to /etc/kubernetes/cloud-config
+		// on every node (setCloudProvider made it).
+		if err := os.WriteFile(filepath.Join(dir, "cloud-config"), []byte(kc.CloudConfigFile), 0o644); err != nil {
+			return err
+		}
 	}
 	return writeJSONFile(filepath.Join(dir, "defaulted.json"), &kc.RancherKubernetesEngineConfig)
 }

@@ -1,5 +1,5 @@
 // Package rkerender gives tests hack/rke-render, the program that runs RKE
-// v1.8.1's own code on cluster.yml files (its parser, defaults, add-on
+// v1.8.14's own code on cluster.yml files (its parser, defaults, add-on
 // rendering and `rke config`), so that rigger can be compared with RKE.
 //
 // hack/rke-render is a module of its own, never a dependency of rigger. It

@@ -27,11 +27,13 @@ type Addon struct {
 	// before every deploy for this reason. Others are never deleted so.
 	Recreate []ObjectRef
 	// NodeReady, when set, is part of the add-on's readiness: once its
-	// objects are ready, Apply waits (in the same time) until it holds
-	// for every Node whose Ready condition is True. It returns "" when it
-	// holds and what is missing otherwise. A network plugin whose pods run
-	// before they set the node up (flannel has no readiness probe) says
-	// so: pods created before then fail to get a network.
+	// objects are ready, Apply waits until it holds for every Node whose
+	// Ready condition is True, and until every Node whose kubelet reports
+	// it NotReady (False) is Ready; Nodes whose kubelet does not report
+	// (Unknown: the node is down) are not waited for. It returns "" when
+	// it holds and what is missing otherwise. A network plugin whose pods
+	// run before they set the node up (flannel has no readiness probe)
+	// says so: pods created before then fail to get a network.
 	NodeReady func(node *unstructured.Unstructured) (missing string)
 }
 

@@ -153,8 +153,10 @@ func immutable(err error) bool {
 //  2. applies the CRDs and Namespaces, waits for the CRDs to be
 //     Established and reloads the kinds the cluster serves;
 //  3. applies the other objects by kind (see the package documentation);
-//  4. waits until every object is ready (kstatus Current), at most
-//     Options.ReadyTimeout: a *NotReadyError otherwise;
+//  4. waits until every object is ready (kstatus Current), and with
+//     Addon.NodeReady until every Node whose kubelet reports is, while
+//     the wait makes progress (Options.ReadyTimeout from the last):
+//     a *NotReadyError otherwise;
 //  5. prunes (Options.Prune) the objects of its inventory that are in no
 //     add-on of addons, when they still carry the add-on's label and
 //     rigger's field manager; and
@@ -253,7 +255,7 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 		return ac, err
 	}
 	if ra.nodeReady != nil {
-		if err := e.waitNodes(ctx, ra.name, ra.nodeReady); err != nil {
+		if err := e.waitNodes(ctx, ra.name, ra.nodeReady, ra.targets); err != nil {
 			return ac, err
 		}
 	}

@@ -50,7 +50,10 @@ type Options struct {
 	// keeps RKE's behaviour: they stay in the cluster.
 	Prune bool
 	// ReadyTimeout bounds the wait for one add-on's objects to be ready
-	// (cluster.yml's addon_job_timeout). Default DefaultReadyTimeout.
+	// (cluster.yml's addon_job_timeout), measured from the last progress:
+	// an object's status or one of its pods' containers that changed, a
+	// restart back-off the kubelet announced (see progress). Default
+	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	// PollInterval is how often readiness is checked. Default
 	// DefaultPollInterval.

@@ -72,8 +72,9 @@ type NotReadyError struct {
 	// not ready, whose containers restarted or do not run (a network
 	// plugin that crashed there).
 	NodePods []string
-	// Waited is how long the object was waited for.
-	Waited time.Duration
+	// Waited is how long the object was waited for, and Stalled how long
+	// of that nothing moved (see Options.ReadyTimeout).
+	Waited, Stalled time.Duration
 	// Err is why waiting stopped: the context's error, or nil when the
 	// object failed (Status Failed).
 	Err error
@@ -100,7 +101,11 @@ func (c Condition) String() string {
 
 func (e *NotReadyError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "addon %s: %s is not ready after %s (%s", e.Addon, e.Object, e.Waited.Round(time.Second), e.Status)
+	fmt.Fprintf(&b, "addon %s: %s is not ready after %s", e.Addon, e.Object, e.Waited.Round(time.Second))
+	if e.Stalled > 0 && e.Stalled.Round(time.Second) < e.Waited.Round(time.Second) {
+		fmt.Fprintf(&b, ", nothing moved in the last %s", e.Stalled.Round(time.Second))
+	}
+	fmt.Fprintf(&b, " (%s", e.Status)
 	if e.Message != "" {
 		fmt.Fprintf(&b, ": %s", e.Message)
 	}

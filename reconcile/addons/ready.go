@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,9 +68,10 @@ type waitState struct {
 var errFailed = errors.New("object failed")
 
 // waitReady waits until every object of targets that waits is Current by
-// kstatus, at most Options.ReadyTimeout, polling every
-// Options.PollInterval. Failed stops the wait at once. When say is set,
-// workloads that are ready and objects still waiting get progress lines.
+// kstatus, polling every Options.PollInterval, while it makes progress
+// (see progress): it ends once nothing moved for Options.ReadyTimeout.
+// Failed stops the wait at once. When say is set, workloads that are ready
+// and objects still waiting get progress lines.
 func (e *Engine) waitReady(ctx context.Context, addon string, targets []*target, say bool) error {
 	var pending []*waitState
 	for _, t := range targets {
@@ -80,12 +82,12 @@ func (e *Engine) waitReady(ctx context.Context, addon string, targets []*target,
 	if len(pending) == 0 {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
-	defer cancel()
 	start := time.Now()
+	prog := newProgress(start, e.opts.ReadyTimeout)
 	var failed *waitState
-	err := wait.PollUntilContextCancel(wctx, e.opts.PollInterval, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, e.opts.PollInterval, true, func(ctx context.Context) (bool, error) {
 		rest := make([]*waitState, 0, len(pending))
+		var fp strings.Builder
 		for i, w := range pending {
 			current, err := e.check(ctx, w)
 			if err != nil {
@@ -118,31 +120,64 @@ func (e *Engine) waitReady(ctx context.Context, addon string, targets []*target,
 				e.say(addon, "waiting for %s: %s", w.t.ref, w.res.Message)
 				w.said, w.saidAt = w.res.Message, time.Now()
 			}
+			fmt.Fprintf(&fp, "%s %s %s\n", w.t.ref, w.res.Status, w.res.Message)
+			if w.live != nil {
+				prog.pods(time.Now(), &fp, e.podsOf(ctx, w.live))
+			}
 			rest = append(rest, w)
 		}
 		pending = rest
-		return len(pending) == 0, nil
+		if len(pending) == 0 {
+			return true, nil
+		}
+		if !prog.seen(time.Now(), fp.String()) {
+			return false, errNoProgress
+		}
+		return false, nil
 	})
 	if err == nil {
 		return nil
 	}
 	waited := time.Since(start)
 	if failed != nil {
-		return e.notReady(ctx, addon, failed, waited, nil)
+		return e.notReady(ctx, addon, failed, waited, 0, nil)
 	}
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, errNoProgress) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("addon %s: wait for readiness: %w", addon, err)
 	}
-	cause := wctx.Err()
 	var errs []error
 	for i, w := range pending {
 		if i == maxNotReady {
 			errs = append(errs, fmt.Errorf("addon %s: and %d more objects not ready", addon, len(pending)-i))
 			break
 		}
-		errs = append(errs, e.notReady(ctx, addon, w, waited, cause))
+		errs = append(errs, e.notReady(ctx, addon, w, waited, prog.stalled(time.Now()), context.DeadlineExceeded))
 	}
 	return errors.Join(errs...)
+}
+
+// errNoProgress ends a wait that saw nothing move for its timeout.
+var errNoProgress = errors.New("no progress")
+
+// podsOf are the pods of a workload (nil for another object), for the
+// progress of a wait: best effort, at most 100.
+func (e *Engine) podsOf(ctx context.Context, u *unstructured.Unstructured) []*corev1.Pod {
+	sel := workloadSelector(u)
+	if sel == "" || u.GetNamespace() == "" {
+		return nil
+	}
+	var out []*corev1.Pod
+	for _, item := range e.list(ctx, pods, u.GetNamespace(), metav1.ListOptions{LabelSelector: sel, Limit: 100}) {
+		var p corev1.Pod
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &p) == nil {
+			out = append(out, &p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	return out
 }
 
 // check reads one object and computes its kstatus status.
@@ -163,26 +198,28 @@ func (e *Engine) check(ctx context.Context, w *waitState) (bool, error) {
 		return false, nil
 	}
 	if res.Status == kstatus.InProgressStatus {
-		if down := e.downOnNotReadyNodes(ctx, live); down > 0 {
+		if down := e.downOnLostNodes(ctx, live); down > 0 {
 			res = &kstatus.Result{Status: kstatus.CurrentStatus,
-				Message: fmt.Sprintf("%s; %d pod(s) on Nodes that are not Ready not waited for", res.Message, down)}
-			w.downNote = fmt.Sprintf(" (%d pod(s) on Nodes that are not Ready not waited for)", down)
+				Message: fmt.Sprintf("%s; %d pod(s) on Nodes whose kubelet does not report not waited for", res.Message, down)}
+			w.downNote = fmt.Sprintf(" (%d pod(s) on Nodes whose kubelet does not report not waited for)", down)
 		}
 	}
 	w.res = *res
 	return res.Status == kstatus.CurrentStatus, nil
 }
 
-// downOnNotReadyNodes is, for a workload whose controller has seen its
-// spec and whose only shortfall is pods that are not available, how many
-// such pods there are when every one of them is on a Node that is not
-// Ready; 0 otherwise. A node that is down (switched off, cut off: the
-// apply reports it unreachable) keeps a DaemonSet from rolling out, and a
-// Deployment whose pod ran there short until the pod is evicted, minutes
-// later: waiting for them would fail the apply of the rest of the cluster
-// for a node it already reports. The pods are read best effort: an error
-// counts as 0.
-func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstructured) int {
+// downOnLostNodes is, for a workload whose controller has seen its spec
+// and whose only shortfall is pods that are not available, how many such
+// pods there are when every one of them is on a Node whose kubelet does
+// not report (its Ready condition Unknown, or none); 0 otherwise. A node
+// that is down (switched off, cut off: the apply reports it unreachable)
+// keeps a DaemonSet from rolling out, and a Deployment whose pod ran there
+// short until the pod is evicted, minutes later: waiting for them would
+// fail the apply of the rest of the cluster for a node it already
+// reports. A Node whose kubelet reports it NotReady (Ready False: no
+// network yet, say) is not down: it is waited for like any other. The
+// pods are read best effort: an error counts as 0.
+func (e *Engine) downOnLostNodes(ctx context.Context, u *unstructured.Unstructured) int {
 	num := func(f ...string) int64 { n, _, _ := unstructured.NestedInt64(u.Object, f...); return n }
 	if num("status", "observedGeneration") < u.GetGeneration() {
 		return 0
@@ -204,7 +241,7 @@ func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstru
 	if sel == "" || have >= want {
 		return 0
 	}
-	ready := map[string]bool{} // Node name → Ready
+	lost := map[string]bool{} // Node name → its kubelet does not report
 	down := 0
 	for _, item := range e.list(ctx, pods, u.GetNamespace(), metav1.ListOptions{LabelSelector: sel, Limit: 500}) {
 		var p corev1.Pod
@@ -218,16 +255,16 @@ func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstru
 		if node == "" {
 			return 0 // not scheduled: not a node's doing
 		}
-		r, ok := ready[node]
+		l, ok := lost[node]
 		if !ok {
 			n, err := e.get(ctx, nodes, ObjectRef{Version: "v1", Kind: "Node", Name: node})
 			if err != nil || n == nil {
 				return 0
 			}
-			r = nodeReady(n)
-			ready[node] = r
+			l = nodeReady(n) == string(corev1.ConditionUnknown)
+			lost[node] = l
 		}
-		if r {
+		if !l {
 			return 0
 		}
 		down++
@@ -238,14 +275,23 @@ func (e *Engine) downOnNotReadyNodes(ctx context.Context, u *unstructured.Unstru
 	return down
 }
 
-// nodeReady reports whether the Node u's Ready condition is True.
-func nodeReady(u *unstructured.Unstructured) bool {
+// nodeReady is the Node u's Ready condition's status: True, False, or
+// Unknown (also when the kubelet never reported one).
+func nodeReady(u *unstructured.Unstructured) string {
+	if c, ok := readyCond(u); ok && c.Status != "" {
+		return c.Status
+	}
+	return string(corev1.ConditionUnknown)
+}
+
+// readyCond is the Node u's Ready condition.
+func readyCond(u *unstructured.Unstructured) (Condition, bool) {
 	for _, c := range conditions(u) {
 		if c.Type == string(corev1.NodeReady) {
-			return c.Status == string(corev1.ConditionTrue)
+			return c, true
 		}
 	}
-	return false
+	return Condition{}, false
 }
 
 // computeStatus is kstatus's status of u, except that a Job is Current only
@@ -264,10 +310,12 @@ func computeStatus(u *unstructured.Unstructured) (*kstatus.Result, error) {
 	return &kstatus.Result{Status: kstatus.InProgressStatus, Message: res.Message}, nil
 }
 
-// notReady describes an object that did not become ready. cause is why
-// waiting stopped (nil: the object failed).
-func (e *Engine) notReady(ctx context.Context, addon string, w *waitState, waited time.Duration, cause error) *NotReadyError {
-	err := &NotReadyError{Addon: addon, Object: w.t.ref, Status: string(w.res.Status), Message: w.res.Message, Waited: waited, Err: cause}
+// notReady describes an object that did not become ready, after waited of
+// which the last stalled without progress. cause is why waiting stopped
+// (nil: the object failed).
+func (e *Engine) notReady(ctx context.Context, addon string, w *waitState, waited, stalled time.Duration, cause error) *NotReadyError {
+	err := &NotReadyError{Addon: addon, Object: w.t.ref, Status: string(w.res.Status), Message: w.res.Message,
+		Waited: waited, Stalled: stalled, Err: cause}
 	if w.live != nil {
 		err.Conditions = conditions(w.live)
 		if ctx.Err() == nil {
@@ -436,36 +484,103 @@ func eventTime(ev corev1.Event) time.Time {
 	return ev.CreationTimestamp.Time
 }
 
-// waitNodes waits until ready holds for every Node whose Ready condition
-// is True, at most Options.ReadyTimeout, polling every
-// Options.PollInterval: a *NotReadyError naming a Node otherwise.
-func (e *Engine) waitNodes(ctx context.Context, addon string, ready func(*unstructured.Unstructured) string) error {
-	wctx, cancel := context.WithTimeout(ctx, e.opts.ReadyTimeout)
-	defer cancel()
+// waitNodes waits until ready holds for every Node whose kubelet reports
+// Ready, and until every Node whose kubelet reports NotReady (Ready False:
+// a node that answers, not one that is down) is Ready, polling every
+// Options.PollInterval while it makes progress (see progress); Nodes whose
+// kubelet does not report (Ready Unknown) are not waited for. The pods of
+// workloads (the network plugin's) are part of the progress: one whose
+// container restarts after a failed first start is still to come. A
+// *NotReadyError names a Node that never got there.
+func (e *Engine) waitNodes(ctx context.Context, addon string, ready func(*unstructured.Unstructured) string, workloads []*target) error {
 	start := time.Now()
+	prog := newProgress(start, e.opts.ReadyTimeout)
 	var node *unstructured.Unstructured
 	var missing string
-	err := wait.PollUntilContextCancel(wctx, e.opts.PollInterval, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, e.opts.PollInterval, true, func(ctx context.Context) (bool, error) {
 		node, missing = nil, ""
-		for _, n := range e.list(ctx, nodes, "", metav1.ListOptions{}) {
-			if !nodeReady(&n) {
+		var fp strings.Builder
+		list, err := e.resource(nodes, "").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			e.log.Debug("list the Nodes for readiness", "component", "addons", "addon", addon, "error", err)
+			list = &unstructured.UnstructuredList{}
+		}
+		for i := range list.Items {
+			n := &list.Items[i]
+			m := nodeMissing(n, ready)
+			if m == "" {
 				continue
 			}
-			if m := ready(&n); m != "" {
-				node, missing = &n, m
-				return false, nil
+			if node == nil {
+				node, missing = n, m
+			}
+			fmt.Fprintf(&fp, "%s: %s\n", n.GetName(), m)
+		}
+		if node == nil && err == nil {
+			return true, nil
+		}
+		for _, t := range workloads {
+			if live, err := e.get(ctx, t.gvr, t.ref); err == nil && live != nil {
+				prog.pods(time.Now(), &fp, e.podsOf(ctx, live))
 			}
 		}
-		return true, nil
+		if !prog.seen(time.Now(), fp.String()) {
+			return false, errNoProgress
+		}
+		return false, nil
 	})
 	if err == nil {
 		return nil
 	}
-	if node == nil {
+	if !errors.Is(err, errNoProgress) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("addon %s: wait for the Nodes: %w", addon, err)
 	}
-	return &NotReadyError{Addon: addon, Object: ObjectRef{Version: "v1", Kind: "Node", Name: node.GetName()},
-		Status: string(kstatus.InProgressStatus), Message: missing, Waited: time.Since(start), Err: wctx.Err()}
+	if node == nil {
+		return fmt.Errorf("addon %s: wait for the Nodes: cannot list them for %s", addon, e.opts.ReadyTimeout)
+	}
+	now := time.Now()
+	nr := &NotReadyError{Addon: addon, Object: ObjectRef{Version: "v1", Kind: "Node", Name: node.GetName()},
+		Status: string(kstatus.InProgressStatus), Message: missing, Waited: now.Sub(start), Stalled: prog.stalled(now),
+		Err: context.DeadlineExceeded}
+	if ctx.Err() == nil {
+		dctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
+		nr.NodePods = e.nodeTroubles(dctx, node.GetName(), nil, maxEvents)
+		cancel()
+	}
+	return nr
+}
+
+// nodeMissing is what keeps Node n from counting as ready for an add-on:
+// "" when ready holds (or n's kubelet does not report), else what is
+// missing, for a Node that is NotReady its Ready condition ("the Node is
+// not Ready: KubeletNotReady: container runtime network not ready: …").
+func nodeMissing(n *unstructured.Unstructured, ready func(*unstructured.Unstructured) string) string {
+	switch nodeReady(n) {
+	case string(corev1.ConditionTrue):
+		return ready(n)
+	case string(corev1.ConditionFalse):
+		c, _ := readyCond(n)
+		return "the Node is not Ready: " + oneLine(strings.TrimSpace(c.Reason+": "+c.Message))
+	}
+	return ""
+}
+
+// nodeTroubles describe the pods on Node name whose containers restarted
+// or wait to restart, but those of skip (by UID): best effort, at most
+// max.
+func (e *Engine) nodeTroubles(ctx context.Context, name string, skip map[string]bool, max int) []string {
+	var out []string
+	for _, u := range e.list(ctx, pods, "", metav1.ListOptions{FieldSelector: "spec.nodeName=" + name, Limit: 200}) {
+		var p corev1.Pod
+		if skip[string(u.GetUID())] || runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil || p.Spec.NodeName != name {
+			continue
+		}
+		out = append(out, podstatus.Troubles(&p, name, max-len(out))...)
+	}
+	return out
 }
 
 // troubledNeighbours describe, for the pods of a workload that are not
@@ -491,13 +606,7 @@ func (e *Engine) troubledNeighbours(ctx context.Context, podList []unstructured.
 	}
 	var out []string
 	for _, node := range nodeNames {
-		for _, u := range e.list(ctx, pods, "", metav1.ListOptions{FieldSelector: "spec.nodeName=" + node, Limit: 200}) {
-			var p corev1.Pod
-			if own[string(u.GetUID())] || runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil || p.Spec.NodeName != node {
-				continue
-			}
-			out = append(out, podstatus.Troubles(&p, node, maxEvents-len(out))...)
-		}
+		out = append(out, e.nodeTroubles(ctx, node, own, maxEvents-len(out))...)
 	}
 	return out
 }

@@ -217,10 +217,12 @@ func TestTroubledNeighbours(t *testing.T) {
 	}
 }
 
-// TestDownOnNotReadyNodes: a workload short of pods only on Nodes that are
-// not Ready (a node down, which the apply reports) counts as ready; one
-// short of a pod on a Ready Node, or of a pod not scheduled, does not.
-func TestDownOnNotReadyNodes(t *testing.T) {
+// TestDownOnLostNodes: a workload short of pods only on Nodes whose kubelet
+// does not report (a node down, which the apply reports) counts as ready;
+// one short of a pod on a Node whose kubelet reports it NotReady (a node
+// that answers and is broken, or not set up yet), on a Ready Node, or of a
+// pod not scheduled, does not.
+func TestDownOnLostNodes(t *testing.T) {
 	ds := `{apiVersion: apps/v1, kind: DaemonSet, metadata: {name: flannel, namespace: kube-system, generation: 2},
 		spec: {selector: {matchLabels: {app: flannel}}},
 		status: {observedGeneration: 2, desiredNumberScheduled: 3, currentNumberScheduled: 3, updatedNumberScheduled: 3, numberAvailable: 2, numberReady: 2}}`
@@ -232,21 +234,18 @@ func TestDownOnNotReadyNodes(t *testing.T) {
 		return `{apiVersion: v1, kind: Pod, metadata: {name: ` + name + `, namespace: kube-system, labels: {app: flannel}},
 			spec: {nodeName: "` + node + `"}, status: {conditions: [{type: Ready, status: "` + status + `"}]}}`
 	}
-	node := func(name string, ready bool) string {
-		status := "False"
-		if ready {
-			status = "True"
-		}
+	node := func(name, status string) string {
 		return `{apiVersion: v1, kind: Node, metadata: {name: ` + name + `}, status: {conditions: [{type: Ready, status: "` + status + `"}]}}`
 	}
-	readyNodes := []string{node("n1", true), node("n2", true)}
+	readyNodes := []string{node("n1", "True"), node("n2", "True")}
 	tests := []struct {
 		name    string
 		objs    []string
 		current bool
 	}{
-		{"the missing pod is on a NotReady Node", append([]string{node("n3", false), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), true},
-		{"the missing pod is on a Ready Node", append([]string{node("n3", true), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), false},
+		{"the missing pod is on a Node whose kubelet does not report", append([]string{node("n3", "Unknown"), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), true},
+		{"the missing pod is on a Node whose kubelet reports it NotReady", append([]string{node("n3", "False"), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), false},
+		{"the missing pod is on a Ready Node", append([]string{node("n3", "True"), pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), false},
 		{"the missing pod is not scheduled", append([]string{pod("a", "n1", true), pod("b", "n2", true), pod("c", "", false)}, readyNodes...), false},
 		{"the missing pod's Node is gone", append([]string{pod("a", "n1", true), pod("b", "n2", true), pod("c", "n3", false)}, readyNodes...), false},
 	}
@@ -277,12 +276,9 @@ func TestDownOnNotReadyNodes(t *testing.T) {
 // TestWaitNodes: an add-on's NodeReady is waited for on every Ready Node,
 // and a Node where it does not hold in time fails the wait naming it.
 func TestWaitNodes(t *testing.T) {
-	node := func(name string, ready bool, ann string) string {
-		status := "False"
-		if ready {
-			status = "True"
-		}
-		return `{apiVersion: v1, kind: Node, metadata: {name: ` + name + `, annotations: {net: "` + ann + `"}}, status: {conditions: [{type: Ready, status: "` + status + `"}]}}`
+	node := func(name string, status string, ann string) string {
+		return `{apiVersion: v1, kind: Node, metadata: {name: ` + name + `, annotations: {net: "` + ann + `"}}, status: {conditions: [{type: Ready, status: "` + status + `",
+			reason: KubeletNotReady, message: "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized"}]}}`
 	}
 	ready := func(n *unstructured.Unstructured) string {
 		if n.GetAnnotations()["net"] == "" {
@@ -291,13 +287,16 @@ func TestWaitNodes(t *testing.T) {
 		return ""
 	}
 	tests := []struct {
-		name     string
-		nodes    []string
-		wantNode string // "": ready
+		name        string
+		nodes       []string
+		wantNode    string // "": ready
+		wantMessage string
 	}{
-		{"every Ready Node holds it", []string{node("n1", true, "x"), node("n2", true, "y")}, ""},
-		{"a Node that is not Ready is not waited for", []string{node("n1", true, "x"), node("n2", false, "")}, ""},
-		{"a Ready Node without it", []string{node("n1", true, "x"), node("n2", true, "")}, "n2"},
+		{"every Ready Node holds it", []string{node("n1", "True", "x"), node("n2", "True", "y")}, "", ""},
+		{"a Node whose kubelet does not report is not waited for", []string{node("n1", "True", "x"), node("n2", "Unknown", "")}, "", ""},
+		{"a Ready Node without it", []string{node("n1", "True", "x"), node("n2", "True", "")}, "n2", "no net annotation"},
+		{"a Node whose kubelet reports it NotReady", []string{node("n1", "True", "x"), node("n2", "False", "x")}, "n2",
+			"the Node is not Ready: KubeletNotReady: container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -305,14 +304,14 @@ func TestWaitNodes(t *testing.T) {
 			for _, o := range tt.nodes {
 				objs = append(objs, &unstructured.Unstructured{Object: obj(t, o)})
 			}
-			dyn := fakedynamic.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{nodes: "NodeList"}, objs...)
+			dyn := fakedynamic.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{nodes: "NodeList", pods: "PodList"}, objs...)
 			e := New(dyn, newStaticMapper(), Options{ReadyTimeout: 200 * time.Millisecond, PollInterval: 10 * time.Millisecond})
-			err := e.waitNodes(context.Background(), "net", ready)
+			err := e.waitNodes(context.Background(), "net", ready, nil)
 			var nr *NotReadyError
 			switch {
 			case tt.wantNode == "" && err != nil:
 				t.Fatalf("waitNodes: %v", err)
-			case tt.wantNode != "" && (!errors.As(err, &nr) || nr.Object.Name != tt.wantNode || nr.Message != "no net annotation"):
+			case tt.wantNode != "" && (!errors.As(err, &nr) || nr.Object.Name != tt.wantNode || nr.Message != tt.wantMessage):
 				t.Fatalf("waitNodes: %v; want a NotReadyError naming Node %s", err, tt.wantNode)
 			}
 		})

@@ -710,7 +710,7 @@ func TestCRIDockerd(t *testing.T) {
 		len(kubelet.VolumesFrom) != 1 || kubelet.VolumesFrom[0] != ServiceSidekick {
 		t.Errorf("kubelet with cri-dockerd: entrypoint %v, args[0] %q, volumes from %v", kubelet.Entrypoint, kubelet.Args[0], kubelet.VolumesFrom)
 	}
-	if !sidekick.RunOnce || sidekick.RestartPolicy != RestartNo || sidekick.Image != "rancher/rke-tools:v0.1.111" {
+	if !sidekick.RunOnce || sidekick.RestartPolicy != RestartNo || sidekick.Image != "rancher/rke-tools:v0.1.114" {
 		t.Errorf("sidekick %+v", sidekick)
 	}
 	n, _ := on.Node("10.0.0.1")

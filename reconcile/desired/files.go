@@ -54,7 +54,7 @@ var podSecurityExempt = []string{"ingress-nginx", "kube-system"}
 //   - The external etcd's CA, client certificate and key (controlplane,
 //     services.etcd.external_urls): ca_cert, cert and key, where the API
 //     server's etcd-cafile, etcd-certfile and etcd-keyfile point.
-//   - CloudConfigFile (every node, with a cloud provider): customCloudProvider.
+//   - CloudConfigFile (every node, with a cloud provider): customCloudProvider, or RKE's file of the typed block (cloudConfig).
 //   - SnapshotterConfigFile (etcd nodes that run EtcdRollingSnapshots):
 //     SnapshotterConfig, with backup_config (S3 credentials included).
 //
@@ -127,21 +127,37 @@ func ConfigFiles(c *spec.Cluster, n *Node) (map[string][]byte, error) {
 }
 
 // cloudConfig adds the cloud provider's configuration, which the API
-// server, the controller manager and every kubelet read. As in RKE, a
+// server, the controller manager and every kubelet read, as RKE v1.8.14
+// makes it (cloudprovider.InitCloudProvider): customCloudProvider as it is;
+// else the file RKE writes from vsphereCloudProvider, openstackCloudProvider
+// or azureCloudProvider (the last of them given wins, as in RKE); a
 // provider that needs no configuration (external, external-aws, aws) gets
-// an empty file. Validation refuses the typed blocks (awsCloudProvider, …),
-// which rigger does not write yet; this refusal is a second line.
+// an empty file. Validation refuses the typed blocks rigger does not write
+// (awsCloudProvider, harvesterCloudProvider) and those of a Kubernetes
+// without the in-tree provider; this refusal is a second line.
 func cloudConfig(c *spec.Cluster, out map[string][]byte) error {
 	cp := c.CloudProvider
 	if cp.Name == "" {
 		return nil
 	}
-	if cp.CustomCloudProvider == "" && (cp.AWSCloudProvider != nil || cp.AzureCloudProvider != nil ||
-		cp.OpenstackCloudProvider != nil || cp.VsphereCloudProvider != nil || cp.HarvesterCloudProvider != nil) {
-		return fmt.Errorf("cloud_provider %s: rigger does not write the cloud configuration from awsCloudProvider, azureCloudProvider, openstackCloudProvider, vsphereCloudProvider or harvesterCloudProvider yet; "+
+	var text []byte
+	switch {
+	case cp.CustomCloudProvider != "":
+		text = []byte(cp.CustomCloudProvider)
+	case cp.HarvesterCloudProvider != nil || (cp.AWSCloudProvider != nil && cp.AzureCloudProvider == nil && cp.OpenstackCloudProvider == nil && cp.VsphereCloudProvider == nil):
+		return fmt.Errorf("cloud_provider %s: rigger does not write the cloud configuration from awsCloudProvider or harvesterCloudProvider; "+
 			"give the provider's configuration file inline in cloud_provider.customCloudProvider", cp.Name)
+	case cp.VsphereCloudProvider != nil:
+		text = vsphereConfig(cp.VsphereCloudProvider)
+	case cp.OpenstackCloudProvider != nil:
+		text = openstackConfig(cp.OpenstackCloudProvider)
+	case cp.AzureCloudProvider != nil:
+		var err error
+		if text, err = azureConfig(cp.AzureCloudProvider); err != nil {
+			return err
+		}
 	}
-	out[CloudConfigFile] = []byte(cp.CustomCloudProvider)
+	out[CloudConfigFile] = text
 	return nil
 }
 

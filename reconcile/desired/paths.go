@@ -23,8 +23,9 @@ const (
 	AuditPolicyFile = KubernetesDir + "/audit-policy.yaml"
 	// AuditLogDir is where the API server writes its audit log (bound from the node).
 	AuditLogDir = "/var/log/kube-audit"
-	// CloudConfigFile is the cloud provider's configuration.
-	CloudConfigFile = KubernetesDir + "/cloud-config.json"
+	// CloudConfigFile is the cloud provider's configuration, where RKE
+	// writes it.
+	CloudConfigFile = KubernetesDir + "/cloud-config"
 	// AuthnWebhookFile is the webhook token authenticator's kubeconfig.
 	AuthnWebhookFile = KubernetesDir + "/kube-api-authn-webhook.yaml"
 	// EncryptionConfigFile is the API server's secrets encryption configuration.

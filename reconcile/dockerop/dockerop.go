@@ -26,6 +26,7 @@ import (
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/registryauth"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // Engine is the part of the Docker client dockerop calls. It exists so
@@ -93,6 +94,18 @@ type ImageError struct {
 }
 
 func (e *ImageError) Error() string {
+	if rkemeta.IsExtendedLifeImage(e.Image) {
+		from := "without credentials"
+		if e.Registry != "" {
+			from = fmt.Sprintf("from private registry %s as user %q", e.Registry, e.User)
+		}
+		return fmt.Sprintf("node %s: image %s is not on the node and pulling it %s failed: %v; "+
+			"%s/ images are RKE's extended-life builds, which SUSE Rancher serves to its subscribers only, so the likely cause is "+
+			"no subscription's access to them: give a registry that serves them, with its credentials, in private_registries "+
+			"(is_default: true puts its URL before every image of the version table), set system_images.kubernetes to an image "+
+			"the node can pull, or choose a kubernetes_version before v1.31.11 or v1.32.7 (rigger config versions marks the extended-life ones)",
+			e.Node, e.Image, from, e.Err, rkemeta.ExtendedLifeNamespace)
+	}
 	if e.Registry != "" {
 		return fmt.Sprintf("node %s: image %s is not on the node and pulling it from private registry %s as user %q failed: %v; "+
 			"check the user and password of %s in private_registries, and that the node reaches the registry",

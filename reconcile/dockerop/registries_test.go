@@ -78,3 +78,46 @@ func TestEnsureImageWithRegistries(t *testing.T) {
 		t.Errorf("error %q shows the password", err)
 	}
 }
+
+// TestEnsureImageExtendedLife: a failed pull of an image of RKE's
+// extended-life namespace (rke-extended-life/…, which RKE v1.8.14's table
+// names for its newest versions) names the subscription as the likely
+// cause and what to do, with or without a private registry; other images
+// keep the usual advice.
+func TestEnsureImageExtendedLife(t *testing.T) {
+	ctx := context.Background()
+	denied := errors.New(`Error response from daemon: pull access denied for rke-extended-life/hyperkube, repository does not exist or may require 'docker login': denied: requested access to the resource is denied`)
+	for _, tc := range []struct {
+		name, ref string
+		set       registryauth.Set
+		want      []string
+	}{
+		{name: "Docker Hub", ref: "rke-extended-life/hyperkube:v1.32.13-rancher1",
+			want: []string{"node 10.0.0.1", "rke-extended-life/hyperkube:v1.32.13-rancher1", "without credentials", "pull access denied",
+				"extended-life", "subscribers", "likely cause", "private_registries", "system_images.kubernetes", "before v1.31.11 or v1.32.7"}},
+		{name: "a mirror with credentials", ref: "registry.internal:5000/rke-extended-life/hyperkube:v1.32.13-rancher1",
+			set:  registryauth.New([]spec.PrivateRegistry{{URL: "registry.internal:5000", User: "ci", Password: "s3cret"}}),
+			want: []string{"from private registry registry.internal:5000 as user \"ci\"", "likely cause", "subscribers"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := &pullEngine{pullErr: denied}
+			err := EnsureImage(ctx, WithRegistries(fake, tc.set), "10.0.0.1", tc.ref)
+			var ie *ImageError
+			if !errors.As(err, &ie) || !errors.Is(err, denied) {
+				t.Fatalf("error %v, want an ImageError wrapping the pull's", err)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q shows the password", err)
+			}
+		})
+	}
+	err := EnsureImage(ctx, &pullEngine{pullErr: denied}, "10.0.0.1", "rancher/hyperkube:v1.32.3-rancher1")
+	if err == nil || strings.Contains(err.Error(), "subscri") || !strings.Contains(err.Error(), "docker load") {
+		t.Errorf("a public image's failed pull: %v", err)
+	}
+}

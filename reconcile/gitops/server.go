@@ -97,6 +97,9 @@ type Config struct {
 	Now func() time.Time
 	// Events, when set, is told what happens, for tests and benchmarks.
 	Events func(Event)
+	// IgnoreDockerVersion skips the check of the nodes' Docker versions
+	// (reconcile.Options.IgnoreDockerVersion): serve's --ignore-docker-version.
+	IgnoreDockerVersion bool
 }
 
 // Event is something a Server did, for Config.Events.

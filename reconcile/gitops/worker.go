@@ -298,7 +298,7 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		return out
 	}
 	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now,
-		ReadInclude: w.includeReader(ref)})
+		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion})
 	if err != nil {
 		out.fail(err)
 		return out

@@ -1,7 +1,8 @@
 // Package health probes the components of a node through the transport:
 // etcd's /health, the API server's /healthz, the controller manager's and
-// the scheduler's healthz, the kubelet's and kube-proxy's healthz, and an
-// API server through nginx-proxy.
+// the scheduler's healthz, the kubelet's healthz, kube-proxy's healthz and
+// its first programming of the Services (its metrics), and an API server
+// through nginx-proxy.
 // Each probe is an HTTP request dialled from the node (its loopback or
 // internal address), so that it checks what the node's own components see
 // and needs no port open to rigger.
@@ -17,11 +18,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/transport"
 )
 
 // Dialer dials addr as seen from node (transport.Transport.Dial).
@@ -35,6 +39,7 @@ const (
 	SchedulerPort         = "10259"
 	KubeletHealthzPort    = "10248"
 	KubeProxyHealthzPort  = "10256"
+	KubeProxyMetricsPort  = "10249"
 )
 
 // Timing of Wait.
@@ -105,9 +110,10 @@ func (c *Checker) Check(ctx context.Context, t Target) error {
 		_, err := c.get(ctx, t.Node, "http://127.0.0.1:"+KubeletHealthzPort+"/healthz", nil)
 		return err
 	case desired.KubeProxy:
-		// 200 once it has synced its rules with the API server.
-		_, err := c.get(ctx, t.Node, "http://127.0.0.1:"+KubeProxyHealthzPort+"/healthz", nil)
-		return err
+		if _, err := c.get(ctx, t.Node, "http://127.0.0.1:"+KubeProxyHealthzPort+"/healthz", nil); err != nil {
+			return err
+		}
+		return c.kubeProxySynced(ctx, t.Node)
 	case desired.NginxProxy:
 		// Something answers TLS on the proxy's port: an API server
 		// through it. Its certificate is the API server's.
@@ -115,6 +121,44 @@ func (c *Checker) Check(ctx context.Context, t Target) error {
 		return err
 	}
 	return nil
+}
+
+// kubeProxySyncMetric is when kube-proxy last programmed the Services'
+// rules (seconds since the epoch; 0 before the first time).
+const kubeProxySyncMetric = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+
+// kubeProxySynced checks that kube-proxy has programmed the Services'
+// rules at least once: its /healthz answers 200 while it starts, before
+// it has (kube-proxy counts a proxier "healthy while it's starting up"),
+// and until then nothing on the node reaches a Service (the `kubernetes`
+// one included). Its metrics say so, where RKE's kube-proxy serves them
+// (KubeProxyMetricsPort on the node's loopback); where nothing listens
+// there (metrics-bind-address moved by extra_args), only /healthz counts.
+func (c *Checker) kubeProxySynced(ctx context.Context, node string) error {
+	body, err := c.get(ctx, node, "http://127.0.0.1:"+KubeProxyMetricsPort+"/metrics", nil)
+	if err != nil {
+		if refused(err) {
+			return nil
+		}
+		return err
+	}
+	for line := range strings.Lines(string(body)) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), kubeProxySyncMetric+" ")
+		if !ok {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+			return nil
+		}
+		break
+	}
+	return fmt.Errorf("kube-proxy has not programmed the Services' rules yet (%s is 0 or missing)", kubeProxySyncMetric)
+}
+
+// refused reports whether err is a dial that nothing answered.
+func refused(err error) bool {
+	var de *transport.DialError
+	return errors.As(err, &de) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // Bounds of parseEtcdHealth: etcd answers about 30 bytes, and the error

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/transport"
 )
 
 // cluster issues a real PKI for one node.
@@ -62,7 +63,8 @@ func checker(t *testing.T, set *pki.Set, routes map[string]string) (*Checker, *[
 			dialed = append(dialed, node+">"+addr)
 			to, ok := routes[addr]
 			if !ok {
-				return nil, errors.New("connection refused")
+				// As the transports say it of a port nothing listens on.
+				return nil, &transport.DialError{Node: node, Network: network, Addr: addr, Err: errors.New("connection refused")}
 			}
 			var d net.Dialer
 			return d.DialContext(ctx, network, to)
@@ -90,6 +92,18 @@ func TestCheck(t *testing.T) {
 		http.Error(w, "[-]syncloop failed", http.StatusInternalServerError)
 	}))
 	defer kubelet.Close()
+	proxyHealthz := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"lastUpdated": "2026-11-28T12:00:00Z","currentTime": "2026-11-28T12:00:00Z", "nodeEligible": true}`))
+	}))
+	defer proxyHealthz.Close()
+	metrics := func(body string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(body)) }))
+		t.Cleanup(s.Close)
+		return s
+	}
+	proxySynced := metrics("# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds [ALPHA] The last time proxy rules were successfully synced\n" +
+		"# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7643312e+09\n")
+	proxyStarting := metrics("# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds 0\n")
 	impostor := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer impostor.Close()
 	host := func(s *httptest.Server) string { return s.Listener.Addr().String() }
@@ -108,6 +122,10 @@ func TestCheck(t *testing.T) {
 		{"kubelet unhealthy", map[string]string{"127.0.0.1:10248": host(kubelet)}, desired.Kubelet, "500 Internal Server Error: [-]syncloop failed"},
 		{"server not of the cluster CA", map[string]string{"10.0.0.1:2379": host(impostor)}, desired.Etcd, "failed to verify certificate"},
 		{"unknown component", nil, "calico-node", ""},
+		{"kube-proxy synced", map[string]string{"127.0.0.1:10256": host(proxyHealthz), "127.0.0.1:10249": host(proxySynced)}, desired.KubeProxy, ""},
+		{"kube-proxy healthy but not synced yet", map[string]string{"127.0.0.1:10256": host(proxyHealthz), "127.0.0.1:10249": host(proxyStarting)},
+			desired.KubeProxy, "kube-proxy has not programmed the Services' rules yet"},
+		{"kube-proxy's metrics not on the node's loopback: its healthz counts", map[string]string{"127.0.0.1:10256": host(proxyHealthz)}, desired.KubeProxy, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, dialed := checker(t, set, tc.routes)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,11 @@ type Config struct {
 	// Logs returns the last log lines of a component on a node, for the
 	// error of a Node that does not become Ready; nil: none.
 	Logs func(ctx context.Context, node, component string) string
+	// NetworkPlugin is the label selector of the network plugin's
+	// DaemonSets: while a Node is waited for, its network plugin pod is
+	// recreated when the Node has no pod network although the pod runs
+	// (see NoNetwork). "": the cluster has none.
+	NetworkPlugin string
 	// Say reports progress, one line per call; it may be called from
 	// several goroutines at once. Nil: silent.
 	Say func(node, message string)
@@ -60,6 +66,8 @@ type Hooks struct {
 	// it, by address: a restart of the node's API server or kube-proxy can
 	// make it NotReady for a while, and it is uncordoned once Ready again.
 	wasReady map[string]bool
+	// repair puts the network plugin on a Node again (nil: none).
+	repair *networkRepair
 }
 
 // NewHooks returns the hooks for plan p.
@@ -67,7 +75,12 @@ func NewHooks(cfg Config, p *plan.Plan) *Hooks {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
-	h := &Hooks{cfg: cfg, remaining: map[string]int{}, heartbeat: map[string]time.Time{}, wasReady: map[string]bool{}}
+	h := &Hooks{cfg: cfg, remaining: map[string]int{}, heartbeat: map[string]time.Time{}, wasReady: map[string]bool{},
+		repair: newNetworkRepair(cfg.Client, cfg.NetworkPlugin, func(node, msg string) {
+			if cfg.Say != nil {
+				cfg.Say(node, msg)
+			}
+		})}
 	for _, s := range p.Steps {
 		if s.Action != plan.WriteFiles {
 			h.remaining[s.Node]++
@@ -221,7 +234,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 		after := h.heartbeat[node]
 		h.mu.Unlock()
 		var err error
-		n, err = WaitReady(ctx, h.cfg.Client, node, m.Hostname, after, h.cfg.ReadyTimeout)
+		n, err = waitReady(ctx, h.cfg.Client, node, m.Hostname, after, h.cfg.ReadyTimeout, h.repair)
 		if err != nil {
 			if nr := (*NotReadyError)(nil); errors.As(err, &nr) {
 				if nr.Node != "" {
@@ -271,7 +284,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 		// mark it Unknown while the API servers restart. Its kubelet
 		// reports again within the node-status period.
 		began := time.Now()
-		ready, err := WaitReady(ctx, h.cfg.Client, node, m.Hostname, Heartbeat(n), h.cfg.ReadyTimeout)
+		ready, err := waitReady(ctx, h.cfg.Client, node, m.Hostname, Heartbeat(n), h.cfg.ReadyTimeout, h.repair)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
@@ -300,22 +313,46 @@ type Reconciled struct {
 	Deleted []string
 }
 
-// Reconcile brings every Node of the cluster in line: each machine's
-// labels and taints, the Nodes an interrupted apply left cordoned (once
-// Ready) uncordoned, and with policy spec.StaleNodesDelete the stale Nodes
-// cordoned and deleted (with spec.StaleNodesReport they are only in the
-// result). say may be nil.
-func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine, policy string, say func(node, msg string)) (*Reconciled, error) {
+// ReconcileOptions are what Reconcile does beyond labels and taints.
+type ReconcileOptions struct {
+	// Policy is rigger.stale_nodes.
+	Policy string
+	// Down are the machines the plan could not reach, by address: their
+	// Nodes are not waited for.
+	Down []string
+	// NetworkPlugin selects the network plugin's DaemonSets (see
+	// Config.NetworkPlugin).
+	NetworkPlugin string
+	// ReadyTimeout bounds the wait for a Node that is not Ready (zero:
+	// DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+	// Say reports progress (nil: silent).
+	Say func(node, msg string)
+}
+
+// Reconcile brings every Node of the cluster in line: each Node of a
+// machine that answers and is not Ready repaired and waited for (the
+// network plugin's pod recreated where the Node has no pod network: see
+// NoNetwork), and a *NotWorkingError for each one that stays so; each
+// machine's labels and taints; the Nodes an interrupted apply left
+// cordoned (once Ready) uncordoned; and with Policy spec.StaleNodesDelete
+// the stale Nodes cordoned and deleted (with spec.StaleNodesReport they
+// are only in the result).
+func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine, opts ReconcileOptions) (*Reconciled, error) {
+	say := opts.Say
 	if say == nil {
 		say = func(string, string) {}
 	}
+	var errs []error
+	if err := RepairNodes(ctx, cs, machines, opts); err != nil {
+		errs = append(errs, err)
+	}
 	nodes, err := ListNodes(ctx, cs)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(append(errs, err)...)
 	}
 	l := Link(machines, nodes)
 	r := &Reconciled{Linkage: l}
-	var errs []error
 	for _, m := range machines {
 		n := l.Owned[m.Address]
 		if n == nil {
@@ -339,7 +376,7 @@ func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine,
 			say(m.Address, fmt.Sprintf("uncordoned Node %s (cordoned by an earlier apply)", n.Name))
 		}
 	}
-	if policy == spec.StaleNodesDelete {
+	if opts.Policy == spec.StaleNodesDelete {
 		byName := map[string]*corev1.Node{}
 		for i := range nodes {
 			byName[nodes[i].Name] = &nodes[i]
@@ -371,15 +408,24 @@ type Pending struct {
 	Change string `json:"change"`
 }
 
-// Changes are what Reconcile would do to nodes, as Link found them: labels
-// and taints to set, Nodes an earlier apply left cordoned to uncordon and,
-// with policy spec.StaleNodesDelete, stale Nodes to delete. It is pure.
-func Changes(machines []Machine, l *observe.Linkage, policy string) []Pending {
+// Changes are what Reconcile would do to nodes, as Link found them: Nodes
+// of machines that answered (not in down) that are not Ready to repair,
+// labels and taints to set, Nodes an earlier apply left cordoned to
+// uncordon and, with policy spec.StaleNodesDelete, stale Nodes to delete.
+// It is pure.
+func Changes(machines []Machine, l *observe.Linkage, policy string, down []string) []Pending {
 	var out []Pending
 	for _, m := range machines {
 		n := l.Owned[m.Address]
 		if n == nil {
 			continue
+		}
+		if !slices.Contains(down, m.Address) && observe.Ready(n) != string(corev1.ConditionTrue) {
+			fix := "wait for it to be Ready"
+			if NoNetwork(n) {
+				fix = "recreate the network plugin's pod there if it runs without installing the network, and wait for the Node to be Ready"
+			}
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "repair: not Ready (" + readyCondition(n) + "): " + fix})
 		}
 		labels, taints := Wanted(m)
 		if c := Diff(n, labels, taints); !c.Empty() {

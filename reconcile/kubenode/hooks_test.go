@@ -59,7 +59,7 @@ func TestReconcile(t *testing.T) {
 	for _, policy := range []string{spec.StaleNodesReport, spec.StaleNodesDelete} {
 		t.Run(policy, func(t *testing.T) {
 			cs := fake.NewClientset(n1.DeepCopy(), n2.DeepCopy(), ghost.DeepCopy())
-			r, err := Reconcile(ctx, cs, ms, policy, nil)
+			r, err := Reconcile(ctx, cs, ms, ReconcileOptions{Policy: policy})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestChanges(t *testing.T) {
 	ghost := node("ghost", "10.0.0.9", "Unknown", 0)
 	nodes := []corev1.Node{n1, n2, ghost}
 	ms := machines()[:2]
-	got := Changes(ms, Link(ms, nodes), spec.StaleNodesDelete)
+	got := Changes(ms, Link(ms, nodes), spec.StaleNodesDelete, nil)
 	want := []Pending{
 		{Node: "10.0.0.2", Name: "n2", Change: "label node-role.kubernetes.io/worker=true"},
 		{Node: "10.0.0.2", Name: "n2", Change: "uncordon (cordoned by an earlier apply)"},
@@ -154,7 +154,7 @@ func TestChanges(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("Changes = %+v\nwant %+v", got, want)
 	}
-	if got := Changes(ms, Link(ms, nodes), spec.StaleNodesReport); len(got) != 2 {
+	if got := Changes(ms, Link(ms, nodes), spec.StaleNodesReport, nil); len(got) != 2 {
 		t.Errorf("with stale_nodes: report: %+v", got)
 	}
 }

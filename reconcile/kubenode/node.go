@@ -228,6 +228,12 @@ const ReadyPoll = 2 * time.Second
 // is a *NotReadyError. Errors of the API server are retried until the
 // timeout.
 func WaitReady(ctx context.Context, cs kubernetes.Interface, address, hostname string, after time.Time, timeout time.Duration) (*corev1.Node, error) {
+	return waitReady(ctx, cs, address, hostname, after, timeout, nil)
+}
+
+// waitReady is WaitReady, with repair (nil: none) looking at the Node at
+// each poll while it is not Ready.
+func waitReady(ctx context.Context, cs kubernetes.Interface, address, hostname string, after time.Time, timeout time.Duration, repair *networkRepair) (*corev1.Node, error) {
 	var (
 		last    *corev1.Node
 		lastErr error
@@ -241,7 +247,11 @@ func WaitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 		}
 		l := Link([]Machine{{Address: address, Hostname: hostname}}, nodes)
 		last = l.Owned[address]
-		return last != nil && observe.Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after), nil
+		if last != nil && observe.Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after) {
+			return true, nil
+		}
+		repair.check(ctx, address, last)
+		return false, nil
 	})
 	if err == nil {
 		return last, nil

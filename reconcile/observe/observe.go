@@ -160,7 +160,7 @@ func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir stri
 }
 
 // IsRKEContainer reports whether name is one of the containers RKE
-// (v1.8.1, services/services.go, pki/deploy.go) runs or may leave behind on
+// (v1.8.14, services/services.go, pki/deploy.go) runs or may leave behind on
 // a node: its components, whose names are rigger's (etcd, kube-apiserver,
 // …, service-sidekick), its etcd snapshot containers, and the one-shot
 // containers a failed rke up leaves (cert-deployer, rke-log-linker, …). A

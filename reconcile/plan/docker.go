@@ -20,8 +20,8 @@ type UnsupportedDocker struct {
 	Err error
 }
 
-// DockerVersionError refuses a plan when ignore_docker_version is false
-// and nodes run a Docker engine that is not on RKE's list of supported
+// DockerVersionError refuses a plan (unless rigger runs with
+// --ignore-docker-version) when nodes run a Docker engine that is not on RKE's list of supported
 // versions for the cluster's Kubernetes minor version.
 type DockerVersionError struct {
 	// KubernetesVersion is kubernetes_version; Supported the Docker
@@ -46,18 +46,20 @@ func (e *DockerVersionError) Error() string {
 		supported = strings.Join(e.Supported, ", ")
 	}
 	return fmt.Sprintf("unsupported Docker version for Kubernetes %s: %s. The Docker versions RKE %s supports for Kubernetes %s are %s (any patch release). "+
-		"ignore_docker_version is false in cluster.yml: install a supported Docker version on these nodes, or set ignore_docker_version: true to skip this check",
+		"Install a supported Docker version on these nodes, or run rigger with --ignore-docker-version to skip this check (as rke up's flag; "+
+		"like rke up, rigger ignores ignore_docker_version in cluster.yml)",
 		minor, strings.Join(each, "; "), rkemeta.RKEVersion, minor, supported)
 }
 
-// CheckDocker returns a *DockerVersionError when c.IgnoreDockerVersion is
-// false and reachable nodes of c run a Docker engine that RKE's check
-// (rkemeta.SupportsDocker) refuses for c.KubernetesVersion; nil otherwise,
-// and always when ignore_docker_version is true (the default). Nodes that
-// did not answer, and nodes gone from cluster.yml, are not checked. Like
-// Compute, it is pure.
-func CheckDocker(c *spec.Cluster, o *observe.Cluster) error {
-	if c.IgnoreDockerVersion == nil || *c.IgnoreDockerVersion || o == nil {
+// CheckDocker returns a *DockerVersionError when reachable nodes of c run
+// a Docker engine that RKE's check (rkemeta.SupportsDocker) refuses for
+// c.KubernetesVersion; nil otherwise, and always when ignore is set (rigger's
+// --ignore-docker-version). As in `rke up`, which replaces the file's
+// ignore_docker_version with its flag, cluster.yml plays no part. Nodes
+// that did not answer, and nodes gone from cluster.yml, are not checked.
+// Like Compute, it is pure.
+func CheckDocker(c *spec.Cluster, o *observe.Cluster, ignore bool) error {
+	if ignore || o == nil {
 		return nil
 	}
 	var found []UnsupportedDocker

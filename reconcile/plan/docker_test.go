@@ -11,10 +11,11 @@ import (
 	"github.com/rigger/rigger/reconcile/observe"
 )
 
-// TestCheckDocker: with ignore_docker_version: false, a node whose Docker
-// engine is not on RKE's list for the cluster's Kubernetes minor version
-// refuses the plan, naming the node, its version, the list and what to do;
-// with true (the default) nothing is checked.
+// TestCheckDocker: as in `rke up`, a node whose Docker engine is not on
+// RKE's list for the cluster's Kubernetes minor version refuses the plan,
+// naming the node, its version, the list and what to do, whatever
+// cluster.yml's ignore_docker_version says; --ignore-docker-version (ignore)
+// skips the check.
 func TestCheckDocker(t *testing.T) {
 	const nodes = "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n  - {address: 10.0.0.2, user: u, role: [worker]}\n"
 	observed := func(v1, v2 string) *observe.Cluster {
@@ -28,24 +29,35 @@ func TestCheckDocker(t *testing.T) {
 		// version, when set, replaces the kubernetes_version yml validated
 		// with (rigger would need every system image for it).
 		version string
+		ignore  bool
 		o       *observe.Cluster
 		want    []UnsupportedDocker
 		// says are parts of the error's text.
 		says []string
 	}{
-		{name: "default: not checked", yml: "kubernetes_version: v1.32.3-rancher1-1\n",
-			o: observed("28.0.1", "dev")},
-		{name: "true: not checked", yml: "ignore_docker_version: true\nkubernetes_version: v1.32.3-rancher1-1\n",
-			o: observed("28.0.1", "dev")},
+		{name: "--ignore-docker-version: not checked", yml: "kubernetes_version: v1.32.3-rancher1-1\n", ignore: true,
+			o: observed("28.4.0", "dev")},
+		{
+			name: "checked by default", yml: "kubernetes_version: v1.32.3-rancher1-1\n",
+			o:    observed("20.10.24+dfsg1", "28.4.0"),
+			want: []UnsupportedDocker{{Node: "10.0.0.2", Version: "28.4.0"}},
+			says: []string{"--ignore-docker-version"},
+		},
+		{
+			name: "ignore_docker_version: true in cluster.yml does not skip it, as in rke up",
+			yml:  "ignore_docker_version: true\nkubernetes_version: v1.32.3-rancher1-1\n",
+			o:    observed("28.4.0", "20.10.24"),
+			want: []UnsupportedDocker{{Node: "10.0.0.1", Version: "28.4.0"}},
+		},
 		{name: "supported", yml: "ignore_docker_version: false\nkubernetes_version: v1.32.3-rancher1-1\n",
 			o: observed("20.10.24+dfsg1", "27.5.1")},
 		{
 			name: "one node too new", yml: "ignore_docker_version: false\nkubernetes_version: v1.32.3-rancher1-1\n",
-			o:    observed("20.10.24+dfsg1", "28.0.1"),
-			want: []UnsupportedDocker{{Node: "10.0.0.2", Version: "28.0.1"}},
-			says: []string{"unsupported Docker version for Kubernetes 1.32: node 10.0.0.2 runs Docker 28.0.1.",
-				"supports for Kubernetes 1.32 are 1.13.x, ", ", 27.5.x (any patch release)",
-				"install a supported Docker version on these nodes, or set ignore_docker_version: true"},
+			o:    observed("20.10.24+dfsg1", "28.4.0"),
+			want: []UnsupportedDocker{{Node: "10.0.0.2", Version: "28.4.0"}},
+			says: []string{"unsupported Docker version for Kubernetes 1.32: node 10.0.0.2 runs Docker 28.4.0.",
+				"supports for Kubernetes 1.32 are 1.13.x, ", ", 28.3.x (any patch release)",
+				"Install a supported Docker version on these nodes, or run rigger with --ignore-docker-version"},
 		},
 		{
 			name: "a version that does not parse", yml: "ignore_docker_version: false\nkubernetes_version: v1.32.3-rancher1-1\n",
@@ -74,7 +86,7 @@ func TestCheckDocker(t *testing.T) {
 			if tc.version != "" {
 				c.KubernetesVersion = tc.version
 			}
-			err := CheckDocker(c, tc.o)
+			err := CheckDocker(c, tc.o, tc.ignore)
 			var de *DockerVersionError
 			if tc.want == nil {
 				if err != nil {

@@ -289,19 +289,24 @@ func (a *Applier) EtcdLocked(ctx context.Context, t testing.TB, c *spec.Cluster)
 // Client is client-go through c's admin kubeconfig.
 func (a *Applier) Client(ctx context.Context, t testing.TB, c *spec.Cluster) kubernetes.Interface {
 	t.Helper()
-	kc, err := a.Session(t, c).Kubeconfig(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := adminClient(ctx, a.Session(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// adminClient is client-go through sess's admin kubeconfig.
+func adminClient(ctx context.Context, sess *reconcile.Session) (kubernetes.Interface, error) {
+	kc, err := sess.Kubeconfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 // Eventually checks cond until it holds, fails for good (an error), or

@@ -1,5 +1,5 @@
 // Package registryauth gives image pulls the credentials of cluster.yml's
-// private_registries, chosen as RKE v1.8.1 chooses them: the Docker API's
+// private_registries, chosen as RKE v1.8.14 chooses them: the Docker API's
 // X-Registry-Auth of a pull rigger makes on a node (RKE's
 // docker.GetImageRegistryConfig), and the Docker config file the kubelet
 // reads for the pulls of pod images (RKE's docker.GetKubeletDockerConfig).

@@ -104,7 +104,7 @@ func TestKubeletDockerConfig(t *testing.T) {
 }
 
 // TestAgainstRKE: for every registry set and image, rigger's choice of
-// credentials is RKE v1.8.1's (docker.GetImageRegistryConfig, run by
+// credentials is RKE v1.8.14's (docker.GetImageRegistryConfig, run by
 // hack/rke-render), and so is the kubelet's Docker config
 // (docker.GetKubeletDockerConfig).
 func TestAgainstRKE(t *testing.T) {

@@ -31,7 +31,7 @@ func key(name string, b byte) Key {
 	return Key{Name: name, Secret: base64.StdEncoding.EncodeToString(raw)}
 }
 
-// rkeFile is RKE v1.8.1's MultiKeyEncryptionProviderFile template filled
+// rkeFile is RKE v1.8.14's MultiKeyEncryptionProviderFile template filled
 // with two keys, as RKE writes it to the nodes and to cluster.rkestate.
 const rkeFile = `apiVersion: apiserver.config.k8s.io/v1
 kind: EncryptionConfiguration

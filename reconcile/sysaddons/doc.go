@@ -1,7 +1,7 @@
 // Package sysaddons renders RKE's system add-ons for a cluster.yml: the
 // network plugin (flannel, canal, calico, weave), cluster DNS (CoreDNS or
 // kube-dns, with NodeLocal DNSCache), metrics-server and the ingress
-// controller (ingress-nginx), exactly as RKE v1.8.1 renders them, so that
+// controller (ingress-nginx), exactly as RKE v1.8.14 renders them, so that
 // a cluster rigger builds or adopts runs the add-ons RKE would deploy.
 //
 // Each add-on comes from RKE's own template for the cluster's

@@ -27,7 +27,7 @@ var textDiffers = map[string]string{
 	"weave": "rigger hands RKE's weave template the update strategy without its type, which RKE's manifest gives twice (see weaveStrategy)",
 }
 
-// TestEquivalentToRKE renders every test cluster with RKE v1.8.1's own code
+// TestEquivalentToRKE renders every test cluster with RKE v1.8.14's own code
 // (hack/rke-render: RKE's ParseConfig, InitClusterObject and
 // ConfigureCluster against a fake API server that records the manifests)
 // and compares RKE's add-ons, their order and their text with rigger's.

@@ -56,7 +56,7 @@ func TestErrors(t *testing.T) {
 			change: func(c *spec.Cluster) {
 				c.Ingress.Options = map[string]string{"server-snippet": `return 200 "ok";`}
 			},
-			want: []string{"addon rke-ingress-controller: template nginxingress-v1.12.0-rancher1: document", "at line"},
+			want: []string{"addon rke-ingress-controller: template nginxingress-v1.14.5-rancher1: document", "at line"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -195,6 +195,7 @@ func network(c *spec.Cluster) ([]Manifest, error) {
 			"FlexVolPluginDir":                       opts[optCanalFlexVolPluginDir],
 			"CanalPriorityClassName":                 opts[optCanalPriorityClass],
 			"CalicoKubeControllersPriorityClassName": opts[optCalicoKubeControllersPriorityClass],
+			"BlackholeRoute":                         n.CanalBlackholeRoute() && rkemeta.FlannelHasBlackholeRoute(im.CanalFlannel),
 		}
 	case pluginWeave:
 		// Validation refuses weave from Kubernetes 1.30 on, as RKE does.

@@ -17,9 +17,10 @@ import (
 )
 
 // versions are the kubernetes_version of the golden tests, for the
-// clusters of testdata/clusters that set none: the newest 1.31 and RKE's
-// default. Their templates differ (flannel-v0.25.1, flannel-v0.26.4).
-var versions = []string{"v1.31.7-rancher1-1", "v1.32.3-rancher1-1"}
+// clusters of testdata/clusters that set none: the newest 1.31 and RKE
+// v1.8.14's default. Their templates differ (flannel-v0.27.3 and
+// canal-v3.30.2, flannel-v0.28.1 and canal-v3.30.2-rancher2).
+var versions = []string{"v1.31.14-rancher1-1", "v1.32.13-rancher1-3"}
 
 // testCase is one cluster.yml of testdata/clusters at one version.
 type testCase struct {

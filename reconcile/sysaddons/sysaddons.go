@@ -69,6 +69,10 @@ type Manifest struct {
 // document and its line ("template flannel-v0.26.4: document 3 at line
 // 57").
 //
+// The network plugin's pods that run in the node's network namespace get
+// the node-local API server (nodeLocalAPI), where RKE's manifest has them
+// use the `kubernetes` Service: the one difference from RKE's objects.
+//
 // Render is a pure function of c: it reads nothing but c and rigger's copy
 // of RKE's templates, and does not change c.
 func Render(c *spec.Cluster) ([]addons.Addon, error) {
@@ -84,6 +88,7 @@ func Render(c *spec.Cluster) ([]addons.Addon, error) {
 		}
 		a := addons.Addon{Name: m.Name, Objects: objs, Recreate: m.Recreate}
 		if m.Name == NetworkPlugin {
+			nodeLocalAPI(a.Objects)
 			a.NodeReady = networkReady(c)
 		}
 		out = append(out, a)

@@ -1,5 +1,5 @@
 // Package rkemeta is RKE's Kubernetes metadata (kontainer-driver-metadata,
-// KDM) as RKE v1.8.1 embeds it in data/data.json, and the lookups RKE
+// KDM) as RKE v1.8.14 embeds it in data/data.json, and the lookups RKE
 // makes in it, answering as RKE answers:
 //
 //   - the Kubernetes versions RKE knows from 1.24 on (Versions), each with
@@ -36,6 +36,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -338,4 +339,54 @@ func ParseVersion(version string) (semver.Version, error) {
 		return semver.Version{}, fmt.Errorf("%s is not valid semver", version)
 	}
 	return v, nil
+}
+
+// FlannelHasBlackholeRoute is RKE v1.8.14's blackholeCompatibleToFlannelVersion:
+// whether canal's flannel image can add a blackhole route for the node's
+// pod range (flannel v0.28.1 and later). The tag is what follows the last
+// `:` of the image, read without a leading `v`; a tag that is no semantic
+// version (`latest`, or a registry port when the image has no tag) counts
+// as able, as in RKE, and an empty image as not.
+func FlannelHasBlackholeRoute(image string) bool {
+	if image == "" {
+		return false
+	}
+	tag := image[strings.LastIndex(image, ":")+1:]
+	v, err := semver.Make(strings.TrimPrefix(tag, "v"))
+	if err != nil {
+		return true
+	}
+	return v.GTE(semver.MustParse("0.28.1-0"))
+}
+
+// ExtendedLifeNamespace is the image namespace of RKE's extended life: RKE
+// v1.8.14's table names the kubernetes image of its newest versions (from
+// v1.31.11 and v1.32.7 on) there, as rke-extended-life/hyperkube:…. SUSE
+// Rancher serves these images to its subscribers only.
+const ExtendedLifeNamespace = "rke-extended-life"
+
+// IsExtendedLifeImage reports whether an image is in RKE's extended-life
+// namespace, whatever registry it is pulled from
+// (rke-extended-life/hyperkube:v1.32.13-rancher1,
+// registry.internal:5000/rke-extended-life/hyperkube:v1.32.13-rancher1).
+func IsExtendedLifeImage(image string) bool {
+	name, _, _ := strings.Cut(image, "@")
+	parts := strings.Split(name, "/")
+	return slices.Contains(parts[:len(parts)-1], ExtendedLifeNamespace)
+}
+
+// ExtendedLife reports whether a version of the table has an image in RKE's
+// extended-life namespace.
+func ExtendedLife(version string) bool {
+	im, ok := Images(version)
+	if !ok {
+		return false
+	}
+	v := reflect.ValueOf(im)
+	for i := range v.NumField() {
+		if IsExtendedLifeImage(v.Field(i).String()) {
+			return true
+		}
+	}
+	return false
 }

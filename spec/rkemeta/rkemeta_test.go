@@ -60,11 +60,14 @@ func TestGeneratedUpToDate(t *testing.T) {
 
 func TestVersions(t *testing.T) {
 	vs := Versions()
-	if len(vs) != 82 {
-		t.Errorf("%d versions, want RKE v1.8.1's 82 from 1.24 on", len(vs))
+	if len(vs) != 104 {
+		t.Errorf("%d versions, want RKE v1.8.14's 104 from 1.24 on", len(vs))
 	}
-	if Default() != "v1.32.3-rancher1-1" {
-		t.Errorf("Default() = %s, want RKE v1.8.1's v1.32.3-rancher1-1", Default())
+	if Default() != "v1.32.13-rancher1-3" {
+		t.Errorf("Default() = %s, want RKE v1.8.14's v1.32.13-rancher1-3", Default())
+	}
+	if vs[len(vs)-1] != "v1.32.13-rancher1-3" {
+		t.Errorf("newest version %s, want RKE v1.8.14's v1.32.13-rancher1-3", vs[len(vs)-1])
 	}
 	if !slices.Contains(vs, Default()) {
 		t.Errorf("the default %s is not among the versions", Default())
@@ -100,7 +103,7 @@ func TestImages(t *testing.T) {
 	if !ok {
 		t.Fatal("v1.31.5-rancher1-1 is unknown")
 	}
-	// Checked by hand against RKE v1.8.1's data/data.json.
+	// Checked by hand against RKE v1.8.14's data/data.json.
 	for _, c := range []struct{ name, got, want string }{
 		{"kubernetes", im.Kubernetes, "rancher/hyperkube:v1.31.5-rancher1"},
 		{"etcd", im.Etcd, "rancher/mirrored-coreos-etcd:v3.5.15"},
@@ -160,7 +163,8 @@ func TestSupportsDocker(t *testing.T) {
 		{name: "upstream", k8s: "v1.32.3-rancher1-1", docker: "27.5.1", want: true},
 		{name: "a release candidate", k8s: "v1.32.3-rancher1-1", docker: "27.5.0-rc.1", want: true},
 		{name: "leading zeros", k8s: "v1.24.17-rancher1-1", docker: "17.03.2-ce", want: true},
-		{name: "too new for the minor", k8s: "v1.32.3-rancher1-1", docker: "28.0.1"},
+		{name: "too new for the minor", k8s: "v1.32.3-rancher1-1", docker: "28.4.0"},
+		{name: "28.3 is in 1.32's list", k8s: "v1.32.13-rancher1-3", docker: "28.3.3", want: true},
 		{name: "27.5 is not in 1.27's list", k8s: "v1.27.16-rancher1-1", docker: "27.5.1"},
 		{name: "the patch version plays no part", k8s: "v1.24.17-rancher1-1", docker: "24.0.99", want: true},
 		{name: "a minor version RKE lists nothing for", k8s: "v1.33.1", docker: "20.10.24"},
@@ -344,6 +348,56 @@ func TestMatchRange(t *testing.T) {
 	for _, bad := range []string{"1.31.5", "v1.31", "v", ""} {
 		if _, err := ParseVersion(bad); err == nil {
 			t.Errorf("ParseVersion(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestExtendedLife: RKE v1.8.14 names the kubernetes image of its newest
+// versions (from v1.31.11 and v1.32.7 on) in the rke-extended-life
+// namespace, and only those.
+func TestExtendedLife(t *testing.T) {
+	var got []string
+	for _, v := range Versions() {
+		if ExtendedLife(v) {
+			got = append(got, v)
+		}
+	}
+	want := []string{"v1.31.11-rancher1-1", "v1.31.12-rancher1-1", "v1.31.13-rancher1-1", "v1.31.14-rancher1-1",
+		"v1.32.7-rancher1-1", "v1.32.8-rancher1-1", "v1.32.9-rancher1-1", "v1.32.10-rancher1-1", "v1.32.11-rancher1-1",
+		"v1.32.12-rancher1-1", "v1.32.13-rancher1-1", "v1.32.13-rancher1-2", "v1.32.13-rancher1-3"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("extended-life versions (-want +got):\n%s", diff)
+	}
+	for image, want := range map[string]bool{
+		"rke-extended-life/hyperkube:v1.32.13-rancher1":                        true,
+		"registry.internal:5000/rke-extended-life/hyperkube:v1.32.13-rancher1": true,
+		"rke-extended-life/hyperkube@sha256:0123":                              true,
+		"rancher/hyperkube:v1.32.3-rancher1":                                   false,
+		"rancher/rke-extended-life:v1":                                         false,
+		"rke-extended-life":                                                    false,
+		"":                                                                     false,
+	} {
+		if got := IsExtendedLifeImage(image); got != want {
+			t.Errorf("IsExtendedLifeImage(%q) = %v, want %v", image, got, want)
+		}
+	}
+}
+
+// TestFlannelHasBlackholeRoute is RKE v1.8.14's
+// blackholeCompatibleToFlannelVersion.
+func TestFlannelHasBlackholeRoute(t *testing.T) {
+	for image, want := range map[string]bool{
+		"rancher/mirrored-flannel-flannel:v0.28.1":     true,
+		"rancher/mirrored-flannel-flannel:v0.29.0":     true,
+		"rancher/mirrored-flannel-flannel:v0.27.3":     false,
+		"rancher/mirrored-flannel-flannel:0.28.1":      true,
+		"rancher/mirrored-flannel-flannel:latest":      true,
+		"registry.internal:5000/flannel":               true,
+		"rancher/mirrored-flannel-flannel:v0.28.1-rc1": true,
+		"": false,
+	} {
+		if got := FlannelHasBlackholeRoute(image); got != want {
+			t.Errorf("FlannelHasBlackholeRoute(%q) = %v, want %v", image, got, want)
 		}
 	}
 }

@@ -29,7 +29,7 @@ import (
 // The RKE release the metadata comes from.
 const (
 	Module  = "github.com/rancher/rke"
-	Version = "v1.8.1"
+	Version = "v1.8.14"
 	// DataFile is the metadata file, relative to the module's root.
 	DataFile = "data/data.json"
 )

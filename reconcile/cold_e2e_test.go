@@ -1,0 +1,195 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rigger/rigger/reconcile/execute"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/sandbox/smoke"
+)
+
+// coldRunsEnv is how many cold converges TestColdConverges makes (make
+// test-cold sets it); unset, the test is skipped.
+const coldRunsEnv = "RIGGER_COLD_RUNS"
+
+// TestColdConverges is what a newcomer's first `make demo` does, many
+// times in a row on a busy machine: the example cluster (flannel, CoreDNS,
+// metrics-server, the kubelet through cri-dockerd) applied to three fresh
+// sandbox nodes while another process keeps one of the two cores busy.
+// Each converge must succeed on its first apply, and a pod on the first
+// node must then fetch a page from a pod on the third. Every other run
+// injects the race of the network plugin with kube-proxy: on the second
+// node kube-proxy is created only once flannel there holds its subnet
+// lease (reconciletest.HoldKubeProxy). The last run's cluster is then torn
+// down by a `rigger remove` stopped half-way, and applied again
+// (testInterruptedRemove).
+//
+// Each run's timeline is in the test log (go test -v); a table of the runs
+// closes it.
+func TestColdConverges(t *testing.T) {
+	runs, err := strconv.Atoi(os.Getenv(coldRunsEnv))
+	if err != nil || runs < 1 {
+		t.Skipf("set %s=N (make test-cold) to converge N fresh sandboxes in a row", coldRunsEnv)
+	}
+	stopHog := cpuHog(t)
+	defer stopHog()
+
+	type result struct {
+		hold         bool
+		apply, smoke time.Duration
+		err          string
+	}
+	var results []result
+	defer func() {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d cold converge(s), one core kept busy:\n", len(results))
+		fmt.Fprintf(&b, "%-4s %-22s %-10s %-8s %s\n", "run", "kube-proxy held back", "apply", "smoke", "result")
+		for i, r := range results {
+			res := "ok"
+			if r.err != "" {
+				res = "FAILED: " + r.err
+			}
+			fmt.Fprintf(&b, "%-4d %-22v %-10s %-8s %s\n", i+1, r.hold, r.apply.Round(100*time.Millisecond), r.smoke.Round(100*time.Millisecond), res)
+		}
+		t.Log(b.String())
+	}()
+
+	for i := range runs {
+		hold := i%2 == 1
+		ok := t.Run(fmt.Sprintf("run %d", i+1), func(t *testing.T) {
+			r := result{hold: hold}
+			defer func() {
+				if t.Failed() && r.err == "" {
+					r.err = "see the run's log"
+				}
+				results = append(results, r)
+			}()
+			ctx, cancel := rt.UntilTestDeadline(t)
+			defer cancel()
+			s := sandboxtest.Start(t, sandbox.Options{Subnet: 29, Nodes: 3, Images: true})
+			a := rt.New(t)
+			c := rt.Cluster(t, s, rt.Roles(3))
+			held := make(chan struct{})
+			if hold {
+				a.Open = rt.HoldKubeProxy(t, s.Nodes[1].Address, s.Nodes[1].Hostname, held)
+			}
+			began := time.Now()
+			if _, _, err := a.TryApply(ctx, t, c); err != nil {
+				r.err = "first apply: " + firstLine(err.Error())
+				t.Fatalf("the first apply of a cold converge failed: %v", err)
+			}
+			r.apply = time.Since(began)
+			a.Open = nil
+			if hold {
+				select {
+				case <-held:
+				default:
+					t.Errorf("kube-proxy on %s was never held back: the fault was not injected", s.Nodes[1].Hostname)
+				}
+			}
+			began = time.Now()
+			if res, err := (smoke.Check{Client: a.Client(ctx, t, c), Image: sandbox.ToolsImage,
+				ServerNode: s.Nodes[2].Hostname, ClientNode: s.Nodes[0].Hostname, Progress: func(msg string) { t.Log(msg) }}).Run(ctx); err != nil {
+				r.err = "smoke: " + firstLine(err.Error())
+				t.Fatalf("smoke test after the first apply: %v (%+v)", err, res)
+			}
+			r.smoke = time.Since(began)
+			a.InSync(ctx, t, c)
+			if i == runs-1 {
+				t.Run("a remove stopped half-way, then apply", func(t *testing.T) { testInterruptedRemove(ctx, t, a, s) })
+			}
+		})
+		if !ok {
+			break
+		}
+	}
+}
+
+// testInterruptedRemove tears the converged cluster down with a remove
+// stopped once its first node was cleaned (its containers removed, its
+// /etc/kubernetes, /etc/cni and etcd data emptied) while the others keep
+// theirs, then applies it again. The apply must bring every Node back to
+// Ready, or fail naming the node and why. (With every node in etcd, the
+// cleaned node's new etcd member cannot join the members that remember
+// its old one: etcd says "member … has already been bootstrapped", and the
+// apply fails naming the node with etcd's last lines.) When it succeeds, a
+// container whose stop the remove had asked for may still have been
+// running when the apply's plan looked, and stopped after it: an apply
+// more then restarts it, and the plan after that is empty.
+func testInterruptedRemove(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox) {
+	c := rt.Cluster(t, s, rt.Roles(3))
+	sess := a.Session(t, c)
+	lk := a.Lock(ctx, t, sess)
+	pl, err := sess.PlanRemove(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	cleaned := ""
+	_, err = sess.Remove(rctx, lk, pl, execute.Hooks{Step: func(node, msg string, err error) {
+		t.Logf("remove: %s: %s (%v)", node, msg, err)
+		if cleaned == "" && err == nil && strings.HasPrefix(msg, "cleaned ") {
+			cleaned = node
+			stop()
+		}
+	}})
+	lk.Release()
+	if cleaned == "" {
+		t.Fatalf("the remove ended (%v) before it cleaned a node: nothing was interrupted", err)
+	}
+	t.Logf("remove stopped once %s was cleaned: %v", cleaned, err)
+	if _, _, err := a.TryApply(ctx, t, c); err != nil {
+		if !strings.Contains(err.Error(), "node "+cleaned) {
+			t.Fatalf("apply after an interrupted remove failed without naming the cleaned node %s: %v", cleaned, err)
+		}
+		t.Logf("apply after an interrupted remove failed, naming the cleaned node: %v", err)
+		return
+	}
+	rt.NodesReady(ctx, t, a.Client(ctx, t, c), s.Nodes)
+	if pl := a.Plan(ctx, t, c); pl.Changes() {
+		t.Logf("plan after the first apply: %v, Node changes %+v (containers whose stop was under way): applying again",
+			rt.StepLines(pl.Plan), pl.NodeChanges)
+		a.Apply(ctx, t, c)
+	}
+	a.InSync(ctx, t, c)
+}
+
+// cpuHog keeps one core busy with another process, as a build or a second
+// test keeps a newcomer's machine busy, for at most an hour; stop ends it
+// (by its pid, also when the test fails).
+func cpuHog(t *testing.T) (stop func()) {
+	cmd := exec.Command("timeout", "3600", "sh", "-c", "while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the CPU hog: %v", err)
+	}
+	done := false
+	stop = func() {
+		if done {
+			return
+		}
+		done = true
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,231 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rigger/rigger/reconcile/internal/podstatus"
+	"github.com/rigger/rigger/reconcile/observe"
+)
+
+// NoNetwork reports whether a Node's kubelet says it has no pod network:
+// its Ready condition False with the container runtime's NetworkReady=false
+// ("container runtime network not ready: NetworkReady=false
+// reason:NetworkPluginNotReady message:docker: network plugin is not
+// ready: cni config uninitialized"). The kubelet gives no reason of its own
+// for it (KubeletNotReady covers every cause): its message is all there is.
+func NoNetwork(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "NetworkReady=false")
+		}
+	}
+	return false
+}
+
+// NetworkGrace is how long the network plugin's pod on a Node must have run
+// ready while the Node's kubelet still says it has no network before the
+// pod is recreated: the kubelet looks at the CNI configuration every few
+// seconds and reports the Node's status every 10 s.
+const NetworkGrace = 20 * time.Second
+
+// networkRepair puts the network plugin on a Node again when the Node's
+// kubelet has no pod network although the plugin's pod there runs and is
+// ready: what the pod installs on the node when it starts (the CNI
+// configuration in /etc/cni/net.d, the CNI plugin) is gone (deleted by
+// hand, or by a teardown that was interrupted), and a running pod does not
+// install it again. Its pod is deleted, once per Node and wait, and its
+// DaemonSet creates it again, whose installer then runs.
+type networkRepair struct {
+	cs kubernetes.Interface
+	// selector selects the network plugin's DaemonSets (the add-on's
+	// label); "" when the cluster has no network plugin.
+	selector string
+	say      func(node, msg string)
+	now      func() time.Time
+
+	mu sync.Mutex
+	// since is when a Node was first seen without a network while the
+	// plugin's pod there was ready, by the pod's UID.
+	since map[string]time.Time
+	// done are the Nodes whose pod was recreated, by name.
+	done map[string]bool
+}
+
+func newNetworkRepair(cs kubernetes.Interface, selector string, say func(node, msg string)) *networkRepair {
+	if selector == "" {
+		return nil
+	}
+	return &networkRepair{cs: cs, selector: selector, say: say, now: time.Now, since: map[string]time.Time{}, done: map[string]bool{}}
+}
+
+// check looks at Node n of the machine at address, once per poll of a
+// wait: it recreates the network plugin's pod there when the Node has had
+// no network for NetworkGrace while the pod was ready. Best effort: what
+// cannot be read waits for the next poll.
+func (r *networkRepair) check(ctx context.Context, address string, n *corev1.Node) {
+	if r == nil || n == nil || !NoNetwork(n) {
+		return
+	}
+	r.mu.Lock()
+	done := r.done[n.Name]
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	pods, err := r.pods(ctx, n.Name)
+	if err != nil {
+		return
+	}
+	now := r.now()
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || !podstatus.Ready(&p) {
+			continue
+		}
+		r.mu.Lock()
+		first, seen := r.since[string(p.UID)]
+		if !seen {
+			r.since[string(p.UID)] = now
+		}
+		r.mu.Unlock()
+		if !seen || now.Sub(first) < NetworkGrace {
+			continue
+		}
+		uid := p.UID
+		err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			continue
+		}
+		r.mu.Lock()
+		r.done[n.Name] = true
+		r.mu.Unlock()
+		r.say(address, fmt.Sprintf("Node %s has no pod network (%s) while the network plugin's pod %s/%s runs there: "+
+			"the pod is recreated, so that it installs its network configuration on the node again", n.Name, readyCondition(n), p.Namespace, p.Name))
+		return
+	}
+}
+
+// pods are the network plugin's pods on Node name.
+func (r *networkRepair) pods(ctx context.Context, name string) ([]corev1.Pod, error) {
+	dss, err := r.cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: r.selector})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, ds := range dss.Items {
+		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		list, err := r.cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String(), FieldSelector: "spec.nodeName=" + name})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range list.Items {
+			if p.Spec.NodeName == name {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// NotWorkingError is a Node of a machine that answers which is not Ready
+// after an apply's repair and wait: its kubelet runs and says why.
+type NotWorkingError struct {
+	Address, Node string
+	// Condition is the Node's Ready condition: its status, reason and message.
+	Condition string
+	Waited    time.Duration
+	// Pods describe the pods on the Node that are not ready.
+	Pods []string
+}
+
+func (e *NotWorkingError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %s answers, but its Node %s is not Ready after %s (%s)", e.Address, e.Node, e.Waited.Round(time.Second), e.Condition)
+	if len(e.Pods) > 0 {
+		fmt.Fprintf(&b, "; on the Node: %s", strings.Join(e.Pods, "; "))
+	}
+	b.WriteString("; see docs/nodes.md (a Node that is not Ready)")
+	return b.String()
+}
+
+// RepairNodes waits, for every Node of a machine that answered (not in
+// opts.Down) that is not Ready, until it is (see repairNodes): the first
+// part of Reconcile, and what an apply does before it applies the
+// add-ons, whose pods would otherwise wait for such a Node.
+func RepairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machine, opts ReconcileOptions) error {
+	say := opts.Say
+	if say == nil {
+		say = func(string, string) {}
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
+	}
+	nodes, err := ListNodes(ctx, cs)
+	if err != nil {
+		return err
+	}
+	return repairNodes(ctx, cs, machines, Link(machines, nodes), opts.Down, newNetworkRepair(cs, opts.NetworkPlugin, say), opts.ReadyTimeout, say)
+}
+
+// repairNodes waits, for every Node of a machine that answered (not in
+// down) that is not Ready, until it is, at most timeout, recreating the
+// network plugin's pod on a Node that has no pod network (networkRepair).
+// The Nodes are waited for together. An error names each Node that is
+// still not Ready, with its Ready condition.
+func repairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machine, l *observe.Linkage, down []string, repair *networkRepair, timeout time.Duration, say func(node, msg string)) error {
+	type waiting struct {
+		m Machine
+		n *corev1.Node
+	}
+	var ws []waiting
+	for _, m := range machines {
+		n := l.Owned[m.Address]
+		if n == nil || slices.Contains(down, m.Address) || observe.Ready(n) == string(corev1.ConditionTrue) {
+			continue
+		}
+		say(m.Address, fmt.Sprintf("Node %s not Ready (%s): waiting for it", n.Name, readyCondition(n)))
+		ws = append(ws, waiting{m, n})
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			began := time.Now()
+			n, err := waitReady(ctx, cs, w.m.Address, w.m.Hostname, time.Time{}, timeout, repair)
+			if err == nil {
+				say(w.m.Address, fmt.Sprintf("Node %s Ready (%s)", n.Name, time.Since(began).Round(100*time.Millisecond)))
+				return
+			}
+			if ctx.Err() != nil {
+				errs[i] = err
+				return
+			}
+			last := w.n
+			if nodes, ferr := FindNodes(context.WithoutCancel(ctx), cs, w.m.Address, w.m.Hostname); ferr == nil {
+				if o := Link([]Machine{w.m}, nodes).Owned[w.m.Address]; o != nil {
+					last = o
+				}
+			}
+			errs[i] = &NotWorkingError{Address: w.m.Address, Node: last.Name, Condition: readyCondition(last),
+				Waited: time.Since(began), Pods: nodePods(context.WithoutCancel(ctx), cs, last.Name)}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

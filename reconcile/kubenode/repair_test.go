@@ -1,0 +1,177 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/rigger/rigger/spec"
+)
+
+const (
+	noNetworkMessage = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized"
+	networkSelector  = "rigger.io/addon=rke-network-plugin"
+)
+
+// notReadyNode is a Node whose kubelet reports it NotReady with message.
+func notReadyNode(name, address, message string) *corev1.Node {
+	n := node(name, address, "False", 0)
+	n.Status.Conditions[0].Reason, n.Status.Conditions[0].Message = "KubeletNotReady", message
+	return &n
+}
+
+// networkObjects are the network plugin's DaemonSet and its pod on n2,
+// ready when ready.
+func networkObjects(ready bool) []runtime.Object {
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel", Namespace: "kube-system", Labels: map[string]string{"rigger.io/addon": "rke-network-plugin"}},
+		Spec:       appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "flannel"}}},
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-2", Namespace: "kube-system", UID: "uid-2", Labels: map[string]string{"app": "flannel"}},
+		Spec:       corev1.PodSpec{NodeName: "n2"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	}
+	return []runtime.Object{ds, pod}
+}
+
+// setReady makes the Node name Ready, as its kubelet would.
+func setReady(cs *fake.Clientset, name string) {
+	n, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", name)
+	if err != nil {
+		panic(err)
+	}
+	node := n.(*corev1.Node).DeepCopy()
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.Now()}}
+	if err := cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), node, ""); err != nil {
+		panic(err)
+	}
+}
+
+// TestRepairNodes: a Node of a machine that answers and has no pod network
+// while the network plugin's pod there is ready gets that pod recreated
+// (after NetworkGrace) and is waited for, then uncordoned when an earlier
+// apply left it cordoned; a Node NotReady for another reason, or whose
+// plugin pod is still starting, keeps its pods, and one that stays
+// NotReady is an error naming it and its condition; a machine that did not
+// answer is not waited for. synctest's clock: NetworkGrace and the waits
+// take no real time.
+func TestRepairNodes(t *testing.T) {
+	tests := []struct {
+		name     string
+		message  string
+		podReady bool
+		down     []string
+		// kubeletHeals makes the Node Ready once the plugin's pod is deleted.
+		kubeletHeals bool
+		wantDeleted  bool
+		wantErr      string
+	}{
+		{name: "no network, plugin pod ready: recreated", message: noNetworkMessage, podReady: true, kubeletHeals: true, wantDeleted: true},
+		{name: "no network, plugin pod still starting: waited for", message: noNetworkMessage, podReady: false,
+			wantErr: "node 10.0.0.2 answers, but its Node n2 is not Ready after 2m0s (False: KubeletNotReady container runtime network not ready"},
+		{name: "NotReady for another reason: not the network's to repair", message: "PLEG is not healthy: pleg was last seen active 3m0s ago", podReady: true,
+			wantErr: "(False: KubeletNotReady PLEG is not healthy"},
+		{name: "a machine that did not answer is not waited for", message: noNetworkMessage, podReady: true, down: []string{"10.0.0.2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				n1 := node("n1", "10.0.0.1", "True", 0)
+				n2 := notReadyNode("n2", "10.0.0.2", tt.message)
+				n2.Spec.Unschedulable = true
+				n2.Annotations = map[string]string{AnnotationCordoned: "true"}
+				cs := fake.NewClientset(append(networkObjects(tt.podReady), &n1, n2)...)
+				var mu sync.Mutex
+				var deleted []string
+				cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					mu.Lock()
+					deleted = append(deleted, a.(k8stesting.DeleteAction).GetName())
+					mu.Unlock()
+					if tt.kubeletHeals {
+						setReady(cs, "n2")
+					}
+					return false, nil, nil
+				})
+				var said []string
+				r, err := Reconcile(ctx, cs, machines()[:2], ReconcileOptions{
+					Policy: spec.StaleNodesReport, Down: tt.down, NetworkPlugin: networkSelector,
+					Say: func(node, msg string) { mu.Lock(); said = append(said, node+": "+msg); mu.Unlock() },
+				})
+				if got := len(deleted) > 0; got != tt.wantDeleted {
+					t.Errorf("plugin pod deleted: %v, want %v (%v)", got, tt.wantDeleted, deleted)
+				}
+				switch {
+				case tt.wantErr == "" && err != nil:
+					t.Fatalf("Reconcile: %v", err)
+				case tt.wantErr != "":
+					var nw *NotWorkingError
+					if !errors.As(err, &nw) || !strings.Contains(err.Error(), tt.wantErr) {
+						t.Fatalf("Reconcile: %v\nwant a NotWorkingError with %q", err, tt.wantErr)
+					}
+					return
+				}
+				if tt.wantDeleted {
+					if !slices.Equal(r.Uncordoned, []string{"n2"}) {
+						t.Errorf("uncordoned %v, want [n2]; said %q", r.Uncordoned, said)
+					}
+					if !slices.ContainsFunc(said, func(s string) bool { return strings.Contains(s, "the pod is recreated") }) {
+						t.Errorf("progress does not say the pod was recreated: %q", said)
+					}
+					if _, err := cs.CoreV1().Pods("kube-system").Get(ctx, "kube-flannel-2", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+						t.Errorf("the plugin pod is still there: %v", err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestChangesRepair: plan and status show a Node of a machine that answers
+// and is not Ready as a change to make, naming its condition, and not one
+// of a machine that did not answer.
+func TestChangesRepair(t *testing.T) {
+	n1 := node("n1", "10.0.0.1", "True", 0)
+	n2 := notReadyNode("n2", "10.0.0.2", noNetworkMessage)
+	ms := machines()[:2]
+	for _, n := range []*corev1.Node{&n1, n2} {
+		n.Labels, n.Annotations = nil, nil
+		want, taints := Wanted(ms[slices.IndexFunc(ms, func(m Machine) bool { return m.Hostname == n.Name })])
+		n.Labels, n.Spec.Taints = want, taints
+	}
+	l := Link(ms, []corev1.Node{n1, *n2})
+	got := Changes(ms, l, spec.StaleNodesReport, nil)
+	var repairs []Pending
+	for _, p := range got {
+		if strings.HasPrefix(p.Change, "repair:") {
+			repairs = append(repairs, p)
+		}
+	}
+	if len(repairs) != 1 || repairs[0].Node != "10.0.0.2" || !strings.Contains(repairs[0].Change, "cni config uninitialized") ||
+		!strings.Contains(repairs[0].Change, "recreate the network plugin's pod") {
+		t.Errorf("repairs %+v; want one for 10.0.0.2 that names its condition", repairs)
+	}
+	for _, p := range Changes(ms, l, spec.StaleNodesReport, []string{"10.0.0.2"}) {
+		if strings.HasPrefix(p.Change, "repair:") {
+			t.Errorf("a machine that did not answer: %+v", p)
+		}
+	}
+}
