@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -139,7 +142,7 @@ func (f Fetcher) download(ctx context.Context, rawURL string, max int64) ([]byte
 	}
 	client := f.Client
 	if client == nil {
-		client = http.DefaultClient
+		client = includeClient
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -157,6 +160,41 @@ func (f Fetcher) download(ctx context.Context, rawURL string, max int64) ([]byte
 		return nil, fmt.Errorf("download: %w", err)
 	}
 	return b, nil
+}
+
+// includeClient downloads addons_include URLs when the Fetcher is given
+// no client: as http.DefaultClient (the proxy of the environment
+// included), but it connects to no loopback, link-local (a cloud's
+// instance metadata, 169.254.169.254), multicast or unspecified address,
+// also after a redirect: whoever can change cluster.yml in the repository
+// rigger serve follows must not reach the services on serve's own host or
+// pod, or the cloud's credentials, through it. Other addresses, private
+// ranges included (a manifest server inside the network), are allowed.
+var includeClient = &http.Client{Transport: &http.Transport{
+	Proxy:               http.ProxyFromEnvironment,
+	DialContext:         (&net.Dialer{Timeout: 10 * time.Second, Control: refuseLocal}).DialContext,
+	TLSHandshakeTimeout: 10 * time.Second,
+	MaxIdleConns:        10,
+	IdleConnTimeout:     30 * time.Second,
+}}
+
+// refuseLocal is includeClient's dial check, on the address resolved.
+func refuseLocal(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("addons_include: cannot read address %q", host)
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() ||
+		ip.IsMulticast() || ip.IsUnspecified() {
+		return fmt.Errorf("addons_include: %s is a loopback, link-local, multicast or unspecified address, which rigger does not fetch add-ons from; "+
+			"serve the file from another host, or put it in the repository beside cluster.yml", ip)
+	}
+	return nil
 }
 
 // readLimited reads r to its end, refusing more than max bytes.

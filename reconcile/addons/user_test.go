@@ -129,3 +129,27 @@ func TestIsURL(t *testing.T) {
 		}
 	}
 }
+
+// TestIncludeRefusesLocalAddresses: without a client of the caller's, an
+// addons_include URL is not fetched from a loopback or link-local address
+// (serve's own host, a cloud's instance metadata), with an error that says
+// so and what to do; other addresses, private ones included, are.
+func TestIncludeRefusesLocalAddresses(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"))
+	}))
+	defer srv.Close()
+	_, err := Fetcher{Timeout: 5 * time.Second}.UserAddons(context.Background(), UserInput{Include: []string{srv.URL + "/a.yaml"}})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1 is a loopback, link-local, multicast or unspecified address") {
+		t.Fatalf("a loopback URL: %v", err)
+	}
+	for addr, refused := range map[string]bool{
+		"127.0.0.1:80": true, "[::1]:443": true, "169.254.169.254:80": true, "[fe80::1]:80": true, "0.0.0.0:80": true,
+		"[::ffff:127.0.0.1]:80": true, "224.0.0.1:80": true,
+		"10.0.0.5:80": false, "192.168.1.10:443": false, "203.0.113.7:443": false, "[2001:db8::1]:443": false,
+	} {
+		if err := refuseLocal("tcp", addr, nil); (err != nil) != refused {
+			t.Errorf("%s: refused %v, want %v", addr, err, refused)
+		}
+	}
+}
