@@ -58,13 +58,13 @@ const (
 	// ResultPing: GitHub's ping event, authenticated.
 	ResultPing = "ping"
 	// ResultReplay: an authenticated delivery already received (the same
-	// delivery ID, or the same body when the forge sends no ID): a replay,
-	// answered without spending the forge's budget.
+	// delivery ID): a replay, answered without spending the forge's budget.
 	ResultReplay = "replay"
 )
 
-// deliveryHeaders name a delivery's ID, by forge; a request with none is
-// known by its body's digest.
+// deliveryHeaders name a delivery's ID, by forge. A request with none (a
+// generic hook script posts the same body for every push) cannot be told
+// from a replay, and is taken as a delivery each time.
 var deliveryHeaders = []string{"X-GitHub-Delivery", "X-Gitlab-Event-UUID", "X-Gitea-Delivery", "X-Forgejo-Delivery",
 	"X-Rigger-Delivery"}
 
@@ -179,15 +179,14 @@ func (d *deliveries) add(id string) (seen bool) {
 }
 
 // deliveryID is what tells a delivery from a replay of it: the forge's
-// delivery ID, or the digest of the body.
-func deliveryID(hdr http.Header, body []byte) string {
+// delivery ID; "" when it sends none.
+func deliveryID(hdr http.Header) string {
 	for _, h := range deliveryHeaders {
 		if v := hdr.Get(h); v != "" {
 			return h + ":" + v
 		}
 	}
-	sum := sha256.Sum256(body)
-	return "body:" + hex.EncodeToString(sum[:])
+	return ""
 }
 
 // New returns the handler of the endpoint described by cfg. It serves only
@@ -322,7 +321,7 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 	}
 	// A captured delivery sent again is authenticated too: it spends the
 	// budget of rejected requests, never the forge's.
-	if h.seen.add(deliveryID(r.Header, body)) {
+	if id := deliveryID(r.Header); id != "" && h.seen.add(id) {
 		return h.reject(outcome{code: http.StatusOK, result: ResultReplay,
 			msg: "ignored: this delivery was received already", reason: "replayed delivery"})
 	}

@@ -67,10 +67,11 @@ func delivery(id string) mod {
 	return func(h http.Header, _ []byte) { h.Set("X-GitHub-Delivery", id) }
 }
 
-// TestReplayIgnored: a captured delivery sent again (same delivery ID, or
-// the same body from a forge that sends no ID) is answered as a replay:
-// no fetch, and the forge's budget is not spent, so that the next real
-// push goes through at once.
+// TestReplayIgnored: a captured delivery sent again (the same delivery ID)
+// is answered as a replay: no fetch, and the forge's budget is not spent,
+// so that the next real push goes through at once. A delivery without an
+// ID (a generic hook script posts the same body for every push) is taken
+// each time.
 func TestReplayIgnored(t *testing.T) {
 	h, c := newHandler(t, func(cfg *Config) {
 		cfg.Rate = rate.Every(time.Hour)
@@ -98,6 +99,18 @@ func TestReplayIgnored(t *testing.T) {
 	}
 	if observed[1] != "github/replay" {
 		t.Errorf("Observe calls %v, want the second a replay", observed)
+	}
+
+	h, c = newHandler(t, func(cfg *Config) { cfg.Burst = 5 })
+	noID := httptest.NewServer(h)
+	defer noID.Close()
+	for i := range 3 {
+		if resp, body := send(t, noID, http.MethodPost, path, githubPush, github("push")); resp.StatusCode != 202 {
+			t.Fatalf("push %d without a delivery ID, the same body each time: status %d (%q), want 202", i, resp.StatusCode, body)
+		}
+	}
+	if events, _, _ := c.snapshot(); len(events) != 3 {
+		t.Errorf("Trigger called %d times for 3 pushes without a delivery ID, want 3", len(events))
 	}
 }
 
