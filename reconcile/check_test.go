@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -96,5 +98,44 @@ func TestCheckSpecSnapshotImage(t *testing.T) {
 				t.Errorf("got %v, want a rigger.image warning: %v", got, tc.warn)
 			}
 		})
+	}
+}
+
+// TestCheckSpecLargeFileMemory: validating a large valid cluster.yml (an
+// inline add-on of 4 MB, within spec.MaxFileSize) allocates a bounded
+// multiple of its size: about 20 times, as the YAML libraries copy a long
+// text a few times over (yaml.v3 reads a block scalar by appending to it,
+// then spec and the add-on decoder each turn it to JSON and decode that).
+// Before, 372 MB for a 5.6 MB file (with the 52 MB of add-on templates).
+func TestCheckSpecLargeFileMemory(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("nodes:\n- {address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}\nservices: {etcd: {snapshot: false}}\n")
+	b.WriteString("addons: |-\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: big, namespace: default}\n  data:\n")
+	for i := 0; b.Len() < 4<<20; i++ {
+		fmt.Fprintf(&b, "    key%d: %s\n", i, strings.Repeat("x", 1000))
+	}
+	yml := []byte(b.String())
+	// The add-on templates are read once per process (10 MB); that is
+	// spec/rkemeta's to bound.
+	small, diags := spec.Parse([]byte("nodes:\n- {address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}\n"), "cluster.yml")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	CheckSpec(small, "cluster.yml")
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c, diags := spec.Parse(yml, "cluster.yml")
+	if !diags.HasErrors() {
+		diags = append(diags, CheckSpec(c, "cluster.yml")...)
+	}
+	runtime.ReadMemStats(&after)
+	if len(diags) > 0 {
+		t.Fatal(diags)
+	}
+	n := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d bytes of cluster.yml: %d bytes allocated (%.1f times)", len(yml), n, float64(n)/float64(len(yml)))
+	if limit := uint64(24 * len(yml)); n > limit {
+		t.Errorf("validating %d bytes of cluster.yml allocated %d bytes, more than 24 times its size", len(yml), n)
 	}
 }

@@ -52,17 +52,37 @@ import (
 var templatesGz []byte
 
 // templateTexts decodes templatesGz once; the map is never changed.
-var templateTexts = sync.OnceValues(func() (map[string]string, error) {
+var templateTexts = sync.OnceValues(readTemplates)
+
+// readTemplates decodes templatesGz.
+func readTemplates() (map[string]string, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(templatesGz))
 	if err != nil {
 		return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
 	}
-	var texts map[string]string
-	if err := json.NewDecoder(zr).Decode(&texts); err != nil {
+	// One template at a time: decoding the whole object at once would
+	// hold all 10 MB of JSON in the decoder's buffer, grown by doubling,
+	// on top of the texts (52 MB allocated instead of 12 for every command
+	// that renders an add-on).
+	d := json.NewDecoder(zr)
+	texts := map[string]string{}
+	if _, err := d.Token(); err != nil { // {
 		return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
 	}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
+		}
+		key, _ := tok.(string)
+		var text string
+		if err := d.Decode(&text); err != nil {
+			return nil, fmt.Errorf("read rigger's add-on template %s: %w", key, err)
+		}
+		texts[key] = text
+	}
 	return texts, nil
-})
+}
 
 // release is one version of RKE's K8sVersionRKESystemImages.
 type release struct {

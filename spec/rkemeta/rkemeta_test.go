@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -399,5 +400,26 @@ func TestFlannelHasBlackholeRoute(t *testing.T) {
 		if got := FlannelHasBlackholeRoute(image); got != want {
 			t.Errorf("FlannelHasBlackholeRoute(%q) = %v, want %v", image, got, want)
 		}
+	}
+}
+
+// TestReadTemplatesMemory: the templates are read one at a time, so that
+// reading them all allocates little more than the texts they are (about
+// 10 MB). Decoded as one object they took 52 MB: the decoder's buffer held
+// the whole object, grown by doubling.
+func TestReadTemplatesMemory(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	texts, err := readTemplates()
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for k, v := range texts {
+		size += len(k) + len(v)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(3*size) {
+		t.Errorf("reading %d bytes of templates allocated %d bytes, more than 3 times their size", size, n)
 	}
 }
