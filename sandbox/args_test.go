@@ -163,20 +163,6 @@ func TestServiceScript(t *testing.T) {
 	}
 }
 
-func TestShellQuote(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain/path-1.2:x=y": "plain/path-1.2:x=y",
-		"":                   "''",
-		"a b":                "'a b'",
-		"it's":               `'it'\''s'`,
-		"$HOME":              "'$HOME'",
-	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestCheckService(t *testing.T) {
 	for _, ok := range []string{"sshd", "docker", "containerd"} {
 		if err := checkService(ok); err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+	"github.com/rigger/rigger/internal/shellquote"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,14 +106,6 @@ if [ -n "$process" ] && [ -f "$process" ]; then drop "$process" .; fi
 exec runc "$@"
 `
 
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=,@+") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // serviceScript is the script the init runs to start svc on node n: it
 // records its pid, moves into the node's cgroup, enters the node's
 // namespaces and becomes the daemon.
@@ -128,15 +121,15 @@ func (s *Sandbox) serviceScript(n Node, svc string) string {
 	}
 	q := make([]string, 0, len(argv)+8)
 	for _, a := range append([]string{"nsenter"}, s.nsenterArgs(n, argv...)...) {
-		q = append(q, shellQuote(a))
+		q = append(q, shellquote.Quote(a))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "#!/bin/sh\n# %s of %s in sandbox %s, started by the sandbox init (written by rigger sandbox).\n", svc, n.Name, s.Name)
-	fmt.Fprintf(&b, "echo \"$$\" > %s\n", shellQuote(n.pidFile(svc)))
+	fmt.Fprintf(&b, "echo \"$$\" > %s\n", shellquote.Quote(n.pidFile(svc)))
 	for _, dir := range cgroupDirs(s.cgroupPath(n)) {
-		fmt.Fprintf(&b, "echo \"$$\" > %s\n", shellQuote(filepath.Join(dir, "cgroup.procs")))
+		fmt.Fprintf(&b, "echo \"$$\" > %s\n", shellquote.Quote(filepath.Join(dir, "cgroup.procs")))
 	}
-	fmt.Fprintf(&b, "exec %s >>%s 2>&1\n", strings.Join(q, " "), shellQuote(filepath.Join(n.logDir(), svc+".log")))
+	fmt.Fprintf(&b, "exec %s >>%s 2>&1\n", strings.Join(q, " "), shellquote.Quote(filepath.Join(n.logDir(), svc+".log")))
 	return b.String()
 }
 
