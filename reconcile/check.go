@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 
+	"github.com/rigger/rigger/internal/nodebin"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/sysaddons"
@@ -17,7 +18,8 @@ import (
 // cluster.yml run it after spec.Load; c must be as spec.Load returns it
 // without errors. file names cluster.yml in the diagnostics: errors, and a
 // warning when the scheduled snapshots cluster.yml asks of the etcd nodes
-// have no image to run (rigger.image); nil when there is nothing to say.
+// need this rigger's own binary and it cannot run there (nodebin); nil
+// when there is nothing to say.
 func CheckSpec(c *spec.Cluster, file string) spec.Diagnostics {
 	var errs []error
 	if d, err := desired.Build(c); err != nil {
@@ -47,10 +49,12 @@ func CheckSpec(c *spec.Cluster, file string) spec.Diagnostics {
 	for _, err := range errs {
 		diags = append(diags, spec.Diagnostic{Severity: spec.SeverityError, File: file, Summary: err.Error()})
 	}
-	if desired.SnapshotsWanted(c) && desired.RiggerImage(c) == "" {
-		diags = append(diags, spec.Diagnostic{Severity: spec.SeverityWarning, File: file, Path: "rigger.image",
-			Summary: "the etcd nodes take no scheduled snapshots (services.etcd.snapshot): their etcd-rolling-snapshots container runs rigger's image, which is not set, and RKE's rke-tools cannot run it; only `rigger serve` takes them",
-			Detail:  "Set rigger.image to rigger's image (rigger/rigger:<version>, `make image` builds it) where the nodes can pull it, or services.etcd.snapshot: false to say that rigger serve takes them."})
+	if desired.SnapshotsOnNodes(c) && desired.RiggerImage(c) == "" {
+		if _, err := nodebin.Get(); err != nil {
+			diags = append(diags, spec.Diagnostic{Severity: spec.SeverityWarning, File: file, Path: "rigger.image",
+				Summary: "the etcd nodes' etcd-rolling-snapshots containers (services.etcd.snapshot) cannot be created: they run this rigger's own binary in system_images.alpine, and " + err.Error(),
+				Detail:  "Run a static rigger (make build), set rigger.image to rigger's image (rigger/rigger:<version>, `make image` builds it) where the nodes can pull it, or services.etcd.snapshot: false to leave the scheduled snapshots to `rigger serve`."})
+		}
 	}
 	return diags
 }

@@ -2,11 +2,13 @@ package reconcile
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/rigger/rigger/internal/nodebin"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -72,9 +74,17 @@ func TestCheckSpecExamples(t *testing.T) {
 }
 
 // TestCheckSpecSnapshotImage: the scheduled snapshots cluster.yml asks of
-// the etcd nodes (RKE's default) with no image of rigger's to run them get
-// a warning naming rigger.image, and only then.
+// the etcd nodes (RKE's default), which run rigger's own binary when no
+// image of rigger's is given, get a warning naming rigger.image when that
+// binary cannot run on a node (here a dynamically linked one), and only
+// then.
 func TestCheckSpecSnapshotImage(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip(err)
+	}
+	nodebin.Use(sh)
+	t.Cleanup(func() { nodebin.Use("") })
 	const nodes = "nodes:\n- {address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}\n"
 	for _, tc := range []struct {
 		name, yml string
@@ -93,7 +103,8 @@ func TestCheckSpecSnapshotImage(t *testing.T) {
 				t.Fatal(diags)
 			}
 			got := CheckSpec(c, "cluster.yml")
-			warned := len(got) == 1 && got[0].Severity == spec.SeverityWarning && got[0].Path == "rigger.image"
+			warned := len(got) == 1 && got[0].Severity == spec.SeverityWarning && got[0].Path == "rigger.image" &&
+				strings.Contains(got[0].Summary, "dynamically linked")
 			if warned != tc.warn || !tc.warn && len(got) > 0 {
 				t.Errorf("got %v, want a rigger.image warning: %v", got, tc.warn)
 			}

@@ -152,7 +152,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	if err != nil {
 		return nil, err
 	}
-	riggerBin, err := ensureRiggerBinary(ctx, cache, opts.RiggerBinary, p)
+	riggerBin, err := ensureRiggerBinary(ctx, cache, opts.RiggerBinary, riggerBinaryPath(opts), p)
 	if err != nil {
 		return nil, err
 	}
@@ -597,10 +597,19 @@ func readJSONStream(r io.Reader) error {
 	}
 }
 
+// riggerBinaryPath is the static rigger binary of rigger's image:
+// Options.RiggerBinary, else where ensureRiggerBinary builds it.
+func riggerBinaryPath(opts Options) string {
+	if opts.RiggerBinary != "" {
+		return opts.RiggerBinary
+	}
+	return filepath.Join(opts.cacheDir(), "rigger", "rigger")
+}
+
 // ensureRiggerBinary returns a static rigger binary for rigger's image:
 // path when given, else one built from the rigger module found above the
-// working directory into the cache.
-func ensureRiggerBinary(ctx context.Context, cache, path string, p *progress) (string, error) {
+// working directory into out, in the cache.
+func ensureRiggerBinary(ctx context.Context, cache, path, out string, p *progress) (string, error) {
 	if path != "" {
 		if err := CheckStatic(path); err != nil {
 			return "", err
@@ -614,7 +623,6 @@ func ensureRiggerBinary(ctx context.Context, cache, path string, p *progress) (s
 	if err != nil {
 		return "", fmt.Errorf("rigger's image needs a static rigger binary: run from the rigger repository, or pass one (--rigger-binary, Options.RiggerBinary): %w", err)
 	}
-	out := filepath.Join(cache, "rigger", "rigger")
 	lock, err := lockFile(ctx, filepath.Join(cache, "rigger.lock"), func() { p.info("waiting for another build of rigger") })
 	if err != nil {
 		return "", err

@@ -86,6 +86,10 @@ type Sandbox struct {
 	// ImageArchives maps every loaded image ref to its rootfs tarball in the
 	// cache, for engines that are not Docker (ctr images import).
 	ImageArchives map[string]string `json:",omitempty"`
+	// RiggerBinary is the static rigger binary in rigger's image (when
+	// Options.Images), for tests that copy rigger's binary to the nodes
+	// (nodebin.Use).
+	RiggerBinary string `json:",omitempty"`
 
 	Subnet        int
 	Dir           string // state directory
@@ -104,6 +108,10 @@ type stateFile struct {
 	Ready         bool
 	SystemImages  map[string]string `json:",omitempty"`
 	ImageArchives map[string]string `json:",omitempty"`
+	// RiggerBinary is the static rigger binary in rigger's image (when
+	// Options.Images), for tests that copy rigger's binary to the nodes
+	// (nodebin.Use).
+	RiggerBinary string `json:",omitempty"`
 }
 
 // Load returns the sandbox called name from its state file.

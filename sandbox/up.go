@@ -53,6 +53,7 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 		if err != nil {
 			return nil, err
 		}
+		s.RiggerBinary = riggerBinaryPath(opts)
 		if err := s.seedEngines(ctx, opts.cacheDir(), imgs, p); err != nil {
 			return nil, err
 		}

@@ -127,6 +127,10 @@ type Container struct {
 	// RunOnce containers run to completion: exited is their desired state,
 	// not a reason to start them again.
 	RunOnce bool `json:"run_once,omitempty"`
+	// Binary, when set, is the ID of the rigger binary (nodebin.Binary.ID)
+	// that is copied into the container at BinaryPath before it starts: the
+	// container runs rigger in an image the node already has.
+	Binary string `json:"binary,omitempty"`
 	// Labels are LabelCluster, LabelComponent, LabelSpecHash and LabelSpec.
 	Labels map[string]string `json:"labels"`
 	// BootstrapArgs are appended to Args only when the container is created

@@ -126,7 +126,7 @@ func TestHashScope(t *testing.T) {
 		{"cluster CIDR", func(c *spec.Cluster) { c.Services.KubeController.ClusterCIDR = "10.98.0.0/16" }, []string{KubeControllerManager, KubeProxy}},
 		{"cluster DNS", func(c *spec.Cluster) { c.Services.Kubelet.ClusterDNSServer = "10.43.0.11" }, []string{Kubelet}},
 		{"cluster name", func(c *spec.Cluster) { c.ClusterName = "other" }, nil},
-		{"prefix_path", func(c *spec.Cluster) { c.PrefixPath = "/opt/rke" }, []string{Etcd, KubeAPIServer, KubeControllerManager, KubeProxy, KubeScheduler, Kubelet}},
+		{"prefix_path", func(c *spec.Cluster) { c.PrefixPath = "/opt/rke" }, []string{Etcd, EtcdRollingSnapshots, KubeAPIServer, KubeControllerManager, KubeProxy, KubeScheduler, Kubelet}},
 		{"cloud provider", func(c *spec.Cluster) { c.CloudProvider.Name = "external" }, []string{KubeAPIServer, KubeControllerManager, KubeProxy, Kubelet}},
 		{"controlplane internal address", func(c *spec.Cluster) { c.Nodes[3].InternalAddress = "192.168.0.21" }, []string{KubeAPIServer, Kubelet, NginxProxy}},
 	}
@@ -252,11 +252,11 @@ func TestContainersPerRole(t *testing.T) {
 		roles string
 		want  []string
 	}{
-		{"[etcd]", []string{Etcd, NginxProxy, ServiceSidekick, Kubelet, KubeProxy}},
+		{"[etcd]", []string{Etcd, NginxProxy, ServiceSidekick, Kubelet, KubeProxy, EtcdRollingSnapshots}},
 		{"[controlplane]", []string{KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy}},
 		{"[worker]", []string{NginxProxy, ServiceSidekick, Kubelet, KubeProxy}},
-		{"[worker, etcd]", []string{Etcd, NginxProxy, ServiceSidekick, Kubelet, KubeProxy}},
-		{"[etcd, controlplane, worker]", []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy}},
+		{"[worker, etcd]", []string{Etcd, NginxProxy, ServiceSidekick, Kubelet, KubeProxy, EtcdRollingSnapshots}},
+		{"[etcd, controlplane, worker]", []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy, EtcdRollingSnapshots}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.roles, func(t *testing.T) {
@@ -333,7 +333,7 @@ func TestArgsSortedByFlag(t *testing.T) {
 	for _, name := range []string{"ha", "extra-args"} {
 		for _, n := range build(t, load(t, name)).Nodes {
 			for _, c := range n.Containers {
-				if c.Name == NginxProxy {
+				if c.Name == NginxProxy || c.Name == EtcdRollingSnapshots { // rigger's subcommand first
 					continue
 				}
 				args := c.Args
@@ -714,7 +714,7 @@ func TestCRIDockerd(t *testing.T) {
 		t.Errorf("sidekick %+v", sidekick)
 	}
 	n, _ := on.Node("10.0.0.1")
-	if names := containerNames(n); !slices.Equal(names, []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy}) {
+	if names := containerNames(n); !slices.Equal(names, []string{Etcd, KubeAPIServer, KubeControllerManager, KubeScheduler, ServiceSidekick, Kubelet, KubeProxy, EtcdRollingSnapshots}) {
 		t.Errorf("containers in start order: %v", names)
 	}
 

@@ -138,6 +138,8 @@ func TestContainersFindTheirConfigFiles(t *testing.T) {
 	}
 }
 
+// TestConfigFilesOnlyControlplane: only controlplane nodes get
+// configuration files, but for the etcd-rolling-snapshots container's.
 func TestConfigFilesOnlyControlplane(t *testing.T) {
 	c := load(t, "three-role")
 	d := build(t, c)
@@ -147,6 +149,7 @@ func TestConfigFilesOnlyControlplane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		delete(files, SnapshotterConfigFile)
 		if cp := n.HasRole(spec.RoleControlPlane); cp != (len(files) > 0) {
 			t.Errorf("%s (roles %v): %d files", n.Address, n.Roles, len(files))
 		}
@@ -260,6 +263,7 @@ func TestConfigFilesUserFlagsLeaveFilesOut(t *testing.T) {
 	c.Services.KubeAPI.ExtraArgs = map[string]string{"audit-policy-file": "/etc/kubernetes/mine.yaml"}
 	c.Services.KubeAPI.ExtraArgsArray = map[string][]string{"admission-control-config-file": {"/etc/kubernetes/admission.yaml"}}
 	files := configFiles(t, c, "203.0.113.11")
+	delete(files, SnapshotterConfigFile)
 	if len(files) != 0 {
 		t.Errorf("files %v, want none: the user set both flags", slices.Sorted(func(yield func(string) bool) {
 			for p := range files {

@@ -34,12 +34,14 @@ type hashed struct {
 	// no existing hash.
 	VolumesFrom []string `json:"volumes_from,omitempty"`
 	RunOnce     bool     `json:"run_once,omitempty"`
+	Binary      string   `json:"binary,omitempty"`
 }
 
 // Hash is the spec hash of the container: the first 16 hex digits of the
 // SHA-256 of a canonical JSON encoding of its image, entrypoint, args, env,
 // binds, network mode, PID mode, privileged flag, restart policy, user,
-// the containers whose volumes it mounts and whether it runs once.
+// the containers whose volumes it mounts, whether it runs once and the
+// rigger binary copied into it.
 // Order matters within each list (it is Docker's order too).
 //
 // It does not cover Name (the planner matches containers by name), Labels
@@ -68,6 +70,7 @@ func (c Container) SpecJSON() string {
 		User:          c.User,
 		VolumesFrom:   c.VolumesFrom,
 		RunOnce:       c.RunOnce,
+		Binary:        c.Binary,
 	}
 	b, err := json.Marshal(h)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rigger/rigger/internal/nodebin"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -48,17 +49,15 @@ type SnapshotterConfig struct {
 	Backup *spec.BackupConfig `json:"backup_config"`
 }
 
+// BinaryPath is where rigger's binary is copied in a container that runs
+// rigger in an image the node already has (Container.Binary).
+const BinaryPath = "/opt/rigger/rigger"
+
 // SnapshotsOnNodes says whether the etcd nodes run the
 // etcd-rolling-snapshots container: rigger runs the cluster's etcd,
-// services.etcd.snapshot is not false, backup_config.enabled is true (as
-// spec.Load defaults it), and rigger's image is known (RiggerImage).
+// services.etcd.snapshot is not false and backup_config.enabled is true
+// (as spec.Load defaults it), as RKE runs it.
 func SnapshotsOnNodes(c *spec.Cluster) bool {
-	return SnapshotsWanted(c) && RiggerImage(c) != ""
-}
-
-// SnapshotsWanted says whether cluster.yml asks for the
-// etcd-rolling-snapshots container, whether or not an image can run it.
-func SnapshotsWanted(c *spec.Cluster) bool {
 	e := c.Services.Etcd
 	if len(e.ExternalURLs) > 0 || e.Snapshot != nil && !*e.Snapshot {
 		return false
@@ -69,7 +68,7 @@ func SnapshotsWanted(c *spec.Cluster) bool {
 // RiggerImage is rigger's own image for the containers that run rigger
 // on the nodes: rigger.image, or else system_images.cert_downloader when
 // it is not RKE's rke-tools (the sandbox's is rigger's), or "" when
-// neither is.
+// neither is: then rigger's binary runs in system_images.alpine.
 func RiggerImage(c *spec.Cluster) string {
 	if c.Rigger.Image != "" {
 		return c.Rigger.Image
@@ -80,12 +79,19 @@ func RiggerImage(c *spec.Cluster) string {
 	return ""
 }
 
-// rollingSnapshots is the etcd-rolling-snapshots container: rigger's image
-// (RiggerImage) runs `rigger etcd-snapshotter` with the node's
-// Docker socket and /etc/kubernetes (read-only: its configuration and the
-// kube-node certificate it reaches etcd with). Restarted always, as RKE's.
+// unreadableBinary is Container.Binary when rigger's own binary cannot be
+// read: the container's creation then fails with nodebin's reason.
+const unreadableBinary = "unreadable"
+
+// rollingSnapshots is the etcd-rolling-snapshots container: rigger
+// runs `rigger etcd-snapshotter` with the node's Docker socket and
+// /etc/kubernetes (read-only: its configuration and the kube-node
+// certificate it reaches etcd with), restarted always, as RKE's. It runs
+// in rigger's image (RiggerImage), or else, as RKE's does, in
+// system_images.alpine (rke-tools, which every RKE node has), with the
+// running rigger's own static binary copied in (nodebin).
 func (b *builder) rollingSnapshots() Container {
-	return Container{
+	c := Container{
 		Name:          EtcdRollingSnapshots,
 		Image:         RiggerImage(b.c),
 		Args:          []string{SnapshotterCommand, "--config=" + SnapshotterConfigFile},
@@ -93,6 +99,15 @@ func (b *builder) rollingSnapshots() Container {
 		NetworkMode:   NetworkModeHost,
 		RestartPolicy: RestartAlways,
 	}
+	if c.Image == "" {
+		c.Image = b.c.SystemImages.Alpine
+		c.Entrypoint = []string{BinaryPath}
+		c.Binary = unreadableBinary
+		if bin, err := nodebin.Get(); err == nil {
+			c.Binary = bin.ID
+		}
+	}
+	return c
 }
 
 // snapshotterConfig is the content of SnapshotterConfigFile for node n.
@@ -121,8 +136,7 @@ func snapshotterConfig(c *spec.Cluster, r release, n *Node) ([]byte, error) {
 }
 
 // isRKETools says whether image is RKE's rancher/rke-tools (from any
-// registry, any tag), which runs none of rigger's subcommands: the
-// etcd-rolling-snapshots container needs rigger's image.
+// registry, any tag), which has no rigger in it.
 func isRKETools(image string) bool {
 	repo := image
 	if i := strings.LastIndexByte(repo, '@'); i >= 0 {

@@ -28,16 +28,18 @@ services:
 `
 
 func TestRollingSnapshotsContainer(t *testing.T) {
+	bin := pretendBinary
 	for _, tc := range []struct {
 		name   string
 		change string
 		want   bool
+		binary bool // rigger's binary in system_images.alpine
 	}{
-		{"default: on every etcd node", "", true},
-		{"snapshot: false", "\n    snapshot: false", false},
-		{"backup_config.enabled: false", "\n    backup_config: {enabled: false}", false},
-		{"rke-tools cannot run it", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}", false},
-		{"rigger.image runs it", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}\nrigger: {image: rigger/rigger:v1}", true},
+		{"default: on every etcd node", "", true, false},
+		{"snapshot: false", "\n    snapshot: false", false, false},
+		{"backup_config.enabled: false", "\n    backup_config: {enabled: false}", false, false},
+		{"rke-tools: rigger's binary in the alpine image, as RKE", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}", true, true},
+		{"rigger.image runs it", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}\nrigger: {image: rigger/rigger:v1}", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yml := snapshotterYML
@@ -71,6 +73,9 @@ func TestRollingSnapshotsContainer(t *testing.T) {
 					Args:        []string{"etcd-snapshotter", "--config=/etc/kubernetes/etcd-snapshotter.json"},
 					Binds:       []string{"/etc/kubernetes:/etc/kubernetes:ro", "/var/run/docker.sock:/var/run/docker.sock"},
 					NetworkMode: NetworkModeHost, RestartPolicy: RestartAlways,
+				}
+				if tc.binary {
+					want.Image, want.Entrypoint, want.Binary = c.SystemImages.Alpine, []string{BinaryPath}, bin.ID
 				}
 				if diff := cmp.Diff(want, *got, cmpIgnoreLabels); diff != "" {
 					t.Errorf("%s: container (-want +got):\n%s", n.Address, diff)

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/rigger/rigger/internal/crashpoint"
+	"github.com/rigger/rigger/internal/nodebin"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/registryauth"
 	"github.com/rigger/rigger/spec/rkemeta"
@@ -138,12 +139,44 @@ func Create(ctx context.Context, e Engine, node string, c *desired.Container, ex
 	if err != nil {
 		return "", fmt.Errorf("node %s: create container %s: %w", node, c.Name, err)
 	}
+	if c.Binary != "" {
+		if err := copyBinary(ctx, e, node, resp.ID, c); err != nil {
+			_ = e.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+			return "", err
+		}
+	}
 	if err := e.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		// Leave nothing half made behind: the next plan sees "missing".
 		_ = e.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
 		return "", fmt.Errorf("node %s: start container %s: %w", node, c.Name, err)
 	}
 	return resp.ID, nil
+}
+
+// copyBinary copies rigger's own binary (nodebin) into the created
+// container id of c, at desired.BinaryPath, when it is the binary c was
+// planned with and it runs on c's image's architecture.
+func copyBinary(ctx context.Context, e Engine, node, id string, c *desired.Container) error {
+	f, bin, err := nodebin.Open()
+	if err != nil {
+		return fmt.Errorf("node %s: container %s: %w; or set rigger.image to rigger's image", node, c.Name, err)
+	}
+	defer f.Close()
+	if bin.ID != c.Binary {
+		return fmt.Errorf("node %s: container %s: rigger's binary %s changed since this run planned it (build ID %s, now %s): run rigger again", node, c.Name, bin.Path, c.Binary, bin.ID)
+	}
+	if im, err := e.ImageInspect(ctx, c.Image); err == nil && im.Architecture != "" && im.Architecture != bin.Arch {
+		return fmt.Errorf("node %s: container %s: image %s is for %s and this rigger is built for %s: run a rigger built for %s, or set rigger.image to rigger's image for it",
+			node, c.Name, c.Image, im.Architecture, bin.Arch, im.Architecture)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("node %s: container %s: rigger's own binary: %w", node, c.Name, err)
+	}
+	if err := copyIn(ctx, e, id, desired.BinaryPath, 0o755, st.Size(), f); err != nil {
+		return fmt.Errorf("node %s: copy rigger's binary into container %s: %w", node, c.Name, err)
+	}
+	return nil
 }
 
 // containerConfig is the Docker spec of a component container.

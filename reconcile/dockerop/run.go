@@ -226,34 +226,40 @@ func WriteStream(ctx context.Context, e Engine, node, image, p string, size int6
 	}
 	dir := path.Dir(p)
 	err := withHelper(ctx, e, node, image, []string{dir + ":" + dir}, func(id string) error {
-		pr, pw := io.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			tw := tar.NewWriter(pw)
-			err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"),
-				Mode: FileMode, Size: size, ModTime: time.Now()})
-			if err == nil {
-				var n int64
-				n, err = io.Copy(tw, io.LimitReader(r, size))
-				if err == nil && n != size {
-					err = fmt.Errorf("source ended after %d of %d bytes", n, size)
-				}
-			}
-			if err == nil {
-				err = tw.Close()
-			}
-			pw.CloseWithError(err)
-		}()
-		err := e.CopyToContainer(ctx, id, "/", pr, container.CopyToContainerOptions{})
-		pr.CloseWithError(errors.New("copy ended"))
-		<-done // r is not read after WriteStream returns
-		return err
+		return copyIn(ctx, e, id, p, FileMode, size, r)
 	})
 	if err != nil {
 		return fmt.Errorf("node %s: write %s: %w", node, p, err)
 	}
 	return nil
+}
+
+// copyIn writes size bytes from r to the file p (mode mode) in the
+// container id, streamed: the parent directories are created when missing.
+func copyIn(ctx context.Context, e Engine, id, p string, mode, size int64, r io.Reader) error {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"),
+			Mode: mode, Size: size, ModTime: time.Now()})
+		if err == nil {
+			var n int64
+			n, err = io.Copy(tw, io.LimitReader(r, size))
+			if err == nil && n != size {
+				err = fmt.Errorf("source ended after %d of %d bytes", n, size)
+			}
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	err := e.CopyToContainer(ctx, id, "/", pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(errors.New("copy ended"))
+	<-done // r is not read after copyIn returns
+	return err
 }
 
 // StatFile returns the size and time of the file p on the node, read

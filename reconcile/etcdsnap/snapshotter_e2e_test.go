@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/rigger/rigger/internal/nodebin"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/etcdsnap/s3test"
@@ -46,8 +48,20 @@ func snapshotterPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		b.S3BackupConfig = &spec.S3BackupConfig{Endpoint: gw.Endpoint, Region: "us-east-1", BucketName: gw.Bucket, Folder: "snapshotter",
 			AccessKey: gw.Access, SecretKey: gw.Secret, CustomCA: gw.CAPEM}
 	}
+	// As on an RKE node: no image of rigger's (cert_downloader is RKE's
+	// rke-tools), so the container runs rigger's own binary, copied in, in
+	// system_images.alpine. In this test binary, that is the sandbox's.
+	nodebin.Use(s.RiggerBinary)
+	t.Cleanup(func() { nodebin.Use("") })
+	bin, err := nodebin.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
 	containers := func(on bool) func(*spec.Cluster) {
-		return func(c *spec.Cluster) { c.Services.Etcd.Snapshot = &on }
+		return func(c *spec.Cluster) {
+			c.Services.Etcd.Snapshot = &on
+			c.SystemImages.CertDownloader = "rancher/rke-tools:v0.1.114"
+		}
 	}
 
 	// Two older scheduled snapshots, by serve's schedule at -3h and -2h.
@@ -76,8 +90,13 @@ func snapshotterPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		if err != nil {
 			t.Fatalf("%s: %v", n.Name, err)
 		}
-		if !info.State.Running || info.Config.Image != c.SystemImages.CertDownloader || info.HostConfig.RestartPolicy.Name != "always" {
-			t.Errorf("%s: %s running %v, image %s, restart %s", n.Name, desired.EtcdRollingSnapshots, info.State.Running, info.Config.Image, info.HostConfig.RestartPolicy.Name)
+		if !info.State.Running || info.Config.Image != c.SystemImages.Alpine || info.HostConfig.RestartPolicy.Name != "always" ||
+			!slices.Equal(info.Config.Entrypoint, []string{desired.BinaryPath}) {
+			t.Errorf("%s: %s running %v, image %s, entrypoint %v, restart %s", n.Name, desired.EtcdRollingSnapshots, info.State.Running, info.Config.Image,
+				info.Config.Entrypoint, info.HostConfig.RestartPolicy.Name)
+		}
+		if spec := info.Config.Labels[desired.LabelSpec]; !strings.Contains(spec, `"binary":"`+bin.ID+`"`) {
+			t.Errorf("%s: %s was planned without rigger's binary %s: %s", n.Name, desired.EtcdRollingSnapshots, bin.ID, spec)
 		}
 		// The S3 credentials are in the node's 0600 file only.
 		b, _ := json.Marshal(info)

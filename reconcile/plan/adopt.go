@@ -28,7 +28,7 @@ func adoptReason(component string) string {
 func adoptRemoveReason(name string) string {
 	switch {
 	case name == "etcd-rolling-snapshots":
-		return adoptPrefix + "remove RKE's snapshot schedule: rigger serve takes the scheduled snapshots (rigger.image would run rigger's etcd-rolling-snapshots instead); those RKE took stay on the node"
+		return adoptPrefix + "remove RKE's snapshot schedule, as cluster.yml turns the nodes' off (services.etcd.snapshot: false, or backup_config.enabled: false); those RKE took stay on the node"
 	case strings.HasPrefix(name, "etcd-") || name == "extract-statefile-configmap":
 		return adoptPrefix + "remove RKE's one-shot " + name + " left by an earlier rke run"
 	}

@@ -35,7 +35,8 @@ func asRKE(t *testing.T, yml string) *observe.Cluster {
 // TestAdoptRKE: every container RKE runs is replaced by rigger's under the
 // same name, in the phases' order (etcd members one node after the other,
 // no membership change, not a new etcd cluster), each step saying it takes
-// over RKE's; RKE's snapshot schedule is removed.
+// over RKE's, RKE's snapshot schedule included (rigger's runs in its place,
+// as RKE's did); it is removed only when cluster.yml turns it off.
 func TestAdoptRKE(t *testing.T) {
 	const yml = `cluster_name: test
 nodes:
@@ -52,7 +53,7 @@ nodes:
 		"worker 10.0.0.1 replace service-sidekick (adopt: replace RKE's service-sidekick with rigger's)",
 		"worker 10.0.0.1 replace kubelet (adopt: replace RKE's kubelet with rigger's)",
 		"worker 10.0.0.1 replace kube-proxy (adopt: replace RKE's kube-proxy with rigger's)",
-		"worker 10.0.0.1 remove etcd-rolling-snapshots (adopt: remove RKE's snapshot schedule: rigger serve takes the scheduled snapshots (rigger.image would run rigger's etcd-rolling-snapshots instead); those RKE took stay on the node)",
+		"worker 10.0.0.1 replace etcd-rolling-snapshots (adopt: replace RKE's etcd-rolling-snapshots with rigger's)",
 		"worker 10.0.0.2 replace nginx-proxy (adopt: replace RKE's nginx-proxy with rigger's)",
 		"worker 10.0.0.2 replace service-sidekick (adopt: replace RKE's service-sidekick with rigger's)",
 		"worker 10.0.0.2 replace kubelet (adopt: replace RKE's kubelet with rigger's)",
@@ -87,17 +88,16 @@ nodes:
 		t.Errorf("etcd phase (-want +got):\n%s", diff)
 	}
 
-	// With rigger's image for it, rigger's etcd-rolling-snapshots takes the
-	// place of RKE's.
-	withImage := yml + "rigger: {image: rigger/rigger:v1}\n"
+	// With the nodes' snapshots turned off, RKE's schedule is removed.
+	off := yml + "services: {etcd: {snapshot: false}}\n"
 	var snaps []string
-	for _, s := range Compute(build(t, withImage, nil), asRKE(t, withImage)).Steps {
+	for _, s := range Compute(build(t, off, nil), asRKE(t, off)).Steps {
 		if s.Component == "etcd-rolling-snapshots" {
 			snaps = append(snaps, line(s))
 		}
 	}
-	if want := []string{"worker 10.0.0.1 replace etcd-rolling-snapshots (adopt: replace RKE's etcd-rolling-snapshots with rigger's)"}; !cmp.Equal(want, snaps) {
-		t.Errorf("etcd-rolling-snapshots with rigger.image: %v, want %v", snaps, want)
+	if want := []string{"worker 10.0.0.1 remove etcd-rolling-snapshots (adopt: remove RKE's snapshot schedule, as cluster.yml turns the nodes' off (services.etcd.snapshot: false, or backup_config.enabled: false); those RKE took stay on the node)"}; !cmp.Equal(want, snaps) {
+		t.Errorf("etcd-rolling-snapshots with snapshot: false: %v, want %v", snaps, want)
 	}
 
 	// Once rigger's run, the plan is empty.

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rigger/rigger/internal/nodebin"
 	"github.com/rigger/rigger/internal/rkerender"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
@@ -116,6 +117,17 @@ func TestAdoptSandbox(t *testing.T) {
 	if !ok {
 		t.Fatalf("no services block in the sandbox's cluster.yml:\n%s", yml)
 	}
+	// Scheduled snapshots on the etcd nodes, as RKE's default (the
+	// sandbox's example turns them off), and RKE's own images: no image of
+	// rigger's on the nodes, so rigger's etcd-rolling-snapshots runs its
+	// binary (the sandbox's, in this test binary) in system_images.alpine.
+	for old, new := range map[string]string{"    snapshot: false\n": "    snapshot: true\n", "cert_downloader: rigger/rigger:dev": "cert_downloader: rancher/rke-tools:v0.1.114"} {
+		if yml, ok = replaceOnce(yml, old, new); !ok {
+			t.Fatalf("no %q in the sandbox's cluster.yml:\n%s", old, yml)
+		}
+	}
+	nodebin.Use(s.RiggerBinary)
+	t.Cleanup(func() { nodebin.Use("") })
 	dir := t.TempDir()
 	clusterFile := filepath.Join(dir, "cluster.yml")
 	if err := os.WriteFile(clusterFile, []byte(yml), 0o600); err != nil {
@@ -199,6 +211,22 @@ func TestAdoptSandbox(t *testing.T) {
 					p.Name = name
 					startRKEProcess(ctx, t, clients[np.Address], p)
 				}
+			}
+		}
+		// RKE's scheduled snapshots (services.RunEtcdSnapshotSave, not in
+		// the node plan): rke-tools' rke-etcd-backup, which the sandbox's
+		// alpine image lacks, so the container is only created.
+		for _, n := range s.Nodes {
+			p := rkeProcess{Name: desired.EtcdRollingSnapshots, Image: c.SystemImages.Alpine, NetworkMode: "host", RestartPolicy: "always",
+				Command: []string{"/opt/rke-tools/rke-etcd-backup", "etcd-backup", "save", "--cacert", "/etc/kubernetes/ssl/kube-ca.pem",
+					"--cert", "/etc/kubernetes/ssl/kube-node.pem", "--key", "/etc/kubernetes/ssl/kube-node-key.pem",
+					"--name", "etcd-rolling-snapshots", "--endpoints=" + n.Address + ":2379", "--retention=72h", "--creation=12h"},
+				Binds: []string{"/opt/rke/etcd-snapshots:/backup:z", "/etc/kubernetes:/etc/kubernetes:z"}}
+			cfg := &container.Config{Entrypoint: p.Command, Image: p.Image}
+			host := &container.HostConfig{Binds: p.Binds, NetworkMode: container.NetworkMode(p.NetworkMode),
+				RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(p.RestartPolicy)}}
+			if _, err := clients[n.Address].ContainerCreate(ctx, cfg, host, nil, nil, p.Name); err != nil {
+				t.Fatalf("create RKE's %s: %v", p.Name, err)
 			}
 		}
 	})
@@ -356,7 +384,7 @@ func TestAdoptSandbox(t *testing.T) {
 			replaced++
 		}
 	}
-	if want := 3 * 7; replaced != want { // etcd, 3 control plane, sidekick, kubelet, kube-proxy
+	if want := 3 * 8; replaced != want { // etcd, 3 control plane, sidekick, kubelet, kube-proxy, etcd-rolling-snapshots
 		t.Errorf("%d steps replace RKE's containers, want %d", replaced, want)
 	}
 
@@ -457,6 +485,39 @@ func TestAdoptSandbox(t *testing.T) {
 				}
 			}
 		}
+		// The adopted cluster keeps its scheduled snapshots: rigger's
+		// etcd-rolling-snapshots on every etcd node, rigger's binary in
+		// RKE's image, each running the schedule (the snapshot the takeover
+		// took before etcd changed is its last; the snapshotter phase of
+		// reconcile/etcdsnap's TestEtcdSandbox sees one taken when due).
+		bin, err := nodebin.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range s.Nodes {
+			info, err := clients[n.Address].ContainerInspect(ctx, desired.EtcdRollingSnapshots)
+			if err != nil {
+				t.Fatalf("node %s: %v", n.Address, err)
+			}
+			if info.Config.Labels[desired.LabelCluster] != c.ClusterName || info.Config.Image != c.SystemImages.Alpine ||
+				!slices.Equal(info.Config.Entrypoint, []string{desired.BinaryPath}) || !strings.Contains(info.Config.Labels[desired.LabelSpec], bin.ID) {
+				t.Errorf("node %s: %s is not rigger's binary in %s: image %s, entrypoint %v, labels %v", n.Address, desired.EtcdRollingSnapshots,
+					c.SystemImages.Alpine, info.Config.Image, info.Config.Entrypoint, info.Config.Labels)
+			}
+		}
+		rt.Eventually(ctx, t, 3*time.Minute, "rigger's etcd-rolling-snapshots on every etcd node checks the schedule", func(ctx context.Context) (bool, error) {
+			for _, n := range s.Nodes {
+				l := dockerop.Logs(ctx, clients[n.Address], desired.EtcdRollingSnapshots)
+				if strings.Contains(l, "scheduled snapshot failed") {
+					t.Fatalf("node %s: %s failed:\n%s", n.Address, desired.EtcdRollingSnapshots, l)
+				}
+				if !strings.Contains(l, "no scheduled snapshot due") && !strings.Contains(l, "scheduled snapshot taken and verified") &&
+					!strings.Contains(l, "scheduled snapshot not taken here") {
+					return false, fmt.Errorf("node %s: no check logged yet: %q", n.Address, l)
+				}
+			}
+			return true, nil
+		})
 		pl := a.Plan(ctx, t, c)
 		if after := memberIDs(pl.Observed); !slices.Equal(after, membersBefore) {
 			t.Errorf("etcd member IDs %v after the takeover, %v before", after, membersBefore)
