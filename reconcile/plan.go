@@ -19,7 +19,8 @@ import (
 // for it to run what cluster.yml asks for (plan.Compute). It changes
 // nothing, on the nodes or in the state directory. It refuses a cluster.yml
 // that would move the nodes to an older Kubernetes minor version than they
-// run (plan.CheckDowngrade), and, unless Options.IgnoreDockerVersion, nodes
+// run (plan.CheckDowngrade) or their API servers more than one minor
+// version up (plan.CheckSkippedMinor), and, unless Options.IgnoreDockerVersion, nodes
 // whose Docker version RKE does not support (plan.CheckDocker).
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	d, err := desired.Build(s.c)
@@ -33,6 +34,9 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	}
 	observed := time.Now()
 	if err := plan.CheckDowngrade(d, o); err != nil {
+		return nil, stalls(ReasonInvalidSpec, err)
+	}
+	if err := plan.CheckSkippedMinor(d, o); err != nil {
 		return nil, stalls(ReasonInvalidSpec, err)
 	}
 	if err := plan.CheckDocker(s.c, o, s.opts.IgnoreDockerVersion); err != nil {

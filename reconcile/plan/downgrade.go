@@ -89,3 +89,71 @@ func minorOf(tag string) int {
 	}
 	return int(v.Minor)
 }
+
+// SkippedMinor is a kube-apiserver that cluster.yml would move more than
+// one minor version up at once.
+type SkippedMinor struct {
+	Node string
+	// Running and Wanted are the versions of the observed and the desired
+	// image (their tags).
+	Running, Wanted string
+}
+
+// SkippedMinorError refuses a plan that upgrades the API servers by more
+// than one minor version: Kubernetes' version skew policy upgrades them one
+// minor at a time (an API server reads only what the previous minor
+// stored, and the controllers and kubelets must not be newer than it).
+type SkippedMinorError struct {
+	Skips []SkippedMinor
+}
+
+func (e *SkippedMinorError) Error() string {
+	var each []string
+	oldest := ""
+	for _, s := range e.Skips {
+		each = append(each, fmt.Sprintf("kube-apiserver on %s runs %s, cluster.yml asks for %s", s.Node, s.Running, s.Wanted))
+		if oldest == "" || minorOf(s.Running) < minorOf(oldest) {
+			oldest = s.Running
+		}
+	}
+	next := fmt.Sprintf("v1.%d", minorOf(oldest)+1)
+	newest := next + " (the newest patch release `rigger config versions` lists)"
+	for _, v := range rkemeta.Versions() {
+		if rkemeta.Series(v) == next {
+			newest = v
+		}
+	}
+	return fmt.Sprintf("cluster.yml would upgrade Kubernetes by more than one minor version at once (%s): Kubernetes upgrades one minor version at a time, "+
+		"each complete before the next (the version skew policy: an API server must not skip a minor). Set kubernetes_version (and "+
+		"system_images.kubernetes, if set) to %s, apply it, then go on to the next minor", strings.Join(each, "; "), newest)
+}
+
+// CheckSkippedMinor returns a *SkippedMinorError when d would run the
+// kube-apiserver of a node of o more than one minor version above the one
+// it runs there, comparing the tags of the images as CheckDowngrade does;
+// nil otherwise. Like Compute, it is pure.
+func CheckSkippedMinor(d *desired.Cluster, o *observe.Cluster) error {
+	if o == nil {
+		return nil
+	}
+	var found []SkippedMinor
+	for _, dn := range d.Nodes {
+		on := o.Nodes[dn.Address]
+		if on == nil || !on.Reachable {
+			continue
+		}
+		dc, ok := dn.Container(desired.KubeAPIServer)
+		oc, running := on.Containers[desired.KubeAPIServer]
+		if !ok || !running {
+			continue
+		}
+		r, w := minorOf(rkemeta.ImageTag(oc.Image)), minorOf(rkemeta.ImageTag(dc.Image))
+		if r >= 0 && w > r+1 {
+			found = append(found, SkippedMinor{Node: dn.Address, Running: rkemeta.ImageTag(oc.Image), Wanted: rkemeta.ImageTag(dc.Image)})
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return &SkippedMinorError{Skips: found}
+}

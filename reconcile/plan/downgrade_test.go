@@ -97,3 +97,87 @@ func TestCheckDowngrade(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckSkippedMinor: a cluster.yml that would move an API server more
+// than one minor version up is refused, naming each and the version to
+// apply first (the newest patch release of the next minor); one minor up,
+// a node that did not answer, a new node and a custom build are not.
+func TestCheckSkippedMinor(t *testing.T) {
+	at := func(version string) func(*spec.Cluster) {
+		return func(c *spec.Cluster) {
+			for _, s := range []*spec.BaseService{&c.Services.KubeAPI.BaseService, &c.Services.KubeController.BaseService,
+				&c.Services.Scheduler, &c.Services.Kubelet.BaseService, &c.Services.Kubeproxy} {
+				s.Image = "rancher/hyperkube:" + version
+			}
+		}
+	}
+	apiServerAt := func(node, version string) func(*observe.Cluster) {
+		return func(o *observe.Cluster) {
+			c := o.Nodes[node].Containers[desired.KubeAPIServer]
+			c.Image = "rancher/hyperkube:" + version
+			o.Nodes[node].Containers[desired.KubeAPIServer] = c
+		}
+	}
+	const yml = "nodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n  - {address: 10.0.0.2, user: u, role: [controlplane, worker]}\n"
+	for _, tc := range []struct {
+		name             string
+		running, desired func(*spec.Cluster)
+		observe          func(*observe.Cluster)
+		want             []SkippedMinor
+		next             string // in the error: the version to apply first
+	}{
+		{name: "one minor up", running: at("v1.31.7-rancher1"), desired: at("v1.32.3-rancher1")},
+		{name: "a patch release", running: at("v1.32.1-rancher1"), desired: at("v1.32.3-rancher1")},
+		{
+			name: "two minors up", running: at("v1.30.14-rancher1"), desired: at("v1.32.3-rancher1"),
+			want: []SkippedMinor{{"10.0.0.1", "v1.30.14-rancher1", "v1.32.3-rancher1"}, {"10.0.0.2", "v1.30.14-rancher1", "v1.32.3-rancher1"}},
+			next: "v1.31.14-rancher1-1",
+		},
+		{
+			name: "mid-upgrade: only the API server still a minor behind", running: at("v1.31.7-rancher1"), desired: at("v1.33.1"),
+			observe: apiServerAt("10.0.0.2", "v1.32.3-rancher1"),
+			want:    []SkippedMinor{{"10.0.0.1", "v1.31.7-rancher1", "v1.33.1"}},
+			next:    "v1.32.13-rancher1-3",
+		},
+		{
+			name: "a node that did not answer says nothing", running: at("v1.28.15-rancher1"), desired: at("v1.32.3-rancher1"),
+			observe: func(o *observe.Cluster) {
+				o.Nodes["10.0.0.1"].Reachable = false
+				delete(o.Nodes, "10.0.0.2")
+			},
+		},
+		{
+			name: "a new controlplane node runs no API server yet", running: at("v1.28.15-rancher1"), desired: at("v1.32.3-rancher1"),
+			observe: func(o *observe.Cluster) {
+				for _, n := range o.Nodes {
+					delete(n.Containers, desired.KubeAPIServer)
+				}
+			},
+		},
+		{name: "a custom build says no version", running: at("custom"), desired: at("v1.32.3-rancher1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := asApplied(build(t, yml, tc.running))
+			if tc.observe != nil {
+				tc.observe(o)
+			}
+			err := CheckSkippedMinor(build(t, yml, tc.desired), o)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var se *SkippedMinorError
+			if !errors.As(err, &se) {
+				t.Fatalf("got %v, want a *SkippedMinorError", err)
+			}
+			if diff := cmp.Diff(tc.want, se.Skips); diff != "" {
+				t.Errorf("skips (-want +got):\n%s", diff)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "one minor version at a time") || !strings.Contains(msg, "to "+tc.next+", apply it") {
+				t.Errorf("the error does not say why and what to do (%s first): %s", tc.next, msg)
+			}
+		})
+	}
+}
