@@ -12,18 +12,21 @@ import (
 	"github.com/rigger/rigger/spec"
 )
 
+// hyperkubeAt sets the image of every Kubernetes component to rancher/hyperkube
+// at version.
+func hyperkubeAt(version string) func(*spec.Cluster) {
+	return func(c *spec.Cluster) {
+		for _, s := range []*spec.BaseService{&c.Services.KubeAPI.BaseService, &c.Services.KubeController.BaseService,
+			&c.Services.Scheduler, &c.Services.Kubelet.BaseService, &c.Services.Kubeproxy} {
+			s.Image = "rancher/hyperkube:" + version
+		}
+	}
+}
+
 // TestCheckDowngrade: a cluster.yml that would run a Kubernetes container
 // on an older minor version than the one it runs is refused, naming each
 // container; anything else is not.
 func TestCheckDowngrade(t *testing.T) {
-	at := func(version string) func(*spec.Cluster) {
-		return func(c *spec.Cluster) {
-			for _, s := range []*spec.BaseService{&c.Services.KubeAPI.BaseService, &c.Services.KubeController.BaseService,
-				&c.Services.Scheduler, &c.Services.Kubelet.BaseService, &c.Services.Kubeproxy} {
-				s.Image = "rancher/hyperkube:" + version
-			}
-		}
-	}
 	for _, tc := range []struct {
 		name             string
 		running, desired func(*spec.Cluster)
@@ -31,11 +34,11 @@ func TestCheckDowngrade(t *testing.T) {
 		observe func(*observe.Cluster)
 		want    []Downgrade
 	}{
-		{name: "same version", running: at("v1.32.3-rancher1"), desired: at("v1.32.3-rancher1")},
-		{name: "upgrade", running: at("v1.31.7-rancher1"), desired: at("v1.32.3-rancher1")},
-		{name: "older patch release", running: at("v1.32.3-rancher1"), desired: at("v1.32.1-rancher1")},
+		{name: "same version", running: hyperkubeAt("v1.32.3-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1")},
+		{name: "upgrade", running: hyperkubeAt("v1.31.7-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1")},
+		{name: "older patch release", running: hyperkubeAt("v1.32.3-rancher1"), desired: hyperkubeAt("v1.32.1-rancher1")},
 		{
-			name: "older minor version", running: at("v1.32.3-rancher1"), desired: at("v1.31.7-rancher1"),
+			name: "older minor version", running: hyperkubeAt("v1.32.3-rancher1"), desired: hyperkubeAt("v1.31.7-rancher1"),
 			want: []Downgrade{
 				{Node: "10.0.0.1", Component: desired.KubeAPIServer, Running: "v1.32.3-rancher1", Wanted: "v1.31.7-rancher1"},
 				{Node: "10.0.0.1", Component: desired.KubeControllerManager, Running: "v1.32.3-rancher1", Wanted: "v1.31.7-rancher1"},
@@ -47,7 +50,7 @@ func TestCheckDowngrade(t *testing.T) {
 			},
 		},
 		{
-			name: "one node ahead, mid-upgrade", running: at("v1.31.7-rancher1"), desired: at("v1.31.7-rancher1"),
+			name: "one node ahead, mid-upgrade", running: hyperkubeAt("v1.31.7-rancher1"), desired: hyperkubeAt("v1.31.7-rancher1"),
 			observe: func(o *observe.Cluster) {
 				c := o.Nodes["10.0.0.2"].Containers[desired.Kubelet]
 				c.Image = "rancher/hyperkube:v1.32.3-rancher1"
@@ -56,14 +59,14 @@ func TestCheckDowngrade(t *testing.T) {
 			want: []Downgrade{{Node: "10.0.0.2", Component: desired.Kubelet, Running: "v1.32.3-rancher1", Wanted: "v1.31.7-rancher1"}},
 		},
 		{
-			name: "a node that did not answer says nothing", running: at("v1.32.3-rancher1"), desired: at("v1.31.7-rancher1"),
+			name: "a node that did not answer says nothing", running: hyperkubeAt("v1.32.3-rancher1"), desired: hyperkubeAt("v1.31.7-rancher1"),
 			observe: func(o *observe.Cluster) {
 				o.Nodes["10.0.0.1"].Reachable = false
 				delete(o.Nodes, "10.0.0.2")
 			},
 		},
-		{name: "a custom build says no version", running: at("custom"), desired: at("v1.31.7-rancher1")},
-		{name: "the sandbox's upstream tag", running: at("v1.32.3"), desired: at("v1.31.4"),
+		{name: "a custom build says no version", running: hyperkubeAt("custom"), desired: hyperkubeAt("v1.31.7-rancher1")},
+		{name: "the sandbox's upstream tag", running: hyperkubeAt("v1.32.3"), desired: hyperkubeAt("v1.31.4"),
 			observe: func(o *observe.Cluster) { delete(o.Nodes, "10.0.0.1") },
 			want: []Downgrade{
 				{Node: "10.0.0.2", Component: desired.Kubelet, Running: "v1.32.3", Wanted: "v1.31.4"},
@@ -103,14 +106,6 @@ func TestCheckDowngrade(t *testing.T) {
 // apply first (the newest patch release of the next minor); one minor up,
 // a node that did not answer, a new node and a custom build are not.
 func TestCheckSkippedMinor(t *testing.T) {
-	at := func(version string) func(*spec.Cluster) {
-		return func(c *spec.Cluster) {
-			for _, s := range []*spec.BaseService{&c.Services.KubeAPI.BaseService, &c.Services.KubeController.BaseService,
-				&c.Services.Scheduler, &c.Services.Kubelet.BaseService, &c.Services.Kubeproxy} {
-				s.Image = "rancher/hyperkube:" + version
-			}
-		}
-	}
 	apiServerAt := func(node, version string) func(*observe.Cluster) {
 		return func(o *observe.Cluster) {
 			c := o.Nodes[node].Containers[desired.KubeAPIServer]
@@ -126,35 +121,35 @@ func TestCheckSkippedMinor(t *testing.T) {
 		want             []SkippedMinor
 		next             string // in the error: the version to apply first
 	}{
-		{name: "one minor up", running: at("v1.31.7-rancher1"), desired: at("v1.32.3-rancher1")},
-		{name: "a patch release", running: at("v1.32.1-rancher1"), desired: at("v1.32.3-rancher1")},
+		{name: "one minor up", running: hyperkubeAt("v1.31.7-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1")},
+		{name: "a patch release", running: hyperkubeAt("v1.32.1-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1")},
 		{
-			name: "two minors up", running: at("v1.30.14-rancher1"), desired: at("v1.32.3-rancher1"),
+			name: "two minors up", running: hyperkubeAt("v1.30.14-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1"),
 			want: []SkippedMinor{{"10.0.0.1", "v1.30.14-rancher1", "v1.32.3-rancher1"}, {"10.0.0.2", "v1.30.14-rancher1", "v1.32.3-rancher1"}},
 			next: "v1.31.14-rancher1-1",
 		},
 		{
-			name: "mid-upgrade: only the API server still a minor behind", running: at("v1.31.7-rancher1"), desired: at("v1.33.1"),
+			name: "mid-upgrade: only the API server still a minor behind", running: hyperkubeAt("v1.31.7-rancher1"), desired: hyperkubeAt("v1.33.1"),
 			observe: apiServerAt("10.0.0.2", "v1.32.3-rancher1"),
 			want:    []SkippedMinor{{"10.0.0.1", "v1.31.7-rancher1", "v1.33.1"}},
 			next:    "v1.32.13-rancher1-3",
 		},
 		{
-			name: "a node that did not answer says nothing", running: at("v1.28.15-rancher1"), desired: at("v1.32.3-rancher1"),
+			name: "a node that did not answer says nothing", running: hyperkubeAt("v1.28.15-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1"),
 			observe: func(o *observe.Cluster) {
 				o.Nodes["10.0.0.1"].Reachable = false
 				delete(o.Nodes, "10.0.0.2")
 			},
 		},
 		{
-			name: "a new controlplane node runs no API server yet", running: at("v1.28.15-rancher1"), desired: at("v1.32.3-rancher1"),
+			name: "a new controlplane node runs no API server yet", running: hyperkubeAt("v1.28.15-rancher1"), desired: hyperkubeAt("v1.32.3-rancher1"),
 			observe: func(o *observe.Cluster) {
 				for _, n := range o.Nodes {
 					delete(n.Containers, desired.KubeAPIServer)
 				}
 			},
 		},
-		{name: "a custom build says no version", running: at("custom"), desired: at("v1.32.3-rancher1")},
+		{name: "a custom build says no version", running: hyperkubeAt("custom"), desired: hyperkubeAt("v1.32.3-rancher1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := asApplied(build(t, yml, tc.running))
