@@ -166,7 +166,7 @@ var (
 
 // criDockerdDocker2010Patches make cri-dockerd v0.4.0 work with the
 // sandbox's engine, Debian 12's Docker 20.10 (API 1.41); the module proxy
-// serves no older cri-dockerd (RKE v1.8.1's rke-tools ships 0.3.16, which
+// serves no older cri-dockerd (RKE's rke-tools ships a 0.3 release, which
 // works with Docker 20.10). v0.4.0 refuses an engine older than API 1.42,
 // and creates containers with HostConfig.Mounts whose BindOptions.
 // CreateMountpoint (API 1.42) makes a missing hostPath directory: Docker
