@@ -73,12 +73,7 @@ func delivery(id string) mod {
 // ID (a generic hook script posts the same body for every push) is taken
 // each time.
 func TestReplayIgnored(t *testing.T) {
-	h, c := newHandler(t, func(cfg *Config) {
-		cfg.Rate = rate.Every(time.Hour)
-		cfg.Burst = 2
-	})
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv, c := limitedServer(t)
 	path := Path(testSecret)
 	captured := []mod{github("push"), delivery("captured-1")}
 	if resp, body := send(t, srv, http.MethodPost, path, githubPush, captured...); resp.StatusCode != 202 {
@@ -101,7 +96,7 @@ func TestReplayIgnored(t *testing.T) {
 		t.Errorf("Observe calls %v, want the second a replay", observed)
 	}
 
-	h, c = newHandler(t, func(cfg *Config) { cfg.Burst = 5 })
+	h, c := newHandler(t, func(cfg *Config) { cfg.Burst = 5 })
 	noID := httptest.NewServer(h)
 	defer noID.Close()
 	for i := range 3 {
@@ -417,13 +412,20 @@ func TestHandler(t *testing.T) {
 	}
 }
 
-func TestRateLimit(t *testing.T) {
+// limitedServer serves a handler whose forge budget is two deliveries, then
+// one an hour; it is closed when the test ends.
+func limitedServer(t *testing.T) (*httptest.Server, *calls) {
 	h, c := newHandler(t, func(cfg *Config) {
 		cfg.Rate = rate.Every(time.Hour)
 		cfg.Burst = 2
 	})
 	srv := httptest.NewServer(h)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv, c
+}
+
+func TestRateLimit(t *testing.T) {
+	srv, c := limitedServer(t)
 	path := Path(testSecret)
 
 	// A refused method is answered before the limiters and costs nothing.
