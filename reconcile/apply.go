@@ -38,6 +38,9 @@ type ApplyOptions struct {
 	// who holds it meanwhile (see lock.LeaseOptions.Waiting).
 	WaitLease    bool
 	LeaseWaiting func(*lock.HeldError)
+	// Pass, when set, is shown each plan Apply makes after the first, for
+	// the next stage of a staged operation (pass counts from 2).
+	Pass func(pass int, pl *Planned)
 }
 
 // MaxPlanAge is how old an observation Apply acts on may be.
@@ -51,33 +54,36 @@ const MaxPlanAge = 15 * time.Minute
 // Kubernetes side of the nodes right (package kubenode). The result lists
 // what was done, also on error.
 //
-// A certificate rotation the plan starts is recorded before anything
-// changes, and recorded done once every node runs it (startRotation,
-// finishRotation); a CA rotation goes through its stages (pki.CAStages),
-// Apply planning and applying each next one as Plan and Apply do, until
-// it is done or a stage fails.
-//
-// Then it carries out the stages of the operation on the generated secrets
-// encryption key (encryptionWork): a rotation, or the rewrite of the
-// Secrets once encryption is on. Its steps are not in the result.
+// A staged operation (a CA rotation, pki.CAStages; an operation on the
+// generated secrets encryption key, secretsenc.Stages) moves one stage per
+// plan: the plan carries out the stage its record is at, and its record
+// moves on once the stage is done. When a stage follows (Planned.Next),
+// Apply observes and plans again and carries that plan out, told to
+// ao.Pass: this loop, observe → plan → execute, is the only place where a
+// plan is made again during an apply, for rigger apply and serve alike. A
+// plan is never changed once made.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	res, err := s.applyOnce(ctx, lk, pl, ao)
-	for err == nil && pl.rot != nil && pl.rot.more {
+	for pass := 2; err == nil && pl.continues(); pass++ {
+		if pass > maxPasses {
+			return res, fmt.Errorf("apply: still a stage to carry out after %d plans (%s): run rigger apply again, and report it if it says the same", maxPasses, pl.Next())
+		}
 		if pl, err = s.Plan(ctx); err != nil {
 			break
 		}
-		if r := pl.Rotation(); r != nil && ao.Hooks.Phase != nil {
-			ao.Hooks.Phase("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
+		if ao.Pass != nil {
+			ao.Pass(pass, pl)
 		}
 		var next *execute.Result
 		next, err = s.applyOnce(ctx, lk, pl, ao)
 		res = joinResults(res, next)
 	}
-	if err == nil {
-		err = s.encryptionWork(ctx, lk, pl, ao)
-	}
 	return res, err
 }
+
+// maxPasses bounds the plans of one apply: the stages of a CA rotation and
+// of a key rotation, one plan each, and the first plan.
+const maxPasses = 1 + 3 + 4
 
 // stageTitle says what a stage of a CA rotation does, for people.
 func stageTitle(st pki.CAStage) string {
@@ -109,6 +115,17 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	if lk == nil {
 		return notRun, errors.New("apply: the cluster's lock is not held (Session.Lock)")
 	}
+	if ph := ao.Hooks.Phase; ph != nil {
+		if r := pl.Rotation(); r != nil && r.Stage != "" {
+			ph("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
+		}
+		if e := pl.encryption; e != nil && e.record.Op != nil {
+			ph("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", e.record.Op.Kind, e.record.Op.Stage, strings.Join(e.want.Names(), ", ")))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return notRun, err
+	}
 	if err := pl.Blocked(); err != nil {
 		return notRun, err
 	}
@@ -131,10 +148,12 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
 		}
 	}
-	if err := s.saveEncryption(pl.encryption); err != nil {
+	encRec, err := s.saveEncryption(pl.encryption)
+	if err != nil {
 		return notRun, fmt.Errorf("save the secrets encryption key before applying: %w", err)
 	}
-	if err := s.startRotation(pl); err != nil {
+	rotRec, err := s.startRotation(pl)
+	if err != nil {
 		return notRun, err
 	}
 	if err := s.recordNodes(); err != nil {
@@ -212,7 +231,14 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
 	if err == nil && pl.Complete() {
-		err = s.finishRotation(ctx, pl, cs, side.say)
+		err = s.finishRotation(ctx, pl, rotRec, cs, side.say)
+	}
+	if err == nil {
+		err = s.endEncryptionStage(ctx, pl, encRec, cs, func(msg string, err error) {
+			if hooks.Step != nil {
+				hooks.Step("secrets encryption", msg, err)
+			}
+		})
 	}
 	if res.AddonsErr != nil && !ao.AddonsErrInResult {
 		err = errors.Join(err, res.AddonsErr)

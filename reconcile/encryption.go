@@ -11,19 +11,20 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/observe"
-	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/spec"
 )
 
 // Encryption is what a plan knows of the Secrets encryption key rigger
 // generates (secrets_encryption_config.enabled without custom_config):
-// where it comes from, the keys' names (never their secrets), and the work
-// an apply does after the plan's steps.
+// where it comes from, the keys' names (never their secrets), and the stage
+// of the operation on it that the plan carries out.
 type Encryption struct {
 	// Source is where the key comes from: the state directory, a node
 	// (recovered), or new (PKINew: no controlplane node has one yet).
@@ -42,17 +43,22 @@ type Encryption struct {
 	LastRotatedKey string
 }
 
-// resolvedEncryption is the cluster's generated encryption for a plan.
+// resolvedEncryption is the cluster's generated encryption for a plan: the
+// key and the stage of the operation on it the plan carries out.
 type resolvedEncryption struct {
-	cur    *secretsenc.Config
+	// cur is the configuration the state directory keeps (with the new
+	// key of a rotation the plan starts) and want the one the API servers
+	// get at the record's stage (secretsenc.Desired); file is want's.
+	cur, want *secretsenc.Config
+	file      []byte
+	// record is the record as the apply saves it before anything changes;
+	// its Op is the operation whose stage the plan carries out.
 	record secretsenc.Record
-	// file is the configuration the API servers get (Desired of cur at
-	// the record's stage).
-	file []byte
-	info *Encryption
+	info   *Encryption
 	// saveConfig and saveRecord are set when the state directory must be
-	// written before apply.
-	saveConfig, saveRecord bool
+	// written before apply; starts when the plan starts a rotation (its
+	// record gets the time it starts).
+	saveConfig, saveRecord, starts bool
 	// newKey says why this plan's new key must not be applied.
 	newKey error
 }
@@ -108,21 +114,39 @@ func (s *Session) resolveEncryption(ctx context.Context, o *observe.Cluster) (*r
 			r.saveConfig, r.saveRecord = true, true
 		}
 	}
+	if requested := s.c.RotateEncryptionKey && !r.record.RotateHandled; r.record.Op == nil && (requested || s.opts.RotateKey) {
+		// The plan starts the rotation asked for (rotate_encryption_key
+		// once, or rigger encrypt rotate-key): its first stage adds a new
+		// key, second, on every API server.
+		r.record.RotateHandled = r.record.RotateHandled || requested
+		r.record.Op = &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey}
+		r.starts = true
+	}
+	if op := r.record.Op; op != nil && op.Kind == secretsenc.KindRotate && op.Stage == secretsenc.StageAddKey {
+		// A rotation starting, or stopped between its record and its key:
+		// the key is made now and saved before anything changes.
+		if _, ok := cur.Key(op.NewKey); !ok {
+			k, err := secretsenc.NewKey(cur.Names())
+			if err != nil {
+				return nil, err
+			}
+			if op.NewKey == "" {
+				op.NewKey = k.Name
+			}
+			k.Name = op.NewKey
+			cur = &secretsenc.Config{IdentityFirst: cur.IdentityFirst, Keys: append(slices.Clone(cur.Keys), k)}
+			r.saveConfig = true
+		}
+	}
 	r.cur = cur
-	want, err := secretsenc.Desired(cur, r.record.Op)
-	if err != nil {
+	if r.want, err = secretsenc.Desired(cur, r.record.Op); err != nil {
 		return nil, stalls(ReasonStateDamaged, err)
 	}
-	r.file = want.Marshal()
-	r.info.Keys = want.Names()
+	r.file = r.want.Marshal()
+	r.info.Keys = r.want.Names()
 	r.info.LastRotated, r.info.LastRotatedKey = r.record.LastRotated, r.record.LastRotatedKey
-	switch {
-	case r.record.Op != nil:
-		r.info.Op = r.record.Op
-	case s.c.RotateEncryptionKey && !r.record.RotateHandled || s.rotateKey:
-		r.info.Op = &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey}
-	}
-	if op := r.info.Op; op != nil {
+	if op := r.record.Op; op != nil {
+		r.info.Op = op
 		st := secretsenc.Stages(op.Kind)
 		r.info.Stages = st[slices.Index(st, op.Stage):]
 	}
@@ -276,236 +300,128 @@ func (s *Session) newKeyBlocked(o *observe.Cluster) error {
 		"try again when they answer", s.opts.StateDir, strings.Join(down, ", "))
 }
 
-// saveEncryption writes what the plan found or made to the state
-// directory, before anything changes on the nodes.
-func (s *Session) saveEncryption(r *resolvedEncryption) error {
+// saveEncryption writes to the state directory, before anything changes
+// on the nodes, what the plan found or made: the record first (a stop
+// before the key is saved leaves a rotation whose first stage makes the key
+// again), then the key. It returns the record as saved: a rotation the
+// plan starts gets its start time.
+func (s *Session) saveEncryption(r *resolvedEncryption) (secretsenc.Record, error) {
 	if r == nil {
-		return nil
+		return secretsenc.Record{}, nil
 	}
-	if r.saveRecord {
-		if err := secretsenc.SaveRecord(s.opts.StateDir, r.record); err != nil {
-			return err
+	rec := r.record
+	if r.starts {
+		op := *rec.Op
+		op.StartedAt = s.opts.Now().UTC()
+		rec.Op = &op
+		s.opts.Log.Info("rotating the secrets encryption key", "cluster", s.c.ClusterName, "new_key", op.NewKey, "keys", r.want.Names())
+	}
+	if r.saveRecord || r.starts {
+		if err := secretsenc.SaveRecord(s.opts.StateDir, rec); err != nil {
+			return rec, err
 		}
 	}
 	if r.saveConfig {
-		return secretsenc.Save(s.opts.StateDir, r.cur)
+		if err := secretsenc.Save(s.opts.StateDir, r.cur); err != nil {
+			return rec, err
+		}
 	}
-	return nil
+	if rec.Op != nil {
+		crashpoint.Reach(crashpoint.EncryptionStageSaved)
+	}
+	return rec, nil
 }
 
-// RequestKeyRotation makes this session's Plan show, and its Apply carry
-// out, a rotation of the generated secrets encryption key, whatever
-// rotate_encryption_key says (rigger encrypt rotate-key). As RKE, it
-// refuses a cluster.yml without a key rigger generates.
-func (s *Session) RequestKeyRotation() error {
-	if e := s.c.Services.KubeAPI.SecretsEncryptionConfig; e == nil || !e.Enabled {
+// checkRotateKey refuses Options.RotateKey (rigger encrypt rotate-key) for
+// a cluster.yml without a key rigger generates, as RKE does.
+func checkRotateKey(c *spec.Cluster) error {
+	if e := c.Services.KubeAPI.SecretsEncryptionConfig; e == nil || !e.Enabled {
 		return stalls(ReasonInvalidSpec, errors.New("can't rotate the secrets encryption key: services.kube-api.secrets_encryption_config.enabled is not true in cluster.yml"))
 	}
-	if !desired.GeneratedEncryption(s.c) {
+	if !desired.GeneratedEncryption(c) {
 		return stalls(ReasonInvalidSpec, errors.New("can't rotate the secrets encryption key: rigger rotates only the key it generates, not one of secrets_encryption_config.custom_config "+
 			"or of the file kube-api's extra_args name"))
 	}
-	s.rotateKey = true
 	return nil
 }
 
-// encryptionWork carries out, after the plan's steps, the operation on the
-// encryption key the record holds, stage by stage, and starts the rotation
-// cluster.yml asks for (rotate_encryption_key) once, or the one
-// RequestKeyRotation asks for. Each stage is recorded
-// before it acts; a stage that changes the configuration ends when every
-// API server was restarted with it (one at a time, health checked), so an
-// apply stopped anywhere resumes at a stage whose keys read every Secret.
-func (s *Session) encryptionWork(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) error {
-	if pl.encryption == nil {
+// reload is why the API servers must read the plan's encryption
+// configuration again: a stage that changes it, not yet read by every
+// one (Op.Restarted); "" when they need not.
+func (r *resolvedEncryption) reload() string {
+	if r == nil || r.record.Op == nil || !r.record.Op.Stage.ChangesFile() || r.record.Op.Restarted {
+		return ""
+	}
+	op := r.record.Op
+	return fmt.Sprintf("secrets encryption %s, stage %s: reads %s again", op.Kind, op.Stage, encryptionPath)
+}
+
+// endEncryptionStage ends, once the plan's steps are carried out, the
+// stage of the operation on the key the plan carried (rec.Op, rec as
+// saveEncryption saved it): a stage that changed the API servers'
+// configuration is done when every controlplane node answered (the plan
+// restarted each API server with it, one at a time with health checks);
+// the rewrite stage rewrites every Secret through the API server (cs) now.
+// The record then moves to the next stage, which the next plan carries
+// out; the saved configuration drops a key only here, once no API server
+// runs with it. say reports progress.
+func (s *Session) endEncryptionStage(ctx context.Context, pl *Planned, rec secretsenc.Record, cs kubernetes.Interface, say func(msg string, err error)) error {
+	r, op := pl.encryption, rec.Op
+	if r == nil || op == nil {
 		return nil
 	}
-	dir := s.opts.StateDir
-	if rec, err := secretsenc.LoadRecord(dir); err == nil && rec.Op != nil && rec.Op.Kind == secretsenc.KindRotate {
-		s.rotateKey = false // the rotation in progress is the one asked for
+	fail := func(err error) error {
+		say(string(op.Stage), err)
+		return fmt.Errorf("secrets encryption %s, stage %s (it resumes there on the next apply): %w", op.Kind, op.Stage, err)
 	}
-	applied := pl // the plan just applied, for the first stage only
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
+	switch {
+	case op.Stage.ChangesFile():
+		var down []string
+		for _, a := range pl.Unreachable() {
+			if dn, ok := pl.Desired.Node(a); ok && dn.HasRole(spec.RoleControlPlane) {
+				down = append(down, a)
+			}
 		}
-		rec, err := secretsenc.LoadRecord(dir)
+		if len(down) > 0 {
+			return fail(fmt.Errorf("controlplane nodes %s did not answer: every API server must read the new configuration before the next stage; try again when they answer", strings.Join(down, ", ")))
+		}
+		say("every API server reads "+encryptionPath+" with keys "+strings.Join(r.want.Names(), ", "), nil)
+	case op.Stage == secretsenc.StageRewrite:
+		if cs == nil {
+			return fail(errors.New("the API server could not be reached to rewrite the Secrets"))
+		}
+		n, err := secretsenc.RewriteSecrets(ctx, cs, func(n int) {
+			s.opts.Log.Debug("rewriting Secrets", "cluster", s.c.ClusterName, "rewritten", n)
+		})
 		if err != nil {
-			return stateErr(err)
+			return fail(err)
 		}
-		cur, err := secretsenc.Load(dir)
-		if err != nil || cur == nil {
-			if err == nil {
-				err = fmt.Errorf("the secrets encryption key is gone from the state directory %s during an apply", dir)
-			}
-			return stateErr(err)
-		}
-		op := rec.Op
-		if op == nil {
-			requested := s.c.RotateEncryptionKey && !rec.RotateHandled
-			if !requested && !s.rotateKey {
-				return nil
-			}
-			k, err := secretsenc.NewKey(cur.Names())
-			if err != nil {
-				return err
-			}
-			// The record first: a stop before the key is saved leaves a
-			// rotation whose first stage makes a key again.
-			rec.RotateHandled = rec.RotateHandled || requested
-			s.rotateKey = false
-			rec.Op = &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey, NewKey: k.Name, StartedAt: s.opts.Now().UTC()}
-			if err := secretsenc.SaveRecord(dir, rec); err != nil {
-				return err
-			}
-			s.opts.Log.Info("rotating the secrets encryption key", "cluster", s.c.ClusterName, "new_key", k.Name, "keys", cur.Names())
-			cur.Keys = append(cur.Keys, k)
-			if err := secretsenc.Save(dir, cur); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, ok := cur.Key(op.NewKey); op.Kind == secretsenc.KindRotate && !ok && op.Stage == secretsenc.StageAddKey {
-			k, err := secretsenc.NewKey(nil)
-			if err != nil {
-				return err
-			}
-			k.Name = op.NewKey
-			cur.Keys = append(cur.Keys, k)
-		}
-		want, err := secretsenc.Desired(cur, op)
-		if err != nil {
-			return stalls(ReasonStateDamaged, err)
-		}
-		// The saved configuration loses a key only once every API server
-		// runs without it (below): until then a node may hold it, and the
-		// state must still know it (secretsenc.Accepted).
-		if !bytes.Equal(want.Marshal(), cur.Marshal()) && want.Covers(cur) {
-			if err := secretsenc.Save(dir, want); err != nil {
-				return err
-			}
-		}
-		say := func(msg string, err error) {
-			if ao.Hooks.Step != nil {
-				ao.Hooks.Step("secrets encryption", msg, err)
-			}
-		}
-		if ao.Hooks.Phase != nil {
-			ao.Hooks.Phase("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", op.Kind, op.Stage, strings.Join(want.Names(), ", ")))
-		}
-		crashpoint.Reach(crashpoint.EncryptionStageSaved)
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		readAlready := applied != nil && restartedAll(applied, want.Marshal())
-		applied = nil
-		switch {
-		case op.Stage.ChangesFile() && !op.Restarted:
-			// A stage resumed after a stop: the apply's own plan may have
-			// written its file and restarted every API server already.
-			if readAlready {
-				s.opts.Log.Info("the API servers read the stage's configuration already", "cluster", s.c.ClusterName, "stage", op.Stage)
-			} else if err := s.restartAPIServers(ctx, lk, ao, op); err != nil {
-				say("restart the API servers", err)
-				return fmt.Errorf("secrets encryption %s, stage %s (it resumes there on the next apply): %w", op.Kind, op.Stage, err)
-			}
-			op.Restarted = true
-			if err := secretsenc.SaveRecord(dir, rec); err != nil {
-				return err
-			}
-			if !bytes.Equal(want.Marshal(), cur.Marshal()) {
-				if err := secretsenc.Save(dir, want); err != nil {
-					return err
-				}
-			}
-			say("every API server reads "+encryptionPath+" with keys "+strings.Join(want.Names(), ", "), nil)
-		case op.Stage == secretsenc.StageRewrite:
-			n, err := s.rewriteSecrets(ctx)
-			if err != nil {
-				say("rewrite Secrets", err)
-				return fmt.Errorf("secrets encryption %s, stage %s (it resumes there on the next apply): %w", op.Kind, op.Stage, err)
-			}
-			say(fmt.Sprintf("%d Secrets rewritten, encrypted with key %s", n, want.Keys[0].Name), nil)
-		}
-		crashpoint.Reach(crashpoint.EncryptionStageDone)
-		rec.Op = op.Next()
-		if rec.Op == nil && op.Kind == secretsenc.KindRotate {
-			rec.LastRotated, rec.LastRotatedKey = s.opts.Now().UTC(), op.NewKey
-			s.opts.Log.Info("secrets encryption key rotated", "cluster", s.c.ClusterName, "key", op.NewKey)
-		}
-		if err := secretsenc.SaveRecord(dir, rec); err != nil {
+		say(fmt.Sprintf("%d Secrets rewritten, encrypted with key %s", n, r.want.Keys[0].Name), nil)
+	}
+	crashpoint.Reach(crashpoint.EncryptionStageDone)
+	if !bytes.Equal(r.want.Marshal(), r.cur.Marshal()) {
+		if err := secretsenc.Save(s.opts.StateDir, r.want); err != nil {
 			return err
 		}
 	}
+	if rec.Op = op.Next(); rec.Op == nil && op.Kind == secretsenc.KindRotate {
+		rec.LastRotated, rec.LastRotatedKey = s.opts.Now().UTC(), op.NewKey
+		s.opts.Log.Info("secrets encryption key rotated", "cluster", s.c.ClusterName, "key", op.NewKey)
+	}
+	return secretsenc.SaveRecord(s.opts.StateDir, rec)
 }
 
-// restartedAll reports whether the applied plan pl wrote file as the
-// secrets encryption configuration of every controlplane node and then
-// started each one's kube-apiserver (created, replaced or restarted it):
-// then every API server reads file already.
-func restartedAll(pl *Planned, file []byte) bool {
-	if pl.encryption == nil || !bytes.Equal(pl.encryption.file, file) || !pl.Complete() {
-		return false
+// next is the stage of the operation on the key that follows the plan's,
+// once it is done; nil when none.
+func (r *resolvedEncryption) next() *secretsenc.Op {
+	if r == nil || r.record.Op == nil {
+		return nil
 	}
-	started := map[string]bool{}
-	for _, st := range pl.Plan.Steps {
-		if st.Component == desired.KubeAPIServer && (st.Action == plan.Create || st.Action == plan.Replace || st.Action == plan.Restart) {
-			started[st.Node] = true
-		}
-	}
-	for _, n := range pl.Desired.Nodes {
-		if n.HasRole(spec.RoleControlPlane) && !started[n.Address] {
-			return false
-		}
-	}
-	return true
-}
-
-// restartAPIServers applies the configuration of the stage: a fresh plan
-// (which writes the file where it differs) with a restart of every API
-// server it does not restart already, carried out by the control-plane
-// phase one node at a time with health checks. Every controlplane node
-// must answer: a stage that misses one is not done.
-func (s *Session) restartAPIServers(ctx context.Context, lk *Lock, ao ApplyOptions, op *secretsenc.Op) error {
-	pl, err := s.Plan(ctx)
-	if err != nil {
-		return fmt.Errorf("plan: %w", err)
-	}
-	var down []string
-	for _, a := range pl.Unreachable() {
-		if dn, ok := pl.Desired.Node(a); ok && dn.HasRole(spec.RoleControlPlane) {
-			down = append(down, a)
-		}
-	}
-	if len(down) > 0 {
-		return fmt.Errorf("controlplane nodes %s did not answer: every API server must read the new configuration before the next stage; try again when they answer", strings.Join(down, ", "))
-	}
-	pl.Plan = plan.WithRestarts(pl.Plan, pl.Desired, pl.Observed, desired.KubeAPIServer,
-		fmt.Sprintf("secrets encryption %s, stage %s: reads %s again", op.Kind, op.Stage, encryptionPath))
-	if _, err := s.applyOnce(ctx, lk, pl, ao); err != nil {
-		return err
-	}
-	return nil
-}
-
-// rewriteSecrets rewrites every Secret through the API server
-// (secretsenc.RewriteSecrets).
-func (s *Session) rewriteSecrets(ctx context.Context) (int, error) {
-	set, err := s.PKI(ctx)
-	if err != nil {
-		return 0, err
-	}
-	cs, err := s.KubeClient(set, s.observeNodes(ctx))
-	if err != nil {
-		return 0, err
-	}
-	return secretsenc.RewriteSecrets(ctx, cs, func(n int) {
-		s.opts.Log.Debug("rewriting Secrets", "cluster", s.c.ClusterName, "rewritten", n)
-	})
+	return r.record.Op.Next()
 }
 
 // work reports whether applying does something about the key: save it or
 // its record, or run an operation's stage.
 func (r *resolvedEncryption) work() bool {
-	return r != nil && (r.saveConfig || r.saveRecord || r.info.Op != nil)
+	return r != nil && (r.saveConfig || r.saveRecord || r.record.Op != nil)
 }

@@ -21,7 +21,7 @@ import (
 // encSession is a session on a two-node cluster (10.0.0.1 controlplane,
 // 10.0.0.2 worker) whose secrets encryption is set by enc; it connects to
 // nothing.
-func encSession(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool) (*Session, string) {
+func encSession(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool, opts ...func(*Options)) (*Session, string) {
 	t.Helper()
 	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{
 		{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleEtcd, spec.RoleControlPlane}},
@@ -31,8 +31,12 @@ func encSession(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool) (*
 	c.RotateEncryptionKey = rotate
 	spec.SetDefaults(c)
 	dir := filepath.Join(t.TempDir(), "state")
-	s, err := Open(c, Options{StateDir: dir, Transport: struct{ transport.Transport }{},
-		Now: func() time.Time { return time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC) }})
+	o := Options{StateDir: dir, Transport: struct{ transport.Transport }{},
+		Now: func() time.Time { return time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC) }}
+	for _, f := range opts {
+		f(&o)
+	}
+	s, err := Open(c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,10 +270,10 @@ func TestCustomConfigKeepsGeneratedKey(t *testing.T) {
 	}
 }
 
-// TestRequestKeyRotation: rigger encrypt rotate-key's request shows a
-// pending rotation whatever the record of rotate_encryption_key says, and
-// is refused without a generated key.
-func TestRequestKeyRotation(t *testing.T) {
+// TestRotateKeyOption: rigger encrypt rotate-key's request
+// (Options.RotateKey) shows a pending rotation whatever the record of
+// rotate_encryption_key says, and is refused without a generated key.
+func TestRotateKeyOption(t *testing.T) {
 	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
 	cur, _ := secretsenc.New()
 	if err := secretsenc.Save(dir, cur); err != nil {
@@ -282,15 +286,14 @@ func TestRequestKeyRotation(t *testing.T) {
 	if err != nil || r.info.Op != nil {
 		t.Fatalf("before the request: op %+v, %v", r.info.Op, err)
 	}
-	if err := s.RequestKeyRotation(); err != nil {
-		t.Fatal(err)
-	}
+	s, _ = encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true, func(o *Options) { o.StateDir, o.RotateKey = dir, true })
 	r, err = s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
 	if err != nil || r.info.Op == nil || r.info.Op.Kind != secretsenc.KindRotate {
 		t.Fatalf("after the request: op %+v, %v", r.info.Op, err)
 	}
-	off, _ := encSession(t, nil, false)
-	if err := off.RequestKeyRotation(); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
+	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleControlPlane}}}}
+	spec.SetDefaults(c)
+	if _, err := Open(c, Options{StateDir: t.TempDir(), RotateKey: true}); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
 		t.Fatalf("without encryption: %v", err)
 	}
 }
@@ -312,40 +315,50 @@ func TestEncryptionStatusHasNoKey(t *testing.T) {
 	}
 }
 
-// TestRestartedAll: a stage resumed after a stop needs no restart of its
-// own when the apply's plan wrote its file and started every API server;
-// it does when any controlplane node's was not started, the file differs
-// or a node did not answer.
-func TestRestartedAll(t *testing.T) {
-	file := []byte("stage's configuration")
-	nodes := []desired.Node{
-		{Address: "10.0.0.1", Roles: []string{spec.RoleEtcd, spec.RoleControlPlane}},
-		{Address: "10.0.0.2", Roles: []string{spec.RoleControlPlane}},
-		{Address: "10.0.0.3", Roles: []string{spec.RoleWorker}},
+// TestEncryptionStageEnds: a stage that changes the API servers'
+// configuration ends only when every controlplane node answered, and the
+// record then moves to the next stage; the saved configuration drops the
+// old key only when its last stage ends.
+func TestEncryptionStageEnds(t *testing.T) {
+	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
+	cur, _ := secretsenc.New()
+	k, _ := secretsenc.NewKey(cur.Names())
+	cur.Keys = append(cur.Keys, k)
+	if err := secretsenc.Save(dir, cur); err != nil {
+		t.Fatal(err)
 	}
-	step := func(node, component string, a plan.Action) plan.Step {
-		return plan.Step{Node: node, Component: component, Action: a}
+	rec := secretsenc.Record{Op: &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageDropOld, NewKey: k.Name}}
+	if err := secretsenc.SaveRecord(dir, rec); err != nil {
+		t.Fatal(err)
 	}
-	both := []plan.Step{step("10.0.0.1", desired.KubeAPIServer, plan.Restart), step("10.0.0.2", desired.KubeAPIServer, plan.Replace),
-		step("10.0.0.3", desired.Kubelet, plan.Restart)}
-	tests := []struct {
-		name        string
-		steps       []plan.Step
-		unreachable []plan.Unreachable
-		file        []byte
-		want        bool
-	}{
-		{"every API server started", both, nil, file, true},
-		{"one not started", both[:1], nil, file, false},
-		{"another component started", []plan.Step{both[0], step("10.0.0.2", desired.KubeControllerManager, plan.Restart)}, nil, file, false},
-		{"another file", both, nil, []byte("the stage before"), false},
-		{"a node did not answer", both, []plan.Unreachable{{Node: "10.0.0.3", Error: "timeout"}}, file, false},
+	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		pl := &Planned{Plan: &plan.Plan{Steps: tt.steps, Unreachable: tt.unreachable}, Desired: &desired.Cluster{Nodes: nodes},
-			encryption: &resolvedEncryption{file: tt.file}}
-		if got := restartedAll(pl, file); got != tt.want {
-			t.Errorf("%s: restartedAll = %v, want %v", tt.name, got, tt.want)
+	if why := r.reload(); !strings.Contains(why, string(secretsenc.StageDropOld)) {
+		t.Fatalf("reload at %s: %q, want the API servers to read the file again", secretsenc.StageDropOld, why)
+	}
+	nodes := []desired.Node{{Address: "10.0.0.1", Roles: []string{spec.RoleControlPlane}}, {Address: "10.0.0.2", Roles: []string{spec.RoleWorker}}}
+	planned := func(unreachable ...string) *Planned {
+		p := &plan.Plan{}
+		for _, a := range unreachable {
+			p.Unreachable = append(p.Unreachable, plan.Unreachable{Node: a, Error: "timeout"})
 		}
+		return &Planned{Plan: p, Desired: &desired.Cluster{Nodes: nodes}, encryption: r}
+	}
+	say := func(string, error) {}
+	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.1"), r.record, nil, say); err == nil || !strings.Contains(err.Error(), "10.0.0.1") {
+		t.Fatalf("stage with the controlplane node unreachable: %v, want an error naming it", err)
+	}
+	if got, _ := secretsenc.LoadRecord(dir); got.Op == nil || got.Op.Stage != secretsenc.StageDropOld {
+		t.Fatalf("record after the failed stage: %+v, want it still at %s", got.Op, secretsenc.StageDropOld)
+	}
+	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.2"), r.record, nil, say); err != nil {
+		t.Fatalf("stage with a worker unreachable: %v", err)
+	}
+	got, _ := secretsenc.LoadRecord(dir)
+	saved, _ := secretsenc.Load(dir)
+	if got.Op != nil || got.LastRotatedKey != k.Name || len(saved.Keys) != 1 || saved.Keys[0].Name != k.Name {
+		t.Fatalf("after the last stage: record %+v, keys %v; want no operation, %s last rotated and alone", got, saved.Names(), k.Name)
 	}
 }

@@ -52,11 +52,18 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 			return nil, stalls(ReasonInvalidSpec, err)
 		}
 		d.Nodes[i].Files = files
+		d.Nodes[i].Reload = map[string]string{}
 		if a := rp.rot.active; a != nil {
-			d.Nodes[i].Reload = reloadPaths(files, rp.set.Names())
+			names := rp.set.Names()
 			if !a.Rotation.CA {
-				d.Nodes[i].Reload = reloadPaths(files, a.Names)
+				names = a.Names
 			}
+			for _, p := range reloadPaths(files, names) {
+				d.Nodes[i].Reload[p] = plan.ReasonRotation
+			}
+		}
+		if why := re.reload(); why != "" && d.Nodes[i].HasRole(spec.RoleControlPlane) {
+			d.Nodes[i].Reload[desired.EncryptionConfigFile] = why
 		}
 	}
 	pl := &Planned{

@@ -1,6 +1,9 @@
 package reconcile
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/kubenode"
@@ -39,9 +42,9 @@ type Planned struct {
 	// AddonsErr says why the add-ons could not be planned although the API
 	// server answered (then Addons is nil).
 	AddonsErr error
-	// Encryption is the generated secrets encryption key and the work on
-	// it an apply does after the steps (a rotation's stages); nil when
-	// cluster.yml asks for no generated key.
+	// Encryption is the generated secrets encryption key and the stage of
+	// the operation on it the plan carries out; nil when cluster.yml asks
+	// for no generated key.
 	Encryption *Encryption
 	// encryption is what Apply saves and carries out of it.
 	encryption *resolvedEncryption
@@ -78,6 +81,28 @@ func (p *Planned) Blocked() error {
 func (p *Planned) Changes() bool {
 	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0 || p.Addons != nil && !p.Addons.Empty() ||
 		p.Rotation() != nil || p.RotationRecordCleared() || p.encryption.work()
+}
+
+// Next says what the apply of this plan goes on with once the plan's stage
+// of a staged operation is done, in another plan: the next stage of a CA
+// rotation, of an operation on the secrets encryption key, or both; ""
+// when no stage follows.
+func (p *Planned) Next() string {
+	var next []string
+	if st := p.rot.next(); st != "" {
+		next = append(next, fmt.Sprintf("CA rotation, stage %s (%s)", st, stageTitle(st)))
+	}
+	if op := p.encryption.next(); op != nil {
+		next = append(next, fmt.Sprintf("secrets encryption %s, stage %s", op.Kind, op.Stage))
+	}
+	return strings.Join(next, "; ")
+}
+
+// continues reports whether, once this plan was carried out without an
+// error, Apply plans again for the next stage: one follows, and the stage
+// of this plan is done (a CA rotation's only when every node answered).
+func (p *Planned) continues() bool {
+	return p.rot.next() != "" && p.Complete() || p.encryption.next() != nil
 }
 
 // addonWork reports whether applying the plan applies the add-ons: they

@@ -51,9 +51,18 @@ type rotationState struct {
 	// fresh is set when the rotation asked for meets a new PKI: there is
 	// nothing to rotate, the request is only recorded.
 	fresh bool
-	// more is set by Apply once a stage of a CA rotation is done and the
-	// next one must be planned and applied.
-	more bool
+}
+
+// next is the stage of a CA rotation that follows the plan's, once it is
+// done; "" when none (no CA rotation, or its last stage).
+func (r *rotationState) next() pki.CAStage {
+	if r == nil || r.active == nil || !r.active.Rotation.CA {
+		return ""
+	}
+	if i := slices.Index(pki.CAStages, r.active.Stage); i >= 0 && i+1 < len(pki.CAStages) {
+		return pki.CAStages[i+1]
+	}
+	return ""
 }
 
 // rotationNow decides, from the state directory's record and what
@@ -187,11 +196,12 @@ func reloadPaths(files map[string][]byte, names []string) []string {
 // startRotation records, before anything changes on the nodes, the
 // rotation the plan starts (its new certificates saved first, so that a
 // record never names certificates the state directory lacks), and drops
-// the record of a request cluster.yml no longer makes.
-func (s *Session) startRotation(pl *Planned) error {
+// the record of a request cluster.yml no longer makes. It returns the
+// record as saved, which finishRotation moves on.
+func (s *Session) startRotation(pl *Planned) (certrotate.Record, error) {
 	rot := pl.rot
 	if rot == nil {
-		return nil
+		return certrotate.Record{}, nil
 	}
 	rec, changed := rot.rec, false
 	if rot.decision.ClearRequested {
@@ -200,7 +210,7 @@ func (s *Session) startRotation(pl *Planned) error {
 	if rot.saveGenerations || rot.decision.Issue != nil && rot.old != nil {
 		for sub, set := range map[string]*pki.Set{certrotate.OldDir: rot.old, certrotate.NewDir: rot.rotated} {
 			if err := pki.Save(filepath.Join(s.opts.StateDir, sub), set); err != nil {
-				return fmt.Errorf("save the certificates of the CA rotation: %w", err)
+				return rec, fmt.Errorf("save the certificates of the CA rotation: %w", err)
 			}
 		}
 	}
@@ -213,33 +223,32 @@ func (s *Session) startRotation(pl *Planned) error {
 		}
 	case rot.decision.Issue != nil:
 		rec = rot.decision.Started(rec, rot.active.Names, s.opts.Now())
-		rot.active = rec.Active
 		changed = true
 	}
 	if changed {
 		if err := certrotate.Save(s.opts.StateDir, rec); err != nil {
-			return err
+			return rec, err
 		}
 	}
-	rot.rec = rec
-	return nil
+	return rec, nil
 }
 
-// finishRotation records, once every node of cluster.yml runs the plan,
-// that the rotation's stage is done: a leaf rotation is over; a CA
-// rotation goes on to its next stage (rot.more), and when its last is
-// done the state directory's PKI becomes the new generation. After the
+// finishRotation records in rec (as startRotation saved it), once every
+// node of cluster.yml runs the plan, that the rotation's stage is done: a
+// leaf rotation is over; a CA rotation goes on to its next stage, which the
+// next plan carries out, and when its last is done the state directory's
+// PKI becomes the new generation. After the
 // stage in which every component came to trust both CAs, the pods RKE
 // restarts after a CA rotation are deleted (restartSystemPods), so that
 // they too trust the new CA before any certificate of it is shown.
 //
 // say reports progress (the apply's Step hook; nil: none).
-func (s *Session) finishRotation(ctx context.Context, pl *Planned, cs kubernetes.Interface, say func(node, msg string)) error {
+func (s *Session) finishRotation(ctx context.Context, pl *Planned, rec certrotate.Record, cs kubernetes.Interface, say func(node, msg string)) error {
 	rot := pl.rot
 	if rot == nil || rot.active == nil {
 		return nil
 	}
-	rec, done := certrotate.Advanced(rot.rec)
+	rec, done := certrotate.Advanced(rec)
 	if rot.active.Rotation.CA {
 		if rot.active.Stage == pki.StageTrust {
 			n, err := s.restartSystemPods(ctx, cs, pl.PKI.Trusted(pki.CACertName))
@@ -264,7 +273,6 @@ func (s *Session) finishRotation(ctx context.Context, pl *Planned, cs kubernetes
 			s.opts.Log.Warn("CA rotation done, its old certificates not removed from the state directory", "cluster", s.c.ClusterName, "error", err)
 		}
 	}
-	rot.rec, rot.more = rec, !done
 	return nil
 }
 

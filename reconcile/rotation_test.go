@@ -53,17 +53,20 @@ func plannedPKI(s *Session, caFile []byte) (*Planned, error) {
 	return &Planned{Plan: &plan.Plan{}, PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, statePKI: rp.state, rot: rp.rot}, nil
 }
 
-// started does what Apply does before the nodes change.
-func started(t *testing.T, s *Session, pl *Planned) {
+// started does what Apply does before the nodes change; it returns the
+// rotation record as saved.
+func started(t *testing.T, s *Session, pl *Planned) certrotate.Record {
 	t.Helper()
 	if pl.saveState {
 		if err := pki.Save(s.opts.StateDir, pl.statePKI); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.startRotation(pl); err != nil {
+	rec, err := s.startRotation(pl)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return rec
 }
 
 func mustPlanned(t *testing.T, s *Session, caFile []byte) *Planned {
@@ -140,12 +143,11 @@ func TestCARotationResumes(t *testing.T) {
 	if r := pl.Rotation(); r == nil || r.Stage != pki.StageFinish || !bytes.Equal(pl.PKI.Trusted(pki.CACertName), newCA) {
 		t.Fatalf("last stage: %+v", r)
 	}
-	started(t, serve, pl)
-	if err := serve.finishRotation(context.Background(), pl, nil, nil); err != nil {
+	if err := serve.finishRotation(context.Background(), pl, started(t, serve, pl), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if pl.rot.more {
-		t.Error("the last stage asks for more")
+	if next := pl.Next(); next != "" {
+		t.Errorf("the last stage has a next one: %s", next)
 	}
 	if !bytes.Equal(caOf(t, dir), newCA) {
 		t.Error("the state directory's CA is not the new one once the rotation is done")
@@ -189,7 +191,7 @@ func TestLeafRotationOnce(t *testing.T) {
 		!bytes.Equal(pl.PKI.Certs[pki.KubeNodeCertName].CertPEM, issued.Certs[pki.KubeNodeCertName].CertPEM) {
 		t.Fatalf("resumed: %+v, changes %v", r, pl.PKIChanges)
 	}
-	if err := s.finishRotation(context.Background(), pl, nil, nil); err != nil {
+	if err := s.finishRotation(context.Background(), pl, pl.rot.rec, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if pl := mustPlanned(t, rotationCluster(t, dir, kubelet, nil), ca); pl.Rotation() != nil || pl.RotationRecordCleared() {

@@ -43,6 +43,12 @@ type Options struct {
 	// records of cluster.yml's rotate_certificates, which it leaves as
 	// it is.
 	Rotate *pki.Rotation
+	// RotateKey asks for a rotation of the generated secrets encryption
+	// key whatever rotate_encryption_key says (rigger encrypt rotate-key):
+	// the plan starts it unless one is under way, which it carries on. As
+	// RKE, Open refuses it for a cluster.yml without a key rigger
+	// generates.
+	RotateKey bool
 	// IgnoreDockerVersion skips RKE's check of each node's Docker version
 	// (plan.CheckDocker): `--ignore-docker-version`, as `rke up`'s flag.
 	// cluster.yml's ignore_docker_version plays no part, as in `rke up`.
@@ -64,9 +70,6 @@ type Session struct {
 	reg registryauth.Set
 	// former are the nodes of the last apply gone from cluster.yml.
 	former []spec.Node
-	// rotateKey asks this session's apply to rotate the secrets
-	// encryption key (RequestKeyRotation), whatever cluster.yml says.
-	rotateKey bool
 }
 
 // Open prepares a reconcile of c, which must be loaded and valid
@@ -82,6 +85,11 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.RotateKey {
+		if err := checkRotateKey(c); err != nil {
+			return nil, err
+		}
 	}
 	last, err := loadNodes(opts.StateDir)
 	if err != nil {

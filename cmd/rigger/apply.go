@@ -167,12 +167,18 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 	return unreachableExit(pl)
 }
 
-// applyOptions are the options of the apply: progress on out, and
+// applyOptions are the options of the apply: progress and the plan of
+// each next stage on out, and
 // --wait-lock's wait for the cluster's Lease told on errOut. The Lease is
 // waited for whether the state directory's lock was free or not.
 func (o applyOnce) applyOptions(out, errOut io.Writer) reconcile.ApplyOptions {
 	return reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals,
-		WaitLease: o.flags.waitLock, LeaseWaiting: leaseWaiting(errOut)}
+		WaitLease: o.flags.waitLock, LeaseWaiting: leaseWaiting(errOut),
+		Pass: func(pass int, pl *reconcile.Planned) {
+			fmt.Fprintf(out, "\nPlan %d, for the next stage:\n\n", pass)
+			renderPlanned(out, pl)
+			fmt.Fprintln(out)
+		}}
 }
 
 // restoreFirst carries out the restore cluster.yml requests, when its id

@@ -39,15 +39,12 @@ A rotation already in progress is carried on rather than started again.`,
 		Example: `  rigger encrypt rotate-key -f cluster.yml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.lockAs, f.waitLock = "encrypt rotate-key", waitLock
+			f.lockAs, f.waitLock, f.rotateKey = "encrypt rotate-key", waitLock, true
 			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			if err := s.RequestKeyRotation(); err != nil {
-				return err
-			}
 			pl, err := s.Plan(cmd.Context())
 			if err != nil {
 				return err

@@ -43,7 +43,7 @@ func TestRenderEncryption(t *testing.T) {
 		Stages: secretsenc.Stages(secretsenc.KindRotate),
 	}})
 	want := "Secrets encryption: keys k-abcde (state directory /state)\n" +
-		"  key rotation pending (rotate_encryption_key); apply runs after the steps: add-key -> write-new-key -> rewrite-secrets -> drop-old-keys\n\n"
+		"  key rotation pending (rotate_encryption_key); this plan carries out stage add-key, an apply then plans each next one: add-key -> write-new-key -> rewrite-secrets -> drop-old-keys\n\n"
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}

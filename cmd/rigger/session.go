@@ -39,6 +39,9 @@ type clusterFlags struct {
 	// rotate is a certificate rotation asked for on the command line
 	// (rigger cert rotate).
 	rotate *pki.Rotation
+	// rotateKey asks for a rotation of the secrets encryption key (rigger
+	// encrypt rotate-key).
+	rotateKey bool
 	// ignoreDocker skips the check of the nodes' Docker versions
 	// (--ignore-docker-version, as rke up's flag).
 	ignoreDocker bool
@@ -115,7 +118,7 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate,
-		IgnoreDockerVersion: f.ignoreDocker})
+		RotateKey: f.rotateKey, IgnoreDockerVersion: f.ignoreDocker})
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +165,9 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 	fmt.Fprint(w, "\n\n")
 	renderRotation(w, pl)
 	renderEncryption(w, pl)
+	if next := pl.Next(); next != "" {
+		fmt.Fprintf(w, "After this plan's stage: %s, in a plan of its own (an apply goes on with it).\n\n", next)
+	}
 	for _, warn := range pl.Warnings {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
 	}
@@ -244,7 +250,7 @@ func renderEncryption(w io.Writer, pl *reconcile.Planned) {
 		for i, st := range e.Stages {
 			stages[i] = string(st)
 		}
-		fmt.Fprintf(w, "  %s %s; apply runs after the steps: %s\n", what, state, strings.Join(stages, " -> "))
+		fmt.Fprintf(w, "  %s %s; this plan carries out stage %s, an apply then plans each next one: %s\n", what, state, op.Stage, strings.Join(stages, " -> "))
 	}
 	fmt.Fprintln(w)
 }

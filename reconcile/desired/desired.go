@@ -88,11 +88,13 @@ type Node struct {
 	// the certificates come from reconcile/pki, which the caller adds. They
 	// hold keys, so they never go into JSON.
 	Files map[string][]byte `json:"-"`
-	// Reload are paths of Files that were reissued on request (a
-	// certificate rotation under way): every container that reads one
-	// restarts, also when the node has the file already (an apply that
-	// stopped after writing it), so that it runs with the new one.
-	Reload []string `json:"-"`
+	// Reload are paths of Files every container that reads one must read
+	// again, with why: certificates reissued on request (a rotation under
+	// way), the API servers' encryption configuration of a stage of an
+	// operation on the key. Those containers restart, also when the node
+	// has the file already (an apply that stopped after writing it), so
+	// that they run with it.
+	Reload map[string]string `json:"-"`
 }
 
 // Container is the desired spec of one component container.

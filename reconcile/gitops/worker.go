@@ -415,7 +415,9 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, s Session, lk *rec
 	if !pl.Changes() {
 		return out
 	}
-	res, err := s.Apply(ctx, lk, pl, reconcile.ApplyOptions{Hooks: logHooks(log)})
+	res, err := s.Apply(ctx, lk, pl, reconcile.ApplyOptions{Hooks: logHooks(log), Pass: func(pass int, pl *reconcile.Planned) {
+		log.Info("planned the next stage", "plan", pass, "steps", len(pl.Plan.Steps), "then", pl.Next())
+	}})
 	if res != nil {
 		out.steps, out.failed = len(res.Done), len(res.Failed())
 		if !changed {

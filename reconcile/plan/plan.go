@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"path"
 	"slices"
@@ -257,8 +258,8 @@ func nodeSteps(dn *desired.Node, on *observe.Node, nodeMissing bool) []Step {
 			s.Action, s.Reason = Restart, stateReason(oc.State)
 		case len(changed) > 0 && on.FilesRead && readsChanged(dc, changed, on):
 			s.Action, s.Reason = Restart, "reads changed files"
-		case reads(dc, dn.Reload):
-			s.Action, s.Reason = Restart, ReasonRotation
+		case reloadReason(dc, dn.Reload) != "":
+			s.Action, s.Reason = Restart, reloadReason(dc, dn.Reload)
 		case dc.Name == desired.Kubelet && nodeMissing && oc.State == "running":
 			s.Action, s.Reason = Restart, ReasonNodeMissing
 		default:
@@ -383,6 +384,18 @@ func reads(c *desired.Container, files []string) bool {
 		}
 	}
 	return false
+}
+
+// reloadReason is why the container must read again one of the files of
+// reload (path: why) it reads; "" when it reads none. Paths are taken in
+// order, so the reason is the same from one plan to the next.
+func reloadReason(c *desired.Container, reload map[string]string) string {
+	for _, p := range slices.Sorted(maps.Keys(reload)) {
+		if reads(c, []string{p}) {
+			return reload[p]
+		}
+	}
+	return ""
 }
 
 // listSome lists up to three names and how many more there are.

@@ -567,20 +567,20 @@ func TestFiles(t *testing.T) {
 		name    string
 		want    map[string][]byte
 		notRead bool
-		reload  []string
+		reload  map[string]string
 		steps   []string
 	}{
 		{name: "same files", want: before},
 		{
 			name:   "rotation under way, files already written: their readers restart",
 			want:   before,
-			reload: []string{apiCert},
+			reload: map[string]string{apiCert: ReasonRotation},
 			steps:  []string{"controlplane 10.0.0.4 restart kube-apiserver (reads rotated certificates)"},
 		},
 		{
 			name:   "rotation under way, files to write",
 			want:   map[string][]byte{caPath: []byte("ca"), apiCert: []byte("api v2")},
-			reload: []string{apiCert},
+			reload: map[string]string{apiCert: ReasonRotation},
 			steps: []string{
 				"files 10.0.0.4 write-files files (changed: kube-apiserver.pem)",
 				"controlplane 10.0.0.4 restart kube-apiserver (reads changed files)",

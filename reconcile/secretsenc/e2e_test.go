@@ -33,7 +33,7 @@ import (
 // second restart of the API server for it; once done
 // both Secrets are stored with the new key, the old key is gone from the
 // node, the Secrets read back, and the request is not carried out again.
-// rigger encrypt rotate-key's request (Session.RequestKeyRotation) rotates
+// rigger encrypt rotate-key's request (Options.RotateKey) rotates
 // once more through the same stages. A state directory with another key is refused; a lost state directory
 // gets the key back from the node, not a new one.
 func TestEncryptionSandbox(t *testing.T) {
@@ -203,16 +203,18 @@ func TestEncryptionSandbox(t *testing.T) {
 		// rigger encrypt rotate-key: the same rotation, asked of a session
 		// rather than by cluster.yml (which still says true, handled).
 		before := stateKey(t)
-		sess := a.Session(t, rotate)
-		if err := sess.RequestKeyRotation(); err != nil {
-			t.Fatal(err)
+		a.Open = func(c *spec.Cluster, o reconcile.Options) (*reconcile.Session, error) {
+			o.RotateKey = true
+			return reconcile.Open(c, o)
 		}
+		sess := a.Session(t, rotate)
+		a.Open = nil
 		pl, err := sess.Plan(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if e := pl.Encryption; e.Op == nil || e.Op.Kind != secretsenc.KindRotate || !pl.Changes() {
-			t.Fatalf("plan after RequestKeyRotation: %+v, want a pending rotation", e)
+			t.Fatalf("plan with Options.RotateKey: %+v, want a pending rotation", e)
 		}
 		if _, err := a.ApplyPlanned(ctx, t, sess, pl); err != nil {
 			t.Fatal(err)
