@@ -12,6 +12,7 @@ import (
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 )
@@ -23,7 +24,7 @@ import (
 func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	sys, err := sysaddons.Render(s.c)
 	if err != nil {
-		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("render the system add-ons: %w", err))
+		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("render the system add-ons: %w", err))
 	}
 	user, err := addons.Fetcher{}.UserAddons(ctx, addons.UserInput{
 		Addons: s.c.Addons, Include: s.c.AddonsInclude, BaseDir: s.opts.ConfigDir, ReadFile: s.opts.ReadInclude,
@@ -31,7 +32,7 @@ func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	var decode *addons.DecodeError
 	switch {
 	case errors.As(err, &decode):
-		return nil, stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	case err != nil:
 		return nil, fmt.Errorf("read the user's add-ons: %w", err)
 	}
@@ -151,7 +152,7 @@ func addonErr(what string, err error) error {
 	err = fmt.Errorf("%s: %w", what, err)
 	var apply *addons.ApplyError
 	if errors.As(err, &apply) && (apierrors.IsInvalid(apply.Err) || apierrors.IsBadRequest(apply.Err)) {
-		return stalls(ReasonInvalidSpec, err)
+		return stall.Stalls(ReasonInvalidSpec, err)
 	}
 	return err
 }

@@ -11,7 +11,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/rkestate"
+	"github.com/rigger/rigger/reconcile/stall"
 )
 
 // AdoptOptions says where rigger adopt takes a running RKE cluster's PKI
@@ -43,22 +45,22 @@ func (s *Session) Adopt(ctx context.Context, o AdoptOptions) (*rkestate.Taken, e
 	case st != nil:
 	case o.Kubeconfig != "":
 		if st, err = s.rkeStateFromAPI(ctx, o.Kubeconfig); err != nil {
-			return nil, retries(ReasonFailed, err)
+			return nil, stall.Retries(ReasonFailed, err)
 		}
 	default:
 		if st, err = s.rkeStateFromNodes(ctx); err != nil {
-			return nil, retries(ReasonFailed, err)
+			return nil, stall.Retries(ReasonFailed, err)
 		}
 	}
 	if err := st.Check(s.c); err != nil {
-		return nil, stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
 	t, err := st.Take(s.req, time.Now())
 	if err != nil {
-		return nil, stalls(ReasonStateDamaged, err)
+		return nil, stall.Stalls(ReasonStateDamaged, err)
 	}
 	if err := t.Save(s.opts.StateDir); err != nil {
-		return nil, stalls(ReasonStateDamaged, err)
+		return nil, stall.Stalls(ReasonStateDamaged, err)
 	}
 	s.opts.Log.Info("adopted RKE's PKI", "cluster", s.c.ClusterName, "source", st.Source, "state_dir", s.opts.StateDir)
 	return t, nil
@@ -88,12 +90,10 @@ func (s *Session) rkeStateFromAPI(ctx context.Context, kubeconfig string) (*rkes
 // cluster.yml RKE ran, so the state takes cluster.yml's nodes.
 func (s *Session) rkeStateFromNodes(ctx context.Context) (*rkestate.State, error) {
 	var tried []string
-	for _, a := range caNodes(s.observeNodes(ctx)) {
-		files, err := s.nodeSSLFiles(ctx, a)
-		var set *pki.Set
-		if err == nil {
-			set, err = pki.FromFiles(files)
-		}
+	o := s.observeNodes(ctx, true)
+	for _, a := range pkisource.CANodes(o) {
+		files := pkisource.SSLFiles(o.Nodes[a])
+		set, err := pki.FromFiles(files)
 		if err != nil {
 			tried = append(tried, fmt.Sprintf("%s: %v", a, err))
 			continue
@@ -106,7 +106,8 @@ func (s *Session) rkeStateFromNodes(ctx context.Context) (*rkestate.State, error
 		}
 		return st, nil
 	}
-	msg := "no reachable controlplane node holds " + caKeyPath
+	_, caKey := pki.NodePath(pki.CACertName)
+	msg := "no reachable controlplane node holds " + caKey
 	if len(tried) > 0 {
 		msg = "the PKI could not be read from any controlplane node (" + strings.Join(tried, "; ") + ")"
 	}

@@ -12,12 +12,15 @@ import (
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/certrotate"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
@@ -85,6 +88,34 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 // of a key rotation, one plan each, and the first plan.
 const maxPasses = 1 + 3 + 4
 
+// endEncryptionStage ends the stage of the operation on the secrets
+// encryption key pl carried out (secretsenc.Plan.EndStage), rec being its
+// record as saved before the steps.
+func (s *Session) endEncryptionStage(ctx context.Context, pl *Planned, rec secretsenc.Record, cs kubernetes.Interface, hooks execute.Hooks) error {
+	e := pl.encryption
+	if e == nil || rec.Op == nil {
+		return nil
+	}
+	var down []string
+	for _, a := range pl.Unreachable() {
+		if dn, ok := pl.Desired.Node(a); ok && dn.HasRole(spec.RoleControlPlane) {
+			down = append(down, a)
+		}
+	}
+	rec, err := e.EndStage(ctx, secretsenc.StageEnd{Dir: s.opts.StateDir, Record: rec, Down: down, API: cs, Now: s.opts.Now(),
+		Say: func(msg string, err error) {
+			if hooks.Step != nil {
+				hooks.Step("secrets encryption", msg, err)
+			}
+		},
+		Progress: func(n int) { s.opts.Log.Debug("rewriting Secrets", "cluster", s.c.ClusterName, "rewritten", n) },
+	})
+	if err == nil && rec.Op == nil && rec.LastRotatedKey != "" && rec.LastRotatedKey == e.Record.Op.NewKey {
+		s.opts.Log.Info("secrets encryption key rotated", "cluster", s.c.ClusterName, "key", rec.LastRotatedKey)
+	}
+	return err
+}
+
 // stageTitle says what a stage of a CA rotation does, for people.
 func stageTitle(st pki.CAStage) string {
 	switch st {
@@ -119,8 +150,8 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		if r := pl.Rotation(); r != nil && r.Stage != "" {
 			ph("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
 		}
-		if e := pl.encryption; e != nil && e.record.Op != nil {
-			ph("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", e.record.Op.Kind, e.record.Op.Stage, strings.Join(e.want.Names(), ", ")))
+		if e := pl.encryption; e != nil && e.Record.Op != nil {
+			ph("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", e.Record.Op.Kind, e.Record.Op.Stage, strings.Join(e.Want.Names(), ", ")))
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -139,20 +170,21 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	}
 	defer unlease()
 	crashpoint.Reach(crashpoint.ApplyLocked)
-	if pl.saveState {
-		state := pl.statePKI
-		if state == nil {
-			state = pl.PKI
-		}
-		if err := pki.Save(s.opts.StateDir, state); err != nil {
+	if r := pl.pki; r != nil && r.Save {
+		if err := pki.Save(s.opts.StateDir, r.State); err != nil {
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
 		}
 	}
-	encRec, err := s.saveEncryption(pl.encryption)
-	if err != nil {
-		return notRun, fmt.Errorf("save the secrets encryption key before applying: %w", err)
+	var encRec secretsenc.Record
+	if e := pl.encryption; e != nil {
+		if e.Starts {
+			s.opts.Log.Info("rotating the secrets encryption key", "cluster", s.c.ClusterName, "new_key", e.Record.Op.NewKey, "keys", e.Want.Names())
+		}
+		if encRec, err = e.Save(s.opts.StateDir, s.opts.Now()); err != nil {
+			return notRun, fmt.Errorf("save the secrets encryption key before applying: %w", err)
+		}
 	}
-	rotRec, err := s.startRotation(pl)
+	rotRec, err := pl.rotation().Start(s.opts.StateDir, s.opts.Now())
 	if err != nil {
 		return notRun, err
 	}
@@ -231,14 +263,11 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
 	if err == nil && pl.Complete() {
-		err = s.finishRotation(ctx, pl, rotRec, cs, side.say)
+		err = pl.rotation().Finish(ctx, certrotate.End{Dir: s.opts.StateDir, Record: rotRec, Trusted: pl.PKI.Trusted(pki.CACertName), API: cs,
+			Say: side.say, Log: s.opts.Log.With("cluster", s.c.ClusterName)})
 	}
 	if err == nil {
-		err = s.endEncryptionStage(ctx, pl, encRec, cs, func(msg string, err error) {
-			if hooks.Step != nil {
-				hooks.Step("secrets encryption", msg, err)
-			}
-		})
+		err = s.endEncryptionStage(ctx, pl, encRec, cs, hooks)
 	}
 	if res.AddonsErr != nil && !ao.AddonsErrInResult {
 		err = errors.Join(err, res.AddonsErr)
@@ -290,7 +319,7 @@ func (s *Session) unavailability(pl *Planned, role, value, key string) (batch in
 	}
 	budget, err := spec.ParseBudget(value, 1)
 	if err != nil {
-		return 0, nil, stalls(ReasonInvalidSpec, fmt.Errorf("upgrade_strategy.%s: %w", key, err))
+		return 0, nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("upgrade_strategy.%s: %w", key, err))
 	}
 	most := budget.Of(total, 1)
 	if batch = most - len(down); batch < 1 {
@@ -314,11 +343,11 @@ func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
 	}
 	budget, err := spec.ParseBudget(s.c.Rigger.MaxRemovedNodes, 0)
 	if err != nil {
-		return stalls(ReasonInvalidSpec, fmt.Errorf("rigger.max_removed_nodes: %w", err))
+		return stall.Stalls(ReasonInvalidSpec, fmt.Errorf("rigger.max_removed_nodes: %w", err))
 	}
 	total := len(s.c.Nodes) + len(removed)
 	if most := budget.Of(total, 0); len(removed) > most {
-		return stalls(ReasonRemovalGuard, &RemovalGuardError{Removed: removed, Total: total, Limit: s.c.Rigger.MaxRemovedNodes})
+		return stall.Stalls(ReasonRemovalGuard, &RemovalGuardError{Removed: removed, Total: total, Limit: s.c.Rigger.MaxRemovedNodes})
 	}
 	return nil
 }
@@ -327,7 +356,7 @@ func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
 // every container of the cluster removed and rigger's files cleaned on
 // every node of cluster.yml and of the last apply.
 func (s *Session) PlanRemove(ctx context.Context) (*Planned, error) {
-	o := s.observeNodes(ctx)
+	o := s.observeNodes(ctx, false)
 	d := &desired.Cluster{Name: s.c.ClusterName, PrefixPath: s.c.PrefixPath}
 	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o}, nil
 }

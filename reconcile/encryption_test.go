@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
@@ -49,7 +50,7 @@ func observed(file []byte, reachable bool) *observe.Cluster {
 	cp := &observe.Node{Address: "10.0.0.1", Reachable: reachable, FilesRead: reachable, Files: map[string]string{},
 		Containers: map[string]observe.Container{desired.KubeAPIServer: {Name: desired.KubeAPIServer, State: "running"}}}
 	if file != nil {
-		cp.Files[encryptionPath] = observe.FileHash(file)
+		cp.Files[desired.EncryptionConfigFile] = observe.FileHash(file)
 	}
 	return &observe.Cluster{Nodes: map[string]*observe.Node{
 		"10.0.0.1": cp,
@@ -57,29 +58,51 @@ func observed(file []byte, reachable bool) *observe.Cluster {
 	}}
 }
 
+// resolved is the generated key of a plan (secretsenc.Decide, as Plan
+// decides it) with what people are shown of it.
+type resolved struct {
+	*secretsenc.Plan
+	info *Encryption
+}
+
+// resolveEncryption decides the generated key of s's plan from its state
+// directory and o; nil when cluster.yml asks for none.
+func resolveEncryption(t *testing.T, s *Session, o *observe.Cluster) (*resolved, error) {
+	t.Helper()
+	st, err := s.loadState()
+	if err != nil {
+		return nil, err
+	}
+	p, err := secretsenc.Decide(secretsenc.WantOf(s.c, s.opts.StateDir, s.opts.RotateKey, s.opts.Now()), st.key, st.keyRecord, o)
+	if p == nil {
+		return nil, err
+	}
+	return &resolved{Plan: p, info: encryptionOf(p, s.opts.StateDir)}, err
+}
+
 func TestResolveEncryptionNewKey(t *testing.T) {
 	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
-	r, err := s.resolveEncryption(context.Background(), observed(nil, true))
+	r, err := resolveEncryption(t, s, observed(nil, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.info.Source.Kind != PKINew || len(r.info.Keys) != 1 || !r.saveConfig || r.newKey != nil {
-		t.Fatalf("new key: %+v, save %v, blocked %v", r.info, r.saveConfig, r.newKey)
+	if r.info.Source.Kind != PKINew || len(r.info.Keys) != 1 || !r.SaveConfig || r.NewKeyBlocked != nil {
+		t.Fatalf("new key: %+v, save %v, blocked %v", r.info, r.SaveConfig, r.NewKeyBlocked)
 	}
-	if op := r.record.Op; op == nil || op.Kind != secretsenc.KindEncrypt || op.Stage != secretsenc.StageRewrite {
+	if op := r.Record.Op; op == nil || op.Kind != secretsenc.KindEncrypt || op.Stage != secretsenc.StageRewrite {
 		t.Fatalf("a new key rewrites the Secrets: op %+v", op)
 	}
-	if !strings.Contains(string(r.file), r.cur.Keys[0].Secret) || !r.work() {
+	if !strings.Contains(string(r.File), r.Cur.Keys[0].Secret) || !r.Work() {
 		t.Fatal("the file holds the new key and there is work")
 	}
 
 	// A controlplane node that may hold the key does not answer: the plan
 	// shows a new key, apply refuses it.
-	r, err = s.resolveEncryption(context.Background(), observed(nil, false))
+	r, err = resolveEncryption(t, s, observed(nil, false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := &Planned{encryption: r}
+	pl := &Planned{encryption: r.Plan}
 	var e *Error
 	if err := pl.Blocked(); !errors.As(err, &e) || e.Reason != ReasonNewKeyBlocked || !strings.Contains(err.Error(), "10.0.0.1") {
 		t.Fatalf("Blocked: %v", err)
@@ -97,17 +120,17 @@ func TestResolveEncryptionFromState(t *testing.T) {
 	}
 	// The node has it, or has none yet: the state's key.
 	for _, file := range [][]byte{cur.Marshal(), nil} {
-		r, err := s.resolveEncryption(context.Background(), observed(file, true))
+		r, err := resolveEncryption(t, s, observed(file, true))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.info.Source.Kind != PKIStateDir || r.saveConfig || r.work() || string(r.file) != string(cur.Marshal()) {
-			t.Fatalf("state key: %+v save %v work %v", r.info, r.saveConfig, r.work())
+		if r.info.Source.Kind != PKIStateDir || r.SaveConfig || r.Work() || string(r.File) != string(cur.Marshal()) {
+			t.Fatalf("state key: %+v save %v work %v", r.info, r.SaveConfig, r.Work())
 		}
 	}
 	// The node holds another key: refused, naming the node, never a key.
 	other, _ := secretsenc.New()
-	_, err = s.resolveEncryption(context.Background(), observed(other.Marshal(), true))
+	_, err = resolveEncryption(t, s, observed(other.Marshal(), true))
 	var e *Error
 	if !errors.As(err, &e) || e.Reason != ReasonStateDamaged || !strings.Contains(err.Error(), "10.0.0.1") ||
 		strings.Contains(err.Error(), other.Keys[0].Secret) || strings.Contains(err.Error(), cur.Keys[0].Secret) {
@@ -123,11 +146,11 @@ func TestResolveEncryptionFromState(t *testing.T) {
 	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true, Op: &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageWriteKey, NewKey: n.Name}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil {
 		t.Fatalf("a node at the stage before: %v", err)
 	}
-	if strings.Join(r.info.Keys, ",") != n.Name+","+cur.Keys[0].Name || r.info.Op == nil || !r.work() {
+	if strings.Join(r.info.Keys, ",") != n.Name+","+cur.Keys[0].Name || r.info.Op == nil || !r.Work() {
 		t.Fatalf("rotation at write-new-key: keys %v, op %+v", r.info.Keys, r.info.Op)
 	}
 	if len(r.info.Stages) != 3 || r.info.Stages[0] != secretsenc.StageWriteKey {
@@ -160,7 +183,7 @@ func TestResolveEncryptionRotateRequest(t *testing.T) {
 			if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: tc.handled}); err != nil {
 				t.Fatal(err)
 			}
-			r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+			r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,11 +193,11 @@ func TestResolveEncryptionRotateRequest(t *testing.T) {
 			if pending := r.info.Op != nil; pending && (len(r.info.Stages) != 4 || !r.info.Op.StartedAt.IsZero()) {
 				t.Fatalf("pending rotation: %+v, stages %v", r.info.Op, r.info.Stages)
 			}
-			if r.saveRecord != tc.wantSaveClear || tc.wantSaveClear && r.record.RotateHandled {
-				t.Fatalf("save record %v (handled %v), want the request cleared: %v", r.saveRecord, r.record.RotateHandled, tc.wantSaveClear)
+			if r.SaveRecord != tc.wantSaveClear || tc.wantSaveClear && r.Record.RotateHandled {
+				t.Fatalf("save record %v (handled %v), want the request cleared: %v", r.SaveRecord, r.Record.RotateHandled, tc.wantSaveClear)
 			}
-			if r.work() != (tc.wantPending || tc.wantSaveClear) {
-				t.Fatalf("work %v", r.work())
+			if r.Work() != (tc.wantPending || tc.wantSaveClear) {
+				t.Fatalf("work %v", r.Work())
 			}
 		})
 	}
@@ -203,7 +226,7 @@ func TestEncryptionNotTurnedOff(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r, err := s.resolveEncryption(context.Background(), observed(tc.onNode, true))
+			r, err := resolveEncryption(t, s, observed(tc.onNode, true))
 			if r != nil {
 				t.Fatalf("a generated key without encryption enabled: %+v", r.info)
 			}
@@ -254,7 +277,7 @@ func TestCustomConfigKeepsGeneratedKey(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+			r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 			if r != nil {
 				t.Fatalf("a generated key with custom_config: %+v", r.info)
 			}
@@ -282,12 +305,12 @@ func TestRotateKeyOption(t *testing.T) {
 	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil || r.info.Op != nil {
 		t.Fatalf("before the request: op %+v, %v", r.info.Op, err)
 	}
 	s, _ = encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true, func(o *Options) { o.StateDir, o.RotateKey = dir, true })
-	r, err = s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	r, err = resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil || r.info.Op == nil || r.info.Op.Kind != secretsenc.KindRotate {
 		t.Fatalf("after the request: op %+v, %v", r.info.Op, err)
 	}
@@ -302,7 +325,7 @@ func TestRotateKeyOption(t *testing.T) {
 // secrets.
 func TestEncryptionStatusHasNoKey(t *testing.T) {
 	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
-	r, err := s.resolveEncryption(context.Background(), observed(nil, true))
+	r, err := resolveEncryption(t, s, observed(nil, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +333,7 @@ func TestEncryptionStatusHasNoKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), r.cur.Keys[0].Name) || strings.Contains(string(b), r.cur.Keys[0].Secret) {
+	if !strings.Contains(string(b), r.Cur.Keys[0].Name) || strings.Contains(string(b), r.Cur.Keys[0].Secret) {
 		t.Fatalf("status %s: want the key's name and not its secret", b)
 	}
 }
@@ -331,11 +354,11 @@ func TestEncryptionStageEnds(t *testing.T) {
 	if err := secretsenc.SaveRecord(dir, rec); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.resolveEncryption(context.Background(), observed(cur.Marshal(), true))
+	r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if why := r.reload(); !strings.Contains(why, string(secretsenc.StageDropOld)) {
+	if why := r.Reload(); !strings.Contains(why, string(secretsenc.StageDropOld)) {
 		t.Fatalf("reload at %s: %q, want the API servers to read the file again", secretsenc.StageDropOld, why)
 	}
 	nodes := []desired.Node{{Address: "10.0.0.1", Roles: []string{spec.RoleControlPlane}}, {Address: "10.0.0.2", Roles: []string{spec.RoleWorker}}}
@@ -344,16 +367,16 @@ func TestEncryptionStageEnds(t *testing.T) {
 		for _, a := range unreachable {
 			p.Unreachable = append(p.Unreachable, plan.Unreachable{Node: a, Error: "timeout"})
 		}
-		return &Planned{Plan: p, Desired: &desired.Cluster{Nodes: nodes}, encryption: r}
+		return &Planned{Plan: p, Desired: &desired.Cluster{Nodes: nodes}, encryption: r.Plan}
 	}
-	say := func(string, error) {}
-	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.1"), r.record, nil, say); err == nil || !strings.Contains(err.Error(), "10.0.0.1") {
+	hooks := execute.Hooks{}
+	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.1"), r.Record, nil, hooks); err == nil || !strings.Contains(err.Error(), "10.0.0.1") {
 		t.Fatalf("stage with the controlplane node unreachable: %v, want an error naming it", err)
 	}
 	if got, _ := secretsenc.LoadRecord(dir); got.Op == nil || got.Op.Stage != secretsenc.StageDropOld {
 		t.Fatalf("record after the failed stage: %+v, want it still at %s", got.Op, secretsenc.StageDropOld)
 	}
-	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.2"), r.record, nil, say); err != nil {
+	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.2"), r.Record, nil, hooks); err != nil {
 		t.Fatalf("stage with a worker unreachable: %v", err)
 	}
 	got, _ := secretsenc.LoadRecord(dir)

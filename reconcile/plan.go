@@ -11,7 +11,10 @@ import (
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -25,55 +28,55 @@ import (
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	d, err := desired.Build(s.c)
 	if err != nil {
-		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+	}
+	st, err := s.loadState()
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
-	o, rp, err := s.observe(ctx)
+	o, rp, err := s.observe(ctx, st)
 	if err != nil {
 		return nil, err
 	}
 	observed := time.Now()
 	if err := plan.CheckDowngrade(d, o); err != nil {
-		return nil, stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
 	if err := plan.CheckSkippedMinor(d, o); err != nil {
-		return nil, stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
 	if err := plan.CheckDocker(s.c, o, s.opts.IgnoreDockerVersion); err != nil {
-		return nil, stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
-	re, err := s.resolveEncryption(ctx, o)
+	re, err := secretsenc.Decide(secretsenc.WantOf(s.c, s.opts.StateDir, s.opts.RotateKey, s.opts.Now()), st.key, st.keyRecord, o)
 	if err != nil {
 		return nil, err
 	}
+	if re != nil && re.Source == secretsenc.SourceRecovered {
+		s.opts.Log.Warn("state directory had no secrets encryption key: recovered it from a node",
+			"cluster", s.c.ClusterName, "node", re.From, "keys", re.Cur.Names(), "state_dir", s.opts.StateDir)
+	}
 	for i := range d.Nodes {
-		files, err := s.nodeFiles(rp.set, re, &d.Nodes[i])
+		files, err := s.nodeFiles(rp.Set, re, &d.Nodes[i])
 		if err != nil {
-			return nil, stalls(ReasonInvalidSpec, err)
+			return nil, stall.Stalls(ReasonInvalidSpec, err)
 		}
 		d.Nodes[i].Files = files
 		d.Nodes[i].Reload = map[string]string{}
-		if a := rp.rot.active; a != nil {
-			names := rp.set.Names()
-			if !a.Rotation.CA {
-				names = a.Names
-			}
-			for _, p := range reloadPaths(files, names) {
-				d.Nodes[i].Reload[p] = plan.ReasonRotation
-			}
+		for _, p := range rp.Rotation.Reload(files, rp.Set) {
+			d.Nodes[i].Reload[p] = plan.ReasonRotation
 		}
-		if why := re.reload(); why != "" && d.Nodes[i].HasRole(spec.RoleControlPlane) {
+		if why := re.Reload(); why != "" && d.Nodes[i].HasRole(spec.RoleControlPlane) {
 			d.Nodes[i].Reload[desired.EncryptionConfigFile] = why
 		}
 	}
 	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
-		PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, statePKI: rp.state, newCA: rp.newCA,
-		Warnings: etcdWarnings(s.c), rot: rp.rot, encryption: re,
+		PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp,
+		Warnings: etcdWarnings(s.c), encryption: re,
 	}
-	if re != nil {
-		pl.Encryption = re.info
-	}
+	pl.Encryption = encryptionOf(re, s.opts.StateDir)
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes, pl.Unreachable())
 	}
@@ -81,7 +84,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, err
 	}
 	if k := o.Kubernetes; k != nil && k.Err == nil {
-		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.set, o, pl.addons)
+		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.Set, o, pl.addons)
 		if _, stalled := Classify(err); stalled {
 			return nil, err
 		}
@@ -99,18 +102,18 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 // directory's, or recovered from a node), the etcd membership and the
 // Nodes the API server lists. The observed value is complete when it
 // returns; what could not be read is recorded in it.
-func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, error) {
+func (s *Session) observe(ctx context.Context, st *state) (*observe.Cluster, *pkisource.Resolved, error) {
 	start := time.Now()
-	o := s.observeNodes(ctx)
+	o := s.observeNodes(ctx, st.recovers)
 	nodes := time.Now()
-	rp, err := s.resolvePKI(ctx, o)
+	rp, err := s.resolvePKI(st, o)
 	if err != nil {
 		return nil, nil, err
 	}
 	pkiDone := time.Now()
-	s.observeEtcd(ctx, rp.set, o)
+	s.observeEtcd(ctx, rp.Set, o)
 	etcd := time.Now()
-	s.observeKubernetes(ctx, rp.set, o)
+	s.observeKubernetes(ctx, rp.Set, o)
 	s.opts.Log.Debug("observed", "cluster", s.c.ClusterName, "nodes", nodes.Sub(start).Round(time.Millisecond),
 		"pki", pkiDone.Sub(nodes).Round(time.Millisecond), "etcd", etcd.Sub(pkiDone).Round(time.Millisecond),
 		"kubernetes", time.Since(etcd).Round(time.Millisecond))
@@ -120,7 +123,7 @@ func (s *Session) observe(ctx context.Context) (*observe.Cluster, *resolvedPKI, 
 // nodeFiles are the files a node gets: its certificates and kubeconfigs,
 // and the configuration files its components read, with the generated
 // secrets encryption configuration on controlplane nodes (enc, when set).
-func (s *Session) nodeFiles(set *pki.Set, enc *resolvedEncryption, n *desired.Node) (map[string][]byte, error) {
+func (s *Session) nodeFiles(set *pki.Set, enc *secretsenc.Plan, n *desired.Node) (map[string][]byte, error) {
 	var pn pki.Node
 	for _, r := range s.req.Nodes {
 		if r.Address == n.Address {
@@ -139,7 +142,7 @@ func (s *Session) nodeFiles(set *pki.Set, enc *resolvedEncryption, n *desired.No
 		files[p] = b
 	}
 	if enc != nil && n.HasRole(spec.RoleControlPlane) {
-		files[desired.EncryptionConfigFile] = enc.file
+		files[desired.EncryptionConfigFile] = enc.File
 	}
 	return files, nil
 }

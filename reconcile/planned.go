@@ -9,7 +9,10 @@ import (
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 )
 
 // Planned is a plan with everything it was computed from: one observation
@@ -47,29 +50,23 @@ type Planned struct {
 	// for no generated key.
 	Encryption *Encryption
 	// encryption is what Apply saves and carries out of it.
-	encryption *resolvedEncryption
+	encryption *secretsenc.Plan
 	// addons are the add-ons cluster.yml asks for, as the plan read them.
 	addons []addons.Addon
-	// newCA says why this plan's new CA must not be applied (nodes that may
-	// hold the real one did not answer); nil when it may.
-	newCA error
-	// saveState is set when the state directory must be written before
-	// the plan is applied (new, recovered or changed PKI): with statePKI.
-	saveState bool
-	statePKI  *pki.Set
-	// rot is what the plan does about certificate rotation.
-	rot *rotationState
+	// pki is where the certificates come from and what the plan does
+	// about their rotation.
+	pki *pkisource.Resolved
 }
 
 // Blocked says why the plan must not be applied (a new CA while nodes that
 // may hold the cluster's did not answer, a *NewCAError wrapped in an
 // *Error; the same for a new secrets encryption key); nil when it may be.
 func (p *Planned) Blocked() error {
-	if p.newCA != nil {
-		return stalls(ReasonNewCABlocked, p.newCA)
+	if p.pki != nil && p.pki.NewCA != nil {
+		return stall.Stalls(ReasonNewCABlocked, p.pki.NewCA)
 	}
-	if e := p.encryption; e != nil && e.newKey != nil {
-		return stalls(ReasonNewKeyBlocked, e.newKey)
+	if e := p.encryption; e != nil && e.NewKeyBlocked != nil {
+		return stall.Stalls(ReasonNewKeyBlocked, e.NewKeyBlocked)
 	}
 	return nil
 }
@@ -80,7 +77,7 @@ func (p *Planned) Blocked() error {
 // keep).
 func (p *Planned) Changes() bool {
 	return !p.Plan.Empty() || len(p.PKIChanges) > 0 || len(p.NodeChanges) > 0 || p.Addons != nil && !p.Addons.Empty() ||
-		p.Rotation() != nil || p.RotationRecordCleared() || p.encryption.work()
+		p.Rotation() != nil || p.RotationRecordCleared() || p.encryption.Work()
 }
 
 // Next says what the apply of this plan goes on with once the plan's stage
@@ -89,10 +86,10 @@ func (p *Planned) Changes() bool {
 // when no stage follows.
 func (p *Planned) Next() string {
 	var next []string
-	if st := p.rot.next(); st != "" {
+	if st := p.rotation().Next(); st != "" {
 		next = append(next, fmt.Sprintf("CA rotation, stage %s (%s)", st, stageTitle(st)))
 	}
-	if op := p.encryption.next(); op != nil {
+	if op := p.encryption.Next(); op != nil {
 		next = append(next, fmt.Sprintf("secrets encryption %s, stage %s", op.Kind, op.Stage))
 	}
 	return strings.Join(next, "; ")
@@ -102,7 +99,7 @@ func (p *Planned) Next() string {
 // error, Apply plans again for the next stage: one follows, and the stage
 // of this plan is done (a CA rotation's only when every node answered).
 func (p *Planned) continues() bool {
-	return p.rot.next() != "" && p.Complete() || p.encryption.next() != nil
+	return p.rotation().Next() != "" && p.Complete() || p.encryption.Next() != nil
 }
 
 // addonWork reports whether applying the plan applies the add-ons: they
@@ -121,39 +118,3 @@ func (p *Planned) Unreachable() []string { return p.Plan.UnreachableNodes() }
 // Complete reports whether every node of cluster.yml was looked at: once
 // such a plan is applied, the cluster runs what cluster.yml says.
 func (p *Planned) Complete() bool { return len(p.Unreachable()) == 0 }
-
-// PKISource says where a plan's certificates come from.
-type PKISource struct {
-	Kind PKIKind `json:"source"`
-	// From is the state directory (PKIStateDir) or the node
-	// (PKIRecovered) they were read from.
-	From string `json:"from,omitempty"`
-}
-
-// PKIKind is where a plan's certificates come from.
-type PKIKind string
-
-const (
-	// PKIStateDir: the state directory's.
-	PKIStateDir PKIKind = "state-directory"
-	// PKIRecovered: read from a controlplane node, the state directory
-	// having none (Apply saves them there first).
-	PKIRecovered PKIKind = "recovered"
-	// PKINew: a new CA, since no node runs the cluster yet. When some node
-	// did not answer, the plan is Blocked: it only shows what a new CA
-	// would change.
-	PKINew PKIKind = "new"
-)
-
-// String says where the certificates come from, for people.
-func (s PKISource) String() string {
-	switch s.Kind {
-	case PKIStateDir:
-		return "state directory " + s.From
-	case PKIRecovered:
-		return "recovered from node " + s.From + " (the state directory had none)"
-	case PKINew:
-		return "new (no node runs this cluster yet)"
-	}
-	return string(s.Kind)
-}

@@ -44,25 +44,30 @@ func rotationCluster(t *testing.T, dir string, rc *spec.RotateCertificates, cli 
 // plannedPKI is the PKI side of a plan of s, the node holding caFile as
 // its kube-ca.pem; no node is reached.
 func plannedPKI(s *Session, caFile []byte) (*Planned, error) {
+	caPath, _ := pki.NodePath(pki.CACertName)
 	o := &observe.Cluster{Nodes: map[string]*observe.Node{"10.0.0.1": {Address: "10.0.0.1", Reachable: true, FilesRead: true,
 		Files: map[string]string{caPath: observe.FileHash(caFile)}}}}
-	rp, err := s.resolvePKI(context.Background(), o)
+	st, err := s.loadState()
 	if err != nil {
 		return nil, err
 	}
-	return &Planned{Plan: &plan.Plan{}, PKI: rp.set, PKIChanges: rp.changes, PKISource: rp.source, saveState: rp.save, statePKI: rp.state, rot: rp.rot}, nil
+	rp, err := s.resolvePKI(st, o)
+	if err != nil {
+		return nil, err
+	}
+	return &Planned{Plan: &plan.Plan{}, PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp}, nil
 }
 
 // started does what Apply does before the nodes change; it returns the
 // rotation record as saved.
 func started(t *testing.T, s *Session, pl *Planned) certrotate.Record {
 	t.Helper()
-	if pl.saveState {
-		if err := pki.Save(s.opts.StateDir, pl.statePKI); err != nil {
+	if pl.pki.Save {
+		if err := pki.Save(s.opts.StateDir, pl.pki.State); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rec, err := s.startRotation(pl)
+	rec, err := pl.rotation().Start(s.opts.StateDir, s.opts.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +148,7 @@ func TestCARotationResumes(t *testing.T) {
 	if r := pl.Rotation(); r == nil || r.Stage != pki.StageFinish || !bytes.Equal(pl.PKI.Trusted(pki.CACertName), newCA) {
 		t.Fatalf("last stage: %+v", r)
 	}
-	if err := serve.finishRotation(context.Background(), pl, started(t, serve, pl), nil, nil); err != nil {
+	if err := pl.rotation().Finish(context.Background(), certrotate.End{Dir: serve.opts.StateDir, Record: started(t, serve, pl)}); err != nil {
 		t.Fatal(err)
 	}
 	if next := pl.Next(); next != "" {
@@ -191,7 +196,7 @@ func TestLeafRotationOnce(t *testing.T) {
 		!bytes.Equal(pl.PKI.Certs[pki.KubeNodeCertName].CertPEM, issued.Certs[pki.KubeNodeCertName].CertPEM) {
 		t.Fatalf("resumed: %+v, changes %v", r, pl.PKIChanges)
 	}
-	if err := s.finishRotation(context.Background(), pl, pl.rot.rec, nil, nil); err != nil {
+	if err := pl.rotation().Finish(context.Background(), certrotate.End{Dir: s.opts.StateDir, Record: pl.rotation().Record}); err != nil {
 		t.Fatal(err)
 	}
 	if pl := mustPlanned(t, rotationCluster(t, dir, kubelet, nil), ca); pl.Rotation() != nil || pl.RotationRecordCleared() {

@@ -10,6 +10,8 @@ import (
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/registryauth"
+	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 )
@@ -87,13 +89,13 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		opts.Now = time.Now
 	}
 	if opts.RotateKey {
-		if err := checkRotateKey(c); err != nil {
+		if err := secretsenc.CheckRotateKey(c); err != nil {
 			return nil, err
 		}
 	}
 	last, err := loadNodes(opts.StateDir)
 	if err != nil {
-		return nil, stateErr(err)
+		return nil, stall.State(err)
 	}
 	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c),
 		reg: registryauth.New(c.PrivateRegistries), former: formerNodes(c, last)}
@@ -103,7 +105,7 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		reach.Nodes = slices.Concat(c.Nodes, s.former)
 		ssh, unusable, err := sshTransport(&reach, s.former, opts.Log)
 		if err != nil {
-			return nil, stalls(ReasonInvalidSpec, err)
+			return nil, stall.Stalls(ReasonInvalidSpec, err)
 		}
 		s.tr, s.own = routeNodes(&reach, ssh, opts.Agents, unusable), true
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/stall"
 )
 
 // Etcd is the value the cluster's etcd snapshot operations work on
@@ -22,7 +23,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 	}
 	d, err := desired.Build(s.c)
 	if err != nil {
-		return nil, stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
 	}
 	ec := s.etcdOps(set, d)
 	if lk != nil {
@@ -34,7 +35,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 			return s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks, AddonsErrInResult: true})
 		}
 		ec.Members = func(ctx context.Context) ([]etcdmember.Member, error) {
-			o := s.observeNodes(ctx)
+			o := s.observeNodes(ctx, false)
 			cli, err := s.etcdClient(ctx, set, o)
 			if err != nil {
 				return nil, err
@@ -51,7 +52,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 // none.
 func (s *Session) RestoreRequest() (*etcdsnap.RestoreRequest, error) {
 	req, err := etcdsnap.RequestedRestore(s.opts.StateDir, s.c.Restore)
-	return req, stateErr(err)
+	return req, stall.State(err)
 }
 
 // RestorePending carries out the restore cluster.yml requests, when its id
@@ -60,7 +61,7 @@ func (s *Session) RestoreRequest() (*etcdsnap.RestoreRequest, error) {
 func (s *Session) RestorePending(ctx context.Context, lk *Lock, o etcdsnap.RestoreOptions) (*etcdsnap.RestoreResult, error) {
 	req, err := etcdsnap.PendingRestore(s.opts.StateDir, s.c.Restore)
 	if err != nil || req == nil {
-		return nil, stateErr(err)
+		return nil, stall.State(err)
 	}
 	ec, err := s.Etcd(ctx, lk)
 	if err != nil {

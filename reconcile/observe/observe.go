@@ -37,6 +37,10 @@ type Request struct {
 	FilesImage string
 	// FilesDir is the directory whose files are hashed, desired.KubernetesDir.
 	FilesDir string
+	// KeepFiles keeps the files' contents too (Node.Contents): what a
+	// state directory without the cluster's certificates or secrets
+	// encryption key recovers them from.
+	KeepFiles bool
 	// Now gives the observation's time (nil: time.Now).
 	Now func() time.Time
 }
@@ -120,7 +124,7 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 		n.Containers[c.Name] = c
 	}
 	if r.FilesImage != "" && r.FilesDir != "" {
-		if err := n.readFiles(ctx, cli, r.FilesImage, r.FilesDir); err != nil {
+		if err := n.readFiles(ctx, cli, r.FilesImage, r.FilesDir, r.KeepFiles); err != nil {
 			return n.unreachable(err)
 		}
 	}
@@ -129,8 +133,9 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 }
 
 // readFiles hashes the files under dir, when the helper image is on the
-// node, and reads the expiry of the certificates among them.
-func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir string) error {
+// node, and reads the expiry of the certificates among them; keep keeps
+// their contents.
+func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir string, keep bool) error {
 	if _, err := e.ImageInspect(ctx, image); errdefs.IsNotFound(err) {
 		return nil // FilesRead stays false: the plan writes every file
 	} else if err != nil {
@@ -141,6 +146,9 @@ func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir stri
 		return callError(n.Address, "read files", err)
 	}
 	n.FilesRead = true
+	if keep {
+		n.Contents = files
+	}
 	n.Files = make(map[string]string, len(files))
 	for p, b := range files {
 		n.Files[p] = FileHash(b)

@@ -73,6 +73,9 @@ type Node struct {
 	// Files are the hashes (FileHash) of the files under the directory
 	// rigger manages (/etc/kubernetes), by path on the node.
 	Files map[string]string `json:"files,omitempty"`
+	// Contents are the files themselves, by path, when they were kept
+	// (Request.KeepFiles). They hold private keys: never in JSON.
+	Contents map[string][]byte `json:"-"`
 	// CertExpiry is when each certificate among Files expires, by path.
 	CertExpiry map[string]time.Time `json:"cert_expiry,omitempty"`
 }
