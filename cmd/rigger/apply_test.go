@@ -164,13 +164,8 @@ func TestCLISandbox(t *testing.T) {
 		}
 		waitFor("diagnostics of an invalid save", `unknown key "kubernetes_verison"`)
 		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("--watch ended with exit %d", code)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("--watch did not end after cancel")
+		if code := testwait.Recv(t, done, time.Minute, "--watch's end after cancel", nil); code != 0 {
+			t.Errorf("--watch ended with exit %d", code)
 		}
 		if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)

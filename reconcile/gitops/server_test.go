@@ -175,11 +175,7 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	for range 2 {
-		select {
-		case <-written:
-		case <-time.After(time.Minute):
-			t.Fatal("the two status files were not written in a minute")
-		}
+		testwait.Recv(t, written, time.Minute, "a status file written", nil)
 	}
 	if out, err := bareGit(o, "ls-tree", "-r", "--name-only", "main"); err != nil || strings.Contains(out, "status.yml") {
 		t.Errorf("main got a status.yml (%v):\n%s", err, out)
