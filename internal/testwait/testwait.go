@@ -73,14 +73,12 @@ func ForContext(ctx context.Context, t testing.TB, timeout time.Duration, what s
 		if err == nil {
 			return
 		}
-		if waitCtx.Err() == nil {
-			timer := time.NewTimer(interval)
-			select {
-			case <-waitCtx.Done():
-			case <-timer.C:
-				interval = min(2*interval, maxInterval)
-				continue
-			}
+		timer := time.NewTimer(interval)
+		select {
+		case <-timer.C:
+			interval = min(2*interval, maxInterval)
+			continue
+		case <-waitCtx.Done():
 			timer.Stop()
 		}
 		waited := time.Since(start).Round(time.Millisecond)
