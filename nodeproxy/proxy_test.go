@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // listen returns a listener on a free port of 127.0.0.1, closed at the end.
@@ -283,13 +285,8 @@ func TestServerHalfClose(t *testing.T) {
 	}
 	io.WriteString(c, "bye")
 	c.Close()
-	select {
-	case got := <-received:
-		if got != "bye" {
-			t.Errorf("upstream received %q after its half-close, want bye", got)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("upstream never saw the client's close")
+	if got := testwait.Recv(t, received, 5*time.Second, "the upstream seeing the client's close", nil); got != "bye" {
+		t.Errorf("upstream received %q after its half-close, want bye", got)
 	}
 }
 
@@ -361,13 +358,8 @@ func TestCancelStops(t *testing.T) {
 		t.Fatalf("got %q before cancel", got)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Serve after cancel: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return after cancel")
+	if err := testwait.Recv(t, done, 5*time.Second, "Serve's return after cancel", nil); err != nil {
+		t.Errorf("Serve after cancel: %v", err)
 	}
 	// The listener itself is asked, not its port: once it is closed,
 	// another test running beside this one may listen on that port.
@@ -407,13 +399,8 @@ func TestCancelWaitsForConnectionsThenClosesThem(t *testing.T) {
 	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
 		t.Fatalf("connection broken within the grace period: %v", err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return after the grace period")
+	if err := testwait.Recv(t, done, 5*time.Second, "Serve's return after the grace period", nil); err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Error("connection still open after the grace period")

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
@@ -79,13 +81,13 @@ func TestCLISandbox(t *testing.T) {
 		t.Errorf("status -o json: %s", out)
 	}
 	// The kubelet registers a moment after it answers its healthz.
-	for i := 0; i < 30; i++ {
-		if out, errOut, code = run(t, args("status")...); code == 0 {
-			break
+	testwait.For(t, time.Minute, "status exiting 0 after apply", func() error {
+		if out, errOut, code = run(t, args("status")...); code != 0 {
+			return fmt.Errorf("exit %d\n%s%s", code, out, errOut)
 		}
-		time.Sleep(time.Second)
-	}
-	if code != 0 || !strings.Contains(out, "Ready v1.31.4") || !strings.Contains(out, "In sync with cluster.yml") {
+		return nil
+	})
+	if !strings.Contains(out, "Ready v1.31.4") || !strings.Contains(out, "In sync with cluster.yml") {
 		t.Fatalf("status after apply: exit %d\n%s%s", code, out, errOut)
 	}
 
@@ -141,13 +143,12 @@ func TestCLISandbox(t *testing.T) {
 		}()
 		waitFor := func(what, text string) {
 			t.Helper()
-			deadline := time.Now().Add(2 * time.Minute)
-			for !strings.Contains(wout.String()+werr.String(), text) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no %s (%q) in:\n%s%s", what, text, wout.String(), werr.String())
+			testwait.For(t, 2*time.Minute, what, func() error {
+				if out := wout.String() + werr.String(); !strings.Contains(out, text) {
+					return fmt.Errorf("no %q in:\n%s", text, out)
 				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 		}
 		waitFor("first round", "Watching ")
 		changed := strings.Replace(yml, `conntrack-max-per-core: "0"`, "conntrack-max-per-core: \"0\"\n      v: \"3\"", 1)
@@ -163,13 +164,8 @@ func TestCLISandbox(t *testing.T) {
 		}
 		waitFor("diagnostics of an invalid save", `unknown key "kubernetes_verison"`)
 		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("--watch ended with exit %d", code)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("--watch did not end after cancel")
+		if code := testwait.Recv(t, done, time.Minute, "--watch's end after cancel", nil); code != 0 {
+			t.Errorf("--watch ended with exit %d", code)
 		}
 		if err := os.WriteFile(file, []byte(changed), 0o600); err != nil {
 			t.Fatal(err)

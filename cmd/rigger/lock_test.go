@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/lock"
 )
@@ -47,13 +49,17 @@ func TestApplyLock(t *testing.T) {
 		defer close(done)
 		runTo(t, ctx, "", &out, &errOut, append(args, "--wait-lock")...)
 	}()
-	for !strings.Contains(errOut.String(), "Waiting for the cluster's lock, held by "+holder.ID) {
+	testwait.For(t, time.Minute, "apply --wait-lock waiting for the lock", func() error {
+		if strings.Contains(errOut.String(), "Waiting for the cluster's lock, held by "+holder.ID) {
+			return nil
+		}
 		select {
 		case <-done:
 			t.Fatalf("apply --wait-lock ended without waiting:\n%s", errOut.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-	}
+		return fmt.Errorf("not yet; its stderr:\n%s", errOut.String())
+	})
 	select {
 	case <-done:
 		t.Fatalf("apply --wait-lock went on while the lock was held:\n%s", errOut.String())

@@ -24,6 +24,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdsnap/s3test"
 	"github.com/rigger/rigger/spec"
@@ -194,19 +195,10 @@ func TestScheduledUploadsWhatS3Missed(t *testing.T) {
 	// S3 answers again; the next run (an hour later, the next scheduled
 	// snapshot's) uploads the one it missed.
 	gw.Restart()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := store.List(ctx); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not answer again in 30s: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	testwait.ForContext(ctx, t, 30*time.Second, "versitygw answering again", func(ctx context.Context) error {
+		_, err := store.List(ctx)
+		return err
+	})
 	uploaded, missing, listErr, upErr := run(snaps)
 	if listErr != nil || upErr != nil || !slices.Equal(uploaded, []string{s1.Name}) || len(missing) > 0 {
 		t.Fatalf("S3 back: listed %v, upload %v, uploaded %v, not in s3 %v; want %s uploaded, nothing missing", listErr, upErr, uploaded, missing, s1.Name)

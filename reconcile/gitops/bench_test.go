@@ -117,18 +117,3 @@ func drain(events chan gitops.Event) {
 		}
 	}
 }
-
-func waitEvent(b *testing.B, events chan gitops.Event, kind gitops.EventKind, timeout time.Duration) gitops.Event {
-	b.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case e := <-events:
-			if e.Kind == kind {
-				return e
-			}
-		case <-deadline:
-			b.Fatalf("no %s event in %s", kind, timeout)
-		}
-	}
-}

@@ -23,6 +23,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/rigger/rigger/internal/crashpoint"
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/etcdsnap/s3test"
 	"github.com/rigger/rigger/reconcile/gitops"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
@@ -349,27 +350,26 @@ func (p *applyProc) output() string {
 	return strings.Join(p.lines, "\n")
 }
 
-// waitLine waits until a line of the output holds all of subs; false when
-// the process ended or timeout passed first.
-func (p *applyProc) waitLine(timeout time.Duration, subs ...string) bool {
-	deadline := time.After(timeout)
-	for {
+// waitLine waits until a line of the output holds all of subs; it fails
+// the test when the process ends or timeout passes first.
+func (p *applyProc) waitLine(t testing.TB, timeout time.Duration, subs ...string) {
+	t.Helper()
+	testwait.For(t, timeout, fmt.Sprintf("a progress line with %q", subs), func() error {
 		p.mu.Lock()
 		found := slices.ContainsFunc(p.lines, func(l string) bool {
 			return !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(l, s) })
 		})
 		p.mu.Unlock()
 		if found {
-			return true
+			return nil
 		}
 		select {
 		case <-p.done:
-			return false
-		case <-deadline:
-			return false
-		case <-time.After(100 * time.Millisecond):
+			t.Fatalf("no progress line with %q before the apply ended:\n%s", subs, p.output())
+		default:
 		}
-	}
+		return fmt.Errorf("none in:\n%s", p.output())
+	})
 }
 
 // refused says whether an apply was refused because another rigger held
@@ -571,9 +571,7 @@ func (c *chaos) partitioned(ctx context.Context, t *testing.T, k knobs) {
 func (c *chaos) faultMidApply(ctx context.Context, t *testing.T, scenario string, k knobs, when []string, inject, undo func(context.Context) error) {
 	row := chaosRow{scenario: scenario}
 	p := c.startApply(ctx, t, c.file(t, k), "")
-	if !p.waitLine(10*time.Minute, when...) {
-		t.Fatalf("no progress line with %q:\n%s", when, p.wait().output())
-	}
+	p.waitLine(t, 10*time.Minute, when...)
 	if err := inject(ctx); err != nil {
 		t.Fatal(err)
 	}

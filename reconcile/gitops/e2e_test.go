@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -346,8 +347,7 @@ func writeKubeconfig(t testing.TB, bin, yml, state string) string {
 // (the others 503) and returns it and one of the others.
 func waitLeader(t testing.TB, procs ...*serveProc) (leader, follower *serveProc) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
+	testwait.For(t, 2*time.Minute, "a replica the leader", func() error {
 		var ready, notReady []*serveProc
 		for _, p := range procs {
 			if p.readyz() == http.StatusOK {
@@ -359,16 +359,16 @@ func waitLeader(t testing.TB, procs ...*serveProc) (leader, follower *serveProc)
 		if len(ready) > 1 {
 			t.Fatalf("%d replicas ready at once: only the leader may be", len(ready))
 		}
-		if len(ready) == 1 {
-			if len(notReady) > 0 {
-				return ready[0], notReady[0]
-			}
-			return ready[0], nil
+		if len(ready) == 0 {
+			return errors.New("no replica answers /readyz with 200")
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatal("no replica became the leader in 2m")
-	return nil, nil
+		leader, follower = ready[0], nil
+		if len(notReady) > 0 {
+			follower = notReady[0]
+		}
+		return nil
+	})
+	return leader, follower
 }
 
 // ready is the Ready condition's status.
@@ -496,20 +496,20 @@ func (o *origin) pull(t testing.TB) {
 // waitStatus waits until main's status.yml satisfies ok.
 func (o *origin) waitStatus(t testing.TB, what string, timeout time.Duration, ok func(*gitops.StatusFile) bool) *gitops.StatusFile {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	var f *gitops.StatusFile
 	last := ""
-	for time.Now().Before(deadline) {
+	testwait.For(t, timeout, what, func() error {
 		out, err := exec.Command("git", "-C", o.bare, "show", "main:"+statusPath).Output()
-		if err == nil {
-			last = string(out)
-			if f := gitops.ParseStatus(out); f != nil && ok(f) {
-				return f
-			}
+		if err != nil {
+			return fmt.Errorf("git show main:%s: %v; the last status.yml read:\n%s", statusPath, err, last)
 		}
-		time.Sleep(time.Second)
-	}
-	t.Fatalf("%s: status.yml did not get there in %s; last:\n%s", what, timeout, last)
-	return nil
+		last = string(out)
+		if f = gitops.ParseStatus(out); f == nil || !ok(f) {
+			return fmt.Errorf("status.yml did not get there; it is:\n%s", last)
+		}
+		return nil
+	})
+	return f
 }
 
 // serveProc is a running `rigger serve` and its JSON log.

@@ -3,6 +3,7 @@ package gitops_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
@@ -36,20 +38,12 @@ func TestServerInvalidSpec(t *testing.T) {
 	starts := 0
 	wait := func(kind gitops.EventKind) gitops.Event {
 		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case e := <-events:
-				if e.Kind == gitops.EventReconcileStart {
-					starts++
-				}
-				if e.Kind == kind {
-					return e
-				}
-			case <-timeout:
-				t.Fatalf("no %s event", kind)
+		return testwait.Recv(t, events, 30*time.Second, fmt.Sprintf("a %s event", kind), func(e gitops.Event) bool {
+			if e.Kind == gitops.EventReconcileStart {
+				starts++
 			}
-		}
+			return e.Kind == kind
+		})
 	}
 	wait(gitops.EventStatusWritten)
 	conds := conditionsOf(t, o, "clusters/bad")
@@ -89,6 +83,13 @@ func TestServerInvalidSpec(t *testing.T) {
 func serveClusters(t *testing.T, o *origin, open gitops.Opener) (*gitops.Server, chan gitops.Event) {
 	t.Helper()
 	return serveClustersWith(t, o, gitops.Config{Open: open})
+}
+
+// waitEvent returns the next event of kind, dropping the others; it fails
+// the test when none comes within timeout.
+func waitEvent(t testing.TB, events <-chan gitops.Event, kind gitops.EventKind, timeout time.Duration) gitops.Event {
+	t.Helper()
+	return testwait.Recv(t, events, timeout, fmt.Sprintf("a %s event", kind), func(e gitops.Event) bool { return e.Kind == kind })
 }
 
 // serveClustersWith is serveClusters with cfg's Open and PendingAgents.
@@ -174,11 +175,7 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	for range 2 {
-		select {
-		case <-written:
-		case <-time.After(time.Minute):
-			t.Fatal("the two status files were not written in a minute")
-		}
+		testwait.Recv(t, written, time.Minute, "a status file written", nil)
 	}
 	if out, err := bareGit(o, "ls-tree", "-r", "--name-only", "main"); err != nil || strings.Contains(out, "status.yml") {
 		t.Errorf("main got a status.yml (%v):\n%s", err, out)
@@ -298,15 +295,7 @@ func TestServerPendingAgents(t *testing.T) {
 			return []gitops.AgentTunnel{{Node: "192.0.2.10", Connected: true, Hostname: "edge-10", LastSeen: &seen}}
 		},
 	})
-	timeout := time.After(30 * time.Second)
-	for done := false; !done; {
-		select {
-		case e := <-events:
-			done = e.Kind == gitops.EventStatusWritten
-		case <-timeout:
-			t.Fatal("no status written")
-		}
-	}
+	waitEvent(t, events, gitops.EventStatusWritten, 30*time.Second)
 	out, err := bareGit(o, "show", "main:clusters/edge/status.yml")
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // childLockEnv makes the test binary, re-executed, hold the lock file it
@@ -150,13 +152,8 @@ func TestFileWait(t *testing.T) {
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiting File: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiting File did not acquire the released lock")
+	if err := testwait.Recv(t, got, 5*time.Second, "the waiting File acquiring the released lock", nil); err != nil {
+		t.Fatalf("waiting File: %v", err)
 	}
 }
 
@@ -207,13 +204,8 @@ func TestFileOtherProcess(t *testing.T) {
 		waited <- err
 	}()
 	kill()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("File after the child was killed: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the lock was not free after its holder was killed")
+	if err := testwait.Recv(t, waited, 5*time.Second, "the lock free after its holder was killed", nil); err != nil {
+		t.Fatalf("File after the child was killed: %v", err)
 	}
 }
 

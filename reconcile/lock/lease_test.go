@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 const (
@@ -170,15 +172,11 @@ func TestLeaseWait(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	release()
-	select {
-	case r := <-got:
-		if r.err != nil {
-			t.Fatalf("waiting Lease: %v", r.err)
-		}
-		r.release()
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiting Lease did not get the released lease")
+	r := testwait.Recv(t, got, 5*time.Second, "the waiting Lease getting the released lease", nil)
+	if r.err != nil {
+		t.Fatalf("waiting Lease: %v", r.err)
 	}
+	r.release()
 }
 
 func TestLeaseWaitCancelled(t *testing.T) {
@@ -240,13 +238,9 @@ func TestLeaseLostToAnotherHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	select {
-	case <-held.Done():
-		if !errors.Is(context.Cause(held), ErrLost) {
-			t.Errorf("cause = %v, want ErrLost", context.Cause(held))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("held was not cancelled after the lease was taken over")
+	testwait.Recv(t, held.Done(), 5*time.Second, "held cancelled after the lease was taken over", nil)
+	if !errors.Is(context.Cause(held), ErrLost) {
+		t.Errorf("cause = %v, want ErrLost", context.Cause(held))
 	}
 	release()
 	if id := ptr.Deref(getLease(t, c).Spec.HolderIdentity, ""); id != "intruder" {
@@ -380,11 +374,7 @@ func TestLeaseRefusedByServe(t *testing.T) {
 			<-ctx.Done()
 		}, slog.New(slog.DiscardHandler))
 	}()
-	select {
-	case <-leading:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the only replica did not lead")
-	}
+	testwait.Recv(t, leading, 5*time.Second, "the only replica leading", nil)
 	_, _, err := Lease(t.Context(), c, testNS, testLease, testHolder("apply"), LeaseOptions{Timing: testTiming})
 	var heldErr *HeldError
 	if !errors.As(err, &heldErr) {

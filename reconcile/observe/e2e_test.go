@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -131,18 +133,14 @@ func TestObserveSandbox(t *testing.T) {
 	// The transport backs off after failed dials; node2 comes back within
 	// its maximum backoff.
 	healed := time.Now()
-	deadline := healed.Add(sshtun.BackoffMax + 10*time.Second)
-	for {
+	testwait.For(t, sshtun.BackoffMax+10*time.Second, "node2 observed again after healing", func() error {
 		got = observe()
-		if got.Nodes[n2.Address].Reachable {
-			t.Logf("node2 observed again %s after healing", time.Since(healed))
-			break
+		if n := got.Nodes[n2.Address]; !n.Reachable {
+			return fmt.Errorf("node2 still unreachable: %v", n.Err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node2 still unreachable after healing: %v", got.Nodes[n2.Address].Err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("node2 observed again %s after healing", time.Since(healed))
 	checkNode1(got)
 }
 

@@ -24,10 +24,10 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
@@ -309,21 +309,22 @@ func adminClient(ctx context.Context, sess *reconcile.Session) (kubernetes.Inter
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Eventually checks cond until it holds, fails for good (an error), or
-// timeout passes; then it fails the test with what, cond's last error and
-// the time waited. A slow machine only makes it wait longer.
+// Eventually checks cond until it holds; if timeout passes first, it fails
+// the test with what, the time waited and cond's last error. An error
+// means not yet, not failure: the check goes on. A slow machine only
+// makes it wait longer (testwait.ForContext says how often it checks).
 func Eventually(ctx context.Context, t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	start := time.Now()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	testwait.ForContext(ctx, t, timeout, what, func(ctx context.Context) error {
 		ok, err := cond(ctx)
-		last = err
-		return ok, nil
+		switch {
+		case ok:
+			return nil
+		case err == nil:
+			return errors.New("not so yet, and no error")
+		}
+		return err
 	})
-	if err != nil {
-		t.Fatalf("%s: not so after %s (last error: %v)", what, time.Since(start).Round(time.Second), last)
-	}
 }
 
 // NodesReady waits until the Nodes of nodes (by hostname) are Ready, as

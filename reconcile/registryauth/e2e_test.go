@@ -13,8 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
@@ -93,20 +93,20 @@ func TestRegistriesSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A failed pull fails the test at once: the registry is local.
-		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		testwait.ForContext(ctx, t, 3*time.Minute, "the pod of the private image "+pause+" running", func(ctx context.Context) error {
 			p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, nil // the API server may be busy; the timeout bounds this
+				return err // the API server may be busy; the timeout bounds this
 			}
 			for _, st := range p.Status.ContainerStatuses {
 				if w := st.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
-					return false, fmt.Errorf("%s: %s", w.Reason, w.Message)
+					t.Fatalf("the pod of the private image %s does not run: %s: %s", pause, w.Reason, w.Message)
 				}
 			}
-			return p.Status.Phase == corev1.PodRunning, nil
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("the pod is %s", p.Status.Phase)
+			}
+			return nil
 		})
-		if err != nil {
-			t.Fatalf("the pod of the private image %s does not run: %v", pause, err)
-		}
 	})
 }

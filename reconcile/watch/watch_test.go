@@ -6,18 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // waitCall waits for the next call of the watched function.
 func waitCall(t *testing.T, calls <-chan string, what string) string {
 	t.Helper()
-	select {
-	case content := <-calls:
-		return content
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no call after %s", what)
-		return ""
-	}
+	return testwait.Recv(t, calls, 5*time.Second, "a call after "+what, nil)
 }
 
 // noCall checks that the function is not called for a while.
@@ -90,13 +86,8 @@ func TestFile(t *testing.T) {
 	noCall(t, calls, "a write to another file")
 
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("File returned %v after ctx ended", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("File did not return after ctx ended")
+	if err := testwait.Recv(t, done, 5*time.Second, "File's return after ctx ended", nil); err != nil {
+		t.Errorf("File returned %v after ctx ended", err)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // joinedCredentials joins name to ts with a real agent, stops it and
@@ -20,9 +22,9 @@ func joinedCredentials(t testing.TB, ts *testServer, name string, n node) (Agent
 	t.Helper()
 	cfg := ts.agentConfig(t, name, n)
 	ra := runAgent(t, cfg)
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected(name) })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected(name) })
 	ra.stop()
-	waitFor(t, "agent's tunnel down", 30*time.Second, func() bool { return !ts.connected(name) })
+	testwait.For(t, 30*time.Second, "agent's tunnel down", func() bool { return !ts.connected(name) })
 	a, err := NewAgent(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +86,7 @@ func TestPingFloodBounded(t *testing.T) {
 	_, creds := joinedCredentials(t, ts, "n1", n)
 	base := runtime.NumGoroutine()
 	conn := rawTunnel(t, ts, "n1", creds)
-	waitFor(t, "attacker's tunnel up", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "attacker's tunnel up", func() bool { return ts.connected("n1") })
 
 	// 2,000,000 pings (24 MB), 10,000 to a WebSocket message, and not a
 	// byte read.
@@ -103,7 +105,7 @@ func TestPingFloodBounded(t *testing.T) {
 		peak = max(peak, runtime.NumGoroutine())
 	}
 	// Give a handler's goroutines a moment to pile up, if they do.
-	waitFor(t, "server read the pings", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "server read the pings", func() bool {
 		peak = max(peak, runtime.NumGoroutine())
 		return true
 	})
@@ -122,7 +124,7 @@ func TestBrokenTunnelDoesNotFreezeTheServer(t *testing.T) {
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket}, Node{Name: "n2", DockerSocket: n.docker.Socket})
 	cfg, creds := joinedCredentials(t, ts, "n1", n)
 	conn := rawTunnel(t, ts, "n1", creds)
-	waitFor(t, "attacker's tunnel up", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "attacker's tunnel up", func() bool { return ts.connected("n1") })
 
 	// Pings whose answers it never reads, until the server's writes block.
 	var pings []byte
@@ -147,7 +149,7 @@ func TestBrokenTunnelDoesNotFreezeTheServer(t *testing.T) {
 	// The node's real agent, from its own host, replaces the broken
 	// tunnel.
 	runAgent(t, cfg)
-	waitFor(t, "the real agent's tunnel", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "the real agent's tunnel", func() bool {
 		got := make(chan []AgentStatus, 1)
 		go func() { got <- ts.srv.Agents() }()
 		select {
@@ -160,5 +162,5 @@ func TestBrokenTunnelDoesNotFreezeTheServer(t *testing.T) {
 	})
 	// Another node's join goes through.
 	runAgent(t, ts.agentConfig(t, "n2", n))
-	waitFor(t, "n2 joined and connected", 15*time.Second, func() bool { return ts.connected("n2") })
+	testwait.For(t, 15*time.Second, "n2 joined and connected", func() bool { return ts.connected("n2") })
 }

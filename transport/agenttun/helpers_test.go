@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
 
@@ -170,14 +169,6 @@ func (ra *runningAgent) wait(t testing.TB) error {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the agent did not exit; its log:\n%s", ra.logs)
 		return nil
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	if !testwait.Until(d, 10*time.Millisecond, cond) {
-		t.Fatalf("%s: not within %s", what, d)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // recordRequests puts a recorder in front of ts's handler.
@@ -26,8 +28,8 @@ func TestJoin(t *testing.T) {
 	rec := recordRequests(ts)
 	cfg := ts.agentConfig(t, "n1", n)
 	ra := runAgent(t, cfg)
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
-	waitFor(t, "tunnel up in the agent's log", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "tunnel up in the agent's log", func() bool {
 		return strings.Contains(ra.logs.String(), "join step 4/4: tunnel up")
 	})
 	// One line per step of the join, in order.
@@ -84,7 +86,7 @@ func TestJoin(t *testing.T) {
 	again := cfg
 	again.Token = ""
 	ra2 := runAgent(t, again)
-	waitFor(t, "agent connected with its certificate", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected with its certificate", func() bool { return ts.connected("n1") })
 	if !strings.Contains(ra2.logs.String(), "credentials found") {
 		t.Errorf("the agent did not say it used its credentials:\n%s", ra2.logs)
 	}
@@ -191,7 +193,7 @@ func TestNodeActsOnlyAsItself(t *testing.T) {
 	ts := startServer(t, Node{Name: "a", DockerSocket: n.docker.Socket}, Node{Name: "b", DockerSocket: n.docker.Socket})
 	cfgA := ts.agentConfig(t, "a", n)
 	runAgent(t, cfgA)
-	waitFor(t, "a connected", 30*time.Second, func() bool { return ts.connected("a") })
+	testwait.For(t, 30*time.Second, "a connected", func() bool { return ts.connected("a") })
 
 	// Node a's certificate used to open node b's tunnel.
 	resp, err := dialAs(t, ts.URL, cfgA, "b")
@@ -247,7 +249,7 @@ func TestPendingUntilDeclared(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t)
 	ra := runAgent(t, ts.agentConfig(t, "n1", n))
-	waitFor(t, "agent listed as pending", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "agent listed as pending", func() bool {
 		p := ts.srv.Pending()
 		return len(p) == 1 && p[0].Node == "n1" && p[0].Hostname == "host-n1"
 	})
@@ -260,7 +262,7 @@ func TestPendingUntilDeclared(t *testing.T) {
 	default:
 	}
 	ts.srv.SetNodes([]Node{{Name: "n1", DockerSocket: n.docker.Socket}})
-	waitFor(t, "agent connected once declared", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected once declared", func() bool { return ts.connected("n1") })
 	if p := ts.srv.Pending(); len(p) != 0 {
 		t.Errorf("Pending = %v after the node was declared", p)
 	}
@@ -270,13 +272,13 @@ func TestSecondHostRefused(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 	runAgent(t, ts.agentConfig(t, "n1", n))
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
 
 	// Another host with the token claims the connected node's name.
 	cfg := ts.agentConfig(t, "n1", n)
 	cfg.Hostname = "intruder"
 	ra := runAgent(t, cfg)
-	waitFor(t, "second host refused, naming the holder", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "second host refused, naming the holder", func() bool {
 		return strings.Contains(ra.logs.String(), `node n1 is connected from 127.0.0.1:`) &&
 			strings.Contains(ra.logs.String(), `(host \"host-n1\")`)
 	})
@@ -291,7 +293,7 @@ func TestRemovedWhileStoppedRevoked(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket}, Node{Name: "n2", DockerSocket: n.docker.Socket})
 	ra := runAgent(t, ts.agentConfig(t, "n1", n))
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
 	ra.stop()
 	declared := ts.nodes
 	ts.nodes = nil
@@ -309,7 +311,7 @@ func TestRemovedNodeRevoked(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 	ra := runAgent(t, ts.agentConfig(t, "n1", n))
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
 
 	ts.srv.SetNodes(nil) // n1 removed from cluster.yml
 	err := ra.wait(t)
@@ -335,5 +337,5 @@ func TestTokenIssuedBesideTheServer(t *testing.T) {
 	cfg := ts.agentConfig(t, "n1", n)
 	cfg.Token = tok
 	runAgent(t, cfg)
-	waitFor(t, "agent joined with the token issued beside the server", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent joined with the token issued beside the server", func() bool { return ts.connected("n1") })
 }

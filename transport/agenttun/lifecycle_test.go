@@ -19,7 +19,7 @@ func TestServerRestart(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 	ra := runAgent(t, ts.agentConfig(t, "n1", n))
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
 	cli, err := ts.srv.Docker(ctxFor(t), "n1")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestServerRestart(t *testing.T) {
 	}
 
 	ts.restart() // a new process: state from its directory, same address
-	waitFor(t, "agent reconnected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent reconnected", func() bool { return ts.connected("n1") })
 	cli, err = ts.srv.Docker(ctxFor(t), "n1")
 	if err != nil {
 		t.Fatalf("Docker after the restart: %v", err)
@@ -54,7 +54,7 @@ func TestAbruptClosesLeaveNothingBehind(t *testing.T) {
 	cfg := ts.agentConfig(t, "n1", n)
 	cfg.Server = "https://" + proxy.Addr
 	runAgent(t, cfg)
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
 	dialEcho := func() net.Conn {
 		t.Helper()
 		conn, err := ts.srv.Dial(ctxFor(t), "n1", "tcp", n.echo)
@@ -82,7 +82,7 @@ func TestAbruptClosesLeaveNothingBehind(t *testing.T) {
 		conn.Close()
 		if i%10 == 9 {
 			proxy.Reset()
-			waitFor(t, "agent reconnected", 30*time.Second, func() bool {
+			testwait.For(t, 30*time.Second, "agent reconnected", func() bool {
 				if !ts.connected("n1") {
 					return false
 				}

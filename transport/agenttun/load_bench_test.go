@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // Figures of BenchmarkEndpointUnderAttack: how many of each attacker, and
@@ -58,7 +60,7 @@ func BenchmarkEndpointUnderAttack(b *testing.B) {
 		real := ts.agentConfig(b, "n0", n)
 		real.KeepaliveInterval = DefaultKeepaliveInterval
 		runAgent(b, real)
-		waitFor(b, "the real node connected", 30*time.Second, func() bool { return ts.connected("n0") })
+		testwait.For(b, 30*time.Second, "the real node connected", func() bool { return ts.connected("n0") })
 		cli, err := ts.srv.Docker(ctxFor(b), "n0")
 		if err != nil {
 			b.Fatal(err)
@@ -91,7 +93,7 @@ func BenchmarkEndpointUnderAttack(b *testing.B) {
 			keep(c)
 			fmt.Fprint(c, "\x16\x03\x01") // the start of a TLS record, and no more
 		}
-		waitFor(b, "the server took every connection", 30*time.Second, func() bool {
+		testwait.For(b, 30*time.Second, "the server took every connection", func() bool {
 			return runtime.NumGoroutine() > loadIdleConns+loadSlowConns
 		})
 		// The attack's time runs from here: every connection is open.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // BenchmarkSessions holds 1,000 agent tunnels to one server, agents
@@ -42,7 +44,7 @@ func BenchmarkSessions(b *testing.B) {
 			}
 			agents.Go(func() { a.Run(ctx) })
 		}
-		waitFor(b, "every agent connected", 5*time.Minute, func() bool {
+		testwait.For(b, 5*time.Minute, "every agent connected", func() bool {
 			up := 0
 			for _, a := range ts.srv.Agents() {
 				if a.Connected {

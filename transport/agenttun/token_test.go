@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // TestTokenJoinsOneNodeOnce: a token printed for node a does not join
@@ -26,7 +28,7 @@ func TestTokenJoinsOneNodeOnce(t *testing.T) {
 	}
 
 	ra := runAgent(t, cfgA)
-	waitFor(t, "a joined", 30*time.Second, func() bool { return ts.connected("a") })
+	testwait.For(t, 30*time.Second, "a joined", func() bool { return ts.connected("a") })
 	ra.stop()
 	// a removed and declared again: it must join again, and its token
 	// is spent.
@@ -49,19 +51,19 @@ func TestJoinDoesNotReplaceAValidCertificate(t *testing.T) {
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 	owner := ts.agentConfig(t, "n1", n)
 	ra := runAgent(t, owner)
-	waitFor(t, "n1 joined", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "n1 joined", func() bool { return ts.connected("n1") })
 	ra.stop()
-	waitFor(t, "n1's tunnel down", 30*time.Second, func() bool { return !ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "n1's tunnel down", func() bool { return !ts.connected("n1") })
 	serial := ts.srv.store.nodeSerial("c1", "n1")
 
 	other := ts.agentConfig(t, "n1", n) // a fresh token for n1, a fresh state directory
 	other.Hostname = "elsewhere"
 	ro := runAgent(t, other)
-	waitFor(t, "the second join pending approval", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "the second join pending approval", func() bool {
 		p := ts.srv.Pending()
 		return len(p) == 1 && p[0].Node == "n1" && p[0].Hostname == "elsewhere" && p[0].Key != ""
 	})
-	waitFor(t, "the waiting agent's log says how to approve it", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "the waiting agent's log says how to approve it", func() bool {
 		return strings.Contains(ro.logs.String(), "rigger agent approve --node n1")
 	})
 	if got := ts.srv.store.nodeSerial("c1", "n1"); got != serial {
@@ -74,9 +76,9 @@ func TestJoinDoesNotReplaceAValidCertificate(t *testing.T) {
 	}
 	// The owner still connects with its certificate.
 	ra = runAgent(t, owner)
-	waitFor(t, "the owner connected again", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "the owner connected again", func() bool { return ts.connected("n1") })
 	ra.stop()
-	waitFor(t, "n1's tunnel down", 30*time.Second, func() bool { return !ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "n1's tunnel down", func() bool { return !ts.connected("n1") })
 
 	// An operator approves the join (rigger agent approve).
 	apps, err := ts.srv.store.Approvals("c1")
@@ -86,7 +88,7 @@ func TestJoinDoesNotReplaceAValidCertificate(t *testing.T) {
 	if _, err := ts.srv.store.Approve("c1", "n1", apps[0].Key[:16]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the approved join connected", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "the approved join connected", func() bool {
 		a := ts.srv.Agents()
 		return len(a) == 1 && a[0].Connected && a[0].Hostname == "elsewhere"
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
@@ -71,7 +72,7 @@ func TestNewestTunnelWins(t *testing.T) {
 	// The first agent does not come back within the test once replaced.
 	cfg.BackoffBase, cfg.BackoffMax = time.Hour, time.Hour
 	first := runAgent(t, cfg)
-	waitFor(t, "first agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "first agent connected", func() bool { return ts.connected("n1") })
 
 	// The same credentials from another host: the agent moved, or the old
 	// tunnel is a dead connection the server has not noticed yet.
@@ -79,11 +80,11 @@ func TestNewestTunnelWins(t *testing.T) {
 	second.Hostname = "host-moved"
 	second.BackoffBase, second.BackoffMax = 10*time.Millisecond, 200*time.Millisecond
 	runAgent(t, second)
-	waitFor(t, "second agent's tunnel replaces the first", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "second agent's tunnel replaces the first", func() bool {
 		a := ts.srv.Agents()
 		return len(a) == 1 && a[0].Connected && a[0].Hostname == "host-moved"
 	})
-	waitFor(t, "first agent's tunnel closed", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "first agent's tunnel closed", func() bool {
 		return strings.Contains(first.logs.String(), "tunnel down")
 	})
 	cli, err := ts.srv.Docker(ctxFor(t), "n1")
@@ -102,18 +103,18 @@ func TestPingsEndSilentTunnels(t *testing.T) {
 	cfg := ts.agentConfig(t, "n1", n)
 	cfg.Server = "https://" + proxy.Addr
 	ra := runAgent(t, cfg)
-	waitFor(t, "agent connected", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected", func() bool { return ts.connected("n1") })
 
 	// A partition: no data, no reset, no FIN. Each side's pings go
 	// unanswered, each side closes the tunnel, and the agent dials again.
 	proxy.Silence()
-	waitFor(t, "agent noticed the silent tunnel and dialled again", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "agent noticed the silent tunnel and dialled again", func() bool {
 		return strings.Contains(ra.logs.String(), "tunnel up again")
 	})
-	waitFor(t, "server noticed the silent tunnel", 30*time.Second, func() bool {
+	testwait.For(t, 30*time.Second, "server noticed the silent tunnel", func() bool {
 		return strings.Contains(ts.logs.String(), "agent tunnel down")
 	})
-	waitFor(t, "agent connected again", 30*time.Second, func() bool { return ts.connected("n1") })
+	testwait.For(t, 30*time.Second, "agent connected again", func() bool { return ts.connected("n1") })
 	conn, err := ts.srv.Dial(ctxFor(t), "n1", "tcp", n.echo)
 	if err != nil {
 		t.Fatalf("Dial after the partition: %v", err)

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/transport"
@@ -222,7 +223,7 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The same transport gets the engine once it is back.
-		waitForE2E(t, "dockerd on "+n3.Name, func() error {
+		testwait.For(t, time.Minute, "dockerd on "+n3.Name, func() error {
 			_, err := tr.Docker(ctx, n3.Name)
 			return err
 		})
@@ -265,7 +266,7 @@ func TestE2E(t *testing.T) {
 		if err := sb.Heal(ctx, n1.Name); err != nil {
 			t.Fatal(err)
 		}
-		waitForE2E(t, n1.Name+" after healing", func() error {
+		testwait.For(t, time.Minute, n1.Name+" after healing", func() error {
 			conn, err := tr.Dial(ctx, n1.Name, "tcp", echoAddr)
 			if err == nil {
 				conn.Close()
@@ -338,7 +339,7 @@ func runEcho(t testing.TB, tr *Transport, cli *client.Client, nodeName string) {
 	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		t.Fatalf("start echo container on %s: %v", nodeName, err)
 	}
-	waitForE2E(t, "the echo container on "+nodeName, func() error {
+	testwait.For(t, time.Minute, "the echo container on "+nodeName, func() error {
 		conn, err := tr.Dial(ctx, nodeName, "tcp", echoAddr)
 		if err == nil {
 			conn.Close()
@@ -404,20 +405,4 @@ func established(t testing.TB, addr string, port int) int {
 		}
 	}
 	return n
-}
-
-// waitForE2E retries f until it succeeds or a minute passes.
-func waitForE2E(t testing.TB, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

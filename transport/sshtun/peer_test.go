@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
@@ -64,7 +65,7 @@ func TestCancelDuringHandshake(t *testing.T) {
 	}
 	// Nobody waits for the dial any more: it is abandoned at once, not
 	// left to run into the handshake timeout (5s here).
-	waitForWithin(t, time.Second, "the abandoned connection to close", func() bool { return n.server.Open() == 0 })
+	testwait.For(t, time.Second, "the abandoned connection to close", func() bool { return n.server.Open() == 0 })
 }
 
 func TestConcurrentFirstUseDialsOnce(t *testing.T) {
@@ -97,7 +98,7 @@ func TestOneCancelDoesNotFailSharedDial(t *testing.T) {
 		_, err := tr.Dial(ctx, "n1", "tcp", n.echo)
 		first <- err
 	}()
-	waitFor(t, "the first dial to start", func() bool { return n.server.Accepted() == 1 })
+	testwait.For(t, 10*time.Second, "the first dial to start", func() bool { return n.server.Accepted() == 1 })
 	second := make(chan error, 1)
 	go func() {
 		conn, err := tr.Dial(testCtx(t), "n1", "tcp", n.echo)
@@ -107,7 +108,7 @@ func TestOneCancelDoesNotFailSharedDial(t *testing.T) {
 		second <- err
 	}()
 	p := tr.nodes["n1"]
-	waitFor(t, "the second caller to join the dial", func() bool {
+	testwait.For(t, 10*time.Second, "the second caller to join the dial", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.call != nil && p.call.waiters == 2
@@ -429,23 +430,6 @@ func appendKnown(t *testing.T, file string, s *testnode.Server) {
 		data += "[127.0.0.1]:" + itoa(s.Port()) + " " + string(ssh.MarshalAuthorizedKey(k.PublicKey()))
 	}
 	writeFile(t, file, []byte(data))
-}
-
-// waitFor polls cond until it holds or 10 seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waitForWithin(t, 10*time.Second, what, cond)
-}
-
-func waitForWithin(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestHandshakeTimeoutDefault: the handshake gets connect_timeout, and at

@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // TestPasses: an etcd hiccup behind the API server passes; a 500 for a
@@ -84,13 +86,8 @@ func TestDoStopsWithContext(t *testing.T) {
 			return unavailable
 		})
 	}()
-	select {
-	case err := <-done:
-		if err != unavailable {
-			t.Errorf("Do = %v, want %v", err, unavailable)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Do still waits after ctx ended")
+	if err := testwait.Recv(t, done, time.Minute, "Do's return after ctx ended", nil); err != unavailable {
+		t.Errorf("Do = %v, want %v", err, unavailable)
 	}
 
 	if err := Do(ctx, slow, Passes, func(context.Context) error { t.Error("called after ctx ended"); return nil }); !errors.Is(err, context.Canceled) {

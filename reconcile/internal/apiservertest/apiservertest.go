@@ -40,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/rest"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/sandbox"
 )
 
@@ -215,24 +216,24 @@ func waitForBuild(t testing.TB, dir string) error {
 		return err
 	}
 	defer f.Close()
-	deadline := time.Now().Add(buildWait)
 	told := false
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	testwait.Until(buildWait, time.Second, func() bool {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
 		if err == nil {
 			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 			_, err = os.Stat(filepath.Join(dir, ".complete"))
-			return err
+			return true
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
-			return err
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return true
 		}
 		if !told {
 			t.Logf("waiting for the Kubernetes build that holds %s.lock", dir)
 			told = true
 		}
-		time.Sleep(time.Second)
-	}
+		return false
+	})
+	return err
 }
 
 // procs are the processes of one Server.

@@ -8,10 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/internal/apiservertest"
 )
 
@@ -28,17 +28,14 @@ func TestStart(t *testing.T) {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	testwait.ForContext(ctx, t, 2*time.Minute, "the controller manager's default ServiceAccount in a new namespace", func(ctx context.Context) error {
 		_, err := kc.CoreV1().ServiceAccounts("start-test").Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
+		return err
 	})
-	if err != nil {
-		t.Fatalf("the controller manager made no default ServiceAccount in a new namespace: %v", err)
-	}
 
 	bad := rest.CopyConfig(s.Config)
 	bad.BearerToken = "not-a-token"
-	_, err = kubernetes.NewForConfigOrDie(bad).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	_, err := kubernetes.NewForConfigOrDie(bad).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if !apierrors.IsUnauthorized(err) {
 		t.Errorf("an unknown token: got %v, want 401 Unauthorized", err)
 	}
