@@ -60,9 +60,9 @@ func excludeObjects(want []addons.Addon, exclude []spec.AddonObject) []addons.Ad
 }
 
 // addonEngine is the add-ons engine for the cluster's API server, through
-// the transport as KubeClient; progress receives its lines (nil: none).
+// the transport as kubeClient; progress receives its lines (nil: none).
 func (s *Session) addonEngine(set *pki.Set, o *observe.Cluster, progress func(addon, msg string)) (*addons.Engine, error) {
-	cfg, err := s.restConfig(set, o)
+	cfg, err := s.services().RESTConfig(set, o)
 	if err != nil {
 		return nil, err
 	}

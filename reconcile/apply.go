@@ -55,7 +55,8 @@ const MaxPlanAge = 15 * time.Minute
 // rigger does not have), records the nodes it touches, runs the plan
 // (execute.Run) with a snapshot before any etcd change, and makes the
 // Kubernetes side of the nodes right (package kubenode). The result lists
-// what was done, also on error.
+// what was done, also on error. A plan of Options.Teardown removes the
+// cluster from the nodes instead.
 //
 // A staged operation (a CA rotation, pki.CAStages; an operation on the
 // generated secrets encryption key, secretsenc.Stages) moves one stage per
@@ -66,6 +67,12 @@ const MaxPlanAge = 15 * time.Minute
 // plan is made again during an apply, for rigger apply and serve alike. A
 // plan is never changed once made.
 func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+	if lk == nil {
+		return &execute.Result{NotRun: pl.Plan.Steps}, errors.New("apply: the cluster's lock is not held (Session.Lock)")
+	}
+	if pl.teardown {
+		return s.teardown(ctx, pl, ao.Hooks)
+	}
 	res, err := s.applyOnce(ctx, lk, pl, ao)
 	for pass := 2; err == nil && pl.continues(); pass++ {
 		if pass > maxPasses {
@@ -143,9 +150,6 @@ func joinResults(a, b *execute.Result) *execute.Result {
 // applyOnce is Apply of one plan, without the secrets encryption stages.
 func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
-	if lk == nil {
-		return notRun, errors.New("apply: the cluster's lock is not held (Session.Lock)")
-	}
 	if ph := ao.Hooks.Phase; ph != nil {
 		if r := pl.Rotation(); r != nil && r.Stage != "" {
 			ph("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
@@ -191,7 +195,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	if err := s.recordNodes(); err != nil {
 		return notRun, err
 	}
-	chk, err := s.checker(pl.PKI)
+	chk, err := s.services().Checker(pl.PKI)
 	if err != nil {
 		return notRun, err
 	}
@@ -237,7 +241,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)
 		},
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
-			return s.etcdClient(ctx, pl.PKI, pl.Observed)
+			return s.services().EtcdClient(ctx, pl.PKI, pl.Observed)
 		},
 		Kubernetes: side.kubernetes,
 	}
@@ -279,7 +283,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 // Kubernetes side of an apply; nil when no controlplane node was
 // reachable.
 func (s *Session) apiClient(pl *Planned) kubernetes.Interface {
-	cs, err := s.KubeClient(pl.PKI, pl.Observed)
+	cs, err := s.services().KubeClient(pl.PKI, pl.Observed)
 	if err != nil {
 		return nil
 	}
@@ -352,22 +356,16 @@ func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
 	return nil
 }
 
-// PlanRemove observes the nodes and plans the teardown of the cluster:
-// every container of the cluster removed and rigger's files cleaned on
-// every node of cluster.yml and of the last apply.
-func (s *Session) PlanRemove(ctx context.Context) (*Planned, error) {
+// planTeardown observes the nodes and plans the teardown of the cluster
+// (Options.Teardown).
+func (s *Session) planTeardown(ctx context.Context) *Planned {
 	o := s.observeNodes(ctx, false)
 	d := &desired.Cluster{Name: s.c.ClusterName, PrefixPath: s.c.PrefixPath}
-	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o}, nil
+	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o, teardown: true}
 }
 
-// Remove carries out a plan from PlanRemove under the cluster's lock. The
-// state directory is kept: the certificates are still those of any node
-// that did not answer.
-func (s *Session) Remove(ctx context.Context, lk *Lock, pl *Planned, hooks execute.Hooks) (*execute.Result, error) {
-	if lk == nil {
-		return &execute.Result{NotRun: pl.Plan.Steps}, errors.New("remove: the cluster's lock is not held (Session.Lock)")
-	}
+// teardown carries out a plan of planTeardown.
+func (s *Session) teardown(ctx context.Context, pl *Planned, hooks execute.Hooks) (*execute.Result, error) {
 	res, err := execute.Run(ctx, pl.Plan, execute.Options{
 		Desired:     pl.Desired,
 		Nodes:       s.docker,

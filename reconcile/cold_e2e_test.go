@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/execute"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/sandbox/smoke"
+	"github.com/rigger/rigger/spec"
 )
 
 // coldRunsEnv is how many cold converges TestColdConverges makes (make
@@ -128,22 +130,27 @@ func TestColdConverges(t *testing.T) {
 // more then restarts it, and the plan after that is empty.
 func testInterruptedRemove(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox) {
 	c := rt.Cluster(t, s, rt.Roles(3))
+	a.Open = func(c *spec.Cluster, o reconcile.Options) (*reconcile.Session, error) {
+		o.Teardown = true
+		return reconcile.Open(c, o)
+	}
 	sess := a.Session(t, c)
+	a.Open = nil
 	lk := a.Lock(ctx, t, sess)
-	pl, err := sess.PlanRemove(ctx)
+	pl, err := sess.Plan(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	cleaned := ""
-	_, err = sess.Remove(rctx, lk, pl, execute.Hooks{Step: func(node, msg string, err error) {
+	_, err = sess.Apply(rctx, lk, pl, reconcile.ApplyOptions{Hooks: execute.Hooks{Step: func(node, msg string, err error) {
 		t.Logf("remove: %s: %s (%v)", node, msg, err)
 		if cleaned == "" && err == nil && strings.HasPrefix(msg, "cleaned ") {
 			cleaned = node
 			stop()
 		}
-	}})
+	}}})
 	lk.Release()
 	if cleaned == "" {
 		t.Fatalf("the remove ended (%v) before it cleaned a node: nothing was interrupted", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/reach"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/sandbox"
@@ -429,7 +430,7 @@ func checkSSHReachesNodes(t *testing.T, s *sandbox.Sandbox, c *spec.Cluster) {
 // transport is the SSH transport of c, closed when the test ends.
 func transport(t *testing.T, c *spec.Cluster) *sshtun.Transport {
 	t.Helper()
-	cfg, err := reconcile.SSHConfig(c, nil)
+	cfg, err := reach.SSHConfig(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

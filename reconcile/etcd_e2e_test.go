@@ -38,11 +38,7 @@ func testEtcdMembership(ctx context.Context, t *testing.T, f *clusterFixture) {
 	three, five := withEtcd(), withEtcd(3, 4)
 
 	// Data written before must survive every step: a ConfigMap lives in etcd.
-	pl := a.Plan(ctx, t, three)
-	cs, err := a.Session(t, three).KubeClient(pl.PKI, pl.Observed)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := a.Client(ctx, t, three)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-membership", Namespace: "default"}, Data: map[string]string{"k": "v"}}
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func (s *Session) observeEtcd(ctx context.Context, set *pki.Set, o *observe.Clus
 	if len(s.c.Services.Etcd.ExternalURLs) > 0 {
 		return
 	}
-	cli, err := s.etcdClient(ctx, set, o)
+	cli, err := s.services().EtcdClient(ctx, set, o)
 	if err != nil {
 		o.EtcdErr = err
 		return
@@ -61,7 +61,7 @@ const nodeListTimeout = 15 * time.Second
 // of cluster.yml (observe.Link by address label or hostname).
 func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observe.Cluster) {
 	o.Kubernetes = &observe.Kubernetes{}
-	cs, err := s.KubeClient(set, o)
+	cs, err := s.services().KubeClient(set, o)
 	if err != nil {
 		o.Kubernetes.Err = err
 		return

@@ -63,13 +63,3 @@ func (s *Session) PKI(ctx context.Context) (*pki.Set, error) {
 	}
 	return set, nil
 }
-
-// Kubeconfig returns the admin kubeconfig: the API server of the first
-// controlplane node, with the kube-admin certificate, from PKI.
-func (s *Session) Kubeconfig(ctx context.Context) ([]byte, error) {
-	set, err := s.PKI(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return pki.AdminKubeconfig(set, s.req)
-}

@@ -26,6 +26,9 @@ import (
 // version up (plan.CheckSkippedMinor), and, unless Options.IgnoreDockerVersion, nodes
 // whose Docker version RKE does not support (plan.CheckDocker).
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
+	if s.opts.Teardown {
+		return s.planTeardown(ctx), nil
+	}
 	d, err := desired.Build(s.c)
 	if err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))

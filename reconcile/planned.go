@@ -53,6 +53,8 @@ type Planned struct {
 	encryption *secretsenc.Plan
 	// addons are the add-ons cluster.yml asks for, as the plan read them.
 	addons []addons.Addon
+	// teardown marks a plan of Options.Teardown.
+	teardown bool
 	// pki is where the certificates come from and what the plan does
 	// about their rotation.
 	pki *pkisource.Resolved

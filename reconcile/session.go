@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/registryauth"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/reconcile/stall"
@@ -29,7 +29,7 @@ type Options struct {
 	Transport transport.Transport
 	// Agents reaches the nodes with transport: agent when Transport is
 	// nil: rigger serve's agent tunnel for the cluster, which outlives the
-	// session. Nil: those nodes are unreachable, with a *NoTunnelError.
+	// session. Nil: those nodes are unreachable, with a *reach.NoTunnelError.
 	Agents transport.Transport
 	// Now gives the time (nil: time.Now).
 	Now func() time.Time
@@ -51,6 +51,12 @@ type Options struct {
 	// RKE, Open refuses it for a cluster.yml without a key rigger
 	// generates.
 	RotateKey bool
+	// Teardown makes the plan the teardown of the cluster (rigger remove):
+	// every container of the cluster removed and rigger's files cleaned on
+	// every node of cluster.yml and of the last apply. The state directory
+	// is kept: the certificates are still those of any node that did not
+	// answer.
+	Teardown bool
 	// IgnoreDockerVersion skips RKE's check of each node's Docker version
 	// (plan.CheckDocker): `--ignore-docker-version`, as `rke up`'s flag.
 	// cluster.yml's ignore_docker_version plays no part, as in `rke up`.
@@ -100,16 +106,19 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c),
 		reg: registryauth.New(c.PrivateRegistries), former: formerNodes(c, last)}
 	if s.tr == nil {
-		// The former nodes are reached as the last apply reached them.
-		reach := *c
-		reach.Nodes = slices.Concat(c.Nodes, s.former)
-		ssh, unusable, err := sshTransport(&reach, s.former, opts.Log)
+		tr, err := reach.Transport(c, s.former, opts.Agents, opts.Log)
 		if err != nil {
 			return nil, stall.Stalls(ReasonInvalidSpec, err)
 		}
-		s.tr, s.own = routeNodes(&reach, ssh, opts.Agents, unusable), true
+		s.tr, s.own = tr, true
 	}
 	return s, nil
+}
+
+// services reaches the cluster's API server, etcd members and health
+// endpoints through the session's transport.
+func (s *Session) services() reach.Services {
+	return reach.Services{Transport: s.tr, Nodes: s.c.Nodes, Former: s.former, Log: s.opts.Log}
 }
 
 // docker returns the Docker engine of node, whose image pulls carry the
@@ -121,10 +130,6 @@ func (s *Session) docker(ctx context.Context, node string) (dockerop.Engine, err
 	}
 	return dockerop.WithRegistries(cli, s.reg), nil
 }
-
-// Former are the nodes of the last apply that cluster.yml no longer has:
-// the session still reaches them, to clean them, until an apply has.
-func (s *Session) Former() []spec.Node { return slices.Clone(s.former) }
 
 // Close closes the transport the session made.
 func (s *Session) Close() error {

@@ -36,7 +36,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 		}
 		ec.Members = func(ctx context.Context) ([]etcdmember.Member, error) {
 			o := s.observeNodes(ctx, false)
-			cli, err := s.etcdClient(ctx, set, o)
+			cli, err := s.services().EtcdClient(ctx, set, o)
 			if err != nil {
 				return nil, err
 			}
@@ -45,37 +45,4 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 		}
 	}
 	return ec, nil
-}
-
-// RestoreRequest is the restore cluster.yml requests (restore:), with the
-// record of its id when it was carried out already; nil when it requests
-// none.
-func (s *Session) RestoreRequest() (*etcdsnap.RestoreRequest, error) {
-	req, err := etcdsnap.RequestedRestore(s.opts.StateDir, s.c.Restore)
-	return req, stall.State(err)
-}
-
-// RestorePending carries out the restore cluster.yml requests, when its id
-// was not carried out yet (etcdsnap.RunRestoreRequest), under lk; nil, nil
-// when none is pending.
-func (s *Session) RestorePending(ctx context.Context, lk *Lock, o etcdsnap.RestoreOptions) (*etcdsnap.RestoreResult, error) {
-	req, err := etcdsnap.PendingRestore(s.opts.StateDir, s.c.Restore)
-	if err != nil || req == nil {
-		return nil, stall.State(err)
-	}
-	ec, err := s.Etcd(ctx, lk)
-	if err != nil {
-		return nil, err
-	}
-	return etcdsnap.RunRestoreRequest(ctx, ec, s.opts.StateDir, req, o)
-}
-
-// ScheduledSnapshot is one tick of the etcd snapshot schedule
-// (etcdsnap.Scheduled) under lk.
-func (s *Session) ScheduledSnapshot(ctx context.Context, lk *Lock) (*etcdsnap.ScheduledResult, error) {
-	ec, err := s.Etcd(ctx, lk)
-	if err != nil {
-		return nil, err
-	}
-	return etcdsnap.Scheduled(ctx, ec)
 }

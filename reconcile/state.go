@@ -80,6 +80,17 @@ func loadNodes(dir string) ([]spec.Node, error) {
 	return nodes, nil
 }
 
+// FormerNodes are the nodes of the last apply, in the state directory
+// stateDir, that c no longer has: a session still reaches them, to clean
+// them, until an apply has.
+func FormerNodes(c *spec.Cluster, stateDir string) ([]spec.Node, error) {
+	last, err := loadNodes(stateDir)
+	if err != nil {
+		return nil, stall.State(err)
+	}
+	return formerNodes(c, last), nil
+}
+
 // formerNodes are the nodes of the last apply that cluster.yml no longer has.
 func formerNodes(c *spec.Cluster, last []spec.Node) []spec.Node {
 	var out []spec.Node

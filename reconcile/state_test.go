@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -119,10 +120,10 @@ func TestFormerNodeWithoutKey(t *testing.T) {
 	}
 	defer s.Close()
 	_, err = s.tr.Docker(t.Context(), former.Address)
-	var fe *FormerNodeError
+	var fe *reach.FormerNodeError
 	var ne transport.NodeError
 	if !errors.As(err, &fe) || !errors.As(err, &ne) {
-		t.Fatalf("the former node: %v (%T), want a *FormerNodeError, a transport.NodeError", err, err)
+		t.Fatalf("the former node: %v (%T), want a *reach.FormerNodeError, a transport.NodeError", err, err)
 	}
 	for _, want := range []string{"node 10.0.0.9", gone, "no longer in cluster.yml", nodesFile} {
 		if !strings.Contains(err.Error(), want) {

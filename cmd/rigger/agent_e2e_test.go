@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -64,13 +63,7 @@ func TestAgentSandbox(t *testing.T) {
 	e, url, stop := listenEndpoint(t, serveDir, net.JoinHostPort(s.BridgeAddress, "0"), logs)
 	t.Cleanup(func() { stop() })
 	a := reconciletest.New(t)
-	a.Open = func(c *spec.Cluster, o reconcile.Options) (*reconcile.Session, error) {
-		sess, err := e.open(c, o)
-		if err != nil {
-			return nil, err
-		}
-		return sess.(*reconcile.Session), nil
-	}
+	a.Open = e.openSession
 	// serve admits the cluster's agent nodes when it first reads its
 	// cluster.yml.
 	a.Session(t, c)

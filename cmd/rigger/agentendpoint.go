@@ -67,16 +67,29 @@ func (e *agentEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // nodes this cluster.yml declares with transport: agent, and those of the
 // last apply it no longer declares until an apply has cleaned them.
 func (e *agentEndpoint) open(c *spec.Cluster, opts reconcile.Options) (gitops.Session, error) {
+	s, err := e.openSession(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	return gitops.NewEngine(s, c, opts.StateDir), nil
+}
+
+// openSession opens the reconcile session of open.
+func (e *agentEndpoint) openSession(c *spec.Cluster, opts reconcile.Options) (*reconcile.Session, error) {
 	srv, err := e.server(c.ClusterName)
 	if err != nil {
 		return nil, err
 	}
 	opts.Agents = srv
+	former, err := reconcile.FormerNodes(c, opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
 	s, err := reconcile.Open(c, opts)
 	if err != nil {
 		return nil, err
 	}
-	e.admit(srv, c, s.Former())
+	e.admit(srv, c, former)
 	return s, nil
 }
 

@@ -186,7 +186,7 @@ func (o applyOnce) applyOptions(out, errOut io.Writer) reconcile.ApplyOptions {
 // and the question of rigger snapshot restore. A request done already is
 // mentioned, nothing more.
 func (o applyOnce) restoreFirst(cmd *cobra.Command, s *opened) error {
-	req, err := s.RestoreRequest()
+	req, err := s.restoreRequest()
 	if err != nil || req == nil {
 		return err
 	}
@@ -200,7 +200,11 @@ func (o applyOnce) restoreFirst(cmd *cobra.Command, s *opened) error {
 			"run rigger apply without --plan (it restores first), or remove restore from cluster.yml", req.SnapshotName, req.ID)
 	}
 	start := time.Now()
-	res, err := s.RestorePending(cmd.Context(), s.lock, etcdsnap.RestoreOptions{
+	ec, err := s.Etcd(cmd.Context(), s.lock)
+	if err != nil {
+		return err
+	}
+	res, err := etcdsnap.RunRestoreRequest(cmd.Context(), ec, s.dir, req, etcdsnap.RestoreOptions{
 		Phase:    func(title string) { fmt.Fprintf(w, "==> %s\n", title) },
 		Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
 		Hooks:    progressHooks(w),

@@ -29,7 +29,7 @@ when the state directory is lost.`,
 				return err
 			}
 			defer s.Close()
-			b, err := s.Kubeconfig(cmd.Context())
+			b, err := s.kubeconfig(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -45,7 +45,7 @@ checked and nothing must change.`,
 				return err
 			}
 			defer s.Close()
-			req, err := s.RestoreRequest()
+			req, err := s.restoreRequest()
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/rigger/rigger/reconcile"
 )
 
 func newRemoveCommand() *cobra.Command {
@@ -26,14 +28,14 @@ directory is kept.`,
 		Example: `  rigger remove -f cluster.yml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.lockAs = "remove"
+			f.lockAs, f.teardown = "remove", true
 			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			out := cmd.OutOrStdout()
-			pl, err := s.PlanRemove(cmd.Context())
+			pl, err := s.Plan(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -47,7 +49,7 @@ directory is kept.`,
 				}
 			}
 			fmt.Fprintln(out)
-			res, err := s.Remove(cmd.Context(), s.lock, pl, progressHooks(out))
+			res, err := s.Apply(cmd.Context(), s.lock, pl, reconcile.ApplyOptions{Hooks: progressHooks(out)})
 			renderResult(out, "Remove", res, err)
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,8 @@ type clusterFlags struct {
 	// rotateKey asks for a rotation of the secrets encryption key (rigger
 	// encrypt rotate-key).
 	rotateKey bool
+	// teardown plans the removal of the cluster (rigger remove).
+	teardown bool
 	// ignoreDocker skips the check of the nodes' Docker versions
 	// (--ignore-docker-version, as rke up's flag).
 	ignoreDocker bool
@@ -87,6 +90,23 @@ func (o *opened) dropFreshStateDir() {
 	os.Remove(o.dir)
 }
 
+// restoreRequest is the restore cluster.yml requests (restore:), with the
+// record of its id when it was carried out already; nil when it requests
+// none.
+func (o *opened) restoreRequest() (*etcdsnap.RestoreRequest, error) {
+	return etcdsnap.RequestedRestore(o.dir, o.c.Restore)
+}
+
+// kubeconfig is the admin kubeconfig: the API server of the first
+// controlplane node, with the kube-admin certificate of the cluster's PKI.
+func (o *opened) kubeconfig(ctx context.Context) ([]byte, error) {
+	set, err := o.PKI(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pki.AdminKubeconfig(set, pki.RequestFor(o.c))
+}
+
 // Close releases the lock and closes the session.
 func (o *opened) Close() {
 	if o.lock != nil {
@@ -118,7 +138,7 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate,
-		RotateKey: f.rotateKey, IgnoreDockerVersion: f.ignoreDocker})
+		RotateKey: f.rotateKey, Teardown: f.teardown, IgnoreDockerVersion: f.ignoreDocker})
 	if err != nil {
 		return nil, err
 	}

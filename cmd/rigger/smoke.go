@@ -44,7 +44,7 @@ have the alpine image.`,
 			if len(workers) == 0 {
 				return fmt.Errorf("cluster.yml has no worker node to run pods on")
 			}
-			kc, err := s.Kubeconfig(cmd.Context())
+			kc, err := s.kubeconfig(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -235,7 +235,11 @@ func mapsEqual(a, b map[string]string) bool {
 
 func kubeconfig(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Cluster) []byte {
 	t.Helper()
-	kc, err := a.Session(t, c).Kubeconfig(ctx)
+	set, err := a.Session(t, c).PKI(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := pki.AdminKubeconfig(set, pki.RequestFor(c))
 	if err != nil {
 		t.Fatal(err)
 	}

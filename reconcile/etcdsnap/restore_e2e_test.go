@@ -207,10 +207,7 @@ func restorePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 			t.Errorf("plan after the restore is not empty:\n%s", b.String())
 		}
 		// The API server works on the restored data.
-		cs, err := a.Session(t, c).KubeClient(pl.PKI, pl.Observed)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cs := a.Client(ctx, t, c)
 		if _, err := cs.Discovery().ServerVersion(); err != nil {
 			t.Errorf("API server after the restore: %v", err)
 		}

@@ -169,12 +169,16 @@ func schedulePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	// The restore request of cluster.yml, carried out once.
 	c.Restore = spec.Restore{Restore: true, SnapshotName: fourth, ID: "r1"}
 	rs := a.Session(t, c)
-	req, err := rs.RestoreRequest()
+	req, err := etcdsnap.RequestedRestore(a.StateDir, c.Restore)
 	if err != nil || req == nil || req.ID != "r1" || req.SnapshotName != fourth || req.Done != nil {
 		t.Fatalf("requested restore %+v, %v: want r1 of %s, pending", req, err, fourth)
 	}
 	var lines []string
-	rres, err := rs.RestorePending(ctx, a.Lock(ctx, t, rs), etcdsnap.RestoreOptions{
+	ec, err := rs.Etcd(ctx, a.Lock(ctx, t, rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rres, err := etcdsnap.RunRestoreRequest(ctx, ec, a.StateDir, req, etcdsnap.RestoreOptions{
 		Phase:    func(title string) { lines = append(lines, "==> "+title) },
 		Progress: func(node, msg string) { lines = append(lines, node+": "+msg) },
 	})
@@ -194,12 +198,11 @@ func schedulePhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		t.Errorf("keys after the restore %v, want only the one written before %s", keys, fourth)
 	}
 
-	again := a.Session(t, c)
-	done, err := again.RestoreRequest()
+	done, err := etcdsnap.RequestedRestore(a.StateDir, c.Restore)
 	if err != nil || done == nil || done.Done == nil || done.Done.Error != "" || done.Done.FinishedAt.IsZero() {
 		t.Errorf("requested restore on a new session %+v, %v: want r1 recorded as done", done, err)
 	}
-	if res, err := again.RestorePending(ctx, nil, etcdsnap.RestoreOptions{}); err != nil || res != nil {
-		t.Errorf("RestorePending after r1: %+v, %v; want nothing done", res, err)
+	if req, err := etcdsnap.PendingRestore(a.StateDir, c.Restore); err != nil || req != nil {
+		t.Errorf("pending restore after r1: %+v, %v; want none", req, err)
 	}
 }

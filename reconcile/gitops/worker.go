@@ -431,7 +431,7 @@ func (w *worker) apply(ctx context.Context, log *slog.Logger, s Session, lk *rec
 }
 
 // restoreRequested carries out the restore request of cluster.yml (restore:
-// with a new id), once: see reconcile.Session.RestorePending.
+// with a new id), once: see engine.RestorePending.
 func (w *worker) restoreRequested(ctx context.Context, log *slog.Logger, s Session, lk *reconcile.Lock) error {
 	req, err := s.RestoreRequest()
 	if err != nil || req == nil || req.Done != nil {

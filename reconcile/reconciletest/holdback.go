@@ -17,6 +17,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -40,7 +41,7 @@ const HoldKubeProxyTimeout = 3 * time.Minute
 func HoldKubeProxy(t testing.TB, address, hostname string, held chan<- struct{}) func(*spec.Cluster, reconcile.Options) (*reconcile.Session, error) {
 	var once sync.Once
 	return func(c *spec.Cluster, opts reconcile.Options) (*reconcile.Session, error) {
-		cfg, err := reconcile.SSHConfig(c, opts.Log)
+		cfg, err := reach.SSHConfig(c, opts.Log)
 		if err != nil {
 			return nil, err
 		}
@@ -71,7 +72,7 @@ func leaseOf(ctx context.Context, c *spec.Cluster, opts reconcile.Options, hostn
 		return err
 	}
 	defer sess.Close()
-	cs, err := adminClient(ctx, sess)
+	cs, err := adminClient(ctx, sess, c)
 	if err != nil {
 		return fmt.Errorf("hold kube-proxy back: %w", err)
 	}

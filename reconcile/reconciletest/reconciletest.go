@@ -31,6 +31,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -289,7 +290,7 @@ func (a *Applier) EtcdLocked(ctx context.Context, t testing.TB, c *spec.Cluster)
 // Client is client-go through c's admin kubeconfig.
 func (a *Applier) Client(ctx context.Context, t testing.TB, c *spec.Cluster) kubernetes.Interface {
 	t.Helper()
-	cs, err := adminClient(ctx, a.Session(t, c))
+	cs, err := adminClient(ctx, a.Session(t, c), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +298,12 @@ func (a *Applier) Client(ctx context.Context, t testing.TB, c *spec.Cluster) kub
 }
 
 // adminClient is client-go through sess's admin kubeconfig.
-func adminClient(ctx context.Context, sess *reconcile.Session) (kubernetes.Interface, error) {
-	kc, err := sess.Kubeconfig(ctx)
+func adminClient(ctx context.Context, sess *reconcile.Session, c *spec.Cluster) (kubernetes.Interface, error) {
+	set, err := sess.PKI(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	kc, err := pki.AdminKubeconfig(set, pki.RequestFor(c))
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: %w", err)
 	}

@@ -1,4 +1,4 @@
-package reconcile
+package reach
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func load(t testing.TB, path string) *spec.Cluster {
 }
 
 func TestSSHConfigFromClusterYML(t *testing.T) {
-	c := load(t, "../examples/clusters/bastion/cluster.yml")
+	c := load(t, "../../examples/clusters/bastion/cluster.yml")
 	c.Nodes[2].Transport = spec.TransportAgent
 	c.Nodes[1].SSHKey = "inline key"
 	cfg, err := SSHConfig(c, nil)
@@ -73,7 +73,7 @@ func (f *fakeTransport) Close() error {
 }
 
 func TestAgentNodesRoutedToTheTunnel(t *testing.T) {
-	c := load(t, "../examples/clusters/bastion/cluster.yml")
+	c := load(t, "../../examples/clusters/bastion/cluster.yml")
 	c.Nodes[2].Transport = spec.TransportAgent
 	agentNode := c.Nodes[2].Address
 	ssh, agents := &fakeTransport{name: "ssh"}, &fakeTransport{name: "agents"}

@@ -1,4 +1,9 @@
-package reconcile
+// Package reach is how rigger reaches a cluster's nodes and the services
+// on them: the transport of each node as cluster.yml says (SSH, or the
+// agent tunnel for nodes with transport: agent), and through it the API
+// server, the etcd members and the components' health endpoints, with the
+// cluster's certificates.
+package reach
 
 import (
 	"context"
@@ -125,10 +130,24 @@ func (*FormerNodeError) TransportNodeError() {}
 
 func (e *FormerNodeError) Error() string {
 	return fmt.Sprintf("%v (the node is no longer in cluster.yml: this is how the last apply reached it, "+
-		"as recorded in the state directory's %s)", e.Err, nodesFile)
+		"as recorded in the state directory's nodes.json)", e.Err)
 }
 
 func (e *FormerNodeError) Unwrap() error { return e.Err }
+
+// Transport is the transport to the nodes of c (and of the last apply,
+// former, reached as that apply reached them): SSH as cluster.yml says,
+// and agents (rigger serve's tunnel of the cluster; nil: none) for the
+// nodes with transport: agent.
+func Transport(c *spec.Cluster, former []spec.Node, agents transport.Transport, log *slog.Logger) (transport.Transport, error) {
+	reach := *c
+	reach.Nodes = slices.Concat(c.Nodes, former)
+	ssh, unusable, err := sshTransport(&reach, former, log)
+	if err != nil {
+		return nil, err
+	}
+	return routeNodes(&reach, ssh, agents, unusable), nil
+}
 
 // routeNodes returns ssh when c has no node with transport: agent and
 // unusable is empty, and otherwise a transport that answers a node of

@@ -1,9 +1,10 @@
-package reconcile
+package reach
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 
@@ -16,7 +17,18 @@ import (
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 )
+
+// Services reaches the API server, the etcd members and the components'
+// health endpoints of a cluster through the transport to its nodes.
+type Services struct {
+	Transport transport.Transport
+	// Nodes are cluster.yml's nodes; Former those of the last apply it no
+	// longer has (etcd members may still run there).
+	Nodes, Former []spec.Node
+	Log           *slog.Logger
+}
 
 // apiServerLocal is the API server as seen from a controlplane node.
 const apiServerLocal = "127.0.0.1:" + pki.APIServerPort
@@ -26,8 +38,8 @@ const apiServerLocal = "127.0.0.1:" + pki.APIServerPort
 // a reachable controlplane node: the API server need not be reachable from
 // where rigger runs. The first reachable controlplane node of o in
 // cluster.yml order serves, the others when its connection fails.
-func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clientset, error) {
-	cfg, err := s.restConfig(set, o)
+func (s Services) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clientset, error) {
+	cfg, err := s.RESTConfig(set, o)
 	if err != nil {
 		return nil, err
 	}
@@ -38,11 +50,11 @@ func (s *Session) KubeClient(set *pki.Set, o *observe.Cluster) (*kubernetes.Clie
 	return cs, nil
 }
 
-// restConfig is the client configuration of KubeClient: the admin, through
+// RESTConfig is the client configuration of KubeClient: the admin, through
 // the transport to a reachable controlplane node's loopback.
-func (s *Session) restConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, error) {
+func (s Services) RESTConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, error) {
 	var cps []string
-	for _, n := range s.c.Nodes {
+	for _, n := range s.Nodes {
 		if slices.Contains(n.Role, spec.RoleControlPlane) {
 			if on := o.Nodes[n.Address]; on != nil && on.Reachable {
 				cps = append(cps, n.Address)
@@ -62,7 +74,7 @@ func (s *Session) restConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, er
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var errs []error
 			for _, node := range cps {
-				conn, err := s.tr.Dial(ctx, node, network, apiServerLocal)
+				conn, err := s.Transport.Dial(ctx, node, network, apiServerLocal)
 				if err == nil {
 					return conn, nil
 				}
@@ -81,14 +93,14 @@ func (s *Session) restConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, er
 	return cfg, nil
 }
 
-// etcdClient connects to the etcd members that run on reachable nodes (of
+// EtcdClient connects to the etcd members that run on reachable nodes (of
 // cluster.yml or the last apply), each through its own node, with the
 // kube-node certificate, which etcd trusts as the API server's.
-func (s *Session) etcdClient(ctx context.Context, set *pki.Set, o *observe.Cluster) (*etcdmember.Client, error) {
+func (s Services) EtcdClient(ctx context.Context, set *pki.Set, o *observe.Cluster) (*etcdmember.Client, error) {
 	internal := map[string]string{} // internal address → node address
 	var endpoints []string
 	var via []string // nodes that run etcd: they dial members they do not know
-	for _, n := range slices.Concat(s.c.Nodes, s.former) {
+	for _, n := range slices.Concat(s.Nodes, s.Former) {
 		internal[n.InternalAddress] = n.Address
 		on := o.Nodes[n.Address]
 		if on == nil || !on.Reachable {
@@ -112,13 +124,13 @@ func (s *Session) etcdClient(ctx context.Context, set *pki.Set, o *observe.Clust
 			return nil, err
 		}
 		if n, ok := internal[host]; ok {
-			return s.tr.Dial(ctx, n, "tcp", addr)
+			return s.Transport.Dial(ctx, n, "tcp", addr)
 		}
 		// A member rigger does not know the node of: reach it from the
 		// nodes that run etcd, which share its network.
 		var errs []error
 		for _, n := range via {
-			conn, err := s.tr.Dial(ctx, n, "tcp", addr)
+			conn, err := s.Transport.Dial(ctx, n, "tcp", addr)
 			if err == nil {
 				return conn, nil
 			}
@@ -129,12 +141,12 @@ func (s *Session) etcdClient(ctx context.Context, set *pki.Set, o *observe.Clust
 	return etcdmember.Dial(ctx, endpoints, tlsConfig, dial)
 }
 
-// checker probes components through the transport with the kube-node
+// Checker probes components through the transport with the kube-node
 // certificate, which etcd and the API server accept.
-func (s *Session) checker(set *pki.Set) (*health.Checker, error) {
+func (s Services) Checker(set *pki.Set) (*health.Checker, error) {
 	cfg, err := set.ClientTLS()
 	if err != nil {
 		return nil, fmt.Errorf("health checks: %w", err)
 	}
-	return &health.Checker{Dial: s.tr.Dial, TLS: cfg, Log: s.opts.Log}, nil
+	return &health.Checker{Dial: s.Transport.Dial, TLS: cfg, Log: s.Log}, nil
 }
