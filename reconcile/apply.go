@@ -20,8 +20,8 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
-	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -164,7 +164,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	if err := pl.Blocked(); err != nil {
 		return notRun, err
 	}
-	if err := s.checkRemovals(pl.Plan, ao.AllowRemovals); err != nil {
+	if err := plan.CheckRemovals(pl.Plan, len(s.c.Nodes), s.c.Rigger.MaxRemovedNodes, ao.AllowRemovals); err != nil {
 		return notRun, err
 	}
 	cs := s.apiClient(pl)
@@ -199,11 +199,11 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	if err != nil {
 		return notRun, err
 	}
-	workerBatch, workersBlocked, err := s.unavailability(pl, spec.RoleWorker, s.c.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
+	workerBatch, workersBlocked, err := plan.Unavailability(pl.Desired, pl.Unreachable(), spec.RoleWorker, s.c.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
 	if err != nil {
 		return notRun, err
 	}
-	_, cpBlocked, err := s.unavailability(pl, spec.RoleControlPlane, s.c.UpgradeStrategy.MaxUnavailableControlplane, "max_unavailable_controlplane")
+	_, cpBlocked, err := plan.Unavailability(pl.Desired, pl.Unreachable(), spec.RoleControlPlane, s.c.UpgradeStrategy.MaxUnavailableControlplane, "max_unavailable_controlplane")
 	if err != nil {
 		return notRun, err
 	}
@@ -219,8 +219,8 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			if engErr != nil {
 				return fmt.Errorf("apply the network plugin: %w", engErr)
 			}
-			_, err := eng.Stage(ctx, networkAddon(pl.addons))
-			return addonErr("apply the network plugin", err)
+			_, err := eng.Stage(ctx, sysaddons.Network(pl.addons))
+			return addons.Refused("apply the network plugin", err)
 		}
 	}
 	opts := execute.Options{
@@ -253,7 +253,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			if err := side.repair(ctx); err != nil {
 				return nil, fmt.Errorf("before the add-ons: %w", err)
 			}
-			return applyAddons(ctx, eng, pl.addons)
+			return eng.ApplyAll(ctx, pl.addons)
 		}
 	}
 	res, err := execute.Run(ctx, pl.Plan, opts)
@@ -300,58 +300,6 @@ func (s *Session) snapshotBeforeChange(ctx context.Context, set *pki.Set, d *des
 	if err != nil {
 		s.opts.Log.Warn("snapshot before the etcd change taken, not everywhere", "cluster", s.c.ClusterName,
 			"snapshot", res.Sidecar.Name, "error", err)
-	}
-	return nil
-}
-
-// unavailability resolves an upgrade_strategy budget for the nodes with
-// role: the nodes that may change at once, the budget less those already
-// unavailable (unreachable). When nothing is left, the phase is blocked
-// with the reason.
-func (s *Session) unavailability(pl *Planned, role, value, key string) (batch int, blocked error, err error) {
-	total := 0
-	var down []string
-	unreachable := pl.Unreachable()
-	for _, n := range pl.Desired.Nodes {
-		if !slices.Contains(n.Roles, role) {
-			continue
-		}
-		total++
-		if slices.Contains(unreachable, n.Address) {
-			down = append(down, n.Address)
-		}
-	}
-	budget, err := spec.ParseBudget(value, 1)
-	if err != nil {
-		return 0, nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("upgrade_strategy.%s: %w", key, err))
-	}
-	most := budget.Of(total, 1)
-	if batch = most - len(down); batch < 1 {
-		return 0, fmt.Errorf("upgrade_strategy.%s allows %d of the %d %s nodes to be unavailable, and %d are already (%s): "+
-			"nothing more changes there until they answer; or raise the budget", key, most, total, role, len(down), strings.Join(down, ", ")), nil
-	}
-	return batch, nil, nil
-}
-
-// checkRemovals is the guard against a truncated cluster.yml: removing
-// more nodes than rigger.max_removed_nodes allows needs AllowRemovals.
-func (s *Session) checkRemovals(p *plan.Plan, allow bool) error {
-	removed := slices.Clone(p.RemovedNodes)
-	for _, u := range p.Unreachable {
-		if u.Removed {
-			removed = append(removed, u.Node)
-		}
-	}
-	if len(removed) == 0 || allow {
-		return nil
-	}
-	budget, err := spec.ParseBudget(s.c.Rigger.MaxRemovedNodes, 0)
-	if err != nil {
-		return stall.Stalls(ReasonInvalidSpec, fmt.Errorf("rigger.max_removed_nodes: %w", err))
-	}
-	total := len(s.c.Nodes) + len(removed)
-	if most := budget.Of(total, 0); len(removed) > most {
-		return stall.Stalls(ReasonRemovalGuard, &RemovalGuardError{Removed: removed, Total: total, Limit: s.c.Rigger.MaxRemovedNodes})
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -77,7 +78,7 @@ func resolveEncryption(t *testing.T, s *Session, o *observe.Cluster) (*resolved,
 	if p == nil {
 		return nil, err
 	}
-	return &resolved{Plan: p, info: encryptionOf(p, s.opts.StateDir)}, err
+	return &resolved{Plan: p, info: report.EncryptionOf(p, s.opts.StateDir)}, err
 }
 
 func TestResolveEncryptionNewKey(t *testing.T) {
@@ -321,15 +322,16 @@ func TestRotateKeyOption(t *testing.T) {
 	}
 }
 
-// TestEncryptionStatusHasNoKey: status.yml names the keys, never their
-// secrets.
+// TestEncryptionStatusHasNoKey: status.yml and the plan's JSON name the
+// keys, never their secrets.
 func TestEncryptionStatusHasNoKey(t *testing.T) {
 	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
 	r, err := resolveEncryption(t, s, observed(nil, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(encryptionStatus(r.info))
+	pl := &Planned{Plan: &plan.Plan{}, Desired: &desired.Cluster{}, Observed: &observe.Cluster{}, Encryption: r.info}
+	b, err := json.Marshal([]any{BuildStatus(pl), pl.Report()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package reconcile
 
 import (
-	"fmt"
-	"strings"
-
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/stall"
 )
 
@@ -32,18 +30,5 @@ type Error = stall.Error
 func Classify(err error) (reason Reason, stalled bool) { return stall.Classify(err) }
 
 // RemovalGuardError is a plan that removes more nodes than
-// rigger.max_removed_nodes allows: a guard against a truncated cluster.yml.
-type RemovalGuardError struct {
-	// Removed are the addresses of the nodes the plan removes.
-	Removed []string
-	// Total is how many nodes rigger knows, the removed ones included.
-	Total int
-	// Limit is rigger.max_removed_nodes.
-	Limit string
-}
-
-func (e *RemovalGuardError) Error() string {
-	return fmt.Sprintf("the plan removes %d of %d nodes (%s), more than rigger.max_removed_nodes (%s) allows: "+
-		"if cluster.yml is complete and this is meant, apply with --allow-removals (or raise rigger.max_removed_nodes)",
-		len(e.Removed), e.Total, strings.Join(e.Removed, ", "), e.Limit)
-}
+// rigger.max_removed_nodes allows (plan.RemovalGuardError).
+type RemovalGuardError = plan.RemovalGuardError

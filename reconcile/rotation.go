@@ -7,22 +7,6 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 )
 
-// Rotation is the certificate rotation a plan carries out (cluster.yml's
-// rotate_certificates, or rigger cert rotate), for people.
-type Rotation struct {
-	pki.Rotation
-	// From says who asked: certrotate.FromClusterYML or FromCommandLine.
-	From string `json:"from"`
-	// Resumed is set when an earlier apply started the rotation and did not
-	// finish it: its certificates are not issued again.
-	Resumed bool `json:"resumed,omitempty"`
-	// Stage is the stage of a CA rotation the plan moves the nodes to.
-	Stage pki.CAStage `json:"stage,omitempty"`
-	// Names are the certificates rotated; every component that reads one
-	// restarts, node by node.
-	Names []string `json:"certificates"`
-}
-
 // rotation is what the plan does about certificate rotation; nil when it
 // was not decided (a plan of a teardown).
 func (p *Planned) rotation() *certrotate.Plan {

@@ -176,3 +176,13 @@ func manifest(c *spec.Cluster, name, addon string, data any) ([]Manifest, error)
 	}
 	return []Manifest{{Name: name, Template: key, YAML: y}}, nil
 }
+
+// Network is the network plugin's add-on of want, if any.
+func Network(want []addons.Addon) []addons.Addon {
+	for _, a := range want {
+		if a.Name == NetworkPlugin {
+			return []addons.Addon{a}
+		}
+	}
+	return nil
+}

@@ -1,4 +1,4 @@
-package reconcile
+package addons
 
 import (
 	"errors"
@@ -8,23 +8,23 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 )
 
 // TestExcludeObjects: rigger.addons.exclude leaves the objects it names out.
 func TestExcludeObjects(t *testing.T) {
-	obj := func(kind, ns, name string) addons.Object {
+	obj := func(kind, ns, name string) Object {
 		u := &unstructured.Unstructured{}
 		u.SetKind(kind)
 		u.SetNamespace(ns)
 		u.SetName(name)
-		return addons.Object{Unstructured: u}
+		return Object{Unstructured: u}
 	}
-	want := []addons.Addon{{Name: "rke-coredns-addon", Objects: []addons.Object{
+	want := []Addon{{Name: "rke-coredns-addon", Objects: []Object{
 		obj("Deployment", "kube-system", "coredns"), obj("Deployment", "kube-system", "coredns-autoscaler"), obj("ClusterRole", "", "system:coredns"),
 	}}}
-	got := excludeObjects(want, []spec.AddonObject{{Kind: "Deployment", Namespace: "kube-system", Name: "coredns-autoscaler"}, {Kind: "ClusterRole", Name: "system:coredns"}})
+	got := Exclude(want, []spec.AddonObject{{Kind: "Deployment", Namespace: "kube-system", Name: "coredns-autoscaler"}, {Kind: "ClusterRole", Name: "system:coredns"}})
 	if len(got) != 1 || len(got[0].Objects) != 1 || got[0].Objects[0].GetName() != "coredns" {
 		t.Errorf("kept %+v, want coredns alone", got)
 	}
@@ -36,14 +36,14 @@ func TestExcludeObjects(t *testing.T) {
 // TestAddonErr: a refusal of an invalid object stalls, anything else is
 // retried, and no error stays none.
 func TestAddonErr(t *testing.T) {
-	if err := addonErr("apply", nil); err != nil {
-		t.Errorf("addonErr(nil) = %v", err)
+	if err := Refused("apply", nil); err != nil {
+		t.Errorf("Refused(nil) = %v", err)
 	}
-	invalid := &addons.ApplyError{Addon: "a", Err: apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "x", nil)}
-	if reason, stalled := Classify(addonErr("apply", invalid)); reason != ReasonInvalidSpec || !stalled {
+	invalid := &ApplyError{Addon: "a", Err: apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "x", nil)}
+	if reason, stalled := stall.Classify(Refused("apply", invalid)); reason != stall.InvalidSpec || !stalled {
 		t.Errorf("an invalid object: %s stalled=%v", reason, stalled)
 	}
-	if _, stalled := Classify(addonErr("apply", errors.New("connection refused"))); stalled {
+	if _, stalled := stall.Classify(Refused("apply", errors.New("connection refused"))); stalled {
 		t.Error("a connection error stalls")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
@@ -79,7 +80,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp,
 		Warnings: etcdWarnings(s.c), encryption: re,
 	}
-	pl.Encryption = encryptionOf(re, s.opts.StateDir)
+	pl.Encryption = report.EncryptionOf(re, s.opts.StateDir)
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes, pl.Unreachable())
 	}
