@@ -20,19 +20,12 @@ import (
 )
 
 // Plan observes the cluster once (observe) and computes what must change
-// for it to run what cluster.yml asks for (plan.Compute). It changes
-// nothing, on the nodes or in the state directory. It refuses a cluster.yml
-// that would move the nodes to an older Kubernetes minor version than they
-// run (plan.CheckDowngrade) or their API servers more than one minor
-// version up (plan.CheckSkippedMinor), and, unless Options.IgnoreDockerVersion, nodes
-// whose Docker version RKE does not support (plan.CheckDocker).
+// for it to run what cluster.yml asks for (compute, then the add-ons'
+// server-side dry run). It changes nothing, on the nodes or in the state
+// directory.
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if s.opts.Teardown {
 		return s.planTeardown(ctx), nil
-	}
-	d, err := desired.Build(s.c)
-	if err != nil {
-		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
 	}
 	st, err := s.loadState()
 	if err != nil {
@@ -44,6 +37,43 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, err
 	}
 	observed := time.Now()
+	pl, err := s.compute(st, o, rp)
+	if err != nil {
+		return nil, err
+	}
+	if pl.addons, err = s.desiredAddons(ctx); err != nil {
+		return nil, err
+	}
+	if k := o.Kubernetes; k != nil && k.Err == nil {
+		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.Set, o, pl.addons)
+		if _, stalled := Classify(err); stalled {
+			return nil, err
+		}
+		// The API server failing a call (etcd electing a leader, say) leaves
+		// the add-ons unplanned, as when it does not answer.
+		pl.AddonsErr = err
+	}
+	s.opts.Log.Debug("planned", "cluster", s.c.ClusterName, "observe", observed.Sub(start).Round(time.Millisecond),
+		"addons", time.Since(observed).Round(time.Millisecond))
+	return pl, nil
+}
+
+// compute is the plan of cluster.yml from what the state directory holds
+// (st), what was observed (o) and the PKI resolved from both (rp): the one
+// place where a plan is decided, and a pure function of its arguments. It
+// decides the stage of each staged operation from its record (the CA
+// rotation's through rp, the secrets encryption key's through
+// secretsenc.Decide), the files and restarts each node needs for it, and
+// the steps (plan.Compute). It refuses a cluster.yml that would move the
+// nodes to an older Kubernetes minor version than they run
+// (plan.CheckDowngrade) or their API servers more than one minor version
+// up (plan.CheckSkippedMinor), and, unless Options.IgnoreDockerVersion,
+// nodes whose Docker version RKE does not support (plan.CheckDocker).
+func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved) (*Planned, error) {
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+	}
 	if err := plan.CheckDowngrade(d, o); err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
@@ -78,26 +108,11 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
 		PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp,
-		Warnings: etcdWarnings(s.c), encryption: re,
+		Warnings: etcdWarnings(s.c), encryption: re, Encryption: report.EncryptionOf(re, s.opts.StateDir),
 	}
-	pl.Encryption = report.EncryptionOf(re, s.opts.StateDir)
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes, pl.Unreachable())
 	}
-	if pl.addons, err = s.desiredAddons(ctx); err != nil {
-		return nil, err
-	}
-	if k := o.Kubernetes; k != nil && k.Err == nil {
-		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.Set, o, pl.addons)
-		if _, stalled := Classify(err); stalled {
-			return nil, err
-		}
-		// The API server failing a call (etcd electing a leader, say) leaves
-		// the add-ons unplanned, as when it does not answer.
-		pl.AddonsErr = err
-	}
-	s.opts.Log.Debug("planned", "cluster", s.c.ClusterName, "observe", observed.Sub(start).Round(time.Millisecond),
-		"addons", time.Since(observed).Round(time.Millisecond))
 	return pl, nil
 }
 
