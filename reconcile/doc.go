@@ -1,22 +1,38 @@
 // Package reconcile makes a cluster converge to its cluster.yml. It holds
 // the Session and its wiring only; the work is done by the packages below
-// it, in three steps that are three values:
+// it. One plan is made in three steps, each in one place:
 //
-//  1. Observe (Session.Plan, observe.go): the nodes through the transport
-//     (package observe), the cluster's certificates (the state directory's,
-//     or recovered from a node: pki.go), the etcd membership and the Nodes
-//     the API server lists, once, into one observe.Cluster.
-//  2. Plan: plan.Compute(desired, observed), a pure function, gives a
-//     plan.Plan; the Planned value carries it with what it was computed
-//     from and is not changed afterwards.
-//  3. Execute (Session.Apply, apply.go): execute.Run carries the plan out
-//     under the cluster's Lock, with the Kubernetes side of the nodes
-//     (package kubenode, kubeside.go) and a snapshot before etcd changes
-//     (package etcdsnap) injected as funcs.
+//	                 state directory          nodes, etcd, API server
+//	                       │                            │
+//	  1. observe   loadState (state.go)   observe (planning.go, observation.go):
+//	                       │                the nodes without credentials
+//	                       │                (package observe, through package
+//	                       │                reach), the PKI resolved from both
+//	                       │                (pkisource.Resolve), then etcd's
+//	                       │                members and the Nodes with it
+//	                       ▼                            ▼
+//	  2. plan      compute (planning.go): pure. The stage of each staged
+//	               operation from its record (certrotate.Plan through
+//	               pkisource, secretsenc.Decide), the files and restarts
+//	               it needs (desired.Node.Reload), the steps (plan.Compute),
+//	               the Kubernetes side (kubenode.Changes); then the add-ons'
+//	               server-side dry run. A Planned value, never changed after.
+//	                       │
+//	  3. execute   applyOnce (apply.go): under the cluster's Lock and Lease,
+//	               the state directory written first (PKI, rotation record,
+//	               key), execute.Run with the Kubernetes side (kubeside.go)
+//	               and a snapshot before etcd changes injected as funcs, then
+//	               the end of the plan's stage (certrotate.Plan.Finish,
+//	               secretsenc.Plan.EndStage), which records the next one.
 //
-// Etcd snapshots, their schedule, restores and the restore request are
-// functions of package etcdsnap over the value Session.Etcd gives.
+// Session.Apply is the one loop: when the stage a plan carried out is done
+// and another follows (Planned.Next), it observes, plans and executes again,
+// each plan shown to ApplyOptions.Pass, for rigger apply and serve alike.
+// No plan is made, patched or re-read anywhere else during an apply.
 //
-// Errors that status reports carry a Reason and whether they stall
-// (Error, Classify): the gitops loop retries the others.
+// Status (package report) is what a plan saw; etcd snapshots, their
+// schedule, restores and the restore request are functions of package
+// etcdsnap over the value Session.Etcd gives. Errors that status reports
+// carry a Reason and whether they stall (package stall, Classify): the
+// gitops loop retries the others.
 package reconcile

@@ -16,13 +16,18 @@
 //
 // Steps come in phases, and Step.Phase says which:
 //
-//  1. PhaseEtcd: the etcd container of each node, nodes in cluster.yml order.
-//  2. PhaseControlPlane: kube-apiserver, kube-controller-manager and
+//  1. PhaseFiles: each node's files written (certificates, kubeconfigs,
+//     configuration), one step a node, before any container that reads
+//     them changes.
+//  2. PhaseEtcd: the etcd container of each node, nodes in cluster.yml
+//     order, with the membership changes (learners added, promoted,
+//     members removed) in a safe order.
+//  3. PhaseControlPlane: kube-apiserver, kube-controller-manager and
 //     kube-scheduler, node by node in cluster.yml order.
-//  3. PhaseWorker: nginx-proxy, kubelet and kube-proxy, node by node in
+//  4. PhaseWorker: nginx-proxy, kubelet and kube-proxy, node by node in
 //     cluster.yml order (and any other rigger container of the cluster that
 //     rigger no longer runs, by name, after them).
-//  4. PhaseRemovedNodes: the containers of nodes gone from cluster.yml,
+//  5. PhaseRemovedNodes: the containers of nodes gone from cluster.yml,
 //     nodes sorted by address.
 //
 // Within a node and phase, containers come in start order (etcd,
@@ -30,6 +35,23 @@
 // kubelet, kube-proxy). A container that should no longer run on a node
 // still in cluster.yml is removed in its component's phase. The same inputs
 // always give the same plan.
+//
+// # Restarts a staged operation asks for
+//
+// A container restarts when it reads a file that changed on its node, and
+// when it reads one its node's desired.Node.Reload names: the stage of a
+// staged operation that its caller decided (a certificate rotation, a stage
+// of the secrets encryption key's rotation) asks every reader of those
+// files to read them again, also where an apply that stopped wrote them
+// already. The reason is the one Reload gives.
+//
+// # Budgets and guards
+//
+// Unavailability resolves upgrade_strategy's budgets for the executor's
+// batches, and CheckRemovals refuses a plan that removes more nodes than
+// rigger.max_removed_nodes allows; CheckDowngrade, CheckSkippedMinor and
+// CheckDocker refuse what Kubernetes' version skew and RKE's Docker table
+// forbid.
 //
 // # Unreachable nodes
 //
