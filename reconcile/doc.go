@@ -2,28 +2,28 @@
 // the Session and its wiring only; the work is done by the packages below
 // it. One plan is made in three steps, each in one place:
 //
-//	                 state directory          nodes, etcd, API server
-//	                       │                            │
-//	  1. observe   loadState (state.go)   observe (planning.go, observation.go):
-//	                       │                the nodes without credentials
-//	                       │                (package observe, through package
-//	                       │                reach), the PKI resolved from both
-//	                       │                (pkisource.Resolve), then etcd's
-//	                       │                members and the Nodes with it
-//	                       ▼                            ▼
-//	  2. plan      compute (planning.go): pure. The stage of each staged
-//	               operation from its record (certrotate.Plan through
-//	               pkisource, secretsenc.Decide), the files and restarts
-//	               it needs (desired.Node.Reload), the steps (plan.Compute),
-//	               the Kubernetes side (kubenode.Changes); then the add-ons'
-//	               server-side dry run. A Planned value, never changed after.
-//	                       │
-//	  3. execute   applyOnce (apply.go): under the cluster's Lock and Lease,
-//	               the state directory written first (PKI, rotation record,
-//	               key), execute.Run with the Kubernetes side (kubeside.go)
-//	               and a snapshot before etcd changes injected as funcs, then
-//	               the end of the plan's stage (certrotate.Plan.Finish,
-//	               secretsenc.Plan.EndStage), which records the next one.
+//	               state directory          nodes, etcd, API server
+//	                     │                            │
+//	1. observe   loadState (state.go)   observe (planning.go, observation.go):
+//	                     │                the nodes without credentials
+//	                     │                (package observe, through package
+//	                     │                reach), the PKI resolved from both
+//	                     │                (pkisource.Resolve), then etcd's
+//	                     │                members and the Nodes with it
+//	                     ▼                            ▼
+//	2. plan      compute (planning.go): pure. The stage of each staged
+//	             operation from its record (certrotate.Plan through
+//	             pkisource, secretsenc.Decide), the files and restarts
+//	             it needs (desired.Node.Reload), the steps (plan.Compute),
+//	             the Kubernetes side (kubenode.Changes); then the add-ons'
+//	             server-side dry run. A Planned value, never changed after.
+//	                     │
+//	3. execute   applyOnce (apply.go): under the cluster's Lock and Lease,
+//	             the state directory written first (PKI, rotation record,
+//	             key), execute.Run with the Kubernetes side (kubeside.go)
+//	             and a snapshot before etcd changes injected as funcs, then
+//	             the end of the plan's stage (certrotate.Plan.Finish,
+//	             secretsenc.Plan.EndStage), which records the next one.
 //
 // Session.Apply is the one loop: when the stage a plan carried out is done
 // and another follows (Planned.Next), it observes, plans and executes again,

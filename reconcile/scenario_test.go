@@ -307,6 +307,18 @@ func TestComputeScenarios(t *testing.T) {
 			want: []string{keyRestarted, keyChanged, "key rotate at add-key", "next: secrets encryption rotate, stage write-new-key"},
 		},
 		{
+			name: "key rotation requested while the Secrets are rewritten after enabling",
+			build: func(t *testing.T) *scenario {
+				sc := converged(t)
+				if err := secretsenc.SaveRecord(sc.dir, secretsenc.Record{Op: &secretsenc.Op{Kind: secretsenc.KindEncrypt, Stage: secretsenc.StageRewrite, StartedAt: scenarioNow}}); err != nil {
+					t.Fatal(err)
+				}
+				return sc
+			},
+			opts: func(o *Options) { o.RotateKey = true },
+			want: []string{"key encrypt at rewrite-secrets", "next: secrets encryption rotate, stage add-key"},
+		},
+		{
 			name:  "key rotation stopped at add-key",
 			build: func(t *testing.T) *scenario { return keyRotationAt(t, secretsenc.StageAddKey, false) },
 			want:  []string{keyRestarted, keyChanged, "key rotate at add-key", "next: secrets encryption rotate, stage write-new-key"},

@@ -96,6 +96,9 @@ type Plan struct {
 	// NewKeyBlocked says why the plan's new key must not be applied: nodes
 	// that may hold the cluster's did not answer.
 	NewKeyBlocked error
+	// Queued is set when a rotation is asked for while another operation
+	// is under way: the plan after that operation's last stage starts it.
+	Queued bool
 }
 
 // Decide is the generated key of a plan, from what cluster.yml asks (w),
@@ -111,7 +114,9 @@ type Plan struct {
 //     before (as RKE); blocked while nodes that may hold one did not answer.
 //
 // It then starts the rotation asked for (rotate_encryption_key once, or
-// w.RotateKey) when none is under way: its first stage adds a new key. A
+// w.RotateKey) when no operation is under way: its first stage adds a new
+// key; after another operation's last stage (Queued); and not a second
+// time while one is under way. A
 // rotation's new key is made here when the state lacks it (a stop between
 // the record and the key). Decide is nil when cluster.yml asks for no
 // generated key; a cluster that had one and no longer asks for encryption
@@ -151,10 +156,16 @@ func Decide(w Want, state *Config, rec Record, o *observe.Cluster) (*Plan, error
 		p.Record.Op = &Op{Kind: KindEncrypt, Stage: StageRewrite, StartedAt: w.Now.UTC()}
 		p.SaveConfig, p.SaveRecord = true, true
 	}
-	if requested := w.RotateRequested && !p.Record.RotateHandled; p.Record.Op == nil && (requested || w.RotateKey) {
-		p.Record.RotateHandled = p.Record.RotateHandled || requested
-		p.Record.Op = &Op{Kind: KindRotate, Stage: StageAddKey}
-		p.Starts = true
+	if requested := w.RotateRequested && !p.Record.RotateHandled; requested || w.RotateKey {
+		switch op := p.Record.Op; {
+		case op == nil:
+			p.Record.RotateHandled = p.Record.RotateHandled || requested
+			p.Record.Op = &Op{Kind: KindRotate, Stage: StageAddKey}
+			p.Starts = true
+		case op.Kind != KindRotate:
+			// It starts once the operation under way is done.
+			p.Queued = true
+		}
 	}
 	if op := p.Record.Op; op != nil && op.Kind == KindRotate && op.Stage == StageAddKey {
 		if _, ok := cur.Key(op.NewKey); !ok {
@@ -209,12 +220,16 @@ func (p *Plan) Reload() string {
 	return fmt.Sprintf("secrets encryption %s, stage %s: reads %s again", op.Kind, op.Stage, path)
 }
 
-// Next is the stage that follows the plan's once it is done; nil when none.
+// Next is the stage that follows the plan's once it is done (the first of
+// a rotation Queued after the plan's operation); nil when none.
 func (p *Plan) Next() *Op {
 	if p == nil || p.Record.Op == nil {
 		return nil
 	}
-	return p.Record.Op.Next()
+	if next := p.Record.Op.Next(); next != nil || !p.Queued {
+		return next
+	}
+	return &Op{Kind: KindRotate, Stage: StageAddKey}
 }
 
 // Work reports whether applying does something about the key: save it or
