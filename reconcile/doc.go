@@ -8,8 +8,9 @@
 //	                     │                the nodes without credentials
 //	                     │                (package observe, through package
 //	                     │                reach), the PKI resolved from both
-//	                     │                (pkisource.Resolve), then etcd's
-//	                     │                members and the Nodes with it
+//	                     │                (pkisource.Resolve), then with it
+//	                     │                etcd's members and the Nodes
+//	                     │                (observe.EtcdMembers, observe.Nodes)
 //	                     ▼                            ▼
 //	2. plan      compute (planning.go): pure. The stage of each staged
 //	             operation from its record (certrotate.Plan through
