@@ -147,9 +147,11 @@ func joinResults(a, b *execute.Result) *execute.Result {
 	return &out
 }
 
-// applyOnce is Apply of one plan, without the secrets encryption stages.
+// applyOnce is Apply of one plan: its steps, and the end of the stage of
+// each staged operation it carries.
 func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
 	notRun := &execute.Result{NotRun: pl.Plan.Steps}
+	tl := s.opts.Timeline
 	if ph := ao.Hooks.Phase; ph != nil {
 		if r := pl.Rotation(); r != nil && r.Stage != "" {
 			ph("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
@@ -168,12 +170,15 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		return notRun, err
 	}
 	cs := s.apiClient(pl)
+	end := tl.Begin("apply: take the cluster's Lease")
 	unlease, err := s.leaseCluster(ctx, cs, lk.command, lock.LeaseOptions{Timing: clusterLeaseTiming, Wait: ao.WaitLease, Waiting: ao.LeaseWaiting})
 	if err != nil {
 		return notRun, err
 	}
+	end()
 	defer unlease()
 	crashpoint.Reach(crashpoint.ApplyLocked)
+	end = tl.Begin("apply: write the state directory")
 	if r := pl.pki; r != nil && r.Save {
 		if err := pki.Save(s.opts.StateDir, r.State); err != nil {
 			return notRun, fmt.Errorf("save certificates before applying: %w", err)
@@ -195,6 +200,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	if err := s.recordNodes(); err != nil {
 		return notRun, err
 	}
+	end()
 	chk, err := s.services().Checker(pl.PKI)
 	if err != nil {
 		return notRun, err
@@ -208,7 +214,18 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		return notRun, err
 	}
 	// kubenode: cordon, drain, Node Ready, labels, taints, stale Nodes.
-	side, hooks := s.kubeSide(pl, cs, ao.Hooks)
+	endPhase := func() {}
+	timed := ao.Hooks
+	if tl != nil {
+		timed.Phase = func(p plan.Phase, title string) {
+			endPhase()
+			endPhase = tl.Begin("apply: phase " + string(p))
+			if ao.Hooks.Phase != nil {
+				ao.Hooks.Phase(p, title)
+			}
+		}
+	}
+	side, hooks := s.kubeSide(pl, cs, timed)
 	eng, engErr := s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) {
 		if hooks.Step != nil {
 			hooks.Step("addon "+addon, msg, nil)
@@ -256,11 +273,16 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			return eng.ApplyAll(ctx, pl.addons)
 		}
 	}
+	end = tl.Begin("apply: execute the steps")
 	res, err := execute.Run(ctx, pl.Plan, opts)
+	endPhase()
+	end()
 	crashpoint.Reach(crashpoint.ApplyExecuted)
 	if err == nil {
 		// kubenode: labels, taints and stale Nodes, also after an empty plan.
+		end = tl.Begin("apply: the Kubernetes Nodes")
 		err = side.reconcile(ctx)
+		end()
 	}
 	if err == nil {
 		// The removed nodes are clean: the next plan need not look.
@@ -271,7 +293,9 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			Say: side.say, Log: s.opts.Log.With("cluster", s.c.ClusterName)})
 	}
 	if err == nil {
+		end = tl.Begin("apply: end the secrets encryption stage")
 		err = s.endEncryptionStage(ctx, pl, encRec, cs, hooks)
+		end()
 	}
 	if res.AddonsErr != nil && !ao.AddonsErrInResult {
 		err = errors.Join(err, res.AddonsErr)

@@ -24,6 +24,7 @@ func (s *Session) observeNodes(ctx context.Context, keep bool) *observe.Cluster 
 	return observe.Observe(ctx, s.tr, observe.Request{
 		Cluster: s.c.ClusterName, Nodes: addrs, MaxParallel: s.c.Rigger.MaxParallel,
 		FilesImage: s.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir, KeepFiles: keep, Now: s.opts.Now,
+		Timeline: s.opts.Timeline,
 	})
 }
 

@@ -27,7 +27,10 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 	if s.opts.Teardown {
 		return s.planTeardown(ctx), nil
 	}
+	tl := s.opts.Timeline
+	end := tl.Begin("plan: read the state directory")
 	st, err := s.loadState()
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -37,15 +40,22 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, err
 	}
 	observed := time.Now()
+	end = tl.Begin("plan: compute")
 	pl, err := s.compute(st, o, rp)
+	end()
 	if err != nil {
 		return nil, err
 	}
-	if pl.addons, err = s.desiredAddons(ctx); err != nil {
+	end = tl.Begin("plan: render the add-ons")
+	pl.addons, err = s.desiredAddons(ctx)
+	end()
+	if err != nil {
 		return nil, err
 	}
 	if k := o.Kubernetes; k != nil && k.Err == nil {
+		end = tl.Begin("plan: add-ons' server-side dry run")
 		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.Set, o, pl.addons)
+		end()
 		if _, stalled := Classify(err); stalled {
 			return nil, err
 		}
@@ -122,17 +132,26 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved)
 // Nodes the API server lists. The observed value is complete when it
 // returns; what could not be read is recorded in it.
 func (s *Session) observe(ctx context.Context, st *state) (*observe.Cluster, *pkisource.Resolved, error) {
+	tl := s.opts.Timeline
 	start := time.Now()
+	end := tl.Begin("observe the nodes")
 	o := s.observeNodes(ctx, st.recovers)
+	end()
 	nodes := time.Now()
+	end = tl.Begin("plan: resolve the PKI")
 	rp, err := s.resolvePKI(st, o)
+	end()
 	if err != nil {
 		return nil, nil, err
 	}
 	pkiDone := time.Now()
+	end = tl.Begin("observe etcd's members")
 	s.observeEtcd(ctx, rp.Set, o)
+	end()
 	etcd := time.Now()
+	end = tl.Begin("observe the Kubernetes Nodes")
 	s.observeKubernetes(ctx, rp.Set, o)
+	end()
 	s.opts.Log.Debug("observed", "cluster", s.c.ClusterName, "nodes", nodes.Sub(start).Round(time.Millisecond),
 		"pki", pkiDone.Sub(nodes).Round(time.Millisecond), "etcd", etcd.Sub(pkiDone).Round(time.Millisecond),
 		"kubernetes", time.Since(etcd).Round(time.Millisecond))

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/reach"
@@ -57,6 +58,9 @@ type Options struct {
 	// is kept: the certificates are still those of any node that did not
 	// answer.
 	Teardown bool
+	// Timeline, when set, records where the time of plans and applies goes
+	// (--timings).
+	Timeline *timeline.Timeline
 	// IgnoreDockerVersion skips RKE's check of each node's Docker version
 	// (plan.CheckDocker): `--ignore-docker-version`, as `rke up`'s flag.
 	// cluster.yml's ignore_docker_version plays no part, as in `rke up`.

@@ -111,6 +111,7 @@ cluster.yml could not be reached.`,
 		},
 	}
 	f.add(cmd)
+	f.addTimings(cmd)
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking")
 	cmd.Flags().StringVar(&planFile, "plan", "", "carry out this plan (from rigger plan --out); refused if the nodes changed since")
 	cmd.Flags().BoolVar(&allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
@@ -128,11 +129,13 @@ type applyOnce struct {
 }
 
 func (o applyOnce) run(cmd *cobra.Command) error {
+	end := o.flags.startTimings("rigger apply")
 	s, err := o.flags.open(cmd)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	defer s.renderTimings(cmd.ErrOrStderr(), end)
 	out := cmd.OutOrStdout()
 	if err := o.restoreFirst(cmd, s); err != nil {
 		return err

@@ -40,11 +40,13 @@ checked and nothing must change.`,
 			if err := checkOutput(output); err != nil {
 				return err
 			}
+			end := f.startTimings("rigger plan")
 			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
+			defer s.renderTimings(cmd.ErrOrStderr(), end)
 			req, err := s.restoreRequest()
 			if err != nil {
 				return err
@@ -89,6 +91,7 @@ checked and nothing must change.`,
 		},
 	}
 	f.add(cmd)
+	f.addTimings(cmd)
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringVar(&out, "out", "", "also write the plan as JSON to this file (mode 0600)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
@@ -45,9 +46,27 @@ type clusterFlags struct {
 	rotateKey bool
 	// teardown plans the removal of the cluster (rigger remove).
 	teardown bool
+	// timings prints where the command's time went (--timings), which
+	// timeline records (nil without).
+	timings  bool
+	timeline *timeline.Timeline
 	// ignoreDocker skips the check of the nodes' Docker versions
 	// (--ignore-docker-version, as rke up's flag).
 	ignoreDocker bool
+}
+
+// startTimings starts the timeline of --timings, and in it the span of
+// the whole command, which the func it returns ends.
+func (f *clusterFlags) startTimings(command string) (end func()) {
+	if f.timings {
+		f.timeline = timeline.New()
+	}
+	return f.timeline.Begin(command)
+}
+
+// addTimings adds --timings, for the commands that plan.
+func (f *clusterFlags) addTimings(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.timings, "timings", false, "print, on stderr, where the command's time went: each step of the observation (per node: connect, each Docker call, the files), the plan, the add-ons' dry run, the lock and Lease, each phase of the apply")
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {
@@ -70,6 +89,19 @@ type opened struct {
 	// dir is the state directory; fresh says that taking the lock made it.
 	dir   string
 	fresh bool
+	// timeline records where the time goes with --timings; nil without.
+	timeline *timeline.Timeline
+}
+
+// renderTimings writes the timeline of --timings to w, ending the span
+// of the whole command first.
+func (o *opened) renderTimings(w io.Writer, end func()) {
+	if o.timeline == nil {
+		return
+	}
+	end()
+	fmt.Fprintln(w, "\nTimings:")
+	o.timeline.Render(w)
 }
 
 // dropFreshStateDir removes the state directory the lock made, when it
@@ -137,15 +169,19 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tl := f.timeline
 	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate,
-		RotateKey: f.rotateKey, Teardown: f.teardown, IgnoreDockerVersion: f.ignoreDocker})
+		RotateKey: f.rotateKey, Teardown: f.teardown, IgnoreDockerVersion: f.ignoreDocker, Timeline: tl})
 	if err != nil {
 		return nil, err
 	}
 	_, statErr := os.Stat(dir)
-	o := &opened{c: c, Session: s, dir: dir, fresh: errors.Is(statErr, fs.ErrNotExist)}
+	o := &opened{c: c, Session: s, dir: dir, fresh: errors.Is(statErr, fs.ErrNotExist), timeline: tl}
 	if f.lockAs != "" {
-		if o.lock, err = lockSession(cmd, s, f.lockAs, f.waitLock); err != nil {
+		end := tl.Begin("take the cluster's lock")
+		o.lock, err = lockSession(cmd, s, f.lockAs, f.waitLock)
+		end()
+		if err != nil {
 			s.Close()
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
 
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/fanout"
@@ -43,6 +44,8 @@ type Request struct {
 	KeepFiles bool
 	// Now gives the observation's time (nil: time.Now).
 	Now func() time.Time
+	// Timeline, when set, records each node's calls (--timings).
+	Timeline *timeline.Timeline
 }
 
 // Observe reads every node of r through t: whether its Docker engine
@@ -95,18 +98,25 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 	if err := ctx.Err(); err != nil {
 		return n.unreachable(fmt.Errorf("node %s: not observed: %w", addr, err))
 	}
+	span := func(what string) func() { return r.Timeline.Begin("observe " + addr + ": " + what) }
+	end := span("connect")
 	cli, err := t.Docker(ctx, addr)
+	end()
 	if err != nil {
 		// The transport's error as it is: it names the node and says
 		// what to check.
 		return n.unreachable(err)
 	}
+	end = span("docker version")
 	v, err := cli.ServerVersion(ctx)
+	end()
 	if err != nil {
 		return n.unreachable(callError(addr, "read docker version", err))
 	}
 	n.DockerVersion, n.DockerAPIVersion = v.Version, v.APIVersion
+	end = span("list containers")
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+	end()
 	if err != nil {
 		return n.unreachable(callError(addr, "list containers", err))
 	}
@@ -124,7 +134,10 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 		n.Containers[c.Name] = c
 	}
 	if r.FilesImage != "" && r.FilesDir != "" {
-		if err := n.readFiles(ctx, cli, r.FilesImage, r.FilesDir, r.KeepFiles); err != nil {
+		end = span("read files")
+		err := n.readFiles(ctx, cli, r.FilesImage, r.FilesDir, r.KeepFiles)
+		end()
+		if err != nil {
 			return n.unreachable(err)
 		}
 	}
