@@ -74,11 +74,13 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 		return s.teardown(ctx, pl, ao.Hooks)
 	}
 	res, err := s.applyOnce(ctx, lk, pl, ao)
+	a := asked{rotate: s.opts.Rotate, rotateKey: s.opts.RotateKey}
 	for pass := 2; err == nil && pl.continues(); pass++ {
 		if pass > maxPasses {
 			return res, fmt.Errorf("apply: still a stage to carry out after %d plans (%s): run rigger apply again, and report it if it says the same", maxPasses, pl.Next())
 		}
-		if pl, err = s.Plan(ctx); err != nil {
+		a = a.after(pl)
+		if pl, err = s.plan(ctx, a); err != nil {
 			break
 		}
 		if ao.Pass != nil {

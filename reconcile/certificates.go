@@ -28,12 +28,12 @@ const (
 // while some of its nodes did not answer (pkisource.NewCAError).
 type NewCAError = pkisource.NewCAError
 
-// resolvePKI is the PKI of a plan (pkisource.Resolve) from the state st
-// and the observed nodes o.
-func (s *Session) resolvePKI(st *state, o *observe.Cluster) (*pkisource.Resolved, error) {
+// resolvePKI is the PKI of a plan (pkisource.Resolve) from the state st,
+// the observed nodes o and what the command line asks (a).
+func (s *Session) resolvePKI(st *state, o *observe.Cluster, a asked) (*pkisource.Resolved, error) {
 	r, err := pkisource.Resolve(pkisource.Input{StateDir: s.opts.StateDir, Req: s.req, State: st.pki,
 		Rotation: st.rotation, Old: st.old, New: st.new,
-		AskedYML: certrotate.FromSpec(s.c.RotateCertificates), AskedCLI: s.opts.Rotate, Now: s.opts.Now()}, o)
+		AskedYML: certrotate.FromSpec(s.c.RotateCertificates), AskedCLI: a.rotate, Now: s.opts.Now()}, o)
 	if err == nil && r.Source.Kind == PKIRecovered {
 		s.opts.Log.Warn("state directory had no certificates: recovered the PKI from a node",
 			"cluster", s.c.ClusterName, "node", r.Source.From, "state_dir", s.opts.StateDir)

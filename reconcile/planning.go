@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/certrotate"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/kubenode"
@@ -24,6 +25,30 @@ import (
 // server-side dry run). It changes nothing, on the nodes or in the state
 // directory.
 func (s *Session) Plan(ctx context.Context) (*Planned, error) {
+	return s.plan(ctx, asked{rotate: s.opts.Rotate, rotateKey: s.opts.RotateKey})
+}
+
+// asked are the command line's one-shot requests (Options.Rotate,
+// Options.RotateKey): a plan starts them, and the plans after it in the
+// same apply go on from the records, without asking again.
+type asked struct {
+	rotate    *pki.Rotation
+	rotateKey bool
+}
+
+// after is what the plan after pl asks: what pl started is not asked again.
+func (a asked) after(pl *Planned) asked {
+	if r := pl.rotation(); r != nil && r.Decision.Issue != nil && r.Decision.From == certrotate.FromCommandLine {
+		a.rotate = nil
+	}
+	if e := pl.encryption; e != nil && e.Starts {
+		a.rotateKey = false
+	}
+	return a
+}
+
+// plan is Plan with the command line's requests a.
+func (s *Session) plan(ctx context.Context, a asked) (*Planned, error) {
 	if s.opts.Teardown {
 		return s.planTeardown(ctx), nil
 	}
@@ -35,13 +60,13 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 		return nil, err
 	}
 	start := time.Now()
-	o, rp, err := s.observe(ctx, st)
+	o, rp, err := s.observe(ctx, st, a)
 	if err != nil {
 		return nil, err
 	}
 	observed := time.Now()
 	end = tl.Begin("plan: compute")
-	pl, err := s.compute(st, o, rp)
+	pl, err := s.compute(st, o, rp, a)
 	end()
 	if err != nil {
 		return nil, err
@@ -69,7 +94,8 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 }
 
 // compute is the plan of cluster.yml from what the state directory holds
-// (st), what was observed (o) and the PKI resolved from both (rp): the one
+// (st), what was observed (o), the PKI resolved from both (rp) and what
+// the command line asks (a): the one
 // place where a plan is decided, and a pure function of its arguments. It
 // decides the stage of each staged operation from its record (the CA
 // rotation's through rp, the secrets encryption key's through
@@ -79,7 +105,7 @@ func (s *Session) Plan(ctx context.Context) (*Planned, error) {
 // (plan.CheckDowngrade) or their API servers more than one minor version
 // up (plan.CheckSkippedMinor), and, unless Options.IgnoreDockerVersion,
 // nodes whose Docker version RKE does not support (plan.CheckDocker).
-func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved) (*Planned, error) {
+func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved, a asked) (*Planned, error) {
 	d, err := desired.Build(s.c)
 	if err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
@@ -93,7 +119,7 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved)
 	if err := plan.CheckDocker(s.c, o, s.opts.IgnoreDockerVersion); err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
-	re, err := secretsenc.Decide(secretsenc.WantOf(s.c, s.opts.StateDir, s.opts.RotateKey, s.opts.Now()), st.key, st.keyRecord, o)
+	re, err := secretsenc.Decide(secretsenc.WantOf(s.c, s.opts.StateDir, a.rotateKey, s.opts.Now()), st.key, st.keyRecord, o)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +157,7 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved)
 // directory's, or recovered from a node), the etcd membership and the
 // Nodes the API server lists. The observed value is complete when it
 // returns; what could not be read is recorded in it.
-func (s *Session) observe(ctx context.Context, st *state) (*observe.Cluster, *pkisource.Resolved, error) {
+func (s *Session) observe(ctx context.Context, st *state, a asked) (*observe.Cluster, *pkisource.Resolved, error) {
 	tl := s.opts.Timeline
 	start := time.Now()
 	end := tl.Begin("observe the nodes")
@@ -139,7 +165,7 @@ func (s *Session) observe(ctx context.Context, st *state) (*observe.Cluster, *pk
 	end()
 	nodes := time.Now()
 	end = tl.Begin("plan: resolve the PKI")
-	rp, err := s.resolvePKI(st, o)
+	rp, err := s.resolvePKI(st, o, a)
 	end()
 	if err != nil {
 		return nil, nil, err

@@ -51,7 +51,7 @@ func plannedPKI(s *Session, caFile []byte) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp, err := s.resolvePKI(st, o)
+	rp, err := s.resolvePKI(st, o, asked{rotate: s.opts.Rotate})
 	if err != nil {
 		return nil, err
 	}

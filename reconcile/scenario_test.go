@@ -105,11 +105,12 @@ func (sc *scenario) plan(opts func(*Options)) *Planned {
 	if err != nil {
 		sc.t.Fatal(err)
 	}
-	rp, err := s.resolvePKI(st, sc.o)
+	a := asked{rotate: s.opts.Rotate, rotateKey: s.opts.RotateKey}
+	rp, err := s.resolvePKI(st, sc.o, a)
 	if err != nil {
 		sc.t.Fatal(err)
 	}
-	pl, err := s.compute(st, sc.o, rp)
+	pl, err := s.compute(st, sc.o, rp, a)
 	if err != nil {
 		sc.t.Fatal(err)
 	}
@@ -381,5 +382,21 @@ func TestComputeScenarios(t *testing.T) {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAskedAfter: the command line's requests are asked of the first plan
+// of an apply; the plans after the one that started them go on from the
+// records and do not start them again.
+func TestAskedAfter(t *testing.T) {
+	ca := &pki.Rotation{CA: true}
+	both := asked{rotate: ca, rotateKey: true}
+	sc := converged(t)
+	rotating := sc.plan(func(o *Options) { o.Rotate, o.RotateKey = ca, true })
+	if got := both.after(rotating); got.rotate != nil || got.rotateKey {
+		t.Errorf("after a plan that started both rotations: %+v, want nothing asked", got)
+	}
+	if got := both.after(sc.plan(nil)); got.rotate != ca || !got.rotateKey {
+		t.Errorf("after a plan that started neither: %+v, want both still asked", got)
 	}
 }
