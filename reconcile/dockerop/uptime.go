@@ -1,6 +1,7 @@
 package dockerop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,26 +32,43 @@ const (
 	logsTimeout = 10 * time.Second
 )
 
+// Up says what WaitUp waits for.
+type Up struct {
+	// MinUptime is how long the container must run without a restart
+	// (MinUptime when 0), and Timeout how long WaitUp waits for that.
+	MinUptime, Timeout time.Duration
+	// Count, when not nil, holds back the count of restarts until it is
+	// closed: the restarts before are the component's wait for what it
+	// needs (the controller manager exits until its API server answers),
+	// which its restart policy is there for. Those after count from the
+	// first inspection after Count closed. nil counts from the start.
+	Count <-chan struct{}
+}
+
 // WaitUp waits until the container name, which rigger has just started,
-// has run minUptime without a restart, inspecting it every half second.
+// has run u.MinUptime without a restart, inspecting it every half second.
 // It fails with a *CrashLoopError as soon as the container is seen stopped
 // for good (exited or dead: its restart policy does not start it again),
-// or restarted more than maxRestarts times; and when timeout passes before
-// it stayed up, with a *CrashLoopError if it restarted meanwhile.
+// or restarted more than maxRestarts times (counted as u.Count says); and
+// when u.Timeout passes before it stayed up, with a *CrashLoopError if it
+// was seen stopped or restarted meanwhile.
 //
 // A container that restarts is running at one instant and restarting the
 // next: every inspection reads its restart count, which Docker counts from
 // the container's last start through the API (the one rigger just made),
 // and its start time, so a restart between two inspections counts too.
-func WaitUp(ctx context.Context, e Engine, node, name string, minUptime, timeout time.Duration) error {
+func WaitUp(ctx context.Context, e Engine, node, name string, u Up) error {
 	began := time.Now()
-	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	minUptime := cmp.Or(u.MinUptime, MinUptime)
+	waitCtx, cancel := context.WithTimeout(ctx, u.Timeout)
 	defer cancel()
 	tick := time.NewTicker(upPoll)
 	defer tick.Stop()
 	var (
 		startedAt string    // State.StartedAt of the current run
 		upSince   time.Time // when the current run was first seen running
+		counting  = u.Count == nil
+		base      int // RestartCount when the count began
 		crash     = &CrashLoopError{Node: node, Container: name, ExitCode: -1}
 		lastErr   error
 	)
@@ -67,6 +85,9 @@ func WaitUp(ctx context.Context, e Engine, node, name string, minUptime, timeout
 			lastErr = nil
 			s := c.State
 			crash.Restarts = c.RestartCount
+			if !counting && closed(u.Count) {
+				counting, base = true, c.RestartCount
+			}
 			crash.Policy = ""
 			if c.HostConfig != nil {
 				crash.Policy = string(c.HostConfig.RestartPolicy.Name)
@@ -80,7 +101,7 @@ func WaitUp(ctx context.Context, e Engine, node, name string, minUptime, timeout
 				crash.ExitCode, crash.OOMKilled, crash.EngineError = s.ExitCode, s.OOMKilled, s.Error
 				upSince = time.Time{}
 			}
-			if stopped && !s.Restarting || crash.Restarts > maxRestarts {
+			if stopped && !s.Restarting || counting && c.RestartCount-base > maxRestarts {
 				crash.Took = time.Since(began)
 				return crash.withLogs(ctx, e)
 			}
@@ -104,11 +125,20 @@ func WaitUp(ctx context.Context, e Engine, node, name string, minUptime, timeout
 				return crash.withLogs(ctx, e)
 			}
 			if lastErr != nil {
-				return fmt.Errorf("node %s: container %s: not seen running for %s in %s: inspect: %w", node, name, minUptime, timeout, lastErr)
+				return fmt.Errorf("node %s: container %s: not seen running for %s in %s: inspect: %w", node, name, minUptime, u.Timeout, lastErr)
 			}
-			return fmt.Errorf("node %s: container %s did not run %s in a row in %s", node, name, minUptime, timeout)
+			return fmt.Errorf("node %s: container %s did not run %s in a row in %s", node, name, minUptime, u.Timeout)
 		case <-tick.C:
 		}
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -150,7 +180,7 @@ func (e *CrashLoopError) Error() string {
 	}
 	switch {
 	case e.Restarts > 0:
-		fmt.Fprintf(&b, ", and Docker restarted it %d time(s) since rigger started it", e.Restarts)
+		fmt.Fprintf(&b, ", and Docker restarted it %s since rigger started it", Times(e.Restarts))
 	case e.State == string(container.StateExited) || e.State == string(container.StateDead):
 		fmt.Fprintf(&b, " %s after rigger started it, and its restart policy (%q) does not start it again", e.Took.Round(100*time.Millisecond), e.Policy)
 	}
@@ -162,6 +192,17 @@ func (e *CrashLoopError) Error() string {
 		fmt.Fprintf(&b, "\nlast lines of %s on %s:\n%s", e.Container, e.Node, e.Logs)
 	}
 	return b.String()
+}
+
+// Times is "once", "twice", "n times".
+func Times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // withLogs returns e with the container's last lines, read even when ctx

@@ -71,6 +71,8 @@ func TestWaitUp(t *testing.T) {
 		took time.Duration
 		// timeout is WaitUp's (a minute when 0).
 		timeout time.Duration
+		// count, when set, is when the count of restarts begins (Up.Count).
+		count time.Duration
 	}{
 		{
 			name:   "stays up",
@@ -91,7 +93,7 @@ func TestWaitUp(t *testing.T) {
 				state(running, 2, 0, "t3"), state(restarting, 4, 1, "t3"), state(running, 4, 0, "t4"),
 				state(restarting, 7, 1, "t4"),
 			},
-			want: []string{"node n1: kube-scheduler does not stay up: exited with code 1, and Docker restarted it 7 time(s) since rigger started it; now restarting",
+			want: []string{"node n1: kube-scheduler does not stay up: exited with code 1, and Docker restarted it 7 times since rigger started it; now restarting",
 				"last lines of kube-scheduler on n1:\nbind: address already in use"},
 			took: 6 * upPoll,
 		},
@@ -102,7 +104,7 @@ func TestWaitUp(t *testing.T) {
 			states: []container.InspectResponse{
 				state(running, 0, 0, "t1"), state(running, 2, 0, "t2"), state(running, 7, 0, "t3"),
 			},
-			want: []string{"kube-scheduler does not stay up: exited (its exit code was not seen), and Docker restarted it 7 time(s) since rigger started it; now running: its last lines say why"},
+			want: []string{"kube-scheduler does not stay up: exited (its exit code was not seen), and Docker restarted it 7 times since rigger started it; now running: its last lines say why"},
 			took: 2 * upPoll,
 		},
 		{
@@ -118,9 +120,31 @@ func TestWaitUp(t *testing.T) {
 				state(running, 0, 0, "t1"), state(restarting, 1, 1, "t1"), state(running, 1, 0, "t2"),
 				state(restarting, 2, 137, "t2"), state(running, 2, 0, "t3"),
 			},
-			want:    []string{"exited with code 137, and Docker restarted it 2 time(s) since rigger started it; now running"},
+			want:    []string{"exited with code 137, and Docker restarted it twice since rigger started it; now running"},
 			took:    9 * time.Second,
 			timeout: 9 * time.Second,
+		},
+		{
+			// Restarted over and over while it waits for what it needs;
+			// then that is there, and it stays up.
+			name: "restarts before the count begins",
+			states: []container.InspectResponse{
+				state(running, 0, 0, "t1"), state(restarting, 3, 1, "t1"), state(running, 5, 0, "t2"),
+				state(restarting, 8, 1, "t2"), state(running, 8, 0, "t3"),
+			},
+			count: 1900 * time.Millisecond,
+			took:  4*upPoll + MinUptime,
+		},
+		{
+			name: "a crash loop after the count began",
+			states: []container.InspectResponse{
+				state(running, 0, 0, "t1"), state(restarting, 3, 1, "t1"), state(running, 5, 0, "t2"),
+				state(restarting, 8, 1, "t2"), state(running, 10, 0, "t3"), state(restarting, 15, 1, "t3"),
+				state(restarting, 17, 1, "t3"),
+			},
+			count: 1900 * time.Millisecond,
+			want:  []string{"exited with code 1, and Docker restarted it 17 times since rigger started it; now restarting"},
+			took:  6 * upPoll,
 		},
 		{
 			name:   "exited for good",
@@ -140,8 +164,13 @@ func TestWaitUp(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := &inspectEngine{states: tc.states, logs: "bind: address already in use\n"}
 				began := time.Now()
-				timeout := cmp.Or(tc.timeout, time.Minute)
-				err := WaitUp(t.Context(), e, "n1", "kube-scheduler", MinUptime, timeout)
+				u := Up{Timeout: cmp.Or(tc.timeout, time.Minute)}
+				if tc.count > 0 {
+					count := make(chan struct{})
+					time.AfterFunc(tc.count, func() { close(count) })
+					u.Count = count
+				}
+				err := WaitUp(t.Context(), e, "n1", "kube-scheduler", u)
 				took := time.Since(began)
 				if len(tc.want) == 0 && err != nil {
 					t.Fatalf("error %v, want none", err)
@@ -169,7 +198,7 @@ func TestWaitUpCanceled(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		e := &inspectEngine{states: []container.InspectResponse{state(container.StateRunning, 0, 0, "t1")}}
-		if err := WaitUp(ctx, e, "n1", "etcd", MinUptime, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		if err := WaitUp(ctx, e, "n1", "etcd", Up{Timeout: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("error %v, want the context's", err)
 		}
 	})
