@@ -506,6 +506,9 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 			continue
 		}
 		began := r.o.Now()
+		if w != nil {
+			w.arm()
+		}
 		var err error
 		if probe {
 			err = r.probe(ctx, health.Target{Node: node, InternalAddress: internal, Component: c}, w)

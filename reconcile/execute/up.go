@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	"sync"
 
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -13,7 +14,15 @@ type upWatch struct {
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
+	// count is closed (by arm) when waitHealthy comes to the component:
+	// the components before it on the node are healthy, and its restarts
+	// count from then on (dockerop.Up.Count).
+	count   chan struct{}
+	armOnce sync.Once
 }
+
+// arm starts the count of the container's restarts.
+func (w *upWatch) arm() { w.armOnce.Do(func() { close(w.count) }) }
 
 // wait returns the watch's result once it has one, or ctx's error.
 func (w *upWatch) wait(ctx context.Context) error {
@@ -40,7 +49,11 @@ func (w *upWatch) result() (err error, done bool) {
 // restart, at most Options.HealthTimeout. It watches from the moment the
 // container started, alongside the steps and health checks that follow, so
 // that the uptime a component needs costs no time once it is healthy: a
-// crash loop shows as restarts however late waitHealthy asks. A container
+// crash loop shows as restarts however late waitHealthy asks. Its restarts
+// count only from when waitHealthy comes to it (upWatch.arm): until the
+// components before it are healthy, a component may exit and be restarted
+// by Docker while it waits for them (the controller manager for its API
+// server: three or four times in a cold converge on the sandbox). A container
 // that runs once by design (desired.Container.RunOnce) is not watched.
 //
 // The watch outlives the step's context (a phase's fan-out ends it) and
@@ -54,7 +67,7 @@ func (r *runner) watchUp(ctx context.Context, e dockerop.Engine, s plan.Step) {
 		}
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &upWatch{done: make(chan struct{}), cancel: cancel}
+	w := &upWatch{done: make(chan struct{}), cancel: cancel, count: make(chan struct{})}
 	key := stepKey{s.Node, s.Component}
 	r.mu.Lock()
 	if r.up == nil {
@@ -69,7 +82,7 @@ func (r *runner) watchUp(ctx context.Context, e dockerop.Engine, s plan.Step) {
 	go func() {
 		defer r.upWG.Done()
 		defer close(w.done)
-		w.err = dockerop.WaitUp(wctx, e, s.Node, s.Component, r.o.MinUptime, r.o.HealthTimeout)
+		w.err = dockerop.WaitUp(wctx, e, s.Node, s.Component, dockerop.Up{MinUptime: r.o.MinUptime, Timeout: r.o.HealthTimeout, Count: w.count})
 	}()
 }
 
