@@ -549,7 +549,7 @@ func crashLoop(component string, c observe.Container) (Action, string) {
 		seen = append(seen, fmt.Sprintf("exited %d", *c.ExitCode))
 	}
 	if c.RestartCount > 0 {
-		seen = append(seen, fmt.Sprintf("restarted %d times", c.RestartCount))
+		seen = append(seen, "restarted "+times(c.RestartCount))
 	}
 	if len(seen) > 0 {
 		reason += ": " + strings.Join(seen, ", ")
@@ -558,6 +558,17 @@ func crashLoop(component string, c observe.Container) (Action, string) {
 		return Restart, reason
 	}
 	return Replace, reason
+}
+
+// times is "once", "twice", "n times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // nodeError is why an observed node (nil when it was not observed) gave no

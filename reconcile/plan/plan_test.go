@@ -253,14 +253,14 @@ func TestCompute(t *testing.T) {
 					c.State, c.ExitCode, c.RestartCount = "restarting", ptr(1), 14
 				})
 				setContainer(o, "10.0.0.3", desired.Etcd, func(c *observe.Container) {
-					c.State, c.ExitCode, c.RestartCount = "restarting", ptr(2), 3
+					c.State, c.ExitCode, c.RestartCount = "restarting", ptr(2), 1
 				})
 				// Gone before it was inspected: what the list said.
 				setContainer(o, "10.0.0.4", desired.KubeProxy, func(c *observe.Container) { c.State, c.ExitCode = "restarting", ptr(0) })
 				setState(o, "10.0.0.2", desired.Kubelet, "restarting") // an engine whose list shows no exit code
 			},
 			want: []string{
-				"etcd 10.0.0.3 restart etcd (container restarting (crash loop): exited 2, restarted 3 times)",
+				"etcd 10.0.0.3 restart etcd (container restarting (crash loop): exited 2, restarted once)",
 				"controlplane 10.0.0.1 replace kube-scheduler (container restarting (crash loop): exited 1, restarted 14 times)",
 				"worker 10.0.0.2 replace kubelet (container restarting (crash loop))",
 				"worker 10.0.0.4 replace kube-proxy (container restarting (crash loop): exited 0)",
