@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
@@ -60,8 +62,8 @@ func containerIDs(ctx context.Context, t *testing.T, s *sandbox.Sandbox) map[str
 //     apply changes nothing;
 //   - add-ons (testAddons): pods reach each other across nodes, metrics,
 //     the user's add-ons, a broken add-on;
-//   - engine (testEngine): rolling changes, repairs, a worker that joins
-//     and leaves, a partition, a lost state directory;
+//   - engine (testEngine): rolling changes, repairs, a crash loop, a
+//     worker that joins and leaves, a partition, a lost state directory;
 //   - etcd membership (testEtcdMembership): three members to five and
 //     back, and none added while one is down;
 //   - external etcd (testExternalEtcd): a second cluster on the fifth
@@ -231,8 +233,9 @@ func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 }
 
 // testEngine checks the nodes' Docker version as RKE does, then changes
-// the running cluster: one flag, a container removed by hand, a worker
-// that joins and leaves, a partitioned node, a lost state directory.
+// the running cluster: one flag, a container removed by hand, a component
+// made to crash-loop, a worker that joins and leaves, a partitioned node, a
+// lost state directory.
 func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 	f.converge(ctx, t)
 	s, a, c, first3 := f.s, f.a, f.c, f.first3()
@@ -312,6 +315,91 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 				t.Errorf("%s changed", k)
 			}
 		}
+	})
+
+	t.Run("a component made to crash-loop", func(t *testing.T) {
+		logRestarts(ctx, t, s)
+		n2 := s.Nodes[1]
+		cli := sandboxtest.DockerClient(t, n2)
+		// Something that is not rigger's takes the scheduler's port on the
+		// node while the scheduler is stopped: started again, it cannot
+		// bind, exits, and Docker restarts it over and over. Nothing rigger
+		// manages differs, and a new container does not help.
+		const blocker = "rigger-e2e-port-10259"
+		stopTimeout := 30
+		if err := cli.ContainerStop(ctx, desired.KubeScheduler, container.StopOptions{Timeout: &stopTimeout}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ContainerCreate(ctx, &container.Config{Image: sandbox.ToolsImage, Entrypoint: []string{"busybox", "httpd", "-f", "-p", health.SchedulerPort}},
+			&container.HostConfig{NetworkMode: "host"}, nil, nil, blocker); err != nil {
+			t.Fatal(err)
+		}
+		removeBlocker := func() {
+			if err := cli.ContainerRemove(context.WithoutCancel(ctx), blocker, container.RemoveOptions{Force: true}); err != nil {
+				t.Errorf("remove %s: %v", blocker, err)
+			}
+		}
+		defer func() {
+			if t.Failed() {
+				removeBlocker()
+			}
+		}()
+		for _, name := range []string{blocker, desired.KubeScheduler} {
+			if err := cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// plan and status: not in sync, and why. A plan sees the loop when
+		// Docker's state is "restarting" as it looks (between two restarts
+		// the container runs): planned until it does, as Docker's back-off
+		// grows.
+		sess := a.Session(t, c)
+		var pl *reconcile.Planned
+		rt.Eventually(ctx, t, 2*time.Minute, "a plan that replaces the crash-looping scheduler", func(ctx context.Context) (bool, error) {
+			var err error
+			pl, err = sess.Plan(ctx)
+			return err == nil && slices.Equal(rt.StepLines(pl.Plan), []string{n2.Address + " replace kube-scheduler"}), err
+		})
+		reason := pl.Plan.Steps[0].Reason
+		if !strings.HasPrefix(reason, "container restarting (crash loop): exited 1, restarted ") {
+			t.Errorf("reason %q", reason)
+		}
+		st := reconcile.BuildStatus(pl)
+		for _, ns := range st.Nodes {
+			for _, cs := range ns.Containers {
+				if inSync := !(ns.Address == n2.Address && cs.Name == desired.KubeScheduler); cs.InSync != inSync {
+					t.Errorf("status: %s %s in sync %v, want %v", ns.Address, cs.Name, cs.InSync, inSync)
+				}
+			}
+		}
+
+		// apply: the new scheduler loops as the old one did, and apply
+		// fails naming the node, the component, the exit code and its
+		// last lines.
+		began := time.Now()
+		res, err := a.ApplyPlanned(ctx, t, sess, pl)
+		if err == nil {
+			t.Fatal("apply succeeded while the scheduler restart-loops")
+		}
+		var crash *dockerop.CrashLoopError
+		if !errors.As(err, &crash) || crash.Node != n2.Address || crash.Container != desired.KubeScheduler || crash.ExitCode != 1 ||
+			!strings.Contains(err.Error(), "node "+n2.Address+": kube-scheduler does not stay up: exited with code 1") ||
+			!strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("apply: %v\nwant a crash loop of %s's kube-scheduler with its exit code and last lines", err, n2.Address)
+		}
+		if took := time.Since(began); took > time.Minute {
+			t.Errorf("apply took %s to find the crash loop", took)
+		}
+		if failed := res.Failed(); len(failed) != 0 {
+			t.Errorf("failed steps %+v: the replace itself succeeded", failed)
+		}
+		t.Logf("apply failed as it should, after %s: %v", time.Since(began).Round(time.Second), err)
+
+		// The port free again: one apply converges, and nothing is left.
+		removeBlocker()
+		a.Apply(ctx, t, c)
+		a.InSync(ctx, t, c)
 	})
 
 	t.Run("a worker joins, gets the network plugin and becomes Ready, and leaves", func(t *testing.T) {
@@ -487,4 +575,28 @@ func checkConfigMap(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 		}
 		return true, nil
 	})
+}
+
+// logRestarts logs how many times Docker restarted each of the cluster's
+// containers since it was last started through the API: what a cluster's
+// components do by themselves while what they need comes up.
+func logRestarts(ctx context.Context, t *testing.T, s *sandbox.Sandbox) {
+	t.Helper()
+	var lines []string
+	for _, n := range s.Nodes {
+		cli := sandboxtest.DockerClient(t, n)
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", desired.LabelCluster))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			in, err := cli.ContainerInspect(ctx, c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, fmt.Sprintf("%s %s: %s, restarted %d times", n.Address, strings.TrimPrefix(c.Names[0], "/"), c.Status, in.RestartCount))
+		}
+	}
+	t.Logf("the cluster's containers:\n%s", strings.Join(lines, "\n"))
 }

@@ -203,6 +203,58 @@ func TestSandbox(t *testing.T) {
 			t.Fatalf("removing a container that is gone: %v", err)
 		}
 	})
+
+	t.Run("a container that stays up, one that crash-loops", func(t *testing.T) {
+		// The real engine's restart policy flips a crashing container
+		// between running and restarting; its restart count starts again
+		// from 0 when it is started through the API.
+		sh := func(name, script string) *desired.Container {
+			return &desired.Container{
+				Name: name, Image: sandbox.ToolsImage, Entrypoint: []string{"sh", "-c", script},
+				NetworkMode: desired.NetworkModeHost, RestartPolicy: desired.RestartAlways,
+				Labels: map[string]string{desired.LabelComponent: "e2e"},
+			}
+		}
+		for _, c := range []*desired.Container{
+			sh("rigger-e2e-up", "echo up; exec busybox sleep 3600"),
+			sh("rigger-e2e-crash", "echo cannot bind 127.0.0.1:10259: address already in use >&2; busybox sleep 0.3; exit 3"),
+		} {
+			// Killed: neither shell stops on SIGTERM.
+			defer cli.ContainerRemove(context.WithoutCancel(ctx), c.Name, container.RemoveOptions{Force: true})
+			if _, err := Create(ctx, cli, n.Name, c, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const minUp = 3 * time.Second
+		began := time.Now()
+		if err := WaitUp(ctx, cli, n.Name, "rigger-e2e-up", Up{MinUptime: minUp, Timeout: time.Minute}); err != nil {
+			t.Errorf("a container that stays up: %v", err)
+		}
+		if took := time.Since(began); took < minUp || took > minUp+5*time.Second {
+			t.Errorf("a container that stays up took %s, want about %s", took, minUp)
+		}
+		began = time.Now()
+		err := WaitUp(ctx, cli, n.Name, "rigger-e2e-crash", Up{MinUptime: minUp, Timeout: time.Minute})
+		// Docker waits 0.1 s before the first restart and twice as long
+		// each time: the restarts past maxRestarts come within seconds.
+		if took := time.Since(began); took > 30*time.Second {
+			t.Errorf("the crash loop was found after %s", took)
+		}
+		var crash *CrashLoopError
+		if !errors.As(err, &crash) || crash.ExitCode != 3 || crash.Restarts <= maxRestarts || crash.Policy != desired.RestartAlways ||
+			!strings.Contains(err.Error(), "node "+n.Name+": rigger-e2e-crash does not stay up: exited with code 3, and Docker restarted it") ||
+			!strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("a crash-looping container: %v (%+v); want a *CrashLoopError with its exit code, restarts and last lines", err, crash)
+		}
+		t.Logf("%v", err)
+		// Restarted through the API, its count starts again.
+		if err := Restart(ctx, cli, n.Name, "rigger-e2e-crash"); err != nil {
+			t.Fatal(err)
+		}
+		if insp, err := cli.ContainerInspect(ctx, "rigger-e2e-crash"); err != nil || insp.RestartCount > 1 {
+			t.Errorf("restart count after a restart through the API: %d (%v), want 0 or 1", insp.RestartCount, err)
+		}
+	})
 }
 
 func assertNoHelpers(ctx context.Context, t *testing.T, cli *client.Client) {

@@ -66,8 +66,15 @@ type Options struct {
 	// MaxUnavailableWorker is how many worker nodes change at once
 	// (upgrade_strategy.max_unavailable_worker, resolved to a count).
 	MaxUnavailableWorker int
-	// HealthTimeout bounds the wait for one component to become healthy.
+	// HealthTimeout bounds the wait for one component to become healthy,
+	// and for a container Run started to stay up.
 	HealthTimeout time.Duration
+	// MinUptime is how long a container Run started (created, replaced,
+	// restarted) must run without a restart before its component counts as
+	// up (dockerop.WaitUp; dockerop.MinUptime when unset). It is measured
+	// from the step, alongside the health checks, so it adds time only to
+	// a component that is healthy sooner.
+	MinUptime time.Duration
 	// BeforeNode and AfterNode, when set, wrap the changes of each node in
 	// the control-plane and worker phases: BeforeNode runs before its first
 	// step (cordon, drain), AfterNode once its changed components are
@@ -181,6 +188,9 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = DefaultHealthTimeout
 	}
+	if o.MinUptime <= 0 {
+		o.MinUptime = dockerop.MinUptime
+	}
 	if o.MaxUnavailableWorker <= 0 {
 		o.MaxUnavailableWorker = 1
 	}
@@ -243,6 +253,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	if c, ok := r.etcdClient.(io.Closer); ok {
 		c.Close()
 	}
+	r.stopWatches()
 	r.res.NotRun = append(r.res.NotRun, r.notRun()...)
 	r.res.Duration = o.Now().Sub(start)
 	return r.res, err
@@ -313,6 +324,10 @@ type runner struct {
 	leaving []string
 	// unreachable are the nodes the plan could not look at.
 	unreachable map[string]bool
+	// up watch the containers the run started until they have stayed up
+	// (watchUp); upWG waits for their goroutines.
+	up   map[stepKey]*upWatch
+	upWG sync.WaitGroup
 }
 
 type stepKey struct{ node, component string }
@@ -413,9 +428,25 @@ func (r *runner) apply(ctx context.Context, s plan.Step) error {
 			files[p] = b
 		}
 		return dockerop.WriteFiles(ctx, e, s.Node, r.o.HelperImage, desired.KubernetesDir, files)
+	case plan.Create, plan.Replace, plan.Restart:
+		if err := r.startContainer(ctx, e, s); err != nil {
+			return err
+		}
+		r.watchUp(ctx, e, s)
+		return nil
+	case plan.Remove:
+		return dockerop.Remove(ctx, e, s.Node, s.Component)
+	}
+	return fmt.Errorf("node %s: unknown action %q", s.Node, s.Action)
+}
+
+// startContainer creates, replaces or restarts the step's container.
+func (r *runner) startContainer(ctx context.Context, e dockerop.Engine, s plan.Step) error {
+	switch s.Action {
 	case plan.Create:
 		args := r.bootstrapArgs(s)
 		if _, joining := r.learner(s.Node); joining && s.Component == desired.Etcd {
+			var err error
 			if args, err = r.joinArgs(ctx, s); err != nil {
 				return err
 			}
@@ -434,8 +465,6 @@ func (r *runner) apply(ctx context.Context, s plan.Step) error {
 		return err
 	case plan.Restart:
 		return dockerop.Restart(ctx, e, s.Node, s.Component)
-	case plan.Remove:
-		return dockerop.Remove(ctx, e, s.Node, s.Component)
 	}
 	return fmt.Errorf("node %s: unknown action %q", s.Node, s.Action)
 }
@@ -461,7 +490,9 @@ func (r *runner) bootstrapArgs(s plan.Step) []string {
 }
 
 // waitHealthy probes the components of a node that Run changed or that the
-// next phase depends on.
+// next phase depends on, and waits for those whose containers it started
+// to stay up (watchUp): a component whose container restarts over and over
+// fails, also when a probe answered between two restarts.
 func (r *runner) waitHealthy(ctx context.Context, node string, components []string) error {
 	dn, _ := r.o.Desired.Node(node)
 	internal := node
@@ -469,20 +500,59 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 		internal = dn.InternalAddress
 	}
 	for _, c := range components {
-		if !health.Probes(c) || r.o.Health == nil {
+		w := r.watch(node, c)
+		probe := health.Probes(c) && r.o.Health != nil
+		if !probe && w == nil {
 			continue
 		}
 		began := r.o.Now()
-		err := r.o.Health.Wait(ctx, health.Target{Node: node, InternalAddress: internal, Component: c}, r.o.HealthTimeout)
-		if err != nil {
+		if w != nil {
+			w.arm()
+		}
+		var err error
+		if probe {
+			err = r.probe(ctx, health.Target{Node: node, InternalAddress: internal, Component: c}, w)
+		}
+		if w != nil {
+			if err == nil {
+				err = w.wait(ctx)
+			} else if werr, done := w.result(); done && werr != nil {
+				err = werr // the crash loop is why the probe failed
+			}
+		}
+		var crash *dockerop.CrashLoopError
+		if err != nil && !errors.As(err, &crash) {
 			err = r.withLogs(ctx, node, c, err)
 		}
-		r.say(node, fmt.Sprintf("%s healthy (%s)", c, r.o.Now().Sub(began).Round(100*time.Millisecond)), err)
+		msg := "healthy"
+		if !probe {
+			msg = "up"
+		}
+		r.say(node, fmt.Sprintf("%s %s (%s)", c, msg, r.o.Now().Sub(began).Round(100*time.Millisecond)), err)
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// probe waits for the target to be healthy, and stops waiting when w (if
+// any) finds its container in a crash loop.
+func (r *runner) probe(ctx context.Context, t health.Target, w *upWatch) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if w != nil {
+		go func() {
+			select {
+			case <-w.done:
+				if w.err != nil {
+					cancel()
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return r.o.Health.Wait(ctx, t, r.o.HealthTimeout)
 }
 
 // withLogs adds the component's last log lines to a failed health check.

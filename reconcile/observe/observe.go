@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,6 +132,14 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 		default:
 			continue // another cluster's, or not a cluster's at all
 		}
+		if c.State == string(container.StateRestarting) {
+			// A crash loop: how many restarts so far. Only such a
+			// container is inspected, so a node whose containers run costs
+			// no call more.
+			if err := inspectRestarts(ctx, cli, &c); err != nil {
+				return n.unreachable(callError(addr, "inspect container "+c.Name, err))
+			}
+		}
 		n.Containers[c.Name] = c
 	}
 	if r.FilesImage != "" && r.FilesDir != "" {
@@ -229,6 +238,27 @@ func (n *Node) unreachable(err error) *Node {
 	return n
 }
 
+// inspectRestarts reads the restart count of a restarting container, and
+// its exit code when the list did not show it. A container removed since
+// the list keeps what the list said.
+func inspectRestarts(ctx context.Context, e dockerop.Engine, c *Container) error {
+	in, err := e.ContainerInspect(ctx, c.ID)
+	switch {
+	case errdefs.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case in.ContainerJSONBase == nil:
+		return nil
+	}
+	c.RestartCount = in.RestartCount
+	if in.State != nil && c.ExitCode == nil {
+		code := in.State.ExitCode
+		c.ExitCode = &code
+	}
+	return nil
+}
+
 // fromSummary reads a container from the list's entry. Image is what the
 // list shows: the reference the container was created with, or the image
 // ID when that reference has since been moved to another image.
@@ -239,6 +269,7 @@ func fromSummary(s container.Summary) Container {
 		Image:     s.Image,
 		State:     string(s.State),
 		Health:    healthFromStatus(s.Status),
+		ExitCode:  exitFromStatus(s.Status),
 		Component: s.Labels[desired.LabelComponent],
 		SpecHash:  s.Labels[desired.LabelSpecHash],
 		Spec:      s.Labels[desired.LabelSpec],
@@ -283,4 +314,27 @@ func healthFromStatus(status string) string {
 		return string(container.Starting)
 	}
 	return ""
+}
+
+// exitFromStatus reads the last exit code from the list's Status column,
+// as the engine writes it for a container that is not running: "Restarting
+// (1) 3 seconds ago", "Exited (137) 2 minutes ago". It returns nil for any
+// other status.
+func exitFromStatus(status string) *int {
+	rest, ok := strings.CutPrefix(status, "Restarting (")
+	if !ok {
+		rest, ok = strings.CutPrefix(status, "Exited (")
+	}
+	if !ok {
+		return nil
+	}
+	num, _, ok := strings.Cut(rest, ")")
+	if !ok {
+		return nil
+	}
+	code, err := strconv.Atoi(num)
+	if err != nil {
+		return nil
+	}
+	return &code
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,11 @@ type fakeEngine struct {
 	version string
 	list    []container.Summary
 	listFn  http.HandlerFunc
+	// inspect are the answers to GET /containers/{id}/json, by ID; the
+	// IDs asked are recorded in inspected.
+	inspect   map[string]container.InspectResponse
+	mu        sync.Mutex
+	inspected []string
 }
 
 func (e *fakeEngine) client() *client.Client {
@@ -59,6 +65,19 @@ func (e *fakeEngine) client() *client.Client {
 			json.NewEncoder(w).Encode(map[string]string{"Version": e.version, "ApiVersion": "1.41"})
 		case strings.HasSuffix(r.URL.Path, "/containers/json") && e.listFn != nil:
 			e.listFn(w, r)
+		case strings.Contains(r.URL.Path, "/containers/") && strings.HasSuffix(r.URL.Path, "/json") && !strings.HasSuffix(r.URL.Path, "/containers/json"):
+			id := strings.TrimSuffix(r.URL.Path[strings.Index(r.URL.Path, "/containers/")+len("/containers/"):], "/json")
+			e.mu.Lock()
+			e.inspected = append(e.inspected, id)
+			e.mu.Unlock()
+			in, ok := e.inspect[id]
+			if !ok {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				w.Write([]byte(`{"message":"No such container: ` + id + `"}`))
+				return
+			}
+			json.NewEncoder(w).Encode(in)
 		case strings.HasSuffix(r.URL.Path, "/containers/json"):
 			if r.URL.Query().Get("all") != "1" {
 				http.Error(w, "want all=1", http.StatusBadRequest)
@@ -95,7 +114,7 @@ func labels(component, hash string) map[string]string {
 
 func TestObserve(t *testing.T) {
 	at := time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC)
-	healthy := (&fakeEngine{t: t, version: "20.10.24", list: []container.Summary{
+	healthyEngine := &fakeEngine{t: t, version: "20.10.24", list: []container.Summary{
 		{ID: "e1", Names: []string{"/etcd"}, Image: "etcd:v3", State: container.StateRunning,
 			Status: "Up 3 minutes (healthy)", Labels: labels("etcd", "h1")},
 		// A container linked to kubelet shows its alias among kubelet's names.
@@ -109,7 +128,17 @@ func TestObserve(t *testing.T) {
 		{ID: "w1", Names: []string{"/web"}, Image: "nginx", State: container.StateRunning},
 		{ID: "o1", Names: []string{"/kube-scheduler"}, Image: "hyperkube:v1", State: container.StateRunning,
 			Labels: map[string]string{desired.LabelCluster: "other", desired.LabelComponent: "kube-scheduler"}},
-	}}).client()
+		// A crash loop: inspected for its restart count.
+		{ID: "s1", Names: []string{"/kube-scheduler"}, Image: "hyperkube:v1", State: container.StateRestarting,
+			Status: "Restarting (1) 3 seconds ago", Labels: labels("kube-scheduler", "h3")},
+		// Restarting, and gone before it is inspected: as the list said.
+		{ID: "a1", Names: []string{"/kube-apiserver"}, Image: "hyperkube:v1", State: container.StateRestarting,
+			Status: "Restarting (255) Less than a second ago", Labels: labels("kube-apiserver", "h4")},
+	}, inspect: map[string]container.InspectResponse{
+		"s1": {ContainerJSONBase: &container.ContainerJSONBase{ID: "s1", RestartCount: 14,
+			State: &container.State{Status: container.StateRestarting, Running: true, Restarting: true, ExitCode: 1}}},
+	}}
+	healthy := healthyEngine.client()
 	empty := (&fakeEngine{t: t, version: "28.0.1"}).client()
 	failingList := (&fakeEngine{t: t, version: "24.0.0", listFn: func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -152,8 +181,12 @@ func TestObserve(t *testing.T) {
 			Containers: map[string]Container{
 				"etcd": {ID: "e1", Name: "etcd", Image: "etcd:v3", State: "running", Health: "healthy",
 					Component: "etcd", SpecHash: "h1", Spec: `{"name":"etcd"}`},
-				"kubelet": {ID: "k1", Name: "kubelet", Image: "hyperkube:v1", State: "exited",
+				"kubelet": {ID: "k1", Name: "kubelet", Image: "hyperkube:v1", State: "exited", ExitCode: ptr(1),
 					Component: "kubelet", SpecHash: "h2", Spec: `{"name":"kubelet"}`},
+				"kube-scheduler": {ID: "s1", Name: "kube-scheduler", Image: "hyperkube:v1", State: "restarting", ExitCode: ptr(1), RestartCount: 14,
+					Component: "kube-scheduler", SpecHash: "h3", Spec: `{"name":"kube-scheduler"}`},
+				"kube-apiserver": {ID: "a1", Name: "kube-apiserver", Image: "hyperkube:v1", State: "restarting", ExitCode: ptr(255),
+					Component: "kube-apiserver", SpecHash: "h4", Spec: `{"name":"kube-apiserver"}`},
 				"kube-proxy":             {ID: "r1", Name: "kube-proxy", Image: "rancher/hyperkube:v1.31.4-rancher1", State: "running", RKE: true},
 				"etcd-rolling-snapshots": {ID: "r2", Name: "etcd-rolling-snapshots", Image: "rancher/rke-tools:v0.1.100", State: "running", RKE: true},
 			}},
@@ -171,6 +204,9 @@ func TestObserve(t *testing.T) {
 		if err := got.Nodes[addr].Err; !errors.As(err, &ue) || ue != want {
 			t.Errorf("node %s: Err = %v, want the transport's *UnreachableError", addr, err)
 		}
+	}
+	if diff := cmp.Diff([]string{"a1", "s1"}, sorted(healthyEngine.inspected)); diff != "" {
+		t.Errorf("containers inspected (-want +got), want the restarting ones only:\n%s", diff)
 	}
 	if err := got.Nodes["10.0.0.3"].Err; err == nil {
 		t.Errorf("node 10.0.0.3: Err is nil, want the list's error")
@@ -310,6 +346,34 @@ func TestContainerName(t *testing.T) {
 	} {
 		if got := containerName(container.Summary{ID: "id1", Names: tc.names}); got != tc.want {
 			t.Errorf("containerName(%q) = %q, want %q", tc.names, got, tc.want)
+		}
+	}
+}
+
+func ptr(i int) *int { return &i }
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+func TestExitFromStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status string
+		want   *int
+	}{
+		{"Restarting (1) 3 seconds ago", ptr(1)},
+		{"Exited (137) 2 minutes ago", ptr(137)},
+		{"Exited (0) Less than a second ago", ptr(0)},
+		{"Up 3 minutes (healthy)", nil},
+		{"Created", nil},
+		{"Exited (x) 2 minutes ago", nil},
+		{"Restarting (1", nil},
+		{"", nil},
+	} {
+		if diff := cmp.Diff(tc.want, exitFromStatus(tc.status)); diff != "" {
+			t.Errorf("exitFromStatus(%q) (-want +got):\n%s", tc.status, diff)
 		}
 	}
 }

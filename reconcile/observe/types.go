@@ -89,6 +89,14 @@ type Container struct {
 	State string `json:"state"`
 	// Health is the health check's status, or "" when there is none.
 	Health string `json:"health,omitempty"`
+	// ExitCode is the last exit code of a container that is not running
+	// (restarting, exited), as the engine's list shows it; nil for a
+	// running one, or when the list does not show it.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// RestartCount is how many times Docker restarted the container
+	// since it was last started through the API; read (by an inspection)
+	// only for a container that is restarting, 0 otherwise.
+	RestartCount int `json:"restart_count,omitempty"`
 	// Component, SpecHash and Spec are read from the labels rigger set when
 	// it created the container (io.rigger.component, io.rigger.spec-hash,
 	// io.rigger.spec).

@@ -23,14 +23,15 @@ type Action string
 const (
 	// Create starts a desired container that is missing.
 	Create Action = "create"
-	// Replace removes a container whose spec differs from the desired one
-	// and creates the desired one in its place.
+	// Replace removes a container whose spec differs from the desired one,
+	// or that Docker restarts over and over (a crash loop), and creates the
+	// desired one in its place.
 	Replace Action = "replace"
 	// Remove removes a container that should not run on its node.
 	Remove Action = "remove"
 	// Restart starts again a container whose spec is unchanged but which is
-	// not running (exited, dead, created and never started), or which reads
-	// a file that changed.
+	// not running (exited, dead, created and never started; etcd in a crash
+	// loop), or which reads a file that changed.
 	Restart Action = "restart"
 	// WriteFiles writes the files of a node that are missing or differ
 	// (Step.Files); its Component is FilesComponent.
@@ -254,8 +255,10 @@ func nodeSteps(dn *desired.Node, on *observe.Node, nodeMissing bool) []Step {
 			s.Action, s.Reason = Replace, specReason(oc.Spec, dc.SpecJSON())
 		case dc.RunOnce && (oc.State == "exited" || oc.State == "created" || oc.State == "running"):
 			continue // it ran, or runs, as it should
-		case oc.State != "running" && oc.State != "restarting":
-			s.Action, s.Reason = Restart, stateReason(oc.State)
+		case oc.State == "restarting":
+			s.Action, s.Reason = crashLoop(dc.Name, oc)
+		case oc.State != "running":
+			s.Action, s.Reason = Restart, stateReason(oc)
 		case len(changed) > 0 && on.FilesRead && readsChanged(dc, changed, on):
 			s.Action, s.Reason = Restart, "reads changed files"
 		case reloadReason(dc, dn.Reload) != "":
@@ -513,16 +516,59 @@ func notDesiredReason(dn *desired.Node, name string) string {
 	return reasonNotDesired
 }
 
-func stateReason(state string) string {
-	switch state {
+func stateReason(c observe.Container) string {
+	switch c.State {
 	case "":
 		return "container not running"
 	case "created":
 		return "container created but never started"
-	case "exited", "dead":
-		return "container " + state
+	case "exited":
+		if c.ExitCode != nil {
+			return fmt.Sprintf("container exited with code %d", *c.ExitCode)
+		}
+		return "container exited"
+	case "dead":
+		return "container dead"
 	}
-	return "container " + state + ", not running"
+	return "container " + c.State + ", not running"
+}
+
+// crashLoop is the step of a container Docker is restarting: it exited,
+// and its restart policy starts it again, over and over. Its spec is the
+// desired one, so the container is made anew from it (Replace: whatever
+// was changed in the container behind rigger's back, as a memory limit
+// set with docker update, goes), except etcd's, which is restarted: its
+// data is on the node either way, and a replacement would first take a
+// snapshot from a cluster whose member is down. When the cause is outside
+// the container (a port in use, a broken file, a full disk), the executor
+// finds it looping again after the step and fails with its last lines.
+func crashLoop(component string, c observe.Container) (Action, string) {
+	reason := "container restarting (crash loop)"
+	var seen []string
+	if c.ExitCode != nil {
+		seen = append(seen, fmt.Sprintf("exited %d", *c.ExitCode))
+	}
+	if c.RestartCount > 0 {
+		seen = append(seen, "restarted "+times(c.RestartCount))
+	}
+	if len(seen) > 0 {
+		reason += ": " + strings.Join(seen, ", ")
+	}
+	if component == desired.Etcd {
+		return Restart, reason
+	}
+	return Replace, reason
+}
+
+// times is "once", "twice", "n times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // nodeError is why an observed node (nil when it was not observed) gave no

@@ -233,12 +233,53 @@ func TestCompute(t *testing.T) {
 			name: "container exited",
 			observe: func(o *observe.Cluster) {
 				setState(o, "10.0.0.3", desired.KubeProxy, "exited")
-				setState(o, "10.0.0.1", desired.KubeScheduler, "restarting") // Docker is on it
 				setState(o, "10.0.0.2", desired.Etcd, "dead")
+				setContainer(o, "10.0.0.4", desired.Kubelet, func(c *observe.Container) { c.State, c.ExitCode = "exited", ptr(255) })
 			},
 			want: []string{
 				"etcd 10.0.0.2 restart etcd (container dead)",
 				"worker 10.0.0.3 restart kube-proxy (container exited)",
+				"worker 10.0.0.4 restart kubelet (container exited with code 255)",
+			},
+		},
+		{
+			// Docker's restart policy starts it again and again: not in
+			// sync. Made anew from its spec; etcd restarted (its data
+			// stays on the node, and a replacement would first take a
+			// snapshot).
+			name: "container restarting",
+			observe: func(o *observe.Cluster) {
+				setContainer(o, "10.0.0.1", desired.KubeScheduler, func(c *observe.Container) {
+					c.State, c.ExitCode, c.RestartCount = "restarting", ptr(1), 14
+				})
+				setContainer(o, "10.0.0.3", desired.Etcd, func(c *observe.Container) {
+					c.State, c.ExitCode, c.RestartCount = "restarting", ptr(2), 1
+				})
+				// Gone before it was inspected: what the list said.
+				setContainer(o, "10.0.0.4", desired.KubeProxy, func(c *observe.Container) { c.State, c.ExitCode = "restarting", ptr(0) })
+				setState(o, "10.0.0.2", desired.Kubelet, "restarting") // an engine whose list shows no exit code
+			},
+			want: []string{
+				"etcd 10.0.0.3 restart etcd (container restarting (crash loop): exited 2, restarted once)",
+				"controlplane 10.0.0.1 replace kube-scheduler (container restarting (crash loop): exited 1, restarted 14 times)",
+				"worker 10.0.0.2 replace kubelet (container restarting (crash loop))",
+				"worker 10.0.0.4 replace kube-proxy (container restarting (crash loop): exited 0)",
+			},
+		},
+		{
+			// A spec change says more, and replaces it all the same.
+			name:   "container restarting with another spec",
+			change: func(c *spec.Cluster) { c.Services.Scheduler.ExtraArgs = map[string]string{"v": "3"} },
+			observe: func(o *observe.Cluster) {
+				for _, n := range []string{"10.0.0.1", "10.0.0.2"} {
+					setContainer(o, n, desired.KubeScheduler, func(c *observe.Container) {
+						c.State, c.ExitCode, c.RestartCount = "restarting", ptr(1), 14
+					})
+				}
+			},
+			want: []string{
+				"controlplane 10.0.0.1 replace kube-scheduler (args changed: +--v=3, ---v=2)",
+				"controlplane 10.0.0.2 replace kube-scheduler (args changed: +--v=3, ---v=2)",
 			},
 		},
 		{
@@ -402,6 +443,15 @@ func setState(o *observe.Cluster, node, name, state string) {
 	c.State = state
 	o.Nodes[node].Containers[name] = c
 }
+
+// setContainer changes the observed container name of node with f.
+func setContainer(o *observe.Cluster, node, name string, f func(*observe.Container)) {
+	c := o.Nodes[node].Containers[name]
+	f(&c)
+	o.Nodes[node].Containers[name] = c
+}
+
+func ptr(i int) *int { return &i }
 
 // TestAfterPointsIntoDesired: After is the desired container itself, not a
 // copy, so the executor creates exactly what was planned.

@@ -1,0 +1,219 @@
+package execute
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/plan"
+)
+
+// loopEngine is a node's engine whose containers restart as Docker's
+// restart policy restarts a crashing one: each inspection of a container
+// of crashing shows one restart more, seen alternately running and
+// restarting with exit code 1. The others run.
+type loopEngine struct {
+	dockerop.Engine
+	crashing map[string]bool
+	// until, when set, is when the containers of crashing stop crashing
+	// (and then run).
+	until    time.Time
+	mu       sync.Mutex
+	inspects map[string]int
+	events   []string
+}
+
+func (e *loopEngine) ContainerRestart(_ context.Context, name string, _ container.StopOptions) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, "restart "+name)
+	return nil
+}
+
+func (e *loopEngine) ContainerInspect(_ context.Context, name string) (container.InspectResponse, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.inspects == nil {
+		e.inspects = map[string]int{}
+	}
+	n := e.inspects[name]
+	e.inspects[name]++
+	st := &container.State{Status: container.StateRunning, Running: true, StartedAt: "t0"}
+	restarts := 0
+	if e.crashing[name] && !e.until.IsZero() && !time.Now().Before(e.until) {
+		restarts = e.inspects[name+" stopped"]
+		if restarts == 0 {
+			restarts = n
+			e.inspects[name+" stopped"] = n
+		}
+		st.StartedAt = "up"
+	} else if e.crashing[name] {
+		restarts = n
+		st.StartedAt = "t" + strings.Repeat("I", n)
+		if n%2 == 1 {
+			st.Status, st.Restarting, st.ExitCode = container.StateRestarting, true, 1
+		}
+	}
+	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{
+		RestartCount: restarts, State: st,
+		HostConfig: &container.HostConfig{RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyAlways}},
+	}}, nil
+}
+
+func (e *loopEngine) ContainerLogs(_ context.Context, name string, _ container.LogsOptions) (io.ReadCloser, error) {
+	var b strings.Builder
+	w := stdcopy.NewStdWriter(&b, stdcopy.Stderr)
+	w.Write([]byte("E1128 run.go:72] " + name + ": failed to listen on 0.0.0.0:10259: bind: address already in use\n"))
+	return io.NopCloser(strings.NewReader(b.String())), nil
+}
+
+// probes is a health check that answers healthy at once, or never (for
+// the components of hang), until its context ends; or, for those of slow,
+// after that long.
+type probes struct {
+	hang map[string]bool
+	slow map[string]time.Duration
+}
+
+func (p probes) Wait(ctx context.Context, t health.Target, timeout time.Duration) error {
+	if d := p.slow[t.Component]; d > 0 {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if !p.hang[t.Component] {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	<-ctx.Done()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &health.UnhealthyError{Target: t, Waited: timeout, Err: errors.New("connection refused")}
+	}
+	return ctx.Err()
+}
+
+// TestCrashLoopFailsTheRun: a component whose container Docker restarts
+// over and over after Run restarted it fails the run, naming the node,
+// the component, its exit code and its last lines, whether its health
+// check answers between two restarts or never; the steps after it do not
+// run. One that stays up passes once it has run MinUptime, counted from
+// its step (alongside the health checks).
+func TestCrashLoopFailsTheRun(t *testing.T) {
+	d := build(t, clusterYML)
+	restart := func(node, component string) plan.Step {
+		dn, _ := d.Node(node)
+		dc, _ := dn.Container(component)
+		return plan.Step{Node: node, Component: component, Action: plan.Restart, Phase: plan.PhaseControlPlane, After: dc, Reason: "test"}
+	}
+	p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{
+		restart("10.0.0.1", desired.KubeAPIServer), restart("10.0.0.1", desired.KubeScheduler),
+		restart("10.0.0.2", desired.KubeScheduler),
+	}}
+	for _, tc := range []struct {
+		name     string
+		crashing map[string]bool
+		hang     map[string]bool
+		want     string // in the error; "" for none
+		// took is how long Run took, at most.
+		took time.Duration
+	}{
+		// One node at a time, each up MinUptime before the next.
+		{name: "all stay up", took: 2*dockerop.MinUptime + time.Second},
+		{
+			name:     "a crash loop between healthy probes",
+			crashing: map[string]bool{desired.KubeScheduler: true},
+			want:     "node 10.0.0.1: kube-scheduler does not stay up: exited with code 1, and Docker restarted it ",
+			// The API server's MinUptime, then the scheduler's restarts
+			// counted.
+			took: dockerop.MinUptime + 4*time.Second,
+		},
+		{
+			name:     "a crash loop that never answers",
+			crashing: map[string]bool{desired.KubeScheduler: true},
+			hang:     map[string]bool{desired.KubeScheduler: true},
+			want:     "node 10.0.0.1: kube-scheduler does not stay up: exited with code 1, and Docker restarted it ",
+			// Not the health check's timeout.
+			took: dockerop.MinUptime + 4*time.Second,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := &loopEngine{crashing: tc.crashing}
+				o := Options{Desired: d, Health: probes{hang: tc.hang}, MaxUnavailableWorker: 1, Now: time.Now,
+					Nodes: func(context.Context, string) (dockerop.Engine, error) { return e, nil }}
+				began := time.Now()
+				res, err := Run(t.Context(), p, o)
+				took := time.Since(began)
+				if took > tc.took {
+					t.Errorf("Run took %s, want at most %s", took, tc.took)
+				}
+				if tc.want == "" {
+					if err != nil || len(res.Done) != 3 {
+						t.Fatalf("error %v, %d steps done; want all 3 done", err, len(res.Done))
+					}
+					if took < 2*dockerop.MinUptime {
+						t.Errorf("Run took %s, less than MinUptime: the containers were not watched", took)
+					}
+					return
+				}
+				var crash *dockerop.CrashLoopError
+				if !errors.As(err, &crash) || !strings.HasPrefix(err.Error(), tc.want) {
+					t.Fatalf("error:\n%v\nwant a *CrashLoopError:\n%s", err, tc.want)
+				}
+				const logs = "\nlast lines of kube-scheduler on 10.0.0.1:\n" +
+					"E1128 run.go:72] kube-scheduler: failed to listen on 0.0.0.0:10259: bind: address already in use"
+				if !strings.HasSuffix(err.Error(), logs) {
+					t.Errorf("error:\n%v\nwant it to end with the last lines:%s", err, logs)
+				}
+				if strings.Count(err.Error(), "last lines of") != 1 {
+					t.Errorf("the last lines shown %d times:\n%v", strings.Count(err.Error(), "last lines of"), err)
+				}
+				if len(res.NotRun) != 1 || res.NotRun[0].Node != "10.0.0.2" {
+					t.Errorf("not run %+v, want 10.0.0.2's step", res.NotRun)
+				}
+			})
+		})
+	}
+}
+
+// TestRestartsWhileWaitingDoNotCount: a controller manager that Docker
+// restarts many times while its API server starts, and that runs once the
+// API server is healthy, is up: its restarts count from when the API
+// server is healthy.
+func TestRestartsWhileWaitingDoNotCount(t *testing.T) {
+	d := build(t, clusterYML)
+	restart := func(component string) plan.Step {
+		dn, _ := d.Node("10.0.0.1")
+		dc, _ := dn.Container(component)
+		return plan.Step{Node: "10.0.0.1", Component: component, Action: plan.Restart, Phase: plan.PhaseControlPlane, After: dc, Reason: "test"}
+	}
+	p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{restart(desired.KubeAPIServer), restart(desired.KubeControllerManager)}}
+	synctest.Test(t, func(t *testing.T) {
+		const apiStart = 30 * time.Second
+		e := &loopEngine{crashing: map[string]bool{desired.KubeControllerManager: true}, until: time.Now().Add(apiStart)}
+		o := Options{Desired: d, Health: probes{slow: map[string]time.Duration{desired.KubeAPIServer: apiStart}}, Now: time.Now,
+			Nodes: func(context.Context, string) (dockerop.Engine, error) { return e, nil }}
+		began := time.Now()
+		if _, err := Run(t.Context(), p, o); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(began); took < apiStart+dockerop.MinUptime || took > apiStart+dockerop.MinUptime+time.Second {
+			t.Errorf("Run took %s, want the API server's start and the controller manager's MinUptime after it", took)
+		}
+	})
+}
