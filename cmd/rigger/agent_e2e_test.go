@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -63,7 +64,9 @@ func TestAgentSandbox(t *testing.T) {
 	e, url, stop := listenEndpoint(t, serveDir, net.JoinHostPort(s.BridgeAddress, "0"), logs)
 	t.Cleanup(func() { stop() })
 	a := reconciletest.New(t)
-	a.Open = e.openSession
+	// A closure, not the method value: e is the endpoint of the moment (a
+	// new one after serve restarts below).
+	a.Open = func(c *spec.Cluster, o reconcile.Options) (*reconcile.Session, error) { return e.openSession(c, o) }
 	// serve admits the cluster's agent nodes when it first reads its
 	// cluster.yml.
 	a.Session(t, c)
