@@ -227,14 +227,15 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			}
 		}
 	}
-	side, hooks := s.kubeSide(pl, cs, timed)
-	eng, engErr := s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) {
-		if hooks.Step != nil {
-			hooks.Step("addon "+addon, msg, nil)
-		}
-	})
+	// The network plugin goes in before the workers (kubenode.Side), through
+	// the add-ons' engine, made once the hooks are.
+	var (
+		eng          *addons.Engine
+		engErr       error
+		stageNetwork func(ctx context.Context) error
+	)
 	if pl.addonWork() {
-		side.stageNetwork = func(ctx context.Context) error {
+		stageNetwork = func(ctx context.Context) error {
 			if engErr != nil {
 				return fmt.Errorf("apply the network plugin: %w", engErr)
 			}
@@ -242,13 +243,15 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 			return addons.Refused("apply the network plugin", err)
 		}
 	}
+	side, hooks, say := s.kubeSide(pl, cs, timed, stageNetwork)
+	eng, engErr = s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) { say("addon "+addon, msg) })
 	opts := execute.Options{
 		Desired:              pl.Desired,
 		Nodes:                s.docker,
 		Health:               chk,
 		Hooks:                hooks,
-		BeforeNode:           side.beforeNode,
-		AfterNode:            side.afterNode,
+		BeforeNode:           side.BeforeNode,
+		AfterNode:            side.AfterNode,
 		HelperImage:          s.c.SystemImages.Alpine,
 		MaxParallel:          s.c.Rigger.MaxParallel,
 		MaxUnavailableWorker: workerBatch,
@@ -262,14 +265,14 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
 			return s.services().EtcdClient(ctx, pl.PKI, pl.Observed)
 		},
-		Kubernetes: side.kubernetes,
+		Kubernetes: side.Kubernetes,
 	}
 	if pl.addonWork() {
 		opts.Addons = func(ctx context.Context) (*addons.ChangeSet, error) {
 			if engErr != nil {
 				return nil, fmt.Errorf("apply the add-ons: %w", engErr)
 			}
-			if err := side.repair(ctx); err != nil {
+			if err := side.Repair(ctx); err != nil {
 				return nil, fmt.Errorf("before the add-ons: %w", err)
 			}
 			return eng.ApplyAll(ctx, pl.addons)
@@ -283,7 +286,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	if err == nil {
 		// kubenode: labels, taints and stale Nodes, also after an empty plan.
 		end = tl.Begin("apply: the Kubernetes Nodes")
-		err = side.reconcile(ctx)
+		err = side.Reconcile(ctx)
 		end()
 	}
 	if err == nil {
@@ -292,7 +295,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	}
 	if err == nil && pl.Complete() {
 		err = pl.rotation().Finish(ctx, certrotate.End{Dir: s.opts.StateDir, Record: rotRec, Trusted: pl.PKI.Trusted(pki.CACertName), API: cs,
-			Say: side.say, Log: s.opts.Log.With("cluster", s.c.ClusterName)})
+			Say: say, Log: s.opts.Log.With("cluster", s.c.ClusterName)})
 	}
 	if err == nil {
 		end = tl.Begin("apply: end the secrets encryption stage")
