@@ -77,10 +77,11 @@ func TestObserveSandbox(t *testing.T) {
 	})
 	start(ctx, t, cli, other)
 
+	exitedWith := 0 // rigger version's exit code, read from Docker's status text
 	wantNode1 := map[string]Container{
 		"kubelet": {ID: running, Name: "kubelet", Image: sandbox.PauseImage, State: "running",
 			Component: desired.Kubelet, SpecHash: "hash-kubelet", Spec: `{"name":"kubelet"}`},
-		"nginx-proxy": {ID: exited, Name: "nginx-proxy", Image: sandbox.RiggerImage, State: "exited",
+		"nginx-proxy": {ID: exited, Name: "nginx-proxy", Image: sandbox.RiggerImage, State: "exited", ExitCode: &exitedWith,
 			Component: desired.NginxProxy, SpecHash: "hash-nginx"},
 		"kube-proxy": {ID: created, Name: "kube-proxy", Image: sandbox.RiggerImage, State: "created",
 			Component: desired.KubeProxy, SpecHash: "hash-proxy"},
