@@ -163,12 +163,15 @@ func testInterruptedRemove(ctx context.Context, t *testing.T, a *rt.Applier, s *
 		t.Logf("apply after an interrupted remove failed, naming the cleaned node: %v", err)
 		return
 	}
-	rt.NodesReady(ctx, t, a.Client(ctx, t, c), s.Nodes)
+	// The admin kubeconfig reaches the first controlplane node's API server,
+	// which may be one whose stop was under way: the Nodes are checked once
+	// the apply after it restarted it.
 	if pl := a.Plan(ctx, t, c); pl.Changes() {
 		t.Logf("plan after the first apply: %v, Node changes %+v (containers whose stop was under way): applying again",
 			rt.StepLines(pl.Plan), pl.NodeChanges)
 		a.Apply(ctx, t, c)
 	}
+	rt.NodesReady(ctx, t, a.Client(ctx, t, c), s.Nodes)
 	a.InSync(ctx, t, c)
 }
 
