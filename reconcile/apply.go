@@ -259,7 +259,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		ControlPlaneBlocked:  cpBlocked,
 		MaxPlanAge:           MaxPlanAge,
 		Now:                  s.opts.Now,
-		BeforeEtcdChange: func(ctx context.Context) error {
+		Snapshot: func(ctx context.Context) error {
 			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)
 		},
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
@@ -320,7 +320,8 @@ func (s *Session) apiClient(pl *Planned) kubernetes.Interface {
 }
 
 // snapshotBeforeChange takes the etcd snapshot that goes before a
-// membership or version change. One verified copy is enough to go on.
+// membership or version change of etcd, or a Kubernetes upgrade. One
+// verified copy is enough to go on.
 func (s *Session) snapshotBeforeChange(ctx context.Context, set *pki.Set, d *desired.Cluster) error {
 	res, err := etcdsnap.Save(ctx, s.etcdOps(set, d), etcdsnap.SaveOptions{Kind: etcdsnap.KindBeforeChange})
 	if res == nil || res.Sidecar == nil {

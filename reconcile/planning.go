@@ -103,7 +103,9 @@ func (s *Session) plan(ctx context.Context, a asked) (*Planned, error) {
 // the steps (plan.Compute). It refuses a cluster.yml that would move the
 // nodes to an older Kubernetes minor version than they run
 // (plan.CheckDowngrade) or their API servers more than one minor version
-// up (plan.CheckSkippedMinor), and, unless Options.IgnoreDockerVersion,
+// up (plan.CheckSkippedMinor), components newer than the API servers
+// (plan.CheckSkew), etcd moved where etcd does not go
+// (plan.CheckEtcdUpgrade), and, unless Options.IgnoreDockerVersion,
 // nodes whose Docker version RKE does not support (plan.CheckDocker).
 func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved, a asked) (*Planned, error) {
 	d, err := desired.Build(s.c)
@@ -114,6 +116,12 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved,
 		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
 	if err := plan.CheckSkippedMinor(d, o); err != nil {
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
+	}
+	if err := plan.CheckSkew(d); err != nil {
+		return nil, stall.Stalls(ReasonInvalidSpec, err)
+	}
+	if err := plan.CheckEtcdUpgrade(d, o); err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, err)
 	}
 	if err := plan.CheckDocker(s.c, o, s.opts.IgnoreDockerVersion); err != nil {

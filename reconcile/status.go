@@ -8,16 +8,17 @@ import (
 
 // What rigger tells of a cluster (package report).
 type (
-	Status           = report.Status
-	NodeStatus       = report.NodeStatus
-	ContainerStatus  = report.ContainerStatus
-	KubernetesNode   = report.KubernetesNode
-	EtcdStatus       = report.EtcdStatus
-	AddonStatus      = report.AddonStatus
-	EncryptionStatus = report.EncryptionStatus
-	Encryption       = report.Encryption
-	Rotation         = report.Rotation
-	PlanReport       = report.PlanReport
+	Status             = report.Status
+	NodeStatus         = report.NodeStatus
+	ContainerStatus    = report.ContainerStatus
+	KubernetesNode     = report.KubernetesNode
+	EtcdStatus         = report.EtcdStatus
+	AddonStatus        = report.AddonStatus
+	EncryptionStatus   = report.EncryptionStatus
+	Encryption         = report.Encryption
+	Rotation           = report.Rotation
+	PlanReport         = report.PlanReport
+	KubernetesVersions = report.KubernetesVersions
 )
 
 // Status observes the cluster (a plan: the nodes, etcd and the Kubernetes

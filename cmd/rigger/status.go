@@ -130,6 +130,27 @@ func readyText(n *reconcile.KubernetesNode) string {
 	return strings.TrimSuffix(strings.TrimSpace(n.Ready+": "+n.ReadyReason+" "+oneLine(n.ReadyMessage)), ":")
 }
 
+// renderVersions says which Kubernetes versions the nodes run, and
+// whether an upgrade is under way or stopped midway.
+func renderVersions(w io.Writer, kv *reconcile.KubernetesVersions) {
+	if kv == nil {
+		return
+	}
+	if !kv.Mixed {
+		fmt.Fprintf(w, "\nKubernetes %s\n", kv.Running[0].Version)
+		return
+	}
+	each := make([]string, len(kv.Running))
+	for i, r := range kv.Running {
+		each[i] = fmt.Sprintf("%s on %s", r.Version, strings.Join(r.Nodes, ", "))
+	}
+	fmt.Fprintf(w, "\nKubernetes: MIXED VERSIONS, %s", strings.Join(each, "; "))
+	if u := kv.Upgrade; u != nil {
+		fmt.Fprintf(w, ": the upgrade to %s is under way or stopped midway; rigger apply goes on with it", u.To)
+	}
+	fmt.Fprintln(w)
+}
+
 func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 	fmt.Fprintf(w, "Cluster %s, observed %s\n\n", st.Cluster, st.ObservedAt.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -176,6 +197,7 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 	if st.KubernetesError != "" {
 		fmt.Fprintf(w, "  ! Kubernetes: %s\n", oneLine(st.KubernetesError))
 	}
+	renderVersions(w, st.Kubernetes)
 	if len(st.KubernetesNodes) > 0 {
 		fmt.Fprintln(w, "\nNodes as the API server lists them:")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

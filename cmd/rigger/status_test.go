@@ -9,6 +9,8 @@ import (
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/report"
 )
 
 // TestStatusNodeLinks: stale, duplicate and missing Nodes are shown, and a
@@ -98,5 +100,17 @@ func TestStatusVerdict(t *testing.T) {
 				t.Errorf("says in sync: %v, exits healthy: %v", inSync, healthy(st))
 			}
 		})
+	}
+}
+
+// TestStatusMixedVersions: nodes on two Kubernetes versions are reported
+// as such, with the upgrade the next apply goes on with.
+func TestStatusMixedVersions(t *testing.T) {
+	var b strings.Builder
+	renderVersions(&b, &reconcile.KubernetesVersions{Mixed: true, Upgrade: &plan.Upgrade{From: "v1.32.13", To: "v1.33.13"},
+		Running: []report.VersionNodes{{Version: "v1.32.13", Nodes: []string{"10.0.0.3"}}, {Version: "v1.33.13", Nodes: []string{"10.0.0.1", "10.0.0.2"}}}})
+	want := "\nKubernetes: MIXED VERSIONS, v1.32.13 on 10.0.0.3; v1.33.13 on 10.0.0.1, 10.0.0.2: the upgrade to v1.33.13 is under way or stopped midway; rigger apply goes on with it\n"
+	if b.String() != want {
+		t.Errorf("got %q\nwant %q", b.String(), want)
 	}
 }

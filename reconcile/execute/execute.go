@@ -81,10 +81,12 @@ type Options struct {
 	// healthy (the Node Ready, uncordon). An error stops the phase as a
 	// failed step does.
 	BeforeNode, AfterNode func(ctx context.Context, node string, steps []plan.Step) error
-	// BeforeEtcdChange, when set, runs once before the first membership
-	// change or etcd member replacement of a running cluster: a snapshot.
-	// Its error stops the run before etcd changes.
-	BeforeEtcdChange func(ctx context.Context) error
+	// Snapshot, when set, takes a snapshot of etcd. It runs once, before
+	// the first step of a plan with a Kubernetes upgrade (Plan.Upgrade),
+	// else before the first membership change or etcd member replacement
+	// of a running cluster. Its error stops the run before anything it
+	// guards changes.
+	Snapshot func(ctx context.Context) error
 	// Etcd connects to the running etcd cluster, for the plan's membership
 	// changes (AddMember, RemoveMember); called at most once, when needed.
 	Etcd func(ctx context.Context) (Membership, error)
@@ -155,16 +157,22 @@ func (e *StaleError) Error() string {
 //  2. etcd: a new cluster's members all at once (etcd needs a quorum to
 //     answer), then every member healthy; otherwise one member at a time,
 //     each healthy before the next;
-//  3. control plane: the nodes where it is only created (nothing of it
+//  3. API servers, in a Kubernetes upgrade only (plan.PhaseAPIServer): one
+//     node at a time, each healthy before the next;
+//  4. control plane: the nodes where it is only created (nothing of it
 //     runs there yet) all at once, then one node at a time, its API
-//     server, controller manager and scheduler healthy before the next
-//     node;
-//  4. workers: the nodes where they are only created all at once, then
+//     server (but in an upgrade), controller manager and scheduler
+//     healthy before the next node;
+//  5. workers: the nodes where they are only created all at once, then
 //     batches of MaxUnavailableWorker nodes, each node's kubelet (and
 //     nginx-proxy) healthy before the next batch;
-//  5. add-ons (Options.Addons);
-//  6. removed nodes: containers removed and rigger's files cleaned, nodes
+//  6. add-ons (Options.Addons);
+//  7. removed nodes: containers removed and rigger's files cleaned, nodes
 //     in parallel.
+//
+// A plan with a Kubernetes upgrade takes a snapshot (Options.Snapshot)
+// before anything; otherwise one is taken before etcd's membership or
+// members change.
 //
 // It stops at the first failure (the nodes of a worker batch finish their
 // own steps) and between steps when ctx ends; a failure of the add-ons is
@@ -221,6 +229,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	}{
 		{plan.PhaseFiles, "Write certificates and files", r.files},
 		{plan.PhaseEtcd, "etcd", r.etcd},
+		{plan.PhaseAPIServer, "API servers of the Kubernetes upgrade, one node at a time, before any other component", r.controlPlane},
 		{plan.PhaseControlPlane, "Control plane, one node at a time (new ones at once)", r.controlPlane},
 		{phaseKubernetes, "Kubernetes objects", r.kubernetes},
 		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time (new ones at once)", o.MaxUnavailableWorker), r.workers},
@@ -228,6 +237,9 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
 	}
 	var err error
+	if p.Upgrade != nil {
+		err = r.snapshot(ctx, "snapshot before the Kubernetes upgrade", "upgrading Kubernetes")
+	}
 	for i, ph := range phases {
 		steps := byPhase[ph.phase]
 		if len(steps) == 0 && !r.runsEmpty(ph.phase, p) {
@@ -324,6 +336,8 @@ type runner struct {
 	leaving []string
 	// unreachable are the nodes the plan could not look at.
 	unreachable map[string]bool
+	// snapshotted is set once Options.Snapshot ran.
+	snapshotted bool
 	// up watch the containers the run started until they have stayed up
 	// (watchUp); upWG waits for their goroutines.
 	up   map[stepKey]*upWatch
@@ -585,6 +599,22 @@ func (r *runner) start(steps []plan.Step) {
 	r.mu.Unlock()
 }
 
+// snapshot runs Options.Snapshot once, saying what (done) and what it
+// guards (before). An error stops the run: nothing it guards changed.
+func (r *runner) snapshot(ctx context.Context, done, before string) error {
+	if r.snapshotted || r.o.Snapshot == nil {
+		return nil
+	}
+	r.snapshotted = true
+	err := r.o.Snapshot(ctx)
+	r.say("etcd", done, err)
+	if err != nil {
+		return fmt.Errorf("snapshot before %s (nothing was changed): %w", before, err)
+	}
+	crashpoint.Reach(crashpoint.EtcdSnapshotTaken)
+	return nil
+}
+
 // etcd runs the etcd steps (see Run).
 func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 	if r.etcdNew {
@@ -595,19 +625,14 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		return r.allEtcdHealthy(ctx)
 	}
 	r.start(steps)
-	snapshotted := false
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if changesEtcd(s) && !snapshotted && r.o.BeforeEtcdChange != nil {
-			snapshotted = true
-			err := r.o.BeforeEtcdChange(ctx)
-			r.say("etcd", "snapshot before the change", err)
-			if err != nil {
-				return fmt.Errorf("snapshot before changing etcd (nothing was changed): %w", err)
+		if changesEtcd(s) {
+			if err := r.snapshot(ctx, "snapshot before the change", "changing etcd"); err != nil {
+				return err
 			}
-			crashpoint.Reach(crashpoint.EtcdSnapshotTaken)
 		}
 		if err := r.do(ctx, s); err != nil {
 			return err

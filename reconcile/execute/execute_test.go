@@ -324,7 +324,7 @@ func TestSnapshotBeforeEtcdChange(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		r := &recorder{}
 		o := options(d, r)
-		o.BeforeEtcdChange = func(context.Context) error {
+		o.Snapshot = func(context.Context) error {
 			r.log("snapshot")
 			if fail {
 				return errors.New("no healthy member")

@@ -52,13 +52,18 @@ type Config struct {
 
 // Hooks are execute.Options' BeforeNode and AfterNode for one plan: they
 // cordon (and drain) a node whose components are about to be replaced or
-// restarted, and once its last change is done wait for its Node to be
-// Ready, set its labels and taints, and uncordon it.
+// restarted, and once those changes are done wait for its Node to be
+// Ready, set its labels and taints, and uncordon it. A node changed in
+// several phases is cordoned around each of them, not from the first to
+// the last: in between, the other nodes' changes need somewhere for pods
+// to go (a Kubernetes upgrade visits every node for its API server before
+// any for its kubelet).
 type Hooks struct {
 	cfg Config
-	mu  sync.Mutex
-	// remaining counts the container steps of each node not run yet.
-	remaining map[string]int
+	// upgrade is the plan's Kubernetes upgrade (nil: none): its nodes are
+	// drained before their kubelet changes.
+	upgrade *plan.Upgrade
+	mu      sync.Mutex
 	// heartbeat is the Ready heartbeat of a node's Node before its
 	// kubelet changed, by address.
 	heartbeat map[string]time.Time
@@ -75,18 +80,12 @@ func NewHooks(cfg Config, p *plan.Plan) *Hooks {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
-	h := &Hooks{cfg: cfg, remaining: map[string]int{}, heartbeat: map[string]time.Time{}, wasReady: map[string]bool{},
+	return &Hooks{cfg: cfg, upgrade: p.Upgrade, heartbeat: map[string]time.Time{}, wasReady: map[string]bool{},
 		repair: newNetworkRepair(cfg.Client, cfg.NetworkPlugin, func(node, msg string) {
 			if cfg.Say != nil {
 				cfg.Say(node, msg)
 			}
 		})}
-	for _, s := range p.Steps {
-		if s.Action != plan.WriteFiles {
-			h.remaining[s.Node]++
-		}
-	}
-	return h
 }
 
 func (h *Hooks) say(node, format string, args ...any) {
@@ -136,8 +135,11 @@ func touchesKubelet(steps []plan.Step) bool {
 }
 
 // BeforeNode cordons the node's Node when the steps are Disruptive, and
-// drains it when asked (upgrade_strategy.drain) and the Node is Ready (a
-// NotReady Node's pods cannot be evicted: its kubelet does not answer). A
+// drains it when asked (upgrade_strategy.drain), or when a Kubernetes
+// upgrade moves its kubelet to a newer minor version (plan.Upgrade.Drain:
+// the version skew policy does not support that in place), and the Node
+// is Ready (a NotReady Node's pods cannot be evicted: its kubelet does not
+// answer). A
 // node without a Node, or an API server that does not answer (the one
 // being repaired, say), is no reason to stop: the changes go on. A failed
 // drain stops them, and uncordons the Node.
@@ -185,7 +187,7 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 	case !ours:
 		h.say(node, "Node %s was cordoned already (not by rigger: it stays cordoned)", n.Name)
 	}
-	if !h.cfg.Drain {
+	if !h.cfg.Drain && !(h.upgrade.Drains(node) && touchesKubelet(steps)) {
 		return nil
 	}
 	if r := observe.Ready(n); r != string(corev1.ConditionTrue) {
@@ -213,19 +215,9 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 // AfterNode runs once the node's changed components are healthy: when the
 // kubelet was created, replaced or restarted, it waits for the Node to be
 // registered and Ready (the error names the kubelet's last log lines and
-// says the next apply tries again), then sets its labels and taints. Once
-// the node's last step of the plan is done, it uncordons the Node if
-// rigger cordoned it.
+// says the next apply tries again), then sets its labels and taints. When
+// BeforeNode cordoned the Node for these steps, it uncordons it.
 func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) error {
-	h.mu.Lock()
-	for _, s := range steps {
-		if s.Action != plan.WriteFiles {
-			h.remaining[node]--
-		}
-	}
-	last := h.remaining[node] <= 0
-	h.mu.Unlock()
-
 	m := h.machine(node)
 	var n *corev1.Node
 	if touchesKubelet(steps) {
@@ -253,7 +245,7 @@ func (h *Hooks) AfterNode(ctx context.Context, node string, steps []plan.Step) e
 			h.say(node, "Node %s: %s", n.Name, c)
 		}
 	}
-	if !last {
+	if !Disruptive(steps) {
 		return nil
 	}
 	if n == nil {

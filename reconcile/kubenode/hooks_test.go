@@ -96,9 +96,10 @@ func TestAfterNodeNotReady(t *testing.T) {
 	}
 }
 
-// TestHooksCordonOnce: a node changed in the control-plane and the worker
-// phase is cordoned before the first and uncordoned after the last.
-func TestHooksCordonOnce(t *testing.T) {
+// TestHooksCordonEachPhase: a node changed in the control-plane and the
+// worker phase is cordoned around each: in between, the other nodes'
+// changes may need it for their pods.
+func TestHooksCordonEachPhase(t *testing.T) {
 	ctx := context.Background()
 	n1 := node("n1", "10.0.0.1", "True", 0)
 	cs := fake.NewClientset(&n1)
@@ -125,13 +126,45 @@ func TestHooksCordonOnce(t *testing.T) {
 		if err := h.AfterNode(ctx, "10.0.0.1", phase); err != nil {
 			t.Fatal(err)
 		}
-		if last := i == 1; unschedulable() == last {
-			t.Errorf("phase %d: unschedulable %v after the changes", i, unschedulable())
+		if unschedulable() {
+			t.Errorf("phase %d: still cordoned after the changes", i)
 		}
 	}
-	want := []string{"cordoned Node n1", "uncordoned Node n1"}
+	want := []string{"cordoned Node n1", "uncordoned Node n1", "cordoned Node n1", "uncordoned Node n1"}
 	if !slices.Equal(said, want) {
 		t.Errorf("progress %q, want %q", said, want)
+	}
+}
+
+// TestHooksUpgradeDrains: a Kubernetes upgrade drains a node before its
+// kubelet moves to the newer minor version, without upgrade_strategy.drain,
+// and not before its API server does.
+func TestHooksUpgradeDrains(t *testing.T) {
+	ctx := context.Background()
+	n1 := node("n1", "10.0.0.1", "True", 0)
+	cs := fake.NewClientset(&n1)
+	api := []plan.Step{{Node: "10.0.0.1", Component: desired.KubeAPIServer, Action: plan.Replace, Phase: plan.PhaseAPIServer}}
+	kubelet := []plan.Step{{Node: "10.0.0.1", Component: desired.Kubelet, Action: plan.Replace, Phase: plan.PhaseWorker}}
+	var said []string
+	h := NewHooks(Config{Client: cs, Machines: machines(), Say: func(node, msg string) { said = append(said, msg) }},
+		&plan.Plan{Steps: slices.Concat(api, kubelet), Upgrade: &plan.Upgrade{From: "v1.32.13", To: "v1.33.13", Drain: []string{"10.0.0.1"}}})
+	drained := func() bool {
+		return slices.ContainsFunc(said, func(l string) bool { return strings.HasPrefix(l, "drained Node n1") })
+	}
+	if err := h.BeforeNode(ctx, "10.0.0.1", api); err != nil {
+		t.Fatal(err)
+	}
+	if drained() {
+		t.Errorf("drained before its API server's upgrade: %q", said)
+	}
+	if err := h.AfterNode(ctx, "10.0.0.1", api); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.BeforeNode(ctx, "10.0.0.1", kubelet); err != nil {
+		t.Fatal(err)
+	}
+	if !drained() {
+		t.Errorf("not drained before its kubelet's upgrade: %q", said)
 	}
 }
 

@@ -157,3 +157,45 @@ func CheckSkippedMinor(d *desired.Cluster, o *observe.Cluster) error {
 	}
 	return &SkippedMinorError{Skips: found}
 }
+
+// SkewError refuses a cluster.yml whose Kubernetes components would be
+// newer than its API servers: the version skew policy allows controller
+// managers, schedulers, kubelets and kube-proxies the API servers' minor
+// version or an older one, never a newer one.
+type SkewError struct {
+	Component, Image, APIServerImage string
+}
+
+func (e *SkewError) Error() string {
+	return fmt.Sprintf("cluster.yml runs %s from %s, a newer Kubernetes minor version than the API servers' %s: "+
+		"the version skew policy allows no component newer than an API server. Give services' images (and system_images.kubernetes) one version, "+
+		"or keep %s at the API servers' minor version until they are upgraded", e.Component, e.Image, e.APIServerImage, e.Component)
+}
+
+// CheckSkew returns a *SkewError when a Kubernetes component of d runs a
+// newer minor version than one of d's API servers (a services.*.image of
+// its own); nil otherwise. Like Compute, it is pure.
+func CheckSkew(d *desired.Cluster) error {
+	oldest, oldestImage := -1, ""
+	for _, dn := range d.Nodes {
+		if c, ok := dn.Container(desired.KubeAPIServer); ok {
+			if m := minorOf(rkemeta.ImageTag(c.Image)); m >= 0 && (oldest < 0 || m < oldest) {
+				oldest, oldestImage = m, c.Image
+			}
+		}
+	}
+	if oldest < 0 {
+		return nil
+	}
+	for _, dn := range d.Nodes {
+		for _, c := range dn.Containers {
+			if c.Name == desired.KubeAPIServer || !slices.Contains(kubeComponents, c.Name) {
+				continue
+			}
+			if minorOf(rkemeta.ImageTag(c.Image)) > oldest {
+				return &SkewError{Component: c.Name, Image: c.Image, APIServerImage: oldestImage}
+			}
+		}
+	}
+	return nil
+}

@@ -121,6 +121,9 @@ type Plan struct {
 	// first member could not become healthy). Otherwise an etcd member the
 	// plan creates joins the running cluster.
 	NewEtcd bool `json:"new_etcd,omitempty"`
+	// Upgrade is the Kubernetes minor upgrade the plan carries out, nil
+	// when it changes no component's minor version.
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
 }
 
 // Empty reports whether the plan changes nothing.
@@ -181,7 +184,7 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 	}
 	p := &Plan{ObservedAt: o.At}
 	var (
-		phases    [4][]Step // PhaseFiles, PhaseEtcd, PhaseControlPlane, PhaseWorker
+		phases    = map[Phase][]Step{}
 		inDesired = make(map[string]bool, len(d.Nodes))
 	)
 	for i := range d.Nodes {
@@ -193,17 +196,17 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 			continue
 		}
 		for _, s := range nodeSteps(dn, on, nodeMissing(o, dn.Address)) {
-			idx := phaseIndex(s.Phase)
-			phases[idx] = append(phases[idx], s)
+			phases[s.Phase] = append(phases[s.Phase], s)
 		}
 	}
-	p.NewEtcd = newEtcd(d, phases[phaseIndex(PhaseEtcd)])
+	p.NewEtcd = newEtcd(d, phases[PhaseEtcd])
 	p.First = notReady(d, o)
 	if o.Etcd != nil {
-		phases[phaseIndex(PhaseEtcd)] = withMembership(d, o, phases[phaseIndex(PhaseEtcd)])
+		phases[PhaseEtcd] = withMembership(d, o, phases[PhaseEtcd])
 	}
-	for _, steps := range phases {
-		p.Steps = append(p.Steps, steps...)
+	p.Upgrade = upgrade(d, o, p, phases)
+	for _, ph := range []Phase{PhaseFiles, PhaseEtcd, PhaseAPIServer, PhaseControlPlane, PhaseWorker} {
+		p.Steps = append(p.Steps, phases[ph]...)
 	}
 
 	var removed []string
@@ -636,16 +639,4 @@ func phaseOf(name string) Phase {
 		return PhaseControlPlane
 	}
 	return PhaseWorker
-}
-
-func phaseIndex(p Phase) int {
-	switch p {
-	case PhaseFiles:
-		return 0
-	case PhaseEtcd:
-		return 1
-	case PhaseControlPlane:
-		return 2
-	}
-	return 3
 }

@@ -32,11 +32,15 @@ func symbol(a Action) string {
 	return "?"
 }
 
-// Render writes the plan as people read it: the steps grouped by node (nodes
+// Render writes the plan as people read it: a Kubernetes upgrade's order
+// first, when the plan has one, then the steps grouped by node (nodes
 // of cluster.yml in plan order, then removed nodes), the unreachable nodes
 // with their errors, and a summary line. Write errors are ignored, as with
 // fmt.Fprintf to a terminal; render into a buffer to check them.
 func (p *Plan) Render(w io.Writer) {
+	if p.Upgrade != nil {
+		fmt.Fprintf(w, "%s\n\n", p.Upgrade.Describe())
+	}
 	var nodes []string
 	byNode := map[string][]Step{}
 	for _, s := range p.Steps {

@@ -21,6 +21,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/spec/rkemeta"
 )
 
 // Input is a plan and what it was computed from, as package reconcile's
@@ -92,6 +93,70 @@ type Status struct {
 	// CertificateRotation is the certificate rotation an apply carries out
 	// (Resumed: under way, an earlier apply started it); nil when none.
 	CertificateRotation *Rotation `json:"certificate_rotation,omitempty"`
+	// Kubernetes are the versions the Kubernetes components run; nil when
+	// no node that answered runs one.
+	Kubernetes *KubernetesVersions `json:"kubernetes,omitempty"`
+}
+
+// KubernetesVersions are the versions the Kubernetes components of the
+// nodes that answered run (their images' tags), and the upgrade an apply
+// carries out.
+type KubernetesVersions struct {
+	// Running are the versions, oldest first, each with the nodes where a
+	// component runs it.
+	Running []VersionNodes `json:"running"`
+	// Mixed is set when more than one version runs: an upgrade under way,
+	// or one that stopped midway (a node that did not answer, a failed
+	// step); the next apply goes on with it.
+	Mixed bool `json:"mixed,omitempty"`
+	// Upgrade is the Kubernetes minor upgrade an apply carries out now.
+	Upgrade *plan.Upgrade `json:"upgrade,omitempty"`
+}
+
+// VersionNodes is a version and the nodes that run it, by address.
+type VersionNodes struct {
+	Version string   `json:"version"`
+	Nodes   []string `json:"nodes"`
+}
+
+// kubernetesVersions reads the versions off the observed containers.
+func kubernetesVersions(pl Input) *KubernetesVersions {
+	nodes := map[string][]string{}
+	for addr, n := range pl.Observed.Nodes {
+		if n == nil || !n.Reachable {
+			continue
+		}
+		for _, name := range []string{desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler, desired.Kubelet, desired.KubeProxy} {
+			c, ok := n.Containers[name]
+			if !ok {
+				continue
+			}
+			v := rkemeta.ImageTag(c.Image)
+			if v == "" {
+				v = c.Image
+			}
+			if !slices.Contains(nodes[v], addr) {
+				nodes[v] = append(nodes[v], addr)
+			}
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	kv := &KubernetesVersions{Mixed: len(nodes) > 1, Upgrade: pl.Plan.Upgrade}
+	for v, addrs := range nodes {
+		slices.Sort(addrs)
+		kv.Running = append(kv.Running, VersionNodes{Version: v, Nodes: addrs})
+	}
+	slices.SortFunc(kv.Running, func(a, b VersionNodes) int {
+		va, erra := rkemeta.ParseVersion(a.Version)
+		vb, errb := rkemeta.ParseVersion(b.Version)
+		if erra == nil && errb == nil {
+			return va.Compare(vb)
+		}
+		return strings.Compare(a.Version, b.Version)
+	})
+	return kv
 }
 
 // EncryptionStatus is the generated secrets encryption key: the keys'
@@ -240,6 +305,7 @@ func BuildStatus(pl Input) *Status {
 		Cluster: pl.Desired.Name, ObservedAt: pl.Observed.At, PendingSteps: len(pl.Plan.Steps),
 		Certificates: pki.Expiry(pl.PKI), Etcd: etcdStatus(pl), NodeChanges: pl.NodeChanges, Addons: addonStatus(pl),
 		SecretsEncryption: encryptionStatus(pl.Encryption), CertificateRotation: pl.Rotation,
+		Kubernetes: kubernetesVersions(pl),
 	}
 	if pl.AddonsErr != nil {
 		st.AddonsError = pl.AddonsErr.Error()
