@@ -22,12 +22,15 @@
 //  2. PhaseEtcd: the etcd container of each node, nodes in cluster.yml
 //     order, with the membership changes (learners added, promoted,
 //     members removed) in a safe order.
-//  3. PhaseControlPlane: kube-apiserver, kube-controller-manager and
-//     kube-scheduler, node by node in cluster.yml order.
-//  4. PhaseWorker: nginx-proxy, kubelet and kube-proxy, node by node in
+//  3. PhaseAPIServer, in a Kubernetes minor upgrade only (Plan.Upgrade):
+//     kube-apiserver, node by node, before any other component.
+//  4. PhaseControlPlane: kube-apiserver (but in an upgrade),
+//     kube-controller-manager and kube-scheduler, node by node in
+//     cluster.yml order.
+//  5. PhaseWorker: nginx-proxy, kubelet and kube-proxy, node by node in
 //     cluster.yml order (and any other rigger container of the cluster that
 //     rigger no longer runs, by name, after them).
-//  5. PhaseRemovedNodes: the containers of nodes gone from cluster.yml,
+//  6. PhaseRemovedNodes: the containers of nodes gone from cluster.yml,
 //     nodes sorted by address.
 //
 // Within a node and phase, containers come in start order (etcd,
@@ -35,6 +38,16 @@
 // kubelet, kube-proxy). A container that should no longer run on a node
 // still in cluster.yml is removed in its component's phase. The same inputs
 // always give the same plan.
+//
+// # Kubernetes upgrades
+//
+// A step that moves a Kubernetes component to a newer minor version (the
+// images' tags say the versions) makes the plan an upgrade (Plan.Upgrade):
+// the API servers' steps move to PhaseAPIServer, the nodes whose kubelet
+// moves are drained first (Upgrade.Drain), and while a controlplane node
+// does not answer the kubelets and kube-proxies that would move wait
+// (Upgrade.Held): a kubelet must never be newer than an API server. The
+// executor takes a snapshot before an upgrade's first step.
 //
 // # Restarts a staged operation asks for
 //
@@ -49,9 +62,9 @@
 //
 // Unavailability resolves upgrade_strategy's budgets for the executor's
 // batches, and CheckRemovals refuses a plan that removes more nodes than
-// rigger.max_removed_nodes allows; CheckDowngrade, CheckSkippedMinor and
-// CheckDocker refuse what Kubernetes' version skew and RKE's Docker table
-// forbid.
+// rigger.max_removed_nodes allows; CheckDowngrade, CheckSkippedMinor,
+// CheckSkew, CheckEtcdUpgrade and CheckDocker refuse what Kubernetes'
+// version skew policy, etcd's upgrade rules and RKE's Docker table forbid.
 //
 // # Unreachable nodes
 //

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/internal/testwait"
@@ -118,13 +119,23 @@ type Applier struct {
 	// Open opens the sessions (nil: reconcile.Open): rigger serve's, for
 	// one, reaches the agent nodes through its tunnel.
 	Open func(*spec.Cluster, reconcile.Options) (*reconcile.Session, error)
+	// Watch, when set, is called with each progress line of an apply as
+	// it comes (a fault injected at a point of the apply).
+	Watch func(node, msg string)
 
 	mu sync.Mutex
 	// events are the progress lines of the last apply; timed are those
 	// and the lock taken and the apply done, with the time each came from
 	// the start of its plan.
 	events []string
-	timed  []string
+	timed  []Event
+}
+
+// Event is a line of an apply's progress and when it came, from the start
+// of its plan.
+type Event struct {
+	At   time.Duration
+	Line string
 }
 
 // New is an Applier with a state directory of the test's.
@@ -188,9 +199,19 @@ func (a *Applier) Apply(ctx context.Context, t testing.TB, c *spec.Cluster) *rec
 // time it came from the start of the plan, for the test's log: where a
 // slow test spends its time.
 func (a *Applier) timedEvents() string {
+	var b strings.Builder
+	for _, e := range a.Timed() {
+		fmt.Fprintf(&b, "%6.1fs %s\n", e.At.Seconds(), e.Line)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Timed are the progress lines of the last apply, each with the time it
+// came, with "(lock taken)" and "(apply done)".
+func (a *Applier) Timed() []Event {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return strings.Join(a.timed, "\n")
+	return slices.Clone(a.timed)
 }
 
 // TryApply plans and applies c under the cluster's lock and returns what
@@ -229,6 +250,9 @@ func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcil
 			line += ": " + err.Error()
 		}
 		a.step(line, time.Since(start), true)
+		if a.Watch != nil {
+			a.Watch(node, msg)
+		}
 	}}
 	res, err := sess.Apply(ctx, lk, pl, o)
 	a.step("(apply done)", time.Since(start), false)
@@ -243,7 +267,7 @@ func (a *Applier) step(line string, at time.Duration, event bool) {
 	if event {
 		a.events = append(a.events, line)
 	}
-	a.timed = append(a.timed, fmt.Sprintf("%6.1fs %s", at.Seconds(), line))
+	a.timed = append(a.timed, Event{At: at, Line: line})
 }
 
 // Events are the progress lines of the last apply, "node: message[: error]".
@@ -297,8 +321,27 @@ func (a *Applier) Client(ctx context.Context, t testing.TB, c *spec.Cluster) kub
 	return cs
 }
 
+// RESTConfig is the client configuration of c's admin kubeconfig.
+func (a *Applier) RESTConfig(ctx context.Context, t testing.TB, c *spec.Cluster) *rest.Config {
+	t.Helper()
+	cfg, err := adminConfig(ctx, a.Session(t, c), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // adminClient is client-go through sess's admin kubeconfig.
 func adminClient(ctx context.Context, sess *reconcile.Session, c *spec.Cluster) (kubernetes.Interface, error) {
+	cfg, err := adminConfig(ctx, sess, c)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// adminConfig is the client configuration of sess's admin kubeconfig.
+func adminConfig(ctx context.Context, sess *reconcile.Session, c *spec.Cluster) (*rest.Config, error) {
 	set, err := sess.PKI(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: %w", err)
@@ -307,11 +350,7 @@ func adminClient(ctx context.Context, sess *reconcile.Session, c *spec.Cluster) 
 	if err != nil {
 		return nil, fmt.Errorf("admin kubeconfig: %w", err)
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
+	return clientcmd.RESTConfigFromKubeConfig(kc)
 }
 
 // Eventually checks cond until it holds; if timeout passes first, it fails
