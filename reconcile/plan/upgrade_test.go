@@ -159,3 +159,24 @@ func TestCheckEtcdUpgrade(t *testing.T) {
 		t.Errorf("no member answered, refused: %v", err)
 	}
 }
+
+// TestUpgradeResumed: an upgrade that stopped after the first node's API
+// server goes on where it stopped, in the same order; From is the oldest
+// version still running.
+func TestUpgradeResumed(t *testing.T) {
+	o := asApplied(build(t, baseYML, hyperkubeAt("v1.32.13")))
+	d := build(t, baseYML, hyperkubeAt("v1.33.13"))
+	dn, _ := d.Node("10.0.0.1")
+	api, _ := dn.Container(desired.KubeAPIServer)
+	c := o.Nodes["10.0.0.1"].Containers[desired.KubeAPIServer]
+	c.Image, c.SpecHash, c.Spec = api.Image, api.Hash(), api.SpecJSON()
+	o.Nodes["10.0.0.1"].Containers[desired.KubeAPIServer] = c
+	p := Compute(d, o)
+	if p.Upgrade == nil || p.Upgrade.From != "v1.32.13" || p.Upgrade.To != "v1.33.13" {
+		t.Fatalf("Upgrade %+v", p.Upgrade)
+	}
+	got := order(p)
+	if len(got) == 0 || got[0] != "apiserver 10.0.0.2 kube-apiserver" || slices.Contains(got, "apiserver 10.0.0.1 kube-apiserver") {
+		t.Errorf("steps:\n%s", strings.Join(got, "\n"))
+	}
+}

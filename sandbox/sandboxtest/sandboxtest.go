@@ -58,8 +58,25 @@ const EnvVar = "RIGGER_E2E"
 // minutes, once per machine).
 const upTimeout = 15 * time.Minute
 
+// EnvLong turns the long real-sandbox tests on when it is "1", with
+// EnvVar: make test-long (Kubernetes upgrades, which need the sandbox's
+// other Kubernetes versions built).
+const EnvLong = "RIGGER_LONG"
+
 // Enabled says whether the real-sandbox tests run.
 func Enabled() bool { return os.Getenv(EnvVar) == "1" }
+
+// Long says whether the long real-sandbox tests run.
+func Long() bool { return Enabled() && os.Getenv(EnvLong) == "1" }
+
+// SkipUnlessLong skips a long test, or part of one, unless make test-long
+// runs it.
+func SkipUnlessLong(t testing.TB) {
+	t.Helper()
+	if !Long() {
+		t.Skipf("a long real-sandbox test: make test-long runs it (%s=1 %s=1)", EnvVar, EnvLong)
+	}
+}
 
 // Start makes a fresh sandbox for the test and registers a cleanup that
 // takes it down, also when the test fails. opts.Name defaults to
