@@ -46,6 +46,9 @@ func (e *DockerVersionError) Error() string {
 	if len(e.Supported) > 0 {
 		supported = strings.Join(e.Supported, ", ")
 	}
+	if riggermeta.IsRigger(e.KubernetesVersion) {
+		supported += " (RKE's list for " + strings.TrimPrefix(riggermeta.BaseSeries, "v") + ", which rigger's own versions keep: their nodes run the same rke-tools and cri-dockerd)"
+	}
 	return fmt.Sprintf("unsupported Docker version for Kubernetes %s: %s. The Docker versions RKE %s supports for Kubernetes %s are %s (any patch release). "+
 		"Install a supported Docker version on these nodes, or run rigger with --ignore-docker-version to skip this check (as rke up's flag; "+
 		"like rke up, rigger ignores ignore_docker_version in cluster.yml)",
