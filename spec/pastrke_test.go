@@ -58,8 +58,8 @@ func TestPastRKEValidation(t *testing.T) {
 		},
 		{name: "the API server's cloud-provider on RKE's 1.32", yml: "services: {kube-api: {extra_args: {cloud-provider: external}}}\n"},
 		{
-			name: "the kubelet's cloud-config in extra_args_array on 1.37",
-			yml:  "kubernetes_version: v1.37.2-rigger1\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress + "services: {kubelet: {extra_args_array: {cloud-config: [/etc/kubernetes/cloud.conf]}}}\n",
+			name:  "the kubelet's cloud-config in extra_args_array on 1.37",
+			yml:   "kubernetes_version: v1.37.2-rigger1\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress + "services: {kubelet: {extra_args_array: {cloud-config: [/etc/kubernetes/cloud.conf]}}}\n",
 			wants: []want{{SeverityError, "services.kubelet.extra_args_array.cloud-config", []string{"removed in 1.34", "kubernetes#130161"}}},
 		},
 		{
