@@ -75,19 +75,22 @@ type entry struct {
 	coreDNS    string // kubeadm's CoreDNSVersion of the minor
 }
 
-// entries are rigger's versions, oldest first.
-var entries = []entry{
-	{"v1.33.7-rigger1", etcd35, "ghcr.io/cybozu/kubernetes:1.33.7.1", "registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0"},
-	{"v1.34.9-rigger1", etcd36, "ghcr.io/cybozu/kubernetes:1.34.9.1", "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.12.1"},
-	{"v1.35.8-rigger1", etcd36, "ghcr.io/cybozu/kubernetes:1.35.8.1", "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.13.1"},
-	{"v1.36.3-rigger1", etcd36, "", "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.2"},
-	{"v1.37.2-rigger1", etcd37, "", "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.6"},
+// entries returns rigger's versions, oldest first.
+func entries() []entry {
+	return []entry{
+		{"v1.33.7-rigger1", etcd35, "ghcr.io/cybozu/kubernetes:1.33.7.1", "registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0"},
+		{"v1.34.9-rigger1", etcd36, "ghcr.io/cybozu/kubernetes:1.34.9.1", "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.12.1"},
+		{"v1.35.8-rigger1", etcd36, "ghcr.io/cybozu/kubernetes:1.35.8.1", "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.13.1"},
+		{"v1.36.3-rigger1", etcd36, "", "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.2"},
+		{"v1.37.2-rigger1", etcd37, "", "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.6"},
+	}
 }
 
 // Versions returns rigger's own versions, oldest first.
 func Versions() []string {
-	out := make([]string, len(entries))
-	for i, e := range entries {
+	es := entries()
+	out := make([]string, len(es))
+	for i, e := range es {
 		out[i] = e.version
 	}
 	return out
@@ -99,18 +102,19 @@ func AllVersions() []string { return append(rkemeta.Versions(), Versions()...) }
 
 // IsRigger reports whether version is one of rigger's own versions.
 func IsRigger(version string) bool {
-	return slices.ContainsFunc(entries, func(e entry) bool { return e.version == version })
+	return slices.ContainsFunc(entries(), func(e entry) bool { return e.version == version })
 }
 
 // Images returns the images of one of rigger's versions, spelled exactly
 // as Versions spells it. Its Kubernetes is empty where no public image
 // exists (NeedsKubernetesImage).
 func Images(version string) (rkemeta.SystemImages, bool) {
-	i := slices.IndexFunc(entries, func(e entry) bool { return e.version == version })
+	es := entries()
+	i := slices.IndexFunc(es, func(e entry) bool { return e.version == version })
 	if i < 0 {
 		return rkemeta.SystemImages{}, false
 	}
-	e := entries[i]
+	e := es[i]
 	im, ok := rkemeta.Images(baseVersion)
 	if !ok {
 		panic("riggermeta: RKE's table has no " + baseVersion)
@@ -164,35 +168,35 @@ type RemovedFlag struct {
 	Flag string
 	// Minor is the 1.x minor version that removed it.
 	Minor int
-	// Upstream is the change that removed it.
+	// Upstream is the change that removed it, or what is known of it.
 	Upstream string
 	// Instead says what to do instead, for people.
 	Instead string
 }
 
-// removedFlags are the flags that rigger or RKE's defaults may pass and
-// that a minor version after 1.32 removed, found by diffing the flags each
-// component registers in Kubernetes' sources (docs/versions.md).
-var removedFlags = []RemovedFlag{
-	{KubeAPIServer, "cloud-provider", 33, "kubernetes#130162",
-		"the API server has no cloud provider any more: run the cloud's controller manager (cloud_provider.name: external) and leave the flag out"},
-	{KubeAPIServer, "cloud-config", 33, "kubernetes#130162",
-		"the API server has no cloud provider any more: give the cloud config to the cloud's controller manager and leave the flag out"},
-	{Kubelet, "cloud-config", 34, "kubernetes#130161",
-		"the kubelet reads no cloud config any more: give it to the cloud's controller manager and leave the flag out"},
-	{Kubelet, "register-schedulable", 34, "kubernetes#130161",
-		"use register-with-taints (node.kubernetes.io/unschedulable:NoSchedule) or cordon the node instead"},
-	{Kubelet, "pod-infra-container-image", 35, "kubernetes#133779",
-		"the kubelet takes the sandbox (pause) image from the container runtime: leave the flag out (with enable_cri_dockerd, cri-dockerd then uses its built-in default, as rke-tools' entrypoint reads the image from this flag only)"},
+// RemovedFlags returns the flags that rigger, RKE's defaults or a user's
+// extra_args may pass and that a minor version after 1.32 removed, oldest
+// removal first, found by diffing the flags each component registers in
+// Kubernetes' sources (docs/versions.md).
+func RemovedFlags() []RemovedFlag {
+	return []RemovedFlag{
+		{KubeAPIServer, "cloud-provider", 33, "kubernetes#130162",
+			"the API server has no cloud provider any more: run the cloud's controller manager (cloud_provider.name: external) and leave the flag out"},
+		{KubeAPIServer, "cloud-config", 33, "kubernetes#130162",
+			"the API server has no cloud provider any more: give the cloud config to the cloud's controller manager and leave the flag out"},
+		{Kubelet, "cloud-config", 34, "kubernetes#130161",
+			"the kubelet reads no cloud config any more: give it to the cloud's controller manager and leave the flag out"},
+		{Kubelet, "register-schedulable", 34, "deprecated before; gone from v1.34.4's kubelet",
+			"use register-with-taints (node.kubernetes.io/unschedulable:NoSchedule) or cordon the node instead"},
+		{Kubelet, "pod-infra-container-image", 35, "kubernetes#133779",
+			"the kubelet takes the sandbox (pause) image from the container runtime: leave the flag out (with enable_cri_dockerd, cri-dockerd then uses its built-in default, as rke-tools' entrypoint reads the image from this flag only)"},
+	}
 }
-
-// RemovedFlags returns the flags removed after 1.32, oldest removal first.
-func RemovedFlags() []RemovedFlag { return slices.Clone(removedFlags) }
 
 // Removed returns the removal of a component's flag at a 1.x minor
 // version, if that minor version or an earlier one removed it.
 func Removed(component, flag string, minor int) (RemovedFlag, bool) {
-	for _, r := range removedFlags {
+	for _, r := range RemovedFlags() {
 		if r.Component == component && r.Flag == flag && minor >= r.Minor {
 			return r, true
 		}
@@ -210,14 +214,13 @@ type AddedFlag struct {
 	Why string
 }
 
-// addedFlags are the settings rigger's entries add to RKE's 1.32 options.
-var addedFlags = []AddedFlag{
-	{Kubelet, "fail-cgroupv1", "false", 35,
-		"from 1.35 the kubelet refuses to start on a cgroup v1 host unless told otherwise (kubernetes#134298); RKE's nodes may be cgroup v1, so rigger keeps them running, as 1.32 did. cgroup v1 is deprecated: move the nodes to cgroup v2 and set it to true in extra_args"},
-}
-
 // AddedFlags returns the flags rigger's entries add to RKE's 1.32 options.
-func AddedFlags() []AddedFlag { return slices.Clone(addedFlags) }
+func AddedFlags() []AddedFlag {
+	return []AddedFlag{
+		{Kubelet, "fail-cgroupv1", "false", 35,
+			"from 1.35 the kubelet refuses to start on a cgroup v1 host unless told otherwise (kubernetes#134298); RKE's nodes may be cgroup v1, so rigger keeps them running, as 1.32 did. cgroup v1 is deprecated: move the nodes to cgroup v2 and set it to true in extra_args"},
+	}
+}
 
 // FirstMinor and LastMinor are the 1.x minor versions of rigger's entries.
 const (
@@ -252,12 +255,12 @@ func ServiceOptions(series string) (rkemeta.Options, bool) {
 		Kubelet:               o.Kubelet,
 		KubeProxy:             o.Kubeproxy,
 	}
-	for _, r := range removedFlags {
+	for _, r := range RemovedFlags() {
 		if minor >= r.Minor {
 			delete(byComponent[r.Component], r.Flag)
 		}
 	}
-	for _, a := range addedFlags {
+	for _, a := range AddedFlags() {
 		if minor >= a.Minor {
 			byComponent[a.Component][a.Flag] = a.Value
 		}
