@@ -14,7 +14,9 @@ import (
 
 // hyperkubeAt sets the image of every Kubernetes component to rancher/hyperkube
 // at version.
-func hyperkubeAt(version string) func(*spec.Cluster) { return kubeImage("rancher/hyperkube:" + version) }
+func hyperkubeAt(version string) func(*spec.Cluster) {
+	return kubeImage("rancher/hyperkube:" + version)
+}
 
 // kubeImage sets the image of every Kubernetes component.
 func kubeImage(image string) func(*spec.Cluster) {
