@@ -14,6 +14,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/rigger/rigger/internal/golden"
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -233,10 +234,19 @@ func TestVersionTable(t *testing.T) {
 		}
 		return c
 	}
-	t.Run("every image of RKE's table", func(t *testing.T) {
+	t.Run("every image of RKE's table and rigger's", func(t *testing.T) {
 		for _, v := range KubernetesVersions() {
-			c := parse(t, "kubernetes_version: "+v+"\n")
+			yml := "kubernetes_version: " + v + "\n"
 			want, _ := KnownImages(v)
+			if riggermeta.IsRigger(v) {
+				// ingress-nginx is retired; some have no kubernetes image.
+				yml += "ingress: {provider: none}\n"
+				if want.Kubernetes == "" {
+					want.Kubernetes = "registry.example.com/hyperkube:mine"
+					yml += "system_images: {kubernetes: " + want.Kubernetes + "}\n"
+				}
+			}
+			c := parse(t, yml)
 			if diff := cmp.Diff(want, c.SystemImages); diff != "" {
 				t.Errorf("%s: (-table +cluster)\n%s", v, diff)
 			}

@@ -428,6 +428,9 @@ type KubeletService struct {
 	// DNS domain of the cluster.
 	ClusterDomain string `json:"cluster_domain,omitempty"`
 	// Pause image of pods. Default: `system_images.pod_infra_container`.
+	// Passed as the kubelet's --pod-infra-container-image, which Kubernetes
+	// 1.35 removed: from 1.35 on it is not passed, and cri-dockerd uses its
+	// own default pause image (docs/versions.md).
 	InfraContainerImage string `json:"infra_container_image,omitempty"`
 	// IP of the cluster DNS Service; inside `service_cluster_ip_range`.
 	ClusterDNSServer string `json:"cluster_dns_server,omitempty"`

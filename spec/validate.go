@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -132,6 +133,7 @@ func (v *validator) validate(ctx context.Context, c *Cluster) error {
 	for _, check := range []func(*Cluster){
 		v.clusterName, v.version, v.nodes, v.services, v.network, v.auth, v.addons,
 		v.upgradeStrategy, v.registries, v.bastion, v.misc, v.rigger, v.notWritten,
+		v.kubernetesImage, v.removedFlags, v.retiredIngress,
 	} {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -175,7 +177,7 @@ func (v *validator) version(c *Cluster) {
 	if c.SystemImages.Kubernetes == "" {
 		return
 	}
-	if _, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes); err != nil {
+	if _, series, err := riggermeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes); err != nil {
 		p, detail := "kubernetes_version", ""
 		if tag := rkemeta.ImageTag(c.SystemImages.Kubernetes); rkemeta.Series(tag) != "" {
 			p = "system_images.kubernetes"
@@ -188,8 +190,9 @@ func (v *validator) version(c *Cluster) {
 			v.errorf(p, detail, "%s: rigger runs Kubernetes 1.%d and later, not %s", c.SystemImages.Kubernetes, rkemeta.MinMinor, series)
 			return
 		}
+		rkeNewest := strings.TrimPrefix(rkemeta.Series(rkemeta.Versions()[len(rkemeta.Versions())-1]), "v")
 		newest := strings.TrimPrefix(rkemeta.Series(KubernetesVersions()[len(KubernetesVersions())-1]), "v")
-		detail += fmt.Sprintf("RKE %s, RKE's last release, has default flags up to Kubernetes %s, and rigger runs 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, newest, rkemeta.MinMinor, newest)
+		detail += fmt.Sprintf("RKE %s, RKE's last release, has default flags up to Kubernetes %s, rigger's own table goes on to %s, and rigger runs 1.%d to %s; use an image of one of those.", rkemeta.RKEVersion, rkeNewest, newest, rkemeta.MinMinor, newest)
 		v.errorf(p, detail, "%s: no default component flags for Kubernetes %s", c.SystemImages.Kubernetes, series)
 	}
 }
@@ -767,7 +770,7 @@ func (v *validator) inTreeCloudProvider(c *Cluster) {
 	if !ok || c.SystemImages.Kubernetes == "" {
 		return
 	}
-	_, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
+	_, series, err := riggermeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
 	if err != nil {
 		return // said by version()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -35,14 +36,17 @@ const (
 )
 
 // KubernetesVersions lists the versions rigger fills system_images for:
-// every version RKE v1.8.14 knows from 1.24 on, oldest first.
-func KubernetesVersions() []string { return rkemeta.Versions() }
+// every version RKE v1.8.14 knows from 1.24 on, then rigger's own after
+// 1.32 (riggermeta), oldest first.
+func KubernetesVersions() []string { return riggermeta.AllVersions() }
 
 // KnownImages returns the images of a kubernetes_version of the version
-// table, which must be written exactly as RKE writes it
-// (v1.31.5-rancher1-1): RKE looks it up as it is written.
+// table, which must be written exactly as the table writes it
+// (v1.31.5-rancher1-1, v1.33.7-rigger1): RKE looks it up as it is written.
+// The kubernetes image of rigger's versions that have no public one is
+// empty (riggermeta.NeedsKubernetesImage).
 func KnownImages(version string) (SystemImages, bool) {
-	im, ok := rkemeta.Images(version)
+	im, ok := riggermeta.AllImages(version)
 	if !ok {
 		return SystemImages{}, false
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -72,6 +73,15 @@ serves to its subscribers only; those versions are marked "extended life"
 ("extended_life": true with -o json). Without a subscription, pull them from a
 registry that serves them (private_registries) or set system_images.kubernetes.
 
+After RKE's table (Kubernetes 1.32), rigger keeps its own: one version per
+minor version from 1.33 on, spelled v1.33.7-rigger1 (the upstream version, then
+-rigger and the entry's revision), marked "rigger's" ("table": "rigger" with
+-o json; RKE's are "table": "rke"), with images a user can pull from public
+registries (docs/versions.md names the source of each). Where no public image
+holds the five Kubernetes components, the version names no kubernetes image
+(marked so; "needs_kubernetes_image": true): build one with deploy/hyperkube and
+set system_images.kubernetes.
+
 Give versions as arguments to show only those.`,
 		Example: `  rigger config versions v1.32.3-rancher1-1
   rigger config versions -o json | jq -r '.versions[].version'`,
@@ -97,6 +107,12 @@ Give versions as arguments to show only those.`,
 				}
 				if v.ExtendedLife {
 					mark += " (extended life: " + rkemeta.ExtendedLifeNamespace + " images need a SUSE Rancher subscription)"
+				}
+				if v.Table == tableRigger {
+					mark += " (rigger's: past RKE's table)"
+				}
+				if v.NeedsKubernetesImage {
+					mark += " (no public kubernetes image: build one with " + spec.HyperkubeRecipe + " and set system_images.kubernetes)"
 				}
 				fmt.Fprintf(w, "%s%s\n", v.Version, mark)
 				for _, im := range v.images {
@@ -126,10 +142,22 @@ type versionJSON struct {
 	// namespace (rke-extended-life/…), which SUSE Rancher serves to its
 	// subscribers only.
 	ExtendedLife bool `json:"extended_life"`
+	// Table is the table the version comes from: tableRKE (RKE's, as RKE
+	// wrote it) or tableRigger (rigger's own, past RKE's end).
+	Table string `json:"table"`
+	// NeedsKubernetesImage: the version names no kubernetes image (no
+	// public one exists); system_images.kubernetes must be set.
+	NeedsKubernetesImage bool `json:"needs_kubernetes_image,omitempty"`
 	// SystemImages are the images, by their system_images key.
 	SystemImages map[string]string `json:"system_images"`
 	images       [][2]string       // SystemImages in the order of the schema
 }
+
+// The tables a version comes from (versionJSON.Table).
+const (
+	tableRKE    = "rke"
+	tableRigger = "rigger"
+)
 
 // knownVersions returns the table's versions, or those named, each with
 // its images by system_images key.
@@ -156,7 +184,11 @@ func knownVersions(names []string) ([]versionJSON, error) {
 	out := make([]versionJSON, 0, len(versions))
 	for _, name := range versions {
 		im, _ := spec.KnownImages(name)
-		v := versionJSON{Version: name, Default: name == spec.DefaultKubernetesVersion, ExtendedLife: rkemeta.ExtendedLife(name), SystemImages: map[string]string{}}
+		v := versionJSON{Version: name, Default: name == spec.DefaultKubernetesVersion, ExtendedLife: rkemeta.ExtendedLife(name), Table: tableRKE, SystemImages: map[string]string{}}
+		if riggermeta.IsRigger(name) {
+			v.Table = tableRigger
+			v.NeedsKubernetesImage = riggermeta.NeedsKubernetesImage(name)
+		}
 		rv, rt := reflect.ValueOf(im), reflect.TypeFor[spec.SystemImages]()
 		for i := range rt.NumField() {
 			key, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")

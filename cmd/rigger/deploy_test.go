@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -287,8 +288,18 @@ func TestDeploySecretsArePlaceholders(t *testing.T) {
 			}
 		}
 	}
-	// Not in a Secret either: a comment or an env value.
-	files, _ := filepath.Glob(filepath.Join(deployDir, "*"))
+	// Not in a Secret either: a comment or an env value, in the manifests
+	// or in the files beside them (deploy/hyperkube's recipe).
+	var files []string
+	err := filepath.WalkDir(deployDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

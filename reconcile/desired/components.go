@@ -157,12 +157,27 @@ func (b *builder) cloudProvider(f flags) {
 }
 
 // kubeComponent is a Kubernetes component's container with what they all
-// share; f holds its whole command line, extra_args applied.
+// share; f holds its whole command line, extra_args applied. The flags the
+// release's Kubernetes removed are left out (validation refuses them in
+// extra_args; those rigger would set itself, such as the API server's
+// --cloud-provider from 1.33, are dropped here).
+//
+// RKE's hyperkube has the binaries in binDir, and so have the images of
+// every release of RKE's table. Past RKE's table the component is run by
+// its name, found on the image's PATH: CKE's ghcr.io/cybozu/kubernetes has
+// them in /usr/local/kubernetes/bin, rigger's recipe (deploy/hyperkube) in
+// /usr/local/bin. The containers of RKE's releases keep binDir, and so their
+// spec hashes.
 func (b *builder) kubeComponent(name string, s spec.BaseService, f flags, env, binds []string) Container {
+	f.dropRemoved(name, b.rel.minor)
+	entrypoint := binDir + name
+	if b.rel.pastRKE() {
+		entrypoint = name
+	}
 	return Container{
 		Name:          name,
 		Image:         s.Image,
-		Entrypoint:    []string{binDir + name},
+		Entrypoint:    []string{entrypoint},
 		Args:          f.render(),
 		Env:           uniq(append(env, s.ExtraEnv...)),
 		Binds:         uniq(append(binds, s.ExtraBinds...)),

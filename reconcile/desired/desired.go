@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -194,7 +195,8 @@ func Build(c *spec.Cluster) (*Cluster, error) {
 // image's tag wins over kubernetes_version (rkemeta.ServiceOptionsFor). So
 // a cluster.yml with kubernetes_version v1.31.5-rancher1-1 and an image
 // tagged v1.32.3-rancher1 runs 1.32's flags, and the sandbox's
-// rigger-sandbox/hyperkube:v1.31.4 runs 1.31's.
+// rigger-sandbox/hyperkube:v1.31.4 runs 1.31's. Past RKE's table (1.33 and
+// later) the options are rigger's (riggermeta.ServiceOptionsFor).
 type release struct {
 	// series is where the options were found: v1.31, or a whole version.
 	series string
@@ -206,7 +208,7 @@ type release struct {
 
 // runRelease returns the release c's components run.
 func runRelease(c *spec.Cluster) (release, error) {
-	opts, series, err := rkemeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
+	opts, series, err := riggermeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)
 	if err != nil {
 		return release{}, fmt.Errorf("kubernetes_version %s, image %s: %w", c.KubernetesVersion, c.SystemImages.Kubernetes, err)
 	}
@@ -216,6 +218,11 @@ func runRelease(c *spec.Cluster) (release, error) {
 	}
 	return release{series: series, minor: minor, opts: opts}, nil
 }
+
+// pastRKE reports whether the release is one of rigger's own, after RKE's
+// table ends: its components run from images laid out otherwise than RKE's
+// hyperkube, and flags RKE passes may be gone.
+func (r release) pastRKE() bool { return r.minor >= riggermeta.FirstMinor }
 
 // seriesNumbers reads v1.31 (or v1.31.5-rancher1-1) as 1 and 31.
 func seriesNumbers(series string) (major, minor int, ok bool) {

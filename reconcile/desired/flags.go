@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/riggermeta"
 )
 
 // flags is a component's command line being built: flag name (without the
@@ -43,6 +44,17 @@ func (f flags) kubeletOptions(opts map[string]string, prefix string) {
 			f.set(k, path.Join(prefix, strings.ReplaceAll(v, "[PREFIX_PATH]", "")))
 		default:
 			f.set(k, v)
+		}
+	}
+}
+
+// dropRemoved removes the flags that Kubernetes 1.minor no longer accepts
+// from a component's command line (riggermeta.RemovedFlags; none before
+// 1.33).
+func (f flags) dropRemoved(component string, minor int) {
+	for k := range f {
+		if _, gone := riggermeta.Removed(component, k, minor); gone {
+			delete(f, k)
 		}
 	}
 }

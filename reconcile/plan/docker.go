@@ -6,6 +6,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -45,6 +46,9 @@ func (e *DockerVersionError) Error() string {
 	if len(e.Supported) > 0 {
 		supported = strings.Join(e.Supported, ", ")
 	}
+	if riggermeta.IsRigger(e.KubernetesVersion) {
+		supported += " (RKE's list for " + strings.TrimPrefix(riggermeta.BaseSeries, "v") + ", which rigger's own versions keep: their nodes run the same rke-tools and cri-dockerd)"
+	}
 	return fmt.Sprintf("unsupported Docker version for Kubernetes %s: %s. The Docker versions RKE %s supports for Kubernetes %s are %s (any patch release). "+
 		"Install a supported Docker version on these nodes, or run rigger with --ignore-docker-version to skip this check (as rke up's flag; "+
 		"like rke up, rigger ignores ignore_docker_version in cluster.yml)",
@@ -53,7 +57,8 @@ func (e *DockerVersionError) Error() string {
 
 // CheckDocker returns a *DockerVersionError when reachable nodes of c run
 // a Docker engine that RKE's check (rkemeta.SupportsDocker) refuses for
-// c.KubernetesVersion; nil otherwise, and always when ignore is set (rigger's
+// c.KubernetesVersion (for rigger's versions past RKE's table, with RKE's
+// list of 1.32: riggermeta.SupportsDocker); nil otherwise, and always when ignore is set (rigger's
 // --ignore-docker-version). As in `rke up`, which replaces the file's
 // ignore_docker_version with its flag, cluster.yml plays no part. Nodes
 // that did not answer, and nodes gone from cluster.yml, are not checked.
@@ -68,7 +73,7 @@ func CheckDocker(c *spec.Cluster, o *observe.Cluster, ignore bool) error {
 		if on == nil || !on.Reachable {
 			continue
 		}
-		ok, err := rkemeta.SupportsDocker(c.KubernetesVersion, on.DockerVersion)
+		ok, err := riggermeta.SupportsDocker(c.KubernetesVersion, on.DockerVersion)
 		if err != nil || !ok {
 			found = append(found, UnsupportedDocker{Node: n.Address, Version: on.DockerVersion, Err: err})
 		}
@@ -76,5 +81,5 @@ func CheckDocker(c *spec.Cluster, o *observe.Cluster, ignore bool) error {
 	if len(found) == 0 {
 		return nil
 	}
-	return &DockerVersionError{KubernetesVersion: c.KubernetesVersion, Supported: rkemeta.DockerVersions(c.KubernetesVersion), Nodes: found}
+	return &DockerVersionError{KubernetesVersion: c.KubernetesVersion, Supported: riggermeta.DockerVersions(c.KubernetesVersion), Nodes: found}
 }

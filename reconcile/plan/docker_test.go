@@ -67,10 +67,10 @@ func TestCheckDocker(t *testing.T) {
 		},
 		{
 			name: "a minor version RKE lists no Docker version for",
-			yml:  "ignore_docker_version: false\n", version: "v1.33.1",
+			yml:  "ignore_docker_version: false\n", version: "v1.38.1",
 			o:    observed("20.10.24", "20.10.24"),
 			want: []UnsupportedDocker{{Node: "10.0.0.1", Version: "20.10.24"}, {Node: "10.0.0.2", Version: "20.10.24"}},
-			says: []string{"supports for Kubernetes 1.33 are none"},
+			says: []string{"supports for Kubernetes 1.38 are none"},
 		},
 		{
 			name: "nodes that did not answer or are gone are not checked",

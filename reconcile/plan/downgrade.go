@@ -2,11 +2,14 @@ package plan
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
@@ -81,14 +84,28 @@ func CheckDowngrade(d *desired.Cluster, o *observe.Cluster) error {
 }
 
 // minorOf is the Kubernetes minor version a tag such as v1.32.3-rancher1
-// names (32), or -1 when it names none.
+// names (32), or -1 when it names none. CKE's tags, which rigger's table
+// names for 1.33 to 1.35, have no v and a fourth number (1.33.7.1 is 33).
 func minorOf(tag string) int {
 	v, err := rkemeta.ParseVersion(tag)
-	if err != nil || v.Major != 1 {
-		return -1
+	if err == nil {
+		if v.Major != 1 {
+			return -1
+		}
+		return int(v.Minor)
 	}
-	return int(v.Minor)
+	if m := ckeTag.FindStringSubmatch(tag); m != nil {
+		n, err := strconv.Atoi(m[1])
+		if err == nil {
+			return n
+		}
+	}
+	return -1
 }
+
+// ckeTag is a tag of CKE's ghcr.io/cybozu/kubernetes: the upstream version
+// and CKE's build number (1.33.7.1).
+var ckeTag = regexp.MustCompile(`^1\.(\d+)\.\d+\.\d+$`)
 
 // SkippedMinor is a kube-apiserver that cluster.yml would move more than
 // one minor version up at once.
@@ -118,7 +135,7 @@ func (e *SkippedMinorError) Error() string {
 	}
 	next := fmt.Sprintf("v1.%d", minorOf(oldest)+1)
 	newest := next + " (the newest patch release `rigger config versions` lists)"
-	for _, v := range rkemeta.Versions() {
+	for _, v := range riggermeta.AllVersions() {
 		if rkemeta.Series(v) == next {
 			newest = v
 		}

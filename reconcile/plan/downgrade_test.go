@@ -15,10 +15,15 @@ import (
 // hyperkubeAt sets the image of every Kubernetes component to rancher/hyperkube
 // at version.
 func hyperkubeAt(version string) func(*spec.Cluster) {
+	return kubeImage("rancher/hyperkube:" + version)
+}
+
+// kubeImage sets the image of every Kubernetes component.
+func kubeImage(image string) func(*spec.Cluster) {
 	return func(c *spec.Cluster) {
 		for _, s := range []*spec.BaseService{&c.Services.KubeAPI.BaseService, &c.Services.KubeController.BaseService,
 			&c.Services.Scheduler, &c.Services.Kubelet.BaseService, &c.Services.Kubeproxy} {
-			s.Image = "rancher/hyperkube:" + version
+			s.Image = image
 		}
 	}
 }
@@ -150,6 +155,12 @@ func TestCheckSkippedMinor(t *testing.T) {
 			},
 		},
 		{name: "a custom build says no version", running: hyperkubeAt("custom"), desired: hyperkubeAt("v1.32.3-rancher1")},
+		{name: "CKE's tags, one minor up", running: kubeImage("ghcr.io/cybozu/kubernetes:1.33.7.1"), desired: kubeImage("ghcr.io/cybozu/kubernetes:1.34.9.1")},
+		{
+			name: "RKE's 1.32 to rigger's 1.34, CKE's tag", running: hyperkubeAt("v1.32.13-rancher1"), desired: kubeImage("ghcr.io/cybozu/kubernetes:1.34.9.1"),
+			want: []SkippedMinor{{"10.0.0.1", "v1.32.13-rancher1", "1.34.9.1"}, {"10.0.0.2", "v1.32.13-rancher1", "1.34.9.1"}},
+			next: "v1.33.7-rigger1",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := asApplied(build(t, yml, tc.running))
