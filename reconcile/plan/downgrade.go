@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/blang/semver"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/observe"
@@ -87,25 +88,31 @@ func CheckDowngrade(d *desired.Cluster, o *observe.Cluster) error {
 // names (32), or -1 when it names none. CKE's tags, which rigger's table
 // names for 1.33 to 1.35, have no v and a fourth number (1.33.7.1 is 33).
 func minorOf(tag string) int {
-	v, err := rkemeta.ParseVersion(tag)
-	if err == nil {
-		if v.Major != 1 {
-			return -1
-		}
-		return int(v.Minor)
+	v, ok := tagVersion(tag)
+	if !ok || v.Major != 1 {
+		return -1
 	}
-	if m := ckeTag.FindStringSubmatch(tag); m != nil {
-		n, err := strconv.Atoi(m[1])
-		if err == nil {
-			return n
-		}
+	return int(v.Minor)
+}
+
+// tagVersion is the Kubernetes version an image tag names: RKE's
+// (v1.32.3-rancher1), upstream's (v1.33.13) or CKE's (1.33.7.1, the
+// upstream version and CKE's build number); ok is false when it names none.
+func tagVersion(tag string) (v semver.Version, ok bool) {
+	if v, err := rkemeta.ParseVersion(tag); err == nil {
+		return v, true
 	}
-	return -1
+	m := ckeTag.FindStringSubmatch(tag)
+	if m == nil {
+		return semver.Version{}, false
+	}
+	v, err := semver.Parse(m[1])
+	return v, err == nil
 }
 
 // ckeTag is a tag of CKE's ghcr.io/cybozu/kubernetes: the upstream version
 // and CKE's build number (1.33.7.1).
-var ckeTag = regexp.MustCompile(`^1\.(\d+)\.\d+\.\d+$`)
+var ckeTag = regexp.MustCompile(`^(1\.\d+\.\d+)\.\d+$`)
 
 // SkippedMinor is a kube-apiserver that cluster.yml would move more than
 // one minor version up at once.

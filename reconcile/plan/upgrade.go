@@ -126,11 +126,12 @@ func upgrade(d *desired.Cluster, o *observe.Cluster, p *Plan, phases map[Phase][
 	return u
 }
 
-// newerTag reports whether the version tag a is newer than b.
+// newerTag reports whether the version tag a is newer than b, or b names
+// no version.
 func newerTag(a, b string) bool {
-	va, erra := rkemeta.ParseVersion(a)
-	vb, errb := rkemeta.ParseVersion(b)
-	return erra == nil && (errb != nil || va.GT(vb))
+	va, oka := tagVersion(a)
+	vb, okb := tagVersion(b)
+	return oka && (!okb || va.GT(vb))
 }
 
 // oldestRunning is the oldest version tag among the Kubernetes components
@@ -146,7 +147,7 @@ func oldestRunning(o *observe.Cluster) string {
 				continue
 			}
 			tag := rkemeta.ImageTag(c.Image)
-			if _, err := rkemeta.ParseVersion(tag); err != nil {
+			if _, ok := tagVersion(tag); !ok {
 				continue
 			}
 			if oldest == "" || newerTag(oldest, tag) {
