@@ -93,7 +93,13 @@ machine), one that has run gets what it lacks imported.
 			if err != nil {
 				return err
 			}
-			return printSandbox(cmd.OutOrStdout(), s)
+			if err := printSandbox(cmd.OutOrStdout(), s); err != nil {
+				return err
+			}
+			if !opts.Images {
+				return nil
+			}
+			return printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions)
 		},
 	}
 	addSandboxNameFlag(cmd, &opts.Name)
@@ -102,7 +108,7 @@ machine), one that has run gets what it lacks imported.
 	cmd.Flags().BoolVar(&opts.Images, "images", true, "build (cached) and load the cluster images into every node")
 	cmd.Flags().BoolVar(&opts.ContainerdImages, "containerd-images", false, "also import the add-ons' pod images into every node's containerd, for a kubelet without cri-dockerd (enable_cri_dockerd: false)")
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
-	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
+	addSandboxBuildFlags(cmd, &opts)
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
 	return cmd
 }
@@ -127,13 +133,53 @@ their time limits. It prints the system_images block.`,
 			if err != nil {
 				return err
 			}
-			return printSystemImages(cmd.OutOrStdout(), imgs)
+			if err := printSystemImages(cmd.OutOrStdout(), imgs); err != nil {
+				return err
+			}
+			return printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions)
 		},
 	}
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
-	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
+	addSandboxBuildFlags(cmd, &opts)
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
 	return cmd
+}
+
+// addSandboxBuildFlags adds the flags of what the image build builds and
+// where from.
+func addSandboxBuildFlags(cmd *cobra.Command, opts *sandbox.Options) {
+	var others []string
+	for _, r := range sandbox.KubeReleases() {
+		if r.Kubernetes != sandbox.KubernetesVersion {
+			others = append(others, r.Kubernetes+" (etcd "+r.Etcd+")")
+		}
+	}
+	cmd.Flags().StringSliceVar(&opts.KubernetesVersions, "kubernetes", nil,
+		fmt.Sprintf("also build the hyperkube and etcd images of these Kubernetes versions, besides the default %s (etcd %s): %s",
+			sandbox.KubernetesVersion, sandbox.EtcdVersion, strings.Join(others, ", ")))
+	cmd.Flags().StringVar(&opts.BuildSource, "build-src", "", "the hack directory of the rigger repository, with kube-build/<version> and etcd-build/<version> (default: found above the working directory; needed only on a cold cache)")
+}
+
+// printVersionImages writes, for each Kubernetes version asked for besides
+// the default, the system_images entries that run it.
+func printVersionImages(w io.Writer, versions []string) error {
+	seen := map[string]bool{sandbox.KubernetesVersion: true}
+	for _, v := range versions {
+		imgs, err := sandbox.VersionImages(v)
+		if err != nil {
+			return err
+		}
+		r, _ := sandbox.Release(v)
+		if seen[r.Kubernetes] {
+			continue
+		}
+		seen[r.Kubernetes] = true
+		fmt.Fprintf(w, "\n# Kubernetes %s: the same, with these system_images\n", r.Kubernetes)
+		for _, k := range []string{"etcd", "kubernetes"} {
+			fmt.Fprintf(w, "#   %s: %s\n", k, imgs[k])
+		}
+	}
+	return nil
 }
 
 // staticSelf is this rigger binary when it can go into rigger's image as
