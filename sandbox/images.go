@@ -34,7 +34,7 @@ const (
 	RiggerImage = "rigger/rigger:dev"
 	// ToolsImage is the helper image (system_images.alpine): a shell and
 	// the file tools rigger's cleanup runs, as rancher/rke-tools has them.
-	ToolsImage     = "rigger-sandbox/tools:busybox"
+	ToolsImage = "rigger-sandbox/tools:busybox"
 	// HyperkubeImage and EtcdImage are the default release's; HyperkubeRef
 	// and EtcdRef name those of the others.
 	HyperkubeImage = hyperkubeRepo + ":" + KubernetesVersion
