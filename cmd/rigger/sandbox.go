@@ -72,15 +72,20 @@ missing (also after an Up that was killed half-way) and restarts stopped
 services; a partitioned node stays partitioned.
 
 Images: rigger's own (rigger/rigger:dev, from this rigger binary when it is
-static, else built from the repository), etcd (Debian's etcd-server), the
-Kubernetes components (built from the Go module proxy by hack/kube-build, about
-9 minutes the first time, then cached in $RIGGER_CACHE), pause, an rke-tools
+static, else built from the repository), etcd and the Kubernetes components
+(built from the Go module proxy by hack/etcd-build and hack/kube-build, about
+10 minutes the first time, then cached in $RIGGER_CACHE), pause, an rke-tools
 stand-in (cri-dockerd) and the add-on images (flannel, flannel-cni, CoreDNS,
 metrics-server; built from the Go module proxy, about 20 more minutes the
 first time, then cached) are built and put into every node's engine: a new
 node's engine starts from the engine store (the images imported once per
 machine), one that has run gets what it lacks imported.
---images=false skips them; 'rigger sandbox images' only builds them.`,
+--images=false skips them; 'rigger sandbox images' only builds them.
+
+The default Kubernetes is RKE v1.8.14's, v1.32.13 with etcd v3.5.16;
+--kubernetes v1.33.13,v1.34.4 also builds and loads those versions'
+hyperkube and etcd images (about 10 minutes each the first time), the targets
+of a minor upgrade, and prints their system_images.`,
 		Example: `  rigger sandbox up
   rigger sandbox up --nodes 5 --name big --subnet 7
   rigger sandbox up --images=false`,
@@ -123,7 +128,14 @@ into the nodes: the programs built from the Go module proxy and the image
 archives, and as root the engine store that new nodes' engines start from (the
 images imported once by an engine of its own). It makes no nodes: run it
 before tests that start sandboxes, so that a cold cache is filled outside
-their time limits. It prints the system_images block.`,
+their time limits. It prints the system_images block.
+
+--kubernetes also builds the hyperkube and etcd images of other Kubernetes
+versions than the default (v1.32.13 with etcd v3.5.16): v1.33.13 (etcd
+v3.5.35) and v1.34.4 (etcd v3.6.16), the upgrade path past RKE, one minor at
+a time. It prints the two system_images entries that run each.`,
+		Example: `  rigger sandbox images
+  rigger sandbox images --kubernetes v1.33.13,v1.34.4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.RiggerBinary == "" {
