@@ -227,8 +227,12 @@ func ensureVersionBuild(ctx context.Context, cache, source string, b versionBuil
 	if err != nil {
 		return "", fmt.Errorf("%s build module: %w", name, err)
 	}
-	if v, err := b.moduleVersion(string(gomod)); err != nil || v != b.version {
-		return "", fmt.Errorf("%s/%s/go.mod pins %s %q, not %s (%v): its directory and its go.mod change together", source, b.version, b.what, v, b.version, err)
+	v, err := b.moduleVersion(string(gomod))
+	if err != nil {
+		return "", fmt.Errorf("%s/%s/go.mod: %w", source, b.version, err)
+	}
+	if v != b.version {
+		return "", fmt.Errorf("%s/%s/go.mod pins %s %s, not %s: its directory and its go.mod change together", source, b.version, b.what, v, b.version)
 	}
 	if _, err := exec.LookPath("go"); err != nil {
 		return "", fmt.Errorf("building %s needs the Go toolchain: %w", name, err)

@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -87,5 +90,69 @@ replace k8s.io/api => k8s.io/api v0.32.13
 	want := map[string]string{"k8s.io/kubernetes": "v1.32.13", "go.etcd.io/etcd/server/v3": "v3.5.16", "github.com/a/b": "v1.0.0"}
 	if diff := cmp.Diff(want, moduleRequires(gomod)); diff != "" {
 		t.Errorf("moduleRequires (-want +got):\n%s", diff)
+	}
+}
+
+// A release's build refuses a module whose go.mod pins another version
+// than its directory names, before building anything.
+func TestEnsureVersionBuildChecksModule(t *testing.T) {
+	src := t.TempDir()
+	dir := filepath.Join(src, "kube-build", "v1.33.13")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n\nrequire k8s.io/kubernetes v1.32.13\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	built := false
+	b := kubeBuild("v1.33.13")
+	b.build = func(context.Context, string, string, *progress) error { built = true; return nil }
+	_, err := ensureVersionBuild(context.Background(), t.TempDir(), src, b, newProgress(nil))
+	if err == nil || !strings.Contains(err.Error(), "pins Kubernetes v1.32.13, not v1.33.13") || built {
+		t.Errorf("ensureVersionBuild of a module pinning another version: %v (built %v)", err, built)
+	}
+}
+
+// A release's build goes into <cache>/etcd/<version> with its .complete
+// marker, once: a second call finds it.
+func TestEnsureVersionBuildCaches(t *testing.T) {
+	static, err := os.ReadFile(busybox) // any static binary
+	if err != nil {
+		t.Skipf("no %s here (make prereqs installs it)", busybox)
+	}
+	src, cache := t.TempDir(), t.TempDir()
+	dir := filepath.Join(src, "etcd-build", "v3.6.16")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gomod := "module x\n\nrequire (\n\tgo.etcd.io/etcd/etcdctl/v3 v3.6.16\n\tgo.etcd.io/etcd/etcdutl/v3 v3.6.16\n\tgo.etcd.io/etcd/server/v3 v3.6.16\n)\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	builds := 0
+	b := etcdBuild("v3.6.16")
+	b.build = func(_ context.Context, source, out string, _ *progress) error {
+		builds++
+		if source != filepath.Join(src, "etcd-build") {
+			t.Errorf("built from %s", source)
+		}
+		for _, c := range etcdCommands() {
+			if err := os.WriteFile(filepath.Join(out, c), static, 0o755); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for range 2 {
+		got, err := ensureVersionBuild(context.Background(), cache, src, b, newProgress(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(cache, "etcd", "v3.6.16"); got != want || !complete(got) {
+			t.Errorf("built into %s (complete %v), want %s", got, complete(got), want)
+		}
+	}
+	if builds != 1 {
+		t.Errorf("%d builds, want 1: the second call finds the first's", builds)
 	}
 }
