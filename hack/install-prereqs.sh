@@ -12,7 +12,6 @@
 #                               and the containerd of the node's engine
 #   jq                          the sandbox's runc wrapper edits the OCI bundle with it
 #   tini                        the sandbox's init (a child subreaper: this machine's PID 1 is slow to reap orphans)
-#   etcd-server etcd-client     etcd 3.4 and etcdctl, copied into the sandbox's etcd image
 #   git                         the GitOps loop and its tests
 #   busybox-static              the shell and file tools of the sandbox's helper image (system_images.alpine)
 #   iptables                    iptables for kube-proxy, the kubelet and flanneld, copied into the sandbox's
@@ -37,8 +36,6 @@ declare -A want=(
   [/usr/bin/ctr]=containerd
   [/usr/bin/jq]=jq
   [/usr/bin/tini]=tini
-  [/usr/bin/etcd]=etcd-server
-  [/usr/bin/etcdctl]=etcd-client
   [/usr/bin/git]=git
   [/bin/busybox]=busybox-static
   [/usr/sbin/xtables-nft-multi]=iptables
@@ -68,6 +65,4 @@ apt-get update -qq
 # packages do not start their services here (no systemd), and the sandbox
 # starts its own sshd, containerd and dockerd per node.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian's etcd-server package may start an etcd when a service manager runs
-# it; the sandbox never uses a host-wide etcd, so nothing else is done here.
 echo "install-prereqs: done"

@@ -28,11 +28,13 @@
 // Up was killed half-way.
 //
 // With Options.Images the sandbox also builds, without any registry, the
-// images a cluster needs (rigger's own, etcd from Debian's etcd-server, the
-// Kubernetes components built from the Go module proxy, a pause image) and
-// puts them into every node's engine: a new node's engine starts from the
+// images a cluster needs (rigger's own, etcd and the Kubernetes components
+// built from the Go module proxy, a pause image) and puts them into every node's engine: a new node's engine starts from the
 // engine store, the images imported once per machine (enginestore.go). Slow
-// outputs are cached in RIGGER_CACHE (default /var/cache/rigger).
+// outputs are cached in RIGGER_CACHE (default /var/cache/rigger). It builds
+// the default release (KubernetesVersion, with EtcdVersion) and, on request
+// (Options.KubernetesVersions), the others of KubeReleases: the targets of
+// minor upgrades, whose images VersionImages names (versions.go).
 //
 // Everything here needs root.
 package sandbox

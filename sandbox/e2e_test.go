@@ -418,10 +418,12 @@ func checkNode(ctx context.Context, t *testing.T, s *sandbox.Sandbox, n sandbox.
 	if !strings.Contains(logs, "rigger ") {
 		t.Errorf("rigger version in a privileged container said %q", logs)
 	}
-	// The etcd image runs Debian's etcd with its libraries.
-	logs = runContainer(ctx, t, dc, &container.Config{Image: s.SystemImages["etcd"], Cmd: []string{"etcd", "--version"}}, &container.HostConfig{NetworkMode: "host"})
-	if !strings.Contains(logs, "etcd Version: 3.") {
-		t.Errorf("etcd --version said %q", logs)
+	// The etcd image runs etcd, etcdctl and etcdutl of its version.
+	for _, cmd := range [][]string{{"etcd", "--version"}, {"etcdctl", "version"}, {"etcdutl", "version"}} {
+		logs = runContainer(ctx, t, dc, &container.Config{Image: s.SystemImages["etcd"], Cmd: cmd}, &container.HostConfig{NetworkMode: "host"})
+		if want := cmd[0] + " version: " + strings.TrimPrefix(sandbox.EtcdVersion, "v"); !strings.Contains(strings.ToLower(logs), want) {
+			t.Errorf("%s in %s said %q, want %q", strings.Join(cmd, " "), s.SystemImages["etcd"], logs, want)
+		}
 	}
 
 	// A file written through a bind mount of /etc/kubernetes (the archive

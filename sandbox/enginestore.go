@@ -38,11 +38,12 @@ const engineStoreFormat = "rigger-sandbox-engine/1"
 // the engine's own databases) each node's engine makes for itself.
 var storeDirs = []string{"image", "overlay2"}
 
-// storeImages are the images the store holds: all but rigger's own.
+// storeImages are the images the store holds: all but rigger's own and
+// the extra releases' (loadImages imports those).
 func storeImages(imgs []builtImage) []builtImage {
 	var out []builtImage
 	for _, img := range imgs {
-		if img.Ref != RiggerImage {
+		if img.Ref != RiggerImage && !img.Extra {
 			out = append(out, img)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -15,6 +16,10 @@ func TestEngineStoreKey(t *testing.T) {
 		t.Fatalf("storeImages = %v, want all but %s", stored, RiggerImage)
 	}
 	base := engineStoreKey("Docker version 20.10.24", stored)
+	withExtra := append(slices.Clone(imgs), builtImage{Ref: HyperkubeRef("v1.34.4"), Key: "x1", Extra: true})
+	if k := engineStoreKey("Docker version 20.10.24", storeImages(withExtra)); k != base {
+		t.Errorf("another release's image changed the store key (%s, was %s): asking for a release would make the store again", k, base)
+	}
 	if again := engineStoreKey("Docker version 20.10.24\n", storeImages(imgs)); again != base {
 		t.Errorf("the same images and engine give %s and %s", base, again)
 	}

@@ -25,20 +25,22 @@ import (
 	"github.com/rigger/rigger/internal/atomicfile"
 )
 
-// Versions and refs of the images the sandbox builds.
+// Versions and refs of the images the sandbox builds (the versions of
+// Kubernetes and etcd are in versions.go).
 const (
-	// KubernetesVersion is the version of the Kubernetes components, as
-	// pinned in hack/kube-build/go.mod.
-	KubernetesVersion = "v1.31.4"
 	// PauseVersion tags the pause image (the kubelet's pod sandbox).
 	PauseVersion = "3.10"
 
 	RiggerImage = "rigger/rigger:dev"
 	// ToolsImage is the helper image (system_images.alpine): a shell and
 	// the file tools rigger's cleanup runs, as rancher/rke-tools has them.
-	ToolsImage     = "rigger-sandbox/tools:busybox"
-	HyperkubeImage = "rigger-sandbox/hyperkube:" + KubernetesVersion
+	ToolsImage = "rigger-sandbox/tools:busybox"
+	// HyperkubeImage and EtcdImage are the default release's; HyperkubeRef
+	// and EtcdRef name those of the others.
+	HyperkubeImage = hyperkubeRepo + ":" + KubernetesVersion
+	EtcdImage      = etcdImageRepo + ":" + EtcdVersion
 	PauseImage     = "rigger-sandbox/pause:" + PauseVersion
+	hyperkubeRepo  = "rigger-sandbox/hyperkube"
 	etcdImageRepo  = "rigger-sandbox/etcd"
 
 	// contentLabel carries the key of an image's inputs: an image whose
@@ -57,6 +59,11 @@ type builtImage struct {
 	Changes []string // Dockerfile instructions applied on import
 	// SystemImages are the RKE system_images keys this image serves.
 	SystemImages []string
+	// Extra is an image of a Kubernetes release other than the default
+	// (Options.KubernetesVersions): it serves no key of SystemImages, and
+	// the engine store leaves it out, so that asking for it or not does not
+	// make a new store.
+	Extra bool
 }
 
 // imageSpec says what goes into an image.
@@ -67,6 +74,7 @@ type imageSpec struct {
 	links        []imageLink
 	changes      []string
 	systemImages []string
+	extra        bool
 }
 
 // imageFile is a file of an image: a copy of src, or content when src is
@@ -148,19 +156,36 @@ func BuildImages(ctx context.Context, opts Options, progress io.Writer) (map[str
 func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, error) {
 	cache := opts.cacheDir()
 	p.phase("Build images (cache %s)", cache)
-	kubeDir, err := ensureKubeBinaries(ctx, cache, opts.KubeSource, p)
+	releases, err := releasesToBuild(opts.KubernetesVersions)
 	if err != nil {
 		return nil, err
+	}
+	var kubeDir string // the default release's: pause comes from it
+	var versionSpecs []imageSpec
+	for _, r := range releases {
+		dir, err := ensureKubeBinaries(ctx, cache, opts.BuildSource, r.Kubernetes, p)
+		if err != nil {
+			return nil, err
+		}
+		etcdDir, err := ensureEtcdBinaries(ctx, cache, opts.BuildSource, r.Etcd, p)
+		if err != nil {
+			return nil, err
+		}
+		extra := r.Kubernetes != KubernetesVersion
+		if !extra {
+			kubeDir = dir
+		}
+		hyperkube, err := hyperkubeSpec(ctx, dir, r.Kubernetes, extra)
+		if err != nil {
+			return nil, err
+		}
+		etcd, err := etcdImageSpec(ctx, etcdDir, r.Etcd, extra)
+		if err != nil {
+			return nil, err
+		}
+		versionSpecs = append(versionSpecs, etcd, hyperkube)
 	}
 	riggerBin, err := ensureRiggerBinary(ctx, cache, opts.RiggerBinary, riggerBinaryPath(opts), p)
-	if err != nil {
-		return nil, err
-	}
-	etcdSpec, err := etcdImageSpec(ctx)
-	if err != nil {
-		return nil, err
-	}
-	hyperkube, err := hyperkubeSpec(ctx, kubeDir)
 	if err != nil {
 		return nil, err
 	}
@@ -181,8 +206,6 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 			systemImages: []string{"nginx_proxy", "cert_downloader"},
 		},
 		toolsImageSpec(),
-		etcdSpec,
-		hyperkube,
 		{
 			ref:          PauseImage,
 			files:        []imageFile{{src: filepath.Join(kubeDir, "pause"), dst: "/pause", mode: 0o755}},
@@ -190,6 +213,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 			systemImages: []string{"pod_infra_container"},
 		},
 	}
+	specs = append(specs, versionSpecs...)
 	specs = append(specs, addons...)
 	specs = append(specs, rkeToolsImageSpec(progs))
 	// One writer of the archive cache at a time: test packages run in
@@ -241,12 +265,17 @@ const xtables = "/usr/sbin/xtables-nft-multi"
 // xtablesExtensions holds iptables' extension modules.
 const xtablesExtensions = "/usr/lib/x86_64-linux-gnu/xtables"
 
-func hyperkubeSpec(ctx context.Context, kubeDir string) (imageSpec, error) {
+// hyperkubeSpec is the hyperkube image of Kubernetes version, its
+// commands from kubeDir. An extra release's serves no system_images key.
+func hyperkubeSpec(ctx context.Context, kubeDir, version string, extra bool) (imageSpec, error) {
 	spec := imageSpec{
-		ref:          HyperkubeImage,
-		dirs:         []imageDir{{"/tmp", 0o1777}, {"/run", 0o755}, {"/var/lib", 0o755}},
-		changes:      []string{"ENV PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		systemImages: []string{"kubernetes"},
+		ref:     HyperkubeRef(version),
+		dirs:    []imageDir{{"/tmp", 0o1777}, {"/run", 0o755}, {"/var/lib", 0o755}},
+		changes: []string{"ENV PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		extra:   extra,
+	}
+	if !extra {
+		spec.systemImages = []string{"kubernetes"}
 	}
 	for _, c := range kubeCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
@@ -337,36 +366,30 @@ func withLibs(ctx context.Context, bins ...string) ([]imageFile, error) {
 
 var etcdVersionRE = regexp.MustCompile(`(?m)^etcd Version: (\S+)$`)
 
-// etcdImageSpec is Debian's etcd and etcdctl with the shared libraries
-// they load (ldd), as the upstream image lays them out.
-func etcdImageSpec(ctx context.Context) (imageSpec, error) {
-	const etcd, etcdctl = "/usr/bin/etcd", "/usr/bin/etcdctl"
-	out, err := run(ctx, etcd, "--version")
-	if err != nil {
-		return imageSpec{}, fmt.Errorf("etcd image: %w (install etcd-server: make prereqs)", err)
-	}
-	m := etcdVersionRE.FindStringSubmatch(out)
-	if m == nil {
-		return imageSpec{}, fmt.Errorf("etcd image: no version in `etcd --version`: %q", out)
-	}
-	files, err := withLibs(ctx, etcd, etcdctl)
+// etcdImageSpec is the etcd image of etcd version: etcd, etcdctl and
+// etcdutl (static, built from the Go module proxy) from etcdDir, where the
+// upstream image has them. An extra release's serves no system_images key.
+func etcdImageSpec(ctx context.Context, etcdDir, version string, extra bool) (imageSpec, error) {
+	out, err := run(ctx, filepath.Join(etcdDir, "etcd"), "--version")
 	if err != nil {
 		return imageSpec{}, fmt.Errorf("etcd image: %w", err)
 	}
-	// The binaries go where the upstream image has them.
-	files[0].dst = "/usr/local/bin/etcd"
-	for i := range files {
-		if files[i].src == etcdctl {
-			files[i].dst = "/usr/local/bin/etcdctl"
-		}
+	if m := etcdVersionRE.FindStringSubmatch(out); m == nil || "v"+m[1] != version {
+		return imageSpec{}, fmt.Errorf("etcd image: %s/etcd --version says %q, want etcd %s", etcdDir, out, version)
 	}
-	return imageSpec{
-		ref:          etcdImageRepo + ":v" + m[1],
-		files:        files,
-		dirs:         []imageDir{{"/tmp", 0o1777}, {"/var/lib/etcd", 0o700}},
-		changes:      []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", `CMD ["/usr/local/bin/etcd"]`},
-		systemImages: []string{"etcd"},
-	}, nil
+	spec := imageSpec{
+		ref:     EtcdRef(version),
+		dirs:    []imageDir{{"/tmp", 0o1777}, {"/var/lib/etcd", 0o700}},
+		changes: []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", `CMD ["/usr/local/bin/etcd"]`},
+		extra:   extra,
+	}
+	for _, c := range etcdCommands() {
+		spec.files = append(spec.files, imageFile{src: filepath.Join(etcdDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
+	}
+	if !extra {
+		spec.systemImages = []string{"etcd"}
+	}
+	return spec, nil
 }
 
 // parseLdd returns the files that ldd(1) lists: "libc.so.6 => /lib/…
@@ -425,7 +448,7 @@ func buildArchive(dir string, spec imageSpec) (img builtImage, made bool, err er
 		return builtImage{}, false, err
 	}
 	changes := append(append([]string(nil), spec.changes...), fmt.Sprintf("LABEL %s=%s", contentLabel, key))
-	img = builtImage{Ref: spec.ref, Key: key, Changes: changes, SystemImages: spec.systemImages,
+	img = builtImage{Ref: spec.ref, Key: key, Changes: changes, SystemImages: spec.systemImages, Extra: spec.extra,
 		Archive: filepath.Join(dir, archiveName(spec.ref, key))}
 	if _, err := os.Stat(img.Archive); err == nil {
 		return img, false, nil

@@ -15,10 +15,14 @@ func kubeCommands() []string {
 	return []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
 }
 
-// kubeBuildArgs is the `go build` of the Kubernetes commands and the pause
-// program, static (CGO_ENABLED=0 in the environment), into out, with the
-// version stamps that Kubernetes' own build sets (the API server reports
-// them, and the kubelet's version is checked against the API server's).
+// etcdCommands are the etcd commands of the etcd image: rigger's restore
+// runs etcdutl for etcd 3.6 and later, etcdctl before.
+func etcdCommands() []string { return []string{"etcd", "etcdctl", "etcdutl"} }
+
+// kubeBuildArgs is the `go build` of the Kubernetes commands, static
+// (CGO_ENABLED=0 in the environment), into out, with the version stamps
+// that Kubernetes' own build sets (the API server reports them, and the
+// kubelet's version is checked against the API server's).
 func kubeBuildArgs(out, version string) []string {
 	major, minor := "", ""
 	if parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3); len(parts) >= 2 {
@@ -38,59 +42,200 @@ func kubeBuildArgs(out, version string) []string {
 	for _, c := range kubeCommands() {
 		args = append(args, "k8s.io/kubernetes/cmd/"+c)
 	}
-	return append(args, "./pause")
+	return args
+}
+
+// pauseBuildArgs is the `go build` of the pause program, in its module
+// (hack/kube-build/pause), into out.
+func pauseBuildArgs(out string) []string {
+	return []string{"build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(out, "pause"), "."}
+}
+
+// etcdModules are the modules of the etcd commands, in the order of
+// etcdCommands: go build names etcd's server "server", and the build
+// renames it.
+var etcdModules = []string{"go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3", "go.etcd.io/etcd/etcdutl/v3"}
+
+// etcdBuildArgs is the `go build` of etcd, etcdctl and etcdutl, static
+// (CGO_ENABLED=0 in the environment), into out. etcd's version is a
+// constant of its api module: no stamp needed.
+func etcdBuildArgs(out string) []string {
+	return append([]string{"build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", out + "/"}, etcdModules...)
 }
 
 // kubeModuleVersion reads the k8s.io/kubernetes version that a kube-build
 // go.mod requires.
 func kubeModuleVersion(gomod string) (string, error) {
-	for _, line := range strings.Split(gomod, "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
-			return f[1], nil
-		}
+	v := moduleRequires(gomod)["k8s.io/kubernetes"]
+	if v == "" {
+		return "", fmt.Errorf("go.mod requires no k8s.io/kubernetes")
 	}
-	return "", fmt.Errorf("go.mod requires no k8s.io/kubernetes")
+	return v, nil
 }
 
-// ensureKubeBinaries returns the cache directory that holds the Kubernetes
-// commands and pause, building them first when they are not there. A lock
-// in the cache keeps two builds (two test packages) from colliding: the
-// second waits and finds the first's result.
-func ensureKubeBinaries(ctx context.Context, cache, source string, p *progress) (string, error) {
-	dir := filepath.Join(cache, "kube", KubernetesVersion)
-	done := filepath.Join(dir, ".complete")
-	if _, err := os.Stat(done); err == nil {
+// etcdModuleVersion reads the etcd version that an etcd-build go.mod
+// requires: the same for each of etcdModules.
+func etcdModuleVersion(gomod string) (string, error) {
+	req := moduleRequires(gomod)
+	v := req[etcdModules[0]]
+	for _, m := range etcdModules {
+		if req[m] == "" || req[m] != v {
+			return "", fmt.Errorf("go.mod requires %s %q and %s %q: want one etcd version for %s", etcdModules[0], v, m, req[m], strings.Join(etcdModules, ", "))
+		}
+	}
+	return v, nil
+}
+
+// moduleRequires maps each module a go.mod requires (in a require line or
+// block) to its version.
+func moduleRequires(gomod string) map[string]string {
+	req := map[string]string{}
+	block := false
+	for _, line := range strings.Split(gomod, "\n") {
+		line, _, _ = strings.Cut(line, "//")
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "require (":
+			block = true
+			continue
+		case block && line == ")":
+			block = false
+			continue
+		case strings.HasPrefix(line, "require "):
+			line = strings.TrimPrefix(line, "require ")
+		case !block:
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 2 {
+			req[f[0]] = f[1]
+		}
+	}
+	return req
+}
+
+// versionBuild is the build of one version of Kubernetes or etcd from its
+// module checked in under hack/ (hack/kube-build/v1.32.13), into
+// <cache>/<cacheSub>/<version>.
+type versionBuild struct {
+	what     string // "Kubernetes", "etcd": progress lines and errors
+	version  string
+	cacheSub string   // "kube", "etcd"
+	hackDir  string   // "kube-build", "etcd-build"
+	binaries []string // what the build leaves in its directory
+	estimate string   // how long a cold build takes, for the progress line
+	// moduleVersion reads the version the module's go.mod pins.
+	moduleVersion func(gomod string) (string, error)
+	// build builds the binaries of source (hack/<hackDir>) into out.
+	build func(ctx context.Context, source, out string, p *progress) error
+}
+
+func kubeBuild(version string) versionBuild {
+	return versionBuild{
+		what: "Kubernetes", version: version, cacheSub: "kube", hackDir: "kube-build",
+		binaries:      append(kubeCommands(), "pause"),
+		estimate:      "about 9 minutes on a cold Go cache",
+		moduleVersion: kubeModuleVersion,
+		build: func(ctx context.Context, source, out string, p *progress) error {
+			log := filepath.Join(filepath.Dir(out), "kube-build-"+version+".log")
+			if err := runGoBuild(ctx, goBuildRun{
+				dir:  filepath.Join(source, version),
+				env:  []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off"},
+				args: kubeBuildArgs(out, version),
+				log:  log,
+				what: "Kubernetes " + version,
+			}, p); err != nil {
+				return err
+			}
+			return runGoBuild(ctx, goBuildRun{
+				dir:  filepath.Join(source, "pause"),
+				env:  []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off"},
+				args: pauseBuildArgs(out),
+				log:  filepath.Join(filepath.Dir(out), "pause-build.log"),
+				what: "pause",
+			}, p)
+		},
+	}
+}
+
+func etcdBuild(version string) versionBuild {
+	return versionBuild{
+		what: "etcd", version: version, cacheSub: "etcd", hackDir: "etcd-build",
+		binaries:      etcdCommands(),
+		estimate:      "about 2 minutes on a cold Go cache",
+		moduleVersion: etcdModuleVersion,
+		build: func(ctx context.Context, source, out string, p *progress) error {
+			if err := runGoBuild(ctx, goBuildRun{
+				dir:  filepath.Join(source, version),
+				env:  []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off"},
+				args: etcdBuildArgs(out),
+				log:  filepath.Join(filepath.Dir(out), "etcd-build-"+version+".log"),
+				what: "etcd " + version,
+			}, p); err != nil {
+				return err
+			}
+			return os.Rename(filepath.Join(out, "server"), filepath.Join(out, "etcd"))
+		},
+	}
+}
+
+// ensureKubeBinaries returns the cache directory that holds the commands
+// of Kubernetes version and pause, building them first when they are not
+// there.
+func ensureKubeBinaries(ctx context.Context, cache, source, version string, p *progress) (string, error) {
+	return ensureVersionBuild(ctx, cache, source, kubeBuild(version), p)
+}
+
+// ensureEtcdBinaries returns the cache directory that holds etcd,
+// etcdctl and etcdutl of etcd version, building them first when they are
+// not there.
+func ensureEtcdBinaries(ctx context.Context, cache, source, version string, p *progress) (string, error) {
+	return ensureVersionBuild(ctx, cache, source, etcdBuild(version), p)
+}
+
+// ensureVersionBuild returns the cache directory of b, building it first
+// when it is not there. A lock in the cache keeps two builds (two test
+// packages) from colliding: the second waits and finds the first's result.
+// source is the hack directory of the rigger repository; empty: found
+// above the working directory.
+func ensureVersionBuild(ctx context.Context, cache, source string, b versionBuild, p *progress) (string, error) {
+	name := b.what + " " + b.version
+	dir := filepath.Join(cache, b.cacheSub, b.version)
+	if complete(dir) {
 		return dir, nil
 	}
-	lock, err := lockFile(ctx, dir+".lock", func() { p.info("waiting for another build of Kubernetes %s (%s.lock)", KubernetesVersion, dir) })
+	lock, err := lockFile(ctx, dir+".lock", func() { p.info("waiting for another build of %s (%s.lock)", name, dir) })
 	if err != nil {
 		return "", err
 	}
 	defer lock.unlock()
-	if _, err := os.Stat(done); err == nil {
+	if complete(dir) {
 		return dir, nil
 	}
 
 	if source == "" {
 		source, err = findUp(func(d string) bool {
-			_, err := os.Stat(filepath.Join(d, "hack", "kube-build", "go.mod"))
+			_, err := os.Stat(filepath.Join(d, "hack", b.hackDir, b.version, "go.mod"))
 			return err == nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("the Kubernetes binaries are not in %s yet and hack/kube-build was not found to build them: run from the rigger repository or pass --kube-src: %w", dir, err)
+			return "", fmt.Errorf("%s is not in %s yet and hack/%s/%s was not found to build it: run from the rigger repository or pass --build-src: %w", name, dir, b.hackDir, b.version, err)
 		}
-		source = filepath.Join(source, "hack", "kube-build")
+		source = filepath.Join(source, "hack")
 	}
-	gomod, err := os.ReadFile(filepath.Join(source, "go.mod"))
+	source = filepath.Join(source, b.hackDir)
+	gomod, err := os.ReadFile(filepath.Join(source, b.version, "go.mod"))
 	if err != nil {
-		return "", fmt.Errorf("kube-build module: %w", err)
+		return "", fmt.Errorf("%s build module: %w", name, err)
 	}
-	if v, err := kubeModuleVersion(string(gomod)); err != nil || v != KubernetesVersion {
-		return "", fmt.Errorf("%s/go.mod pins k8s.io/kubernetes %q, this rigger wants %s: change them together", source, v, KubernetesVersion)
+	v, err := b.moduleVersion(string(gomod))
+	if err != nil {
+		return "", fmt.Errorf("%s/%s/go.mod: %w", source, b.version, err)
+	}
+	if v != b.version {
+		return "", fmt.Errorf("%s/%s/go.mod pins %s %s, not %s: its directory and its go.mod change together", source, b.version, b.what, v, b.version)
 	}
 	if _, err := exec.LookPath("go"); err != nil {
-		return "", fmt.Errorf("building the Kubernetes components needs the Go toolchain: %w", err)
+		return "", fmt.Errorf("building %s needs the Go toolchain: %w", name, err)
 	}
 
 	tmp := dir + ".tmp"
@@ -100,17 +245,18 @@ func ensureKubeBinaries(ctx context.Context, cache, source string, p *progress) 
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", err
 	}
-	p.info("building Kubernetes %s from the Go module proxy (%s): about 9 minutes on a cold Go cache, once", KubernetesVersion, source)
+	p.info("building %s from the Go module proxy (%s/%s): %s, once", name, source, b.version, b.estimate)
 	start := time.Now()
-	if err := runKubeBuild(ctx, source, tmp, p); err != nil {
-		return "", err
+	if err := b.build(ctx, source, tmp, p); err != nil {
+		return "", fmt.Errorf("build %s: %w", name, err)
 	}
-	for _, c := range append(kubeCommands(), "pause") {
-		if _, err := os.Stat(filepath.Join(tmp, c)); err != nil {
-			return "", fmt.Errorf("build Kubernetes: %s missing after the build: %w", c, err)
+	for _, c := range b.binaries {
+		if err := checkStaticBinary(filepath.Join(tmp, c)); err != nil {
+			return "", fmt.Errorf("build %s: %s: %w", name, c, err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(tmp, ".complete"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+	stamp := fmt.Sprintf("%s built %s in %s\n", name, time.Now().UTC().Format(time.RFC3339), time.Since(start).Round(time.Second))
+	if err := os.WriteFile(filepath.Join(tmp, ".complete"), []byte(stamp), 0o644); err != nil {
 		return "", err
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -119,18 +265,6 @@ func ensureKubeBinaries(ctx context.Context, cache, source string, p *progress) 
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", err
 	}
-	p.info("built Kubernetes %s in %s", KubernetesVersion, time.Since(start).Round(time.Second))
+	p.info("built %s in %s", name, time.Since(start).Round(time.Second))
 	return dir, nil
-}
-
-// runKubeBuild runs the build, reporting progress; the log goes to
-// out/../kube-build.log.
-func runKubeBuild(ctx context.Context, source, out string, p *progress) error {
-	return runGoBuild(ctx, goBuildRun{
-		dir:  source,
-		env:  []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"},
-		args: kubeBuildArgs(out, KubernetesVersion),
-		log:  filepath.Join(filepath.Dir(out), "kube-build.log"),
-		what: "Kubernetes",
-	}, p)
 }

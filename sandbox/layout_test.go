@@ -138,7 +138,7 @@ func TestMountDirName(t *testing.T) {
 func TestStateRoundTrip(t *testing.T) {
 	s := layout("demo", 7, 2)
 	s.Ready = true
-	s.SystemImages = map[string]string{"etcd": "rigger-sandbox/etcd:v3.4.23"}
+	s.SystemImages = map[string]string{"etcd": "rigger-sandbox/etcd:v3.5.16"}
 	b, err := s.marshalState()
 	if err != nil {
 		t.Fatal(err)

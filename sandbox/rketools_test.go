@@ -98,7 +98,7 @@ func TestHyperkubeHasCRIDockerdTools(t *testing.T) {
 			t.Skipf("no %s here (make prereqs installs it)", p)
 		}
 	}
-	s, err := hyperkubeSpec(context.Background(), kubeDir)
+	s, err := hyperkubeSpec(context.Background(), kubeDir, KubernetesVersion, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,15 +31,21 @@ type Options struct {
 	// example cluster runs them through cri-dockerd with the engine's
 	// images, and the import takes half a minute on two cores.
 	ContainerdImages bool
+	// KubernetesVersions are Kubernetes versions (of KubeReleases) whose
+	// hyperkube and etcd images are built (cached) and loaded besides the
+	// default release's, e.g. the targets of an upgrade test. Their images
+	// serve no key of Sandbox.SystemImages: VersionImages names them.
+	KubernetesVersions []string
 
 	// RiggerBinary is the static rigger binary put in rigger's image. Empty:
 	// build ./cmd/rigger of the rigger module found above the working
 	// directory into the cache.
 	RiggerBinary string
-	// KubeSource is the directory of the kube-build module (hack/kube-build).
-	// Empty: found above the working directory. Needed only when the
-	// Kubernetes binaries are not in the cache yet.
-	KubeSource string
+	// BuildSource is the hack directory of the rigger repository, whose
+	// kube-build/<version> and etcd-build/<version> modules build
+	// Kubernetes and etcd. Empty: found above the working directory. Needed
+	// only when a version's binaries are not in the cache yet.
+	BuildSource string
 	// CacheDir holds what is slow to make. Empty: $RIGGER_CACHE, else
 	// /var/cache/rigger.
 	CacheDir string

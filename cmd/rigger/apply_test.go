@@ -87,7 +87,7 @@ func TestCLISandbox(t *testing.T) {
 		}
 		return nil
 	})
-	if !strings.Contains(out, "Ready v1.31.4") || !strings.Contains(out, "In sync with cluster.yml") {
+	if !strings.Contains(out, "Ready "+sandbox.KubernetesVersion) || !strings.Contains(out, "In sync with cluster.yml") {
 		t.Fatalf("status after apply: exit %d\n%s%s", code, out, errOut)
 	}
 

@@ -72,15 +72,20 @@ missing (also after an Up that was killed half-way) and restarts stopped
 services; a partitioned node stays partitioned.
 
 Images: rigger's own (rigger/rigger:dev, from this rigger binary when it is
-static, else built from the repository), etcd (Debian's etcd-server), the
-Kubernetes components (built from the Go module proxy by hack/kube-build, about
-9 minutes the first time, then cached in $RIGGER_CACHE), pause, an rke-tools
+static, else built from the repository), etcd and the Kubernetes components
+(built from the Go module proxy by hack/etcd-build and hack/kube-build, about
+10 minutes the first time, then cached in $RIGGER_CACHE), pause, an rke-tools
 stand-in (cri-dockerd) and the add-on images (flannel, flannel-cni, CoreDNS,
 metrics-server; built from the Go module proxy, about 20 more minutes the
 first time, then cached) are built and put into every node's engine: a new
 node's engine starts from the engine store (the images imported once per
 machine), one that has run gets what it lacks imported.
---images=false skips them; 'rigger sandbox images' only builds them.`,
+--images=false skips them; 'rigger sandbox images' only builds them.
+
+The default Kubernetes is RKE v1.8.14's, v1.32.13 with etcd v3.5.16;
+--kubernetes v1.33.13,v1.34.4 also builds and loads those versions'
+hyperkube and etcd images (about 10 minutes each the first time), the targets
+of a minor upgrade, and prints their system_images.`,
 		Example: `  rigger sandbox up
   rigger sandbox up --nodes 5 --name big --subnet 7
   rigger sandbox up --images=false`,
@@ -93,7 +98,13 @@ machine), one that has run gets what it lacks imported.
 			if err != nil {
 				return err
 			}
-			return printSandbox(cmd.OutOrStdout(), s)
+			if err := printSandbox(cmd.OutOrStdout(), s); err != nil {
+				return err
+			}
+			if !opts.Images {
+				return nil
+			}
+			return printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions)
 		},
 	}
 	addSandboxNameFlag(cmd, &opts.Name)
@@ -102,7 +113,7 @@ machine), one that has run gets what it lacks imported.
 	cmd.Flags().BoolVar(&opts.Images, "images", true, "build (cached) and load the cluster images into every node")
 	cmd.Flags().BoolVar(&opts.ContainerdImages, "containerd-images", false, "also import the add-ons' pod images into every node's containerd, for a kubelet without cri-dockerd (enable_cri_dockerd: false)")
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
-	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
+	addSandboxBuildFlags(cmd, &opts)
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
 	return cmd
 }
@@ -117,7 +128,14 @@ into the nodes: the programs built from the Go module proxy and the image
 archives, and as root the engine store that new nodes' engines start from (the
 images imported once by an engine of its own). It makes no nodes: run it
 before tests that start sandboxes, so that a cold cache is filled outside
-their time limits. It prints the system_images block.`,
+their time limits. It prints the system_images block.
+
+--kubernetes also builds the hyperkube and etcd images of other Kubernetes
+versions than the default (v1.32.13 with etcd v3.5.16): v1.33.13 (etcd
+v3.5.35) and v1.34.4 (etcd v3.6.16), the upgrade path past RKE, one minor at
+a time. It prints the two system_images entries that run each.`,
+		Example: `  rigger sandbox images
+  rigger sandbox images --kubernetes v1.33.13,v1.34.4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.RiggerBinary == "" {
@@ -127,13 +145,53 @@ their time limits. It prints the system_images block.`,
 			if err != nil {
 				return err
 			}
-			return printSystemImages(cmd.OutOrStdout(), imgs)
+			if err := printSystemImages(cmd.OutOrStdout(), imgs); err != nil {
+				return err
+			}
+			return printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions)
 		},
 	}
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
-	cmd.Flags().StringVar(&opts.KubeSource, "kube-src", "", "the hack/kube-build directory (default: found above the working directory; needed only on a cold cache)")
+	addSandboxBuildFlags(cmd, &opts)
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "where built binaries and image archives are kept (default $RIGGER_CACHE or /var/cache/rigger)")
 	return cmd
+}
+
+// addSandboxBuildFlags adds the flags of what the image build builds and
+// where from.
+func addSandboxBuildFlags(cmd *cobra.Command, opts *sandbox.Options) {
+	var others []string
+	for _, r := range sandbox.KubeReleases() {
+		if r.Kubernetes != sandbox.KubernetesVersion {
+			others = append(others, r.Kubernetes+" (etcd "+r.Etcd+")")
+		}
+	}
+	cmd.Flags().StringSliceVar(&opts.KubernetesVersions, "kubernetes", nil,
+		fmt.Sprintf("also build the hyperkube and etcd images of these Kubernetes versions, besides the default %s (etcd %s): %s",
+			sandbox.KubernetesVersion, sandbox.EtcdVersion, strings.Join(others, ", ")))
+	cmd.Flags().StringVar(&opts.BuildSource, "build-src", "", "the hack directory of the rigger repository, with kube-build/<version> and etcd-build/<version> (default: found above the working directory; needed only on a cold cache)")
+}
+
+// printVersionImages writes, for each Kubernetes version asked for besides
+// the default, the system_images entries that run it.
+func printVersionImages(w io.Writer, versions []string) error {
+	seen := map[string]bool{sandbox.KubernetesVersion: true}
+	for _, v := range versions {
+		imgs, err := sandbox.VersionImages(v)
+		if err != nil {
+			return err
+		}
+		r, _ := sandbox.Release(v)
+		if seen[r.Kubernetes] {
+			continue
+		}
+		seen[r.Kubernetes] = true
+		fmt.Fprintf(w, "\n# Kubernetes %s: the same, with these system_images\n", r.Kubernetes)
+		for _, k := range []string{"etcd", "kubernetes"} {
+			fmt.Fprintf(w, "#   %s: %s\n", k, imgs[k])
+		}
+	}
+	return nil
 }
 
 // staticSelf is this rigger binary when it can go into rigger's image as

@@ -41,7 +41,7 @@ func TestPrintSandbox(t *testing.T) {
 		Nodes:          []sandbox.Node{{Name: "node1", Hostname: "demo-node1", Address: "10.231.0.11", User: "root", Port: 22}},
 		KeyPath:        "/k/id_ed25519",
 		KnownHostsPath: "/k/known_hosts",
-		SystemImages:   map[string]string{"kubernetes": "rigger-sandbox/hyperkube:v1.31.4", "etcd": "rigger-sandbox/etcd:v3.4.23"},
+		SystemImages:   map[string]string{"kubernetes": "rigger-sandbox/hyperkube:v1.32.13", "etcd": "rigger-sandbox/etcd:v3.5.16"},
 	}
 	var b bytes.Buffer
 	if err := printSandbox(&b, s); err != nil {
@@ -56,10 +56,44 @@ Try:          ssh -i /k/id_ed25519 -o UserKnownHostsFile=/k/known_hosts root@10.
 
 # cluster.yml: use the images loaded in the nodes
 system_images:
-  etcd: rigger-sandbox/etcd:v3.4.23
-  kubernetes: rigger-sandbox/hyperkube:v1.31.4
+  etcd: rigger-sandbox/etcd:v3.5.16
+  kubernetes: rigger-sandbox/hyperkube:v1.32.13
 `
 	if b.String() != want {
 		t.Errorf("printSandbox:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func TestPrintVersionImages(t *testing.T) {
+	var b bytes.Buffer
+	if err := printVersionImages(&b, []string{"v1.34.4", sandbox.KubernetesVersion, "v1.33.13", "v1.34.4-rancher1-1"}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# Kubernetes v1.34.4: the same, with these system_images
+#   etcd: rigger-sandbox/etcd:v3.6.16
+#   kubernetes: rigger-sandbox/hyperkube:v1.34.4
+
+# Kubernetes v1.33.13: the same, with these system_images
+#   etcd: rigger-sandbox/etcd:v3.5.35
+#   kubernetes: rigger-sandbox/hyperkube:v1.33.13
+`
+	if b.String() != want {
+		t.Errorf("printVersionImages:\n%s\nwant:\n%s", b.String(), want)
+	}
+	if err := printVersionImages(&b, []string{"v1.20.0"}); err == nil {
+		t.Error("printVersionImages of a version the sandbox does not build: want an error")
+	}
+}
+
+func TestSandboxImagesFlags(t *testing.T) {
+	out, _, code := run(t, "sandbox", "images", "--help")
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, want := range []string{"--kubernetes", "v1.33.13 (etcd v3.5.35)", "v1.34.4 (etcd v3.6.16)", "--build-src"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rigger sandbox images --help lacks %q:\n%s", want, out)
+		}
 	}
 }

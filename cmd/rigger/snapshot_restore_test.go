@@ -29,7 +29,7 @@ func TestSnapshotRestoreRefusesBadNamesBeforeConnecting(t *testing.T) {
 
 func TestRenderRestore(t *testing.T) {
 	sc := &etcdsnap.Sidecar{Name: "snap1", Node: "10.0.0.1", TakenAt: time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC),
-		Size: 2048, Revision: 77, TotalKeys: 12, EtcdVersion: "3.4.23"}
+		Size: 2048, Revision: 77, TotalKeys: 12, EtcdVersion: "3.5.16"}
 	chk := &etcdsnap.RestoreCheck{Sidecar: sc, ControlPlane: []string{"10.0.0.1"},
 		Members: []etcdsnap.RestoreMember{{Node: "10.0.0.1"}, {Node: "10.0.0.2"}}}
 	var b bytes.Buffer
@@ -38,7 +38,7 @@ func TestRenderRestore(t *testing.T) {
 		MovedAside: map[string]string{"10.0.0.2": "/var/lib/etcd/member.before-restore-20261122T020000Z"}}, 1500*time.Millisecond)
 	out := b.String()
 	for _, want := range []string{
-		"Snapshot snap1: taken 2026-11-22 01:30:00 on 10.0.0.1, 2048 bytes, revision 77, 12 keys, etcd 3.4.23; verified on 2 etcd node(s).",
+		"Snapshot snap1: taken 2026-11-22 01:30:00 on 10.0.0.1, 2048 bytes, revision 77, 12 keys, etcd 3.5.16; verified on 2 etcd node(s).",
 		"stops kube-apiserver on 10.0.0.1 and etcd on 10.0.0.1, 10.0.0.2,",
 		"Snapshot snap1 restored in 1.5s on 2 etcd member(s)",
 		"  10.0.0.2: /var/lib/etcd/member.before-restore-20261122T020000Z\n",

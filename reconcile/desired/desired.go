@@ -195,8 +195,8 @@ func Build(c *spec.Cluster) (*Cluster, error) {
 // image's tag wins over kubernetes_version (rkemeta.ServiceOptionsFor). So
 // a cluster.yml with kubernetes_version v1.31.5-rancher1-1 and an image
 // tagged v1.32.3-rancher1 runs 1.32's flags, and the sandbox's
-// rigger-sandbox/hyperkube:v1.31.4 runs 1.31's. Past RKE's table (1.33 and
-// later) the options are rigger's (riggermeta.ServiceOptionsFor).
+// rigger-sandbox/hyperkube:v1.32.13 runs 1.32's. Past RKE's table (1.33
+// and later) the options are rigger's (riggermeta.ServiceOptionsFor).
 type release struct {
 	// series is where the options were found: v1.31, or a whole version.
 	series string

@@ -602,10 +602,10 @@ func TestReleaseFollowsImage(t *testing.T) {
 			}
 		})
 	}
-	// The sandbox runs images tagged v1.31.4 built locally: 1.31's flags.
+	// The sandbox runs images tagged v1.32.13 built locally: 1.32's flags.
 	r, err := runRelease(load(t, "sandbox"))
-	if err != nil || r.series != "v1.31" || r.minor != 31 {
-		t.Errorf("sandbox runs %+v, %v; want v1.31", r.series, err)
+	if err != nil || r.series != "v1.32" || r.minor != 32 {
+		t.Errorf("sandbox runs %+v, %v; want v1.32", r.series, err)
 	}
 }
 

@@ -142,7 +142,7 @@ func validSidecar() *Sidecar {
 		Format: SidecarFormat, Name: "rigger-prod-20261122T013000Z-node1", Kind: KindManual,
 		Node: "10.0.0.1", Hostname: "node1", TakenAt: at, Size: 2 << 20,
 		SHA256:   strings.Repeat("ab", 32),
-		Revision: 1234, Hash: 42, TotalKeys: 900, EtcdVersion: "3.4.23", EtcdImage: "rancher/mirrored-coreos-etcd:v3.5.16",
+		Revision: 1234, Hash: 42, TotalKeys: 900, EtcdVersion: "3.5.16", EtcdImage: "rancher/mirrored-coreos-etcd:v3.5.16",
 		PKIFingerprint: strings.Repeat("0f", 32),
 		Cluster: ClusterState{ClusterName: "prod", KubernetesVersion: "v1.31.4", Nodes: []NodeState{
 			{Address: "10.0.0.1", Hostname: "node1", Roles: []string{"etcd", "controlplane", "worker"}},

@@ -1,6 +1,6 @@
 // Package apiservertest gives tests a real Kubernetes API server on
-// 127.0.0.1: Debian's etcd and the kube-apiserver that rigger's sandbox
-// builds into its cache ($RIGGER_CACHE/kube/<version>, default
+// 127.0.0.1: the etcd and the kube-apiserver that rigger's sandbox builds
+// into its cache ($RIGGER_CACHE/etcd/<version> and kube/<version>, default
 // /var/cache/rigger), and, when asked, kube-controller-manager and
 // kube-scheduler. There are no nodes.
 //
@@ -89,7 +89,7 @@ type Server struct {
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	if !Enabled() {
-		t.Skipf("real API server test: run with %s=1 (as `make test` does); it needs etcd (make prereqs) and the Kubernetes binaries that `rigger sandbox up` builds", EnvVar)
+		t.Skipf("real API server test: run with %s=1 (as `make test` does); it needs the etcd and Kubernetes binaries that `rigger sandbox up` builds", EnvVar)
 	}
 	bins, err := binaries(t)
 	if err != nil {
@@ -178,31 +178,34 @@ func Start(t testing.TB, opts Options) *Server {
 	return s
 }
 
-// binaries finds etcd and the Kubernetes commands, waiting for a build of
-// the latter that another test package is running.
+// binaries finds etcd and the Kubernetes commands of the sandbox's
+// default release in the cache, waiting for a build that another test
+// package is running.
 func binaries(t testing.TB) (map[string]string, error) {
-	bins := map[string]string{}
-	etcd, err := exec.LookPath("etcd")
-	if err != nil {
-		return nil, fmt.Errorf("etcd not found (Debian's etcd-server: run `make prereqs` or `bash hack/install-prereqs.sh`): %w", err)
-	}
-	bins["etcd"] = etcd
 	cache := os.Getenv("RIGGER_CACHE")
 	if cache == "" {
 		cache = "/var/cache/rigger"
 	}
-	dir := filepath.Join(cache, "kube", sandbox.KubernetesVersion)
-	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
-		if waitForBuild(t, dir) != nil {
-			return nil, fmt.Errorf("the Kubernetes %s binaries are not in %s: `rigger sandbox up` (or `make sandbox`) builds them, about 9 minutes once", sandbox.KubernetesVersion, dir)
+	bins := map[string]string{}
+	for _, b := range []struct {
+		what, dir string
+		cmds      []string
+	}{
+		{"etcd " + sandbox.EtcdVersion, filepath.Join(cache, "etcd", sandbox.EtcdVersion), []string{"etcd"}},
+		{"Kubernetes " + sandbox.KubernetesVersion, filepath.Join(cache, "kube", sandbox.KubernetesVersion), []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}},
+	} {
+		if _, err := os.Stat(filepath.Join(b.dir, ".complete")); err != nil {
+			if waitForBuild(t, b.dir) != nil {
+				return nil, fmt.Errorf("the %s binaries are not in %s: `rigger sandbox images` (or `make sandbox`) builds them, once", b.what, b.dir)
+			}
 		}
-	}
-	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		p := filepath.Join(dir, c)
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%s is missing: %w", p, err)
+		for _, c := range b.cmds {
+			p := filepath.Join(b.dir, c)
+			if _, err := os.Stat(p); err != nil {
+				return nil, fmt.Errorf("%s is missing: %w", p, err)
+			}
+			bins[c] = p
 		}
-		bins[c] = p
 	}
 	return bins, nil
 }
