@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -92,4 +93,13 @@ func releasesToBuild(asked []string) ([]KubeRelease, error) {
 		}
 	}
 	return out, nil
+}
+
+// KubeBinaries returns the cache directory (opts.CacheDir, else
+// $RIGGER_CACHE, else /var/cache/rigger) that holds the Kubernetes
+// binaries of version k, and whether they were built there: `rigger
+// sandbox images` builds the default's, --kubernetes the others'.
+func KubeBinaries(opts Options, k string) (dir string, built bool) {
+	dir = filepath.Join(opts.cacheDir(), kubeBuild(k).cacheSub, k)
+	return dir, complete(dir)
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/spec/riggermeta"
 	"github.com/rigger/rigger/spec/rkemeta"
@@ -29,7 +31,8 @@ const EnvKubeBinDirs = "RIGGER_KUBE_BIN_DIRS"
 var helpFlag = regexp.MustCompile(`(?m)^\s+(?:-[a-zA-Z], )?--([a-z0-9][a-z0-9-]*)`)
 
 // TestFlagsAgainstBinaries renders a cluster's desired containers at the
-// version of each directory of RIGGER_KUBE_BIN_DIRS and checks every flag
+// version of each directory of RIGGER_KUBE_BIN_DIRS (with RIGGER_E2E and
+// without it: every version the sandbox built) and checks every flag
 // rigger would pass to each component against that version's binary: the
 // flag must be listed by `<binary> --help`. A flag the help does not list
 // is tried on the binary itself (`--flag=value --version`): one it accepts
@@ -37,6 +40,19 @@ var helpFlag = regexp.MustCompile(`(?m)^\s+(?:-[a-zA-Z], )?--([a-z0-9][a-z0-9-]*
 // starts with it; one it refuses fails the test.
 func TestFlagsAgainstBinaries(t *testing.T) {
 	dirs := filepath.SplitList(os.Getenv(EnvKubeBinDirs))
+	if len(dirs) == 0 && sandboxtest.Enabled() {
+		// The sandbox's builds: the default's always (make test builds it
+		// first), the others' once built (make test-long).
+		for _, r := range sandbox.KubeReleases() {
+			dir, built := sandbox.KubeBinaries(sandbox.Options{}, r.Kubernetes)
+			switch {
+			case built:
+				dirs = append(dirs, dir)
+			case r.Kubernetes == sandbox.KubernetesVersion:
+				t.Fatalf("the sandbox's Kubernetes %s is not built in %s: run `rigger sandbox images` (make test does)", r.Kubernetes, dir)
+			}
+		}
+	}
 	if len(dirs) == 0 {
 		t.Skipf("%s is not set: no Kubernetes binaries to check rigger's flags against", EnvKubeBinDirs)
 	}
