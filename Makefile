@@ -79,22 +79,38 @@ fmtcheck: ## fail when gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: prereqs fmtcheck build ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
+test: prereqs fmtcheck build rke-render ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
 	@# proxy, about 30 minutes on 2 cores), outside the tests' time limits.
 	$(BIN) sandbox images >/dev/null
-	@# RKE v1.8.14's modules, for the tests that run RKE's own code to compare rigger with
-	@# it (hack/rke-render): without them in the module cache those tests skip. Built once
-	@# here for the six packages that run it (RIGGER_RKE_RENDER), not once by each.
-	cd hack/rke-render && $(GO) mod download && GOFLAGS=-mod=readonly $(GO) build -ldflags='$(TESTLDFLAGS)' -o $(CURDIR)/bin/rke-render .
 	@# go test vets each package it tests with every go vet check (-vet=all), from the same
 	@# -race builds it tests: `make lint`'s go vet would build the module once more. The
 	@# packages without tests are vetted here, first. TESTLDFLAGS says how the test binaries
 	@# are linked.
 	$(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
 	RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
+
+# The Kubernetes versions past the sandbox's default that `make test-long`
+# upgrades to, one minor at a time.
+UPGRADE_VERSIONS = v1.33.13,v1.34.4
+
+# RKE v1.8.14's modules, for the tests that run RKE's own code to compare rigger with
+# it (hack/rke-render): without them in the module cache those tests skip. Built once
+# for the packages that run it (RIGGER_RKE_RENDER), not once by each.
+.PHONY: rke-render
+rke-render:
+	cd hack/rke-render && $(GO) mod download && GOFLAGS=-mod=readonly $(GO) build -ldflags='$(TESTLDFLAGS)' -o $(CURDIR)/bin/rke-render .
+
+.PHONY: test-long
+test-long: prereqs build rke-render ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load, an adopted RKE cluster upgraded
+	@# The other Kubernetes versions (about 10 minutes each on a cold cache), outside the tests' time limits.
+	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) >/dev/null
+	RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 1 -timeout 60m \
+	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestAdoptSandbox)$$' -v ./reconcile/desired ./reconcile ./reconcile/rkestate; rc=$$?; \
+	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test27 || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
 # How many cold converges `make test-cold` makes in a row (.ci/run makes fewer).
 COLD_RUNS ?= 10

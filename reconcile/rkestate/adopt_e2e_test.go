@@ -103,9 +103,14 @@ func kubeClient(t *testing.T, set *pki.Set, server string, timeout time.Duration
 // RKE's, the etcd members are the same (IDs), a Secret and a ConfigMap made
 // under RKE are there, RKE's secrets encryption key goes on encrypting
 // them, the Nodes are Ready, every component is rigger's, and
-// the next plan is empty.
+// the next plan is empty. Under make test-long, the adopted cluster is then
+// upgraded one minor version.
 func TestAdoptSandbox(t *testing.T) {
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: 27, Nodes: 3, Images: true})
+	opts := sandbox.Options{Subnet: 27, Nodes: 3, Images: true}
+	if sandboxtest.Long() {
+		opts.KubernetesVersions = []string{adoptUpgrade} // the upgrade after the takeover
+	}
+	s := sandboxtest.Start(t, opts)
 	ctx, cancel := rt.UntilTestDeadline(t)
 	defer cancel()
 	bin := rkerender.Binary(t)
@@ -524,7 +529,46 @@ func TestAdoptSandbox(t *testing.T) {
 		}
 		a.InSync(ctx, t, c)
 	})
+
+	t.Run("upgraded one minor version after the takeover", func(t *testing.T) {
+		sandboxtest.SkipUnlessLong(t)
+		images, err := sandbox.VersionImages(adoptUpgrade)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := rt.Load(t, yml)
+		up.SystemImages.Kubernetes, up.SystemImages.Etcd = images["kubernetes"], images["etcd"]
+		pl := a.Apply(ctx, t, up)
+		if u := pl.Plan.Upgrade; u == nil || u.To != adoptUpgrade {
+			t.Errorf("the plan's upgrade: %+v, want one to %s", u, adoptUpgrade)
+		}
+		rt.Eventually(ctx, t, 5*time.Minute, "every Node Ready on "+adoptUpgrade, func(ctx context.Context) (bool, error) {
+			nodes, err := k.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, n := range nodes.Items {
+				if observe.Ready(&n) != string(corev1.ConditionTrue) || n.Status.NodeInfo.KubeletVersion != adoptUpgrade {
+					return false, fmt.Errorf("node %s: Ready %s, kubelet %s", n.Name, observe.Ready(&n), n.Status.NodeInfo.KubeletVersion)
+				}
+			}
+			return len(nodes.Items) == 3, nil
+		})
+		// What was made under RKE is still there, the Secret still read
+		// with RKE's key.
+		if _, err := k.CoreV1().Secrets("default").Get(ctx, "adopt-marker", metav1.GetOptions{}); err != nil {
+			t.Errorf("the Secret made under RKE after the upgrade: %v", err)
+		}
+		if after := memberIDs(a.Plan(ctx, t, up).Observed); !slices.Equal(after, membersBefore) {
+			t.Errorf("etcd member IDs %v after the upgrade, %v before", after, membersBefore)
+		}
+		a.InSync(ctx, t, up)
+	})
 }
+
+// adoptUpgrade is the Kubernetes version TestAdoptSandbox upgrades the
+// adopted cluster to: the next minor version after the sandbox's default.
+const adoptUpgrade = "v1.33.13"
 
 func memberIDs(o *observe.Cluster) []string {
 	if o.Etcd == nil {
