@@ -132,6 +132,8 @@ chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, g
 
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
+	@# BenchmarkUpgrade upgrades to the next minor version: its images, outside the benchmarks' time.
+	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) >/dev/null
 	RIGGER_E2E=1 $(GO) test -run '^$$' -bench . -benchmem ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 .PHONY: demo

@@ -46,3 +46,29 @@ func BenchmarkSandbox(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkUpgrade is the time a Kubernetes minor upgrade (v1.32.13 to
+// v1.33.13, etcd 3.5.16 to 3.5.35) of three sandbox nodes with every role
+// takes, by upgrade and by node: a snapshot, etcd, the API servers, the
+// controller managers and schedulers, each node drained and its kubelet
+// and kube-proxy upgraded. One upgrade is one iteration; it takes minutes,
+// so the benchmark runs it once.
+func BenchmarkUpgrade(b *testing.B) {
+	const to = "v1.33.13"
+	s := sandboxtest.Start(b, sandbox.Options{Subnet: 38, Images: true, KubernetesVersions: []string{to}})
+	ctx := context.Background()
+	a := rt.New(b)
+	a.Apply(ctx, b, rt.ClusterAt(b, s, rt.Roles(3), sandbox.KubernetesVersion))
+	up := rt.ClusterAt(b, s, rt.Roles(3), to)
+	for b.Loop() {
+		if pl := a.Apply(ctx, b, up); pl.Plan.Upgrade == nil {
+			b.Fatalf("not an upgrade: %v", rt.StepLines(pl.Plan))
+		}
+	}
+	if b.N != 1 {
+		b.Fatalf("%d iterations: an upgrade is measured once (a second apply changes nothing)", b.N)
+	}
+	per := b.Elapsed().Seconds()
+	b.ReportMetric(per, "s/upgrade")
+	b.ReportMetric(per/float64(len(s.Nodes)), "s/node")
+}

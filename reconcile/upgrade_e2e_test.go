@@ -69,15 +69,7 @@ func TestUpgradeSandbox(t *testing.T) {
 	// the upgrade to 3.6 (docs/versions.md).
 	roles := rt.Roles(4, 3)
 	roles[2] = []string{spec.RoleControlPlane, spec.RoleWorker}
-	at := func(k string, changes ...func(*spec.Cluster)) *spec.Cluster {
-		images, err := sandbox.VersionImages(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rt.Cluster(t, s, roles, append([]func(*spec.Cluster){func(c *spec.Cluster) {
-			c.SystemImages.Kubernetes, c.SystemImages.Etcd = images["kubernetes"], images["etcd"]
-		}}, changes...)...)
-	}
+	at := func(k string) *spec.Cluster { return rt.ClusterAt(t, s, roles, k) }
 	c := at(sandbox.KubernetesVersion)
 	a.Apply(ctx, t, c)
 	roles[2] = append(roles[2], spec.RoleEtcd)

@@ -69,6 +69,21 @@ func Cluster(t testing.TB, s *sandbox.Sandbox, roles map[int][]string, changes .
 	return c
 }
 
+// ClusterAt is Cluster running Kubernetes version k on the sandbox's
+// images of it (sandbox.VersionImages: its hyperkube and etcd), which
+// sandbox.Options.KubernetesVersions must have built unless k is the
+// default.
+func ClusterAt(t testing.TB, s *sandbox.Sandbox, roles map[int][]string, k string, changes ...func(*spec.Cluster)) *spec.Cluster {
+	t.Helper()
+	images, err := sandbox.VersionImages(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Cluster(t, s, roles, append([]func(*spec.Cluster){func(c *spec.Cluster) {
+		c.SystemImages.Kubernetes, c.SystemImages.Etcd = images["kubernetes"], images["etcd"]
+	}}, changes...)...)
+}
+
 // NetworkOnly turns off the add-ons but the network plugin
 // (sandboxtest.NetworkOnly), for tests of the engine.
 func NetworkOnly(c *spec.Cluster) {
