@@ -61,27 +61,36 @@ func Roles(n int, workers ...int) map[int][]string {
 // then changed by each change.
 func Cluster(t testing.TB, s *sandbox.Sandbox, roles map[int][]string, changes ...func(*spec.Cluster)) *spec.Cluster {
 	t.Helper()
-	c := Load(t, sandboxtest.ClusterYML(t, s, roles))
-	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
-	for _, change := range changes {
-		change(c)
-	}
-	return c
+	return ClusterAt(t, s, roles, sandbox.KubernetesVersion, changes...)
 }
 
 // ClusterAt is Cluster running Kubernetes version k on the sandbox's
-// images of it (sandbox.VersionImages: its hyperkube and etcd), which
-// sandbox.Options.KubernetesVersions must have built unless k is the
-// default.
+// images of it (sandbox.VersionImages: its hyperkube and etcd, in the
+// system_images of the cluster.yml loaded, so that every service takes
+// them), which sandbox.Options.KubernetesVersions must have built unless k
+// is the default.
 func ClusterAt(t testing.TB, s *sandbox.Sandbox, roles map[int][]string, k string, changes ...func(*spec.Cluster)) *spec.Cluster {
 	t.Helper()
 	images, err := sandbox.VersionImages(k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Cluster(t, s, roles, append([]func(*spec.Cluster){func(c *spec.Cluster) {
-		c.SystemImages.Kubernetes, c.SystemImages.Etcd = images["kubernetes"], images["etcd"]
-	}}, changes...)...)
+	yml := sandboxtest.ClusterYML(t, s, roles)
+	for old, new := range map[string]string{
+		sandbox.HyperkubeRef(sandbox.KubernetesVersion): images["kubernetes"],
+		sandbox.EtcdRef(sandbox.EtcdVersion):            images["etcd"],
+	} {
+		if !strings.Contains(yml, old) {
+			t.Fatalf("the sandbox's cluster.yml names no %s:\n%s", old, yml)
+		}
+		yml = strings.ReplaceAll(yml, old, new)
+	}
+	c := Load(t, yml)
+	c.Rigger.SSH.ConnectTimeout = spec.Duration(3 * time.Second)
+	for _, change := range changes {
+		change(c)
+	}
+	return c
 }
 
 // NetworkOnly turns off the add-ons but the network plugin

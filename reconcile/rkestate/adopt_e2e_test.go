@@ -536,8 +536,12 @@ func TestAdoptSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		up := rt.Load(t, yml)
-		up.SystemImages.Kubernetes, up.SystemImages.Etcd = images["kubernetes"], images["etcd"]
+		upYML := strings.ReplaceAll(strings.ReplaceAll(yml, sandbox.HyperkubeRef(sandbox.KubernetesVersion), images["kubernetes"]),
+			sandbox.EtcdRef(sandbox.EtcdVersion), images["etcd"])
+		up := rt.Load(t, upYML)
+		if up.Services.KubeAPI.Image != images["kubernetes"] || up.Services.Etcd.Image != images["etcd"] {
+			t.Fatalf("the cluster.yml of the upgrade runs %s and %s, want %v", up.Services.KubeAPI.Image, up.Services.Etcd.Image, images)
+		}
 		pl := a.Apply(ctx, t, up)
 		if u := pl.Plan.Upgrade; u == nil || u.To != adoptUpgrade {
 			t.Errorf("the plan's upgrade: %+v, want one to %s", u, adoptUpgrade)
