@@ -2,8 +2,8 @@ package reconcile_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -355,16 +355,19 @@ func (r loadReport) check(t *testing.T, service bool) {
 // admin's client configuration, pointed at the worker's load balancer.
 func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address string) *load {
 	t.Helper()
+	// A connection per request, as the kubelets' and kube-proxies' new
+	// connections after a restart: the load balancer picks an API server
+	// that answers for each. (A kept connection to an API server that
+	// went away waits for the client's own health check.)
 	cfg = rest.CopyConfig(cfg)
-	cfg.Host = "https://" + net.JoinHostPort(address, "6443")
 	cfg.TLSClientConfig.ServerName = "kubernetes" // in the API servers' certificate
-	cfg.Timeout = 2 * time.Second
-	cfg.QPS, cfg.Burst = 100, 100
-	api, err := kubernetes.NewForConfig(cfg)
+	tlsCfg, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{}}}
+	apic := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsCfg}}
+	apiURL := "https://" + net.JoinHostPort(address, "6443") + "/api/v1/namespaces/upgrade-load"
+	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := fmt.Sprintf("http://%s/index.html", net.JoinHostPort(address, fmt.Sprint(upgradeNodePort)))
 	ctx, cancel := context.WithCancel(ctx)
 	l := &load{cancel: cancel, began: time.Now(), lastAPI: time.Now()}
@@ -385,16 +388,9 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 		}()
 	}
 	every(func(ctx context.Context) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := httpc.Do(req)
+		err := get(ctx, httpc, url)
 		if ctx.Err() != nil {
 			return
-		}
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("HTTP %s", resp.Status)
-			}
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -407,7 +403,7 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 		}
 	})
 	every(func(ctx context.Context) {
-		_, err := api.CoreV1().Namespaces().Get(ctx, "upgrade-load", metav1.GetOptions{})
+		err := get(ctx, apic, apiURL)
 		if ctx.Err() != nil {
 			return
 		}
@@ -424,6 +420,26 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 	})
 	t.Cleanup(func() { cancel(); l.wg.Wait() })
 	return l
+}
+
+// get GETs url with c; an answer other than 200 is an error.
+func get(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return nil
 }
 
 // stop stops the clients and reports what they counted.
