@@ -280,6 +280,12 @@ func hyperkubeSpec(ctx context.Context, kubeDir, version string, extra bool) (im
 	for _, c := range kubeCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(kubeDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
 	}
+	// The user and group databases every distribution's image has: from
+	// 1.33 on the kubelet reads /etc/passwd for its user namespaces'
+	// mappings (the user kubelet), and fails to start without the file.
+	spec.files = append(spec.files,
+		imageFile{dst: "/etc/passwd", content: "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", mode: 0o644},
+		imageFile{dst: "/etc/group", content: "root:x:0:\nnogroup:x:65534:\n", mode: 0o644})
 	files, links, err := iptablesFiles(ctx)
 	if err != nil {
 		return imageSpec{}, fmt.Errorf("hyperkube image: %w", err)
