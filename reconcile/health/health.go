@@ -142,17 +142,41 @@ func (c *Checker) kubeProxySynced(ctx context.Context, node string) error {
 		}
 		return err
 	}
-	for line := range strings.Lines(string(body)) {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), kubeProxySyncMetric+" ")
+	if synced(string(body)) {
+		return nil
+	}
+	return fmt.Errorf("kube-proxy has not programmed the Services' rules yet (%s is 0 or missing)", kubeProxySyncMetric)
+}
+
+// synced reports whether the metrics text has kubeProxySyncMetric, and
+// every sample of it (one per IP family from Kubernetes 1.33 on:
+// `{ip_family="IPv4"}`) is after the epoch.
+func synced(metrics string) bool {
+	samples := 0
+	for line := range strings.Lines(metrics) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), kubeProxySyncMetric)
 		if !ok {
 			continue
 		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
-			return nil
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			_, rest, ok = strings.Cut(rest, "}")
+		case !strings.HasPrefix(rest, " "):
+			ok = false // another metric whose name begins alike
 		}
-		break
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return false
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err != nil || v <= 0 {
+			return false
+		}
+		samples++
 	}
-	return fmt.Errorf("kube-proxy has not programmed the Services' rules yet (%s is 0 or missing)", kubeProxySyncMetric)
+	return samples > 0
 }
 
 // refused reports whether err is a dial that nothing answered.

@@ -160,3 +160,25 @@ func TestWaitTimesOut(t *testing.T) {
 		t.Errorf("%d failed probes logged, want each:\n%s", lines, logged.String())
 	}
 }
+
+// TestKubeProxySynced reads kube-proxy's sync metric as 1.32 and earlier
+// write it and as 1.33 and later do (a sample per IP family).
+func TestKubeProxySynced(t *testing.T) {
+	const m = kubeProxySyncMetric
+	for _, tc := range []struct {
+		metrics string
+		want    bool
+	}{
+		{"# TYPE " + m + " gauge\n" + m + " 1.7643312e+09\n", true},
+		{m + " 0\n", false},
+		{"", false},
+		{m + `{ip_family="IPv4"} 1.7643312e+09` + "\n" + m + `{ip_family="IPv6"} 1.7643312e+09` + "\n", true},
+		{m + `{ip_family="IPv4"} 1.7643312e+09` + "\n" + m + `{ip_family="IPv6"} 0` + "\n", false},
+		{m + "_count 3\n", false},
+		{m + "{broken 5\n", false},
+	} {
+		if got := synced(tc.metrics); got != tc.want {
+			t.Errorf("synced(%q) = %v, want %v", tc.metrics, got, tc.want)
+		}
+	}
+}
