@@ -22,7 +22,7 @@
 //	3. execute   applyOnce (apply.go): under the cluster's Lock and Lease,
 //	             the state directory written first (PKI, rotation record,
 //	             key), execute.Run with the Kubernetes side (kubenode.Side)
-//	             and a snapshot before etcd changes injected as funcs, then
+//	             and a snapshot (before an upgrade or etcd changes) injected as funcs, then
 //	             the end of the plan's stage (certrotate.Plan.Finish,
 //	             secretsenc.Plan.EndStage), which records the next one.
 //
