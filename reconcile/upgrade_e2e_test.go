@@ -69,7 +69,10 @@ func TestUpgradeSandbox(t *testing.T) {
 	// the upgrade to 3.6 (docs/versions.md).
 	roles := rt.Roles(4, 3)
 	roles[2] = []string{spec.RoleControlPlane, spec.RoleWorker}
-	at := func(k string) *spec.Cluster { return rt.ClusterAt(t, s, roles, k) }
+	// The drains of the kubelets' upgrades evict pods with emptyDir
+	// volumes too: metrics-server has one (docs/operations.md).
+	emptyDirs := func(c *spec.Cluster) { c.UpgradeStrategy.DrainInput.DeleteLocalData = true }
+	at := func(k string) *spec.Cluster { return rt.ClusterAt(t, s, roles, k, emptyDirs) }
 	c := at(sandbox.KubernetesVersion)
 	a.Apply(ctx, t, c)
 	roles[2] = append(roles[2], spec.RoleEtcd)
