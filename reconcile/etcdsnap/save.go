@@ -299,8 +299,9 @@ func (cl *Cluster) refuseExisting(ctx context.Context, members []etcdNode, name 
 }
 
 // takeSnapshot runs etcdctl on the member's node from the etcd image:
-// endpoint status (the server's version), snapshot save and snapshot
-// status; then sha256sum from the helper image, and writes the sidecar.
+// endpoint status (the server's version) and snapshot save; then the
+// image's offline tool (offlineTool: etcdutl from 3.6 on) for snapshot
+// status, sha256sum from the helper image, and writes the sidecar.
 func (cl *Cluster) takeSnapshot(ctx context.Context, m etcdNode, name, kind string, now time.Time) (*Sidecar, error) {
 	node := m.node.Address
 	e, err := cl.Engine(ctx, node)
@@ -308,11 +309,12 @@ func (cl *Cluster) takeSnapshot(ctx context.Context, m etcdNode, name, kind stri
 		return nil, err
 	}
 	file := path.Join(Dir, name)
-	etcdctl := func(args ...string) ([]byte, error) {
-		return dockerop.RunOutput(ctx, e, node, m.etcd.Image, append([]string{"etcdctl"}, args...), dockerop.RunOptions{
+	run := func(tool string, args ...string) ([]byte, error) {
+		return dockerop.RunOutput(ctx, e, node, m.etcd.Image, append([]string{tool}, args...), dockerop.RunOptions{
 			Binds: snapshotBinds, Env: etcdctlEnv(m.etcd), NetworkMode: desired.NetworkModeHost,
 		})
 	}
+	etcdctl := func(args ...string) ([]byte, error) { return run("etcdctl", args...) }
 	out, err := etcdctl("endpoint", "status", "-w", "json")
 	if err != nil {
 		return nil, err
@@ -330,7 +332,9 @@ func (cl *Cluster) takeSnapshot(ctx context.Context, m etcdNode, name, kind stri
 		}
 		return err
 	}
-	out, err = etcdctl("snapshot", "status", file, "-w", "json")
+	// The image is the one cluster.yml asks for: before an upgrade to
+	// etcd 3.6, the new one, whose etcdctl reads no snapshot file.
+	out, err = run(offlineTool(m.etcd.Image), "snapshot", "status", file, "-w", "json")
 	if err != nil {
 		return nil, removeBad(err)
 	}
