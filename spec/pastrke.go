@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -74,8 +75,8 @@ func (v *validator) removedFlags(c *Cluster) {
 			name string
 			keys []string
 		}{
-			{"extra_args", sortedKeys(b.ExtraArgs)},
-			{"extra_args_array", sortedKeys(b.ExtraArgsArray)},
+			{"extra_args", slices.Sorted(maps.Keys(b.ExtraArgs))},
+			{"extra_args_array", slices.Sorted(maps.Keys(b.ExtraArgsArray))},
 		} {
 			for _, k := range field.keys {
 				flag := strings.TrimLeft(k, "-")
@@ -90,17 +91,6 @@ func (v *validator) removedFlags(c *Cluster) {
 			}
 		}
 	}
-}
-
-// sortedKeys returns a map's keys in order, so that diagnostics come in
-// the same order every time.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // IngressRetired says why rigger's versions carry no ingress-nginx.
