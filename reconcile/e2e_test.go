@@ -250,12 +250,14 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		if pl.Changes() {
 			t.Fatalf("plan: %v, certificates %v, Node changes %v", rt.StepLines(pl.Plan), pl.PKIChanges, pl.NodeChanges)
 		}
-		// For a minor version RKE lists no Docker version for, the same
-		// engines are refused, each named with the version it reported.
-		checked.KubernetesVersion = "v1.33.1"
+		// For a minor version no Docker version is listed for (past RKE's
+		// table and rigger's, whose 1.33 to 1.37 keep RKE's list of 1.32),
+		// the same engines are refused, each named with the version it
+		// reported.
+		checked.KubernetesVersion = "v1.38.1"
 		var de *plan.DockerVersionError
 		if err := plan.CheckDocker(checked, pl.Observed, false); !errors.As(err, &de) || len(de.Nodes) != 3 {
-			t.Fatalf("Kubernetes 1.33: %v, want the 3 nodes refused", err)
+			t.Fatalf("Kubernetes 1.38: %v, want the 3 nodes refused", err)
 		}
 		for i, n := range de.Nodes {
 			if v := pl.Observed.Nodes[n.Node].DockerVersion; n.Node != first3[i] || n.Version != v || !strings.HasPrefix(v, "20.10.") || n.Err != nil {
