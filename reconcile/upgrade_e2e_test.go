@@ -303,8 +303,8 @@ func startWorkload(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 }
 
 // load is the two clients of an upgrade: HTTP requests to the web
-// Service's NodePort (2 s timeout) and API calls to the node-local load
-// balancer (5 s), both on one worker, every 100 ms.
+// Service's NodePort and API calls to the node-local load balancer, both
+// on one worker, every 100 ms, each with a 2 s timeout.
 type load struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -368,9 +368,7 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 5 s: longer than nginx-proxy's dial of an API server (2 s, RKE's
-	// proxy_connect_timeout) before it tries the next one.
-	apic := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsCfg}}
+	apic := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsCfg}}
 	apiURL := "https://" + net.JoinHostPort(address, "6443") + "/api/v1/namespaces/upgrade-load"
 	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := fmt.Sprintf("http://%s/index.html", net.JoinHostPort(address, fmt.Sprint(upgradeNodePort)))
