@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"slices"
@@ -10,6 +12,8 @@ import (
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/storedapi"
 )
 
 // observeNodes reads the nodes of cluster.yml and those of the last apply
@@ -40,6 +44,55 @@ func (s *Session) observeEtcd(ctx context.Context, set *pki.Set, o *observe.Clus
 	if err != nil {
 		s.opts.Log.Warn("etcd membership not read", "cluster", s.c.ClusterName, "error", err)
 	}
+}
+
+// storedAPIsTimeout bounds the scan of etcd for objects an upgrade would
+// leave unreadable (a page of keys at a time, through a node's tunnel).
+const storedAPIsTimeout = time.Minute
+
+// observeStoredAPIs records in o the objects etcd stores at API versions
+// that the Kubernetes minor cluster.yml upgrades to no longer serves
+// (storedapi.Scan), when cluster.yml upgrades the API servers' minor and
+// rigger runs etcd that answered.
+func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observe.Cluster) {
+	if o.Etcd == nil || len(s.c.Services.Etcd.ExternalURLs) > 0 {
+		return
+	}
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return // compute refuses cluster.yml with this error
+	}
+	from, to, ok := plan.UpgradeMinors(d, o)
+	if !ok {
+		return
+	}
+	o.StoredAPIs = &storedapi.Found{From: from, To: to}
+	apis := storedapi.Removed(from, to)
+	if len(apis) == 0 {
+		return
+	}
+	prefix := desired.EtcdPathPrefix
+	if p := s.c.Services.KubeAPI.ExtraArgs["etcd-prefix"]; p != "" {
+		prefix = p
+	}
+	ctx, cancel := context.WithTimeout(ctx, storedAPIsTimeout)
+	defer cancel()
+	cli, err := s.services().EtcdClient(ctx, set, o)
+	if err != nil {
+		o.StoredAPIsErr = err
+		return
+	}
+	defer cli.Close()
+	found, err := storedapi.Scan(ctx, cli.KV(), prefix, from, to, apis)
+	if err != nil {
+		o.StoredAPIsErr = err
+		return
+	}
+	if found.Encrypted > 0 {
+		s.opts.Log.Warn("values encrypted at rest not checked for API versions the upgrade takes away",
+			"cluster", s.c.ClusterName, "values", found.Encrypted, "to", fmt.Sprintf("1.%d", to))
+	}
+	o.StoredAPIs = found
 }
 
 // observeKubernetes lists the Nodes into o and links them to the machines

@@ -105,7 +105,8 @@ func (s *Session) plan(ctx context.Context, a asked) (*Planned, error) {
 // (plan.CheckDowngrade) or their API servers more than one minor version
 // up (plan.CheckSkippedMinor), components newer than the API servers
 // (plan.CheckSkew), etcd moved where etcd does not go
-// (plan.CheckEtcdUpgrade), and, unless Options.IgnoreDockerVersion,
+// (plan.CheckEtcdUpgrade), objects etcd stores at API versions the
+// upgraded API servers would not read (plan.CheckStoredAPIs), and, unless Options.IgnoreDockerVersion,
 // nodes whose Docker version RKE does not support (plan.CheckDocker).
 func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved, a asked) (*Planned, error) {
 	d, err := desired.Build(s.c)
@@ -123,6 +124,9 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved,
 	}
 	if err := plan.CheckEtcdUpgrade(d, o); err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, err)
+	}
+	if err := plan.CheckStoredAPIs(o); err != nil {
+		return nil, err // retried: the objects are fixed in the cluster, not in cluster.yml
 	}
 	if err := plan.CheckDocker(s.c, o, s.opts.IgnoreDockerVersion); err != nil {
 		return nil, stall.Stalls(ReasonInvalidSpec, err)
@@ -181,6 +185,7 @@ func (s *Session) observe(ctx context.Context, st *state, a asked) (*observe.Clu
 	pkiDone := time.Now()
 	end = tl.Begin("observe etcd's members")
 	s.observeEtcd(ctx, rp.Set, o)
+	s.observeStoredAPIs(ctx, rp.Set, o)
 	end()
 	etcd := time.Now()
 	end = tl.Begin("observe the Kubernetes Nodes")

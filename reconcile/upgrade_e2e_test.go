@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -100,6 +101,26 @@ func TestUpgradeSandbox(t *testing.T) {
 		_, err := a.Session(t, at("v1.34.4")).Plan(ctx)
 		if reason, _ := reconcile.Classify(err); reason != reconcile.ReasonInvalidSpec || !strings.Contains(err.Error(), "one minor version at a time") {
 			t.Fatalf("plan 1.32 → 1.34: %v (%s)", err, reason)
+		}
+	})
+
+	t.Run("an object stored at an API version 1.33 no longer serves is refused", func(t *testing.T) {
+		// An IPAddress of the alpha API (MultiCIDRServiceAllocator) that a
+		// 1.32 API server wrote, as JSON (the API server reads both); 1.33
+		// serves the resource at v1 by default and no longer knows the
+		// alpha version.
+		const key = "/registry/ipaddresses/10.43.0.99"
+		etcd := sandboxtest.DockerClient(t, s.Nodes[0])
+		rt.Etcdctl(ctx, t, etcd, "put", key,
+			`{"apiVersion":"networking.k8s.io/v1alpha1","kind":"IPAddress","metadata":{"name":"10.43.0.99"},"spec":{"parentRef":{"resource":"services","namespace":"default","name":"gone"}}}`)
+		_, err := a.Session(t, at("v1.33.13")).Plan(ctx)
+		var se *plan.StoredAPIError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), "ipaddresses.networking.k8s.io 10.43.0.99 stored at networking.k8s.io/v1alpha1") {
+			t.Errorf("plan 1.32 → 1.33 with %s stored at v1alpha1: %v, want it refused naming the object", key, err)
+		}
+		rt.Etcdctl(ctx, t, etcd, "del", key)
+		if _, err := a.Session(t, at("v1.33.13")).Plan(ctx); err != nil {
+			t.Fatalf("plan 1.32 → 1.33 once the object is gone: %v", err)
 		}
 	})
 

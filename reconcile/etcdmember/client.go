@@ -73,6 +73,9 @@ func connect(ctx context.Context, endpoints []string, tlsConfig *tls.Config, dia
 // Close closes the connections.
 func (c *Client) Close() error { return c.c.Close() }
 
+// KV reads and writes the cluster's keys.
+func (c *Client) KV() clientv3.KV { return c.c }
+
 // Members lists the members, each with its health: whether it answers a
 // status request on its first client URL. The members are asked at once,
 // each for at most statusTimeout; one whose address cannot be dialed (its

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/storedapi"
 )
 
 // Cluster is what was seen of a cluster at one time: its nodes, the
@@ -33,6 +34,13 @@ type Cluster struct {
 	// Kubernetes is what the API server says of the Nodes; nil when it
 	// was not asked (no certificates yet).
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+	// StoredAPIs is what etcd stores at API versions that the Kubernetes
+	// upgrade cluster.yml asks for takes away; nil when cluster.yml asks
+	// for none (or rigger runs no etcd). The reconcile layer reads it
+	// with the cluster's certificates; StoredAPIsErr says why etcd could
+	// not be read, with StoredAPIs naming the upgrade.
+	StoredAPIs    *storedapi.Found `json:"stored_apis,omitempty"`
+	StoredAPIsErr error            `json:"-"`
 }
 
 // Etcd is the membership of the etcd cluster.

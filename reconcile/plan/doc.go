@@ -63,8 +63,9 @@
 // Unavailability resolves upgrade_strategy's budgets for the executor's
 // batches, and CheckRemovals refuses a plan that removes more nodes than
 // rigger.max_removed_nodes allows; CheckDowngrade, CheckSkippedMinor,
-// CheckSkew, CheckEtcdUpgrade and CheckDocker refuse what Kubernetes'
-// version skew policy, etcd's upgrade rules and RKE's Docker table forbid.
+// CheckSkew, CheckEtcdUpgrade, CheckStoredAPIs and CheckDocker refuse what
+// Kubernetes' version skew policy and API removals, etcd's upgrade rules
+// and RKE's Docker table forbid.
 //
 // # Unreachable nodes
 //

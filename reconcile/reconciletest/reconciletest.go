@@ -477,11 +477,22 @@ func UntilTestDeadline(t *testing.T) (context.Context, context.CancelFunc) {
 }
 
 // EtcdGet is the raw value of key in etcd, read with etcdctl in the node's
-// etcd container (its environment points etcdctl at the member).
+// etcd container (Etcdctl).
 func EtcdGet(ctx context.Context, t *testing.T, cli *client.Client, key string) []byte {
 	t.Helper()
+	out := Etcdctl(ctx, t, cli, "get", key, "--print-value-only")
+	if len(out) == 0 {
+		t.Fatalf("etcdctl get %s: no such key", key)
+	}
+	return out
+}
+
+// Etcdctl runs etcdctl with args in the node's etcd container (its
+// environment points etcdctl at the member) and returns what it printed.
+func Etcdctl(ctx context.Context, t *testing.T, cli *client.Client, args ...string) []byte {
+	t.Helper()
 	ex, err := cli.ContainerExecCreate(ctx, "etcd", container.ExecOptions{
-		Cmd: []string{"etcdctl", "get", key, "--print-value-only"}, AttachStdout: true, AttachStderr: true,
+		Cmd: append([]string{"etcdctl"}, args...), AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -496,10 +507,7 @@ func EtcdGet(ctx context.Context, t *testing.T, cli *client.Client, key string) 
 		t.Fatal(err)
 	}
 	if insp, err := cli.ContainerExecInspect(ctx, ex.ID); err != nil || insp.ExitCode != 0 {
-		t.Fatalf("etcdctl get %s: exit %d, %v: %s", key, insp.ExitCode, err, errOut.String())
-	}
-	if out.Len() == 0 {
-		t.Fatalf("etcdctl get %s: no such key", key)
+		t.Fatalf("etcdctl %s: exit %d, %v: %s", strings.Join(args, " "), insp.ExitCode, err, errOut.String())
 	}
 	return out.Bytes()
 }
