@@ -7,6 +7,7 @@ import (
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
 )
 
 // BenchmarkSandbox measures, against the 3-node sandbox once the example
@@ -58,8 +59,10 @@ func BenchmarkUpgrade(b *testing.B) {
 	s := sandboxtest.Start(b, sandbox.Options{Subnet: 38, Images: true, KubernetesVersions: []string{to}})
 	ctx := context.Background()
 	a := rt.New(b)
-	a.Apply(ctx, b, rt.ClusterAt(b, s, rt.Roles(3), sandbox.KubernetesVersion))
-	up := rt.ClusterAt(b, s, rt.Roles(3), to)
+	// The drains evict metrics-server's pod, which has an emptyDir volume.
+	emptyDirs := func(c *spec.Cluster) { c.UpgradeStrategy.DrainInput.DeleteLocalData = true }
+	a.Apply(ctx, b, rt.ClusterAt(b, s, rt.Roles(3), sandbox.KubernetesVersion, emptyDirs))
+	up := rt.ClusterAt(b, s, rt.Roles(3), to, emptyDirs)
 	for b.Loop() {
 		if pl := a.Apply(ctx, b, up); pl.Plan.Upgrade == nil {
 			b.Fatalf("not an upgrade: %v", rt.StepLines(pl.Plan))
