@@ -95,6 +95,10 @@ test: prereqs fmtcheck build rke-render ## every test, with -race and every go v
 # The Kubernetes versions past the sandbox's default that `make test-long`
 # upgrades to, one minor at a time.
 UPGRADE_VERSIONS = v1.33.13,v1.34.4
+# make bench: which benchmarks (a go test -bench pattern), and where their
+# output and tables go.
+BENCH     ?= .
+BENCH_OUT ?= bin/bench
 
 # RKE v1.8.14's modules, for the tests that run RKE's own code to compare rigger with
 # it (hack/rke-render): without them in the module cache those tests skip. Built once
@@ -134,7 +138,10 @@ chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, g
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
 	@# BenchmarkUpgrade upgrades to the next minor version: its images, outside the benchmarks' time.
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) >/dev/null
-	RIGGER_E2E=1 $(GO) test -run '^$$' -bench . -benchmem ./...; rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
+	@# The raw output goes to $(BENCH_OUT).txt, the tables of docs/BENCHMARKS.md to $(BENCH_OUT).md.
+	RIGGER_E2E=1 RIGGER_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./... | tee $(BENCH_OUT).txt; \
+		rc=$${PIPESTATUS[0]}; $(BIN) sandbox down --all || rc=1; \
+		$(GO) run ./hack/benchtable < $(BENCH_OUT).txt > $(BENCH_OUT).md && echo && cat $(BENCH_OUT).md; exit $$rc
 
 .PHONY: demo
 demo: prereqs build ## validate the examples, start the sandbox nodes, apply the sandbox cluster, show its status, run a pod across nodes
