@@ -72,22 +72,43 @@ func createHelper(ctx context.Context, e Engine, image string, cmd []string, o R
 // that bind-mounts dir read-only. A dir that does not exist gives no files.
 func ReadDir(ctx context.Context, e Engine, node, image, dir string) (map[string][]byte, error) {
 	dir = path.Clean(dir)
-	files := map[string][]byte{}
-	err := withHelper(ctx, e, node, image, []string{dir + ":" + dir + ":ro"}, func(id string) error {
-		rc, _, err := e.CopyFromContainer(ctx, id, dir)
+	var files map[string][]byte
+	err := withHelper(ctx, e, node, image, []string{dir + ":" + dir + ":ro"}, func(id string) (err error) {
+		files, err = copyDir(ctx, e, id, dir)
 		if errdefs.IsNotFound(err) {
-			return nil
+			files, err = map[string][]byte{}, nil // the helper exists: dir does not
 		}
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		return readTar(rc, path.Dir(dir), dir, files)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: read %s: %w", node, dir, err)
 	}
 	return files, nil
+}
+
+// ReadDirVia is ReadDir through the container id, which bind-mounts dir at
+// the same path (a component's container): one call instead of a helper's
+// four. The engine reads a bind mount's files from the host, whether the
+// container runs or not. A container that is gone is an error (not an
+// empty dir): its mount point always exists.
+func ReadDirVia(ctx context.Context, e Engine, node, id, dir string) (map[string][]byte, error) {
+	dir = path.Clean(dir)
+	files, err := copyDir(ctx, e, id, dir)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: read %s: %w", node, dir, err)
+	}
+	return files, nil
+}
+
+// copyDir reads the regular files under dir in container id's filesystem.
+func copyDir(ctx context.Context, e Engine, id, dir string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	rc, _, err := e.CopyFromContainer(ctx, id, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return files, readTar(rc, path.Dir(dir), dir, files)
 }
 
 // readTar adds the regular files of an archive whose names are relative to

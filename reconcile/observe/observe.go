@@ -8,11 +8,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/errdefs"
 
 	"github.com/rigger/rigger/internal/timeline"
@@ -108,20 +112,42 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 		// what to check.
 		return n.unreachable(err)
 	}
-	end = span("docker version")
-	v, err := cli.ServerVersion(ctx)
-	end()
-	if err != nil {
-		return n.unreachable(callError(addr, "read docker version", err))
+	// The version is read beside the containers and files: one round
+	// trip less in a row.
+	var (
+		version     types.Version
+		versionErr  error
+		versionRead = make(chan struct{})
+	)
+	go func() {
+		defer close(versionRead)
+		end := span("docker version")
+		version, versionErr = cli.ServerVersion(ctx)
+		end()
+	}()
+	n = observeContainers(ctx, cli, r, n, span)
+	<-versionRead
+	if versionErr != nil {
+		return n.unreachable(callError(addr, "read docker version", versionErr))
 	}
-	n.DockerVersion, n.DockerAPIVersion = v.Version, v.APIVersion
-	end = span("list containers")
+	if n.Reachable {
+		n.DockerVersion, n.DockerAPIVersion = version.Version, version.APIVersion
+	}
+	return n
+}
+
+// observeContainers reads the node's containers and files into n (through
+// cli), and returns n, marked unreachable when a call failed.
+func observeContainers(ctx context.Context, cli dockerop.Engine, r Request, n *Node, span func(string) func()) *Node {
+	addr := n.Address
+	end := span("list containers")
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 	end()
 	if err != nil {
 		return n.unreachable(callError(addr, "list containers", err))
 	}
 	n.Containers = make(map[string]Container, len(list))
+	via := "" // a container of the cluster's that bind-mounts FilesDir
 	for _, s := range list {
 		c := fromSummary(s)
 		cluster, labelled := s.Labels[desired.LabelCluster]
@@ -141,10 +167,13 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 			}
 		}
 		n.Containers[c.Name] = c
+		if via == "" && !c.RKE && bindsDir(s, r.FilesDir) {
+			via = s.ID
+		}
 	}
 	if r.FilesImage != "" && r.FilesDir != "" {
 		end = span("read files")
-		err := n.readFiles(ctx, cli, r.FilesImage, r.FilesDir, r.KeepFiles)
+		err := n.readFiles(ctx, cli, via, r.FilesImage, r.FilesDir, r.KeepFiles)
 		end()
 		if err != nil {
 			return n.unreachable(err)
@@ -154,18 +183,27 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 	return n
 }
 
-// readFiles hashes the files under dir, when the helper image is on the
-// node, and reads the expiry of the certificates among them; keep keeps
-// their contents.
-func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, image, dir string, keep bool) error {
-	if _, err := e.ImageInspect(ctx, image); errdefs.IsNotFound(err) {
-		return nil // FilesRead stays false: the plan writes every file
-	} else if err != nil {
-		return callError(n.Address, "inspect image "+image, err)
+// readFiles hashes the files under dir and reads the expiry of the
+// certificates among them; keep keeps their contents. They are read
+// through the container via, which bind-mounts dir, when there is one and
+// it is still there; else through a helper container of image, when that
+// image is on the node (without it, FilesRead stays false and the plan
+// writes every file).
+func (n *Node) readFiles(ctx context.Context, e dockerop.Engine, via, image, dir string, keep bool) error {
+	var files map[string][]byte
+	if via != "" {
+		files, _ = dockerop.ReadDirVia(ctx, e, n.Address, via, dir) // gone since the list: the helper reads them
 	}
-	files, err := dockerop.ReadDir(ctx, e, n.Address, image, dir)
-	if err != nil {
-		return callError(n.Address, "read files", err)
+	if files == nil {
+		if _, err := e.ImageInspect(ctx, image); errdefs.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return callError(n.Address, "inspect image "+image, err)
+		}
+		var err error
+		if files, err = dockerop.ReadDir(ctx, e, n.Address, image, dir); err != nil {
+			return callError(n.Address, "read files", err)
+		}
 	}
 	n.FilesRead = true
 	if keep {
@@ -257,6 +295,15 @@ func inspectRestarts(ctx context.Context, e dockerop.Engine, c *Container) error
 		c.ExitCode = &code
 	}
 	return nil
+}
+
+// bindsDir reports whether the listed container bind-mounts the host's
+// dir at the same path.
+func bindsDir(s container.Summary, dir string) bool {
+	dir = path.Clean(dir)
+	return slices.ContainsFunc(s.Mounts, func(m container.MountPoint) bool {
+		return m.Type == mount.TypeBind && path.Clean(m.Source) == dir && path.Clean(m.Destination) == dir
+	})
 }
 
 // fromSummary reads a container from the list's entry. Image is what the

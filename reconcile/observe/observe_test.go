@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -375,5 +377,70 @@ func TestExitFromStatus(t *testing.T) {
 		if diff := cmp.Diff(tc.want, exitFromStatus(tc.status)); diff != "" {
 			t.Errorf("exitFromStatus(%q) (-want +got):\n%s", tc.status, diff)
 		}
+	}
+}
+
+// TestObserveFilesVia: the files under FilesDir are read through a
+// container of the cluster's that bind-mounts the directory, in one call
+// and without the helper image; when that container is gone by then, the
+// helper's path is taken (here: its image is not on the node, so no files
+// are read and the plan writes them all).
+func TestObserveFilesVia(t *testing.T) {
+	var buf strings.Builder
+	tw := tar.NewWriter(&buf)
+	body := "apiVersion: v1\n"
+	tw.WriteHeader(&tar.Header{Name: "kubernetes/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "kubernetes/admission.yaml", Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(body))})
+	tw.Write([]byte(body))
+	tw.Close()
+	for _, tc := range []struct {
+		name      string
+		gone      bool
+		wantFiles bool
+	}{{"through the kubelet's container", false, true}, {"the container gone since the list", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls []string
+			var mu sync.Mutex
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				calls = append(calls, r.Method+" "+r.URL.Path[strings.Index(r.URL.Path[1:], "/")+1:])
+				mu.Unlock()
+				switch {
+				case strings.HasSuffix(r.URL.Path, "/version"):
+					json.NewEncoder(w).Encode(map[string]string{"Version": "27.5.1", "ApiVersion": "1.41"})
+				case strings.HasSuffix(r.URL.Path, "/containers/json"):
+					json.NewEncoder(w).Encode([]container.Summary{{
+						ID: "k1", Names: []string{"/kubelet"}, Image: "hyperkube", State: "running", Labels: labels("kubelet", "h"),
+						Mounts: []container.MountPoint{{Type: mount.TypeBind, Source: "/etc/kubernetes", Destination: "/etc/kubernetes"}},
+					}})
+				case strings.HasSuffix(r.URL.Path, "/containers/k1/archive") && !tc.gone && r.URL.Query().Get("path") == "/etc/kubernetes":
+					w.Header().Set("X-Docker-Container-Path-Stat", "e30=")
+					w.Write([]byte(buf.String()))
+				default:
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusNotFound)
+					w.Write([]byte(`{"message":"not found"}`))
+				}
+			}))
+			defer srv.Close()
+			cli, err := client.NewClientWithOpts(client.WithHost("tcp://"+srv.Listener.Addr().String()), client.WithHTTPClient(srv.Client()), client.WithVersion("1.41"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			tr := &fakeTransport{DockerFn: func(context.Context, string) (*client.Client, error) { return cli, nil }}
+			o := Observe(context.Background(), tr, Request{Cluster: "prod", Nodes: []string{"n1"}, FilesImage: "busybox", FilesDir: "/etc/kubernetes"})
+			n := o.Nodes["n1"]
+			if !n.Reachable {
+				t.Fatalf("not reachable: %v", n.Err)
+			}
+			if n.FilesRead != tc.wantFiles || tc.wantFiles && n.Files["/etc/kubernetes/admission.yaml"] != FileHash([]byte(body)) {
+				t.Errorf("FilesRead %v, files %v; calls %v", n.FilesRead, n.Files, calls)
+			}
+			helper := slices.ContainsFunc(calls, func(c string) bool { return strings.Contains(c, "/images/") })
+			if helper == tc.wantFiles {
+				t.Errorf("the helper's image asked for: %v, want %v (calls %v)", helper, !tc.wantFiles, calls)
+			}
+		})
 	}
 }
