@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/certrotate"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -64,6 +66,32 @@ func (s *Session) plan(ctx context.Context, a asked) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The rest is read at once: etcd's members (and what an upgrade would
+	// leave unreadable), and the Nodes, then the add-ons' dry run.
+	var (
+		wg        sync.WaitGroup
+		ad        plannedAddons
+		etcdTook  time.Duration
+		addonsErr error
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		began := time.Now()
+		end := tl.Begin("observe etcd's members")
+		s.observeEtcd(ctx, rp.Set, o)
+		s.observeStoredAPIs(ctx, rp.Set, o)
+		end()
+		etcdTook = time.Since(began)
+	}()
+	go func() {
+		defer wg.Done()
+		end := tl.Begin("observe the Kubernetes Nodes")
+		s.observeKubernetes(ctx, rp.Set, o)
+		end()
+		ad, addonsErr = s.planAllAddons(ctx, rp.Set, o)
+	}()
+	wg.Wait()
 	observed := time.Now()
 	end = tl.Begin("plan: compute")
 	pl, err := s.compute(st, o, rp, a)
@@ -71,26 +99,51 @@ func (s *Session) plan(ctx context.Context, a asked) (*Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	end = tl.Begin("plan: render the add-ons")
-	pl.addons, err = s.desiredAddons(ctx)
+	if addonsErr != nil {
+		return nil, addonsErr
+	}
+	pl.addons, pl.Addons, pl.AddonHealth, pl.AddonsErr = ad.want, ad.changes, ad.health, ad.err
+	s.opts.Log.Debug("planned", "cluster", s.c.ClusterName, "observe", observed.Sub(start).Round(time.Millisecond),
+		"etcd", etcdTook.Round(time.Millisecond), "addons", ad.took.Round(time.Millisecond))
+	return pl, nil
+}
+
+// plannedAddons is what planAllAddons found.
+type plannedAddons struct {
+	want    []addons.Addon
+	changes *addons.ChangeSet
+	health  []addons.Health
+	// err is the API server failing a call of the dry run (etcd electing
+	// a leader, say): the add-ons stay unplanned, as when it does not
+	// answer.
+	err  error
+	took time.Duration
+}
+
+// planAllAddons renders the add-ons and, when the API server listed the
+// Nodes (o), asks it what applying them would change (planAddons). Its
+// error is one that refuses the plan: add-ons that do not render or that
+// the API server finds invalid.
+func (s *Session) planAllAddons(ctx context.Context, set *pki.Set, o *observe.Cluster) (plannedAddons, error) {
+	tl := s.opts.Timeline
+	began := time.Now()
+	end := tl.Begin("plan: render the add-ons")
+	want, err := s.desiredAddons(ctx)
 	end()
 	if err != nil {
-		return nil, err
+		return plannedAddons{}, err
 	}
+	ad := plannedAddons{want: want}
 	if k := o.Kubernetes; k != nil && k.Err == nil {
 		end = tl.Begin("plan: add-ons' server-side dry run")
-		pl.Addons, pl.AddonHealth, err = s.planAddons(ctx, rp.Set, o, pl.addons)
+		ad.changes, ad.health, ad.err = s.planAddons(ctx, set, o, want)
 		end()
-		if _, stalled := Classify(err); stalled {
-			return nil, err
+		if _, stalled := Classify(ad.err); stalled {
+			return plannedAddons{}, ad.err
 		}
-		// The API server failing a call (etcd electing a leader, say) leaves
-		// the add-ons unplanned, as when it does not answer.
-		pl.AddonsErr = err
 	}
-	s.opts.Log.Debug("planned", "cluster", s.c.ClusterName, "observe", observed.Sub(start).Round(time.Millisecond),
-		"addons", time.Since(observed).Round(time.Millisecond))
-	return pl, nil
+	ad.took = time.Since(began)
+	return ad, nil
 }
 
 // compute is the plan of cluster.yml from what the state directory holds
@@ -164,11 +217,11 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved,
 	return pl, nil
 }
 
-// observe reads, once, everything a plan is computed from: the nodes (of
-// cluster.yml and those the last apply left), the cluster's PKI (the state
-// directory's, or recovered from a node), the etcd membership and the
-// Nodes the API server lists. The observed value is complete when it
-// returns; what could not be read is recorded in it.
+// observe reads, once, the nodes (of cluster.yml and those the last apply
+// left) and resolves the cluster's PKI (the state directory's, or
+// recovered from a node); plan then reads, with that PKI, the etcd
+// membership and the Nodes the API server lists into the same value. What
+// could not be read is recorded in it.
 func (s *Session) observe(ctx context.Context, st *state, a asked) (*observe.Cluster, *pkisource.Resolved, error) {
 	tl := s.opts.Timeline
 	start := time.Now()
@@ -182,18 +235,8 @@ func (s *Session) observe(ctx context.Context, st *state, a asked) (*observe.Clu
 	if err != nil {
 		return nil, nil, err
 	}
-	pkiDone := time.Now()
-	end = tl.Begin("observe etcd's members")
-	s.observeEtcd(ctx, rp.Set, o)
-	s.observeStoredAPIs(ctx, rp.Set, o)
-	end()
-	etcd := time.Now()
-	end = tl.Begin("observe the Kubernetes Nodes")
-	s.observeKubernetes(ctx, rp.Set, o)
-	end()
 	s.opts.Log.Debug("observed", "cluster", s.c.ClusterName, "nodes", nodes.Sub(start).Round(time.Millisecond),
-		"pki", pkiDone.Sub(nodes).Round(time.Millisecond), "etcd", etcd.Sub(pkiDone).Round(time.Millisecond),
-		"kubernetes", time.Since(etcd).Round(time.Millisecond))
+		"pki", time.Since(nodes).Round(time.Millisecond))
 	return o, rp, nil
 }
 
