@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,6 +88,28 @@ type Engine struct {
 	mapper Mapper
 	opts   Options
 	log    *slog.Logger
+	// reads, when set, keeps every object get read, so that one
+	// operation reads each object once (PlanAll).
+	reads *readCache
+}
+
+// readCache is the objects an engine read, by resource and name; a nil
+// object is one that was not found.
+type readCache struct {
+	mu   sync.Mutex
+	objs map[readKey]*unstructured.Unstructured
+}
+
+type readKey struct {
+	gvr             schema.GroupVersionResource
+	namespace, name string
+}
+
+// reading is a copy of e that reads each object once (its readCache).
+func (e *Engine) reading() *Engine {
+	c := *e
+	c.reads = &readCache{objs: map[readKey]*unstructured.Unstructured{}}
+	return &c
 }
 
 // New returns an engine that talks to the cluster through dyn and maps
@@ -325,6 +348,15 @@ func (e *Engine) resource(gvr schema.GroupVersionResource, namespace string) dyn
 
 // get reads the live object, nil when there is none.
 func (e *Engine) get(ctx context.Context, gvr schema.GroupVersionResource, ref ObjectRef) (*unstructured.Unstructured, error) {
+	key := readKey{gvr, ref.Namespace, ref.Name}
+	if c := e.reads; c != nil {
+		c.mu.Lock()
+		live, ok := c.objs[key]
+		c.mu.Unlock()
+		if ok {
+			return live, nil
+		}
+	}
 	var live *unstructured.Unstructured
 	err := retry(ctx, func() error {
 		var err error
@@ -332,10 +364,15 @@ func (e *Engine) get(ctx context.Context, gvr schema.GroupVersionResource, ref O
 		return err
 	})
 	if apierrors.IsNotFound(err) {
-		return nil, nil
+		live, err = nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", ref, err)
+	}
+	if c := e.reads; c != nil {
+		c.mu.Lock()
+		c.objs[key] = live
+		c.mu.Unlock()
 	}
 	return live, nil
 }

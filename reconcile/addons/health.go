@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/rigger/rigger/reconcile/fanout"
 )
 
 // Health is how an add-on in the cluster is doing, for status: its objects
@@ -33,12 +35,23 @@ func (e *Engine) Health(ctx context.Context) ([]Health, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(names)
-	out := make([]Health, 0, len(names))
-	for _, name := range names {
-		out = append(out, e.health(ctx, name))
+	return e.healthOf(ctx, names), nil
+}
+
+// healthOf is the health of the add-ons names (sorted), read at once.
+func (e *Engine) healthOf(ctx context.Context, names []string) []Health {
+	names = slices.Sorted(slices.Values(names))
+	out := make([]Health, len(names))
+	_ = fanout.Each(ctx, names, planParallel, func(ctx context.Context, i int, name string) error {
+		out[i] = e.health(ctx, name)
+		return nil
+	})
+	for i, h := range out {
+		if h.Name == "" { // not read: ctx ended first
+			out[i] = Health{Name: names[i], Error: ctx.Err().Error()}
+		}
 	}
-	return out, nil
+	return out
 }
 
 func (e *Engine) health(ctx context.Context, name string) Health {

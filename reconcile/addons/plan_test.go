@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,5 +123,72 @@ func TestPlanFirstError(t *testing.T) {
 	var ae *ApplyError
 	if !errors.As(err, &ae) || ae.Object.Name != "c1" || !ae.DryRun {
 		t.Fatalf("Plan: %v; want the dry run of c1 rejected", err)
+	}
+}
+
+// TestPlanAllReadsOnce: PlanAll reads each object once: the add-on's
+// health is computed from the objects its dry run read, its inventory is
+// read once for the prune and the health, the inventories are listed once.
+func TestPlanAllReadsOnce(t *testing.T) {
+	const n = 4
+	var refs []ObjectRef
+	for i := range n {
+		refs = append(refs, ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "default", Name: fmt.Sprint("c", i)})
+	}
+	inv, err := encodeInventory(refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inventory := map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": InventoryName("a"), "namespace": DefaultInventoryNamespace,
+			"labels": map[string]any{LabelManagedBy: ManagedBy, LabelAddon: "a"}},
+		"data": map[string]any{inventoryKey: inv}}
+	var mu sync.Mutex
+	calls := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls[r.Method+" "+r.URL.Path]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/kube-system/configmaps":
+			_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": "ConfigMapList", "metadata": map[string]any{},
+				"items": []any{inventory}})
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces/kube-system/configmaps/"+InventoryName("a"):
+			_ = json.NewEncoder(w).Encode(inventory)
+		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/default/configmaps/"):
+			_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": path.Base(r.URL.Path), "namespace": "default"}})
+		case r.Method == http.MethodPatch:
+			_, _ = io.Copy(w, r.Body)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path).Status())
+		}
+	}))
+	defer srv.Close()
+	dyn, err := dynamic.NewForConfig(&rest.Config{Host: srv.URL, QPS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, r := range refs {
+		docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: default}\n", r.Name))
+	}
+	e := New(dyn, newStaticMapper(), Options{})
+	_, health, err := e.PlanAll(context.Background(), []Addon{{Name: "a", Objects: objects(t, strings.Join(docs, "---\n"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(health) != 1 || health[0].Objects != n || !health[0].Ready() {
+		t.Errorf("health %+v, want add-on a with %d objects, ready", health, n)
+	}
+	for call, times := range calls {
+		if strings.HasPrefix(call, "GET ") && times != 1 {
+			t.Errorf("%s: %d times, want once", call, times)
+		}
+	}
+	if e.reads != nil {
+		t.Error("PlanAll left its read cache on the engine: a later plan would read nothing again")
 	}
 }

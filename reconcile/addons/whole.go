@@ -43,26 +43,25 @@ func Exclude(want []Addon, exclude []spec.AddonObject) []Addon {
 func (e *Engine) PlanAll(ctx context.Context, want []Addon) (*ChangeSet, []Health, error) {
 	ctx, cancel := context.WithTimeout(ctx, planTimeout)
 	defer cancel()
+	// Each object is read once: the health of an add-on is computed from
+	// the objects its dry run read.
+	e = e.reading()
 	cs, err := e.Plan(ctx, want)
 	if err != nil {
 		return nil, nil, Refused("plan the add-ons (server-side dry run)", err)
 	}
-	gone, err := e.removed(ctx, want)
+	installed, err := e.Installed(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, name := range gone {
+	for _, name := range notWanted(installed, want) {
 		ac, err := e.PlanRemove(ctx, name)
 		if err != nil {
 			return nil, nil, Refused("plan the removal of add-on "+name, err)
 		}
 		cs.Addons = append(cs.Addons, ac)
 	}
-	health, err := e.Health(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the add-ons' health: %w", err)
-	}
-	return cs, health, nil
+	return cs, e.healthOf(ctx, installed), nil
 }
 
 // ApplyAll applies want, waiting for every add-on to be ready, and
@@ -91,11 +90,16 @@ func (e *Engine) ApplyAll(ctx context.Context, want []Addon) (*ChangeSet, error)
 func (e *Engine) removed(ctx context.Context, want []Addon) ([]string, error) {
 	installed, err := e.Installed(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list the add-ons in the cluster: %w", err)
+		return nil, err
 	}
-	return slices.DeleteFunc(installed, func(name string) bool {
+	return notWanted(installed, want), nil
+}
+
+// notWanted are the add-ons of installed that want does not have.
+func notWanted(installed []string, want []Addon) []string {
+	return slices.DeleteFunc(slices.Clone(installed), func(name string) bool {
 		return slices.ContainsFunc(want, func(a Addon) bool { return a.Name == name })
-	}), nil
+	})
 }
 
 // Refused says what failed (nil for nil); an object the API server refuses
