@@ -22,7 +22,7 @@
 // range that can only match versions before 1.24 names a template whose
 // text is not kept, and Template says so.
 //
-// zz_generated.go and templates.json.gz are written by hack/rke-metadata from the
+// zz_generated.go and templates/ are written by hack/rke-metadata from the
 // RKE module in the Go module cache (`go generate ./spec/rkemeta`);
 // TestGeneratedUpToDate checks them. RKE is Apache-2.0; RKE itself is never
 // a dependency of rigger's module.
@@ -31,10 +31,11 @@ package rkemeta
 //go:generate go run ../../hack/rke-metadata -out .
 
 import (
-	"bytes"
 	"compress/gzip"
-	_ "embed"
-	"encoding/json"
+	"embed"
+	"errors"
+	"io"
+	"io/fs"
 	"fmt"
 	"reflect"
 	"slices"
@@ -45,43 +46,38 @@ import (
 	gosemver "github.com/coreos/go-semver/semver"
 )
 
-// templatesGz is the template texts kept, a gzip-compressed JSON object of
-// template key to text, written by hack/rke-metadata.
+// templates is the template texts kept, one gzip-compressed file per key
+// (templates/KEY.gz): a command decompresses only those it renders.
 //
-//go:embed templates.json.gz
-var templatesGz []byte
+//go:embed templates
+var templates embed.FS
 
-// templateTexts decodes templatesGz once; the map is never changed.
-var templateTexts = sync.OnceValues(readTemplates)
+// templateCache keeps the texts read, by key; they are never changed.
+var templateCache sync.Map
 
-// readTemplates decodes templatesGz.
-func readTemplates() (map[string]string, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(templatesGz))
+// templateText is the text of template key, and whether rigger keeps it.
+func templateText(key string) (text string, ok bool, err error) {
+	if t, ok := templateCache.Load(key); ok {
+		return t.(string), true, nil
+	}
+	f, err := templates.Open("templates/" + key + ".gz")
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
+		return "", false, err
 	}
-	// One template at a time: decoding the whole object at once would
-	// hold all 10 MB of JSON in the decoder's buffer, grown by doubling,
-	// on top of the texts (52 MB allocated instead of 12 for every command
-	// that renders an add-on).
-	d := json.NewDecoder(zr)
-	texts := map[string]string{}
-	if _, err := d.Token(); err != nil { // {
-		return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return "", false, fmt.Errorf("read rigger's add-on template %s: %w", key, err)
 	}
-	for d.More() {
-		tok, err := d.Token()
-		if err != nil {
-			return nil, fmt.Errorf("read rigger's add-on templates: %w", err)
-		}
-		key, _ := tok.(string)
-		var text string
-		if err := d.Decode(&text); err != nil {
-			return nil, fmt.Errorf("read rigger's add-on template %s: %w", key, err)
-		}
-		texts[key] = text
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return "", false, fmt.Errorf("read rigger's add-on template %s: %w", key, err)
 	}
-	return texts, nil
+	templateCache.Store(key, string(b))
+	return string(b), true, nil
 }
 
 // release is one version of RKE's K8sVersionRKESystemImages.
@@ -317,11 +313,10 @@ func Template(addon, k8sVersion string) (key, text string, err error) {
 		}
 		if fn(toMatch) {
 			key = ranges[r]
-			texts, err := templateTexts()
+			text, ok, err := templateText(key)
 			if err != nil {
 				return key, "", err
 			}
-			text, ok := texts[key]
 			if !ok {
 				return key, "", fmt.Errorf("%s template %s for k8sVersion %s is not kept by rigger: it serves Kubernetes before v1.%d only", addon, key, k8sVersion, MinMinor)
 			}

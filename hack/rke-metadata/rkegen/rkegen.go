@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"go/format"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,10 +43,11 @@ const MinMinor = 24
 // The generated files, relative to the package.
 const (
 	GoFile = "zz_generated.go"
-	// TemplatesFile holds the template texts kept: a gzip-compressed JSON
-	// object, template key to text (7.8 MB of text, mostly Calico's
-	// CRDs, that compress to about 1 MB).
-	TemplatesFile = "templates.json.gz"
+	// TemplatesDir holds the template texts kept, one gzip-compressed
+	// file per template key (KEY.gz): 7.8 MB of text, mostly Calico's and
+	// ACI's, that compress to about 1 MB, and a command reads only the few
+	// it renders.
+	TemplatesDir = "templates"
 )
 
 // data is the part of RKE's kdm.Data that rigger keeps.
@@ -165,7 +168,7 @@ type Output struct {
 	// Go is the content of GoFile.
 	Go []byte
 	// Templates are the template texts kept, by key: the content of
-	// TemplatesFile before compression.
+	// TemplatesDir before compression, by key.
 	Templates map[string]string
 }
 
@@ -182,47 +185,81 @@ func Generate(raw []byte) (*Output, error) {
 	return g.out, nil
 }
 
-// Files returns the files of package rkemeta, by name.
+// Files returns the files of package rkemeta, by name (a slash-separated
+// path below the package's directory).
 func (o *Output) Files() (map[string][]byte, error) {
-	js, err := json.Marshal(o.Templates) // keys sorted: the same data gives the same bytes
-	if err != nil {
-		return nil, err
+	files := map[string][]byte{GoFile: o.Go}
+	for key, text := range o.Templates {
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := zw.Write([]byte(text)); err != nil {
+			return nil, err
+		}
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+		files[TemplatesDir+"/"+key+".gz"] = buf.Bytes()
 	}
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(js); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return map[string][]byte{GoFile: o.Go, TemplatesFile: buf.Bytes()}, nil
+	return files, nil
 }
 
-// Write puts files into dir.
+// Write puts files into dir, replacing what TemplatesDir held.
 func Write(dir string, files map[string][]byte) error {
+	if err := os.RemoveAll(filepath.Join(dir, TemplatesDir)); err != nil {
+		return err
+	}
 	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), b, 0o644); err != nil {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// ReadTemplates decodes the content of TemplatesFile.
-func ReadTemplates(b []byte) (map[string]string, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(b))
+// ReadTemplates reads the template texts of TemplatesDir in fsys, by key.
+func ReadTemplates(fsys fs.FS) (map[string]string, error) {
+	entries, err := fs.ReadDir(fsys, TemplatesDir)
 	if err != nil {
 		return nil, err
 	}
-	var texts map[string]string
-	if err := json.NewDecoder(zr).Decode(&texts); err != nil {
-		return nil, err
+	texts := map[string]string{}
+	for _, e := range entries {
+		key, ok := strings.CutSuffix(e.Name(), ".gz")
+		if !ok {
+			return nil, fmt.Errorf("%s/%s: not a template", TemplatesDir, e.Name())
+		}
+		text, err := ReadTemplate(fsys, key)
+		if err != nil {
+			return nil, err
+		}
+		texts[key] = text
 	}
 	return texts, nil
+}
+
+// ReadTemplate reads the text of template key in fsys's TemplatesDir.
+func ReadTemplate(fsys fs.FS, key string) (string, error) {
+	f, err := fsys.Open(TemplatesDir + "/" + key + ".gz")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return "", fmt.Errorf("template %s: %w", key, err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return "", fmt.Errorf("template %s: %w", key, err)
+	}
+	return string(b), nil
 }
 
 type gen struct {

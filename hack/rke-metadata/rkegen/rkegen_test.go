@@ -3,6 +3,7 @@ package rkegen
 import (
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 // small is a data.json with one version, for the generator's own checks.
@@ -40,8 +41,12 @@ func TestGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	texts, err := ReadTemplates(files[TemplatesFile])
-	if err != nil || len(texts) != 1 {
+	fsys := fstest.MapFS{}
+	for name, b := range files {
+		fsys[name] = &fstest.MapFile{Data: b}
+	}
+	texts, err := ReadTemplates(fsys)
+	if err != nil || len(texts) != 1 || texts["new"] != "kind: New" {
 		t.Errorf("ReadTemplates = %v, %v", texts, err)
 	}
 }
