@@ -138,8 +138,9 @@ chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, g
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
 	@# BenchmarkUpgrade upgrades to the next minor version: its images, outside the benchmarks' time.
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) >/dev/null
+	@# One package at a time (-p 1): each sandbox benchmark has the machine to itself.
 	@# The raw output goes to $(BENCH_OUT).txt, the tables of docs/BENCHMARKS.md to $(BENCH_OUT).md.
-	RIGGER_E2E=1 RIGGER_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./... | tee $(BENCH_OUT).txt; \
+	RIGGER_E2E=1 RIGGER_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./... | tee $(BENCH_OUT).txt; \
 		rc=$${PIPESTATUS[0]}; $(BIN) sandbox down --all || rc=1; \
 		$(GO) run ./hack/benchtable < $(BENCH_OUT).txt > $(BENCH_OUT).md && echo && cat $(BENCH_OUT).md; exit $$rc
 
