@@ -1,0 +1,639 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/errdefs"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/doctor"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/fanout"
+	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
+	"github.com/rigger/rigger/spec"
+)
+
+// DoctorOptions are the settings of Doctor.
+type DoctorOptions struct {
+	// Nodes limits the walk to these nodes (address, internal address or
+	// hostname_override); every node of cluster.yml when empty.
+	Nodes []string
+	// Skip names checks not to run (doctor.Walk).
+	Skip []string
+}
+
+// Doctor walks the nodes of cluster.yml through the path a node takes
+// to join the cluster (package doctor): reaching it, its Docker engine and
+// machine, the images, the certificates, the containers, etcd and the
+// components' health, its Node in Kubernetes and the network plugin. It
+// returns the findings of the cluster as a whole (Node ""), then those of
+// each node in cluster.yml's order. It reads the cluster once, as a plan
+// does, and changes nothing (the one-shot container that reads a machine
+// is removed). A node given in o.Nodes that cluster.yml does not have is
+// an error.
+func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding, error) {
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return []doctor.Finding{{Check: doctor.CheckClusterYML, Level: doctor.Fail, Expected: "a cluster.yml rigger can run",
+			Found: err.Error(), Fix: "rigger validate -f cluster.yml says where"}}, nil
+	}
+	nodes, err := s.doctorNodes(d, o.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	dr := &doctorRun{s: s, d: d, now: s.opts.Now()}
+	dr.gather(ctx)
+	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
+		Skip: o.Skip, MaxParallel: s.c.Rigger.MaxParallel,
+	}))
+	return found, nil
+}
+
+// DoctorChecks are the names of Doctor's checks: the cluster's, then a
+// node's walk, in order.
+func DoctorChecks() []string {
+	names := []string{doctor.CheckClusterYML, doctor.CheckPKI, doctor.CheckKubernetesAPI, doctor.CheckStaleNodes}
+	for _, c := range (&doctorRun{}).checks() {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// doctorNodes are the addresses of the nodes to walk.
+func (s *Session) doctorNodes(d *desired.Cluster, want []string) ([]string, error) {
+	var out []string
+	for _, n := range d.Nodes {
+		if len(want) == 0 || slices.ContainsFunc(want, func(w string) bool {
+			return w == n.Address || w == n.InternalAddress || w == n.Hostname
+		}) {
+			out = append(out, n.Address)
+		}
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(d.Nodes, func(n desired.Node) bool {
+			return w == n.Address || w == n.InternalAddress || w == n.Hostname
+		}) {
+			return nil, errors.New("node " + w + " is not in cluster.yml: give a node's address, internal_address or hostname_override")
+		}
+	}
+	return out, nil
+}
+
+// doctorRun is what one Doctor read of the cluster, and what its checks
+// read of each node on the way (machine, per node, read once).
+type doctorRun struct {
+	s   *Session
+	d   *desired.Cluster
+	now time.Time
+	o   *observe.Cluster
+	// set is the cluster's PKI (nil: none could be resolved; setErr says
+	// why), newPKI that no node or state directory has one yet.
+	set    *pki.Set
+	setErr error
+	newPKI bool
+	// info is each reachable node's docker info, offset its clock's
+	// difference from rigger's and uncertainty half the read's time.
+	info   map[string]*engineRead
+	median time.Duration
+	// pods are the network plugin's pods by Node name; nil when they could
+	// not be listed.
+	pods    map[string][]corev1.Pod
+	checker *health.Checker
+
+	mu       sync.Mutex
+	machines map[string]*machineRead
+}
+
+// engineRead is a node's docker info and its clock.
+type engineRead struct {
+	info        system.Info
+	err         error
+	offset, unc time.Duration
+}
+
+// machineRead is what the helper container read of a node.
+type machineRead struct {
+	once sync.Once
+	host *doctor.Host
+	err  error
+	skip string
+}
+
+// gather reads what the checks judge: the nodes (as a plan observes
+// them, files kept for the certificates), the PKI, and at once etcd's
+// members, the Nodes, the network plugin's pods and each node's docker
+// info.
+func (r *doctorRun) gather(ctx context.Context) {
+	s := r.s
+	st, err := s.loadState()
+	r.o = s.observeNodes(ctx, true)
+	if err == nil {
+		var rp *pkisource.Resolved
+		if rp, err = s.resolvePKI(st, r.o, asked{}); err == nil {
+			r.set, r.newPKI = rp.Set, rp.Source.Kind == pkisource.New
+		}
+	}
+	r.setErr = err
+	var wg sync.WaitGroup
+	if r.set != nil && !r.newPKI {
+		wg.Add(2)
+		go func() { defer wg.Done(); s.observeEtcd(ctx, r.set, r.o) }()
+		go func() {
+			defer wg.Done()
+			s.observeKubernetes(ctx, r.set, r.o)
+			r.pods = r.listPluginPods(ctx)
+		}()
+		r.checker, _ = s.services().Checker(r.set)
+	}
+	r.info = map[string]*engineRead{}
+	var mu sync.Mutex
+	_ = fanout.Each(ctx, r.d.Nodes, s.c.Rigger.MaxParallel, func(ctx context.Context, _ int, n desired.Node) error {
+		if on := r.o.Nodes[n.Address]; on == nil || !on.Reachable {
+			return nil
+		}
+		er := r.readEngine(ctx, n.Address)
+		mu.Lock()
+		r.info[n.Address] = er
+		mu.Unlock()
+		return nil
+	})
+	var offsets []time.Duration
+	for _, er := range r.info {
+		if er.err == nil {
+			offsets = append(offsets, er.offset)
+		}
+	}
+	if len(offsets) > 0 {
+		slices.Sort(offsets)
+		r.median = offsets[len(offsets)/2]
+	}
+	wg.Wait()
+	r.machines = map[string]*machineRead{}
+}
+
+// readEngine reads a node's docker info, and its clock from it.
+func (r *doctorRun) readEngine(ctx context.Context, node string) *engineRead {
+	cli, err := r.s.tr.Docker(ctx, node)
+	if err != nil {
+		return &engineRead{err: err}
+	}
+	began := time.Now()
+	info, err := cli.Info(ctx)
+	took := time.Since(began)
+	er := &engineRead{info: info, err: err, unc: took / 2}
+	if t, perr := time.Parse(time.RFC3339Nano, info.SystemTime); err == nil && perr == nil {
+		er.offset = t.Sub(began.Add(took / 2))
+	}
+	return er
+}
+
+// listPluginPods lists the network plugin's pods by Node name.
+func (r *doctorRun) listPluginPods(ctx context.Context) map[string][]corev1.Pod {
+	sel := r.s.networkPluginSelector()
+	if sel == "" || r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
+		return nil
+	}
+	cs, err := r.s.services().KubeClient(r.set, r.o)
+	if err != nil {
+		return nil
+	}
+	// The plugin's DaemonSets carry the add-on's label; their pods are
+	// those their selectors pick.
+	dss, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil
+	}
+	out := map[string][]corev1.Pod{}
+	for _, ds := range dss.Items {
+		podSel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+		if err != nil {
+			continue
+		}
+		list, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: podSel.String()})
+		if err != nil {
+			return nil
+		}
+		for _, p := range list.Items {
+			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], p)
+		}
+	}
+	return out
+}
+
+// clusterFindings are the checks of the cluster as a whole.
+func (r *doctorRun) clusterFindings(skip []string) []doctor.Finding {
+	var out []doctor.Finding
+	add := func(check string, res doctor.Result) {
+		if slices.Contains(skip, check) {
+			res = doctor.Result{Level: doctor.Skip, Found: "skipped by name"}
+		}
+		out = append(out, doctor.Finding{Check: check, Level: res.Level, Expected: res.Expected, Found: res.Found, Fix: res.Fix})
+	}
+	add(doctor.CheckClusterYML, doctor.Passed("valid"))
+	switch {
+	case r.setErr != nil:
+		add(doctor.CheckPKI, doctor.Failed("the cluster's certificates", r.setErr.Error(), "the error says what to do with the state directory"))
+	case r.newPKI:
+		add(doctor.CheckPKI, doctor.Warned("the cluster's certificates", "no certificates in the state directory or on a node: the cluster was never applied",
+			"rigger apply -f cluster.yml makes them"))
+	default:
+		add(doctor.CheckPKI, doctor.Passed("the cluster's certificates"))
+	}
+	k := r.o.Kubernetes
+	switch {
+	case k == nil:
+		add(doctor.CheckKubernetesAPI, doctor.Skipped("no certificates to ask with"))
+	case k.Err != nil:
+		add(doctor.CheckKubernetesAPI, doctor.Failed("the API server to list the Nodes", k.Err.Error(),
+			"the walk of the controlplane nodes says why (their kube-apiserver, etcd)"))
+	default:
+		add(doctor.CheckKubernetesAPI, doctor.Passed("the API server lists the Nodes"))
+	}
+	if k != nil && k.Err == nil && k.Link != nil {
+		add(doctor.CheckStaleNodes, doctor.Stale(k.Link, r.s.c.Rigger.StaleNodes))
+	} else {
+		add(doctor.CheckStaleNodes, doctor.Skipped("the Nodes were not listed"))
+	}
+	return out
+}
+
+// Timeouts of the checks that read something of a node themselves.
+const (
+	// doctorMachineTimeout bounds the helper container that reads the
+	// machine (created, run, removed through the node's SSH connection).
+	doctorMachineTimeout = 30 * time.Second
+	// doctorProbeTimeout bounds the health probes of a node's components.
+	doctorProbeTimeout = 20 * time.Second
+)
+
+// checks are the walk of one node, in order.
+func (r *doctorRun) checks() []doctor.Check {
+	var out []doctor.Check
+	for _, name := range doctor.ReachChecks {
+		out = append(out, doctor.Check{Name: name, Run: func(_ context.Context, node string) doctor.Result {
+			return r.reach(name, node)
+		}})
+	}
+	return append(out,
+		doctor.Check{Name: doctor.CheckDockerVersion, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
+			return doctor.DockerVersion(r.s.c.KubernetesVersion, er.info.ServerVersion, r.s.opts.IgnoreDockerVersion)
+		})},
+		doctor.Check{Name: doctor.CheckCgroupDriver, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
+			kubelet, ok := n.Container(desired.Kubelet)
+			if !ok {
+				return doctor.Skipped("no kubelet")
+			}
+			return doctor.CgroupDriver(er.info.CgroupDriver, er.info.CgroupVersion, argValue(kubelet.Args, "--cgroup-driver"))
+		})},
+		doctor.Check{Name: doctor.CheckClock, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
+			if er.info.SystemTime == "" {
+				return doctor.Skipped("the engine does not tell its time")
+			}
+			return doctor.Clock(er.offset, er.unc, r.median)
+		})},
+		doctor.Check{Name: doctor.CheckKernelNetwork, Timeout: doctorMachineTimeout, Run: r.hostCheck(doctor.KernelNetwork)},
+		doctor.Check{Name: doctor.CheckSwap, Timeout: doctorMachineTimeout, Run: r.hostCheck(doctor.Swap)},
+		doctor.Check{Name: doctor.CheckResolvConf, Timeout: doctorMachineTimeout, Run: r.hostCheck(doctor.ResolvConf)},
+		doctor.Check{Name: doctor.CheckDisk, Timeout: doctorMachineTimeout, Run: func(ctx context.Context, node string) doctor.Result {
+			var eviction string
+			if n, _ := r.d.Node(node); n != nil {
+				if kubelet, ok := n.Container(desired.Kubelet); ok {
+					eviction = argValue(kubelet.Args, "--eviction-hard")
+				}
+			}
+			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DiskSpace(h, eviction) })(ctx, node)
+		}},
+		doctor.Check{Name: doctor.CheckImages, Run: r.images},
+		doctor.Check{Name: doctor.CheckCertificates, Run: r.certificates},
+		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
+		doctor.Check{Name: doctor.CheckEtcdMember, Run: r.etcdMember},
+		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.health},
+		doctor.Check{Name: doctor.CheckNodeRegistered, Run: r.registered},
+		doctor.Check{Name: doctor.CheckCNI, Timeout: doctorMachineTimeout, Run: r.cni},
+		doctor.Check{Name: doctor.CheckNodeReady, Run: func(_ context.Context, node string) doctor.Result {
+			if k := r.o.Kubernetes; k == nil || k.Err != nil || k.Link == nil {
+				return doctor.Skipped("the Nodes were not listed")
+			}
+			return doctor.Ready(r.o.Kubernetes.Link.Owned[node])
+		}},
+	)
+}
+
+// reach is the check name of reaching node: the check its observation's
+// error fails, a pass before it (the connection got that far).
+func (r *doctorRun) reach(name, node string) doctor.Result {
+	sn := r.s.nodeSpec(node)
+	agent := sn.Transport == spec.TransportAgent
+	switch {
+	case agent && strings.HasPrefix(name, "ssh-"), agent && name == doctor.CheckAddress:
+		return doctor.Skipped("transport: agent")
+	case !agent && name == doctor.CheckAgentConnected:
+		return doctor.Skipped("reached over SSH")
+	}
+	on := r.o.Nodes[node]
+	failed, res := doctor.Reach(on.Err)
+	if failed == name {
+		return res
+	}
+	switch name {
+	case doctor.CheckAddress:
+		return doctor.Passed(sn.Address)
+	case doctor.CheckSSHPort:
+		return doctor.Passed("port " + cmp.Or(sn.Port, "22") + " open")
+	case doctor.CheckSSHHandshake:
+		return doctor.Passed("sshd answered")
+	case doctor.CheckSSHHostKey:
+		return doctor.Passed("host key known")
+	case doctor.CheckSSHAuth:
+		return doctor.Passed("as " + sn.User)
+	case doctor.CheckAgentConnected:
+		return doctor.Passed("tunnel up")
+	case doctor.CheckDockerSocket:
+		return doctor.Passed(cmp.Or(sn.DockerSocket, "/var/run/docker.sock") + " open")
+	}
+	return doctor.Passed("Docker " + on.DockerVersion + ", API " + on.DockerAPIVersion)
+}
+
+// engineCheck is a check of a node's docker info.
+func (r *doctorRun) engineCheck(f func(n *desired.Node, er *engineRead) doctor.Result) func(context.Context, string) doctor.Result {
+	return func(_ context.Context, node string) doctor.Result {
+		er := r.info[node]
+		if er == nil {
+			return doctor.Skipped("the node did not answer")
+		}
+		if er.err != nil {
+			return doctor.Failed("docker info to answer", er.err.Error(), "check dockerd on the node (journalctl -u docker)")
+		}
+		n, _ := r.d.Node(node)
+		return f(n, er)
+	}
+}
+
+// hostCheck is a check of what the helper container read of the machine.
+func (r *doctorRun) hostCheck(f func(*doctor.Host) doctor.Result) func(context.Context, string) doctor.Result {
+	return func(ctx context.Context, node string) doctor.Result {
+		m := r.machine(ctx, node)
+		switch {
+		case m.skip != "":
+			return doctor.Skipped(m.skip)
+		case m.err != nil:
+			return doctor.Failed("a helper container to read the machine", m.err.Error(),
+				"check that the node's Docker engine runs containers (docker run --rm "+r.s.c.SystemImages.Alpine+" true)")
+		}
+		return f(m.host)
+	}
+}
+
+// machine reads the machine of node once, through a one-shot container
+// of the helper image (system_images.alpine) that shares the node's
+// network namespace and binds the host's /etc, Docker's root and
+// /var/lib read-only (doctor.HostScript). A node without the image is
+// not read: doctor pulls nothing (the images check reports it).
+func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
+	r.mu.Lock()
+	m := r.machines[node]
+	if m == nil {
+		m = &machineRead{}
+		r.machines[node] = m
+	}
+	r.mu.Unlock()
+	m.once.Do(func() {
+		e, err := r.s.docker(ctx, node)
+		if err != nil {
+			m.err = err
+			return
+		}
+		img := r.s.c.SystemImages.Alpine
+		if _, err := e.ImageInspect(ctx, img); errdefs.IsNotFound(err) {
+			m.skip = "the helper image " + img + " is not on the node yet (rigger apply pulls it)"
+			return
+		}
+		root := "/var/lib/docker"
+		if er := r.info[node]; er != nil && er.info.DockerRootDir != "" {
+			root = er.info.DockerRootDir
+		}
+		out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.HostScript}, dockerop.RunOptions{
+			NetworkMode: "host",
+			Binds:       []string{"/etc:/host/etc:ro", "/etc/resolv.conf:/host/resolv.conf:ro", root + ":/host/docker:ro", "/var/lib:/host/var/lib:ro"},
+		})
+		if err != nil {
+			m.err = err
+			return
+		}
+		m.host, m.err = doctor.ParseHost(out)
+	})
+	return m
+}
+
+// images checks that the images of the node's containers are there, and
+// asks the registry about those that are not.
+func (r *doctorRun) images(ctx context.Context, node string) doctor.Result {
+	n, _ := r.d.Node(node)
+	cli, err := r.s.tr.Docker(ctx, node)
+	if err != nil {
+		return doctor.Failed("the node's Docker engine", err.Error(), "")
+	}
+	var missing []string
+	pullErr := map[string]error{}
+	refs := []string{r.s.c.SystemImages.Alpine}
+	for _, c := range n.Containers {
+		refs = append(refs, c.Image)
+	}
+	slices.Sort(refs)
+	for _, ref := range slices.Compact(refs) {
+		if _, err := cli.ImageInspect(ctx, ref); err == nil {
+			continue
+		} else if !errdefs.IsNotFound(err) {
+			return doctor.Failed("the node's Docker engine to answer", err.Error(), "")
+		}
+		missing = append(missing, ref)
+		pull, err := r.s.reg.For(ref)
+		if err == nil {
+			_, err = cli.DistributionInspect(ctx, ref, pull.Auth)
+		}
+		if err != nil {
+			pullErr[ref] = err
+		}
+	}
+	return doctor.Images(missing, pullErr)
+}
+
+// certificates checks the node's certificates against the PKI.
+func (r *doctorRun) certificates(_ context.Context, node string) doctor.Result {
+	switch {
+	case r.set == nil:
+		return doctor.Skipped("the cluster's certificates could not be read")
+	case r.newPKI:
+		return doctor.Skipped("the cluster has no certificates yet")
+	}
+	on := r.o.Nodes[node]
+	if !on.FilesRead {
+		return doctor.Skipped("the node's files were not read: the helper image is not on it yet")
+	}
+	var pn pki.Node
+	for _, rn := range r.s.req.Nodes {
+		if rn.Address == node {
+			pn = rn
+		}
+	}
+	want, err := pki.NodeFiles(r.set, r.s.req, pn)
+	if err != nil {
+		return doctor.Failed("the node's certificates", err.Error(), "")
+	}
+	var cas []byte
+	for _, name := range r.set.Names() {
+		cas = append(cas, r.set.Trusted(name)...)
+	}
+	return doctor.Certificates(want, on.Contents, cas, r.now)
+}
+
+// containers checks the node's containers, inspecting each for its
+// restarts and reading the last lines of those that do not run.
+func (r *doctorRun) containers(ctx context.Context, node string) doctor.Result {
+	n, _ := r.d.Node(node)
+	cli, err := r.s.tr.Docker(ctx, node)
+	if err != nil {
+		return doctor.Failed("the node's Docker engine", err.Error(), "")
+	}
+	got := map[string]doctor.Container{}
+	for name, oc := range r.o.Nodes[node].Containers {
+		c := doctor.Container{Container: oc}
+		if dc, ok := n.Container(name); ok && !dc.RunOnce {
+			if in, err := cli.ContainerInspect(ctx, oc.ID); err == nil && in.ContainerJSONBase != nil {
+				c.RestartCount = in.RestartCount
+				if in.State != nil {
+					c.StartedAt, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
+				}
+			}
+			if oc.State != string(container.StateRunning) {
+				c.Logs = dockerop.Logs(ctx, cli, oc.ID)
+			}
+		}
+		got[name] = c
+	}
+	return doctor.Containers(n.Containers, got, r.now)
+}
+
+// etcdMember checks the etcd member of an etcd node.
+func (r *doctorRun) etcdMember(_ context.Context, node string) doctor.Result {
+	n, _ := r.d.Node(node)
+	if _, ok := n.Container(desired.Etcd); !ok {
+		return doctor.Skipped("not an etcd node")
+	}
+	if r.set == nil || r.newPKI {
+		return doctor.Skipped("no certificates to ask etcd with")
+	}
+	var members []etcdmember.Member
+	if r.o.Etcd != nil {
+		members = r.o.Etcd.Members
+	}
+	return doctor.EtcdMember(members, r.o.Etcd != nil, r.o.EtcdErr, desired.EtcdPeerURL(n.InternalAddress))
+}
+
+// health probes the node's components as an apply does once it has
+// started them (package health), all at once.
+func (r *doctorRun) health(ctx context.Context, node string) doctor.Result {
+	if r.checker == nil {
+		return doctor.Skipped("no certificates to probe with")
+	}
+	n, _ := r.d.Node(node)
+	var names []string
+	for _, c := range n.Containers {
+		if health.Probes(c.Name) {
+			names = append(names, c.Name)
+		}
+	}
+	results := make([]doctor.Result, len(names))
+	_ = fanout.Each(ctx, names, 0, func(ctx context.Context, i int, name string) error {
+		err := r.checker.Check(ctx, health.Target{Node: node, InternalAddress: n.InternalAddress, Component: name})
+		if err != nil {
+			results[i] = doctor.Failed(name+" healthy", name+": "+err.Error(),
+				"docker logs "+name+" on the node says why; rigger apply restarts what does not run")
+		} else {
+			results[i] = doctor.Passed(name)
+		}
+		return nil
+	})
+	res := doctor.Worst(results...)
+	if res.Level == doctor.Pass {
+		res.Found = strings.Join(names, ", ") + " healthy"
+	}
+	return res
+}
+
+// registered checks the node's Node, with the kubelet's last lines when
+// it has none.
+func (r *doctorRun) registered(ctx context.Context, node string) doctor.Result {
+	k := r.o.Kubernetes
+	if k == nil || k.Err != nil || k.Link == nil {
+		return doctor.Skipped("the Nodes were not listed")
+	}
+	n, _ := r.d.Node(node)
+	if _, ok := n.Container(desired.Kubelet); !ok {
+		return doctor.Skipped("no kubelet")
+	}
+	logs := ""
+	if k.Link.Owned[node] == nil {
+		if cli, err := r.s.tr.Docker(ctx, node); err == nil {
+			logs = dockerop.Logs(ctx, cli, desired.Kubelet)
+		}
+	}
+	return doctor.Registered(node, n.Hostname, k.Link, logs)
+}
+
+// cni checks the network plugin's configuration and pod on the node.
+func (r *doctorRun) cni(ctx context.Context, node string) doctor.Result {
+	plugin := r.s.c.Network.Plugin
+	if plugin == "" || plugin == "none" {
+		return doctor.Skipped("no network plugin")
+	}
+	m := r.machine(ctx, node)
+	switch {
+	case m.skip != "":
+		return doctor.Skipped(m.skip)
+	case m.err != nil:
+		return doctor.Failed("a helper container to read the machine", m.err.Error(), "")
+	}
+	var pods []corev1.Pod
+	if r.pods != nil {
+		pods = []corev1.Pod{}
+		if k := r.o.Kubernetes; k != nil && k.Link != nil && k.Link.Owned[node] != nil {
+			pods = append(pods, r.pods[k.Link.Owned[node].Name]...)
+		}
+	}
+	return doctor.CNI(plugin, m.host.CNI, pods)
+}
+
+// argValue is the value of flag in args ("--flag=value"), "" without it.
+func argValue(args []string, flag string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// nodeSpec is the node of cluster.yml at address.
+func (s *Session) nodeSpec(address string) spec.Node {
+	for _, n := range s.c.Nodes {
+		if n.Address == address {
+			return n
+		}
+	}
+	return spec.Node{Address: address}
+}

@@ -1,0 +1,163 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rigger/rigger/reconcile/etcdmember"
+	"github.com/rigger/rigger/reconcile/observe"
+)
+
+// The checks of a node in Kubernetes, and of the cluster as a whole.
+const (
+	CheckNodeRegistered = "node-registered"
+	CheckCNI            = "cni"
+	CheckNodeReady      = "node-ready"
+
+	CheckClusterYML    = "cluster-yml"
+	CheckPKI           = "pki"
+	CheckKubernetesAPI = "kubernetes-api"
+	CheckStaleNodes    = "stale-nodes"
+)
+
+// EtcdMember checks the etcd member of a node whose peer URL is peerURL
+// in the membership a member listed (nil, with listErr, when none
+// answered).
+func EtcdMember(members []etcdmember.Member, listed bool, listErr error, peerURL string) Result {
+	if !listed {
+		found := "no etcd member answered"
+		if listErr != nil {
+			found += ": " + listErr.Error()
+		}
+		return Failed("etcd to answer", found,
+			"start etcd on the etcd nodes (rigger apply); if a majority of members is lost, restore a snapshot (rigger snapshot restore, docs/etcd-snapshots.md)")
+	}
+	m := etcdmember.Find(members, peerURL)
+	switch {
+	case m == nil:
+		return Failed("a member with peer URL "+peerURL, "not a member of the etcd cluster",
+			"rigger apply adds it; if its etcd exits with \"member … has already been bootstrapped\", remove the node's stale /var/lib/etcd first")
+	case !m.Healthy:
+		return Failed("its member healthy", "member "+m.String()+": "+m.Error,
+			"check the etcd container's logs on the node (docker logs etcd), its disk and clock; etcd's ports 2379 and 2380 between the etcd nodes")
+	}
+	return Passed("member " + m.String() + " healthy")
+}
+
+// Registered checks that the machine at address has its Node, and only
+// one (link: which Node is whose); kubeletLogs are the kubelet's last lines
+// when it has none.
+func Registered(address, hostname string, link *observe.Linkage, kubeletLogs string) Result {
+	for _, d := range link.Duplicates {
+		if d.Address == address {
+			return Failed("one Node for this machine",
+				fmt.Sprintf("Nodes %s claim this machine; %s counts as its own", strings.Join(append([]string{d.Owner}, d.Others...), ", "), d.Owner),
+				fmt.Sprintf("delete the others (kubectl delete node %s), or set rigger.stale_nodes: delete and apply", strings.Join(d.Others, " ")))
+		}
+	}
+	n := link.Owned[address]
+	if n == nil {
+		found := "no Node for this machine: its kubelet has not registered"
+		if kubeletLogs != "" {
+			found += "; the kubelet's last lines:\n" + lastLines(kubeletLogs, logLines)
+		}
+		return Failed("a Node named "+hostname, found,
+			"the kubelet's lines say why; most often its hostname (hostname_override) or its certificate's names are not the node's, or it cannot reach the API server through nginx-proxy (127.0.0.1:6443). If a cloud controller deleted the Node (\"Deleting Node … because it's not present according to cloud provider\"), check cloud_provider and the machine's provider ID")
+	}
+	return Passed("Node " + n.Name)
+}
+
+// Ready checks the Ready condition of the machine's Node.
+func Ready(n *corev1.Node) Result {
+	if n == nil {
+		return Skipped("no Node")
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status == corev1.ConditionTrue {
+			return Passed("Node " + n.Name + " Ready")
+		}
+		found := fmt.Sprintf("Node %s Ready=%s: %s %s", n.Name, c.Status, c.Reason, c.Message)
+		fix := "the kubelet's logs on the node (docker logs kubelet) say why"
+		switch msg := strings.ToLower(c.Message); {
+		case strings.Contains(msg, "cni") || strings.Contains(msg, "network plugin"):
+			fix = "the network plugin is not ready on the node (cni config uninitialized): check its pod there (kubectl -n kube-system get pods -o wide) and its install-cni container's logs"
+		case c.Status == corev1.ConditionUnknown:
+			fix = "the kubelet stopped posting its status: check that it runs on the node and reaches the API server (docker logs kubelet, docker logs nginx-proxy)"
+		}
+		return Failed("Node "+n.Name+" Ready", found, fix)
+	}
+	return Failed("Node "+n.Name+" Ready", "Node "+n.Name+" has no Ready condition yet", "wait for the kubelet's first status, or read its logs (docker logs kubelet)")
+}
+
+// CNI checks that the network plugin (plugin, "" or "none" for none) has
+// written its configuration on the node (conf: the files in
+// /etc/cni/net.d) and that its pod there runs (pods: those of the plugin on
+// the node; nil when they could not be listed).
+func CNI(plugin string, conf []string, pods []corev1.Pod) Result {
+	if plugin == "" || plugin == "none" {
+		return Skipped("no network plugin")
+	}
+	var rs []Result
+	// What the kubelet's runtime (cri-dockerd, containerd) loads.
+	conf = slices.DeleteFunc(slices.Clone(conf), func(f string) bool {
+		return !strings.HasSuffix(f, ".conf") && !strings.HasSuffix(f, ".conflist") && !strings.HasSuffix(f, ".json")
+	})
+	if len(conf) == 0 {
+		rs = append(rs, Failed("the network plugin's configuration in /etc/cni/net.d", "no network configuration in /etc/cni/net.d: network plugin not ready: cni config uninitialized",
+			"the "+plugin+" pod on the node writes it when it starts: check that it runs (kubectl -n kube-system get pods -o wide) and its install-cni container's logs; deleting the pod makes it write the configuration again"))
+	}
+	if pods != nil {
+		running := 0
+		var states []string
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && podReady(&p) {
+				running++
+				continue
+			}
+			states = append(states, p.Name+" "+string(p.Status.Phase))
+		}
+		switch {
+		case len(pods) == 0:
+			rs = append(rs, Failed("a "+plugin+" pod on the node", "no "+plugin+" pod on the node",
+				"check the plugin's DaemonSet (kubectl -n kube-system describe daemonset) and the node's taints"))
+		case running == 0:
+			rs = append(rs, Failed("the "+plugin+" pod on the node Ready", strings.Join(states, ", "),
+				"kubectl -n kube-system describe pod and logs of the pod say why"))
+		}
+	}
+	if len(rs) == 0 {
+		return Passed(plugin + " configured: " + strings.Join(conf, ", "))
+	}
+	return Worst(rs...)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Stale checks for Nodes that no machine of cluster.yml owns.
+func Stale(link *observe.Linkage, policy string) Result {
+	if len(link.Stale) == 0 {
+		return Passed("every Node is a machine's")
+	}
+	var found []string
+	for _, s := range link.Stale {
+		found = append(found, fmt.Sprintf("%s (%s, Ready=%s)", s.Name, s.Reason, s.Ready))
+	}
+	fix := "kubectl delete node NAME for each, or set rigger.stale_nodes: delete in cluster.yml and apply"
+	if policy == "delete" {
+		fix = "rigger apply deletes them (rigger.stale_nodes: delete)"
+	}
+	return Warned("no Node without a machine", "stale Nodes: "+strings.Join(found, "; "), fix)
+}
