@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/health"

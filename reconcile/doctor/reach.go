@@ -87,4 +87,3 @@ func Reach(err error) (check string, r Result) {
 	return CheckDockerAPI, Failed("the node's Docker engine to answer", found,
 		"check that dockerd runs on the node and answers (docker info), and its logs (journalctl -u docker)")
 }
-
