@@ -21,6 +21,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
@@ -81,6 +82,7 @@ func TestClusterSandbox(t *testing.T) {
 	if !t.Run("from scratch", func(t *testing.T) { testFromScratch(ctx, t, f) }) {
 		return
 	}
+	t.Run("doctor", func(t *testing.T) { testDoctor(ctx, t, f) })
 	t.Run("add-ons", func(t *testing.T) { testAddons(ctx, t, f) })
 	t.Run("engine", func(t *testing.T) { testEngine(ctx, t, f) })
 	t.Run("etcd membership", func(t *testing.T) { testEtcdMembership(ctx, t, f) })
@@ -375,6 +377,19 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 				}
 			}
 		}
+
+		// doctor: n2's walk stops at its containers, with the loop's
+		// last lines.
+		rt.Eventually(ctx, t, time.Minute, "doctor finding the scheduler's crash loop", func(ctx context.Context) (bool, error) {
+			found, err := sess.Doctor(ctx, reconcile.DoctorOptions{Nodes: []string{n2.Address}})
+			for _, fd := range found {
+				if fd.Level == doctor.Fail {
+					return fd.Check == doctor.CheckContainers && strings.Contains(fd.Found, "kube-scheduler restarting (a crash loop)") &&
+						strings.Contains(fd.Found, "address already in use"), err
+				}
+			}
+			return false, err
+		})
 
 		// apply: the new scheduler loops as the old one did, and apply
 		// fails naming the node, the component, the exit code and its

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // Fixed places on the machine. They are constants, not settings: Load and
@@ -165,6 +166,20 @@ func nodeMounts() []string {
 // the source is a shared mount.
 func sharedMounts() []string {
 	return []string{"/var/lib/docker", "/var/lib/kubelet", "/var/lib/rancher"}
+}
+
+// HostPath is where the node's file or directory p, under one of the
+// directories the node has of its own (nodeMounts: /etc/kubernetes,
+// /etc/cni, /var/lib/etcd, …), is on the host: tests break a node's files
+// through it. "" for a path the node shares with the host.
+func (n Node) HostPath(p string) string {
+	p = filepath.Clean(p)
+	for _, m := range nodeMounts() {
+		if rest, ok := strings.CutPrefix(p, m); ok && (rest == "" || rest[0] == '/') {
+			return filepath.Join(n.mountDir(m), rest)
+		}
+	}
+	return ""
 }
 
 // mountDir is the directory of node n that is mounted over path inside it.

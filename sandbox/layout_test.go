@@ -298,3 +298,18 @@ func TestRangeConflict(t *testing.T) {
 		})
 	}
 }
+
+func TestHostPath(t *testing.T) {
+	n := Node{Dir: "/var/lib/rigger-sandbox/x/node1"}
+	for p, want := range map[string]string{
+		"/etc/kubernetes/ssl/kube-ca.pem": "/var/lib/rigger-sandbox/x/node1/etc-kubernetes/ssl/kube-ca.pem",
+		"/etc/cni/net.d":                  "/var/lib/rigger-sandbox/x/node1/etc-cni/net.d",
+		"/var/lib/etcd":                   "/var/lib/rigger-sandbox/x/node1/var-lib-etcd",
+		"/etc/kubernetesX/a":              "",
+		"/etc/resolv.conf":                "",
+	} {
+		if got := n.HostPath(p); got != want {
+			t.Errorf("HostPath(%s) = %q, want %q", p, got, want)
+		}
+	}
+}

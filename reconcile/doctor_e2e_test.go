@@ -1,0 +1,278 @@
+package reconcile_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/doctor"
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// testDoctor walks the converged cluster with rigger doctor: healthy, it
+// fails no check; then one thing at a time is broken on one node, and
+// doctor must stop that node's walk at the check that looks at it, with
+// the fix, while the other nodes' walks fail nothing. Each break is put
+// right before the next.
+func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
+	f.converge(ctx, t)
+	s, a := f.s, f.a
+	n1, n2, n3 := s.Nodes[0], s.Nodes[1], s.Nodes[2]
+	walk := func(t *testing.T, c *spec.Cluster) []doctor.Finding {
+		t.Helper()
+		began := time.Now()
+		found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("doctor walked the cluster in %s", time.Since(began).Round(time.Millisecond))
+		return found
+	}
+	// stops checks that each node's walk stops where want says ("" for
+	// nodes whose walk fails nothing), and that the failure's texts hold
+	// what the symptom is looked up by and the fix.
+	stops := func(t *testing.T, found []doctor.Finding, want map[string]string, foundHas, fixHas string) {
+		t.Helper()
+		first := map[string]doctor.Finding{}
+		for _, fd := range found {
+			if _, ok := first[fd.Node]; !ok && fd.Level == doctor.Fail {
+				first[fd.Node] = fd
+			}
+		}
+		for _, n := range f.first3() {
+			got := first[n]
+			if got.Check != want[n] {
+				t.Errorf("node %s: the walk stops at %q (%s), want %q", n, got.Check, got.Found, want[n])
+				continue
+			}
+			if want[n] != "" && (!strings.Contains(got.Found, foundHas) || !strings.Contains(got.Fix, fixHas)) {
+				t.Errorf("node %s: %s found %q, fix %q: want %q and a fix with %q", n, got.Check, got.Found, got.Fix, foundHas, fixHas)
+			}
+		}
+		if fd, ok := first[""]; ok {
+			t.Errorf("the cluster's check %s failed: %s", fd.Check, fd.Found)
+		}
+	}
+	c := f.c
+
+	t.Run("a healthy cluster", func(t *testing.T) {
+		found := walk(t, c)
+		stops(t, found, nil, "", "")
+		for _, fd := range found {
+			if fd.Check == doctor.CheckNodeReady && fd.Level != doctor.Pass {
+				t.Errorf("node %s: node-ready %s: %s", fd.Node, fd.Level, fd.Found)
+			}
+		}
+	})
+
+	t.Run("a wrong SSH key", func(t *testing.T) {
+		other := filepath.Join(t.TempDir(), "id_ed25519")
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, err := ssh.MarshalPrivateKey(key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(other, pem.EncodeToMemory(blk), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wrong := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.Nodes[0].SSHKeyPath = other })
+		stops(t, walk(t, wrong), map[string]string{n1.Address: doctor.CheckSSHAuth}, "unable to authenticate", "authorized_keys")
+	})
+
+	t.Run("a changed host key", func(t *testing.T) {
+		known := rewriteKnownHost(t, c.Rigger.SSH.KnownHostsFile, n2.Address)
+		changed := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.Rigger.SSH.KnownHostsFile = known })
+		stops(t, walk(t, changed), map[string]string{n2.Address: doctor.CheckSSHHostKey}, "host key", "ssh-keygen -R")
+	})
+
+	t.Run("an image that cannot be pulled", func(t *testing.T) {
+		// The sidekick's image named at a registry of the sandbox's bridge
+		// where nothing listens: no node has it, none can pull it.
+		missing := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) {
+			c.SystemImages.KubernetesServicesSidecar = s.BridgeAddress + ":5999/rigger-e2e/missing:1"
+		})
+		stops(t, walk(t, missing), map[string]string{n1.Address: doctor.CheckImages, n2.Address: doctor.CheckImages, n3.Address: doctor.CheckImages},
+			"missing, and the registry says", "private_registries")
+	})
+
+	t.Run("a certificate of another CA", func(t *testing.T) {
+		p := n1.HostPath("/etc/kubernetes/ssl/kube-proxy.pem")
+		orig, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := os.WriteFile(p, orig, 0o644); err != nil {
+				t.Error(err)
+			}
+		}()
+		if err := os.WriteFile(p, foreignCert(t), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckCertificates}, "x509: certificate signed by unknown authority", "another cluster")
+	})
+
+	t.Run("etcd stopped", func(t *testing.T) {
+		cli := sandboxtest.DockerClient(t, n3)
+		timeout := 30
+		if err := cli.ContainerStop(ctx, desired.Etcd, container.StopOptions{Timeout: &timeout}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := cli.ContainerStart(context.WithoutCancel(ctx), desired.Etcd, container.StartOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckContainers}, "etcd exited", "docker logs etcd")
+	})
+
+	t.Run("the network plugin's configuration removed", func(t *testing.T) {
+		dir := n2.HostPath(sandbox.CNIConfDir)
+		aside := t.TempDir()
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("%s: %v entries, %v", dir, len(entries), err)
+		}
+		for _, e := range entries {
+			if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(aside, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer func() {
+			for _, e := range entries {
+				if err := os.Rename(filepath.Join(aside, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCNI}, "cni config uninitialized", "install-cni")
+	})
+
+	t.Run("a stale Node and a second Node for one machine", func(t *testing.T) {
+		cs := a.Client(ctx, t, c)
+		for name, addr := range map[string]string{"rigger-e2e-stale": "10.231.17.99", "m-rigger-e2e-dup": n2.Address} {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{desired.NodeAddressLabel: addr}}}
+			if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := cs.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		found := walk(t, c)
+		stops(t, found, map[string]string{n2.Address: doctor.CheckNodeRegistered}, "m-rigger-e2e-dup", "kubectl delete node m-rigger-e2e-dup")
+		for _, fd := range found {
+			if fd.Check == doctor.CheckStaleNodes && (fd.Level != doctor.Warn || !strings.Contains(fd.Found, "rigger-e2e-stale") || !strings.Contains(fd.Fix, "rigger.stale_nodes: delete")) {
+				t.Errorf("stale-nodes: %+v", fd)
+			}
+		}
+	})
+
+	t.Run("a Node deleted", func(t *testing.T) {
+		cs := a.Client(ctx, t, c)
+		name := n3.Hostname
+		if c.Nodes[2].HostnameOverride != "" {
+			name = c.Nodes[2].HostnameOverride
+		}
+		if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckNodeRegistered}, "has not registered", "hostname_override")
+		// An apply restarts the kubelet, which registers again.
+		a.Apply(ctx, t, c)
+		rt.NodesReady(ctx, t, cs, []sandbox.Node{n1, n2, n3})
+	})
+
+	t.Run("healthy again", func(t *testing.T) {
+		stops(t, walk(t, c), nil, "", "")
+	})
+}
+
+// rewriteKnownHost copies the known_hosts file with the keys of host
+// replaced by a new key: the node's host key as if it had changed.
+func rewriteKnownHost(t *testing.T, file, host string) string {
+	t.Helper()
+	in, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	replaced := false
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := sc.Text()
+		if fields := strings.Fields(line); len(fields) >= 3 && fields[0] == host {
+			line = host + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))
+			replaced = true
+		}
+		out.WriteString(line + "\n")
+	}
+	if !replaced {
+		t.Fatalf("no line for %s in %s", host, file)
+	}
+	p := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(p, []byte(out.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// foreignCert is a certificate signed by a CA of its own: what another
+// cluster's install leaves on a machine.
+func foreignCert(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another-cluster-ca"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(1, 0, 0)}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "system:kube-proxy"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(1, 0, 0)}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
