@@ -34,7 +34,13 @@ type DoctorOptions struct {
 	Nodes []string
 	// Skip names checks not to run (doctor.Walk).
 	Skip []string
+	// Since is how far back the Nodes' Events are read (DefaultSince when
+	// zero).
+	Since time.Duration
 }
+
+// DefaultSince is how far back Doctor reads the Nodes' Events.
+const DefaultSince = time.Hour
 
 // Doctor walks the nodes of cluster.yml through the path a node takes
 // to join the cluster (package doctor): reaching it, its Docker engine and
@@ -56,6 +62,7 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 		return nil, err
 	}
 	dr := &doctorRun{s: s, d: d, now: s.opts.Now()}
+	dr.since = dr.now.Add(-cmp.Or(o.Since, DefaultSince))
 	dr.gather(ctx)
 	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
 		Skip: o.Skip, MaxParallel: s.c.Rigger.MaxParallel,
@@ -113,6 +120,9 @@ type doctorRun struct {
 	// not be listed.
 	pods    map[string][]corev1.Pod
 	checker *health.Checker
+	// events are the Nodes' Events since since (nil: not listed).
+	events []corev1.Event
+	since  time.Time
 
 	mu       sync.Mutex
 	machines map[string]*machineRead
@@ -156,6 +166,7 @@ func (r *doctorRun) gather(ctx context.Context) {
 			defer wg.Done()
 			s.observeKubernetes(ctx, r.set, r.o)
 			r.pods = r.listPluginPods(ctx)
+			r.events = r.listNodeEvents(ctx)
 		}()
 		r.checker, _ = s.services().Checker(r.set)
 	}
@@ -233,6 +244,25 @@ func (r *doctorRun) listPluginPods(ctx context.Context) map[string][]corev1.Pod 
 	}
 	return out
 }
+
+// listNodeEvents lists the Events of Nodes (nil when they could not be).
+func (r *doctorRun) listNodeEvents(ctx context.Context) []corev1.Event {
+	if r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
+		return nil
+	}
+	cs, err := r.s.services().KubeClient(r.set, r.o)
+	if err != nil {
+		return nil
+	}
+	list, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node", Limit: maxNodeEvents})
+	if err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+// maxNodeEvents bounds the Events Doctor reads.
+const maxNodeEvents = 2000
 
 // clusterFindings are the checks of the cluster as a whole.
 func (r *doctorRun) clusterFindings(skip []string) []doctor.Finding {
@@ -322,6 +352,7 @@ func (r *doctorRun) checks() []doctor.Check {
 		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
 		doctor.Check{Name: doctor.CheckEtcdMember, Run: r.etcdMember},
 		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.health},
+		doctor.Check{Name: doctor.CheckEvents, Run: r.nodeEvents},
 		doctor.Check{Name: doctor.CheckNodeRegistered, Run: r.registered},
 		doctor.Check{Name: doctor.CheckCNI, Timeout: doctorMachineTimeout, Run: r.cni},
 		doctor.Check{Name: doctor.CheckNodeReady, Run: func(_ context.Context, node string) doctor.Result {
@@ -573,6 +604,24 @@ func (r *doctorRun) health(ctx context.Context, node string) doctor.Result {
 		res.Found = strings.Join(names, ", ") + " healthy"
 	}
 	return res
+}
+
+// nodeEvents warns of the recent Events that explain a Node deleted,
+// NotReady or under pressure.
+func (r *doctorRun) nodeEvents(_ context.Context, node string) doctor.Result {
+	if r.events == nil {
+		return doctor.Skipped("the Events were not listed")
+	}
+	n, _ := r.d.Node(node)
+	names := []string{n.Hostname}
+	var owned *corev1.Node
+	if k := r.o.Kubernetes; k != nil && k.Link != nil {
+		owned = k.Link.Owned[node]
+	}
+	if owned != nil && owned.Name != n.Hostname {
+		names = append(names, owned.Name)
+	}
+	return doctor.Events(names, r.events, r.since, doctor.ReadySince(owned))
 }
 
 // registered checks the node's Node, with the kubelet's last lines when

@@ -101,13 +101,13 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 			t.Fatal(err)
 		}
 		wrong := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.Nodes[0].SSHKeyPath = other })
-		stops(t, walk(t, wrong), map[string]string{n1.Address: doctor.CheckSSHAuth}, "unable to authenticate", "authorized_keys")
+		stops(t, walk(t, wrong), map[string]string{n1.Address: doctor.CheckSSHAuth}, "refused SSH login as user", "authorized_keys")
 	})
 
 	t.Run("a changed host key", func(t *testing.T) {
 		known := rewriteKnownHost(t, c.Rigger.SSH.KnownHostsFile, n2.Address)
 		changed := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.Rigger.SSH.KnownHostsFile = known })
-		stops(t, walk(t, changed), map[string]string{n2.Address: doctor.CheckSSHHostKey}, "host key", "ssh-keygen -R")
+		stops(t, walk(t, changed), map[string]string{n2.Address: doctor.CheckSSHHostKey}, "HOST KEY CHANGED", "ssh-keygen -R")
 	})
 
 	t.Run("an image that cannot be pulled", func(t *testing.T) {

@@ -16,14 +16,15 @@ import (
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
 
-// noopPairs is how many times BenchmarkNoop runs the floor, a plan and an
-// apply, one after the other: it reports the medians.
+// noopPairs is how many times BenchmarkNoop runs the floor, a plan, an
+// apply and a doctor, one after the other: it reports the medians.
 const noopPairs = 8
 
-// BenchmarkNoop compares whole rigger processes, `rigger plan` and
-// `rigger apply --yes` of a converged 3-node sandbox cluster (every role
-// on every node, the example's add-ons), with their floor measured beside
-// them in the same run: three `ssh NODE docker ps -a` in parallel, with
+// BenchmarkNoop compares whole rigger processes, `rigger plan`,
+// `rigger apply --yes` and `rigger doctor` (which must fail no check) of a
+// converged 3-node sandbox cluster (every role on every node, the
+// example's add-ons), with their floor measured beside them in the same
+// run: three `ssh NODE docker ps -a` in parallel, with
 // the same key and known hosts, the least a tool that reads the nodes
 // over SSH does. It reports the medians of noopPairs runs of each, their
 // CPU time, and each one's ratio to the floor (docs/BENCHMARKS.md).
@@ -75,7 +76,7 @@ func BenchmarkNoop(b *testing.B) {
 		return measured{wall: time.Since(start), cpu: cpu}, nil
 	}
 	for b.Loop() {
-		var floors, plans, applies []measured
+		var floors, plans, applies, doctors []measured
 		for range noopPairs {
 			f, err := floor()
 			if err != nil {
@@ -89,7 +90,11 @@ func BenchmarkNoop(b *testing.B) {
 			if err != nil {
 				b.Fatalf("rigger apply of the converged cluster: %v", err)
 			}
-			floors, plans, applies = append(floors, f), append(plans, p), append(applies, a)
+			d, err := runProcess(bin, append([]string{"doctor"}, cluster...)...)
+			if err != nil {
+				b.Fatalf("rigger doctor of the converged cluster: %v", err)
+			}
+			floors, plans, applies, doctors = append(floors, f), append(plans, p), append(applies, a), append(doctors, d)
 		}
 		fl := median(floors)
 		b.ReportMetric(fl.wall.Seconds(), "floor-s")
@@ -97,7 +102,7 @@ func BenchmarkNoop(b *testing.B) {
 		for _, m := range []struct {
 			name string
 			runs []measured
-		}{{"plan", plans}, {"apply", applies}} {
+		}{{"plan", plans}, {"apply", applies}, {"doctor", doctors}} {
 			r := median(m.runs)
 			b.ReportMetric(r.wall.Seconds(), m.name+"-s")
 			b.ReportMetric(r.cpu.Seconds(), m.name+"-cpu-s")

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,7 @@ func newDoctorCommand() *cobra.Command {
 		output string
 		nodes  []string
 		skip   []string
+		since  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -32,7 +34,7 @@ named checks, the path a node takes to join the cluster:
   its machine       docker-version, cgroup-driver, clock, kernel-network, swap,
                     resolv-conf, disk
   what it runs      images, certificates, containers, etcd-member, health
-  in Kubernetes     node-registered, cni, node-ready
+  in Kubernetes     events, node-registered, cni, node-ready
 
 and the cluster as a whole: cluster-yml, pki, kubernetes-api, stale-nodes.
 
@@ -65,7 +67,7 @@ included).`,
 				return err
 			}
 			defer s.Close()
-			found, err := s.Doctor(cmd.Context(), reconcile.DoctorOptions{Nodes: nodes, Skip: skip})
+			found, err := s.Doctor(cmd.Context(), reconcile.DoctorOptions{Nodes: nodes, Skip: skip, Since: since})
 			if err != nil {
 				return err
 			}
@@ -88,6 +90,7 @@ included).`,
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringSliceVar(&nodes, "node", nil, "walk only this node (address, internal_address or hostname_override); repeat or separate with commas")
 	cmd.Flags().StringSliceVar(&skip, "skip", nil, "checks not to run, by name (comma-separated); a skipped check does not stop the walk")
+	cmd.Flags().DurationVar(&since, "since", reconcile.DefaultSince, "how far back the Nodes' Events are read (the events check)")
 	return cmd
 }
 

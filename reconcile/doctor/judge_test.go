@@ -353,3 +353,42 @@ func TestKubernetesChecks(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+func TestEvents(t *testing.T) {
+	now := time.Now()
+	ev := func(node, reason, typ string, ago time.Duration, msg string) corev1.Event {
+		return corev1.Event{InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node}, Reason: reason, Type: typ,
+			Message: msg, LastTimestamp: metav1.NewTime(now.Add(-ago))}
+	}
+	events := []corev1.Event{
+		ev("node1", "RegisteredNode", "Normal", 50*time.Minute, "Node node1 event: Registered Node node1 in Controller"),
+		ev("node1", "NodeNotReady", "Normal", 49*time.Minute, "Node node1 status is now: NodeNotReady"),
+		ev("node1", "NodeHasSufficientMemory", "Normal", 49*time.Minute, "ignored"),
+		ev("node2", "DeletingNode", "Normal", 10*time.Minute, "Deleting Node node2 because it's not present according to cloud provider"),
+		ev("node2", "RegisteredNode", "Normal", 9*time.Minute, "Registered Node node2 in Controller"),
+		ev("node2", "FreeDiskSpaceFailed", "Warning", 3*time.Hour, "too old"),
+		ev("node3", "SystemOOM", "Warning", time.Minute, "System OOM encountered, victim process: etcd"),
+	}
+	since := now.Add(-time.Hour)
+	if r := Events([]string{"node1"}, events, since, now.Add(-45*time.Minute)); r.Level != Pass {
+		t.Errorf("a Node's start is not worth a warning: %+v", r)
+	}
+	if r := Events([]string{"node1"}, events, since, time.Time{}); r.Level != Warn || !strings.Contains(r.Found, "NodeNotReady") || strings.Contains(r.Found, "ignored") {
+		t.Errorf("a Node NotReady now: %+v", r)
+	}
+	r := Events([]string{"node2"}, events, since, now.Add(-8*time.Minute))
+	if r.Level != Warn || !strings.Contains(r.Found, "not present according to cloud provider") || strings.Contains(r.Found, "too old") || !strings.Contains(r.Fix, "cloud_provider") {
+		t.Errorf("a Node deleted by a cloud controller: %+v", r)
+	}
+	if r := Events([]string{"node3"}, events, since, now.Add(-time.Hour)); r.Level != Warn || !strings.Contains(r.Found, "SystemOOM") {
+		t.Errorf("%+v", r)
+	}
+	var many []corev1.Event
+	for i := range 9 {
+		many = append(many, ev("node4", "NodeNotReady", "Normal", time.Duration(9-i)*time.Minute, fmt.Sprintf("flap %d", i)))
+	}
+	if r := Events([]string{"node4"}, many, since, time.Time{}); !strings.Contains(r.Found, "9 Events") || !strings.Contains(r.Found, "the last 5") ||
+		strings.Contains(r.Found, "flap 3") || !strings.Contains(r.Found, "flap 8") {
+		t.Errorf("many Events: %+v", r)
+	}
+}

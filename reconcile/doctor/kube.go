@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -160,4 +161,78 @@ func Stale(link *observe.Linkage, policy string) Result {
 		fix = "rigger apply deletes them (rigger.stale_nodes: delete)"
 	}
 	return Warned("no Node without a machine", "stale Nodes: "+strings.Join(found, "; "), fix)
+}
+
+// CheckEvents is the check of a Node's recent Events.
+const CheckEvents = "events"
+
+// nodeEventReasons are the reasons of Node Events worth showing besides
+// any of type Warning: what explains a Node deleted, NotReady or under
+// pressure.
+var nodeEventReasons = map[string]bool{
+	"NodeNotReady": true, "RemovingNode": true, "DeletingNode": true, "DeletingAllPods": true, "Rebooted": true,
+	"NodeHasDiskPressure": true, "NodeHasInsufficientMemory": true, "NodeHasInsufficientPID": true,
+	"EvictionThresholdMet": true, "SystemOOM": true, "NodeNotSchedulable": true, "RegisteredNode": true,
+}
+
+// maxEvents is how many Events a finding lists (the newest).
+const maxEvents = 5
+
+// Events warns of the Node Events since a time that explain a Node
+// deleted, NotReady or under pressure (a cloud controller's "Deleting
+// Node … because it's not present according to cloud provider", the node
+// controller's NodeNotReady, evictions). names are the Node's names (the
+// machine's hostname, and its Node's when it differs); events those
+// listed, newest last. readySince is when the Node last became Ready
+// (zero when it is not): the NotReady and registration before it are
+// those of its start, not worth a warning.
+func Events(names []string, events []corev1.Event, since, readySince time.Time) Result {
+	var lines []string
+	for _, e := range events {
+		if e.InvolvedObject.Kind != "Node" || !slices.Contains(names, e.InvolvedObject.Name) || eventTime(&e).Before(since) {
+			continue
+		}
+		if e.Type != corev1.EventTypeWarning && !nodeEventReasons[e.Reason] {
+			continue
+		}
+		if (e.Reason == "NodeNotReady" || e.Reason == "RegisteredNode") && eventTime(&e).Before(readySince) {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s %s: %s", eventTime(&e).UTC().Format("15:04:05"), e.Reason, strings.TrimSpace(e.Message)))
+	}
+	if len(lines) == 0 {
+		return Passed("no Event of the Node since " + since.UTC().Format("15:04:05"))
+	}
+	found := fmt.Sprintf("%d Events of the Node since %s", len(lines), since.UTC().Format("15:04:05"))
+	if len(lines) > maxEvents {
+		lines = lines[len(lines)-maxEvents:]
+		found += fmt.Sprintf(", the last %d", maxEvents)
+	}
+	return Warned("no Event that explains a Node deleted, NotReady or under pressure", found+":\n"+strings.Join(lines, "\n"),
+		"the Events say what happened: a Node deleted and registered again (RemovingNode, RegisteredNode) is often a cloud controller (cloud_provider) or a second machine with the same hostname; NodeNotReady is the kubelet not posting its status")
+}
+
+// eventTime is when an Event last happened.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// ReadySince is when the Node's Ready condition last became True; zero
+// when it is not True.
+func ReadySince(n *corev1.Node) time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
