@@ -61,7 +61,7 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 	if err != nil {
 		return nil, err
 	}
-	dr := &doctorRun{s: s, d: d, now: s.opts.Now()}
+	dr := &doctorRun{s: s, c: s.c, ignoreDocker: s.opts.IgnoreDockerVersion, d: d, now: s.opts.Now()}
 	dr.since = dr.now.Add(-cmp.Or(o.Since, DefaultSince))
 	dr.gather(ctx)
 	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
@@ -78,6 +78,31 @@ func DoctorChecks() []string {
 		names = append(names, c.Name)
 	}
 	return names
+}
+
+// Problems are the warnings and failures of rigger doctor's checks that
+// the plan's observation answers, reading nothing more (the checks that
+// read more are skipped): reaching each node, its Docker version, its
+// containers (crash loops included), its etcd member, its Node registered,
+// unique and Ready, the cluster's certificates, API server and stale
+// Nodes. Status and serve's status.yml show them, with the fix, on every
+// drift check. Nil for a teardown.
+func (p *Planned) Problems() []doctor.Finding {
+	if p.spec == nil {
+		return nil
+	}
+	r := &doctorRun{c: p.spec, ignoreDocker: p.ignoreDocker, d: p.Desired, now: p.Observed.At, o: p.Observed,
+		set: p.PKI, newPKI: p.PKISource.Kind == pkisource.New}
+	var nodes []string
+	for _, n := range p.Desired.Nodes {
+		nodes = append(nodes, n.Address)
+	}
+	found := slices.Concat(r.clusterFindings(nil), doctor.Walk(context.Background(), nodes, r.checks(), doctor.Options{MaxParallel: 1}))
+	found = slices.DeleteFunc(found, func(f doctor.Finding) bool { return f.Level != doctor.Fail && f.Level != doctor.Warn })
+	for i := range found {
+		found[i].Seconds = 0 // how long a judgement took: nothing to commit in status.yml
+	}
+	return found
 }
 
 // doctorNodes are the addresses of the nodes to walk.
@@ -103,10 +128,14 @@ func (s *Session) doctorNodes(d *desired.Cluster, want []string) ([]string, erro
 // doctorRun is what one Doctor read of the cluster, and what its checks
 // read of each node on the way (machine, per node, read once).
 type doctorRun struct {
-	s   *Session
-	d   *desired.Cluster
-	now time.Time
-	o   *observe.Cluster
+	// s reads what the plan's observation does not hold; nil for the
+	// checks of a plan (Planned.Problems), which skip what needs it.
+	s            *Session
+	c            *spec.Cluster
+	ignoreDocker bool
+	d            *desired.Cluster
+	now          time.Time
+	o            *observe.Cluster
 	// set is the cluster's PKI (nil: none could be resolved; setErr says
 	// why), newPKI that no node or state directory has one yet.
 	set    *pki.Set
@@ -294,7 +323,7 @@ func (r *doctorRun) clusterFindings(skip []string) []doctor.Finding {
 		add(doctor.CheckKubernetesAPI, doctor.Passed("the API server lists the Nodes"))
 	}
 	if k != nil && k.Err == nil && k.Link != nil {
-		add(doctor.CheckStaleNodes, doctor.Stale(k.Link, r.s.c.Rigger.StaleNodes))
+		add(doctor.CheckStaleNodes, doctor.Stale(k.Link, r.c.Rigger.StaleNodes))
 	} else {
 		add(doctor.CheckStaleNodes, doctor.Skipped("the Nodes were not listed"))
 	}
@@ -319,9 +348,13 @@ func (r *doctorRun) checks() []doctor.Check {
 		}})
 	}
 	return append(out,
-		doctor.Check{Name: doctor.CheckDockerVersion, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
-			return doctor.DockerVersion(r.s.c.KubernetesVersion, er.info.ServerVersion, r.s.opts.IgnoreDockerVersion)
-		})},
+		doctor.Check{Name: doctor.CheckDockerVersion, Run: func(_ context.Context, node string) doctor.Result {
+			on := r.o.Nodes[node]
+			if on == nil || !on.Reachable {
+				return doctor.Skipped("the node did not answer")
+			}
+			return doctor.DockerVersion(r.c.KubernetesVersion, on.DockerVersion, r.ignoreDocker)
+		}},
 		doctor.Check{Name: doctor.CheckCgroupDriver, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
 			kubelet, ok := n.Container(desired.Kubelet)
 			if !ok {
@@ -335,10 +368,10 @@ func (r *doctorRun) checks() []doctor.Check {
 			}
 			return doctor.Clock(er.offset, er.unc, r.median)
 		})},
-		doctor.Check{Name: doctor.CheckKernelNetwork, Timeout: doctorMachineTimeout, Run: r.hostCheck(doctor.KernelNetwork)},
-		doctor.Check{Name: doctor.CheckSwap, Timeout: doctorMachineTimeout, Run: r.hostCheck(doctor.Swap)},
-		doctor.Check{Name: doctor.CheckResolvConf, Timeout: doctorMachineTimeout, Run: r.hostCheck(doctor.ResolvConf)},
-		doctor.Check{Name: doctor.CheckDisk, Timeout: doctorMachineTimeout, Run: func(ctx context.Context, node string) doctor.Result {
+		doctor.Check{Name: doctor.CheckKernelNetwork, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(doctor.KernelNetwork))},
+		doctor.Check{Name: doctor.CheckSwap, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(doctor.Swap))},
+		doctor.Check{Name: doctor.CheckResolvConf, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(doctor.ResolvConf))},
+		doctor.Check{Name: doctor.CheckDisk, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
 			var eviction string
 			if n, _ := r.d.Node(node); n != nil {
 				if kubelet, ok := n.Container(desired.Kubelet); ok {
@@ -346,15 +379,15 @@ func (r *doctorRun) checks() []doctor.Check {
 				}
 			}
 			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DiskSpace(h, eviction) })(ctx, node)
-		}},
-		doctor.Check{Name: doctor.CheckImages, Run: r.images},
-		doctor.Check{Name: doctor.CheckCertificates, Run: r.certificates},
+		})},
+		doctor.Check{Name: doctor.CheckImages, Run: r.reads(r.images)},
+		doctor.Check{Name: doctor.CheckCertificates, Run: r.reads(r.certificates)},
 		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
 		doctor.Check{Name: doctor.CheckEtcdMember, Run: r.etcdMember},
-		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.health},
-		doctor.Check{Name: doctor.CheckEvents, Run: r.nodeEvents},
+		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.reads(r.health)},
+		doctor.Check{Name: doctor.CheckEvents, Run: r.reads(r.nodeEvents)},
 		doctor.Check{Name: doctor.CheckNodeRegistered, Run: r.registered},
-		doctor.Check{Name: doctor.CheckCNI, Timeout: doctorMachineTimeout, Run: r.cni},
+		doctor.Check{Name: doctor.CheckCNI, Timeout: doctorMachineTimeout, Run: r.reads(r.cni)},
 		doctor.Check{Name: doctor.CheckNodeReady, Run: func(_ context.Context, node string) doctor.Result {
 			if k := r.o.Kubernetes; k == nil || k.Err != nil || k.Link == nil {
 				return doctor.Skipped("the Nodes were not listed")
@@ -367,7 +400,7 @@ func (r *doctorRun) checks() []doctor.Check {
 // reach is the check name of reaching node: the check its observation's
 // error fails, a pass before it (the connection got that far).
 func (r *doctorRun) reach(name, node string) doctor.Result {
-	sn := r.s.nodeSpec(node)
+	sn := nodeSpec(r.c, node)
 	agent := sn.Transport == spec.TransportAgent
 	switch {
 	case agent && strings.HasPrefix(name, "ssh-"), agent && name == doctor.CheckAddress:
@@ -377,7 +410,13 @@ func (r *doctorRun) reach(name, node string) doctor.Result {
 	}
 	on := r.o.Nodes[node]
 	failed, res := doctor.Reach(on.Err)
-	if failed == name {
+	switch i, f := slices.Index(doctor.ReachChecks, name), slices.Index(doctor.ReachChecks, failed); {
+	case failed == name:
+		return res
+	case failed != "" && i > f:
+		// The connection stopped at a check skipped by name: it cannot
+		// get further.
+		res.Found = failed + " (skipped) failed: " + res.Found
 		return res
 	}
 	switch name {
@@ -401,7 +440,7 @@ func (r *doctorRun) reach(name, node string) doctor.Result {
 
 // engineCheck is a check of a node's docker info.
 func (r *doctorRun) engineCheck(f func(n *desired.Node, er *engineRead) doctor.Result) func(context.Context, string) doctor.Result {
-	return func(_ context.Context, node string) doctor.Result {
+	return r.reads(func(_ context.Context, node string) doctor.Result {
 		er := r.info[node]
 		if er == nil {
 			return doctor.Skipped("the node did not answer")
@@ -411,6 +450,21 @@ func (r *doctorRun) engineCheck(f func(n *desired.Node, er *engineRead) doctor.R
 		}
 		n, _ := r.d.Node(node)
 		return f(n, er)
+	})
+}
+
+// readByDoctor is why the checks of a plan (Planned.Problems) skip a
+// check that reads more than a plan's observation.
+const readByDoctor = "read by rigger doctor only"
+
+// reads is a check that reads more than a plan's observation: skipped
+// among the checks of a plan.
+func (r *doctorRun) reads(f func(context.Context, string) doctor.Result) func(context.Context, string) doctor.Result {
+	return func(ctx context.Context, node string) doctor.Result {
+		if r.s == nil {
+			return doctor.Skipped(readByDoctor)
+		}
+		return f(ctx, node)
 	}
 }
 
@@ -423,7 +477,7 @@ func (r *doctorRun) hostCheck(f func(*doctor.Host) doctor.Result) func(context.C
 			return doctor.Skipped(m.skip)
 		case m.err != nil:
 			return doctor.Failed("a helper container to read the machine", m.err.Error(),
-				"check that the node's Docker engine runs containers (docker run --rm "+r.s.c.SystemImages.Alpine+" true)")
+				"check that the node's Docker engine runs containers (docker run --rm "+r.c.SystemImages.Alpine+" true)")
 		}
 		return f(m.host)
 	}
@@ -448,7 +502,7 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 			m.err = err
 			return
 		}
-		img := r.s.c.SystemImages.Alpine
+		img := r.c.SystemImages.Alpine
 		if _, err := e.ImageInspect(ctx, img); errdefs.IsNotFound(err) {
 			m.skip = "the helper image " + img + " is not on the node yet (rigger apply pulls it)"
 			return
@@ -480,7 +534,7 @@ func (r *doctorRun) images(ctx context.Context, node string) doctor.Result {
 	}
 	var missing []string
 	pullErr := map[string]error{}
-	refs := []string{r.s.c.SystemImages.Alpine}
+	refs := []string{r.c.SystemImages.Alpine}
 	for _, c := range n.Containers {
 		refs = append(refs, c.Image)
 	}
@@ -536,14 +590,21 @@ func (r *doctorRun) certificates(_ context.Context, node string) doctor.Result {
 // restarts and reading the last lines of those that do not run.
 func (r *doctorRun) containers(ctx context.Context, node string) doctor.Result {
 	n, _ := r.d.Node(node)
-	cli, err := r.s.tr.Docker(ctx, node)
-	if err != nil {
-		return doctor.Failed("the node's Docker engine", err.Error(), "")
+	on := r.o.Nodes[node]
+	if on == nil || !on.Reachable {
+		return doctor.Skipped("the node did not answer")
+	}
+	var cli dockerop.Engine
+	if r.s != nil {
+		var err error
+		if cli, err = r.s.tr.Docker(ctx, node); err != nil {
+			return doctor.Failed("the node's Docker engine", err.Error(), "")
+		}
 	}
 	got := map[string]doctor.Container{}
-	for name, oc := range r.o.Nodes[node].Containers {
+	for name, oc := range on.Containers {
 		c := doctor.Container{Container: oc}
-		if dc, ok := n.Container(name); ok && !dc.RunOnce {
+		if dc, ok := n.Container(name); ok && !dc.RunOnce && cli != nil {
 			if in, err := cli.ContainerInspect(ctx, oc.ID); err == nil && in.ContainerJSONBase != nil {
 				c.RestartCount = in.RestartCount
 				if in.State != nil {
@@ -636,7 +697,7 @@ func (r *doctorRun) registered(ctx context.Context, node string) doctor.Result {
 		return doctor.Skipped("no kubelet")
 	}
 	logs := ""
-	if k.Link.Owned[node] == nil {
+	if k.Link.Owned[node] == nil && r.s != nil {
 		if cli, err := r.s.tr.Docker(ctx, node); err == nil {
 			logs = dockerop.Logs(ctx, cli, desired.Kubelet)
 		}
@@ -646,7 +707,7 @@ func (r *doctorRun) registered(ctx context.Context, node string) doctor.Result {
 
 // cni checks the network plugin's configuration and pod on the node.
 func (r *doctorRun) cni(ctx context.Context, node string) doctor.Result {
-	plugin := r.s.c.Network.Plugin
+	plugin := r.c.Network.Plugin
 	if plugin == "" || plugin == "none" {
 		return doctor.Skipped("no network plugin")
 	}
@@ -678,8 +739,8 @@ func argValue(args []string, flag string) string {
 }
 
 // nodeSpec is the node of cluster.yml at address.
-func (s *Session) nodeSpec(address string) spec.Node {
-	for _, n := range s.c.Nodes {
+func nodeSpec(c *spec.Cluster, address string) spec.Node {
+	for _, n := range c.Nodes {
 		if n.Address == address {
 			return n
 		}

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,11 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 			}
 		}()
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckContainers}, "etcd exited", "docker logs etcd")
+		// The status of a plan names it too, with the same check.
+		st := reconcile.BuildStatus(a.Plan(ctx, t, c))
+		if !hasProblem(st.Problems, n3.Address, doctor.CheckContainers, doctor.Fail) {
+			t.Errorf("status problems %+v: no failed containers check of %s", st.Problems, n3.Address)
+		}
 	})
 
 	t.Run("the network plugin's configuration removed", func(t *testing.T) {
@@ -212,6 +218,14 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 	t.Run("healthy again", func(t *testing.T) {
 		stops(t, walk(t, c), nil, "", "")
+	})
+}
+
+// hasProblem says whether problems hold a finding of check at level on
+// node.
+func hasProblem(problems []doctor.Finding, node, check string, level doctor.Level) bool {
+	return slices.ContainsFunc(problems, func(f doctor.Finding) bool {
+		return f.Node == node && f.Check == check && f.Level == level
 	})
 }
 

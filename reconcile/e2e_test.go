@@ -370,6 +370,9 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 			t.Errorf("reason %q", reason)
 		}
 		st := reconcile.BuildStatus(pl)
+		if !hasProblem(st.Problems, n2.Address, doctor.CheckContainers, doctor.Fail) {
+			t.Errorf("status problems %+v: no failed containers check of %s", st.Problems, n2.Address)
+		}
 		for _, ns := range st.Nodes {
 			for _, cs := range ns.Containers {
 				if inSync := !(ns.Address == n2.Address && cs.Name == desired.KubeScheduler); cs.InSync != inSync {

@@ -13,6 +13,7 @@ import (
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/reconcile/stall"
+	"github.com/rigger/rigger/spec"
 )
 
 // Planned is a plan with everything it was computed from: one observation
@@ -58,6 +59,11 @@ type Planned struct {
 	// pki is where the certificates come from and what the plan does
 	// about their rotation.
 	pki *pkisource.Resolved
+	// spec is the cluster.yml the plan is of, and ignoreDocker
+	// Options.IgnoreDockerVersion, for Problems; spec is nil for a
+	// teardown.
+	spec         *spec.Cluster
+	ignoreDocker bool
 }
 
 // Blocked says why the plan must not be applied (a new CA while nodes that

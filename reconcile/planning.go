@@ -210,6 +210,7 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved,
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
 		PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp,
 		Warnings: etcdWarnings(s.c), encryption: re, Encryption: report.EncryptionOf(re, s.opts.StateDir),
+		spec: s.c, ignoreDocker: s.opts.IgnoreDockerVersion,
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {
 		pl.NodeChanges = kubenode.Changes(kubenode.Machines(s.c), k.Link, s.c.Rigger.StaleNodes, pl.Unreachable())

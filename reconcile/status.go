@@ -33,8 +33,12 @@ func (s *Session) Status(ctx context.Context) (*Status, *Planned, error) {
 }
 
 // BuildStatus is the status of the cluster pl was computed from
-// (report.BuildStatus).
-func BuildStatus(pl *Planned) *Status { return report.BuildStatus(pl.input()) }
+// (report.BuildStatus), with its Problems.
+func BuildStatus(pl *Planned) *Status {
+	st := report.BuildStatus(pl.input())
+	st.Problems = pl.Problems()
+	return st
+}
 
 // Report is the plan as rigger plan -o json writes it (report.Plan).
 func (p *Planned) Report() *PlanReport { return report.Plan(p.input()) }

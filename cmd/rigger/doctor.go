@@ -110,9 +110,19 @@ func checkSkip(skip []string) error {
 func renderDoctor(w io.Writer, found []doctor.Finding, names map[string]string) {
 	node := "\x00"
 	summary := map[string]string{}
-	var order []string
+	var (
+		order  []string
+		notRun []string // checks of the node not run, not written yet
+	)
+	flush := func() {
+		if len(notRun) > 0 {
+			fmt.Fprintf(w, "  %-7s %s\n", mark(doctor.NotRun), "not run: "+strings.Join(notRun, ", "))
+			notRun = nil
+		}
+	}
 	for _, f := range found {
 		if f.Node != node {
+			flush()
 			node = f.Node
 			if node == "" {
 				fmt.Fprintln(w, "Cluster")
@@ -122,6 +132,11 @@ func renderDoctor(w io.Writer, found []doctor.Finding, names map[string]string) 
 				summary[node] = "ok"
 			}
 		}
+		if f.Level == doctor.NotRun {
+			notRun = append(notRun, f.Check)
+			continue
+		}
+		flush()
 		fmt.Fprintf(w, "  %-7s %-16s %s\n", mark(f.Level), f.Check, termsafe.String(indentFinding(f.Found)))
 		if f.Level == doctor.Fail || f.Level == doctor.Warn {
 			if f.Expected != "" {
@@ -140,6 +155,7 @@ func renderDoctor(w io.Writer, found []doctor.Finding, names map[string]string) 
 			}
 		}
 	}
+	flush()
 	fmt.Fprintln(w)
 	for _, n := range order {
 		fmt.Fprintf(w, "%s: %s\n", termsafe.String(names[n]), summary[n])

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rigger/rigger/internal/termsafe"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/kubenode"
 )
@@ -29,7 +30,11 @@ match cluster.yml, and its Kubernetes Node's Ready condition; then how many
 changes a plan has and when the certificates expire. It changes nothing.
 
 Nodes that no node of cluster.yml owns (stale), addresses several Nodes
-claim and nodes without a Node are listed after the nodes.
+claim and nodes without a Node are listed after the nodes. Then the
+problems that rigger doctor's checks find in what status read (a node not
+reached and why, a container in a crash loop, an etcd member down, a Node
+missing, duplicated or NotReady), each with its fix; rigger doctor walks
+each node further.
 
 Exit status: 0 when every node answers, every container is in sync, every
 Node is Ready and none is stale; 1 otherwise.`,
@@ -241,6 +246,7 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 		}
 	}
 	renderAddons(w, st)
+	renderProblems(w, st)
 	fmt.Fprintln(w)
 	if why := notInSync(st); len(why) == 0 {
 		fmt.Fprintln(w, "In sync with cluster.yml: no changes pending, every Node Ready.")
@@ -343,4 +349,23 @@ func renderNodeLinks(w io.Writer, st *reconcile.Status) {
 		}
 	}
 	kubenode.RenderPending(w, st.NodeChanges)
+}
+
+// renderProblems writes the warnings and failures of doctor's checks that
+// the status answers, each with its fix, and points at rigger doctor.
+func renderProblems(w io.Writer, st *reconcile.Status) {
+	if len(st.Problems) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nProblems (rigger doctor walks each node further):")
+	for _, p := range st.Problems {
+		where := "cluster"
+		if p.Node != "" {
+			where = p.Node
+		}
+		fmt.Fprintf(w, "  %s %s %s: %s\n", mark(p.Level), termsafe.String(where), p.Check, termsafe.String(strings.SplitN(p.Found, "\n", 2)[0]))
+		if p.Fix != "" {
+			fmt.Fprintf(w, "      fix: %s\n", termsafe.String(p.Fix))
+		}
+	}
 }

@@ -118,7 +118,8 @@ type Finding struct {
 	Expected string  `json:"expected,omitempty"`
 	Found    string  `json:"found,omitempty"`
 	Fix      string  `json:"fix,omitempty"`
-	Seconds  float64 `json:"seconds"`
+	// Seconds is how long the check took.
+	Seconds float64 `json:"seconds,omitempty"`
 }
 
 // Options are the settings of Walk.

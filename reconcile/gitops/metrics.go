@@ -17,6 +17,7 @@ type Metrics struct {
 	reconciles     *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	nodes          *prometheus.GaugeVec
+	problems       *prometheus.GaugeVec
 	driftRepairs   *prometheus.CounterVec
 	snapshots      *prometheus.CounterVec
 	snapshotTime   *prometheus.GaugeVec
@@ -37,6 +38,8 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}}, []string{"cluster", "result"}),
 		nodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rigger_nodes",
 			Help: "Nodes of cluster.yml by state (ready, not_ready, unreachable, no_node) at the last reconcile."}, []string{"cluster", "state"}),
+		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rigger_check_problems",
+			Help: "Findings of rigger doctor's checks that the last reconcile's observation answers, by check and level (warn, fail): how many nodes (or the cluster) it found them on."}, []string{"cluster", "check", "level"}),
 		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rigger_drift_repairs_total",
 			Help: "Steps drift checks carried out: the nodes had changed, cluster.yml had not."}, []string{"cluster"}),
 		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rigger_etcd_snapshots_total",
@@ -48,7 +51,7 @@ func NewMetrics() *Metrics {
 		webhookResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rigger_webhook_requests_total",
 			Help: "Webhook requests, by provider and result."}, []string{"provider", "result"}),
 	}
-	m.reg.MustRegister(m.fetches, m.reconciles, m.duration, m.nodes, m.driftRepairs, m.snapshots, m.snapshotTime,
+	m.reg.MustRegister(m.fetches, m.reconciles, m.duration, m.nodes, m.problems, m.driftRepairs, m.snapshots, m.snapshotTime,
 		m.statusCommits, m.webhookResults, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -118,6 +121,12 @@ func (m *Metrics) reconciled(out outcome, d time.Duration) {
 	}
 	for state, n := range counts {
 		m.nodes.WithLabelValues(out.cluster, state).Set(float64(n))
+	}
+	// The last status's problems only: those gone are gone from the
+	// metrics too.
+	m.problems.DeletePartialMatch(prometheus.Labels{"cluster": out.cluster})
+	for _, p := range out.status.Problems {
+		m.problems.WithLabelValues(out.cluster, p.Check, string(p.Level)).Inc()
 	}
 }
 

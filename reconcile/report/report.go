@@ -14,6 +14,7 @@ import (
 	"github.com/rigger/rigger/internal/clip"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
@@ -96,6 +97,10 @@ type Status struct {
 	// Kubernetes are the versions the Kubernetes components run; nil when
 	// no node that answered runs one.
 	Kubernetes *KubernetesVersions `json:"kubernetes,omitempty"`
+	// Problems are the warnings and failures of rigger doctor's checks
+	// that the observation answers, each with its fix (set by package
+	// reconcile: Planned.Problems).
+	Problems []doctor.Finding `json:"problems,omitempty"`
 }
 
 // KubernetesVersions are the versions the Kubernetes components of the

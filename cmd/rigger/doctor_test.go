@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rigger/rigger/reconcile/doctor"
+)
+
+// doctorCluster writes a cluster.yml of one node at 127.0.0.1 on a port
+// where nothing listens, with a key of its own.
+func doctorCluster(t *testing.T) (file, stateDir string) {
+	t.Helper()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		t.Skipf("ssh-keygen: %v %s", err, out)
+	}
+	file = filepath.Join(dir, "cluster.yml")
+	yml := "cluster_name: doctortest\nssh_key_path: " + key + "\nnodes:\n" +
+		"  - {address: 127.0.0.1, port: \"1\", user: root, role: [etcd, controlplane, worker], hostname_override: n1}\n" +
+		"services:\n  etcd: {snapshot: false}\n"
+	if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, filepath.Join(dir, "state")
+}
+
+// TestDoctorNodeUnreachable: a node whose SSH port refuses stops at
+// ssh-port, with the fix, the rest of its walk not run; exit 1.
+func TestDoctorNodeUnreachable(t *testing.T) {
+	file, state := doctorCluster(t)
+	out, errOut, code := run(t, "doctor", "-f", file, "--state-dir", state)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"Node 127.0.0.1 (n1)",
+		"FAIL    ssh-port         node 127.0.0.1: 127.0.0.1:1 refused the connection",
+		"fix: check the node is up",
+		"not run: ssh-handshake, ssh-host-key,",
+		"127.0.0.1 (n1): stops at ssh-port",
+		"WARN    pki",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(state); err == nil {
+		t.Error("doctor made the state directory: it changes nothing")
+	}
+
+	out, _, code = run(t, "doctor", "-f", file, "--state-dir", state, "-o", "json", "--skip", "ssh-port")
+	var doc struct{ Findings []doctor.Finding }
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	levels := map[string]doctor.Level{}
+	for _, f := range doc.Findings {
+		if f.Node == "127.0.0.1" {
+			levels[f.Check] = f.Level
+		}
+	}
+	// ssh-port skipped by name: the connection gets no further, and the
+	// next check of it fails.
+	if code != 1 || levels[doctor.CheckSSHPort] != doctor.Skip || levels[doctor.CheckAddress] != doctor.Pass ||
+		levels[doctor.CheckSSHHandshake] != doctor.Fail || levels[doctor.CheckNodeReady] != doctor.NotRun {
+		t.Errorf("exit %d, levels %v", code, levels)
+	}
+}
+
+func TestDoctorRefusesUnknownNames(t *testing.T) {
+	file, state := doctorCluster(t)
+	_, errOut, code := run(t, "doctor", "-f", file, "--state-dir", state, "--skip", "swap,nope")
+	if code != 1 || !strings.Contains(errOut, "--skip nope: no such check; the checks are cluster-yml, pki,") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	_, errOut, code = run(t, "doctor", "-f", file, "--state-dir", state, "--node", "10.9.9.9")
+	if code != 1 || !strings.Contains(errOut, "node 10.9.9.9 is not in cluster.yml") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
