@@ -112,12 +112,12 @@ const DefaultTimeout = 20 * time.Second
 // Finding is a check's result on one node (Node "" for the checks of the
 // whole cluster).
 type Finding struct {
-	Node     string  `json:"node,omitempty"`
-	Check    string  `json:"check"`
-	Level    Level   `json:"level"`
-	Expected string  `json:"expected,omitempty"`
-	Found    string  `json:"found,omitempty"`
-	Fix      string  `json:"fix,omitempty"`
+	Node     string `json:"node,omitempty"`
+	Check    string `json:"check"`
+	Level    Level  `json:"level"`
+	Expected string `json:"expected,omitempty"`
+	Found    string `json:"found,omitempty"`
+	Fix      string `json:"fix,omitempty"`
 	// Seconds is how long the check took.
 	Seconds float64 `json:"seconds,omitempty"`
 }
