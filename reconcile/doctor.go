@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strconv"
 	"slices"
 	"strings"
 	"sync"
@@ -385,6 +388,7 @@ func (r *doctorRun) checks() []doctor.Check {
 		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
 		doctor.Check{Name: doctor.CheckEtcdMember, Run: r.etcdMember},
 		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.reads(r.health)},
+		doctor.Check{Name: doctor.CheckPorts, Timeout: doctorProbeTimeout, Run: r.reads(r.ports)},
 		doctor.Check{Name: doctor.CheckEvents, Run: r.reads(r.nodeEvents)},
 		doctor.Check{Name: doctor.CheckNodeRegistered, Run: r.registered},
 		doctor.Check{Name: doctor.CheckCNI, Timeout: doctorMachineTimeout, Run: r.reads(r.cni)},
@@ -665,6 +669,64 @@ func (r *doctorRun) health(ctx context.Context, node string) doctor.Result {
 		res.Found = strings.Join(names, ", ") + " healthy"
 	}
 	return res
+}
+
+// portTimeout bounds one dial of a node's port from another node.
+const portTimeout = 3 * time.Second
+
+// ports dials the node's ports from the nodes that need them, as RKE's
+// port requirements say: etcd's client port from the etcd and
+// controlplane nodes and its peer port from the etcd nodes, the API
+// server's from every node, the kubelet's from the controlplane nodes.
+// Nodes that did not answer dial nothing.
+func (r *doctorRun) ports(ctx context.Context, node string) doctor.Result {
+	n, _ := r.d.Node(node)
+	type target struct {
+		port  int
+		what  string
+		roles []string // of the nodes that dial it
+	}
+	var targets []target
+	if n.HasRole(spec.RoleEtcd) {
+		targets = append(targets, target{2379, "etcd client", []string{spec.RoleEtcd, spec.RoleControlPlane}},
+			target{2380, "etcd peer", []string{spec.RoleEtcd}})
+	}
+	if n.HasRole(spec.RoleControlPlane) {
+		targets = append(targets, target{6443, "kube-apiserver", nil})
+	}
+	if _, ok := n.Container(desired.Kubelet); ok {
+		targets = append(targets, target{10250, "kubelet", []string{spec.RoleControlPlane}})
+	}
+	var probes []doctor.PortProbe
+	for _, t := range targets {
+		for _, p := range r.d.Nodes {
+			if p.Address == node || (t.roles != nil && !slices.ContainsFunc(t.roles, p.HasRole)) {
+				continue
+			}
+			if on := r.o.Nodes[p.Address]; on == nil || !on.Reachable {
+				continue
+			}
+			probes = append(probes, doctor.PortProbe{Port: t.port, What: t.what, From: p.Address})
+		}
+	}
+	_ = fanout.Each(ctx, probes, 0, func(ctx context.Context, i int, p doctor.PortProbe) error {
+		ctx, cancel := context.WithTimeout(ctx, portTimeout)
+		defer cancel()
+		conn, err := r.s.tr.Dial(ctx, p.From, "tcp", net.JoinHostPort(n.InternalAddress, strconv.Itoa(p.Port)))
+		switch {
+		case err == nil:
+			conn.Close()
+		case ctx.Err() != nil:
+			probes[i].Err = fmt.Errorf("no answer within %s", portTimeout)
+		default:
+			probes[i].Err = errors.Unwrap(err)
+			if probes[i].Err == nil {
+				probes[i].Err = err
+			}
+		}
+		return nil
+	})
+	return doctor.Ports(probes)
 }
 
 // nodeEvents warns of the recent Events that explain a Node deleted,

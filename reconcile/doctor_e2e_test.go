@@ -10,8 +10,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -177,6 +179,26 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 			}
 		}()
 		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCNI}, "cni config uninitialized", "install-cni")
+	})
+
+	t.Run("a port blocked by a firewall", func(t *testing.T) {
+		rule := []string{"INPUT", "-p", "tcp", "--dport", "10250", "-j", "REJECT", "--reject-with", "tcp-reset"}
+		iptables := func(op string) error {
+			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n3.NetNS, "iptables", op}, rule...)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("iptables %s: %v: %s", op, err, out)
+			}
+			return nil
+		}
+		if err := iptables("-I"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := iptables("-D"); err != nil {
+				t.Error(err)
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckPorts}, "10250 (kubelet) from "+n1.Address, "firewall")
 	})
 
 	t.Run("a stale Node and a second Node for one machine", func(t *testing.T) {

@@ -33,7 +33,8 @@ named checks, the path a node takes to join the cluster:
   reaching it       ` + strings.Join(doctor.ReachChecks, ", ") + `
   its machine       docker-version, cgroup-driver, clock, kernel-network, swap,
                     resolv-conf, disk
-  what it runs      images, certificates, containers, etcd-member, health
+  what it runs      images, certificates, containers, etcd-member, health,
+                    ports
   in Kubernetes     events, node-registered, cni, node-ready
 
 and the cluster as a whole: cluster-yml, pki, kubernetes-api, stale-nodes.

@@ -129,3 +129,40 @@ func Images(missing []string, pullErr map[string]error) Result {
 	}
 	return Worst(rs...)
 }
+
+// CheckPorts is the check of a node's ports, probed from the nodes that
+// need them.
+const CheckPorts = "ports"
+
+// PortProbe is one connection to a port of a node, dialled from another
+// node (From) as the components there dial it.
+type PortProbe struct {
+	Port int
+	// What serves the port ("etcd peer", "kube-apiserver", …).
+	What string
+	From string
+	// Err is the dial's error; nil when it connected.
+	Err error
+}
+
+// Ports checks the probes of a node's ports: each must connect. A refused
+// connection means nothing listens there (or a firewall rejects it); one
+// without an answer, a firewall that drops it.
+func Ports(probes []PortProbe) Result {
+	if len(probes) == 0 {
+		return Skipped("no other node needs this node's ports")
+	}
+	var failed []string
+	ports := map[int]bool{}
+	for _, p := range probes {
+		ports[p.Port] = true
+		if p.Err != nil {
+			failed = append(failed, fmt.Sprintf("%d (%s) from %s: %v", p.Port, p.What, p.From, p.Err))
+		}
+	}
+	if len(failed) == 0 {
+		return Passed(fmt.Sprintf("%d ports reached from the nodes that need them", len(ports)))
+	}
+	return Failed("its ports reachable from the nodes that need them", strings.Join(failed, "; "),
+		"open the ports in the node's firewall (iptables, firewalld, a cloud security group) for the other nodes: etcd 2379-2380 between etcd and controlplane nodes, 6443 from every node, 10250 from the controlplane; the overlay's UDP port (flannel: 8472) between all nodes")
+}

@@ -392,3 +392,17 @@ func TestEvents(t *testing.T) {
 		t.Errorf("many Events: %+v", r)
 	}
 }
+
+func TestPorts(t *testing.T) {
+	if r := Ports(nil); r.Level != Skip {
+		t.Errorf("%+v", r)
+	}
+	ok := []PortProbe{{Port: 2379, What: "etcd client", From: "a"}, {Port: 2379, What: "etcd client", From: "b"}, {Port: 6443, What: "kube-apiserver", From: "a"}}
+	if r := Ports(ok); r.Level != Pass || r.Found != "2 ports reached from the nodes that need them" {
+		t.Errorf("%+v", r)
+	}
+	bad := append(ok, PortProbe{Port: 2380, What: "etcd peer", From: "b", Err: errors.New("no answer within 3s")})
+	if r := Ports(bad); r.Level != Fail || r.Found != "2380 (etcd peer) from b: no answer within 3s" || !strings.Contains(r.Fix, "8472") {
+		t.Errorf("%+v", r)
+	}
+}
