@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,7 +60,7 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 		return []doctor.Finding{{Check: doctor.CheckClusterYML, Level: doctor.Fail, Expected: "a cluster.yml rigger can run",
 			Found: err.Error(), Fix: "rigger validate -f cluster.yml says where"}}, nil
 	}
-	nodes, err := s.doctorNodes(d, o.Nodes)
+	nodes, err := doctorNodes(d, o.Nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -87,8 +87,7 @@ func DoctorChecks() []string {
 // the plan's observation answers, reading nothing more (the checks that
 // read more are skipped): reaching each node, its Docker version, its
 // containers (crash loops included), its etcd member, its Node registered,
-// unique and Ready, the cluster's certificates, API server and stale
-// Nodes. Status and serve's status.yml show them, with the fix, on every
+// unique and Ready, the cluster's PKI, API server and stale Nodes. Status and serve's status.yml show them, with the fix, on every
 // drift check. Nil for a teardown.
 func (p *Planned) Problems() []doctor.Finding {
 	if p.spec == nil {
@@ -108,21 +107,22 @@ func (p *Planned) Problems() []doctor.Finding {
 	return found
 }
 
-// doctorNodes are the addresses of the nodes to walk.
-func (s *Session) doctorNodes(d *desired.Cluster, want []string) ([]string, error) {
-	var out []string
-	for _, n := range d.Nodes {
-		if len(want) == 0 || slices.ContainsFunc(want, func(w string) bool {
-			return w == n.Address || w == n.InternalAddress || w == n.Hostname
-		}) {
-			out = append(out, n.Address)
-		}
+// doctorNodes are the addresses of the nodes of d that want names (by
+// address, internal address or hostname_override); every node when want
+// is empty. A name no node has is an error.
+func doctorNodes(d *desired.Cluster, want []string) ([]string, error) {
+	named := func(n desired.Node, w string) bool {
+		return w == n.Address || w == n.InternalAddress || w == n.Hostname
 	}
 	for _, w := range want {
-		if !slices.ContainsFunc(d.Nodes, func(n desired.Node) bool {
-			return w == n.Address || w == n.InternalAddress || w == n.Hostname
-		}) {
+		if !slices.ContainsFunc(d.Nodes, func(n desired.Node) bool { return named(n, w) }) {
 			return nil, errors.New("node " + w + " is not in cluster.yml: give a node's address, internal_address or hostname_override")
+		}
+	}
+	var out []string
+	for _, n := range d.Nodes {
+		if len(want) == 0 || slices.ContainsFunc(want, func(w string) bool { return named(n, w) }) {
+			out = append(out, n.Address)
 		}
 	}
 	return out, nil
@@ -181,6 +181,7 @@ type machineRead struct {
 // info.
 func (r *doctorRun) gather(ctx context.Context) {
 	s := r.s
+	r.machines = map[string]*machineRead{}
 	st, err := s.loadState()
 	r.o = s.observeNodes(ctx, true)
 	if err == nil {
@@ -225,7 +226,6 @@ func (r *doctorRun) gather(ctx context.Context) {
 		r.median = offsets[len(offsets)/2]
 	}
 	wg.Wait()
-	r.machines = map[string]*machineRead{}
 }
 
 // readEngine reads a node's docker info, and its clock from it.
