@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/observe"
 )
 
@@ -58,7 +59,7 @@ func Containers(want []desired.Container, got map[string]Container, now time.Tim
 			rs = append(rs, Warned(dc.Name+" as cluster.yml says", dc.Name+" differs from cluster.yml", "rigger plan shows how; rigger apply replaces it"))
 		case c.RestartCount > 0 && !c.StartedAt.IsZero() && now.Sub(c.StartedAt) < RecentRestart:
 			rs = append(rs, Warned(dc.Name+" running without restarts",
-				fmt.Sprintf("%s restarted %s, the last time %s ago", dc.Name, timesText(c.RestartCount), now.Sub(c.StartedAt).Round(time.Second)),
+				fmt.Sprintf("%s restarted %s, the last time %s ago", dc.Name, dockerop.Times(c.RestartCount), now.Sub(c.StartedAt).Round(time.Second)),
 				"docker logs "+dc.Name+" on the node says why it exited"))
 		default:
 			rs = append(rs, Passed(dc.Name))
@@ -77,7 +78,7 @@ func exitText(c Container) string {
 		parts = append(parts, fmt.Sprintf("exit code %d", *c.ExitCode))
 	}
 	if c.RestartCount > 0 {
-		parts = append(parts, "restarted "+timesText(c.RestartCount))
+		parts = append(parts, "restarted "+dockerop.Times(c.RestartCount))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -99,16 +100,6 @@ func logsText(c Container) string {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-func timesText(n int) string {
-	switch n {
-	case 1:
-		return "once"
-	case 2:
-		return "twice"
-	}
-	return fmt.Sprintf("%d times", n)
 }
 
 // Images checks that every image of the node's containers is on the
