@@ -113,6 +113,18 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, changed), map[string]string{n2.Address: doctor.CheckSSHHostKey}, "HOST KEY CHANGED", "ssh-keygen -R")
 	})
 
+	t.Run("sshd stopped", func(t *testing.T) {
+		if err := s.StopService(ctx, n3.Name, sandbox.ServiceSSHD); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := s.StartService(context.WithoutCancel(ctx), n3.Name, sandbox.ServiceSSHD); err != nil {
+				t.Error(err)
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckSSHPort}, "refused the connection", "sshd runs")
+	})
+
 	t.Run("an image that cannot be pulled", func(t *testing.T) {
 		// The sidekick's image named at a registry of the sandbox's bridge
 		// where nothing listens: no node has it, none can pull it.
@@ -238,7 +250,34 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		rt.NodesReady(ctx, t, cs, []sandbox.Node{n1, n2, n3})
 	})
 
+	t.Run("Docker stopped", func(t *testing.T) {
+		if err := s.StopService(ctx, n2.Name, sandbox.ServiceDocker); err != nil {
+			t.Fatal(err)
+		}
+		started := false
+		defer func() {
+			if !started {
+				if err := s.StartService(context.WithoutCancel(ctx), n2.Name, sandbox.ServiceDocker); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckDockerSocket}, "Docker socket", "dockerd runs")
+		started = true
+		if err := s.StartService(ctx, n2.Name, sandbox.ServiceDocker); err != nil {
+			t.Fatal(err)
+		}
+		// Docker starts its containers again; an apply waits for them.
+		a.Apply(ctx, t, c)
+	})
+
 	t.Run("healthy again", func(t *testing.T) {
+		// The network plugin's pod of a node whose engine restarted
+		// takes a moment to be ready again.
+		rt.Eventually(ctx, t, 2*time.Minute, "a walk that fails nothing", func(ctx context.Context) (bool, error) {
+			found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{})
+			return err == nil && !doctor.AnyFailed(found), err
+		})
 		stops(t, walk(t, c), nil, "", "")
 	})
 }
