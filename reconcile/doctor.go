@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -398,6 +399,13 @@ func (r *doctorRun) checks() []doctor.Check {
 			}
 			return doctor.Ready(r.o.Kubernetes.Link.Owned[node])
 		}},
+		doctor.Check{Name: doctor.CheckOverlay, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
+			peers := r.overlayPeers(node)
+			if len(peers) == 0 {
+				return doctor.Skipped("no other node's end of a flannel overlay known")
+			}
+			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.Overlay(peers, h.Overlay) })(ctx, node)
+		})},
 	)
 }
 
@@ -515,8 +523,13 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 		if er := r.info[node]; er != nil && er.info.DockerRootDir != "" {
 			root = er.info.DockerRootDir
 		}
+		var overlay []string
+		for _, p := range r.overlayPeers(node) {
+			overlay = append(overlay, p.Address)
+		}
 		out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.HostScript}, dockerop.RunOptions{
 			NetworkMode: "host",
+			Env:         []string{"OVERLAY=" + strings.Join(overlay, " ")},
 			Binds:       []string{"/etc:/host/etc:ro", "/etc/resolv.conf:/host/resolv.conf:ro", root + ":/host/docker:ro", "/var/lib:/host/var/lib:ro"},
 		})
 		if err != nil {
@@ -526,6 +539,31 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 		m.host, m.err = doctor.ParseHost(out)
 	})
 	return m
+}
+
+// overlayPeers are the other nodes' ends of the overlay network: with
+// flannel (canal's too), the first address of each Node's pod subnet,
+// which its flannel.1 device holds. None for other network plugins, or
+// when the Nodes were not listed.
+func (r *doctorRun) overlayPeers(node string) []doctor.OverlayPeer {
+	if p := r.c.Network.Plugin; p != "flannel" && p != "canal" {
+		return nil
+	}
+	k := r.o.Kubernetes
+	if k == nil || k.Link == nil {
+		return nil
+	}
+	var peers []doctor.OverlayPeer
+	for _, n := range r.d.Nodes {
+		kn := k.Link.Owned[n.Address]
+		if n.Address == node || kn == nil || kn.Spec.PodCIDR == "" {
+			continue
+		}
+		if prefix, err := netip.ParsePrefix(kn.Spec.PodCIDR); err == nil {
+			peers = append(peers, doctor.OverlayPeer{Node: kn.Name, Address: prefix.Masked().Addr().String()})
+		}
+	}
+	return peers
 }
 
 // images checks that the images of the node's containers are there, and

@@ -193,10 +193,12 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCNI}, "cni config uninitialized", "install-cni")
 	})
 
-	t.Run("a port blocked by a firewall", func(t *testing.T) {
-		rule := []string{"INPUT", "-p", "tcp", "--dport", "10250", "-j", "REJECT", "--reject-with", "tcp-reset"}
+	// blockOn adds an iptables rule to n's INPUT chain, in its network
+	// namespace, until the test ends.
+	blockOn := func(t *testing.T, n sandbox.Node, rule ...string) {
+		t.Helper()
 		iptables := func(op string) error {
-			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n3.NetNS, "iptables", op}, rule...)...).CombinedOutput()
+			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.NetNS, "iptables", op, "INPUT"}, rule...)...).CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("iptables %s: %v: %s", op, err, out)
 			}
@@ -205,12 +207,22 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		if err := iptables("-I"); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
+		t.Cleanup(func() {
 			if err := iptables("-D"); err != nil {
 				t.Error(err)
 			}
-		}()
+		})
+	}
+
+	t.Run("a port blocked by a firewall", func(t *testing.T) {
+		blockOn(t, n3, "-p", "tcp", "--dport", "10250", "-j", "REJECT", "--reject-with", "tcp-reset")
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckPorts}, "10250 (kubelet) from "+n1.Address, "firewall")
+	})
+
+	t.Run("the overlay's port blocked", func(t *testing.T) {
+		blockOn(t, n3, "-p", "udp", "--dport", "8472", "-j", "DROP")
+		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckOverlay, n2.Address: doctor.CheckOverlay, n3.Address: doctor.CheckOverlay},
+			"no answer through the overlay from", "8472")
 	})
 
 	t.Run("a stale Node and a second Node for one machine", func(t *testing.T) {

@@ -364,6 +364,7 @@ func TestEvents(t *testing.T) {
 		ev("node1", "RegisteredNode", "Normal", 50*time.Minute, "Node node1 event: Registered Node node1 in Controller"),
 		ev("node1", "NodeNotReady", "Normal", 49*time.Minute, "Node node1 status is now: NodeNotReady"),
 		ev("node1", "NodeHasSufficientMemory", "Normal", 49*time.Minute, "ignored"),
+		ev("node1", "CgroupV1", "Warning", 49*time.Minute, "ignored too"),
 		ev("node2", "DeletingNode", "Normal", 10*time.Minute, "Deleting Node node2 because it's not present according to cloud provider"),
 		ev("node2", "RegisteredNode", "Normal", 9*time.Minute, "Registered Node node2 in Controller"),
 		ev("node2", "FreeDiskSpaceFailed", "Warning", 3*time.Hour, "too old"),
@@ -373,7 +374,7 @@ func TestEvents(t *testing.T) {
 	if r := Events([]string{"node1"}, events, since, now.Add(-45*time.Minute)); r.Level != Pass {
 		t.Errorf("a Node's start is not worth a warning: %+v", r)
 	}
-	if r := Events([]string{"node1"}, events, since, time.Time{}); r.Level != Warn || !strings.Contains(r.Found, "NodeNotReady") || strings.Contains(r.Found, "ignored") {
+	if r := Events([]string{"node1"}, events, since, time.Time{}); r.Level != Warn || !strings.Contains(r.Found, "NodeNotReady") || strings.Contains(r.Found, "ignored") || !strings.Contains(r.Found, "2 Events") {
 		t.Errorf("a Node NotReady now: %+v", r)
 	}
 	r := Events([]string{"node2"}, events, since, now.Add(-8*time.Minute))
@@ -403,6 +404,23 @@ func TestPorts(t *testing.T) {
 	}
 	bad := append(ok, PortProbe{Port: 2380, What: "etcd peer", From: "b", Err: errors.New("no answer within 3s")})
 	if r := Ports(bad); r.Level != Fail || r.Found != "2380 (etcd peer) from b: no answer within 3s" || !strings.Contains(r.Fix, "8472") {
+		t.Errorf("%+v", r)
+	}
+}
+
+func TestOverlay(t *testing.T) {
+	h, err := ParseHost([]byte("## overlay\n10.42.1.0 ok\n10.42.2.0 no\n## end\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []OverlayPeer{{Node: "n1", Address: "10.42.1.0"}, {Node: "n2", Address: "10.42.2.0"}}
+	if r := Overlay(peers, h.Overlay); r.Level != Fail || r.Found != "no answer through the overlay from 10.42.2.0 (n2)" || !strings.Contains(r.Fix, "8472") {
+		t.Errorf("%+v", r)
+	}
+	if r := Overlay(peers[:1], h.Overlay); r.Level != Pass {
+		t.Errorf("%+v", r)
+	}
+	if r := Overlay(nil, h.Overlay); r.Level != Skip {
 		t.Errorf("%+v", r)
 	}
 }

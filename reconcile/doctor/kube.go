@@ -166,13 +166,16 @@ func Stale(link *observe.Linkage, policy string) Result {
 // CheckEvents is the check of a Node's recent Events.
 const CheckEvents = "events"
 
-// nodeEventReasons are the reasons of Node Events worth showing besides
-// any of type Warning: what explains a Node deleted, NotReady or under
-// pressure.
+// nodeEventReasons are the reasons of the Node Events worth showing:
+// what explains a Node deleted, NotReady or under pressure. Other
+// warnings (a kubelet's "cgroup v1 support is in maintenance mode") are
+// not about a node joining.
 var nodeEventReasons = map[string]bool{
 	"NodeNotReady": true, "RemovingNode": true, "DeletingNode": true, "DeletingAllPods": true, "Rebooted": true,
 	"NodeHasDiskPressure": true, "NodeHasInsufficientMemory": true, "NodeHasInsufficientPID": true,
 	"EvictionThresholdMet": true, "SystemOOM": true, "NodeNotSchedulable": true, "RegisteredNode": true,
+	"FreeDiskSpaceFailed": true, "ImageGCFailed": true, "ContainerGCFailed": true, "InvalidDiskCapacity": true,
+	"KubeletSetupFailed": true,
 }
 
 // maxEvents is how many Events a finding lists (the newest).
@@ -192,7 +195,7 @@ func Events(names []string, events []corev1.Event, since, readySince time.Time) 
 		if e.InvolvedObject.Kind != "Node" || !slices.Contains(names, e.InvolvedObject.Name) || eventTime(&e).Before(since) {
 			continue
 		}
-		if e.Type != corev1.EventTypeWarning && !nodeEventReasons[e.Reason] {
+		if !nodeEventReasons[e.Reason] {
 			continue
 		}
 		if (e.Reason == "NodeNotReady" || e.Reason == "RegisteredNode") && eventTime(&e).Before(readySince) {
@@ -235,4 +238,36 @@ func ReadySince(n *corev1.Node) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// CheckOverlay is the check of the overlay network between a node and
+// the others.
+const CheckOverlay = "overlay"
+
+// OverlayPeer is another node's end of the overlay network: the address
+// of its VXLAN device (flannel's flannel.1 holds its pod subnet's first
+// address), pinged from the node's own network namespace.
+type OverlayPeer struct {
+	Node, Address string
+}
+
+// Overlay checks that every peer answered a ping through the overlay
+// (answered, by address): what pod-to-pod traffic between the nodes goes
+// through, without a pod.
+func Overlay(peers []OverlayPeer, answered map[string]bool) Result {
+	if len(peers) == 0 {
+		return Skipped("no other node with a pod subnet")
+	}
+	var silent []string
+	for _, p := range peers {
+		if !answered[p.Address] {
+			silent = append(silent, fmt.Sprintf("%s (%s)", p.Address, p.Node))
+		}
+	}
+	if len(silent) == 0 {
+		return Passed(fmt.Sprintf("%d nodes answer through the overlay", len(peers)))
+	}
+	return Failed("every other node to answer through the overlay network",
+		"no answer through the overlay from "+strings.Join(silent, ", "),
+		"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU")
 }

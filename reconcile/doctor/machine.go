@@ -71,7 +71,8 @@ func cmpOr(s, def string) string {
 // /host/etc, its /etc/resolv.conf (a symbolic link followed) at
 // /host/resolv.conf, Docker's root at /host/docker and /var/lib at
 // /host/var/lib, all read-only; /proc and the sysctls are the node's own
-// (the container shares its network namespace).
+// (the container shares its network namespace). $OVERLAY lists the
+// addresses to ping through the overlay network (Overlay).
 const HostScript = `echo '## swaps'; cat /proc/swaps
 echo '## modules'; cat /proc/modules
 echo '## ip_forward'; cat /proc/sys/net/ipv4/ip_forward
@@ -80,6 +81,7 @@ echo '## resolv.conf'; cat /host/resolv.conf
 echo '## cni'; ls -1 /host/etc/cni/net.d 2>/dev/null
 echo '## statfs docker'; stat -f -c '%S %a %b %d %c' /host/docker
 echo '## statfs kubelet'; [ -d /host/var/lib/kubelet ] && stat -f -c '%S %a %b %d %c' /host/var/lib/kubelet
+echo '## overlay'; for ip in $OVERLAY; do (if ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip ok"; else echo "$ip no"; fi) & done; wait
 echo '## end'
 `
 
@@ -97,6 +99,8 @@ type Host struct {
 	Nameservers []string
 	// CNI are the files in the node's /etc/cni/net.d.
 	CNI []string
+	// Overlay says of each address of $OVERLAY whether it answered a ping.
+	Overlay map[string]bool
 	// Disks are the free space of Docker's root and /var/lib/kubelet, by
 	// name (docker, kubelet); a directory that does not exist is absent.
 	Disks map[string]Disk
@@ -111,7 +115,7 @@ type Disk struct {
 // ParseHost reads HostScript's output. It refuses output that did not
 // reach its end (the script was cut short).
 func ParseHost(out []byte) (*Host, error) {
-	h := &Host{Disks: map[string]Disk{}}
+	h := &Host{Disks: map[string]Disk{}, Overlay: map[string]bool{}}
 	section, ended := "", false
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
@@ -138,6 +142,10 @@ func ParseHost(out []byte) (*Host, error) {
 			h.BridgeNF = f[0]
 		case "cni":
 			h.CNI = append(h.CNI, f[0])
+		case "overlay":
+			if len(f) == 2 {
+				h.Overlay[f[0]] = f[1] == "ok"
+			}
 		case "resolv.conf":
 			if len(f) >= 2 && f[0] == "nameserver" {
 				h.Nameservers = append(h.Nameservers, f[1])
