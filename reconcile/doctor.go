@@ -384,6 +384,7 @@ func (r *doctorRun) checks() []doctor.Check {
 			}
 			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DiskSpace(h, eviction) })(ctx, node)
 		})},
+		doctor.Check{Name: doctor.CheckEtcdData, Timeout: doctorMachineTimeout, Run: r.reads(r.etcdData)},
 		doctor.Check{Name: doctor.CheckImages, Run: r.reads(r.images)},
 		doctor.Check{Name: doctor.CheckCertificates, Run: r.reads(r.certificates)},
 		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
@@ -539,6 +540,22 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 		m.host, m.err = doctor.ParseHost(out)
 	})
 	return m
+}
+
+// etcdData checks an etcd node's data directory against the membership
+// (what a plan's membership change would meet).
+func (r *doctorRun) etcdData(ctx context.Context, node string) doctor.Result {
+	n, _ := r.d.Node(node)
+	switch {
+	case !n.HasRole(spec.RoleEtcd) || len(r.c.Services.Etcd.ExternalURLs) > 0:
+		return doctor.Skipped("not an etcd node")
+	case r.c.PrefixPath != "":
+		return doctor.Skipped("prefix_path: the data directory is not read")
+	case r.o.Etcd == nil:
+		return doctor.Skipped("etcd's membership not read")
+	}
+	member := etcdmember.Find(r.o.Etcd.Members, desired.EtcdPeerURL(n.InternalAddress)) != nil
+	return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.EtcdData(h.EtcdData, member) })(ctx, node)
 }
 
 // overlayPeers are the other nodes' ends of the overlay network: with

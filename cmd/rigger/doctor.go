@@ -32,7 +32,7 @@ named checks, the path a node takes to join the cluster:
 
   reaching it       ` + strings.Join(doctor.ReachChecks, ", ") + `
   its machine       docker-version, cgroup-driver, clock, kernel-network, swap,
-                    resolv-conf, disk
+                    resolv-conf, disk, etcd-data
   what it runs      images, certificates, containers, etcd-member, health,
                     ports
   in Kubernetes     events, node-registered, cni, node-ready, overlay

@@ -424,3 +424,18 @@ func TestOverlay(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+func TestEtcdData(t *testing.T) {
+	h, err := ParseHost([]byte("## etcd-data\nmember\n## end\n"))
+	if err != nil || !h.EtcdData {
+		t.Fatalf("%+v %v", h, err)
+	}
+	if r := EtcdData(true, false); r.Level != Fail || !strings.Contains(r.Found, "already been bootstrapped") || !strings.Contains(r.Fix, "/var/lib/etcd aside") {
+		t.Errorf("%+v", r)
+	}
+	for _, tc := range [][2]bool{{true, true}, {false, false}, {false, true}} {
+		if r := EtcdData(tc[0], tc[1]); r.Level != Pass {
+			t.Errorf("data %v member %v: %+v", tc[0], tc[1], r)
+		}
+	}
+}

@@ -22,6 +22,7 @@ const (
 	CheckResolvConf    = "resolv-conf"
 	CheckDisk          = "disk"
 	CheckClock         = "clock"
+	CheckEtcdData      = "etcd-data"
 )
 
 // DockerVersion checks the node's Docker release against those RKE
@@ -81,6 +82,7 @@ echo '## resolv.conf'; cat /host/resolv.conf
 echo '## cni'; ls -1 /host/etc/cni/net.d 2>/dev/null
 echo '## statfs docker'; stat -f -c '%S %a %b %d %c' /host/docker
 echo '## statfs kubelet'; [ -d /host/var/lib/kubelet ] && stat -f -c '%S %a %b %d %c' /host/var/lib/kubelet
+echo '## etcd-data'; [ -d /host/var/lib/etcd/member ] && echo member
 echo '## overlay'; for ip in $OVERLAY; do (if ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip ok"; else echo "$ip no"; fi) & done; wait
 echo '## end'
 `
@@ -101,6 +103,8 @@ type Host struct {
 	CNI []string
 	// Overlay says of each address of $OVERLAY whether it answered a ping.
 	Overlay map[string]bool
+	// EtcdData says that /var/lib/etcd holds an etcd member's data.
+	EtcdData bool
 	// Disks are the free space of Docker's root and /var/lib/kubelet, by
 	// name (docker, kubelet); a directory that does not exist is absent.
 	Disks map[string]Disk
@@ -142,6 +146,8 @@ func ParseHost(out []byte) (*Host, error) {
 			h.BridgeNF = f[0]
 		case "cni":
 			h.CNI = append(h.CNI, f[0])
+		case "etcd-data":
+			h.EtcdData = f[0] == "member"
 		case "overlay":
 			if len(f) == 2 {
 				h.Overlay[f[0]] = f[1] == "ok"
@@ -313,4 +319,20 @@ func Clock(offset, uncertainty, median time.Duration) Result {
 			"run time synchronization (chrony, systemd-timesyncd) on every node (the clock difference against peer … is too high)")
 	}
 	return Passed(found)
+}
+
+// EtcdData checks an etcd node's data directory against the membership
+// (member: whether the node's member is in it): data left by a member
+// that is no longer one (a node removed and added again, an earlier
+// install) makes the new etcd refuse to start ("member … has already been
+// bootstrapped") or start a cluster of its own.
+func EtcdData(data, member bool) Result {
+	switch {
+	case !data:
+		return Passed("no etcd data yet")
+	case member:
+		return Passed("etcd data of a member")
+	}
+	return Failed("no etcd data on a node that is not a member", "/var/lib/etcd holds a member's data, and the node is not a member of the etcd cluster: etcd will not join (member … has already been bootstrapped)",
+		"if this node's data is not needed (the cluster runs on the other members), move /var/lib/etcd aside on the node, then rigger apply adds it as a new member")
 }
