@@ -269,5 +269,5 @@ func Overlay(peers []OverlayPeer, answered map[string]bool) Result {
 	}
 	return Failed("every other node to answer through the overlay network",
 		"no answer through the overlay from "+strings.Join(silent, ", "),
-		"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU")
+		"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
 }

@@ -232,7 +232,8 @@ func WaitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 }
 
 // waitReady is WaitReady, with repair (nil: none) looking at the Node at
-// each poll while it is not Ready.
+// each poll while it is not Ready, and for pods of an earlier Node of its
+// name once it is.
 func waitReady(ctx context.Context, cs kubernetes.Interface, address, hostname string, after time.Time, timeout time.Duration, repair *networkRepair) (*corev1.Node, error) {
 	var (
 		last    *corev1.Node
@@ -248,6 +249,7 @@ func waitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 		l := Link([]Machine{{Address: address, Hostname: hostname}}, nodes)
 		last = l.Owned[address]
 		if last != nil && observe.Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after) {
+			repair.stale(ctx, address, last)
 			return true, nil
 		}
 		repair.check(ctx, address, last)

@@ -115,6 +115,50 @@ func (r *networkRepair) check(ctx context.Context, address string, n *corev1.Nod
 	}
 }
 
+// RecentNode is how long after a Node was created its network plugin's
+// pods are compared with it (stale): a Node made again by a kubelet
+// restarted because its Node was deleted.
+const RecentNode = 10 * time.Minute
+
+// stale recreates the network plugin's pods on Node n of the machine at
+// address that were made before n: pods of an earlier Node of that name
+// (deleted, and registered again by its kubelet), which the DaemonSet keeps
+// because the name is the same. Such a pod configured the node's overlay
+// for the earlier Node's pod subnet, and a Node made again gets another:
+// pods on the node cannot reach those of other nodes until the plugin
+// starts again. Only a Node made in the last RecentNode is looked at; best
+// effort, once per Node.
+func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Node) {
+	if r == nil || n == nil || r.now().Sub(n.CreationTimestamp.Time) > RecentNode {
+		return
+	}
+	r.mu.Lock()
+	done := r.done[n.Name]
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	pods, err := r.pods(ctx, n.Name)
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || !p.CreationTimestamp.Before(&n.CreationTimestamp) {
+			continue
+		}
+		uid := p.UID
+		err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			continue
+		}
+		r.mu.Lock()
+		r.done[n.Name] = true
+		r.mu.Unlock()
+		r.say(address, fmt.Sprintf("the network plugin's pod %s/%s was made for an earlier Node %s (deleted, and registered again with pod subnet %s): "+
+			"the pod is recreated, so that the node's pod network follows its Node", p.Namespace, p.Name, n.Name, n.Spec.PodCIDR))
+	}
+}
+
 // pods are the network plugin's pods on Node name.
 func (r *networkRepair) pods(ctx context.Context, name string) ([]corev1.Pod, error) {
 	dss, err := r.cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: r.selector})

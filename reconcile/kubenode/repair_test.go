@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -173,5 +174,46 @@ func TestChangesRepair(t *testing.T) {
 		if strings.HasPrefix(p.Change, "repair:") {
 			t.Errorf("a machine that did not answer: %+v", p)
 		}
+	}
+}
+
+// TestStalePluginPods: once a Node made again (deleted, and registered
+// again by its restarted kubelet) is Ready, the network plugin's pod made
+// for the earlier Node of that name is recreated, once; a pod made after
+// the Node, and the pods of a Node older than RecentNode, are left alone.
+func TestStalePluginPods(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name        string
+		nodeMade    time.Duration // before now
+		podMade     time.Duration // before now
+		wantDeleted bool
+	}{
+		{"pod of an earlier Node", time.Minute, time.Hour, true},
+		{"pod of this Node", time.Hour / 2, time.Minute, false},
+		{"an old Node", 2 * RecentNode, 3 * RecentNode, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := networkObjects(true)
+			pod := objs[1].(*corev1.Pod)
+			pod.CreationTimestamp = metav1.NewTime(now.Add(-tc.podMade))
+			n2 := node("n2", "10.0.0.2", "True", 0)
+			n2.CreationTimestamp = metav1.NewTime(now.Add(-tc.nodeMade))
+			n2.Spec.PodCIDR = "10.42.3.0/24"
+			cs := fake.NewClientset(append(objs, &n2)...)
+			var said []string
+			r := newNetworkRepair(cs, networkSelector, func(node, msg string) { said = append(said, msg) })
+			r.now = func() time.Time { return now.Time }
+			for range 2 {
+				r.stale(context.Background(), "10.0.0.2", &n2)
+			}
+			_, err := cs.CoreV1().Pods("kube-system").Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
+				t.Fatalf("deleted %v, want %v (%v)", deleted, tc.wantDeleted, err)
+			}
+			if tc.wantDeleted && (len(said) != 1 || !strings.Contains(said[0], "pod subnet 10.42.3.0/24")) {
+				t.Errorf("said %q", said)
+			}
+		})
 	}
 }
