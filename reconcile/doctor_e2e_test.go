@@ -86,8 +86,15 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		var found []doctor.Finding
 		rt.Eventually(ctx, t, 2*time.Minute, "a walk that fails nothing", func(ctx context.Context) (bool, error) {
 			var err error
-			found, err = a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{})
-			return err == nil && !doctor.AnyFailed(found), err
+			if found, err = a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{}); err != nil {
+				return false, err
+			}
+			for _, fd := range found {
+				if fd.Level == doctor.Fail {
+					return false, fmt.Errorf("node %s: %s: %s", fd.Node, fd.Check, fd.Found)
+				}
+			}
+			return true, nil
 		})
 		stops(t, found, nil, "", "")
 	}
