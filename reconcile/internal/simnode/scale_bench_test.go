@@ -1,0 +1,432 @@
+package simnode_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/internal/simnode"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/spec"
+)
+
+// scaleSizes are the cluster sizes BenchmarkScaleSimulated measures.
+var scaleSizes = []int{10, 100, 500, 1000}
+
+// scalePairs is how many times, for each size, a floor and an
+// observe+plan are run one after the other; the medians are reported.
+const scalePairs = 3
+
+// BenchmarkScaleSimulated measures how rigger's observe+plan of a
+// converged cluster grows with its number of nodes, on simulated nodes
+// (package simnode; every figure it reports is simulated), beside a floor
+// measured in the same run.
+//
+// The cluster: node 0 with the etcd and controlplane roles, every other
+// node a worker; each simulated node runs (in its in-memory engine) the
+// containers rigger's desired state gives it, labelled as rigger labels
+// them, and holds under /etc/kubernetes the files rigger would write
+// there. So the plan is a no-op, and the benchmark checks it is.
+//
+// What runs is rigger's own code for the per-node part of `rigger plan`:
+// cluster.yml loaded by spec.Load, the SSH transport built from it by
+// reach.Transport (host keys checked against known_hosts, at most
+// rigger.max_parallel connections set up at once), observe.Observe of
+// every node (ping, version, container list and the files read through
+// the kubelet's bind mount, at most rigger.max_parallel nodes at once),
+// then what Session.compute does for the nodes: desired.Build, the
+// plan's checks, each node's files (pki.NodeFiles and
+// desired.ConfigFiles) and plan.Compute. Left out, because they read the
+// Kubernetes API and etcd, which the simulation does not run: etcd's
+// members, the Nodes, the add-ons' dry run, the state directory and the
+// PKI's resolution (the PKI is made once, beforehand), the secrets
+// encryption key. A real plan reads those beside the nodes.
+//
+// The floor: the same N nodes, each one SSH handshake (x/crypto/ssh, the
+// same key and known_hosts) and one Docker API call (the container list)
+// over the socket channel, rigger.max_parallel's default at once, without
+// rigger's logic.
+//
+// Memory is the peak of runtime.MemStats.HeapInuse, sampled every 5 ms,
+// above what it was after a GC before the run: it includes the simulated
+// nodes' side of the connections, which runs in this process (the floor
+// has the same), so rigger's own share is less.
+func BenchmarkScaleSimulated(b *testing.B) {
+	if lim, err := simnode.RaiseFileLimit(); err != nil {
+		b.Fatal(err)
+	} else if need := uint64(slices.Max(scaleSizes)*4 + 100); lim < need {
+		b.Skipf("the open files limit is %d; %d simulated nodes need about %d", lim, slices.Max(scaleSizes), need)
+	}
+	results := map[int]scaleResult{}
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			results[n] = benchScale(b, n)
+		})
+	}
+	logFit(b, results)
+}
+
+// scaleResult is what one size measured: medians of wall time and peak
+// heap of the floor and of observe+plan.
+type scaleResult struct {
+	floor, plan       time.Duration
+	floorMem, planMem uint64
+}
+
+func benchScale(b *testing.B, n int) scaleResult {
+	sc := newScaleCluster(b, n)
+	ctx := context.Background()
+	var res scaleResult
+	for b.Loop() {
+		var floors, plans []time.Duration
+		var floorMem, planMem []uint64
+		for range scalePairs {
+			d, mem := measure(func() error { return sc.floor(ctx) })
+			if d < 0 {
+				b.Fatal("the floor failed")
+			}
+			floors, floorMem = append(floors, d), append(floorMem, mem)
+			var steps *plan.Plan
+			d, mem = measure(func() (err error) {
+				steps, err = sc.observePlan(ctx)
+				return err
+			})
+			if d < 0 {
+				b.Fatalf("observe+plan: %v", sc.err)
+			}
+			if !steps.Empty() || len(steps.Unreachable) > 0 {
+				b.Fatalf("observe+plan of the converged simulated cluster is not a no-op: %d steps (first %+v), unreachable %v",
+					len(steps.Steps), firstStep(steps), steps.Unreachable)
+			}
+			plans, planMem = append(plans, d), append(planMem, mem)
+		}
+		res = scaleResult{floor: median(floors), plan: median(plans), floorMem: median(floorMem), planMem: median(planMem)}
+	}
+	const mb = 1 << 20
+	b.ReportMetric(res.floor.Seconds(), "sim-floor-s")
+	b.ReportMetric(res.plan.Seconds(), "sim-plan-s")
+	b.ReportMetric(res.plan.Seconds()/res.floor.Seconds(), "sim-plan/floor")
+	b.ReportMetric(float64(res.floorMem)/mb, "sim-floor-heap-MB")
+	b.ReportMetric(float64(res.planMem)/mb, "sim-plan-heap-MB")
+	b.ReportMetric(float64(res.plan.Microseconds())/1000/float64(n), "sim-plan-ms/node")
+	return res
+}
+
+func firstStep(p *plan.Plan) any {
+	if len(p.Steps) == 0 {
+		return nil
+	}
+	s := p.Steps[0]
+	return struct{ Node, Component, Action, Reason string }{s.Node, s.Component, string(s.Action), s.Reason}
+}
+
+// measure runs f with a GC before it, and returns its wall time (negative
+// when it failed) and the peak of HeapInuse above its level at the start.
+func measure(f func() error) (time.Duration, uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	peak.Store(base)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peak.Load() {
+					peak.Store(ms.HeapInuse)
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	err := f()
+	took := time.Since(start)
+	close(stop)
+	<-sampled
+	runtime.ReadMemStats(&ms)
+	p := max(peak.Load(), ms.HeapInuse)
+	if err != nil {
+		return -1, 0
+	}
+	return took, p - base
+}
+
+func median[T int64 | uint64 | time.Duration](v []T) T {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// scaleCluster is a converged cluster of simulated nodes and the
+// cluster.yml that describes it.
+type scaleCluster struct {
+	c          *spec.Cluster
+	req        pki.Request
+	set        *pki.Set
+	sim        *simnode.Cluster
+	signer     ssh.Signer
+	knownHosts string
+	err        error
+}
+
+func newScaleCluster(b *testing.B, n int) *scaleCluster {
+	b.Helper()
+	signer, keyPEM := newKey(b)
+	sim, err := simnode.Start(simnode.Options{Nodes: n, User: "root", AuthorizedKey: signer.PublicKey()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sim.Close)
+	dir := b.TempDir()
+	keyPath, kh := filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(kh, sim.KnownHosts(), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	var yml strings.Builder
+	fmt.Fprintf(&yml, "cluster_name: sim\nssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\nnodes:\n", keyPath, kh)
+	for i, node := range sim.Nodes {
+		roles := "[worker]"
+		if i == 0 {
+			roles = "[etcd, controlplane]"
+		}
+		fmt.Fprintf(&yml, "  - {address: %s, port: %q, user: root, role: %s, hostname_override: sim-%d}\n", node.Address, strconv.Itoa(node.Port), roles, i)
+	}
+	file := filepath.Join(dir, "cluster.yml")
+	if err := os.WriteFile(file, []byte(yml.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	c, diags, err := spec.Load(file)
+	if err != nil {
+		b.Fatalf("load the simulated cluster.yml: %v\n%v", err, diags)
+	}
+	req := pki.RequestFor(c)
+	set, _, err := pki.Ensure(nil, req, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := &scaleCluster{c: c, req: req, set: set, sim: sim, signer: signer, knownHosts: kh}
+	d, err := sc.desired()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Converge the simulated nodes: what an apply would have left.
+	for i, dn := range d.Nodes {
+		e := sim.Nodes[i].Engine
+		if sim.Nodes[i].Address != dn.Address {
+			b.Fatalf("desired node %d is %s, simulated %s", i, dn.Address, sim.Nodes[i].Address)
+		}
+		for _, dc := range dn.Containers {
+			state := container.StateRunning
+			if dc.RunOnce {
+				state = container.StateExited
+			}
+			e.Add(simnode.Container{Name: dc.Name, Image: dc.Image, Labels: dc.Labels, Binds: dc.Binds,
+				Entrypoint: dc.Entrypoint, Cmd: dc.Args, Env: dc.Env, State: state})
+		}
+		e.AddImage(c.SystemImages.Alpine)
+		for p, content := range dn.Files {
+			e.WriteFile(p, content)
+		}
+	}
+	return sc
+}
+
+// desired is what Session.compute decides for the nodes: the desired
+// state with each node's files.
+func (sc *scaleCluster) desired() (*desired.Cluster, error) {
+	d, err := desired.Build(sc.c)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make(map[string]pki.Node, len(sc.req.Nodes))
+	for _, r := range sc.req.Nodes {
+		nodes[r.Address] = r
+	}
+	for i := range d.Nodes {
+		n := &d.Nodes[i]
+		files, err := pki.NodeFiles(sc.set, sc.req, nodes[n.Address])
+		if err != nil {
+			return nil, err
+		}
+		conf, err := desired.ConfigFiles(sc.c, n)
+		if err != nil {
+			return nil, err
+		}
+		for p, b := range conf {
+			files[p] = b
+		}
+		n.Files, n.Reload = files, map[string]string{}
+	}
+	return d, nil
+}
+
+// observePlan is the benchmarked path: a transport built from cluster.yml,
+// every node observed through it, the plan computed, the transport closed.
+func (sc *scaleCluster) observePlan(ctx context.Context) (*plan.Plan, error) {
+	log := slog.New(slog.DiscardHandler)
+	tr, err := reach.Transport(sc.c, nil, nil, log)
+	if err != nil {
+		sc.err = err
+		return nil, err
+	}
+	defer tr.Close()
+	addrs := make([]string, len(sc.c.Nodes))
+	for i, n := range sc.c.Nodes {
+		addrs[i] = n.Address
+	}
+	o := observe.Observe(ctx, tr, observe.Request{
+		Cluster: sc.c.ClusterName, Nodes: addrs, MaxParallel: sc.c.Rigger.MaxParallel,
+		FilesImage: sc.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir,
+	})
+	d, err := sc.desired()
+	if err == nil {
+		err = checks(sc.c, d, o)
+	}
+	if err != nil {
+		sc.err = err
+		return nil, err
+	}
+	return plan.Compute(d, o), nil
+}
+
+// checks are the checks Session.compute makes before plan.Compute.
+func checks(c *spec.Cluster, d *desired.Cluster, o *observe.Cluster) error {
+	for _, err := range []error{plan.CheckDowngrade(d, o), plan.CheckSkippedMinor(d, o), plan.CheckSkew(d),
+		plan.CheckEtcdUpgrade(d, o), plan.CheckStoredAPIs(o), plan.CheckDocker(c, o, false)} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// floor connects to every node (an SSH handshake, the host key checked
+// against the same known_hosts) and lists its containers over the socket
+// channel, spec.DefaultMaxParallel nodes at once.
+func (sc *scaleCluster) floor(ctx context.Context) error {
+	hostKeys, err := knownhosts.New(sc.knownHosts)
+	if err != nil {
+		return err
+	}
+	cfg := &ssh.ClientConfig{User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(sc.signer)}, HostKeyCallback: hostKeys,
+		Timeout: 30 * time.Second}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(spec.DefaultMaxParallel)
+	for _, n := range sc.sim.Nodes {
+		g.Go(func() error {
+			cli, err := ssh.Dial("tcp", net.JoinHostPort(n.Address, strconv.Itoa(n.Port)), cfg)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+				return cli.Dial("unix", simnode.DefaultDockerSocket)
+			}}}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/v"+simnode.APIVersion+"/containers/json?all=1", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("node %s: list containers: %s", n.Address, resp.Status)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// logFit logs least-squares lines of the wall times and peak heaps over
+// the number of nodes, with R².
+func logFit(b *testing.B, results map[int]scaleResult) {
+	if len(results) < 2 {
+		return
+	}
+	var ns []int
+	for n := range results {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	series := []struct {
+		name, unit string
+		scale      float64
+		value      func(scaleResult) float64
+	}{
+		{"floor wall", "ms", 1e3, func(r scaleResult) float64 { return r.floor.Seconds() }},
+		{"observe+plan wall", "ms", 1e3, func(r scaleResult) float64 { return r.plan.Seconds() }},
+		{"floor peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.floorMem) }},
+		{"observe+plan peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.planMem) }},
+	}
+	for _, s := range series {
+		xs, ys := make([]float64, len(ns)), make([]float64, len(ns))
+		for i, n := range ns {
+			xs[i], ys[i] = float64(n), s.value(results[n])*s.scale
+		}
+		slope, icept, r2 := leastSquares(xs, ys)
+		b.Logf("simulated, fit over N=%v: %s = %.3f %s/node × N + %.1f %s, R² = %.4f", ns, s.name, slope, s.unit, icept, s.unit, r2)
+	}
+}
+
+// leastSquares fits y = slope·x + intercept and returns R².
+func leastSquares(xs, ys []float64) (slope, intercept, r2 float64) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx, sy, sxx, sxy = sx+xs[i], sy+ys[i], sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+	}
+	slope = (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	intercept = (sy - slope*sx) / n
+	mean := sy / n
+	var ssRes, ssTot float64
+	for i := range xs {
+		f := slope*xs[i] + intercept
+		ssRes += (ys[i] - f) * (ys[i] - f)
+		ssTot += (ys[i] - mean) * (ys[i] - mean)
+	}
+	if ssTot == 0 {
+		return slope, intercept, 1
+	}
+	return slope, intercept, 1 - ssRes/ssTot
+}
