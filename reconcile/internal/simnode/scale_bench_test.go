@@ -1,6 +1,7 @@
 package simnode_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -189,42 +191,46 @@ func median[T int64 | uint64 | time.Duration](v []T) T {
 	return s[len(s)/2]
 }
 
-// scaleCluster is a converged cluster of simulated nodes and the
-// cluster.yml that describes it.
+// scaleCluster is a converged cluster of simulated nodes, which run in a
+// child process (TestSimulatedNodesProcess), and the cluster.yml that
+// describes them.
 type scaleCluster struct {
 	c          *spec.Cluster
 	req        pki.Request
 	set        *pki.Set
-	sim        *simnode.Cluster
 	signer     ssh.Signer
 	knownHosts string
 	err        error
 }
 
+// simDirEnv names the directory a TestSimulatedNodesProcess child finds
+// its cluster in.
+const simDirEnv = "RIGGER_SIMNODE_DIR"
+
+// newScaleCluster writes a cluster.yml of n simulated nodes, its key and
+// its PKI, and starts the nodes in a child process, converged: so that
+// the heap this process measures is rigger's (and the floor's), not the
+// simulated nodes'.
 func newScaleCluster(b *testing.B, n int) *scaleCluster {
 	b.Helper()
 	signer, keyPEM := newKey(b)
-	sim, err := simnode.Start(simnode.Options{Nodes: n, User: "root", AuthorizedKey: signer.PublicKey()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(sim.Close)
 	dir := b.TempDir()
 	keyPath, kh := filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
 	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	if err := os.WriteFile(kh, sim.KnownHosts(), 0o600); err != nil {
+	if err := os.WriteFile(keyPath+".pub", ssh.MarshalAuthorizedKey(signer.PublicKey()), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	var yml strings.Builder
 	fmt.Fprintf(&yml, "cluster_name: sim\nssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\nnodes:\n", keyPath, kh)
-	for i, node := range sim.Nodes {
+	for i := range n {
 		roles := "[worker]"
 		if i == 0 {
 			roles = "[etcd, controlplane]"
 		}
-		fmt.Fprintf(&yml, "  - {address: %s, port: %q, user: root, role: %s, hostname_override: sim-%d}\n", node.Address, strconv.Itoa(node.Port), roles, i)
+		fmt.Fprintf(&yml, "  - {address: %s, port: %q, user: root, role: %s, hostname_override: sim-%d}\n",
+			simnode.Address(i), strconv.Itoa(simnode.DefaultPort), roles, i)
 	}
 	file := filepath.Join(dir, "cluster.yml")
 	if err := os.WriteFile(file, []byte(yml.String()), 0o600); err != nil {
@@ -239,16 +245,95 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc := &scaleCluster{c: c, req: req, set: set, sim: sim, signer: signer, knownHosts: kh}
-	d, err := sc.desired()
+	if err := pki.Save(filepath.Join(dir, "pki"), set); err != nil {
+		b.Fatal(err)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSimulatedNodesProcess$", "-test.count=1", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), simDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Converge the simulated nodes: what an apply would have left.
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close() // the child stops its nodes and exits
+		_ = cmd.Wait()
+	})
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "simulated nodes ready" {
+				ready <- nil
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+		}
+		ready <- fmt.Errorf("the simulated nodes' process ended before they were ready: %v", sc.Err())
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			b.Fatal(err)
+		}
+	case <-time.After(5 * time.Minute):
+		b.Fatal("the simulated nodes were not ready within 5 minutes")
+	}
+	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh}
+}
+
+// TestSimulatedNodesProcess is the child process of
+// BenchmarkScaleSimulated: it starts the nodes of the cluster.yml in
+// $RIGGER_SIMNODE_DIR, converged (running the containers rigger's desired
+// state gives each, with the files rigger writes under /etc/kubernetes),
+// writes their known_hosts, says it is ready, and stops them when its
+// standard input closes.
+func TestSimulatedNodesProcess(t *testing.T) {
+	dir := os.Getenv(simDirEnv)
+	if dir == "" {
+		t.Skip("the child process of BenchmarkScaleSimulated")
+	}
+	if _, err := simnode.RaiseFileLimit(); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, diags, err := spec.Load(filepath.Join(dir, "cluster.yml"))
+	if err != nil {
+		t.Fatalf("%v\n%v", err, diags)
+	}
+	set, err := pki.Load(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &scaleCluster{c: c, req: pki.RequestFor(c), set: set}
+	d, err := sc.desired()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := simnode.Start(simnode.Options{Nodes: len(c.Nodes), User: "root", AuthorizedKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
 	for i, dn := range d.Nodes {
 		e := sim.Nodes[i].Engine
 		if sim.Nodes[i].Address != dn.Address {
-			b.Fatalf("desired node %d is %s, simulated %s", i, dn.Address, sim.Nodes[i].Address)
+			t.Fatalf("desired node %d is %s, simulated %s", i, dn.Address, sim.Nodes[i].Address)
 		}
 		for _, dc := range dn.Containers {
 			state := container.StateRunning
@@ -263,7 +348,15 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 			e.WriteFile(p, content)
 		}
 	}
-	return sc
+	kh := c.Rigger.SSH.KnownHostsFile
+	if err := os.WriteFile(kh+".tmp", sim.KnownHosts(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(kh+".tmp", kh); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("simulated nodes ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 // desired is what Session.compute decides for the nodes: the desired
@@ -347,9 +440,9 @@ func (sc *scaleCluster) floor(ctx context.Context) error {
 		Timeout: 30 * time.Second}
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(spec.DefaultMaxParallel)
-	for _, n := range sc.sim.Nodes {
+	for _, n := range sc.c.Nodes {
 		g.Go(func() error {
-			cli, err := ssh.Dial("tcp", net.JoinHostPort(n.Address, strconv.Itoa(n.Port)), cfg)
+			cli, err := ssh.Dial("tcp", net.JoinHostPort(n.Address, n.Port), cfg)
 			if err != nil {
 				return err
 			}

@@ -215,6 +215,10 @@ func (n *Node) serve() {
 	}
 }
 
+// copyBuffer is the size of the buffers that copy between a channel and
+// the engine's end of its pipe.
+const copyBuffer = 4 << 10
+
 // handshakeTimeout bounds a client's SSH handshake.
 const handshakeTimeout = 30 * time.Second
 
@@ -266,12 +270,14 @@ func (n *Node) channel(nc ssh.NewChannel) {
 			chEnd.Close()
 			return
 		}
+		// Small buffers: a node keeps its idle channels open, and 32 KiB
+		// each way (io.Copy's) made most of a thousand nodes' memory.
 		go func() {
-			_, _ = io.Copy(chEnd, ch)
+			_, _ = io.CopyBuffer(chEnd, ch, make([]byte, copyBuffer))
 			chEnd.Close()
 		}()
 		go func() {
-			_, _ = io.Copy(ch, chEnd)
+			_, _ = io.CopyBuffer(ch, chEnd, make([]byte, copyBuffer))
 			ch.Close()
 		}()
 	case "direct-tcpip":
