@@ -42,7 +42,7 @@ var scaleSizes = []int{10, 100, 500, 1000}
 
 // scalePairs is how many times, for each size, a floor and an
 // observe+plan are run one after the other; the medians are reported.
-const scalePairs = 3
+const scalePairs = 5
 
 // BenchmarkScaleSimulated measures how rigger's observe+plan of a
 // converged cluster grows with its number of nodes, on simulated nodes
