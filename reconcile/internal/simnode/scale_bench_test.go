@@ -108,6 +108,7 @@ func benchScale(b *testing.B, n int) scaleResult {
 		var floors, plans, applies []time.Duration
 		var floorMem, planMem, applyMem []uint64
 		for range scalePairs {
+			settle(n)
 			d, mem := measure(func() error { return sc.floor(ctx) })
 			if d < 0 {
 				b.Fatal("the floor failed")
@@ -115,6 +116,7 @@ func benchScale(b *testing.B, n int) scaleResult {
 			floors, floorMem = append(floors, d), append(floorMem, mem)
 			for _, apply := range []bool{false, true} {
 				var steps *plan.Plan
+				settle(n)
 				d, mem = measure(func() (err error) {
 					steps, err = sc.observePlan(ctx, apply)
 					return err
@@ -156,6 +158,11 @@ func firstStep(p *plan.Plan) any {
 	s := p.Steps[0]
 	return struct{ Node, Component, Action, Reason string }{s.Node, s.Component, string(s.Action), s.Reason}
 }
+
+// settle is the pause before each measured run, so that the simulated
+// nodes' process has closed the connections of the run before (a
+// thousand of them) and does not do it during the next one.
+func settle(n int) { time.Sleep(200*time.Millisecond + time.Duration(n)*time.Millisecond) }
 
 // measure runs f with a GC before it, and returns its wall time (negative
 // when it failed) and the peak of HeapInuse above its level at the start.
