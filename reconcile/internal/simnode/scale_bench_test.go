@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,8 +41,8 @@ import (
 // scaleSizes are the cluster sizes BenchmarkScaleSimulated measures.
 var scaleSizes = []int{10, 100, 500, 1000}
 
-// scalePairs is how many times, for each size, a floor and an
-// observe+plan are run one after the other; the medians are reported.
+// scalePairs is how many times, for each size, a floor, an observe+plan
+// and a no-op apply are run one after the other; the medians are reported.
 const scalePairs = 5
 
 // BenchmarkScaleSimulated measures how rigger's observe+plan of a
@@ -67,17 +68,21 @@ const scalePairs = 5
 // Kubernetes API and etcd, which the simulation does not run: etcd's
 // members, the Nodes, the add-ons' dry run, the state directory and the
 // PKI's resolution (the PKI is made once, beforehand), the secrets
-// encryption key. A real plan reads those beside the nodes.
+// encryption key. A real plan reads those beside the nodes. The no-op
+// apply is the same, then execute.Run of the (empty) plan through the
+// same connections; the lock, the Lease, the state directory's writes
+// and the Kubernetes side of a real apply are left out.
 //
 // The floor: the same N nodes, each one SSH handshake (x/crypto/ssh, the
 // same key and known_hosts) and one Docker API call (the container list)
 // over the socket channel, rigger.max_parallel's default at once, without
 // rigger's logic.
 //
-// Memory is the peak of runtime.MemStats.HeapInuse, sampled every 5 ms,
-// above what it was after a GC before the run: it includes the simulated
-// nodes' side of the connections, which runs in this process (the floor
-// has the same), so rigger's own share is less.
+// Each run reports its wall time; the peak of runtime.MemStats.HeapInuse,
+// sampled every 5 ms, above its level after a GC at the start (this
+// process only: the simulated nodes run in a child process); this
+// process's CPU time; and the simulated nodes' process's CPU time, which
+// on a machine of few cores competes with rigger's.
 func BenchmarkScaleSimulated(b *testing.B) {
 	if lim, err := simnode.RaiseFileLimit(); err != nil {
 		b.Fatal(err)
@@ -93,11 +98,10 @@ func BenchmarkScaleSimulated(b *testing.B) {
 	logFit(b, results)
 }
 
-// scaleResult is what one size measured: medians of wall time and peak
-// heap of the floor, of observe+plan and of the no-op apply.
+// scaleResult is what one size measured: the medians of the floor, of
+// observe+plan and of the no-op apply.
 type scaleResult struct {
-	floor, plan, apply          time.Duration
-	floorMem, planMem, applyMem uint64
+	floor, plan, apply run
 }
 
 func benchScale(b *testing.B, n int) scaleResult {
@@ -105,49 +109,51 @@ func benchScale(b *testing.B, n int) scaleResult {
 	ctx := context.Background()
 	var res scaleResult
 	for b.Loop() {
-		var floors, plans, applies []time.Duration
-		var floorMem, planMem, applyMem []uint64
+		var floors, plans, applies []run
 		for range scalePairs {
 			settle(n)
-			d, mem := measure(func() error { return sc.floor(ctx) })
-			if d < 0 {
-				b.Fatal("the floor failed")
+			r, err := sc.measure(func() error { return sc.floor(ctx) })
+			if err != nil {
+				b.Fatalf("the floor: %v", err)
 			}
-			floors, floorMem = append(floors, d), append(floorMem, mem)
+			floors = append(floors, r)
 			for _, apply := range []bool{false, true} {
 				var steps *plan.Plan
 				settle(n)
-				d, mem = measure(func() (err error) {
+				r, err := sc.measure(func() (err error) {
 					steps, err = sc.observePlan(ctx, apply)
 					return err
 				})
-				if d < 0 {
-					b.Fatalf("observe+plan (apply %v): %v", apply, sc.err)
+				if err != nil {
+					b.Fatalf("observe+plan (apply %v): %v", apply, err)
 				}
 				if !steps.Empty() || len(steps.Unreachable) > 0 {
 					b.Fatalf("observe+plan of the converged simulated cluster is not a no-op: %d steps (first %+v), unreachable %v",
 						len(steps.Steps), firstStep(steps), steps.Unreachable)
 				}
 				if apply {
-					applies, applyMem = append(applies, d), append(applyMem, mem)
+					applies = append(applies, r)
 				} else {
-					plans, planMem = append(plans, d), append(planMem, mem)
+					plans = append(plans, r)
 				}
 			}
 		}
-		res = scaleResult{floor: median(floors), plan: median(plans), apply: median(applies),
-			floorMem: median(floorMem), planMem: median(planMem), applyMem: median(applyMem)}
+		res = scaleResult{floor: medianRun(floors), plan: medianRun(plans), apply: medianRun(applies)}
 	}
 	const mb = 1 << 20
-	b.ReportMetric(res.floor.Seconds(), "sim-floor-s")
-	b.ReportMetric(res.plan.Seconds(), "sim-plan-s")
-	b.ReportMetric(res.plan.Seconds()/res.floor.Seconds(), "sim-plan/floor")
-	b.ReportMetric(float64(res.floorMem)/mb, "sim-floor-heap-MB")
-	b.ReportMetric(float64(res.planMem)/mb, "sim-plan-heap-MB")
-	b.ReportMetric(float64(res.plan.Microseconds())/1000/float64(n), "sim-plan-ms/node")
-	b.ReportMetric(res.apply.Seconds(), "sim-apply-s")
-	b.ReportMetric(res.apply.Seconds()/res.floor.Seconds(), "sim-apply/floor")
-	b.ReportMetric(float64(res.applyMem)/mb, "sim-apply-heap-MB")
+	for _, m := range []struct {
+		name string
+		r    run
+	}{{"floor", res.floor}, {"plan", res.plan}, {"apply", res.apply}} {
+		b.ReportMetric(m.r.wall.Seconds(), "sim-"+m.name+"-s")
+		b.ReportMetric(float64(m.r.heap)/mb, "sim-"+m.name+"-heap-MB")
+		b.ReportMetric(m.r.cpu.Seconds(), "sim-"+m.name+"-cpu-s")
+		b.ReportMetric(m.r.nodesCPU.Seconds(), "sim-"+m.name+"-nodes-cpu-s")
+		if m.name != "floor" {
+			b.ReportMetric(m.r.wall.Seconds()/res.floor.wall.Seconds(), "sim-"+m.name+"/floor")
+		}
+	}
+	b.ReportMetric(float64(res.plan.wall.Microseconds())/1000/float64(n), "sim-plan-ms/node")
 	return res
 }
 
@@ -164,9 +170,16 @@ func firstStep(p *plan.Plan) any {
 // thousand of them) and does not do it during the next one.
 func settle(n int) { time.Sleep(200*time.Millisecond + time.Duration(n)*time.Millisecond) }
 
-// measure runs f with a GC before it, and returns its wall time (negative
-// when it failed) and the peak of HeapInuse above its level at the start.
-func measure(f func() error) (time.Duration, uint64) {
+// run is what one measured run took: its wall time, the peak of
+// HeapInuse above its level after a GC at the start, the CPU time of this
+// process (rigger, or the floor) and that of the simulated nodes' process.
+type run struct {
+	wall, cpu, nodesCPU time.Duration
+	heap                uint64
+}
+
+// measure runs f and returns what it took.
+func (sc *scaleCluster) measure(f func() error) (run, error) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -192,23 +205,62 @@ func measure(f func() error) (time.Duration, uint64) {
 			}
 		}
 	}()
+	cpu0, nodes0 := selfCPU(), processCPU(sc.pid)
 	start := time.Now()
 	err := f()
-	took := time.Since(start)
+	r := run{wall: time.Since(start), cpu: selfCPU() - cpu0, nodesCPU: processCPU(sc.pid) - nodes0}
 	close(stop)
 	<-sampled
 	runtime.ReadMemStats(&ms)
-	p := max(peak.Load(), ms.HeapInuse)
-	if err != nil {
-		return -1, 0
-	}
-	return took, p - base
+	r.heap = max(peak.Load(), ms.HeapInuse) - base
+	return r, err
 }
 
-func median[T int64 | uint64 | time.Duration](v []T) T {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
+// selfCPU is this process's CPU time, user and system.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU is the CPU time, user and system, of process pid, from
+// /proc/PID/stat (in clock ticks of 10 ms); 0 when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis, from the 3rd:
+	// utime and stime are the 14th and 15th.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// medianRun is the run of the median wall time, with the median of each
+// other figure.
+func medianRun(runs []run) run {
+	pick := func(f func(run) int64) int64 {
+		v := make([]int64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return run{
+		wall:     time.Duration(pick(func(r run) int64 { return int64(r.wall) })),
+		cpu:      time.Duration(pick(func(r run) int64 { return int64(r.cpu) })),
+		nodesCPU: time.Duration(pick(func(r run) int64 { return int64(r.nodesCPU) })),
+		heap:     uint64(pick(func(r run) int64 { return int64(r.heap) })),
+	}
 }
 
 // scaleCluster is a converged cluster of simulated nodes, which run in a
@@ -220,7 +272,7 @@ type scaleCluster struct {
 	set        *pki.Set
 	signer     ssh.Signer
 	knownHosts string
-	err        error
+	pid        int // of the simulated nodes' process
 }
 
 // simDirEnv names the directory a TestSimulatedNodesProcess child finds
@@ -307,7 +359,7 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 	case <-time.After(5 * time.Minute):
 		b.Fatal("the simulated nodes were not ready within 5 minutes")
 	}
-	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh}
+	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh, pid: cmd.Process.Pid}
 }
 
 // TestSimulatedNodesProcess is the child process of
@@ -417,7 +469,6 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 	log := slog.New(slog.DiscardHandler)
 	tr, err := reach.Transport(sc.c, nil, nil, log)
 	if err != nil {
-		sc.err = err
 		return nil, err
 	}
 	defer tr.Close()
@@ -434,7 +485,6 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 		err = checks(sc.c, d, o)
 	}
 	if err != nil {
-		sc.err = err
 		return nil, err
 	}
 	p := plan.Compute(d, o)
@@ -450,7 +500,6 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 		Kubernetes: func(context.Context) error { return nil },
 	})
 	if err != nil {
-		sc.err = err
 		return nil, err
 	}
 	return p, nil
@@ -526,12 +575,12 @@ func logFit(b *testing.B, results map[int]scaleResult) {
 		scale      float64
 		value      func(scaleResult) float64
 	}{
-		{"floor wall", "ms", 1e3, func(r scaleResult) float64 { return r.floor.Seconds() }},
-		{"observe+plan wall", "ms", 1e3, func(r scaleResult) float64 { return r.plan.Seconds() }},
-		{"floor peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.floorMem) }},
-		{"observe+plan peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.planMem) }},
-		{"no-op apply wall", "ms", 1e3, func(r scaleResult) float64 { return r.apply.Seconds() }},
-		{"no-op apply peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.applyMem) }},
+		{"floor wall", "ms", 1e3, func(r scaleResult) float64 { return r.floor.wall.Seconds() }},
+		{"observe+plan wall", "ms", 1e3, func(r scaleResult) float64 { return r.plan.wall.Seconds() }},
+		{"no-op apply wall", "ms", 1e3, func(r scaleResult) float64 { return r.apply.wall.Seconds() }},
+		{"floor peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.floor.heap) }},
+		{"observe+plan peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.plan.heap) }},
+		{"no-op apply peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.apply.heap) }},
 	}
 	for _, s := range series {
 		xs, ys := make([]float64, len(ns)), make([]float64, len(ns))
