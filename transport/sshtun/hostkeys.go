@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -148,6 +149,7 @@ type hostKeys struct {
 
 	parsedMu sync.Mutex
 	parsed   *parsedKnownHosts
+	settle   time.Duration // settleTime; tests shorten it
 }
 
 // parsedKnownHosts is what the known_hosts files said, and the hash of
@@ -156,6 +158,45 @@ type parsedKnownHosts struct {
 	sum   [sha256.Size]byte
 	check ssh.HostKeyCallback
 	cas   []caPattern
+	// stamps are the files' metadata before they were read; settled says
+	// that each had last changed long enough before the read (settleTime)
+	// for a later write to change its stamp: then unchanged stamps mean
+	// unchanged content, and the files need not be read again.
+	stamps  []fileStamp
+	settled bool
+}
+
+// fileStamp is what stat says of a known_hosts file.
+type fileStamp struct {
+	name         string
+	size, mtime  int64
+	inode, ctime int64
+}
+
+// settleTime is how long before it was read a file must have last
+// changed for its stamp to stand for its content: more than the
+// granularity of file times, during which a write of the same size would
+// leave the stamp as it was.
+const settleTime = 2 * time.Second
+
+// stampFiles stats the files that exist.
+func (h *hostKeys) stampFiles() ([]fileStamp, error) {
+	var out []fileStamp
+	for _, f := range h.files {
+		fi, err := os.Stat(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read known_hosts: %w", err)
+		}
+		st := fileStamp{name: f, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			st.inode, st.ctime = int64(sys.Ino), sys.Ctim.Nano()
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 func newHostKeys(files []string, policy HostKeyPolicy, log *slog.Logger) (*hostKeys, error) {
@@ -167,7 +208,7 @@ func newHostKeys(files []string, policy HostKeyPolicy, log *slog.Logger) (*hostK
 	if err != nil {
 		return nil, err
 	}
-	return &hostKeys{files: files, policy: policy, log: log, probe: probe}, nil
+	return &hostKeys{files: files, policy: policy, log: log, probe: probe, settle: settleTime}, nil
 }
 
 // target is what a host key check needs to know about the connection.
@@ -204,8 +245,21 @@ func (h *hostKeys) prepare(t target, st *handshakeState) (ssh.HostKeyCallback, [
 
 // load reads the known_hosts files that exist, and returns the check of
 // the keys they list and their @cert-authority lines' patterns: those
-// parsed before when the files' content is the same.
+// parsed before when the files' content is the same. Files whose stamps
+// have not changed since they were parsed, long after their last change,
+// are not read again: with a thousand hosts, reading them for each
+// connection was the plan's largest allocation.
 func (h *hostKeys) load() (ssh.HostKeyCallback, []caPattern, error) {
+	stamps, err := h.stampFiles()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.parsedMu.Lock()
+	defer h.parsedMu.Unlock()
+	if p := h.parsed; p != nil && p.settled && slices.Equal(p.stamps, stamps) {
+		return p.check, p.cas, nil
+	}
+	readAt := time.Now()
 	var (
 		existing []string
 		contents [][]byte
@@ -225,9 +279,12 @@ func (h *hostKeys) load() (ssh.HostKeyCallback, []caPattern, error) {
 	}
 	var sum [sha256.Size]byte
 	hash.Sum(sum[:0])
-	h.parsedMu.Lock()
-	defer h.parsedMu.Unlock()
+	settled := true
+	for _, st := range stamps {
+		settled = settled && readAt.Sub(time.Unix(0, max(st.mtime, st.ctime))) > h.settle
+	}
 	if p := h.parsed; p != nil && p.sum == sum {
+		p.stamps, p.settled = stamps, settled
 		return p.check, p.cas, nil
 	}
 	// knownhosts reads the files again: should they have changed since,
@@ -240,7 +297,7 @@ func (h *hostKeys) load() (ssh.HostKeyCallback, []caPattern, error) {
 	for _, data := range contents {
 		cas = append(cas, parseCAPatterns(data)...)
 	}
-	h.parsed = &parsedKnownHosts{sum: sum, check: check, cas: cas}
+	h.parsed = &parsedKnownHosts{sum: sum, check: check, cas: cas, stamps: stamps, settled: settled}
 	return check, cas, nil
 }
 
