@@ -21,8 +21,9 @@
 //
 // Real: everything on the other side of the SSH connection, that is
 // rigger's transport, Docker client, observe and plan code, and the
-// loopback TCP stack. The simulated end costs CPU and memory in the same
-// process, which every figure measured with it includes.
+// loopback TCP stack. The simulated end costs CPU and memory in the
+// process that runs it: BenchmarkScaleSimulated runs the nodes in a child
+// process, so that the heap it measures is rigger's alone.
 package simnode
 
 import (
