@@ -44,6 +44,8 @@ func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
 		MaxIdleConnsPerHost:    DockerIdleChannels,
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: DockerMaxHeader,
+		ReadBufferSize:         DockerChannelBuffer,
+		WriteBufferSize:        DockerChannelBuffer,
 	}}
 	cli, err := client.NewClientWithOpts(
 		client.WithHTTPClient(hc),
@@ -65,6 +67,14 @@ func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
 	hc.Transport = boundedAnswers{hc.Transport}
 	return cli, nil
 }
+
+// DockerChannelBuffer is the size of the read and the write buffer of
+// each connection to an engine (Go's default is 4 KiB each). A node keeps
+// its idle connections, each an open channel, for the whole run: with a
+// thousand nodes the default buffers were a fifth of a plan's heap.
+// Requests are small; a larger answer is read through it in more,
+// in-memory, reads from the channel.
+const DockerChannelBuffer = 1 << 10
 
 // Bounds of a Docker engine's answers: a node's engine is not trusted to
 // keep them small (a compromised node, or anything behind an agent, can

@@ -5,10 +5,12 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -269,5 +271,63 @@ func TestCAPatternMatch(t *testing.T) {
 				t.Errorf("match(%q, %s:%s) = %v, want %v", tt.patterns, tt.host, tt.port, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestKnownHostsReparsedWhenChanged: load reuses its parse of known_hosts
+// only while the file is unchanged: a key replaced by one of the same size
+// at once is read, and so is one rewritten in place with the old
+// modification time put back (the change time differs).
+func TestKnownHostsReparsedWhenChanged(t *testing.T) {
+	keyA, keyB := testnode.NewKey(t).PublicKey(), testnode.NewKey(t).PublicKey()
+	file := filepath.Join(t.TempDir(), "known_hosts")
+	line := func(k ssh.PublicKey) []byte { return []byte(knownhosts.Line([]string{"[10.0.0.1]:22"}, k) + "\n") }
+	h, err := newHostKeys([]string{file}, HostKeyPolicyStrict, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 22}
+	accepts := func(k ssh.PublicKey) bool {
+		t.Helper()
+		check, _, err := h.load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return check("10.0.0.1:22", addr, k) == nil
+	}
+
+	writeFile(t, file, line(keyA))
+	if !accepts(keyA) {
+		t.Fatal("key A not accepted")
+	}
+	writeFile(t, file, line(keyB)) // same size, at once
+	if accepts(keyA) || !accepts(keyB) {
+		t.Fatal("a key replaced right away was not read")
+	}
+
+	// Settled: the file changed long enough before it was read (here:
+	// at all before; its change time cannot be put back).
+	h.settle = 0
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(file, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if !accepts(keyB) || !accepts(keyB) || !h.parsed.settled {
+		t.Fatal("an unchanged file's parse is not settled")
+	}
+	time.Sleep(20 * time.Millisecond) // past the file times' granularity
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(line(keyA), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(file, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if !accepts(keyA) || accepts(keyB) {
+		t.Fatal("a key rewritten in place, its modification time put back, was not read")
 	}
 }

@@ -285,7 +285,12 @@ func (p *peer) dial(ctx context.Context, network, addr string) (net.Conn, error)
 		if err != nil {
 			return nil, err
 		}
-		nc, err := conn.client.DialContext(ctx, network, addr)
+		var nc net.Conn
+		if network == "unix" {
+			nc, err = dialStreamLocal(ctx, conn.client, addr)
+		} else {
+			nc, err = conn.client.DialContext(ctx, network, addr)
+		}
 		if err == nil {
 			return nc, nil
 		}

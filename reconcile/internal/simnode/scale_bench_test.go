@@ -1,0 +1,617 @@
+package simnode_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/internal/simnode"
+	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/spec"
+)
+
+// scaleSizes are the cluster sizes BenchmarkScaleSimulated measures.
+var scaleSizes = []int{10, 100, 500, 1000}
+
+// scalePairs is how many times, for each size, a floor, an observe+plan
+// and a no-op apply are run one after the other; the medians are reported.
+const scalePairs = 5
+
+// BenchmarkScaleSimulated measures how rigger's observe+plan of a
+// converged cluster grows with its number of nodes, on simulated nodes
+// (package simnode; every figure it reports is simulated), beside a floor
+// measured in the same run.
+//
+// The cluster: node 0 with the etcd and controlplane roles, every other
+// node a worker; each simulated node runs (in its in-memory engine) the
+// containers rigger's desired state gives it, labelled as rigger labels
+// them, and holds under /etc/kubernetes the files rigger would write
+// there. So the plan is a no-op, and the benchmark checks it is.
+//
+// What runs is rigger's own code for the per-node part of `rigger plan`:
+// cluster.yml loaded by spec.Load, the SSH transport built from it by
+// reach.Transport (host keys checked against known_hosts, at most
+// rigger.max_parallel connections set up at once), observe.Observe of
+// every node (ping, version, container list and the files read through
+// the kubelet's bind mount, at most rigger.max_parallel nodes at once),
+// then what Session.compute does for the nodes: desired.Build, the
+// plan's checks, each node's files (pki.NodeFiles and
+// desired.ConfigFiles) and plan.Compute. Left out, because they read the
+// Kubernetes API and etcd, which the simulation does not run: etcd's
+// members, the Nodes, the add-ons' dry run, the state directory and the
+// PKI's resolution (the PKI is made once, beforehand), the secrets
+// encryption key. A real plan reads those beside the nodes. The no-op
+// apply is the same, then execute.Run of the (empty) plan through the
+// same connections; the lock, the Lease, the state directory's writes
+// and the Kubernetes side of a real apply are left out.
+//
+// The floor: the same N nodes, each one SSH handshake (x/crypto/ssh, the
+// same key and known_hosts) and one Docker API call (the container list)
+// over the socket channel, rigger.max_parallel's default at once, without
+// rigger's logic.
+//
+// Each run reports its wall time; the peak of runtime.MemStats.HeapInuse,
+// sampled every 5 ms, above its level after a GC at the start (this
+// process only: the simulated nodes run in a child process); this
+// process's CPU time; and the simulated nodes' process's CPU time, which
+// on a machine of few cores competes with rigger's.
+func BenchmarkScaleSimulated(b *testing.B) {
+	if lim, err := simnode.RaiseFileLimit(); err != nil {
+		b.Fatal(err)
+	} else if need := uint64(slices.Max(scaleSizes)*4 + 100); lim < need {
+		b.Skipf("the open files limit is %d; %d simulated nodes need about %d", lim, slices.Max(scaleSizes), need)
+	}
+	results := map[int]scaleResult{}
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			results[n] = benchScale(b, n)
+		})
+	}
+	logFit(b, results)
+}
+
+// scaleResult is what one size measured: the medians of the floor, of
+// observe+plan and of the no-op apply.
+type scaleResult struct {
+	floor, plan, apply run
+}
+
+func benchScale(b *testing.B, n int) scaleResult {
+	sc := newScaleCluster(b, n)
+	ctx := context.Background()
+	var res scaleResult
+	for b.Loop() {
+		var floors, plans, applies []run
+		for range scalePairs {
+			settle(n)
+			r, err := sc.measure(func() error { return sc.floor(ctx) })
+			if err != nil {
+				b.Fatalf("the floor: %v", err)
+			}
+			floors = append(floors, r)
+			for _, apply := range []bool{false, true} {
+				var steps *plan.Plan
+				settle(n)
+				r, err := sc.measure(func() (err error) {
+					steps, err = sc.observePlan(ctx, apply)
+					return err
+				})
+				if err != nil {
+					b.Fatalf("observe+plan (apply %v): %v", apply, err)
+				}
+				if !steps.Empty() || len(steps.Unreachable) > 0 {
+					b.Fatalf("observe+plan of the converged simulated cluster is not a no-op: %d steps (first %+v), unreachable %v",
+						len(steps.Steps), firstStep(steps), steps.Unreachable)
+				}
+				if apply {
+					applies = append(applies, r)
+				} else {
+					plans = append(plans, r)
+				}
+			}
+		}
+		res = scaleResult{floor: medianRun(floors), plan: medianRun(plans), apply: medianRun(applies)}
+	}
+	const mb = 1 << 20
+	for _, m := range []struct {
+		name string
+		r    run
+	}{{"floor", res.floor}, {"plan", res.plan}, {"apply", res.apply}} {
+		b.ReportMetric(m.r.wall.Seconds(), "sim-"+m.name+"-s")
+		b.ReportMetric(float64(m.r.heap)/mb, "sim-"+m.name+"-heap-MB")
+		b.ReportMetric(m.r.cpu.Seconds(), "sim-"+m.name+"-cpu-s")
+		b.ReportMetric(m.r.nodesCPU.Seconds(), "sim-"+m.name+"-nodes-cpu-s")
+		if m.name != "floor" {
+			b.ReportMetric(m.r.wall.Seconds()/res.floor.wall.Seconds(), "sim-"+m.name+"/floor")
+		}
+	}
+	b.ReportMetric(float64(res.plan.wall.Microseconds())/1000/float64(n), "sim-plan-ms/node")
+	return res
+}
+
+func firstStep(p *plan.Plan) any {
+	if len(p.Steps) == 0 {
+		return nil
+	}
+	s := p.Steps[0]
+	return struct{ Node, Component, Action, Reason string }{s.Node, s.Component, string(s.Action), s.Reason}
+}
+
+// settle is the pause before each measured run, so that the simulated
+// nodes' process has closed the connections of the run before (a
+// thousand of them) and does not do it during the next one.
+func settle(n int) { time.Sleep(200*time.Millisecond + time.Duration(n)*time.Millisecond) }
+
+// run is what one measured run took: its wall time, the peak of
+// HeapInuse above its level after a GC at the start, the CPU time of this
+// process (rigger, or the floor) and that of the simulated nodes' process.
+type run struct {
+	wall, cpu, nodesCPU time.Duration
+	heap                uint64
+}
+
+// measure runs f and returns what it took.
+func (sc *scaleCluster) measure(f func() error) (run, error) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	peak.Store(base)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peak.Load() {
+					peak.Store(ms.HeapInuse)
+				}
+			}
+		}
+	}()
+	cpu0, nodes0 := selfCPU(), processCPU(sc.pid)
+	start := time.Now()
+	err := f()
+	r := run{wall: time.Since(start), cpu: selfCPU() - cpu0, nodesCPU: processCPU(sc.pid) - nodes0}
+	close(stop)
+	<-sampled
+	runtime.ReadMemStats(&ms)
+	r.heap = max(peak.Load(), ms.HeapInuse) - base
+	return r, err
+}
+
+// selfCPU is this process's CPU time, user and system.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU is the CPU time, user and system, of process pid, from
+// /proc/PID/stat (in clock ticks of 10 ms); 0 when it cannot be read.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis, from the 3rd:
+	// utime and stime are the 14th and 15th.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// medianRun is the run of the median wall time, with the median of each
+// other figure.
+func medianRun(runs []run) run {
+	pick := func(f func(run) int64) int64 {
+		v := make([]int64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return run{
+		wall:     time.Duration(pick(func(r run) int64 { return int64(r.wall) })),
+		cpu:      time.Duration(pick(func(r run) int64 { return int64(r.cpu) })),
+		nodesCPU: time.Duration(pick(func(r run) int64 { return int64(r.nodesCPU) })),
+		heap:     uint64(pick(func(r run) int64 { return int64(r.heap) })),
+	}
+}
+
+// scaleCluster is a converged cluster of simulated nodes, which run in a
+// child process (TestSimulatedNodesProcess), and the cluster.yml that
+// describes them.
+type scaleCluster struct {
+	c          *spec.Cluster
+	req        pki.Request
+	set        *pki.Set
+	signer     ssh.Signer
+	knownHosts string
+	pid        int // of the simulated nodes' process
+}
+
+// simDirEnv names the directory a TestSimulatedNodesProcess child finds
+// its cluster in.
+const simDirEnv = "RIGGER_SIMNODE_DIR"
+
+// newScaleCluster writes a cluster.yml of n simulated nodes, its key and
+// its PKI, and starts the nodes in a child process, converged: so that
+// the heap this process measures is rigger's (and the floor's), not the
+// simulated nodes'.
+func newScaleCluster(b *testing.B, n int) *scaleCluster {
+	b.Helper()
+	signer, keyPEM := newKey(b)
+	dir := b.TempDir()
+	keyPath, kh := filepath.Join(dir, "id_ed25519"), filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath+".pub", ssh.MarshalAuthorizedKey(signer.PublicKey()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	var yml strings.Builder
+	fmt.Fprintf(&yml, "cluster_name: sim\nssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\nnodes:\n", keyPath, kh)
+	for i := range n {
+		roles := "[worker]"
+		if i == 0 {
+			roles = "[etcd, controlplane]"
+		}
+		fmt.Fprintf(&yml, "  - {address: %s, port: %q, user: root, role: %s, hostname_override: sim-%d}\n",
+			simnode.Address(i), strconv.Itoa(simnode.DefaultPort), roles, i)
+	}
+	file := filepath.Join(dir, "cluster.yml")
+	if err := os.WriteFile(file, []byte(yml.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	c, diags, err := spec.Load(file)
+	if err != nil {
+		b.Fatalf("load the simulated cluster.yml: %v\n%v", err, diags)
+	}
+	req := pki.RequestFor(c)
+	set, _, err := pki.Ensure(nil, req, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pki.Save(filepath.Join(dir, "pki"), set); err != nil {
+		b.Fatal(err)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSimulatedNodesProcess$", "-test.count=1", "-test.timeout=0")
+	cmd.Env = append(os.Environ(), simDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close() // the child stops its nodes and exits
+		_ = cmd.Wait()
+	})
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "simulated nodes ready" {
+				ready <- nil
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+		}
+		ready <- fmt.Errorf("the simulated nodes' process ended before they were ready: %v", sc.Err())
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			b.Fatal(err)
+		}
+	case <-time.After(5 * time.Minute):
+		b.Fatal("the simulated nodes were not ready within 5 minutes")
+	}
+	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh, pid: cmd.Process.Pid}
+}
+
+// TestSimulatedNodesProcess is the child process of
+// BenchmarkScaleSimulated: it starts the nodes of the cluster.yml in
+// $RIGGER_SIMNODE_DIR, converged (running the containers rigger's desired
+// state gives each, with the files rigger writes under /etc/kubernetes),
+// writes their known_hosts, says it is ready, and stops them when its
+// standard input closes.
+func TestSimulatedNodesProcess(t *testing.T) {
+	dir := os.Getenv(simDirEnv)
+	if dir == "" {
+		t.Skip("the child process of BenchmarkScaleSimulated")
+	}
+	if _, err := simnode.RaiseFileLimit(); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, diags, err := spec.Load(filepath.Join(dir, "cluster.yml"))
+	if err != nil {
+		t.Fatalf("%v\n%v", err, diags)
+	}
+	set, err := pki.Load(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &scaleCluster{c: c, req: pki.RequestFor(c), set: set}
+	d, err := sc.desired()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := simnode.Start(simnode.Options{Nodes: len(c.Nodes), User: "root", AuthorizedKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	for i, dn := range d.Nodes {
+		e := sim.Nodes[i].Engine
+		if sim.Nodes[i].Address != dn.Address {
+			t.Fatalf("desired node %d is %s, simulated %s", i, dn.Address, sim.Nodes[i].Address)
+		}
+		for _, dc := range dn.Containers {
+			state := container.StateRunning
+			if dc.RunOnce {
+				state = container.StateExited
+			}
+			e.Add(simnode.Container{Name: dc.Name, Image: dc.Image, Labels: dc.Labels, Binds: dc.Binds,
+				Entrypoint: dc.Entrypoint, Cmd: dc.Args, Env: dc.Env, State: state})
+		}
+		e.AddImage(c.SystemImages.Alpine)
+		for p, content := range dn.Files {
+			e.WriteFile(p, content)
+		}
+	}
+	kh := c.Rigger.SSH.KnownHostsFile
+	if err := os.WriteFile(kh+".tmp", sim.KnownHosts(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(kh+".tmp", kh); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("simulated nodes ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// desired is what Session.compute decides for the nodes: the desired
+// state with each node's files.
+func (sc *scaleCluster) desired() (*desired.Cluster, error) {
+	d, err := desired.Build(sc.c)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make(map[string]pki.Node, len(sc.req.Nodes))
+	for _, r := range sc.req.Nodes {
+		nodes[r.Address] = r
+	}
+	for i := range d.Nodes {
+		n := &d.Nodes[i]
+		files, err := pki.NodeFiles(sc.set, sc.req, nodes[n.Address])
+		if err != nil {
+			return nil, err
+		}
+		conf, err := desired.ConfigFiles(sc.c, n)
+		if err != nil {
+			return nil, err
+		}
+		for p, b := range conf {
+			files[p] = b
+		}
+		n.Files, n.Reload = files, map[string]string{}
+	}
+	return d, nil
+}
+
+// observePlan is the benchmarked path: a transport built from cluster.yml,
+// every node observed through it, the plan computed, and with apply the
+// plan carried out by execute.Run through the same connections (the
+// nodes' part of a no-op apply: the Kubernetes side's phase, which reads
+// the API server, is a no-op here), the transport closed.
+func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan, error) {
+	log := slog.New(slog.DiscardHandler)
+	tr, err := reach.Transport(sc.c, nil, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	addrs := make([]string, len(sc.c.Nodes))
+	for i, n := range sc.c.Nodes {
+		addrs[i] = n.Address
+	}
+	o := observe.Observe(ctx, tr, observe.Request{
+		Cluster: sc.c.ClusterName, Nodes: addrs, MaxParallel: sc.c.Rigger.MaxParallel,
+		FilesImage: sc.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir,
+	})
+	d, err := sc.desired()
+	if err == nil {
+		err = checks(sc.c, d, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := plan.Compute(d, o)
+	if !apply || !p.Empty() {
+		return p, nil
+	}
+	_, err = execute.Run(ctx, p, execute.Options{
+		Desired: d, HelperImage: sc.c.SystemImages.Alpine, MaxParallel: sc.c.Rigger.MaxParallel,
+		MaxPlanAge: reconcile.MaxPlanAge,
+		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
+			return tr.Docker(ctx, node)
+		},
+		Kubernetes: func(context.Context) error { return nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// checks are the checks Session.compute makes before plan.Compute.
+func checks(c *spec.Cluster, d *desired.Cluster, o *observe.Cluster) error {
+	for _, err := range []error{plan.CheckDowngrade(d, o), plan.CheckSkippedMinor(d, o), plan.CheckSkew(d),
+		plan.CheckEtcdUpgrade(d, o), plan.CheckStoredAPIs(o), plan.CheckDocker(c, o, false)} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// floor connects to every node (an SSH handshake, the host key checked
+// against the same known_hosts) and lists its containers over the socket
+// channel, spec.DefaultMaxParallel nodes at once.
+func (sc *scaleCluster) floor(ctx context.Context) error {
+	hostKeys, err := knownhosts.New(sc.knownHosts)
+	if err != nil {
+		return err
+	}
+	cfg := &ssh.ClientConfig{User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(sc.signer)}, HostKeyCallback: hostKeys,
+		Timeout: 30 * time.Second}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(spec.DefaultMaxParallel)
+	for _, n := range sc.c.Nodes {
+		g.Go(func() error {
+			cli, err := ssh.Dial("tcp", net.JoinHostPort(n.Address, n.Port), cfg)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+				return cli.Dial("unix", simnode.DefaultDockerSocket)
+			}}}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/v"+simnode.APIVersion+"/containers/json?all=1", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("node %s: list containers: %s", n.Address, resp.Status)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// logFit logs least-squares lines of the wall times and peak heaps over
+// the number of nodes, with R².
+func logFit(b *testing.B, results map[int]scaleResult) {
+	if len(results) < 2 {
+		return
+	}
+	var ns []int
+	for n := range results {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	series := []struct {
+		name, unit string
+		scale      float64
+		value      func(scaleResult) float64
+	}{
+		{"floor wall", "ms", 1e3, func(r scaleResult) float64 { return r.floor.wall.Seconds() }},
+		{"observe+plan wall", "ms", 1e3, func(r scaleResult) float64 { return r.plan.wall.Seconds() }},
+		{"no-op apply wall", "ms", 1e3, func(r scaleResult) float64 { return r.apply.wall.Seconds() }},
+		{"floor peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.floor.heap) }},
+		{"observe+plan peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.plan.heap) }},
+		{"no-op apply peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.apply.heap) }},
+	}
+	for _, s := range series {
+		xs, ys := make([]float64, len(ns)), make([]float64, len(ns))
+		for i, n := range ns {
+			xs[i], ys[i] = float64(n), s.value(results[n])*s.scale
+		}
+		slope, icept, r2 := leastSquares(xs, ys)
+		// Printed, not logged: a benchmark's log shows only with -v.
+		fmt.Printf("simulated, least-squares fit over N=%v: %s = %.3f %s/node × N %+.1f %s, R² = %.4f\n",
+			ns, s.name, slope, s.unit, icept, s.unit, r2)
+	}
+}
+
+// leastSquares fits y = slope·x + intercept and returns R².
+func leastSquares(xs, ys []float64) (slope, intercept, r2 float64) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx, sy, sxx, sxy = sx+xs[i], sy+ys[i], sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+	}
+	slope = (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	intercept = (sy - slope*sx) / n
+	mean := sy / n
+	var ssRes, ssTot float64
+	for i := range xs {
+		f := slope*xs[i] + intercept
+		ssRes += (ys[i] - f) * (ys[i] - f)
+		ssTot += (ys[i] - mean) * (ys[i] - mean)
+	}
+	if ssTot == 0 {
+		return slope, intercept, 1
+	}
+	return slope, intercept, 1 - ssRes/ssTot
+}
