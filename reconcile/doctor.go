@@ -407,6 +407,13 @@ func (r *doctorRun) checks() []doctor.Check {
 			}
 			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.Overlay(peers, h.Overlay) })(ctx, node)
 		})},
+		doctor.Check{Name: doctor.CheckDNS, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
+			server := r.dnsServer()
+			if server == "" {
+				return doctor.Skipped("dns: provider none")
+			}
+			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DNS(server, r.dnsName(), h.DNS) })(ctx, node)
+		})},
 	)
 }
 
@@ -530,7 +537,7 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 		}
 		out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.HostScript}, dockerop.RunOptions{
 			NetworkMode: "host",
-			Env:         []string{"OVERLAY=" + strings.Join(overlay, " ")},
+			Env:         []string{"OVERLAY=" + strings.Join(overlay, " "), "DNS=" + r.dnsServer(), "DNS_NAME=" + r.dnsName()},
 			Binds:       []string{"/etc:/host/etc:ro", "/etc/resolv.conf:/host/resolv.conf:ro", root + ":/host/docker:ro", "/var/lib:/host/var/lib:ro"},
 		})
 		if err != nil {
@@ -556,6 +563,20 @@ func (r *doctorRun) etcdData(ctx context.Context, node string) doctor.Result {
 	}
 	member := etcdmember.Find(r.o.Etcd.Members, desired.EtcdPeerURL(n.InternalAddress)) != nil
 	return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.EtcdData(h.EtcdData, member) })(ctx, node)
+}
+
+// dnsServer is the cluster DNS Service's address to ask from the nodes;
+// "" when the cluster runs no DNS add-on.
+func (r *doctorRun) dnsServer() string {
+	if d := r.c.DNS; d != nil && d.Provider == "none" {
+		return ""
+	}
+	return r.c.Services.Kubelet.ClusterDNSServer
+}
+
+// dnsName is the name asked of the cluster DNS: the API server's Service.
+func (r *doctorRun) dnsName() string {
+	return "kubernetes.default.svc." + cmp.Or(r.c.Services.Kubelet.ClusterDomain, "cluster.local")
 }
 
 // overlayPeers are the other nodes' ends of the overlay network: with

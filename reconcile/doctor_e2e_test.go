@@ -22,6 +22,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"golang.org/x/crypto/ssh"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -242,6 +243,38 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		blockOn(t, n3, "-p", "udp", "--dport", "8472", "-j", "DROP")
 		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckOverlay, n2.Address: doctor.CheckOverlay, n3.Address: doctor.CheckOverlay},
 			"no answer through the overlay from", "8472")
+	})
+
+	t.Run("the cluster DNS down", func(t *testing.T) {
+		cs := a.Client(ctx, t, c)
+		scale := func(n int32) error {
+			_, err := cs.AppsV1().Deployments(metav1.NamespaceSystem).UpdateScale(context.WithoutCancel(ctx), "coredns",
+				&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: metav1.NamespaceSystem}, Spec: autoscalingv1.ScaleSpec{Replicas: n}},
+				metav1.UpdateOptions{})
+			return err
+		}
+		if err := scale(0); err != nil {
+			t.Fatal(err)
+		}
+		restored := false
+		defer func() {
+			if !restored {
+				if err := scale(1); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		rt.Eventually(ctx, t, 2*time.Minute, "the DNS pods gone", func(ctx context.Context) (bool, error) {
+			pods, err := cs.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+			return err == nil && len(pods.Items) == 0, err
+		})
+		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckDNS, n2.Address: doctor.CheckDNS, n3.Address: doctor.CheckDNS},
+			"no servers could be reached", "k8s-app=kube-dns")
+		restored = true
+		if err := scale(1); err != nil {
+			t.Fatal(err)
+		}
+		healthy(t)
 	})
 
 	t.Run("a stale Node and a second Node for one machine", func(t *testing.T) {

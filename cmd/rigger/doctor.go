@@ -35,7 +35,7 @@ named checks, the path a node takes to join the cluster:
                     resolv-conf, disk, etcd-data
   what it runs      images, certificates, containers, etcd-member, health,
                     ports
-  in Kubernetes     events, node-registered, cni, node-ready, overlay
+  in Kubernetes     events, node-registered, cni, node-ready, overlay, dns
 
 and the cluster as a whole: cluster-yml, pki, kubernetes-api, stale-nodes.
 

@@ -439,3 +439,21 @@ func TestEtcdData(t *testing.T) {
 		}
 	}
 }
+
+func TestDNS(t *testing.T) {
+	ok := "Server:\t\t10.43.0.10\nAddress:\t10.43.0.10:53\n\nName:\tkubernetes.default.svc.cluster.local\nAddress: 10.43.0.1\n"
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", ok); r.Level != Pass {
+		t.Errorf("%+v", r)
+	}
+	down := "nslookup: write to '10.43.0.10': Operation not permitted\n;; connection timed out; no servers could be reached\n"
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", down); r.Level != Fail || !strings.Contains(r.Found, "no servers could be reached") || !strings.Contains(r.Fix, "k8s-app=kube-dns") {
+		t.Errorf("%+v", r)
+	}
+	// The server's own Address line is not an answer.
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", "Server:\t10.43.0.10\nAddress:\t10.43.0.10:53\n\n** server can't find kubernetes.default.svc.cluster.local: NXDOMAIN\n"); r.Level != Fail {
+		t.Errorf("%+v", r)
+	}
+	if r := DNS("10.43.0.10", "x", ""); r.Level != Fail || !strings.Contains(r.Found, "no answer") {
+		t.Errorf("%+v", r)
+	}
+}

@@ -271,3 +271,32 @@ func Overlay(peers []OverlayPeer, answered map[string]bool) Result {
 		"no answer through the overlay from "+strings.Join(silent, ", "),
 		"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
 }
+
+// CheckDNS is the check of the cluster DNS, asked from the node.
+const CheckDNS = "dns"
+
+// DNS checks that the cluster DNS Service at server answered a query for
+// name from the node (out: what nslookup said): through the Service's
+// address, kube-proxy's rules on the node and the overlay to a DNS pod,
+// what every pod's lookups take.
+func DNS(server, name, out string) Result {
+	answered := false
+	named := false
+	for _, line := range strings.Split(out, "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) >= 2 && f[0] == "Name:" && strings.TrimSuffix(f[1], ".") == name:
+			named = true
+		case named && len(f) >= 2 && strings.HasPrefix(f[0], "Address"):
+			answered = true
+		}
+	}
+	if answered {
+		return Passed(name + " resolved by " + server)
+	}
+	found := strings.TrimSpace(out)
+	if found == "" {
+		found = "no answer"
+	}
+	return Failed(name+" resolved by the cluster DNS at "+server, "nslookup "+name+" "+server+": "+lastLines(found, 4),
+		"check the DNS pods (kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide) and their logs, that kube-proxy runs on this node (its Service rules lead to them), and the overlay between this node and theirs (the overlay check)")
+}

@@ -73,7 +73,8 @@ func cmpOr(s, def string) string {
 // /host/resolv.conf, Docker's root at /host/docker and /var/lib at
 // /host/var/lib, all read-only; /proc and the sysctls are the node's own
 // (the container shares its network namespace). $OVERLAY lists the
-// addresses to ping through the overlay network (Overlay).
+// addresses to ping through the overlay network (Overlay); $DNS is the
+// cluster DNS Service's address to ask for $DNS_NAME (DNS).
 const HostScript = `echo '## swaps'; cat /proc/swaps
 echo '## modules'; cat /proc/modules
 echo '## ip_forward'; cat /proc/sys/net/ipv4/ip_forward
@@ -82,6 +83,7 @@ echo '## resolv.conf'; cat /host/resolv.conf
 echo '## cni'; ls -1 /host/etc/cni/net.d 2>/dev/null
 echo '## statfs docker'; stat -f -c '%S %a %b %d %c' /host/docker
 echo '## statfs kubelet'; [ -d /host/var/lib/kubelet ] && stat -f -c '%S %a %b %d %c' /host/var/lib/kubelet
+echo '## dns'; [ -n "$DNS" ] && timeout 5 nslookup "$DNS_NAME" "$DNS" 2>&1
 echo '## etcd-data'; [ -d /host/var/lib/etcd/member ] && echo member
 echo '## overlay'; for ip in $OVERLAY; do (if ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip ok"; else echo "$ip no"; fi) & done; wait
 echo '## end'
@@ -105,6 +107,8 @@ type Host struct {
 	Overlay map[string]bool
 	// EtcdData says that /var/lib/etcd holds an etcd member's data.
 	EtcdData bool
+	// DNS is what nslookup said of $DNS_NAME at $DNS ("" when not asked).
+	DNS string
 	// Disks are the free space of Docker's root and /var/lib/kubelet, by
 	// name (docker, kubelet); a directory that does not exist is absent.
 	Disks map[string]Disk
@@ -146,6 +150,8 @@ func ParseHost(out []byte) (*Host, error) {
 			h.BridgeNF = f[0]
 		case "cni":
 			h.CNI = append(h.CNI, f[0])
+		case "dns":
+			h.DNS += line + "\n"
 		case "etcd-data":
 			h.EtcdData = f[0] == "member"
 		case "overlay":
