@@ -44,10 +44,10 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	f.converge(ctx, t)
 	s, a := f.s, f.a
 	n1, n2, n3 := s.Nodes[0], s.Nodes[1], s.Nodes[2]
-	walk := func(t *testing.T, c *spec.Cluster) []doctor.Finding {
+	walk := func(t *testing.T, c *spec.Cluster, skip ...string) []doctor.Finding {
 		t.Helper()
 		began := time.Now()
-		found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{})
+		found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{Skip: skip})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +330,9 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 				}
 			}
 		}()
-		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckDockerSocket}, "Docker socket", "dockerd runs")
+		// The cluster's one DNS pod may be on n2: the other nodes' dns
+		// checks would fail too, rightly.
+		stops(t, walk(t, c, doctor.CheckDNS), map[string]string{n2.Address: doctor.CheckDockerSocket}, "Docker socket", "dockerd runs")
 		started = true
 		if err := s.StartService(ctx, n2.Name, sandbox.ServiceDocker); err != nil {
 			t.Fatal(err)
