@@ -77,14 +77,8 @@ func (r *networkRepair) check(ctx context.Context, address string, n *corev1.Nod
 	if r == nil || n == nil || !NoNetwork(n) {
 		return
 	}
-	r.mu.Lock()
-	done := r.done[n.Name]
-	r.mu.Unlock()
-	if done {
-		return
-	}
-	pods, err := r.pods(ctx, n.Name)
-	if err != nil {
+	pods, ok := r.undone(ctx, n)
+	if !ok {
 		return
 	}
 	now := r.now()
@@ -101,18 +95,40 @@ func (r *networkRepair) check(ctx context.Context, address string, n *corev1.Nod
 		if !seen || now.Sub(first) < NetworkGrace {
 			continue
 		}
-		uid := p.UID
-		err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			continue
+		if r.recreate(ctx, address, n, &p, fmt.Sprintf("Node %s has no pod network (%s) while the network plugin's pod %s/%s runs there: "+
+			"the pod is recreated, so that it installs its network configuration on the node again", n.Name, readyCondition(n), p.Namespace, p.Name)) {
+			return
 		}
-		r.mu.Lock()
-		r.done[n.Name] = true
-		r.mu.Unlock()
-		r.say(address, fmt.Sprintf("Node %s has no pod network (%s) while the network plugin's pod %s/%s runs there: "+
-			"the pod is recreated, so that it installs its network configuration on the node again", n.Name, readyCondition(n), p.Namespace, p.Name))
-		return
 	}
+}
+
+// undone are the network plugin's pods on Node n, unless one was
+// recreated for n already or they cannot be listed (false).
+func (r *networkRepair) undone(ctx context.Context, n *corev1.Node) ([]corev1.Pod, bool) {
+	r.mu.Lock()
+	done := r.done[n.Name]
+	r.mu.Unlock()
+	if done {
+		return nil, false
+	}
+	pods, err := r.pods(ctx, n.Name)
+	return pods, err == nil
+}
+
+// recreate deletes pod p of Node n (the one it was listed as, by its UID),
+// so that its DaemonSet makes it again, records that n had its repair and
+// says why; false when the delete failed (the next look tries again).
+func (r *networkRepair) recreate(ctx context.Context, address string, n *corev1.Node, p *corev1.Pod, why string) bool {
+	uid := p.UID
+	err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return false
+	}
+	r.mu.Lock()
+	r.done[n.Name] = true
+	r.mu.Unlock()
+	r.say(address, why)
+	return true
 }
 
 // RecentNode is how long after a Node was created its network plugin's
@@ -132,29 +148,15 @@ func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Nod
 	if r == nil || n == nil || r.now().Sub(n.CreationTimestamp.Time) > RecentNode {
 		return
 	}
-	r.mu.Lock()
-	done := r.done[n.Name]
-	r.mu.Unlock()
-	if done {
-		return
-	}
-	pods, err := r.pods(ctx, n.Name)
-	if err != nil {
+	pods, ok := r.undone(ctx, n)
+	if !ok {
 		return
 	}
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil || !p.CreationTimestamp.Before(&n.CreationTimestamp) {
 			continue
 		}
-		uid := p.UID
-		err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			continue
-		}
-		r.mu.Lock()
-		r.done[n.Name] = true
-		r.mu.Unlock()
-		r.say(address, fmt.Sprintf("the network plugin's pod %s/%s was made for an earlier Node %s (deleted, and registered again with pod subnet %s): "+
+		r.recreate(ctx, address, n, &p, fmt.Sprintf("the network plugin's pod %s/%s was made for an earlier Node %s (deleted, and registered again with pod subnet %s): "+
 			"the pod is recreated, so that the node's pod network follows its Node", p.Namespace, p.Name, n.Name, n.Spec.PodCIDR))
 	}
 }
