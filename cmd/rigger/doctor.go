@@ -30,7 +30,8 @@ func newDoctorCommand() *cobra.Command {
 walks every node of cluster.yml, all at once, through an ordered list of
 named checks, the path a node takes to join the cluster:
 
-  reaching it       ` + strings.Join(doctor.ReachChecks, ", ") + `
+  reaching it       address, ssh-port, ssh-handshake, ssh-host-key, ssh-auth,
+                    agent-connected, docker-socket, docker-api
   its machine       docker-version, cgroup-driver, clock, kernel-network, swap,
                     resolv-conf, disk, etcd-data
   what it runs      images, certificates, containers, etcd-member, health,
@@ -44,8 +45,9 @@ expected, what was found and what to do; the checks after it depend on it
 and are shown as not run. A check of something the node does not have
 (etcd-member on a worker) is skipped. What doctor reads of a machine it reads
 through the node's Docker engine, with a one-shot container of
-system_images.alpine that mounts the host's /etc and /var/lib read-only and
-is removed afterwards. Doctor changes nothing and pulls nothing.
+system_images.alpine that mounts the host's /etc and /var/lib read-only,
+pings the other nodes through the overlay and asks the cluster DNS, and is
+removed afterwards. Doctor changes nothing and pulls nothing.
 
 docs/troubleshooting.md explains each check: the symptom, the cause and the
 fix.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/doctor"
 )
 
@@ -82,5 +83,18 @@ func TestDoctorRefusesUnknownNames(t *testing.T) {
 	_, errOut, code = run(t, "doctor", "-f", file, "--state-dir", state, "--node", "10.9.9.9")
 	if code != 1 || !strings.Contains(errOut, "node 10.9.9.9 is not in cluster.yml") {
 		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+// TestDoctorHelpNamesEveryCheck: the help's list of the walk is the walk.
+func TestDoctorHelpNamesEveryCheck(t *testing.T) {
+	out, _, code := run(t, "doctor", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, name := range reconcile.DoctorChecks() {
+		if !strings.Contains(out, name) {
+			t.Errorf("the help does not name the check %s", name)
+		}
 	}
 }
