@@ -266,8 +266,8 @@ func checkUpgraded(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Clu
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A snapshot's time is its name's, to the second: one taken in the
-	// upgrade's first second is from before it began.
+	// A snapshot's time is its name's, to the second: one the upgrade took
+	// in the second it began shows an earlier time than since.
 	from := since.Truncate(time.Second)
 	if !slices.ContainsFunc(snaps.Snapshots, func(s etcdsnap.Info) bool {
 		return s.Sidecar != nil && s.Sidecar.Kind == etcdsnap.KindBeforeChange && !s.TakenAt.Before(from) && len(s.Nodes) == 3
