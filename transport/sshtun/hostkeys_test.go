@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
 
@@ -315,17 +316,30 @@ func TestKnownHostsReparsedWhenChanged(t *testing.T) {
 	if !accepts(keyB) || !accepts(keyB) || !h.parsed.settled {
 		t.Fatal("an unchanged file's parse is not settled")
 	}
-	time.Sleep(20 * time.Millisecond) // past the file times' granularity
-	f, err := os.OpenFile(file, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
+	// Rewritten in place, the old modification time put back: only the
+	// change time differs, once the clock's granularity has passed since
+	// the read, so the rewrite is repeated until it does.
+	read := h.parsed.stamps[0].ctime
+	rewrite := func() bool {
+		f, err := os.OpenFile(file, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(line(keyA), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := os.Chtimes(file, old, old); err != nil {
+			t.Fatal(err)
+		}
+		st, err := h.stampFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0].ctime != read
 	}
-	if _, err := f.WriteAt(line(keyA), 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Chtimes(file, old, old); err != nil {
-		t.Fatal(err)
+	if !testwait.Until(5*time.Second, time.Millisecond, rewrite) {
+		t.Fatal("the file's change time did not move in 5 s")
 	}
 	if !accepts(keyA) || accepts(keyB) {
 		t.Fatal("a key rewritten in place, its modification time put back, was not read")

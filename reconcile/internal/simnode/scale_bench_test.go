@@ -26,6 +26,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -111,7 +112,7 @@ func benchScale(b *testing.B, n int) scaleResult {
 	for b.Loop() {
 		var floors, plans, applies []run
 		for range scalePairs {
-			settle(n)
+			sc.settle(b)
 			r, err := sc.measure(func() error { return sc.floor(ctx) })
 			if err != nil {
 				b.Fatalf("the floor: %v", err)
@@ -119,7 +120,7 @@ func benchScale(b *testing.B, n int) scaleResult {
 			floors = append(floors, r)
 			for _, apply := range []bool{false, true} {
 				var steps *plan.Plan
-				settle(n)
+				sc.settle(b)
 				r, err := sc.measure(func() (err error) {
 					steps, err = sc.observePlan(ctx, apply)
 					return err
@@ -165,10 +166,28 @@ func firstStep(p *plan.Plan) any {
 	return struct{ Node, Component, Action, Reason string }{s.Node, s.Component, string(s.Action), s.Reason}
 }
 
-// settle is the pause before each measured run, so that the simulated
-// nodes' process has closed the connections of the run before (a
-// thousand of them) and does not do it during the next one.
-func settle(n int) { time.Sleep(200*time.Millisecond + time.Duration(n)*time.Millisecond) }
+// settleTimeout bounds the wait for the simulated nodes to have closed
+// the connections of the run before.
+const settleTimeout = time.Minute
+
+// settle waits, before each measured run, until the simulated nodes'
+// process has closed every connection of the run before (a thousand of
+// them), so that it does not do it during the next one: it asks the
+// child ("settle") and waits for its answer ("settled").
+func (sc *scaleCluster) settle(b *testing.B) {
+	b.Helper()
+	if _, err := io.WriteString(sc.ctl, "settle\n"); err != nil {
+		b.Fatalf("ask the simulated nodes to settle: %v", err)
+	}
+	select {
+	case line, ok := <-sc.lines:
+		if !ok || line != "settled" {
+			b.Fatalf("the simulated nodes' process answered %q (open: %v) to settle", line, ok)
+		}
+	case <-time.After(settleTimeout):
+		b.Fatalf("the simulated nodes still held connections after %s", settleTimeout)
+	}
+}
 
 // run is what one measured run took: its wall time, the peak of
 // HeapInuse above its level after a GC at the start, the CPU time of this
@@ -273,6 +292,10 @@ type scaleCluster struct {
 	signer     ssh.Signer
 	knownHosts string
 	pid        int // of the simulated nodes' process
+	// ctl asks the simulated nodes' process to settle, lines are its
+	// answers (newScaleCluster).
+	ctl   io.Writer
+	lines <-chan string
 }
 
 // simDirEnv names the directory a TestSimulatedNodesProcess child finds
@@ -339,27 +362,25 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 		stdin.Close() // the child stops its nodes and exits
 		_ = cmd.Wait()
 	})
-	ready := make(chan error, 1)
+	// The child's lines: "simulated nodes ready" once, then "settled"
+	// for each "settle" asked.
+	lines := make(chan string, 1)
 	go func() {
+		defer close(lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if sc.Text() == "simulated nodes ready" {
-				ready <- nil
-				_, _ = io.Copy(io.Discard, stdout)
-				return
-			}
+			lines <- sc.Text()
 		}
-		ready <- fmt.Errorf("the simulated nodes' process ended before they were ready: %v", sc.Err())
 	}()
 	select {
-	case err := <-ready:
-		if err != nil {
-			b.Fatal(err)
+	case line, ok := <-lines:
+		if !ok || line != "simulated nodes ready" {
+			b.Fatalf("the simulated nodes' process said %q (open: %v) before they were ready", line, ok)
 		}
 	case <-time.After(5 * time.Minute):
 		b.Fatal("the simulated nodes were not ready within 5 minutes")
 	}
-	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh, pid: cmd.Process.Pid}
+	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh, pid: cmd.Process.Pid, ctl: stdin, lines: lines}
 }
 
 // TestSimulatedNodesProcess is the child process of
@@ -428,7 +449,18 @@ func TestSimulatedNodesProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("simulated nodes ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	// Each "settle" is answered once the nodes hold no connection (those
+	// of the run before closed); the end of standard input stops them.
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() != "settle" {
+			continue
+		}
+		if !testwait.Until(settleTimeout, 10*time.Millisecond, func() bool { return sim.Connections() == 0 }) {
+			t.Fatalf("the simulated nodes still held %d connections after %s", sim.Connections(), settleTimeout)
+		}
+		fmt.Println("settled")
+	}
 }
 
 // desired is what Session.compute decides for the nodes: the desired

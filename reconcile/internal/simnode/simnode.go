@@ -123,6 +123,17 @@ func Start(opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// Connections is how many SSH connections the nodes hold open.
+func (c *Cluster) Connections() int {
+	total := 0
+	for _, n := range c.Nodes {
+		n.mu.Lock()
+		total += len(n.conns)
+		n.mu.Unlock()
+	}
+	return total
+}
+
 // KnownHosts is the content of a known_hosts file that lists every node's
 // host key, as ssh-keyscan would write it.
 func (c *Cluster) KnownHosts() []byte {
