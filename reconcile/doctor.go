@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/errdefs"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rigger/rigger/reconcile/desired"
@@ -155,7 +156,10 @@ type doctorRun struct {
 	checker *health.Checker
 	// events are the Nodes' Events since since (nil: not listed).
 	events []corev1.Event
-	since  time.Time
+	// dns is the cluster DNS Service and its ready endpoints (nil: not
+	// read).
+	dns   *doctor.DNSService
+	since time.Time
 
 	mu       sync.Mutex
 	machines map[string]*machineRead
@@ -201,6 +205,7 @@ func (r *doctorRun) gather(ctx context.Context) {
 			s.observeKubernetes(ctx, r.set, r.o)
 			r.pods = r.listPluginPods(ctx)
 			r.events = r.listNodeEvents(ctx)
+			r.dns = r.readDNSService(ctx)
 		}()
 		r.checker, _ = s.services().Checker(r.set)
 	}
@@ -292,6 +297,44 @@ func (r *doctorRun) listNodeEvents(ctx context.Context) []corev1.Event {
 		return nil
 	}
 	return list.Items
+}
+
+// readDNSService finds the Service with the cluster DNS address and
+// counts its ready endpoints; nil when the cluster runs no DNS or the API
+// server did not answer.
+func (r *doctorRun) readDNSService(ctx context.Context) *doctor.DNSService {
+	server := r.dnsServer()
+	if server == "" || r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
+		return nil
+	}
+	cs, err := r.s.services().KubeClient(r.set, r.o)
+	if err != nil {
+		return nil
+	}
+	svcs, err := cs.CoreV1().Services(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	i := slices.IndexFunc(svcs.Items, func(s corev1.Service) bool {
+		return slices.Contains(s.Spec.ClusterIPs, server) || s.Spec.ClusterIP == server
+	})
+	if i < 0 {
+		return &doctor.DNSService{}
+	}
+	svc := svcs.Items[i]
+	out := &doctor.DNSService{Name: svc.Namespace + "/" + svc.Name}
+	eps, err := cs.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
+	if err != nil {
+		return nil
+	}
+	for _, sl := range eps.Items {
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				out.Ready++
+			}
+		}
+	}
+	return out
 }
 
 // maxNodeEvents bounds the Events Doctor reads.
@@ -412,7 +455,7 @@ func (r *doctorRun) checks() []doctor.Check {
 			if server == "" {
 				return doctor.Skipped("dns: provider none")
 			}
-			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DNS(server, r.dnsName(), h.DNS) })(ctx, node)
+			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DNS(server, r.dnsName(), h.DNS, r.dns) })(ctx, node)
 		})},
 	)
 }

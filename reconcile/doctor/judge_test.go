@@ -442,18 +442,29 @@ func TestEtcdData(t *testing.T) {
 
 func TestDNS(t *testing.T) {
 	ok := "Server:\t\t10.43.0.10\nAddress:\t10.43.0.10:53\n\nName:\tkubernetes.default.svc.cluster.local\nAddress: 10.43.0.1\n"
-	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", ok); r.Level != Pass {
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", ok, nil); r.Level != Pass {
 		t.Errorf("%+v", r)
 	}
 	down := "nslookup: write to '10.43.0.10': Operation not permitted\n;; connection timed out; no servers could be reached\n"
-	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", down); r.Level != Fail || !strings.Contains(r.Found, "no servers could be reached") || !strings.Contains(r.Fix, "k8s-app=kube-dns") {
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", down, &DNSService{Name: "kube-system/kube-dns", Ready: 1}); r.Level != Fail || !strings.Contains(r.Found, "no servers could be reached") || !strings.Contains(r.Fix, "k8s-app=kube-dns") {
 		t.Errorf("%+v", r)
 	}
 	// The server's own Address line is not an answer.
-	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", "Server:\t10.43.0.10\nAddress:\t10.43.0.10:53\n\n** server can't find kubernetes.default.svc.cluster.local: NXDOMAIN\n"); r.Level != Fail {
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", "Server:\t10.43.0.10\nAddress:\t10.43.0.10:53\n\n** server can't find kubernetes.default.svc.cluster.local: NXDOMAIN\n", nil); r.Level != Fail {
 		t.Errorf("%+v", r)
 	}
-	if r := DNS("10.43.0.10", "x", ""); r.Level != Fail || !strings.Contains(r.Found, "no answer") {
+	if r := DNS("10.43.0.10", "x", "", nil); r.Level != Fail || !strings.Contains(r.Found, "no answer") {
+		t.Errorf("%+v", r)
+	}
+	// Why nobody answered, when the Service was read.
+	if r := DNS("10.43.0.10", "x", down, &DNSService{Name: "kube-system/kube-dns"}); r.Level != Fail || !strings.Contains(r.Found, "kube-system/kube-dns has no ready endpoint") || !strings.Contains(r.Found, "no servers could be reached") || !strings.Contains(r.Fix, "scaled to 0") {
+		t.Errorf("%+v", r)
+	}
+	if r := DNS("10.43.0.10", "x", down, &DNSService{}); r.Level != Fail || !strings.Contains(r.Found, "no Service has the address 10.43.0.10") {
+		t.Errorf("%+v", r)
+	}
+	// An answer is an answer, whatever the endpoints were a moment ago.
+	if r := DNS("10.43.0.10", "kubernetes.default.svc.cluster.local", ok, &DNSService{Name: "kube-system/kube-dns"}); r.Level != Pass {
 		t.Errorf("%+v", r)
 	}
 }

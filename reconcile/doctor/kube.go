@@ -275,11 +275,22 @@ func Overlay(peers []OverlayPeer, answered map[string]bool) Result {
 // CheckDNS is the check of the cluster DNS, asked from the node.
 const CheckDNS = "dns"
 
+// DNSService is what the API server says of the cluster DNS Service.
+type DNSService struct {
+	// Name is the Service's namespace/name; "" when no Service has the
+	// cluster DNS address.
+	Name string
+	// Ready counts its ready endpoints.
+	Ready int
+}
+
 // DNS checks that the cluster DNS Service at server answered a query for
 // name from the node (out: what nslookup said): through the Service's
 // address, kube-proxy's rules on the node and the overlay to a DNS pod,
-// what every pod's lookups take.
-func DNS(server, name, out string) Result {
+// what every pod's lookups take. svc, when the Services were read, tells
+// a Service without a ready DNS pod (scaled down, pending, or on a Node
+// that was deleted) from a node that cannot reach them.
+func DNS(server, name, out string, svc *DNSService) Result {
 	answered := false
 	named := false
 	for _, line := range strings.Split(out, "\n") {
@@ -297,6 +308,16 @@ func DNS(server, name, out string) Result {
 	if found == "" {
 		found = "no answer"
 	}
-	return Failed(name+" resolved by the cluster DNS at "+server, "nslookup "+name+" "+server+": "+lastLines(found, 4),
+	expected := name + " resolved by the cluster DNS at " + server
+	asked := "nslookup " + name + " " + server + ": " + lastLines(found, 4)
+	switch {
+	case svc != nil && svc.Name == "":
+		return Failed(expected, "no Service has the address "+server+" (services.kubelet.cluster_dns_server); "+asked,
+			"the DNS add-on's Service is missing or has another address: rigger apply deploys it with cluster_dns_server's address (kubectl -n kube-system get svc -o wide)")
+	case svc != nil && svc.Ready == 0:
+		return Failed(expected, "the Service "+svc.Name+" has no ready endpoint: no DNS pod is ready; "+asked,
+			"kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide says why: scaled to 0 (rigger apply restores the add-on's replicas), pending (no node they may run on), not ready (their logs), or on a Node that was deleted (they come back once it registers again)")
+	}
+	return Failed(expected, asked,
 		"check the DNS pods (kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide) and their logs, that kube-proxy runs on this node (its Service rules lead to them), and the overlay between this node and theirs (the overlay check)")
 }
