@@ -481,6 +481,8 @@ func (r *doctorRun) reach(name, node string) doctor.Result {
 		// get further.
 		res.Found = failed + " (skipped) failed: " + res.Found
 		return res
+	case failed != "" && doctor.Untried(on.Err):
+		return doctor.Skipped("not tried: " + failed + " failed before rigger connected")
 	}
 	switch name {
 	case doctor.CheckAddress:

@@ -44,10 +44,12 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	f.converge(ctx, t)
 	s, a := f.s, f.a
 	n1, n2, n3 := s.Nodes[0], s.Nodes[1], s.Nodes[2]
+	// Doctor's sessions, as rigger doctor opens them.
+	keysPerNode := func(o *reconcile.Options) { o.KeysPerNode = true }
 	walk := func(t *testing.T, c *spec.Cluster, skip ...string) []doctor.Finding {
 		t.Helper()
 		began := time.Now()
-		found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{Skip: skip})
+		found, err := a.Session(t, c, keysPerNode).Doctor(ctx, reconcile.DoctorOptions{Skip: skip})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +89,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		var found []doctor.Finding
 		rt.Eventually(ctx, t, 2*time.Minute, "a walk that fails nothing", func(ctx context.Context) (bool, error) {
 			var err error
-			if found, err = a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{}); err != nil {
+			if found, err = a.Session(t, c, keysPerNode).Doctor(ctx, reconcile.DoctorOptions{}); err != nil {
 				return false, err
 			}
 			for _, fd := range found {
@@ -125,6 +127,12 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}
 		wrong := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.Nodes[0].SSHKeyPath = other })
 		stops(t, walk(t, wrong), map[string]string{n1.Address: doctor.CheckSSHAuth}, "refused SSH login as user", "authorized_keys")
+	})
+
+	t.Run("a missing key file", func(t *testing.T) {
+		gone := filepath.Join(t.TempDir(), "id_ed25519")
+		missing := f.cluster(t, rt.Roles(3), func(c *spec.Cluster) { c.Nodes[1].SSHKeyPath = gone })
+		stops(t, walk(t, missing), map[string]string{n2.Address: doctor.CheckSSHAuth}, "cannot use ssh_key_path "+gone, "the file must exist")
 	})
 
 	t.Run("a changed host key", func(t *testing.T) {

@@ -65,6 +65,10 @@ type Options struct {
 	// (plan.CheckDocker): `--ignore-docker-version`, as `rke up`'s flag.
 	// cluster.yml's ignore_docker_version plays no part, as in `rke up`.
 	IgnoreDockerVersion bool
+	// KeysPerNode makes a node whose SSH key or certificate cannot be used
+	// (a missing ssh_key_path file) an error of that node's calls, not of
+	// Open: rigger doctor reports it as the node's ssh-auth finding.
+	KeysPerNode bool
 }
 
 // Session reconciles one cluster: it holds the cluster.yml, a transport to
@@ -110,7 +114,7 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c),
 		reg: registryauth.New(c.PrivateRegistries), former: formerNodes(c, last)}
 	if s.tr == nil {
-		tr, err := reach.Transport(c, s.former, opts.Agents, opts.Log)
+		tr, err := reach.Transport(c, s.former, opts.Agents, opts.KeysPerNode, opts.Log)
 		if err != nil {
 			return nil, stall.Stalls(ReasonInvalidSpec, err)
 		}

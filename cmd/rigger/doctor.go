@@ -17,7 +17,7 @@ import (
 
 func newDoctorCommand() *cobra.Command {
 	var (
-		f      clusterFlags
+		f      = clusterFlags{keysPerNode: true}
 		output string
 		nodes  []string
 		skip   []string

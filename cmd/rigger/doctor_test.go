@@ -14,7 +14,7 @@ import (
 
 // doctorCluster writes a cluster.yml of one node at 127.0.0.1 on a port
 // where nothing listens, with a key of its own.
-func doctorCluster(t *testing.T) (file, stateDir string) {
+func doctorCluster(t *testing.T, moreNodes ...string) (file, stateDir string) {
 	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "id_ed25519")
@@ -24,7 +24,7 @@ func doctorCluster(t *testing.T) (file, stateDir string) {
 	file = filepath.Join(dir, "cluster.yml")
 	yml := "cluster_name: doctortest\nssh_key_path: " + key + "\nnodes:\n" +
 		"  - {address: 127.0.0.1, port: \"1\", user: root, role: [etcd, controlplane, worker], hostname_override: n1}\n" +
-		"services:\n  etcd: {snapshot: false}\n"
+		strings.Join(moreNodes, "") + "services:\n  etcd: {snapshot: false}\n"
 	if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +71,30 @@ func TestDoctorNodeUnreachable(t *testing.T) {
 	if code != 1 || levels[doctor.CheckSSHPort] != doctor.Skip || levels[doctor.CheckAddress] != doctor.Pass ||
 		levels[doctor.CheckSSHHandshake] != doctor.Fail || levels[doctor.CheckNodeReady] != doctor.NotRun {
 		t.Errorf("exit %d, levels %v", code, levels)
+	}
+}
+
+// TestDoctorKeyMissing: a node whose ssh_key_path file is missing stops
+// at ssh-auth, naming the file, with the connection's checks before it
+// not tried; the other nodes are walked.
+func TestDoctorKeyMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone_ed25519")
+	file, state := doctorCluster(t, "  - {address: 127.0.0.2, port: \"1\", user: root, role: [worker], hostname_override: n2, ssh_key_path: "+missing+"}\n")
+	out, errOut, code := run(t, "doctor", "-f", file, "--state-dir", state)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"FAIL    ssh-port         node 127.0.0.1: 127.0.0.1:1 refused the connection",
+		"FAIL    ssh-auth         node 127.0.0.2: cannot use ssh_key_path " + missing + ":",
+		"no such file or directory",
+		"fix: fix ssh_key_path",
+		"skip    ssh-port         not tried: ssh-auth failed before rigger connected",
+		"127.0.0.2 (n2): stops at ssh-auth",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
 

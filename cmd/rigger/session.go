@@ -53,6 +53,9 @@ type clusterFlags struct {
 	// ignoreDocker skips the check of the nodes' Docker versions
 	// (--ignore-docker-version, as rke up's flag).
 	ignoreDocker bool
+	// keysPerNode reports a node whose SSH key cannot be used as that
+	// node's error (rigger doctor), not the command's.
+	keysPerNode bool
 }
 
 // startTimings starts the timeline of --timings, and in it the span of
@@ -171,7 +174,8 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tl := f.timeline
 	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate,
-		RotateKey: f.rotateKey, Teardown: f.teardown, IgnoreDockerVersion: f.ignoreDocker, Timeline: tl})
+		RotateKey: f.rotateKey, Teardown: f.teardown, IgnoreDockerVersion: f.ignoreDocker, Timeline: tl,
+		KeysPerNode: f.keysPerNode})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"strings"
@@ -42,6 +43,7 @@ func TestReach(t *testing.T) {
 		{&sshtun.HostKeyChangedError{Node: "n", Host: "n"}, CheckSSHHostKey, "REMOTE HOST IDENTIFICATION HAS CHANGED"},
 		{&sshtun.HostKeyUnknownError{Node: "n", Host: "n", Addr: "n:22"}, CheckSSHHostKey, "known_hosts"},
 		{&sshtun.AuthError{Node: "n", User: "root", Err: errors.New("unable to authenticate")}, CheckSSHAuth, "authorized_keys"},
+		{&sshtun.KeyError{Node: "n", Source: "ssh_key_path /k", Path: "/k", Err: fs.ErrNotExist}, CheckSSHAuth, "the file must exist"},
 		{wrap(&transport.DockerSocketError{Node: "n", Problem: transport.SocketForwardingRefused}), CheckDockerSocket, "AllowStreamLocalForwarding"},
 		{wrap(&transport.DockerSocketError{Node: "n", Problem: transport.SocketPermissionDenied}), CheckDockerSocket, "docker group"},
 		{&transport.DockerVersionError{Node: "n", APIVersion: "1.30", MinAPIVersion: "1.41"}, CheckDockerAPI, "upgrade Docker"},
@@ -53,6 +55,9 @@ func TestReach(t *testing.T) {
 		if check != tc.check || r.Level != Fail || !strings.Contains(r.Fix, tc.fix) || r.Found != tc.err.Error() {
 			t.Errorf("Reach(%T %v) = %s %+v, want %s failed with a fix naming %q", tc.err, tc.err, check, r, tc.check, tc.fix)
 		}
+	}
+	if !Untried(fmt.Errorf("x: %w", &sshtun.KeyError{})) || Untried(&sshtun.AuthError{}) {
+		t.Error("Untried: only a key that cannot be used stops a connection before it is tried")
 	}
 	if check, r := Reach(nil); check != "" || r.Level != Pass {
 		t.Errorf("Reach(nil) = %q %+v", check, r)

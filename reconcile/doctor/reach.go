@@ -65,7 +65,10 @@ func Reach(err error) (check string, r Result) {
 	case errors.As(err, &unknown), errors.As(err, &changed), errors.As(err, &revoked):
 		return CheckSSHHostKey, Failed("the node's host key in known_hosts", found,
 			"if the node was reinstalled, remove its old line from known_hosts (ssh-keygen -R ADDRESS) and add the new key; otherwise find out who answers at that address (REMOTE HOST IDENTIFICATION HAS CHANGED)")
-	case errors.As(err, &auth), errors.As(err, &key):
+	case errors.As(err, &key):
+		return CheckSSHAuth, Failed("the node's SSH key or certificate to be usable", found,
+			"fix ssh_key_path (or ssh_key, ssh_cert_path) in cluster.yml: the file must exist, be readable by the user running rigger and hold an OpenSSH or PEM private key (no such file or directory, permission denied); an encrypted key goes into ssh-agent with ssh_agent_auth: true")
+	case errors.As(err, &auth):
 		return CheckSSHAuth, Failed("the node's sshd to accept the configured user and key", found,
 			"check user and ssh_key_path in cluster.yml, and that the key's public half is in ~USER/.ssh/authorized_keys on the node (unable to authenticate, no supported methods remain)")
 	case errors.As(err, &notConn), errors.As(err, &noTunnel):
@@ -86,4 +89,12 @@ func Reach(err error) (check string, r Result) {
 	}
 	return CheckDockerAPI, Failed("the node's Docker engine to answer", found,
 		"check that dockerd runs on the node and answers (docker info), and its logs (journalctl -u docker)")
+}
+
+// Untried says whether err stopped a node's connection before it was
+// attempted (its SSH key or certificate cannot be used), so that the
+// checks of the connection before the failing one were not tried.
+func Untried(err error) bool {
+	var key *sshtun.KeyError
+	return errors.As(err, &key)
 }

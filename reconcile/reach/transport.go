@@ -79,7 +79,8 @@ func sshHost(address, port, user, key, keyPath, cert, certPath string, agent boo
 // be used (gone with the machine, or moved away) is left out of it, with
 // its error: like a removed node that does not answer, it is reported and
 // left for a later apply, instead of stopping every apply of the cluster.
-func sshTransport(c *spec.Cluster, former []spec.Node, log *slog.Logger) (transport.Transport, map[string]error, error) {
+// With keysPerNode, so is any node's.
+func sshTransport(c *spec.Cluster, former []spec.Node, keysPerNode bool, log *slog.Logger) (transport.Transport, map[string]error, error) {
 	cfg, err := SSHConfig(c, log)
 	if err != nil || len(cfg.Nodes) == 0 {
 		return nil, nil, err
@@ -88,7 +89,7 @@ func sshTransport(c *spec.Cluster, former []spec.Node, log *slog.Logger) (transp
 	if err == nil {
 		return ssh, nil, nil
 	}
-	unusable := formerKeyErrors(err, former)
+	unusable := keyErrors(err, former, keysPerNode)
 	if unusable == nil {
 		return nil, nil, err
 	}
@@ -102,10 +103,10 @@ func sshTransport(c *spec.Cluster, former []spec.Node, log *slog.Logger) (transp
 	return ssh, unusable, nil
 }
 
-// formerKeyErrors returns the errors of sshtun.New by node when each is a
-// *sshtun.KeyError of a node of former (as *FormerNodeError), and nil
-// when any is not.
-func formerKeyErrors(err error, former []spec.Node) map[string]error {
+// keyErrors returns the errors of sshtun.New by node when each is a
+// *sshtun.KeyError of a node of former (as *FormerNodeError) or, with
+// every, of any node; nil when one is not.
+func keyErrors(err error, former []spec.Node, every bool) map[string]error {
 	errs := []error{err}
 	if joined, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
 		errs = joined.Unwrap()
@@ -113,10 +114,16 @@ func formerKeyErrors(err error, former []spec.Node) map[string]error {
 	out := map[string]error{}
 	for _, e := range errs {
 		var ke *sshtun.KeyError
-		if !errors.As(e, &ke) || !slices.ContainsFunc(former, func(n spec.Node) bool { return n.Address == ke.Node }) {
+		switch {
+		case !errors.As(e, &ke):
+			return nil
+		case slices.ContainsFunc(former, func(n spec.Node) bool { return n.Address == ke.Node }):
+			out[ke.Node] = &FormerNodeError{Err: ke}
+		case every:
+			out[ke.Node] = ke
+		default:
 			return nil
 		}
-		out[ke.Node] = &FormerNodeError{Err: ke}
 	}
 	return out
 }
@@ -138,11 +145,14 @@ func (e *FormerNodeError) Unwrap() error { return e.Err }
 // Transport is the transport to the nodes of c (and of the last apply,
 // former, reached as that apply reached them): SSH as cluster.yml says,
 // and agents (rigger serve's tunnel of the cluster; nil: none) for the
-// nodes with transport: agent.
-func Transport(c *spec.Cluster, former []spec.Node, agents transport.Transport, log *slog.Logger) (transport.Transport, error) {
+// nodes with transport: agent. With keysPerNode, a node whose SSH key or
+// certificate cannot be used (a missing ssh_key_path file) is not an
+// error of the whole transport but of that node's calls, for rigger
+// doctor to report with the node's other findings.
+func Transport(c *spec.Cluster, former []spec.Node, agents transport.Transport, keysPerNode bool, log *slog.Logger) (transport.Transport, error) {
 	reach := *c
 	reach.Nodes = slices.Concat(c.Nodes, former)
-	ssh, unusable, err := sshTransport(&reach, former, log)
+	ssh, unusable, err := sshTransport(&reach, former, keysPerNode, log)
 	if err != nil {
 		return nil, err
 	}

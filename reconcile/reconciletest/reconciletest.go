@@ -169,14 +169,18 @@ func New(t testing.TB) *Applier {
 
 // Session opens a session on c, closed when the test ends; what it logs,
 // debug lines included (the time each part of a plan took), goes to the
-// test's log.
-func (a *Applier) Session(t testing.TB, c *spec.Cluster) *reconcile.Session {
+// test's log. set, when given, changes the session's options.
+func (a *Applier) Session(t testing.TB, c *spec.Cluster, set ...func(*reconcile.Options)) *reconcile.Session {
 	t.Helper()
 	open := a.Open
 	if open == nil {
 		open = reconcile.Open
 	}
-	sess, err := open(c, reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t)})
+	opts := reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t)}
+	for _, f := range set {
+		f(&opts)
+	}
+	sess, err := open(c, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -499,7 +499,7 @@ func (sc *scaleCluster) desired() (*desired.Cluster, error) {
 // the API server, is a no-op here), the transport closed.
 func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan, error) {
 	log := slog.New(slog.DiscardHandler)
-	tr, err := reach.Transport(sc.c, nil, nil, log)
+	tr, err := reach.Transport(sc.c, nil, nil, false, log)
 	if err != nil {
 		return nil, err
 	}
