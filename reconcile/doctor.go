@@ -448,7 +448,7 @@ func (r *doctorRun) checks() []doctor.Check {
 			if len(peers) == 0 {
 				return doctor.Skipped("no other node's end of a flannel overlay known")
 			}
-			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.Overlay(peers, h.Overlay) })(ctx, node)
+			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.Overlay(peers, h.Overlay, h.OverlayMTU) })(ctx, node)
 		})},
 		doctor.Check{Name: doctor.CheckDNS, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
 			server := r.dnsServer()

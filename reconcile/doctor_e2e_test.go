@@ -253,6 +253,15 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 			"no answer through the overlay from", "8472")
 	})
 
+	t.Run("a path that drops the overlay's full-size packets", func(t *testing.T) {
+		// As a link with a smaller MTU on the way would, for VXLAN
+		// packets larger than 1400 bytes reaching n3 (flannel's, with its
+		// MTU of 1450, are 1500): small pings pass, full-size ones not.
+		blockOn(t, n3, "-p", "udp", "--dport", "8472", "-m", "length", "--length", "1401:65535", "-j", "DROP")
+		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckOverlay, n2.Address: doctor.CheckOverlay, n3.Address: doctor.CheckOverlay},
+			"small pings answered, pings of", "UDP fragments")
+	})
+
 	t.Run("the cluster DNS down", func(t *testing.T) {
 		cs := a.Client(ctx, t, c)
 		scale := func(n int32) error {

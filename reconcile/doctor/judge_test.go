@@ -414,18 +414,28 @@ func TestPorts(t *testing.T) {
 }
 
 func TestOverlay(t *testing.T) {
-	h, err := ParseHost([]byte("## overlay\n10.42.1.0 ok\n10.42.2.0 no\n## end\n"))
+	h, err := ParseHost([]byte("## overlay\nmtu 1450\n10.42.1.0 ok\n10.42.2.0 no\n10.42.3.0 small\n## end\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	peers := []OverlayPeer{{Node: "n1", Address: "10.42.1.0"}, {Node: "n2", Address: "10.42.2.0"}}
-	if r := Overlay(peers, h.Overlay); r.Level != Fail || r.Found != "no answer through the overlay from 10.42.2.0 (n2)" || !strings.Contains(r.Fix, "8472") {
+	if h.OverlayMTU != 1450 {
+		t.Errorf("mtu %d", h.OverlayMTU)
+	}
+	peers := []OverlayPeer{{Node: "n1", Address: "10.42.1.0"}, {Node: "n2", Address: "10.42.2.0"}, {Node: "n3", Address: "10.42.3.0"}}
+	if r := Overlay(peers[:2], h.Overlay, h.OverlayMTU); r.Level != Fail || r.Found != "no answer through the overlay from 10.42.2.0 (n2)" || !strings.Contains(r.Fix, "8472") {
 		t.Errorf("%+v", r)
 	}
-	if r := Overlay(peers[:1], h.Overlay); r.Level != Pass {
+	// No answer at all is said before small packets only.
+	if r := Overlay(peers, h.Overlay, h.OverlayMTU); r.Level != Fail || !strings.Contains(r.Found, "10.42.2.0 (n2)") || strings.Contains(r.Found, "n3") {
 		t.Errorf("%+v", r)
 	}
-	if r := Overlay(nil, h.Overlay); r.Level != Skip {
+	if r := Overlay([]OverlayPeer{peers[0], peers[2]}, h.Overlay, h.OverlayMTU); r.Level != Fail || r.Found != "small pings answered, pings of 1450 bytes not: 10.42.3.0 (n3)" || !strings.Contains(r.Fix, "1500-byte packets") {
+		t.Errorf("%+v", r)
+	}
+	if r := Overlay(peers[:1], h.Overlay, h.OverlayMTU); r.Level != Pass || !strings.Contains(r.Found, "MTU (1450 bytes)") {
+		t.Errorf("%+v", r)
+	}
+	if r := Overlay(nil, h.Overlay, h.OverlayMTU); r.Level != Skip {
 		t.Errorf("%+v", r)
 	}
 }

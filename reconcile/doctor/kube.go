@@ -252,24 +252,38 @@ type OverlayPeer struct {
 }
 
 // Overlay checks that every peer answered a ping through the overlay
-// (answered, by address): what pod-to-pod traffic between the nodes goes
-// through, without a pod.
-func Overlay(peers []OverlayPeer, answered map[string]bool) Result {
+// (answered, by address: Host.Overlay), small packets and those as large
+// as the node's VXLAN device's mtu takes: what pod-to-pod traffic between
+// the nodes goes through, without a pod.
+func Overlay(peers []OverlayPeer, answered map[string]string, mtu int) Result {
 	if len(peers) == 0 {
 		return Skipped("no other node with a pod subnet")
 	}
-	var silent []string
+	var silent, small []string
 	for _, p := range peers {
-		if !answered[p.Address] {
+		switch answered[p.Address] {
+		case "ok":
+		case "small":
+			small = append(small, fmt.Sprintf("%s (%s)", p.Address, p.Node))
+		default:
 			silent = append(silent, fmt.Sprintf("%s (%s)", p.Address, p.Node))
 		}
 	}
-	if len(silent) == 0 {
-		return Passed(fmt.Sprintf("%d nodes answer through the overlay", len(peers)))
+	switch {
+	case len(silent) > 0:
+		return Failed("every other node to answer through the overlay network",
+			"no answer through the overlay from "+strings.Join(silent, ", "),
+			"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
+	case len(small) > 0:
+		return Failed(fmt.Sprintf("packets of the overlay's MTU (%d bytes) to pass to every other node", mtu),
+			fmt.Sprintf("small pings answered, pings of %d bytes not: %s", mtu, strings.Join(small, ", ")),
+			fmt.Sprintf("the path between the nodes does not carry the overlay's packets: %d bytes plus VXLAN's 50 (connections hang once they send more than a few packets: TLS handshakes, image pulls, kubectl logs). Allow %d-byte packets and UDP fragments between the nodes, or give the nodes' interfaces the path's MTU so that flannel, which takes its MTU from the interface, sends smaller ones", mtu, mtu+50))
 	}
-	return Failed("every other node to answer through the overlay network",
-		"no answer through the overlay from "+strings.Join(silent, ", "),
-		"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
+	found := fmt.Sprintf("%d nodes answer through the overlay", len(peers))
+	if mtu > 0 {
+		found += fmt.Sprintf(", with packets of its MTU (%d bytes)", mtu)
+	}
+	return Passed(found)
 }
 
 // CheckDNS is the check of the cluster DNS, asked from the node.

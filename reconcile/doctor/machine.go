@@ -73,7 +73,9 @@ func cmpOr(s, def string) string {
 // /host/resolv.conf, Docker's root at /host/docker and /var/lib at
 // /host/var/lib, all read-only; /proc and the sysctls are the node's own
 // (the container shares its network namespace). $OVERLAY lists the
-// addresses to ping through the overlay network (Overlay); $DNS is the
+// addresses to ping through the overlay network, with small packets and
+// then with packets as large as flannel's VXLAN device takes (Overlay);
+// $DNS is the
 // cluster DNS Service's address to ask for $DNS_NAME (DNS).
 const HostScript = `echo '## swaps'; cat /proc/swaps
 echo '## modules'; cat /proc/modules
@@ -85,7 +87,10 @@ echo '## statfs docker'; stat -f -c '%S %a %b %d %c' /host/docker
 echo '## statfs kubelet'; [ -d /host/var/lib/kubelet ] && stat -f -c '%S %a %b %d %c' /host/var/lib/kubelet
 echo '## dns'; [ -n "$DNS" ] && timeout 5 nslookup "$DNS_NAME" "$DNS" 2>&1
 echo '## etcd-data'; [ -d /host/var/lib/etcd/member ] && echo member
-echo '## overlay'; for ip in $OVERLAY; do (if ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip ok"; else echo "$ip no"; fi) & done; wait
+echo '## overlay'; mtu=$(cat /sys/class/net/flannel.1/mtu 2>/dev/null); echo "mtu ${mtu:-0}"
+for ip in $OVERLAY; do (if ! ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip no"
+  elif [ -n "$mtu" ] && ! ping -c 2 -W 2 -s $((mtu - 28)) "$ip" >/dev/null 2>&1; then echo "$ip small"
+  else echo "$ip ok"; fi) & done; wait
 echo '## end'
 `
 
@@ -103,8 +108,12 @@ type Host struct {
 	Nameservers []string
 	// CNI are the files in the node's /etc/cni/net.d.
 	CNI []string
-	// Overlay says of each address of $OVERLAY whether it answered a ping.
-	Overlay map[string]bool
+	// Overlay says of each address of $OVERLAY whether it answered a
+	// ping: "ok", "small" (small packets only, not those of OverlayMTU)
+	// or "no".
+	Overlay map[string]string
+	// OverlayMTU is the MTU of the node's flannel VXLAN device (0: none).
+	OverlayMTU int
 	// EtcdData says that /var/lib/etcd holds an etcd member's data.
 	EtcdData bool
 	// DNS is what nslookup said of $DNS_NAME at $DNS ("" when not asked).
@@ -123,7 +132,7 @@ type Disk struct {
 // ParseHost reads HostScript's output. It refuses output that did not
 // reach its end (the script was cut short).
 func ParseHost(out []byte) (*Host, error) {
-	h := &Host{Disks: map[string]Disk{}, Overlay: map[string]bool{}}
+	h := &Host{Disks: map[string]Disk{}, Overlay: map[string]string{}}
 	section, ended := "", false
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
@@ -155,8 +164,11 @@ func ParseHost(out []byte) (*Host, error) {
 		case "etcd-data":
 			h.EtcdData = f[0] == "member"
 		case "overlay":
-			if len(f) == 2 {
-				h.Overlay[f[0]] = f[1] == "ok"
+			switch {
+			case len(f) == 2 && f[0] == "mtu":
+				h.OverlayMTU, _ = strconv.Atoi(f[1])
+			case len(f) == 2:
+				h.Overlay[f[0]] = f[1]
 			}
 		case "resolv.conf":
 			if len(f) >= 2 && f[0] == "nameserver" {
