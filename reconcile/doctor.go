@@ -72,6 +72,7 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
 		Skip: o.Skip, MaxParallel: s.c.Rigger.MaxParallel,
 	}))
+	dr.removeProbe(ctx)
 	return found, nil
 }
 
@@ -163,6 +164,8 @@ type doctorRun struct {
 
 	mu       sync.Mutex
 	machines map[string]*machineRead
+	// probe is the pod-network check's probe DaemonSet.
+	probe podProbe
 }
 
 // engineRead is a node's docker info and its clock.
@@ -450,6 +453,7 @@ func (r *doctorRun) checks() []doctor.Check {
 			}
 			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.Overlay(peers, h.Overlay, h.OverlayMTU) })(ctx, node)
 		})},
+		doctor.Check{Name: doctor.CheckPodNetwork, Timeout: probeStart + doctorMachineTimeout, Run: r.reads(r.podNetwork)},
 		doctor.Check{Name: doctor.CheckDNS, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
 			server := r.dnsServer()
 			if server == "" {

@@ -223,10 +223,12 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 	// blockOn adds an iptables rule to n's INPUT chain, in its network
 	// namespace, until the test ends.
-	blockOn := func(t *testing.T, n sandbox.Node, rule ...string) {
+	// blockOn puts rule first in the chain of n's firewall, until the
+	// test ends.
+	blockOn := func(t *testing.T, n sandbox.Node, chain string, rule ...string) {
 		t.Helper()
 		iptables := func(op string) error {
-			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.NetNS, "iptables", op, "INPUT"}, rule...)...).CombinedOutput()
+			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.NetNS, "iptables", op, chain}, rule...)...).CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("iptables %s: %v: %s", op, err, out)
 			}
@@ -243,12 +245,12 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	}
 
 	t.Run("a port blocked by a firewall", func(t *testing.T) {
-		blockOn(t, n3, "-p", "tcp", "--dport", "10250", "-j", "REJECT", "--reject-with", "tcp-reset")
+		blockOn(t, n3, "INPUT", "-p", "tcp", "--dport", "10250", "-j", "REJECT", "--reject-with", "tcp-reset")
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckPorts}, "10250 (kubelet) from "+n1.Address, "firewall")
 	})
 
 	t.Run("the overlay's port blocked", func(t *testing.T) {
-		blockOn(t, n3, "-p", "udp", "--dport", "8472", "-j", "DROP")
+		blockOn(t, n3, "INPUT", "-p", "udp", "--dport", "8472", "-j", "DROP")
 		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckOverlay, n2.Address: doctor.CheckOverlay, n3.Address: doctor.CheckOverlay},
 			"no answer through the overlay from", "8472")
 	})
@@ -257,9 +259,30 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// As a link with a smaller MTU on the way would, for VXLAN
 		// packets larger than 1400 bytes reaching n3 (flannel's, with its
 		// MTU of 1450, are 1500): small pings pass, full-size ones not.
-		blockOn(t, n3, "-p", "udp", "--dport", "8472", "-m", "length", "--length", "1401:65535", "-j", "DROP")
+		blockOn(t, n3, "INPUT", "-p", "udp", "--dport", "8472", "-m", "length", "--length", "1401:65535", "-j", "DROP")
 		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckOverlay, n2.Address: doctor.CheckOverlay, n3.Address: doctor.CheckOverlay},
 			"small pings answered, pings of", "UDP fragments")
+	})
+
+	t.Run("pods on a node cut off", func(t *testing.T) {
+		// The nodes answer each other through the overlay, but what is
+		// forwarded to n3's pods is dropped: only pods see it.
+		blockOn(t, n3, "FORWARD", "-o", "cni0", "-j", "DROP")
+		found := walk(t, c)
+		stops(t, found, map[string]string{n1.Address: doctor.CheckPodNetwork, n2.Address: doctor.CheckPodNetwork, n3.Address: doctor.CheckPodNetwork},
+			"no answer from the probe pods on", "iptables -S FORWARD")
+		for _, fd := range found {
+			// n1 and n2 miss n3's probe pod alone.
+			if fd.Check == doctor.CheckPodNetwork && fd.Node != n3.Address && strings.Count(fd.Found, "(") != 1 {
+				t.Errorf("node %s: pod-network %s: want one probe pod named", fd.Node, fd.Found)
+			}
+		}
+		// The probe is gone with the walk.
+		cs := a.Client(ctx, t, c)
+		dss, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=rigger-doctor"})
+		if err != nil || len(dss.Items) != 0 {
+			t.Errorf("probe DaemonSets left: %v %v", dss, err)
+		}
 	})
 
 	t.Run("the cluster DNS down", func(t *testing.T) {

@@ -36,7 +36,8 @@ named checks, the path a node takes to join the cluster:
                     resolv-conf, disk, etcd-data
   what it runs      images, certificates, containers, etcd-member, health,
                     ports
-  in Kubernetes     events, node-registered, cni, node-ready, overlay, dns
+  in Kubernetes     events, node-registered, cni, node-ready, overlay,
+                    pod-network, dns
 
 and the cluster as a whole: cluster-yml, pki, kubernetes-api, stale-nodes.
 
@@ -47,7 +48,11 @@ and are shown as not run. A check of something the node does not have
 through the node's Docker engine, with a one-shot container of
 system_images.alpine that mounts the host's /etc and /var/lib read-only,
 pings the other nodes through the overlay and asks the cluster DNS, and is
-removed afterwards. Doctor changes nothing and pulls nothing.
+removed afterwards. For pod-network, doctor runs a probe pod of the pause
+image on every Ready node (a DaemonSet rigger-doctor-probe-… in kube-system,
+deleted when the walk ends) and pings from each node's probe pod those of the
+others, with a helper container in the probe pod's network. Apart from that
+DaemonSet (--skip pod-network), doctor changes nothing and pulls nothing.
 
 docs/troubleshooting.md explains each check: the symptom, the cause and the
 fix.

@@ -483,3 +483,24 @@ func TestDNS(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+func TestPodNetwork(t *testing.T) {
+	h, err := ParseHost([]byte("## overlay\nmtu 1450\n10.42.1.5 ok\n10.42.2.5 no\n10.42.3.5 small\n## end\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := []OverlayPeer{{Node: "n1", Address: "10.42.1.5"}, {Node: "n2", Address: "10.42.2.5"}, {Node: "n3", Address: "10.42.3.5"}}
+	if r := PodNetwork(peers[:1], h.Overlay, h.OverlayMTU); r.Level != Pass || r.Found != "the probe pods on 1 nodes answer, with packets of the pod MTU (1450 bytes)" {
+		t.Errorf("%+v", r)
+	}
+	if r := PodNetwork(peers, h.Overlay, h.OverlayMTU); r.Level != Fail || r.Found != "no answer from the probe pods on 10.42.2.5 (n2)" || !strings.Contains(r.Fix, "iptables -S FORWARD") {
+		t.Errorf("%+v", r)
+	}
+	if r := PodNetwork([]OverlayPeer{peers[2]}, h.Overlay, h.OverlayMTU); r.Level != Fail || !strings.Contains(r.Found, "pings of 1450 bytes not: 10.42.3.5 (n3)") {
+		t.Errorf("%+v", r)
+	}
+	// A peer the script did not print answered nothing.
+	if r := PodNetwork([]OverlayPeer{{Node: "n4", Address: "10.42.4.5"}}, h.Overlay, h.OverlayMTU); r.Level != Fail {
+		t.Errorf("%+v", r)
+	}
+}

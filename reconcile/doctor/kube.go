@@ -259,31 +259,65 @@ func Overlay(peers []OverlayPeer, answered map[string]string, mtu int) Result {
 	if len(peers) == 0 {
 		return Skipped("no other node with a pod subnet")
 	}
-	var silent, small []string
-	for _, p := range peers {
-		switch answered[p.Address] {
-		case "ok":
-		case "small":
-			small = append(small, fmt.Sprintf("%s (%s)", p.Address, p.Node))
-		default:
-			silent = append(silent, fmt.Sprintf("%s (%s)", p.Address, p.Node))
-		}
-	}
+	silent, small := pinged(peers, answered)
 	switch {
 	case len(silent) > 0:
 		return Failed("every other node to answer through the overlay network",
 			"no answer through the overlay from "+strings.Join(silent, ", "),
 			"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
 	case len(small) > 0:
-		return Failed(fmt.Sprintf("packets of the overlay's MTU (%d bytes) to pass to every other node", mtu),
-			fmt.Sprintf("small pings answered, pings of %d bytes not: %s", mtu, strings.Join(small, ", ")),
-			fmt.Sprintf("the path between the nodes does not carry the overlay's packets: %d bytes plus VXLAN's 50 (connections hang once they send more than a few packets: TLS handshakes, image pulls, kubectl logs). Allow %d-byte packets and UDP fragments between the nodes, or give the nodes' interfaces the path's MTU so that flannel, which takes its MTU from the interface, sends smaller ones", mtu, mtu+50))
+		return mtuFailed(mtu, small)
 	}
 	found := fmt.Sprintf("%d nodes answer through the overlay", len(peers))
 	if mtu > 0 {
 		found += fmt.Sprintf(", with packets of its MTU (%d bytes)", mtu)
 	}
 	return Passed(found)
+}
+
+// CheckPodNetwork is the check of pod-to-pod traffic from a probe pod on
+// the node to those on the others.
+const CheckPodNetwork = "pod-network"
+
+// PodNetwork checks that the probe pods on the other nodes (peers, at
+// their pod addresses) answered pings from the probe pod on this node
+// (answered: Host.Overlay), small ones and those of the pod interface's
+// mtu: the row of this node in the N×N matrix of pod-to-pod traffic.
+func PodNetwork(peers []OverlayPeer, answered map[string]string, mtu int) Result {
+	silent, small := pinged(peers, answered)
+	switch {
+	case len(silent) > 0:
+		return Failed("the probe pods on every other node to answer this node's",
+			"no answer from the probe pods on "+strings.Join(silent, ", "),
+			"the nodes answer each other through the overlay (the overlay check passed), but pods do not: look for firewall rules that drop forwarded traffic (iptables -S FORWARD: Docker's default DROP policy, a host firewall), net.ipv4.ip_forward=0 on either node, and network policies; then the network plugin's logs on both nodes")
+	case len(small) > 0:
+		return mtuFailed(mtu, small)
+	}
+	return Passed(fmt.Sprintf("the probe pods on %d nodes answer, with packets of the pod MTU (%d bytes)", len(peers), mtu))
+}
+
+// pinged sorts peers by what answered says of them: those that answered
+// nothing and those that answered small packets only.
+func pinged(peers []OverlayPeer, answered map[string]string) (silent, small []string) {
+	for _, p := range peers {
+		name := fmt.Sprintf("%s (%s)", p.Address, p.Node)
+		switch answered[p.Address] {
+		case "ok":
+		case "small":
+			small = append(small, name)
+		default:
+			silent = append(silent, name)
+		}
+	}
+	return silent, small
+}
+
+// mtuFailed is the failure of packets of mtu bytes that did not reach
+// peers which answered small ones.
+func mtuFailed(mtu int, peers []string) Result {
+	return Failed(fmt.Sprintf("packets of the overlay's MTU (%d bytes) to pass to every other node", mtu),
+		fmt.Sprintf("small pings answered, pings of %d bytes not: %s", mtu, strings.Join(peers, ", ")),
+		fmt.Sprintf("the path between the nodes does not carry the overlay's packets: %d bytes plus VXLAN's 50 (connections hang once they send more than a few packets: TLS handshakes, image pulls, kubectl logs). Allow %d-byte packets and UDP fragments between the nodes, or give the nodes' interfaces the path's MTU so that flannel, which takes its MTU from the interface, sends smaller ones", mtu, mtu+50))
 }
 
 // CheckDNS is the check of the cluster DNS, asked from the node.

@@ -75,8 +75,7 @@ func cmpOr(s, def string) string {
 // (the container shares its network namespace). $OVERLAY lists the
 // addresses to ping through the overlay network, with small packets and
 // then with packets as large as flannel's VXLAN device takes (Overlay);
-// $DNS is the
-// cluster DNS Service's address to ask for $DNS_NAME (DNS).
+// $DNS is the cluster DNS Service's address to ask for $DNS_NAME (DNS).
 const HostScript = `echo '## swaps'; cat /proc/swaps
 echo '## modules'; cat /proc/modules
 echo '## ip_forward'; cat /proc/sys/net/ipv4/ip_forward
@@ -87,11 +86,25 @@ echo '## statfs docker'; stat -f -c '%S %a %b %d %c' /host/docker
 echo '## statfs kubelet'; [ -d /host/var/lib/kubelet ] && stat -f -c '%S %a %b %d %c' /host/var/lib/kubelet
 echo '## dns'; [ -n "$DNS" ] && timeout 5 nslookup "$DNS_NAME" "$DNS" 2>&1
 echo '## etcd-data'; [ -d /host/var/lib/etcd/member ] && echo member
-echo '## overlay'; mtu=$(cat /sys/class/net/flannel.1/mtu 2>/dev/null); echo "mtu ${mtu:-0}"
-for ip in $OVERLAY; do (if ! ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip no"
+echo '## overlay'; mtu=$(cat /sys/class/net/flannel.1/mtu 2>/dev/null); PEERS=$OVERLAY
+` + pingPeers + `echo '## end'
+`
+
+// PodScript is the script a helper container in a probe pod's network
+// namespace runs: it pings the addresses of $PEERS, small packets and
+// then packets as large as the pod's interface takes. ParseHost reads
+// its output into Overlay and OverlayMTU.
+const PodScript = `echo '## overlay'; mtu=$(cat /sys/class/net/eth0/mtu 2>/dev/null)
+` + pingPeers + `echo '## end'
+`
+
+// pingPeers prints $mtu and then, for each address of $PEERS, whether it
+// answered small pings and pings of $mtu bytes ("ok"), small ones only
+// ("small") or none ("no").
+const pingPeers = `echo "mtu ${mtu:-0}"
+for ip in $PEERS; do (if ! ping -c 1 -W 2 "$ip" >/dev/null 2>&1; then echo "$ip no"
   elif [ -n "$mtu" ] && ! ping -c 2 -W 2 -s $((mtu - 28)) "$ip" >/dev/null 2>&1; then echo "$ip small"
   else echo "$ip ok"; fi) & done; wait
-echo '## end'
 `
 
 // Host is what HostScript read of a machine.

@@ -1,0 +1,290 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/doctor"
+	"github.com/rigger/rigger/reconcile/observe"
+)
+
+// The pod-network check runs a probe pod on every Ready node (a DaemonSet
+// of the pause image, which every node has: its pods' sandboxes run it)
+// and pings, from inside each node's probe pod, the probe pods of the
+// other nodes: the N×N matrix Rancher's troubleshooting guide has people
+// build by hand. The pings run in a one-shot helper container that joins
+// the probe pod's network namespace through the node's Docker engine, so
+// no exec through the API server is needed. The DaemonSet is the one
+// thing rigger doctor creates; it is deleted when the walk ends.
+const (
+	// probeLabel marks the probe DaemonSets and their pods.
+	probeLabel = "app.kubernetes.io/managed-by"
+	probeValue = "rigger-doctor"
+	// probeStart bounds the wait for the probe pods to run.
+	probeStart = 45 * time.Second
+	// probeLeftover is the age past which a probe DaemonSet is another
+	// doctor's that was cut short, deleted when a walk starts.
+	probeLeftover = 10 * time.Minute
+)
+
+// podProbe is one Doctor run's probe DaemonSet and its pods.
+type podProbe struct {
+	once sync.Once
+	err  error
+	// pods are the probe pods with an address, by Node name; missing
+	// says why a Ready node's probe pod did not run.
+	pods    map[string]corev1.Pod
+	missing map[string]string
+	cs      kubernetes.Interface
+	name    string
+}
+
+// podNetwork is the pod-network check of node.
+func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
+	if p := r.c.Network.Plugin; p == "" || p == "none" {
+		return doctor.Skipped("no network plugin")
+	}
+	k := r.o.Kubernetes
+	if k == nil || k.Err != nil || k.Link == nil || k.Link.Owned[node] == nil {
+		return doctor.Skipped("the node's Node was not listed")
+	}
+	self := k.Link.Owned[node].Name
+	p := r.startProbe(ctx)
+	switch {
+	case p.err != nil:
+		return doctor.Failed("probe pods on the Ready nodes", p.err.Error(),
+			"the API server refused the probe DaemonSet; skip this check (--skip pod-network) where doctor may not create it")
+	case p.missing[self] != "":
+		return doctor.Failed("a probe pod to run on the node", p.missing[self],
+			"a pod that cannot start here is what the kubelet's and the network plugin's logs explain (failed to set up sandbox, cni plugin not initialized): see the containers and cni checks, and kubectl -n kube-system describe pod")
+	}
+	var peers []doctor.OverlayPeer
+	for name, pod := range p.pods {
+		if name != self {
+			peers = append(peers, doctor.OverlayPeer{Node: name, Address: pod.Status.PodIP})
+		}
+	}
+	slices.SortFunc(peers, func(a, b doctor.OverlayPeer) int { return strings.Compare(a.Node, b.Node) })
+	var slow []string
+	for name, why := range p.missing {
+		if name != self {
+			slow = append(slow, name+" ("+why+")")
+		}
+	}
+	slices.Sort(slow)
+	if len(peers) == 0 {
+		return doctor.Skipped("no probe pod runs on another node")
+	}
+	h, err := r.pingFromPod(ctx, node, p.pods[self], peers)
+	if err != nil {
+		return doctor.Failed("a helper container in the probe pod's network", err.Error(),
+			"check that the node's Docker engine runs containers (docker run --rm "+r.c.SystemImages.Alpine+" true)")
+	}
+	res := doctor.PodNetwork(peers, h.Overlay, h.OverlayMTU)
+	if res.Level == doctor.Pass && len(slow) > 0 {
+		res.Found += "; not asked, their probe pod did not run: " + strings.Join(slow, ", ")
+	}
+	return res
+}
+
+// startProbe creates the probe DaemonSet, once, and waits for a probe pod
+// with an address on every Ready node, or for probeStart.
+func (r *doctorRun) startProbe(ctx context.Context) *podProbe {
+	p := &r.probe
+	p.once.Do(func() {
+		cs, err := r.s.services().KubeClient(r.set, r.o)
+		if err != nil {
+			p.err = err
+			return
+		}
+		p.cs = cs
+		r.removeLeftoverProbes(ctx)
+		ds := probeDaemonSet(r.c.SystemImages.PodInfraContainer)
+		created, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Create(ctx, ds, metav1.CreateOptions{FieldManager: "rigger-doctor"})
+		if err != nil {
+			p.err = fmt.Errorf("create the probe DaemonSet: %w", err)
+			return
+		}
+		p.name = created.Name
+		p.pods, p.missing, p.err = r.waitProbePods(ctx, cs, created)
+	})
+	return p
+}
+
+// probeDaemonSet is the probe DaemonSet: the pause image on every node,
+// whatever its taints, with nothing mounted and no privilege.
+func probeDaemonSet(image string) *appsv1.DaemonSet {
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	name := "rigger-doctor-probe-" + hex.EncodeToString(suffix)
+	labels := map[string]string{probeLabel: probeValue, "rigger.io/doctor-probe": name}
+	no := false
+	zero := int64(0)
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceSystem, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "probe", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no},
+					}},
+					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					AutomountServiceAccountToken:  &no,
+					TerminationGracePeriodSeconds: &zero,
+					EnableServiceLinks:            &no,
+				},
+			},
+		},
+	}
+}
+
+// waitProbePods waits for a probe pod with an address on every Ready
+// node, for probeStart at most; what it has then is what the checks
+// judge, with why each Ready node has none.
+func (r *doctorRun) waitProbePods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string]string, error) {
+	var ready []string
+	for _, n := range r.o.Kubernetes.Link.Owned {
+		if n != nil && observe.Ready(n) == string(corev1.ConditionTrue) {
+			ready = append(ready, n.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeStart)
+	defer cancel()
+	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		list, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		pods, missing := map[string]corev1.Pod{}, map[string]string{}
+		if err == nil {
+			for _, p := range list.Items {
+				if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+					pods[p.Spec.NodeName] = p
+				}
+			}
+			for _, n := range ready {
+				if _, ok := pods[n]; !ok {
+					missing[n] = probeWaiting(list.Items, n)
+				}
+			}
+			if len(missing) == 0 {
+				return pods, nil, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return nil, nil, fmt.Errorf("list the probe pods: %w", err)
+			}
+			for n, why := range missing {
+				missing[n] = fmt.Sprintf("%s after %s", why, probeStart)
+			}
+			return pods, missing, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// probeWaiting says why the probe pod of Node node does not run.
+func probeWaiting(pods []corev1.Pod, node string) string {
+	for _, p := range pods {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if w := s.State.Waiting; w != nil {
+				return fmt.Sprintf("probe pod %s waiting: %s %s", p.Name, w.Reason, w.Message)
+			}
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				return fmt.Sprintf("probe pod %s: %s %s", p.Name, c.Reason, c.Message)
+			}
+		}
+		return fmt.Sprintf("probe pod %s %s", p.Name, p.Status.Phase)
+	}
+	return "no probe pod made for it (the DaemonSet controller: kube-controller-manager)"
+}
+
+// pingFromPod pings peers from inside pod, on node, through a helper
+// container that joins the network namespace of the pod's sandbox.
+func (r *doctorRun) pingFromPod(ctx context.Context, node string, pod corev1.Pod, peers []doctor.OverlayPeer) (*doctor.Host, error) {
+	e, err := r.s.docker(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	img := r.c.SystemImages.Alpine
+	if _, err := e.ImageInspect(ctx, img); errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("the helper image %s is not on the node (rigger apply pulls it)", img)
+	}
+	list, err := e.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", "io.kubernetes.pod.uid="+string(pod.UID)),
+		filters.Arg("label", "io.kubernetes.docker.type=podsandbox"),
+		filters.Arg("status", "running"))})
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, errors.New("the probe pod " + pod.Name + "'s sandbox container does not run on the node")
+	}
+	var addrs []string
+	for _, p := range peers {
+		addrs = append(addrs, p.Address)
+	}
+	out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.PodScript}, dockerop.RunOptions{
+		NetworkMode: "container:" + list[0].ID,
+		Env:         []string{"PEERS=" + strings.Join(addrs, " ")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return doctor.ParseHost(out)
+}
+
+// removeProbe deletes the run's probe DaemonSet and its pods.
+func (r *doctorRun) removeProbe(ctx context.Context) {
+	p := &r.probe
+	if p.cs == nil || p.name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	bg := metav1.DeletePropagationBackground
+	if err := p.cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Delete(ctx, p.name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		r.s.opts.Log.Warn("the probe DaemonSet of rigger doctor was not deleted: kubectl -n kube-system delete daemonset "+p.name, "error", err)
+	}
+}
+
+// removeLeftoverProbes deletes the probe DaemonSets of doctors cut short.
+func (r *doctorRun) removeLeftoverProbes(ctx context.Context) {
+	cs := r.probe.cs
+	list, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: probeLabel + "=" + probeValue})
+	if err != nil {
+		return
+	}
+	bg := metav1.DeletePropagationBackground
+	for _, ds := range list.Items {
+		if r.now.Sub(ds.CreationTimestamp.Time) > probeLeftover {
+			_ = cs.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+		}
+	}
+}
