@@ -68,7 +68,7 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 	}
 	dr := &doctorRun{s: s, c: s.c, ignoreDocker: s.opts.IgnoreDockerVersion, d: d, now: s.opts.Now()}
 	dr.since = dr.now.Add(-cmp.Or(o.Since, DefaultSince))
-	dr.gather(ctx)
+	dr.gather(ctx, !slices.Contains(o.Skip, doctor.CheckPodNetwork))
 	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
 		Skip: o.Skip, MaxParallel: s.c.Rigger.MaxParallel,
 	}))
@@ -166,6 +166,9 @@ type doctorRun struct {
 	machines map[string]*machineRead
 	// probe is the pod-network check's probe DaemonSet.
 	probe podProbe
+	// nodes counts the Nodes' updates while the walk runs (nil: not
+	// watched).
+	nodes *nodeWatch
 }
 
 // engineRead is a node's docker info and its clock.
@@ -185,9 +188,10 @@ type machineRead struct {
 
 // gather reads what the checks judge: the nodes (as a plan observes
 // them, files kept for the certificates), the PKI, and at once etcd's
-// members, the Nodes, the network plugin's pods and each node's docker
-// info.
-func (r *doctorRun) gather(ctx context.Context) {
+// members, the Nodes (then watched while the walk runs), the network
+// plugin's pods and each node's docker info. With probe, it makes the
+// pod-network check's probe DaemonSet, whose pods start meanwhile.
+func (r *doctorRun) gather(ctx context.Context, probe bool) {
 	s := r.s
 	r.machines = map[string]*machineRead{}
 	st, err := s.loadState()
@@ -201,11 +205,16 @@ func (r *doctorRun) gather(ctx context.Context) {
 	r.setErr = err
 	var wg sync.WaitGroup
 	if r.set != nil && !r.newPKI {
+		if p := r.c.Network.Plugin; probe && p != "" && p != "none" {
+			r.probe.created = make(chan struct{})
+			go r.createProbe(ctx)
+		}
 		wg.Add(2)
 		go func() { defer wg.Done(); s.observeEtcd(ctx, r.set, r.o) }()
 		go func() {
 			defer wg.Done()
 			s.observeKubernetes(ctx, r.set, r.o)
+			r.nodes = r.watchNodes(ctx)
 			r.pods = r.listPluginPods(ctx)
 			r.events = r.listNodeEvents(ctx)
 			r.dns = r.readDNSService(ctx)
@@ -446,6 +455,7 @@ func (r *doctorRun) checks() []doctor.Check {
 			}
 			return doctor.Ready(r.o.Kubernetes.Link.Owned[node])
 		}},
+		doctor.Check{Name: doctor.CheckNodeUpdates, Timeout: 2 * nodeWatchWindow, Run: r.reads(r.nodeUpdates)},
 		doctor.Check{Name: doctor.CheckOverlay, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
 			peers := r.overlayPeers(node)
 			if len(peers) == 0 {

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
@@ -335,6 +337,51 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		for _, fd := range found {
 			if fd.Check == doctor.CheckStaleNodes && (fd.Level != doctor.Warn || !strings.Contains(fd.Found, "rigger-e2e-stale") || !strings.Contains(fd.Fix, "rigger.stale_nodes: delete")) {
 				t.Errorf("stale-nodes: %+v", fd)
+			}
+		}
+	})
+
+	t.Run("two controllers fighting over a Node", func(t *testing.T) {
+		cs := a.Client(ctx, t, c)
+		name := n2.Hostname
+		if c.Nodes[1].HostnameOverride != "" {
+			name = c.Nodes[1].HostnameOverride
+		}
+		// Each sets the label to its own value, as fast as the API server
+		// answers, until the walk is done.
+		fightCtx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for _, who := range []string{"fighter-a", "fighter-b"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				patch := []byte(`{"metadata":{"labels":{"e2e.rigger.io/owner":"` + who + `"}}}`)
+				for fightCtx.Err() == nil {
+					_, _ = cs.CoreV1().Nodes().Patch(fightCtx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: who})
+					select {
+					case <-fightCtx.Done():
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
+		}
+		found := walk(t, c)
+		stop()
+		wg.Wait()
+		defer func() {
+			patch := []byte(`{"metadata":{"labels":{"e2e.rigger.io/owner":null}}}`)
+			if _, err := cs.CoreV1().Nodes().Patch(context.WithoutCancel(ctx), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		stops(t, found, nil, "", "")
+		for _, fd := range found {
+			if fd.Check != doctor.CheckNodeUpdates {
+				continue
+			}
+			fighting := fd.Node == n2.Address
+			if got := fd.Level == doctor.Warn; got != fighting || fighting && (!strings.Contains(fd.Found, "fighter-a") || !strings.Contains(fd.Found, "fighter-b")) {
+				t.Errorf("node %s: node-updates %s: %s", fd.Node, fd.Level, fd.Found)
 			}
 		}
 	})

@@ -36,8 +36,10 @@ const (
 	// probeLabel marks the probe DaemonSets and their pods.
 	probeLabel = "app.kubernetes.io/managed-by"
 	probeValue = "rigger-doctor"
-	// probeStart bounds the wait for the probe pods to run.
-	probeStart = 45 * time.Second
+	// probeCreate bounds the making of the probe DaemonSet, probeStart
+	// the wait for its pods to run.
+	probeCreate = 20 * time.Second
+	probeStart  = 45 * time.Second
 	// probeLeftover is the age past which a probe DaemonSet is another
 	// doctor's that was cut short, deleted when a walk starts.
 	probeLeftover = 10 * time.Minute
@@ -45,14 +47,17 @@ const (
 
 // podProbe is one Doctor run's probe DaemonSet and its pods.
 type podProbe struct {
-	once sync.Once
-	err  error
+	// created is closed once the DaemonSet was made (cs and name set) or
+	// could not be (err); nil when no probe was started.
+	created chan struct{}
+	cs      kubernetes.Interface
+	ds      *appsv1.DaemonSet
+	err     error
 	// pods are the probe pods with an address, by Node name; missing
-	// says why a Ready node's probe pod did not run.
+	// says why a Ready node's probe pod did not run. Both are read once.
+	once    sync.Once
 	pods    map[string]corev1.Pod
 	missing map[string]string
-	cs      kubernetes.Interface
-	name    string
 }
 
 // podNetwork is the pod-network check of node.
@@ -65,7 +70,10 @@ func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
 		return doctor.Skipped("the node's Node was not listed")
 	}
 	self := k.Link.Owned[node].Name
-	p := r.startProbe(ctx)
+	if r.probe.created == nil {
+		return doctor.Skipped("the probe was not started")
+	}
+	p := r.probePods(ctx)
 	switch {
 	case p.err != nil:
 		return doctor.Failed("probe pods on the Ready nodes", p.err.Error(),
@@ -103,26 +111,40 @@ func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
 	return res
 }
 
-// startProbe creates the probe DaemonSet, once, and waits for a probe pod
-// with an address on every Ready node, or for probeStart.
-func (r *doctorRun) startProbe(ctx context.Context) *podProbe {
+// createProbe makes the probe DaemonSet, at the start of the walk so that
+// its pods start while the other checks run.
+func (r *doctorRun) createProbe(ctx context.Context) {
 	p := &r.probe
+	defer close(p.created)
+	ctx, cancel := context.WithTimeout(ctx, probeCreate)
+	defer cancel()
+	cs, err := r.s.services().KubeClient(r.set, r.o)
+	if err != nil {
+		p.err = err
+		return
+	}
+	p.cs = cs
+	r.removeLeftoverProbes(ctx)
+	p.ds, err = cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Create(ctx, probeDaemonSet(r.c.SystemImages.PodInfraContainer),
+		metav1.CreateOptions{FieldManager: "rigger-doctor"})
+	if err != nil {
+		p.err = fmt.Errorf("create the probe DaemonSet: %w", err)
+	}
+}
+
+// probePods waits, once, for a probe pod with an address on every Ready
+// node, or for probeStart.
+func (r *doctorRun) probePods(ctx context.Context) *podProbe {
+	p := &r.probe
+	select {
+	case <-p.created:
+	case <-ctx.Done():
+		return &podProbe{err: ctx.Err()}
+	}
 	p.once.Do(func() {
-		cs, err := r.s.services().KubeClient(r.set, r.o)
-		if err != nil {
-			p.err = err
-			return
+		if p.err == nil {
+			p.pods, p.missing, p.err = r.waitProbePods(ctx, p.cs, p.ds)
 		}
-		p.cs = cs
-		r.removeLeftoverProbes(ctx)
-		ds := probeDaemonSet(r.c.SystemImages.PodInfraContainer)
-		created, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Create(ctx, ds, metav1.CreateOptions{FieldManager: "rigger-doctor"})
-		if err != nil {
-			p.err = fmt.Errorf("create the probe DaemonSet: %w", err)
-			return
-		}
-		p.name = created.Name
-		p.pods, p.missing, p.err = r.waitProbePods(ctx, cs, created)
 	})
 	return p
 }
@@ -161,9 +183,11 @@ func probeDaemonSet(image string) *appsv1.DaemonSet {
 // node, for probeStart at most; what it has then is what the checks
 // judge, with why each Ready node has none.
 func (r *doctorRun) waitProbePods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string]string, error) {
+	// The nodes a probe pod is waited for: Ready, and their engine
+	// answered (a node whose Docker is down stays Ready for a while).
 	var ready []string
-	for _, n := range r.o.Kubernetes.Link.Owned {
-		if n != nil && observe.Ready(n) == string(corev1.ConditionTrue) {
+	for addr, n := range r.o.Kubernetes.Link.Owned {
+		if on := r.o.Nodes[addr]; n != nil && observe.Ready(n) == string(corev1.ConditionTrue) && on != nil && on.Reachable {
 			ready = append(ready, n.Name)
 		}
 	}
@@ -172,10 +196,12 @@ func (r *doctorRun) waitProbePods(ctx context.Context, cs kubernetes.Interface, 
 	sel := metav1.FormatLabelSelector(ds.Spec.Selector)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
+	var pods map[string]corev1.Pod
+	var missing map[string]string
 	for {
 		list, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-		pods, missing := map[string]corev1.Pod{}, map[string]string{}
 		if err == nil {
+			pods, missing = map[string]corev1.Pod{}, map[string]string{}
 			for _, p := range list.Items {
 				if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 					pods[p.Spec.NodeName] = p
@@ -192,7 +218,7 @@ func (r *doctorRun) waitProbePods(ctx context.Context, cs kubernetes.Interface, 
 		}
 		select {
 		case <-ctx.Done():
-			if err != nil {
+			if pods == nil {
 				return nil, nil, fmt.Errorf("list the probe pods: %w", err)
 			}
 			for n, why := range missing {
@@ -263,14 +289,18 @@ func (r *doctorRun) pingFromPod(ctx context.Context, node string, pod corev1.Pod
 // removeProbe deletes the run's probe DaemonSet and its pods.
 func (r *doctorRun) removeProbe(ctx context.Context) {
 	p := &r.probe
-	if p.cs == nil || p.name == "" {
+	if p.created == nil {
+		return
+	}
+	<-p.created
+	if p.ds == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	bg := metav1.DeletePropagationBackground
-	if err := p.cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Delete(ctx, p.name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-		r.s.opts.Log.Warn("the probe DaemonSet of rigger doctor was not deleted: kubectl -n kube-system delete daemonset "+p.name, "error", err)
+	if err := p.cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Delete(ctx, p.ds.Name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		r.s.opts.Log.Warn("the probe DaemonSet of rigger doctor was not deleted: kubectl -n kube-system delete daemonset "+p.ds.Name, "error", err)
 	}
 }
 
@@ -287,4 +317,130 @@ func (r *doctorRun) removeLeftoverProbes(ctx context.Context) {
 			_ = cs.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
 		}
 	}
+}
+
+// nodeWatchWindow is how long Doctor watches the Nodes' updates, from the
+// start of its read: most of the walk's own time.
+const nodeWatchWindow = 3 * time.Second
+
+// nodeWatch counts the updates of each Node while Doctor watches.
+type nodeWatch struct {
+	done  chan struct{}
+	began time.Time
+	ended time.Time
+	// updates by Node name; managers' last write times, by Node name and
+	// manager, to tell which made an update.
+	updates map[string]*doctor.NodeUpdates
+	last    map[string]map[string]time.Time
+	err     error
+}
+
+// watchNodes watches the Nodes for nodeWatchWindow; nil when the API
+// server was not reached.
+func (r *doctorRun) watchNodes(ctx context.Context) *nodeWatch {
+	if r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
+		return nil
+	}
+	cs, err := r.s.services().KubeClient(r.set, r.o)
+	if err != nil {
+		return nil
+	}
+	w := &nodeWatch{done: make(chan struct{}), began: time.Now(), updates: map[string]*doctor.NodeUpdates{}, last: map[string]map[string]time.Time{}}
+	ctx, cancel := context.WithTimeout(ctx, nodeWatchWindow)
+	wi, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		return nil
+	}
+	go func() {
+		defer close(w.done)
+		defer cancel()
+		defer wi.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				w.ended = time.Now()
+				return
+			case ev, ok := <-wi.ResultChan():
+				if !ok {
+					w.ended = time.Now()
+					w.err = errors.New("the watch of the Nodes ended early")
+					return
+				}
+				if n, isNode := ev.Object.(*corev1.Node); isNode {
+					w.saw(string(ev.Type), n)
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// saw counts an event of the watch: an update of n, by the managers whose
+// last write time moved (those of the newest write when none did).
+func (w *nodeWatch) saw(typ string, n *corev1.Node) {
+	times := map[string]time.Time{}
+	var newest time.Time
+	for _, m := range n.ManagedFields {
+		if m.Time == nil {
+			continue
+		}
+		if t := m.Time.Time; t.After(times[m.Manager]) {
+			times[m.Manager] = t
+		}
+		if m.Time.After(newest) {
+			newest = m.Time.Time
+		}
+	}
+	before := w.last[n.Name]
+	w.last[n.Name] = times
+	if typ != "MODIFIED" {
+		return
+	}
+	u := w.updates[n.Name]
+	if u == nil {
+		u = &doctor.NodeUpdates{Managers: map[string]int{}}
+		w.updates[n.Name] = u
+	}
+	u.Count++
+	var by []string
+	for m, t := range times {
+		if t.After(before[m]) {
+			by = append(by, m)
+		}
+	}
+	if len(by) == 0 {
+		for m, t := range times {
+			if t.Equal(newest) {
+				by = append(by, m)
+			}
+		}
+	}
+	for _, m := range by {
+		u.Managers[m]++
+	}
+}
+
+// nodeUpdates is the node-updates check of node: it waits for the end of
+// the watch.
+func (r *doctorRun) nodeUpdates(ctx context.Context, node string) doctor.Result {
+	k := r.o.Kubernetes
+	if k == nil || k.Err != nil || k.Link == nil || k.Link.Owned[node] == nil {
+		return doctor.Skipped("the node's Node was not listed")
+	}
+	w := r.nodes
+	if w == nil {
+		return doctor.Skipped("the Nodes could not be watched")
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return doctor.Skipped("the watch of the Nodes did not end in time")
+	}
+	name := k.Link.Owned[node].Name
+	u := doctor.NodeUpdates{Window: w.ended.Sub(w.began)}
+	if got := w.updates[name]; got != nil {
+		u.Count, u.Managers = got.Count, got.Managers
+	}
+	return doctor.Updates(name, u)
 }

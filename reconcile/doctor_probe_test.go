@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/observe"
 )
 
@@ -47,7 +49,8 @@ func TestProbeDaemonSet(t *testing.T) {
 }
 
 // TestWaitProbePods: the wait ends once every Ready Node has a running
-// probe pod with an address; NotReady Nodes are not waited for.
+// probe pod with an address; NotReady Nodes, and Nodes whose engine did
+// not answer, are not waited for.
 func TestWaitProbePods(t *testing.T) {
 	ds := probeDaemonSet("pause")
 	ds.Namespace = metav1.NamespaceSystem
@@ -57,11 +60,17 @@ func TestWaitProbePods(t *testing.T) {
 		probePod(ds, "n3", corev1.PodPending, ""),
 		probePod(probeDaemonSet("pause"), "n3", corev1.PodRunning, "10.42.2.9"), // another run's
 	)
-	r := &doctorRun{o: &observe.Cluster{Kubernetes: &observe.Kubernetes{Link: &observe.Linkage{Owned: map[string]*corev1.Node{
-		"10.0.0.1": readyNode("n1", corev1.ConditionTrue),
-		"10.0.0.2": readyNode("n2", corev1.ConditionTrue),
-		"10.0.0.3": readyNode("n3", corev1.ConditionFalse),
-	}}}}}
+	r := &doctorRun{o: &observe.Cluster{
+		Kubernetes: &observe.Kubernetes{Link: &observe.Linkage{Owned: map[string]*corev1.Node{
+			"10.0.0.1": readyNode("n1", corev1.ConditionTrue),
+			"10.0.0.2": readyNode("n2", corev1.ConditionTrue),
+			"10.0.0.3": readyNode("n3", corev1.ConditionFalse),
+			"10.0.0.4": readyNode("n4", corev1.ConditionTrue), // Ready still, but its engine is down
+		}}},
+		Nodes: map[string]*observe.Node{
+			"10.0.0.1": {Reachable: true}, "10.0.0.2": {Reachable: true}, "10.0.0.3": {Reachable: true}, "10.0.0.4": {},
+		},
+	}}
 	pods, missing, err := r.waitProbePods(context.Background(), cs, ds)
 	if err != nil || len(missing) != 0 || len(pods) != 2 || pods["n1"].Status.PodIP != "10.42.0.5" || pods["n2"].Status.PodIP != "10.42.1.5" {
 		t.Errorf("pods %v, missing %v, %v", pods, missing, err)
@@ -86,5 +95,24 @@ func TestProbeWaiting(t *testing.T) {
 		if got := probeWaiting(pods, node); !strings.Contains(got, want) {
 			t.Errorf("%s: %q, want %q", node, got, want)
 		}
+	}
+}
+
+// TestNodeWatchSaw: an update is the doing of the managers whose last
+// write moved; the initial ADDED events are not updates.
+func TestNodeWatchSaw(t *testing.T) {
+	at := func(sec int) *metav1.Time { tm := metav1.NewTime(time.Unix(int64(1000+sec), 0)); return &tm }
+	node := func(fields ...metav1.ManagedFieldsEntry) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ManagedFields: fields}}
+	}
+	w := &nodeWatch{updates: map[string]*doctor.NodeUpdates{}, last: map[string]map[string]time.Time{}}
+	w.saw("ADDED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(0)}))
+	w.saw("MODIFIED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(1)}))
+	w.saw("MODIFIED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(1)}, metav1.ManagedFieldsEntry{Manager: "b", Time: at(1)}))
+	// Within the same second: nobody's time moved, the newest are named.
+	w.saw("MODIFIED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(1)}, metav1.ManagedFieldsEntry{Manager: "b", Time: at(1)}))
+	u := w.updates["n1"]
+	if u == nil || u.Count != 3 || u.Managers["a"] != 2 || u.Managers["b"] != 2 || u.Managers["kubelet"] != 0 {
+		t.Errorf("%+v", u)
 	}
 }

@@ -36,8 +36,8 @@ named checks, the path a node takes to join the cluster:
                     resolv-conf, disk, etcd-data
   what it runs      images, certificates, containers, etcd-member, health,
                     ports
-  in Kubernetes     events, node-registered, cni, node-ready, overlay,
-                    pod-network, dns
+  in Kubernetes     events, node-registered, cni, node-ready, node-updates,
+                    overlay, pod-network, dns
 
 and the cluster as a whole: cluster-yml, pki, kubernetes-api, stale-nodes.
 

@@ -504,3 +504,24 @@ func TestPodNetwork(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+func TestUpdates(t *testing.T) {
+	if r := Updates("n1", NodeUpdates{}); r.Level != Skip {
+		t.Errorf("%+v", r)
+	}
+	if r := Updates("n1", NodeUpdates{Count: 1, Window: 3 * time.Second}); r.Level != Pass || r.Found != "Node n1 updated 1 times in 3s" {
+		t.Errorf("%+v", r)
+	}
+	// A change going through its controllers.
+	if r := Updates("n1", NodeUpdates{Count: 3, Window: 3 * time.Second}); r.Level != Pass {
+		t.Errorf("%+v", r)
+	}
+	fight := NodeUpdates{Count: 12, Window: 3 * time.Second, Managers: map[string]int{"labeller": 6, "kubectl-label": 6}}
+	if r := Updates("n1", fight); r.Level != Warn || r.Found != "Node n1 updated 12 times in 3s (240 a minute), by kubectl-label (6), labeller (6)" || !strings.Contains(r.Fix, "--show-managed-fields") {
+		t.Errorf("%+v", r)
+	}
+	// Slow but steady over a long watch is not a fight.
+	if r := Updates("n1", NodeUpdates{Count: 10, Window: time.Minute}); r.Level != Pass {
+		t.Errorf("%+v", r)
+	}
+}

@@ -96,6 +96,50 @@ func Ready(n *corev1.Node) Result {
 	return Failed("Node "+n.Name+" Ready", "Node "+n.Name+" has no Ready condition yet", "wait for the kubelet's first status, or read its logs (docker logs kubelet)")
 }
 
+// CheckNodeUpdates is the check of how often the node's Node is updated.
+const CheckNodeUpdates = "node-updates"
+
+// NodeUpdates are the updates of one Node seen while doctor watched.
+type NodeUpdates struct {
+	// Count is the number of updates, in Window.
+	Count  int
+	Window time.Duration
+	// Managers count the updates by the field manager that made them
+	// (the newest entry of the Node's managedFields).
+	Managers map[string]int
+}
+
+// MaxNodeUpdates is the number of updates of a Node in a minute above
+// which controllers are taken to fight over it. A kubelet updates its Node
+// when its status changes and every 5 minutes otherwise (its heartbeats go
+// to a Lease); the Node's controllers update it now and then.
+const MaxNodeUpdates = 20
+
+// Updates checks that the node's Node (name) is not updated many times a
+// minute, as when two controllers fight over a label, a taint or its
+// status; or, as in the field reports, when two Node objects for one
+// machine make the API server loop on updates until it runs out of memory.
+func Updates(name string, u NodeUpdates) Result {
+	if u.Window <= 0 {
+		return Skipped("the Nodes were not watched")
+	}
+	perMinute := float64(u.Count) * float64(time.Minute) / float64(u.Window)
+	found := fmt.Sprintf("Node %s updated %d times in %s", name, u.Count, u.Window.Round(100*time.Millisecond))
+	// Two or three updates close together are a change going through
+	// its controllers (a taint set, then the status).
+	if perMinute <= MaxNodeUpdates || u.Count < 4 {
+		return Passed(found)
+	}
+	var by []string
+	for m, n := range u.Managers {
+		by = append(by, fmt.Sprintf("%s (%d)", m, n))
+	}
+	slices.Sort(by)
+	return Warned(fmt.Sprintf("at most %d updates of the Node a minute", MaxNodeUpdates),
+		fmt.Sprintf("%s (%.0f a minute), by %s", found, perMinute, strings.Join(by, ", ")),
+		"controllers fight over the Node, each writing back what the other changed: stop or reconfigure the one that should not manage it (kubectl get node "+name+" --show-managed-fields -o yaml shows which fields each manager owns). Two Node objects for one machine do it too (the node-registered check)")
+}
+
 // CNI checks that the network plugin (plugin, "" or "none" for none) has
 // written its configuration on the node (conf: the files in
 // /etc/cni/net.d) and that its pod there runs (pods: those of the plugin on
