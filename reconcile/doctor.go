@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -594,10 +595,26 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 		for _, p := range r.overlayPeers(node) {
 			overlay = append(overlay, p.Address)
 		}
+		binds := []string{"/etc:/host/etc:ro", "/etc/resolv.conf:/host/resolv.conf:ro", root + ":/host/docker:ro", "/var/lib:/host/var/lib:ro"}
+		// The resolv.conf the kubelet gives pods (--resolv-conf), which
+		// CoreDNS forwards to: /etc/resolv.conf (a link followed), or a
+		// file under /etc, /var/lib or /run (systemd-resolved's).
+		resolv := "/host/resolv.conf"
+		if n, _ := r.d.Node(node); n != nil {
+			if kubelet, ok := n.Container(desired.Kubelet); ok {
+				switch p := path.Clean(argValue(kubelet.Args, "--resolv-conf")); {
+				case strings.HasPrefix(p, "/run/"):
+					binds = append(binds, "/run:/host/run:ro")
+					fallthrough
+				case strings.HasPrefix(p, "/etc/"), strings.HasPrefix(p, "/var/lib/"):
+					resolv = "/host" + p
+				}
+			}
+		}
 		out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.HostScript}, dockerop.RunOptions{
 			NetworkMode: "host",
-			Env:         []string{"OVERLAY=" + strings.Join(overlay, " "), "DNS=" + r.dnsServer(), "DNS_NAME=" + r.dnsName()},
-			Binds:       []string{"/etc:/host/etc:ro", "/etc/resolv.conf:/host/resolv.conf:ro", root + ":/host/docker:ro", "/var/lib:/host/var/lib:ro"},
+			Env:         []string{"OVERLAY=" + strings.Join(overlay, " "), "DNS=" + r.dnsServer(), "DNS_NAME=" + r.dnsName(), "RESOLV=" + resolv},
+			Binds:       binds,
 		})
 		if err != nil {
 			m.err = err

@@ -155,6 +155,55 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckSSHPort}, "refused the connection", "sshd runs")
 	})
 
+	t.Run("sshd forbids forwarding", func(t *testing.T) {
+		cfg := n1.SSHDConfigPath()
+		orig, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		restart := func(ctx context.Context, conf []byte) error {
+			if err := os.WriteFile(cfg, conf, 0o644); err != nil {
+				return err
+			}
+			if err := s.StopService(ctx, n1.Name, sandbox.ServiceSSHD); err != nil {
+				return err
+			}
+			return s.StartService(ctx, n1.Name, sandbox.ServiceSSHD)
+		}
+		off := strings.NewReplacer("AllowTcpForwarding yes", "AllowTcpForwarding no", "AllowStreamLocalForwarding yes", "AllowStreamLocalForwarding no").Replace(string(orig))
+		if err := restart(ctx, []byte(off)); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := restart(context.WithoutCancel(ctx), orig); err != nil {
+				t.Error(err)
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckDockerSocket}, "", "AllowStreamLocalForwarding yes")
+	})
+
+	t.Run("only a loopback nameserver for pods", func(t *testing.T) {
+		// systemd-resolved's stub, on n2 alone: a file bound over
+		// /etc/resolv.conf in n2's mount namespace.
+		stub := filepath.Join(t.TempDir(), "resolv.conf")
+		if err := os.WriteFile(stub, []byte("nameserver 127.0.0.53\noptions edns0 trust-ad\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mnt, err := s.MountNS(n2.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.CommandContext(ctx, "nsenter", "--mount="+mnt, "mount", "--bind", stub, "/etc/resolv.conf").CombinedOutput(); err != nil {
+			t.Fatalf("bind %s over n2's /etc/resolv.conf: %v %s", stub, err, out)
+		}
+		defer func() {
+			if out, err := exec.Command("nsenter", "--mount="+mnt, "umount", "/etc/resolv.conf").CombinedOutput(); err != nil {
+				t.Errorf("umount n2's /etc/resolv.conf: %v %s", err, out)
+			}
+		}()
+		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckResolvConf}, "127.0.0.53", "resolv-conf")
+	})
+
 	t.Run("an image that cannot be pulled", func(t *testing.T) {
 		// The sidekick's image named at a registry of the sandbox's bridge
 		// where nothing listens: no node has it, none can pull it.

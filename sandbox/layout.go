@@ -197,12 +197,14 @@ func mountDirName(path string) string {
 	return string(b)
 }
 
+// SSHDConfigPath is the node's sshd_config, read when its sshd starts.
+func (n Node) SSHDConfigPath() string { return filepath.Join(n.Dir, "ssh", "sshd_config") }
+
 // Paths of a node's files in its state directory (host side).
-func (n Node) hostKeyPath() string    { return filepath.Join(n.Dir, "ssh", "ssh_host_ed25519_key") }
-func (n Node) sshdConfigPath() string { return filepath.Join(n.Dir, "ssh", "sshd_config") }
-func (n Node) servicesDir() string    { return filepath.Join(n.Dir, "services") }
-func (n Node) logDir() string         { return filepath.Join(n.Dir, "log") }
-func (n Node) netnsPath() string      { return filepath.Join(netnsDir, n.NetNS) }
+func (n Node) hostKeyPath() string { return filepath.Join(n.Dir, "ssh", "ssh_host_ed25519_key") }
+func (n Node) servicesDir() string { return filepath.Join(n.Dir, "services") }
+func (n Node) logDir() string      { return filepath.Join(n.Dir, "log") }
+func (n Node) netnsPath() string   { return filepath.Join(netnsDir, n.NetNS) }
 
 // containerdConfigPath is node n's containerd configuration (host side;
 // the node sees the host's files outside the paths it owns).
@@ -224,8 +226,18 @@ func (n Node) cniConfDir() string { return filepath.Join(n.mountDir("/etc/cni"),
 func (n Node) pidFile(svc string) string { return filepath.Join(n.Dir, "pids", svc+".pid") }
 
 // nsFiles are the files that keep the node's mount and UTS namespaces.
-func (s *Sandbox) nsDir() string              { return filepath.Join(nsRoot, s.Name) }
-func (s *Sandbox) mntNSPath(n Node) string    { return filepath.Join(s.nsDir(), n.Name+".mnt") }
+func (s *Sandbox) nsDir() string           { return filepath.Join(nsRoot, s.Name) }
+func (s *Sandbox) mntNSPath(n Node) string { return filepath.Join(s.nsDir(), n.Name+".mnt") }
+
+// MountNS is node's mount namespace (for nsenter --mount=): a mount made
+// there is the node's alone.
+func (s *Sandbox) MountNS(node string) (string, error) {
+	n, err := s.nodeByName(node)
+	if err != nil {
+		return "", err
+	}
+	return s.mntNSPath(n), nil
+}
 func (s *Sandbox) utsNSPath(n Node) string    { return filepath.Join(s.nsDir(), n.Name+".uts") }
 func (s *Sandbox) cgroupNSPath(n Node) string { return filepath.Join(s.nsDir(), n.Name+".cgroup") }
 func (s *Sandbox) statePath() string          { return filepath.Join(s.Dir, "sandbox.json") }

@@ -117,7 +117,7 @@ func (s *Sandbox) serviceScript(n Node, svc string) string {
 	case ServiceDocker:
 		argv = s.dockerdArgs(n)
 	case ServiceSSHD:
-		argv = []string{"/usr/sbin/sshd", "-D", "-e", "-f", n.sshdConfigPath()}
+		argv = []string{"/usr/sbin/sshd", "-D", "-e", "-f", n.SSHDConfigPath()}
 	}
 	q := make([]string, 0, len(argv)+8)
 	for _, a := range append([]string{"nsenter"}, s.nsenterArgs(n, argv...)...) {
@@ -142,7 +142,7 @@ func (s *Sandbox) serviceMarker(n Node, svc string) string {
 	case ServiceDocker:
 		return dockerLabel + "=" + s.Name + "/" + n.Name
 	}
-	return n.sshdConfigPath()
+	return n.SSHDConfigPath()
 }
 
 // dockerLabel is the engine label that names a node's engine
@@ -216,7 +216,7 @@ func (s *Sandbox) writeNodeFiles(n Node) error {
 		return fmt.Errorf("make node directory: %w", err)
 	}
 	files := map[string]string{
-		n.sshdConfigPath():       s.sshdConfig(n),
+		n.SSHDConfigPath():       s.sshdConfig(n),
 		n.containerdConfigPath(): s.containerdConfig(n),
 	}
 	for _, svc := range Services() {

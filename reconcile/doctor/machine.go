@@ -71,7 +71,8 @@ func cmpOr(s, def string) string {
 // thing read, each headed "## name". The host's /etc is mounted at
 // /host/etc, its /etc/resolv.conf (a symbolic link followed) at
 // /host/resolv.conf, Docker's root at /host/docker and /var/lib at
-// /host/var/lib, all read-only; /proc and the sysctls are the node's own
+// /host/var/lib, all read-only; $RESOLV is the resolv.conf pods get, one
+// of those files. /proc and the sysctls are the node's own
 // (the container shares its network namespace). $OVERLAY lists the
 // addresses to ping through the overlay network, with small packets and
 // then with packets as large as flannel's VXLAN device takes (Overlay);
@@ -80,7 +81,7 @@ const HostScript = `echo '## swaps'; cat /proc/swaps
 echo '## modules'; cat /proc/modules
 echo '## ip_forward'; cat /proc/sys/net/ipv4/ip_forward
 echo '## bridge-nf-call-iptables'; cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null
-echo '## resolv.conf'; cat /host/resolv.conf
+echo '## resolv.conf'; cat "$RESOLV"
 echo '## cni'; ls -1 /host/etc/cni/net.d 2>/dev/null
 echo '## statfs docker'; stat -f -c '%S %a %b %d %c' /host/docker
 echo '## statfs kubelet'; [ -d /host/var/lib/kubelet ] && stat -f -c '%S %a %b %d %c' /host/var/lib/kubelet
@@ -243,20 +244,21 @@ func Swap(h *Host) Result {
 		"swapoff -a and remove swap from /etc/fstab: the kubelet's memory evictions assume none")
 }
 
-// ResolvConf fails a node whose /etc/resolv.conf has only loopback
-// nameservers (systemd-resolved's 127.0.0.53, a local dnsmasq): the
-// kubelet hands that file to the pods and CoreDNS forwards to it, where
+// ResolvConf fails a node whose resolv.conf for pods (/etc/resolv.conf,
+// or the kubelet's resolv-conf) has only loopback nameservers
+// (systemd-resolved's 127.0.0.53, a local dnsmasq): the kubelet hands
+// that file to the pods and CoreDNS forwards to it, where
 // such an address is the pod's own loopback ("Loop … detected").
 func ResolvConf(h *Host) Result {
 	if len(h.Nameservers) == 0 {
-		return Warned("a nameserver in /etc/resolv.conf", "no nameserver", "add the network's nameserver to the node's /etc/resolv.conf")
+		return Warned("a nameserver in the resolv.conf pods get", "no nameserver", "add the network's nameserver to the node's /etc/resolv.conf, or the file of the kubelet's resolv-conf")
 	}
 	for _, ns := range h.Nameservers {
 		if a, err := netip.ParseAddr(ns); err != nil || !a.IsLoopback() {
 			return Passed("nameservers " + strings.Join(h.Nameservers, ", "))
 		}
 	}
-	return Failed("a nameserver that pods can reach", "only loopback nameservers in /etc/resolv.conf: "+strings.Join(h.Nameservers, ", "),
+	return Failed("a nameserver that pods can reach", "only loopback nameservers in the resolv.conf pods get: "+strings.Join(h.Nameservers, ", "),
 		"point the kubelet at the real resolvers (services.kubelet.extra_args: {resolv-conf: /run/systemd/resolve/resolv.conf} with systemd-resolved), or list them in /etc/resolv.conf (CoreDNS: Loop … detected)")
 }
 
