@@ -48,6 +48,7 @@ func TestReach(t *testing.T) {
 		{wrap(&transport.DockerSocketError{Node: "n", Problem: transport.SocketPermissionDenied}), CheckDockerSocket, "docker group"},
 		{&transport.DockerVersionError{Node: "n", APIVersion: "1.30", MinAPIVersion: "1.41"}, CheckDockerAPI, "upgrade Docker"},
 		{&agenttun.NotConnectedError{Node: "n"}, CheckAgentConnected, "rigger agent runs"},
+		{&agenttun.NotConnectedError{Node: "n", Next: "its last join was refused (…rigger agent approve…)"}, CheckAgentConnected, "rigger agent approve"},
 		{&reach.NoTunnelError{Node: "n"}, CheckAgentConnected, "docs/agent.md"},
 		{errors.New("node n: list containers: EOF"), CheckDockerAPI, "journalctl -u docker"},
 	} {

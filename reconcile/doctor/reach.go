@@ -71,6 +71,9 @@ func Reach(err error) (check string, r Result) {
 	case errors.As(err, &auth):
 		return CheckSSHAuth, Failed("the node's sshd to accept the configured user and key", found,
 			"check user and ssh_key_path in cluster.yml, and that the key's public half is in ~USER/.ssh/authorized_keys on the node (unable to authenticate, no supported methods remain)")
+	case errors.As(err, &notConn) && notConn.Next != "":
+		// Where the join stopped, as the tunnel server saw it.
+		return CheckAgentConnected, Failed("the node's agent to be connected", found, notConn.Next+" (docs/agent.md)")
 	case errors.As(err, &notConn), errors.As(err, &noTunnel):
 		return CheckAgentConnected, Failed("the node's agent to be connected", found,
 			"check that rigger agent runs on the node and reaches rigger serve's --agent-listen address, and its logs for the join (docs/agent.md)")

@@ -388,7 +388,9 @@ func (a *Agent) joinKey() (*ecdsa.PrivateKey, error) {
 // fetchCA reads the server's CA without trusting anything yet and without
 // sending anything secret, and checks its checksum.
 func (a *Agent) fetchCA(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.cfg.Server+PathCACerts, nil)
+	// The node's name lets the server's journal of the node's join show
+	// this step (NotConnectedError).
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.cfg.Server+PathCACerts+"?node="+url.QueryEscape(a.cfg.Node), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,7 @@ type nodeState struct {
 	sess         *session      // nil while the agent is not connected
 	up           chan struct{} // closed when sess is set
 	lastSeen     time.Time
+	journal      []JoinStep // the join as the server saw it (journal.go)
 	dockerLock   chan struct{}
 	docker       *client.Client
 }
@@ -265,6 +266,11 @@ func (s *Server) notePending(p PendingAgent) {
 }
 
 func (s *Server) serveCACerts(w http.ResponseWriter, r *http.Request) {
+	// Agents name their node (join step 2); nothing proves it, and
+	// nothing but the journal's "CA fetched" step rests on it.
+	if node := r.URL.Query().Get("node"); checkNodeName(node) == nil {
+		s.note(node, JoinStep{Step: StepCAFetched, Remote: r.RemoteAddr})
+	}
 	w.Header().Set("Content-Type", "application/x-pem-file")
 	w.Write(s.store.CA().CertPEM())
 }
@@ -333,9 +339,11 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if holder != nil {
 		log.Warn("agent join refused: the node's tunnel is held", "holder", holder.remote)
-		refuse(w, http.StatusConflict, codeHeld, fmt.Sprintf("node %s is connected from %s (host %q) since %s: "+
+		msg := fmt.Sprintf("node %s is connected from %s (host %q) since %s: "+
 			"a node joins from one host only; stop the agent there first",
-			req.Node, holder.remote, holder.hostname, holder.since.UTC().Format(time.RFC3339)))
+			req.Node, holder.remote, holder.hostname, holder.since.UTC().Format(time.RFC3339))
+		s.note(req.Node, JoinStep{Step: StepJoinRefused, Remote: r.RemoteAddr, Hostname: req.Hostname, Detail: msg})
+		refuse(w, http.StatusConflict, codeHeld, msg)
 		return
 	}
 	key, err := csrKey([]byte(req.CSR))
@@ -351,10 +359,12 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 		if !approved {
 			s.notePending(PendingAgent{Node: req.Node, Hostname: req.Hostname, Remote: r.RemoteAddr, LastSeen: s.now(), Key: key})
 			log.Warn("agent join waits for approval: the node holds a valid certificate", "key", key, "err", err)
-			refuse(w, http.StatusConflict, codeApproval, fmt.Sprintf("node %s holds a valid certificate (issued %s): "+
+			msg := fmt.Sprintf("node %s holds a valid certificate (issued %s): "+
 				"a join does not replace it; the agent waits until an operator approves this join on the server "+
 				"(rigger agent approve --node %s --key %.16s), or run the agent with the node's old state directory",
-				req.Node, held.Issued.UTC().Format(time.RFC3339), req.Node, key))
+				req.Node, held.Issued.UTC().Format(time.RFC3339), req.Node, key)
+			s.note(req.Node, JoinStep{Step: StepJoinRefused, Remote: r.RemoteAddr, Hostname: req.Hostname, Detail: msg})
+			refuse(w, http.StatusConflict, codeApproval, msg)
 			return
 		}
 		log.Info("agent join approved by an operator: the node's certificate is replaced", "key", key)
@@ -376,6 +386,7 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	delete(s.pending, req.Node)
 	s.mu.Unlock()
+	s.note(req.Node, JoinStep{Step: StepCertIssued, Remote: r.RemoteAddr, Hostname: req.Hostname})
 	log.Info("agent joined: certificate issued", "serial", serialString(cert))
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(joinResponse{Cert: string(certPEM)})
@@ -451,20 +462,23 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	log := s.log.With("node", certNode, "remote", r.RemoteAddr)
 	if certCluster := cert.Subject.OrganizationalUnit; !slices.Equal(certCluster, []string{s.cluster}) {
 		log.Warn("agent tunnel refused: another cluster's certificate", "cert_cluster", certCluster)
-		refuse(w, http.StatusForbidden, codeNotYourself, fmt.Sprintf("the certificate presented is for cluster %v, "+
-			"not %s: check --server", certCluster, s.cluster))
+		msg := fmt.Sprintf("the certificate presented is for cluster %v, not %s: check --server", certCluster, s.cluster)
+		s.note(certNode, JoinStep{Step: StepTunnelRefused, Remote: r.RemoteAddr, Detail: msg})
+		refuse(w, http.StatusForbidden, codeNotYourself, msg)
 		return
 	}
 	if node != certNode {
 		log.Warn("agent tunnel refused: a node's certificate used for another node", "claimed", node)
-		refuse(w, http.StatusForbidden, codeNotYourself, fmt.Sprintf("the certificate presented is node %s's, "+
-			"not node %s's: a node can only open its own tunnel", certNode, node))
+		msg := fmt.Sprintf("the certificate presented is node %s's, not node %s's: a node can only open its own tunnel", certNode, node)
+		s.note(node, JoinStep{Step: StepTunnelRefused, Remote: r.RemoteAddr, Detail: msg})
+		refuse(w, http.StatusForbidden, codeNotYourself, msg)
 		return
 	}
 	if serialString(cert) != s.store.nodeSerial(s.cluster, node) {
 		log.Warn("agent tunnel refused: the certificate was replaced or revoked")
-		refuse(w, http.StatusUnauthorized, codeRevoked, fmt.Sprintf("the certificate of node %s was replaced or "+
-			"revoked: remove the agent's state directory and join again with a new token", node))
+		msg := fmt.Sprintf("the certificate of node %s was replaced or revoked: remove the agent's state directory and join again with a new token", node)
+		s.note(node, JoinStep{Step: StepTunnelRefused, Remote: r.RemoteAddr, Detail: msg})
+		refuse(w, http.StatusUnauthorized, codeRevoked, msg)
 		return
 	}
 	hostname := r.Header.Get(headerHostname)
@@ -549,6 +563,7 @@ func (s *Server) attach(n *nodeState, sess *session) bool {
 		close(n.up)
 	}
 	n.sess = sess
+	s.noteLocked(n, JoinStep{Step: StepTunnelUp, Remote: sess.remote, Hostname: sess.hostname})
 	s.wg.Add(1)
 	s.mu.Unlock()
 	if old != nil {
@@ -565,6 +580,7 @@ func (s *Server) detach(n *nodeState, sess *session) {
 		n.sess = nil
 		n.up = make(chan struct{})
 		n.lastSeen = s.now()
+		s.noteLocked(n, JoinStep{Step: StepTunnelLost, Remote: sess.remote, Hostname: sess.hostname})
 	}
 }
 
@@ -578,6 +594,10 @@ type NotConnectedError struct {
 	LastSeen time.Time
 	Waited   time.Duration
 	Err      error // what broke the tunnel, if it broke during the call
+	// Journal is the node's join as the server saw it, oldest first, and
+	// Next where it stopped and what to do.
+	Journal []JoinStep
+	Next    string
 }
 
 func (*NotConnectedError) TransportNodeError() {}
@@ -591,6 +611,12 @@ func (e *NotConnectedError) Error() string {
 		"(docker logs rigger-agent) and reaches the server; its log says which join step fails", e.Node, seen, e.Waited)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
+	}
+	if e.Next != "" {
+		msg += "; " + e.Next
+	}
+	if len(e.Journal) > 0 {
+		msg += "; the join as the server saw it: " + journalText(e.Journal)
 	}
 	return msg
 }
@@ -624,7 +650,9 @@ func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session,
 		select {
 		case <-up:
 		case <-timer:
-			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait}
+			journal := s.Journal(node)
+			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait,
+				Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-ctx.Done():
 			return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
 		case <-s.done:

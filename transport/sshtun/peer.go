@@ -343,6 +343,31 @@ func (p *peer) diagnoseSocket(ctx context.Context, e *transport.DockerSocketErro
 		return
 	}
 	refineSocketError(e, st)
+	if e.Problem == transport.SocketUnavailable {
+		// A socket the user may open: dockerd gone, or sshd forwarding
+		// nothing. A TCP forward to sshd's own port tells the second.
+		refuses, err := forwardingRefused(ctx, conn.client, p.addr)
+		switch {
+		case refuses:
+			e.Problem = transport.SocketForwardingRefused
+			e.Detail += fmt.Sprintf("; a TCP forward to sshd's own address %s was refused too (%v): sshd forwards nothing", p.addr, err)
+		case err == nil:
+			e.Detail += "; sshd forwards TCP"
+		}
+	}
+}
+
+// forwardingRefused says whether the node's sshd refuses to forward TCP,
+// from a forward to addr, where it listens. OpenSSH refuses with "open
+// failed"; a connection that failed says why ("Connection refused").
+func forwardingRefused(ctx context.Context, c *ssh.Client, addr string) (bool, error) {
+	nc, err := c.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		nc.Close()
+		return false, nil
+	}
+	var oce *ssh.OpenChannelError
+	return errors.As(err, &oce) && (oce.Reason == ssh.Prohibited || oce.Message == "open failed"), err
 }
 
 // socketError turns a refused channel to the Docker socket into a
