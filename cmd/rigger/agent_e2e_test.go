@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -114,6 +116,25 @@ func TestAgentSandbox(t *testing.T) {
 	}
 	a.Apply(ctx, t, c)
 	a.InSync(ctx, t, c)
+
+	// The agent stopped: doctor says where node3's join stands, as the
+	// tunnel server saw it.
+	if err := docker.ContainerStop(ctx, agentContainer, container.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reconciletest.Eventually(ctx, t, time.Minute, "node3's tunnel down", func(ctx context.Context) (bool, error) {
+		up, err := connected(ctx)
+		return !up, err
+	})
+	found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{Nodes: []string{node3.Address}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(found, func(f doctor.Finding) bool { return f.Node == node3.Address && f.Check == doctor.CheckAgentConnected })
+	if i < 0 || found[i].Level != doctor.Fail || !strings.Contains(found[i].Fix, "its tunnel was lost at") ||
+		!strings.Contains(found[i].Found, "the join as the server saw it: ") || !strings.Contains(found[i].Found, "tunnel up") {
+		t.Errorf("doctor on node3 with its agent stopped: %+v", found)
+	}
 }
 
 // startAgent runs the docker run line of `rigger agent command` on node n,
