@@ -445,6 +445,7 @@ func (r *doctorRun) checks() []doctor.Check {
 		doctor.Check{Name: doctor.CheckCertificates, Run: r.reads(r.certificates)},
 		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
 		doctor.Check{Name: doctor.CheckEtcdMember, Run: r.etcdMember},
+		doctor.Check{Name: doctor.CheckEtcdDisk, Timeout: doctorProbeTimeout, Run: r.reads(r.etcdDisk)},
 		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.reads(r.health)},
 		doctor.Check{Name: doctor.CheckPorts, Timeout: doctorProbeTimeout, Run: r.reads(r.ports)},
 		doctor.Check{Name: doctor.CheckEvents, Run: r.reads(r.nodeEvents)},
@@ -790,6 +791,22 @@ func (r *doctorRun) etcdMember(_ context.Context, node string) doctor.Result {
 		members = r.o.Etcd.Members
 	}
 	return doctor.EtcdMember(members, r.o.Etcd != nil, r.o.EtcdErr, desired.EtcdPeerURL(n.InternalAddress))
+}
+
+// etcdDisk judges the disk of the node's etcd member from its metrics.
+func (r *doctorRun) etcdDisk(ctx context.Context, node string) doctor.Result {
+	n, _ := r.d.Node(node)
+	if _, ok := n.Container(desired.Etcd); !ok {
+		return doctor.Skipped("not an etcd node")
+	}
+	if r.checker == nil {
+		return doctor.Skipped("no certificates to ask etcd with")
+	}
+	metrics, err := r.checker.EtcdMetrics(ctx, health.Target{Node: node, InternalAddress: n.InternalAddress, Component: desired.Etcd})
+	if err != nil {
+		return doctor.Warned("etcd's metrics", err.Error(), "the etcd-member and health checks say whether etcd answers on its client port")
+	}
+	return doctor.EtcdDisk(metrics)
 }
 
 // health probes the node's components as an apply does once it has

@@ -34,8 +34,8 @@ named checks, the path a node takes to join the cluster:
                     agent-connected, docker-socket, docker-api
   its machine       docker-version, cgroup-driver, clock, kernel-network, swap,
                     resolv-conf, disk, etcd-data
-  what it runs      images, certificates, containers, etcd-member, health,
-                    ports
+  what it runs      images, certificates, containers, etcd-member, etcd-disk,
+                    health, ports
   in Kubernetes     events, node-registered, cni, node-ready, node-updates,
                     overlay, pod-network, dns
 

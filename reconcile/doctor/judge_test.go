@@ -526,3 +526,29 @@ func TestUpdates(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+func TestEtcdDisk(t *testing.T) {
+	hist := func(name string, buckets map[string]int) string {
+		var b strings.Builder
+		for _, le := range []string{"0.001", "0.002", "0.004", "0.008", "0.016", "0.032", "+Inf"} {
+			fmt.Fprintf(&b, "%s_bucket{le=%q} %d\n", name, le, buckets[le])
+		}
+		return b.String()
+	}
+	fast := hist("etcd_disk_wal_fsync_duration_seconds", map[string]int{"0.001": 900, "0.002": 995, "0.004": 1000, "0.008": 1000, "0.016": 1000, "0.032": 1000, "+Inf": 1000}) +
+		hist("etcd_disk_backend_commit_duration_seconds", map[string]int{"0.001": 10, "0.002": 400, "0.004": 500, "0.008": 500, "0.016": 500, "0.032": 500, "+Inf": 500})
+	if r := EtcdDisk([]byte("# HELP x\n" + fast)); r.Level != Pass || r.Found != "99th percentile since etcd started: WAL fsync ≤ 2ms (1000), backend commit ≤ 4ms (500)" {
+		t.Errorf("%+v", r)
+	}
+	slow := hist("etcd_disk_wal_fsync_duration_seconds", map[string]int{"0.001": 10, "0.002": 20, "0.004": 100, "0.008": 500, "0.016": 900, "0.032": 1000, "+Inf": 1000})
+	if r := EtcdDisk([]byte(slow)); r.Level != Warn || !strings.Contains(r.Found, "WAL fsync ≤ 32ms") || !strings.Contains(r.Fix, "failed to send out heartbeat on time") {
+		t.Errorf("%+v", r)
+	}
+	few := hist("etcd_disk_wal_fsync_duration_seconds", map[string]int{"0.032": 5, "+Inf": 5})
+	if r := EtcdDisk([]byte(few)); r.Level != Pass || !strings.Contains(r.Found, "too few") {
+		t.Errorf("%+v", r)
+	}
+	if r := EtcdDisk(nil); r.Level != Pass || !strings.Contains(r.Found, "0 WAL fsyncs") {
+		t.Errorf("%+v", r)
+	}
+}

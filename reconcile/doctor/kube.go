@@ -2,7 +2,10 @@ package doctor
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -412,4 +415,80 @@ func DNS(server, name, out string, svc *DNSService) Result {
 	}
 	return Failed(expected, asked,
 		"check the DNS pods (kubectl -n kube-system get pods -l k8s-app=kube-dns -o wide) and their logs, that kube-proxy runs on this node (its Service rules lead to them), and the overlay between this node and theirs (the overlay check)")
+}
+
+// CheckEtcdDisk is the check of how fast an etcd member's disk syncs.
+const CheckEtcdDisk = "etcd-disk"
+
+// etcd's own guidance for its disk: the 99th percentile of its WAL's
+// fsyncs under 10 ms, of its backend's commits under 25 ms. Slower, a
+// member misses heartbeats ("failed to send out heartbeat on time",
+// "apply request took too long") and leaders change.
+const (
+	maxWALFsync      = 10 * time.Millisecond
+	maxBackendCommit = 25 * time.Millisecond
+	// minDiskSamples: fewer syncs than this since the member started say
+	// nothing yet.
+	minDiskSamples = 100
+)
+
+// EtcdDisk judges an etcd member's disk from its metrics (the Prometheus
+// text of its /metrics): the 99th percentile of its WAL fsyncs and
+// backend commits since it started, from their histograms.
+func EtcdDisk(metrics []byte) Result {
+	wal, walN := percentile(metrics, "etcd_disk_wal_fsync_duration_seconds_bucket", 0.99)
+	commit, commitN := percentile(metrics, "etcd_disk_backend_commit_duration_seconds_bucket", 0.99)
+	if walN < minDiskSamples {
+		return Passed(fmt.Sprintf("%d WAL fsyncs since etcd started: too few to judge", walN))
+	}
+	found := fmt.Sprintf("99th percentile since etcd started: WAL fsync ≤ %s (%d), backend commit ≤ %s (%d)", wal, walN, commit, commitN)
+	if wal > maxWALFsync || commitN >= minDiskSamples && commit > maxBackendCommit {
+		return Warned(fmt.Sprintf("WAL fsyncs under %s and backend commits under %s (99th percentile)", maxWALFsync, maxBackendCommit), found,
+			"etcd's disk is too slow for it (\"failed to send out heartbeat on time\", \"apply request took too long\", leader changes): give /var/lib/etcd an SSD of its own, not shared with Docker's images or logs, or a faster volume class; avoid network disks with burst credits")
+	}
+	return Passed(found)
+}
+
+// percentile is the upper bound of the bucket where the q-quantile of the
+// Prometheus histogram name (its _bucket series, summed over labels other
+// than le) falls, and the number of samples; +Inf bounds are returned as
+// the largest finite bound.
+func percentile(metrics []byte, name string, q float64) (time.Duration, uint64) {
+	counts := map[float64]float64{}
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.LastIndexByte(line, ' ')
+		if i < 0 || j < i {
+			continue
+		}
+		le := line[i+4:]
+		le = le[:strings.IndexByte(le, '"')]
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(line[j+1:]), 64)
+		if err != nil {
+			continue
+		}
+		counts[bound] += n
+	}
+	bounds := slices.Sorted(maps.Keys(counts))
+	if len(bounds) == 0 {
+		return 0, 0
+	}
+	total := counts[bounds[len(bounds)-1]]
+	var at float64
+	for _, b := range bounds {
+		if !math.IsInf(b, 1) {
+			at = b
+		}
+		if counts[b] >= q*total {
+			break
+		}
+	}
+	return time.Duration(at * float64(time.Second)), uint64(total)
 }

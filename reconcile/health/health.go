@@ -211,6 +211,14 @@ func parseEtcdHealth(body []byte) error {
 	return nil
 }
 
+// EtcdMetrics reads the Prometheus metrics of the etcd member of t (its
+// client port's /metrics).
+func (c *Checker) EtcdMetrics(ctx context.Context, t Target) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	return c.get(ctx, t.Node, "https://"+net.JoinHostPort(t.InternalAddress, EtcdClientPort)+"/metrics", c.verified(t.InternalAddress))
+}
+
 // verified is the TLS configuration for etcd and the API server: their
 // certificate verified against the cluster CA for the address dialled, and
 // the client certificate.

@@ -46,6 +46,16 @@ func TestJournalSaysWhereTheJoinStopped(t *testing.T) {
 		t.Errorf("after a CA checksum mismatch: %v", nc)
 	}
 
+	// Join step 3: a token that is not valid (used, expired, unknown).
+	cfg = ts.agentConfig(t, "n1", n)
+	cfg.Token = "rgt_" + strings.Repeat("x", 40)
+	if err := runAgent(t, cfg).wait(t); err == nil {
+		t.Fatal("an agent with a bogus token joined")
+	}
+	if nc := notConnected(t, ts); !strings.Contains(nc.Next, "its last join was refused (the join token is not valid") || !strings.Contains(nc.Next, "rigger agent command --node n1") {
+		t.Errorf("after a bad token: %s", nc.Next)
+	}
+
 	// Joined, tunnel up, then the agent stopped.
 	cfg = ts.agentConfig(t, "n1", n)
 	ra := runAgent(t, cfg)
@@ -57,7 +67,7 @@ func TestJournalSaysWhereTheJoinStopped(t *testing.T) {
 	for _, j := range nc.Journal {
 		steps = append(steps, j.Step)
 	}
-	if got := strings.Join(steps, ", "); got != "CA fetched, certificate issued, tunnel up, tunnel lost" || !strings.Contains(nc.Next, "its tunnel was lost at") {
+	if got := strings.Join(steps, ", "); got != "CA fetched, join refused, CA fetched, certificate issued, tunnel up, tunnel lost" || !strings.Contains(nc.Next, "its tunnel was lost at") {
 		t.Errorf("after the agent stopped: steps %s; %s", got, nc.Next)
 	}
 

@@ -306,6 +306,13 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnauthorized, codeBadToken, errBadToken.Error()+": ask for a new one (rigger agent command --node)")
 	}
 	if !ok || err != nil {
+		// The node the join names goes in its journal, unproven like the
+		// CA's fetch: a token refused is the most common stop of a join.
+		var req joinRequest
+		if json.NewDecoder(io.LimitReader(r.Body, maxJoinBody)).Decode(&req) == nil && checkNodeName(req.Node) == nil && checkHostname(req.Hostname) == nil {
+			s.note(req.Node, JoinStep{Step: StepJoinRefused, Remote: r.RemoteAddr, Hostname: req.Hostname,
+				Detail: errBadToken.Error() + ": issue a new one (rigger agent command --node " + req.Node + ")"})
+		}
 		badToken()
 		return
 	}
