@@ -358,6 +358,18 @@ func TestKubernetesChecks(t *testing.T) {
 	if r := EtcdMember(nil, false, errors.New("dial: refused"), "https://10.0.0.13:2380"); r.Level != Fail || !strings.Contains(r.Found, "refused") {
 		t.Errorf("%+v", r)
 	}
+	// Caught up: within maxEtcdLag entries of the most advanced member.
+	lag := []etcdmember.Member{{Name: "a", PeerURLs: []string{"https://10.0.0.11:2380"}, Healthy: true, Applied: 50_000},
+		{Name: "b", PeerURLs: []string{"https://10.0.0.12:2380"}, Healthy: true, Applied: 49_500},
+		{Name: "c", PeerURLs: []string{"https://10.0.0.13:2380"}, Healthy: true, Applied: 1_200}}
+	for url, level := range map[string]Level{"https://10.0.0.11:2380": Pass, "https://10.0.0.12:2380": Pass, "https://10.0.0.13:2380": Warn} {
+		if r := EtcdMember(lag, true, nil, url); r.Level != level {
+			t.Errorf("%s: %+v, want %s", url, r, level)
+		}
+	}
+	if r := EtcdMember(lag, true, nil, "https://10.0.0.13:2380"); !strings.Contains(r.Found, "48800 behind") {
+		t.Errorf("%+v", r)
+	}
 }
 
 func TestEvents(t *testing.T) {

@@ -48,8 +48,23 @@ func EtcdMember(members []etcdmember.Member, listed bool, listErr error, peerURL
 		return Failed("its member healthy", "member "+m.String()+": "+m.Error,
 			"check the etcd container's logs on the node (docker logs etcd), its disk and clock; etcd's ports 2379 and 2380 between the etcd nodes")
 	}
+	var ahead uint64
+	for _, o := range members {
+		if o.Healthy {
+			ahead = max(ahead, o.Applied)
+		}
+	}
+	if ahead > m.Applied+maxEtcdLag {
+		return Warned(fmt.Sprintf("its member caught up (within %d entries of the others)", maxEtcdLag),
+			fmt.Sprintf("member %s has applied entry %d, the most advanced member %d: %d behind", m, m.Applied, ahead, ahead-m.Applied),
+			"a member that cannot keep up has a slow disk (the etcd-disk check), a slow or lossy link to the leader (port 2380), or is still receiving a snapshot after a restart: docker logs etcd on the node")
+	}
 	return Passed("member " + m.String() + " healthy")
 }
+
+// maxEtcdLag is how many raft entries an etcd member may be behind the
+// most advanced one when their statuses are read together.
+const maxEtcdLag = 1000
 
 // Registered checks that the machine at address has its Node, and only
 // one (link: which Node is whose); kubeletLogs are the kubelet's last lines

@@ -98,10 +98,10 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 		}
 		mem := &out[i]
 		wg.Go(func() {
-			if err := c.status(ctx, mem.ClientURLs[0]); err != nil {
+			if applied, err := c.status(ctx, mem.ClientURLs[0]); err != nil {
 				mem.Error = err.Error()
 			} else {
-				mem.Healthy = true
+				mem.Healthy, mem.Applied = true, applied
 			}
 		})
 	}
@@ -112,26 +112,26 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 // statusTimeout bounds the status request of one member.
 const statusTimeout = 5 * time.Second
 
-// status asks the member at clientURL for its status: nil when it answers
-// without errors.
-func (c *Client) status(ctx context.Context, clientURL string) error {
+// status asks the member at clientURL for its status: its raft applied
+// index when it answers without errors.
+func (c *Client) status(ctx context.Context, clientURL string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	if u, err := url.Parse(clientURL); err == nil && u.Host != "" {
 		conn, err := c.dial(ctx, u.Host)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		conn.Close()
 	}
 	st, err := c.c.Status(ctx, clientURL)
 	switch {
 	case err != nil:
-		return err
+		return 0, err
 	case len(st.Errors) > 0:
-		return errors.New(strings.Join(st.Errors, "; "))
+		return 0, errors.New(strings.Join(st.Errors, "; "))
 	}
-	return nil
+	return st.RaftAppliedIndex, nil
 }
 
 // AddLearner adds a member that does not vote yet, through the members at

@@ -25,6 +25,9 @@ type Member struct {
 	Healthy bool `json:"healthy"`
 	// Error says why it did not.
 	Error string `json:"error,omitempty"`
+	// Applied is its raft applied index when it answered: how far it has
+	// caught up (not kept: it moves with every write).
+	Applied uint64 `json:"-"`
 }
 
 func (m Member) String() string {
