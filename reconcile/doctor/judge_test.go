@@ -367,7 +367,7 @@ func TestKubernetesChecks(t *testing.T) {
 			t.Errorf("%s: %+v, want %s", url, r, level)
 		}
 	}
-	if r := EtcdMember(lag, true, nil, "https://10.0.0.13:2380"); !strings.Contains(r.Found, "48800 behind") {
+	if r := EtcdMember(lag, true, nil, "https://10.0.0.13:2380"); !strings.Contains(r.Found, "more than 1000 entries behind") {
 		t.Errorf("%+v", r)
 	}
 }
