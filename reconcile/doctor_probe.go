@@ -82,6 +82,9 @@ func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
 		return doctor.Failed("a probe pod to run on the node", p.missing[self],
 			"a pod that cannot start here is what the kubelet's and the network plugin's logs explain (failed to set up sandbox, cni plugin not initialized): see the containers and cni checks, and kubectl -n kube-system describe pod")
 	}
+	if _, ok := p.pods[self]; !ok {
+		return doctor.Skipped("no probe pod was waited for on this node (it was not Ready, or its engine did not answer, when the walk began)")
+	}
 	var peers []doctor.OverlayPeer
 	for name, pod := range p.pods {
 		if name != self {

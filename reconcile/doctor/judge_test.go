@@ -503,7 +503,7 @@ func TestPodNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	peers := []OverlayPeer{{Node: "n1", Address: "10.42.1.5"}, {Node: "n2", Address: "10.42.2.5"}, {Node: "n3", Address: "10.42.3.5"}}
-	if r := PodNetwork(peers[:1], h.Overlay, h.OverlayMTU); r.Level != Pass || r.Found != "the probe pods on 1 nodes answer, with packets of the pod MTU (1450 bytes)" {
+	if r := PodNetwork(peers[:1], h.Overlay, h.OverlayMTU); r.Level != Pass || r.Found != "the probe pods of the 1 other nodes answer, with packets of the pod MTU (1450 bytes)" {
 		t.Errorf("%+v", r)
 	}
 	if r := PodNetwork(peers, h.Overlay, h.OverlayMTU); r.Level != Fail || r.Found != "no answer from the probe pods on 10.42.2.5 (n2)" || !strings.Contains(r.Fix, "iptables -S FORWARD") {

@@ -327,7 +327,7 @@ func Overlay(peers []OverlayPeer, answered map[string]string, mtu int) Result {
 	case len(silent) > 0:
 		return Failed("every other node to answer through the overlay network",
 			"no answer through the overlay from "+strings.Join(silent, ", "),
-			"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes and, if small packets pass and large ones do not, the MTU. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
+			"pods on these nodes cannot reach each other: open the overlay's UDP port between the nodes (flannel's VXLAN: 8472) in their firewalls and security groups; check that flannel runs on both nodes. A Node deleted and registered again gets another pod subnet, which its flannel pod learns only when it starts again: delete that pod (rigger apply does, when it brings the Node back)")
 	case len(small) > 0:
 		return mtuFailed(mtu, small)
 	}
@@ -352,11 +352,11 @@ func PodNetwork(peers []OverlayPeer, answered map[string]string, mtu int) Result
 	case len(silent) > 0:
 		return Failed("the probe pods on every other node to answer this node's",
 			"no answer from the probe pods on "+strings.Join(silent, ", "),
-			"the nodes answer each other through the overlay (the overlay check passed), but pods do not: look for firewall rules that drop forwarded traffic (iptables -S FORWARD: Docker's default DROP policy, a host firewall), net.ipv4.ip_forward=0 on either node, and network policies; then the network plugin's logs on both nodes")
+			"where the overlay check passed, the nodes reach each other and their pods do not: look for firewall rules that drop forwarded traffic (iptables -S FORWARD: Docker's default DROP policy, a host firewall), net.ipv4.ip_forward=0 on either node, and network policies; then the network plugin's logs on both nodes")
 	case len(small) > 0:
 		return mtuFailed(mtu, small)
 	}
-	return Passed(fmt.Sprintf("the probe pods on %d nodes answer, with packets of the pod MTU (%d bytes)", len(peers), mtu))
+	return Passed(fmt.Sprintf("the probe pods of the %d other nodes answer, with packets of the pod MTU (%d bytes)", len(peers), mtu))
 }
 
 // pinged sorts peers by what answered says of them: those that answered
