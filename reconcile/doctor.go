@@ -69,11 +69,14 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 	}
 	dr := &doctorRun{s: s, c: s.c, ignoreDocker: s.opts.IgnoreDockerVersion, d: d, now: s.opts.Now()}
 	dr.since = dr.now.Add(-cmp.Or(o.Since, DefaultSince))
-	dr.gather(ctx, !slices.Contains(o.Skip, doctor.CheckPodNetwork))
+	dr.gather(ctx, o.Skip)
 	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
 		Skip: o.Skip, MaxParallel: s.c.Rigger.MaxParallel,
 	}))
 	dr.removeProbe(ctx)
+	if dr.nodes != nil {
+		dr.nodes.stop()
+	}
 	return found, nil
 }
 
@@ -190,9 +193,10 @@ type machineRead struct {
 // gather reads what the checks judge: the nodes (as a plan observes
 // them, files kept for the certificates), the PKI, and at once etcd's
 // members, the Nodes (then watched while the walk runs), the network
-// plugin's pods and each node's docker info. With probe, it makes the
-// pod-network check's probe DaemonSet, whose pods start meanwhile.
-func (r *doctorRun) gather(ctx context.Context, probe bool) {
+// plugin's pods and each node's docker info. It makes the pod-network
+// check's probe DaemonSet, whose pods start meanwhile. What the checks of
+// skip would judge is not read.
+func (r *doctorRun) gather(ctx context.Context, skip []string) {
 	s := r.s
 	r.machines = map[string]*machineRead{}
 	st, err := s.loadState()
@@ -206,7 +210,7 @@ func (r *doctorRun) gather(ctx context.Context, probe bool) {
 	r.setErr = err
 	var wg sync.WaitGroup
 	if r.set != nil && !r.newPKI {
-		if p := r.c.Network.Plugin; probe && p != "" && p != "none" {
+		if p := r.c.Network.Plugin; !slices.Contains(skip, doctor.CheckPodNetwork) && p != "" && p != "none" {
 			r.probe.created = make(chan struct{})
 			go r.createProbe(ctx)
 		}
@@ -215,7 +219,9 @@ func (r *doctorRun) gather(ctx context.Context, probe bool) {
 		go func() {
 			defer wg.Done()
 			s.observeKubernetes(ctx, r.set, r.o)
-			r.nodes = r.watchNodes(ctx)
+			if !slices.Contains(skip, doctor.CheckNodeUpdates) {
+				r.nodes = r.watchNodes(ctx)
+			}
 			r.pods = r.listPluginPods(ctx)
 			r.events = r.listNodeEvents(ctx)
 			r.dns = r.readDNSService(ctx)

@@ -48,7 +48,11 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	n1, n2, n3 := s.Nodes[0], s.Nodes[1], s.Nodes[2]
 	// Doctor's sessions, as rigger doctor opens them.
 	keysPerNode := func(o *reconcile.Options) { o.KeysPerNode = true }
-	walk := func(t *testing.T, c *spec.Cluster, skip ...string) []doctor.Finding {
+	// walkAll walks the cluster with every check but those of skip; walk
+	// skips too the checks that take seconds of every walk (the probe
+	// pods, the Nodes watched), walked by the subtests about them and by
+	// the healthy walks.
+	walkAll := func(t *testing.T, c *spec.Cluster, skip ...string) []doctor.Finding {
 		t.Helper()
 		began := time.Now()
 		found, err := a.Session(t, c, keysPerNode).Doctor(ctx, reconcile.DoctorOptions{Skip: skip})
@@ -57,6 +61,10 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}
 		t.Logf("doctor walked the cluster in %s", time.Since(began).Round(time.Millisecond))
 		return found
+	}
+	walk := func(t *testing.T, c *spec.Cluster, skip ...string) []doctor.Finding {
+		t.Helper()
+		return walkAll(t, c, append([]string{doctor.CheckPodNetwork, doctor.CheckNodeUpdates}, skip...)...)
 	}
 	// stops checks that each node's walk stops where want says ("" for
 	// nodes whose walk fails nothing), and that the failure's texts hold
@@ -105,11 +113,11 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	}
 
 	t.Run("a healthy cluster", func(t *testing.T) {
-		found := walk(t, c)
+		found := walkAll(t, c)
 		stops(t, found, nil, "", "")
 		for _, fd := range found {
-			if fd.Check == doctor.CheckNodeReady && fd.Level != doctor.Pass {
-				t.Errorf("node %s: node-ready %s: %s", fd.Node, fd.Level, fd.Found)
+			if (fd.Check == doctor.CheckNodeReady || fd.Check == doctor.CheckPodNetwork || fd.Check == doctor.CheckNodeUpdates) && fd.Level != doctor.Pass {
+				t.Errorf("node %s: %s %s: %s", fd.Node, fd.Check, fd.Level, fd.Found)
 			}
 			// Read from each member's metrics; how fast the sandbox's disk
 			// is, is the machine's.
@@ -324,7 +332,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// The nodes answer each other through the overlay, but what is
 		// forwarded to n3's pods is dropped: only pods see it.
 		blockOn(t, n3, "FORWARD", "-o", "cni0", "-j", "DROP")
-		found := walk(t, c)
+		found := walkAll(t, c)
 		stops(t, found, map[string]string{n1.Address: doctor.CheckPodNetwork, n2.Address: doctor.CheckPodNetwork, n3.Address: doctor.CheckPodNetwork},
 			"no answer from the probe pods on", "iptables -S FORWARD")
 		for _, fd := range found {
@@ -419,7 +427,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 				}
 			}()
 		}
-		found := walk(t, c)
+		found := walkAll(t, c)
 		stop()
 		wg.Wait()
 		defer func() {

@@ -335,7 +335,8 @@ type nodeWatch struct {
 	// manager, to tell which made an update.
 	updates map[string]*doctor.NodeUpdates
 	last    map[string]map[string]time.Time
-	err     error
+	// stop ends the watch before its window (the walk is over).
+	stop context.CancelFunc
 }
 
 // watchNodes watches the Nodes for nodeWatchWindow; nil when the API
@@ -355,6 +356,7 @@ func (r *doctorRun) watchNodes(ctx context.Context) *nodeWatch {
 		cancel()
 		return nil
 	}
+	w.stop = cancel
 	go func() {
 		defer close(w.done)
 		defer cancel()
@@ -365,9 +367,8 @@ func (r *doctorRun) watchNodes(ctx context.Context) *nodeWatch {
 				w.ended = time.Now()
 				return
 			case ev, ok := <-wi.ResultChan():
-				if !ok {
+				if !ok { // the API server ended it early: judged on what was seen
 					w.ended = time.Now()
-					w.err = errors.New("the watch of the Nodes ended early")
 					return
 				}
 				if n, isNode := ev.Object.(*corev1.Node); isNode {
