@@ -172,6 +172,8 @@ func probeDaemonSet(image string) *appsv1.DaemonSet {
 						Name: "probe", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no},
 					}},
+					// The helper container that pings from it is a Linux one.
+					NodeSelector:                  map[string]string{corev1.LabelOSStable: "linux"},
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					AutomountServiceAccountToken:  &no,
 					TerminationGracePeriodSeconds: &zero,
@@ -186,11 +188,14 @@ func probeDaemonSet(image string) *appsv1.DaemonSet {
 // node, for probeStart at most; what it has then is what the checks
 // judge, with why each Ready node has none.
 func (r *doctorRun) waitProbePods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string]string, error) {
-	// The nodes a probe pod is waited for: Ready, and their engine
+	// The nodes a probe pod is waited for: Linux, Ready, and their engine
 	// answered (a node whose Docker is down stays Ready for a while).
 	var ready []string
 	for addr, n := range r.o.Kubernetes.Link.Owned {
-		if on := r.o.Nodes[addr]; n != nil && observe.Ready(n) == string(corev1.ConditionTrue) && on != nil && on.Reachable {
+		if n == nil || n.Labels[corev1.LabelOSStable] != "linux" {
+			continue
+		}
+		if on := r.o.Nodes[addr]; observe.Ready(n) == string(corev1.ConditionTrue) && on != nil && on.Reachable {
 			ready = append(ready, n.Name)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func readyNode(name string, ready corev1.ConditionStatus) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelOSStable: "linux"}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
 }
 
@@ -49,8 +49,8 @@ func TestProbeDaemonSet(t *testing.T) {
 }
 
 // TestWaitProbePods: the wait ends once every Ready Node has a running
-// probe pod with an address; NotReady Nodes, and Nodes whose engine did
-// not answer, are not waited for.
+// probe pod with an address; NotReady Nodes, Nodes whose engine did not
+// answer and Windows Nodes are not waited for.
 func TestWaitProbePods(t *testing.T) {
 	ds := probeDaemonSet("pause")
 	ds.Namespace = metav1.NamespaceSystem
@@ -60,15 +60,18 @@ func TestWaitProbePods(t *testing.T) {
 		probePod(ds, "n3", corev1.PodPending, ""),
 		probePod(probeDaemonSet("pause"), "n3", corev1.PodRunning, "10.42.2.9"), // another run's
 	)
+	windows := readyNode("n5", corev1.ConditionTrue)
+	windows.Labels[corev1.LabelOSStable] = "windows"
 	r := &doctorRun{o: &observe.Cluster{
 		Kubernetes: &observe.Kubernetes{Link: &observe.Linkage{Owned: map[string]*corev1.Node{
 			"10.0.0.1": readyNode("n1", corev1.ConditionTrue),
 			"10.0.0.2": readyNode("n2", corev1.ConditionTrue),
 			"10.0.0.3": readyNode("n3", corev1.ConditionFalse),
 			"10.0.0.4": readyNode("n4", corev1.ConditionTrue), // Ready still, but its engine is down
+			"10.0.0.5": windows,
 		}}},
 		Nodes: map[string]*observe.Node{
-			"10.0.0.1": {Reachable: true}, "10.0.0.2": {Reachable: true}, "10.0.0.3": {Reachable: true}, "10.0.0.4": {},
+			"10.0.0.1": {Reachable: true}, "10.0.0.2": {Reachable: true}, "10.0.0.3": {Reachable: true}, "10.0.0.4": {}, "10.0.0.5": {Reachable: true},
 		},
 	}}
 	pods, missing, err := r.waitProbePods(context.Background(), cs, ds)
