@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"bufio"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -31,6 +32,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/doctor"
+	"github.com/rigger/rigger/reconcile/pki"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -242,6 +244,60 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 			t.Fatal(err)
 		}
 		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckCertificates}, "x509: certificate signed by unknown authority", "another cluster")
+	})
+
+	// reissue replaces the certificate name on node n, for the test, by
+	// one of the cluster's CA for the same key that change makes other.
+	// The components read their certificates when they start: the running
+	// ones keep theirs.
+	reissue := func(t *testing.T, n sandbox.Node, name string, change func(*x509.Certificate)) {
+		t.Helper()
+		set, err := pki.Load(a.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caCert, caKey := parsePair(t, set.Certs[pki.CACertName])
+		certPath, _ := pki.NodePath(name)
+		p := n.HostPath(certPath)
+		orig, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(orig)
+		old, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: old.Subject, DNSNames: old.DNSNames,
+			IPAddresses: old.IPAddresses, KeyUsage: old.KeyUsage, ExtKeyUsage: old.ExtKeyUsage, NotBefore: old.NotBefore, NotAfter: old.NotAfter}
+		change(leaf)
+		der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, old.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := os.WriteFile(p, orig, 0o644); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+
+	t.Run("an expired certificate", func(t *testing.T) {
+		reissue(t, n2, pki.KubeProxyCertName, func(c *x509.Certificate) {
+			c.NotBefore, c.NotAfter = time.Now().AddDate(-1, 0, 0), time.Now().Add(-time.Hour)
+		})
+		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCertificates}, "x509: certificate has expired", "rigger cert rotate")
+	})
+
+	t.Run("a certificate without the node's names", func(t *testing.T) {
+		// The API server's, as an install with other addresses left it.
+		reissue(t, n3, pki.KubeAPICertName, func(c *x509.Certificate) {
+			c.DNSNames, c.IPAddresses = []string{"kubernetes"}, nil
+		})
+		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckCertificates}, "x509: certificate is valid for kubernetes, not", "authentication.sans")
 	})
 
 	t.Run("etcd stopped", func(t *testing.T) {
@@ -547,6 +603,36 @@ func rewriteKnownHost(t *testing.T, file, host string) string {
 
 // foreignCert is a certificate signed by a CA of its own: what another
 // cluster's install leaves on a machine.
+// parsePair parses a certificate of the cluster's PKI and its key.
+func parsePair(t *testing.T, c pki.Cert) (*x509.Certificate, crypto.Signer) {
+	t.Helper()
+	blk, _ := pem.Decode(c.CertPEM)
+	if blk == nil {
+		t.Fatal("no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := pem.Decode(c.KeyPEM)
+	if kb == nil {
+		t.Fatal("no PEM key")
+	}
+	var key any
+	switch kb.Type {
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(kb.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(kb.Bytes)
+	default:
+		key, err = x509.ParsePKCS8PrivateKey(kb.Bytes)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key.(crypto.Signer)
+}
+
 func foreignCert(t *testing.T) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
