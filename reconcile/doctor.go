@@ -168,6 +168,9 @@ type doctorRun struct {
 
 	mu       sync.Mutex
 	machines map[string]*machineRead
+	// fromPod is what the pod-network check read from each node's probe
+	// pod (its DNS answer too).
+	fromPod map[string]*doctor.Host
 	// probe is the pod-network check's probe DaemonSet.
 	probe podProbe
 	// nodes counts the Nodes' updates while the walk runs (nil: not
@@ -198,7 +201,7 @@ type machineRead struct {
 // skip would judge is not read.
 func (r *doctorRun) gather(ctx context.Context, skip []string) {
 	s := r.s
-	r.machines = map[string]*machineRead{}
+	r.machines, r.fromPod = map[string]*machineRead{}, map[string]*doctor.Host{}
 	st, err := s.loadState()
 	r.o = s.observeNodes(ctx, true)
 	if err == nil {
@@ -476,6 +479,16 @@ func (r *doctorRun) checks() []doctor.Check {
 			server := r.dnsServer()
 			if server == "" {
 				return doctor.Skipped("dns: provider none")
+			}
+			// From the node's probe pod, as pods' lookups go, when
+			// pod-network ran one; from the node's own network otherwise.
+			r.mu.Lock()
+			pod := r.fromPod[node]
+			r.mu.Unlock()
+			if pod != nil {
+				res := doctor.DNS(server, r.dnsName(), pod.DNS, r.dns)
+				res.Found = "from the node's probe pod: " + res.Found
+				return res
 			}
 			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DNS(server, r.dnsName(), h.DNS, r.dns) })(ctx, node)
 		})},

@@ -286,12 +286,18 @@ func (r *doctorRun) pingFromPod(ctx context.Context, node string, pod corev1.Pod
 	}
 	out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.PodScript}, dockerop.RunOptions{
 		NetworkMode: "container:" + list[0].ID,
-		Env:         []string{"PEERS=" + strings.Join(addrs, " ")},
+		Env:         []string{"PEERS=" + strings.Join(addrs, " "), "DNS=" + r.dnsServer(), "DNS_NAME=" + r.dnsName()},
 	})
 	if err != nil {
 		return nil, err
 	}
-	return doctor.ParseHost(out)
+	h, err := doctor.ParseHost(out)
+	if err == nil {
+		r.mu.Lock()
+		r.fromPod[node] = h
+		r.mu.Unlock()
+	}
+	return h, err
 }
 
 // removeProbe deletes the run's probe DaemonSet and its pods.

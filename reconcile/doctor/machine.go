@@ -93,10 +93,12 @@ echo '## overlay'; mtu=$(cat /sys/class/net/flannel.1/mtu 2>/dev/null); PEERS=$O
 
 // PodScript is the script a helper container in a probe pod's network
 // namespace runs: it pings the addresses of $PEERS, small packets and
-// then packets as large as the pod's interface takes. ParseHost reads
-// its output into Overlay and OverlayMTU.
+// then packets as large as the pod's interface takes, and asks the
+// cluster DNS at $DNS for $DNS_NAME as the pod's own lookups go. ParseHost
+// reads its output into Overlay, OverlayMTU and DNS.
 const PodScript = `echo '## overlay'; mtu=$(cat /sys/class/net/eth0/mtu 2>/dev/null)
-` + pingPeers + `echo '## end'
+` + pingPeers + `echo '## dns'; [ -n "$DNS" ] && timeout 5 nslookup "$DNS_NAME" "$DNS" 2>&1
+echo '## end'
 `
 
 // pingPeers prints $mtu and then, for each address of $PEERS, whether it
