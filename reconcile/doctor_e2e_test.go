@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -246,11 +247,11 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckCertificates}, "x509: certificate signed by unknown authority", "another cluster")
 	})
 
-	// reissue replaces the certificate name on node n, for the test, by
-	// one of the cluster's CA for the same key that change makes other.
-	// The components read their certificates when they start: the running
-	// ones keep theirs.
-	reissue := func(t *testing.T, n sandbox.Node, name string, change func(*x509.Certificate)) {
+	// reissue replaces the certificate name on node n, until restore or
+	// the end of the test, by one of the cluster's CA for the same key that
+	// change makes other. The components read their certificates when they
+	// start: the running ones keep theirs.
+	reissue := func(t *testing.T, n sandbox.Node, name string, change func(*x509.Certificate)) (restore func()) {
 		t.Helper()
 		set, err := pki.Load(a.StateDir)
 		if err != nil {
@@ -278,11 +279,16 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			if err := os.WriteFile(p, orig, 0o644); err != nil {
-				t.Error(err)
-			}
-		})
+		var once sync.Once
+		restore = func() {
+			once.Do(func() {
+				if err := os.WriteFile(p, orig, 0o644); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		t.Cleanup(restore)
+		return restore
 	}
 
 	t.Run("an expired certificate", func(t *testing.T) {
@@ -292,12 +298,52 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCertificates}, "x509: certificate has expired", "rigger cert rotate")
 	})
 
-	t.Run("a certificate without the node's names", func(t *testing.T) {
+	t.Run("a kubelet that cannot register: the API server's certificate without the node's names", func(t *testing.T) {
 		// The API server's, as an install with other addresses left it.
-		reissue(t, n3, pki.KubeAPICertName, func(c *x509.Certificate) {
+		restore := reissue(t, n3, pki.KubeAPICertName, func(c *x509.Certificate) {
 			c.DNSNames, c.IPAddresses = []string{"kubernetes"}, nil
 		})
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckCertificates}, "x509: certificate is valid for kubernetes, not", "authentication.sans")
+
+		// As the machine would be after a reboot with it: the API server
+		// serves it, and the kubelet, which asks its node's own API server,
+		// cannot register its Node again.
+		cli := sandboxtest.DockerClient(t, n3)
+		restart := func(ctx context.Context, name string) {
+			t.Helper()
+			if err := cli.ContainerRestart(ctx, name, container.StopOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		restart(ctx, desired.KubeAPIServer)
+		cs := a.Client(ctx, t, c)
+		name := n3.Hostname
+		if c.Nodes[2].HostnameOverride != "" {
+			name = c.Nodes[2].HostnameOverride
+		}
+		if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		restart(ctx, desired.Kubelet)
+		// Past the certificates (and the API server's probe, which fails
+		// on them too), the walk stops where the symptom shows, with the
+		// kubelet's own error.
+		rt.Eventually(ctx, t, 2*time.Minute, "node3's walk at node-registered with the kubelet's x509 error", func(ctx context.Context) (bool, error) {
+			for _, fd := range walk(t, c, doctor.CheckCertificates, doctor.CheckHealth) {
+				if fd.Node == n3.Address && fd.Level == doctor.Fail {
+					return fd.Check == doctor.CheckNodeRegistered && strings.Contains(fd.Found, "x509"), fmt.Errorf("%s: %s", fd.Check, fd.Found)
+				}
+			}
+			return false, errors.New("node3's walk fails nothing")
+		})
+
+		restore()
+		restart(ctx, desired.KubeAPIServer)
+		// The kubelet of a missing Node is restarted by the apply, and
+		// registers.
+		a.Apply(ctx, t, c)
+		rt.NodesReady(ctx, t, cs, []sandbox.Node{n1, n2, n3})
+		healthy(t)
 	})
 
 	t.Run("etcd stopped", func(t *testing.T) {
