@@ -10,8 +10,8 @@ import (
 // journalSize steps (CA fetched, join refused or certificate issued,
 // tunnel refused, up or lost), so that a node whose agent is not connected
 // can be told where its join stopped (NotConnectedError) without reading
-// the agent's log. Steps of nodes not declared are not kept: the pending
-// list holds those.
+// the agent's log. A step repeated is kept once, at its first time. Steps
+// of nodes not declared are not kept: the pending list holds those.
 const journalSize = 8
 
 // Join steps as the server sees them.
@@ -53,14 +53,18 @@ func (s *Server) note(node string, step JoinStep) {
 	}
 }
 
-// noteLocked adds a step to n's journal. A step like the last one takes
-// its place: an agent retrying (or anyone fetching the CA in a node's
-// name) does not push the other steps out.
+// noteLocked adds a step to n's journal. A step like one of the last two
+// is not added again: an agent retrying (its CA fetched, its join refused,
+// again and again), or anyone fetching the CA in a node's name, does not
+// push the other steps out, and the journal, which status shows, stays the
+// same while nothing new happens (the first time is kept: since when it
+// is so).
 func (s *Server) noteLocked(n *nodeState, step JoinStep) {
 	step.At = s.now()
-	if k := len(n.journal); k > 0 && n.journal[k-1].Step == step.Step {
-		n.journal[k-1] = step
-		return
+	for _, j := range n.journal[max(0, len(n.journal)-2):] {
+		if j.Step == step.Step && j.Detail == step.Detail {
+			return
+		}
 	}
 	if len(n.journal) == journalSize {
 		n.journal = append(n.journal[:0], n.journal[1:]...)

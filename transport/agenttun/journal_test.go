@@ -67,7 +67,7 @@ func TestJournalSaysWhereTheJoinStopped(t *testing.T) {
 	for _, j := range nc.Journal {
 		steps = append(steps, j.Step)
 	}
-	if got := strings.Join(steps, ", "); got != "CA fetched, join refused, CA fetched, certificate issued, tunnel up, tunnel lost" || !strings.Contains(nc.Next, "its tunnel was lost at") {
+	if got := strings.Join(steps, ", "); got != "CA fetched, join refused, certificate issued, tunnel up, tunnel lost" || !strings.Contains(nc.Next, "its tunnel was lost at") {
 		t.Errorf("after the agent stopped: steps %s; %s", got, nc.Next)
 	}
 
@@ -84,17 +84,23 @@ func TestJournalSaysWhereTheJoinStopped(t *testing.T) {
 	}
 }
 
-// TestJournalBounded: a node's journal keeps its last steps, and a step
+// TestJournalBounded: a node's journal keeps its last steps, and steps
 // repeated (an agent retrying, anyone fetching the CA in the node's name)
-// takes the place of the last one.
+// are kept once.
 func TestJournalBounded(t *testing.T) {
 	n := startNode(t)
 	ts := startServer(t, Node{Name: "n1", DockerSocket: n.docker.Socket})
 	for range 100 {
 		ts.srv.note("n1", JoinStep{Step: StepCAFetched})
+		ts.srv.note("n1", JoinStep{Step: StepJoinRefused, Detail: "waits for approval"})
 	}
-	if j := ts.srv.Journal("n1"); len(j) != 1 {
-		t.Errorf("a step repeated 100 times: %d steps kept", len(j))
+	if j := ts.srv.Journal("n1"); len(j) != 2 {
+		t.Errorf("two steps repeated in turn 100 times: %d steps kept", len(j))
+	}
+	// Another refusal is news.
+	ts.srv.note("n1", JoinStep{Step: StepJoinRefused, Detail: "the join token is not valid"})
+	if j := ts.srv.Journal("n1"); len(j) != 3 {
+		t.Errorf("a new refusal not kept: %v", j)
 	}
 	for i := range 2 * journalSize {
 		ts.srv.note("n1", JoinStep{Step: fmt.Sprint("step ", i)})
