@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -95,6 +96,8 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}
 	}
 	c := f.c
+	// nodeName is the Node name of the i-th node of c, sandbox node n.
+	nodeName := func(i int, n sandbox.Node) string { return cmp.Or(c.Nodes[i].HostnameOverride, n.Hostname) }
 	// healthy waits for a walk that fails nothing: what a repair started
 	// (a network plugin's pod recreated) takes a moment.
 	healthy := func(t *testing.T) {
@@ -317,10 +320,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}
 		restart(ctx, desired.KubeAPIServer)
 		cs := a.Client(ctx, t, c)
-		name := n3.Hostname
-		if c.Nodes[2].HostnameOverride != "" {
-			name = c.Nodes[2].HostnameOverride
-		}
+		name := nodeName(2, n3)
 		if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -507,10 +507,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 	t.Run("two controllers fighting over a Node", func(t *testing.T) {
 		cs := a.Client(ctx, t, c)
-		name := n2.Hostname
-		if c.Nodes[1].HostnameOverride != "" {
-			name = c.Nodes[1].HostnameOverride
-		}
+		name := nodeName(1, n2)
 		// Each sets the label to its own value, as fast as the API server
 		// answers, until the walk is done.
 		fightCtx, stop := context.WithCancel(ctx)
@@ -552,10 +549,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 	t.Run("a Node deleted", func(t *testing.T) {
 		cs := a.Client(ctx, t, c)
-		name := n3.Hostname
-		if c.Nodes[2].HostnameOverride != "" {
-			name = c.Nodes[2].HostnameOverride
-		}
+		name := nodeName(2, n3)
 		if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
