@@ -301,7 +301,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCertificates}, "x509: certificate has expired", "rigger cert rotate")
 	})
 
-	t.Run("a kubelet that cannot register: the API server's certificate without the node's names", func(t *testing.T) {
+	t.Run("a Node deleted, whose kubelet cannot register again: the API server's certificate without the node's names", func(t *testing.T) {
 		// The API server's, as an install with other addresses left it.
 		restore := reissue(t, n3, pki.KubeAPICertName, func(c *x509.Certificate) {
 			c.DNSNames, c.IPAddresses = []string{"kubernetes"}, nil
@@ -309,8 +309,8 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckCertificates}, "x509: certificate is valid for kubernetes, not", "authentication.sans")
 
 		// As the machine would be after a reboot with it: the API server
-		// serves it, and the kubelet, which asks its node's own API server,
-		// cannot register its Node again.
+		// serves it; the Node is deleted, and the kubelet, which asks its
+		// node's own API server, cannot register it again.
 		cli := sandboxtest.DockerClient(t, n3)
 		restart := func(ctx context.Context, name string) {
 			t.Helper()
@@ -320,27 +320,34 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}
 		restart(ctx, desired.KubeAPIServer)
 		cs := a.Client(ctx, t, c)
-		name := nodeName(2, n3)
-		if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := cs.CoreV1().Nodes().Delete(ctx, nodeName(2, n3), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		restart(ctx, desired.Kubelet)
-		// Past the certificates (and the API server's probe, which fails
-		// on them too), the walk stops where the symptom shows, with the
-		// kubelet's own error.
+		// Past the certificates (and what fails on them too: the API
+		// server's probe, and the controller manager and scheduler of n3,
+		// which ask that API server and may restart), the walk stops where
+		// the symptom shows, with the kubelet's own error. The cluster's
+		// one DNS pod may have been on n3: its endpoint went with the
+		// Node, and the other nodes' dns checks would fail too, rightly.
+		var found []doctor.Finding
 		rt.Eventually(ctx, t, 2*time.Minute, "node3's walk at node-registered with the kubelet's x509 error", func(ctx context.Context) (bool, error) {
-			for _, fd := range walk(t, c, doctor.CheckCertificates, doctor.CheckHealth) {
+			found = walk(t, c, doctor.CheckCertificates, doctor.CheckHealth, doctor.CheckContainers, doctor.CheckDNS)
+			for _, fd := range found {
 				if fd.Node == n3.Address && fd.Level == doctor.Fail {
 					return fd.Check == doctor.CheckNodeRegistered && strings.Contains(fd.Found, "x509"), fmt.Errorf("%s: %s", fd.Check, fd.Found)
 				}
 			}
 			return false, errors.New("node3's walk fails nothing")
 		})
+		stops(t, found, map[string]string{n3.Address: doctor.CheckNodeRegistered}, "has not registered", "hostname_override")
 
 		restore()
 		restart(ctx, desired.KubeAPIServer)
-		// The kubelet of a missing Node is restarted by the apply, and
-		// registers.
+		// An apply restarts the kubelet of a missing Node, which registers
+		// again, and recreates the network plugin's pod made for the Node
+		// deleted: the Node made again has another pod subnet, and the
+		// overlay between the nodes works again once the plugin learnt it.
 		a.Apply(ctx, t, c)
 		rt.NodesReady(ctx, t, cs, []sandbox.Node{n1, n2, n3})
 		healthy(t)
@@ -545,24 +552,6 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 				t.Errorf("node %s: node-updates %s: %s", fd.Node, fd.Level, fd.Found)
 			}
 		}
-	})
-
-	t.Run("a Node deleted", func(t *testing.T) {
-		cs := a.Client(ctx, t, c)
-		name := nodeName(2, n3)
-		if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		// The cluster's one DNS pod may be on n3: its endpoint went with
-		// the Node, and the other nodes' dns checks would fail too, rightly.
-		stops(t, walk(t, c, doctor.CheckDNS), map[string]string{n3.Address: doctor.CheckNodeRegistered}, "has not registered", "hostname_override")
-		// An apply restarts the kubelet, which registers again, and
-		// recreates the network plugin's pod made for the Node deleted:
-		// the Node made again has another pod subnet, and the overlay
-		// between the nodes works again once the plugin learnt it.
-		a.Apply(ctx, t, c)
-		rt.NodesReady(ctx, t, cs, []sandbox.Node{n1, n2, n3})
-		healthy(t)
 	})
 
 	t.Run("Docker stopped", func(t *testing.T) {
