@@ -394,8 +394,6 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		stops(t, walk(t, c), map[string]string{n2.Address: doctor.CheckCNI}, "cni config uninitialized", "install-cni")
 	})
 
-	// blockOn adds an iptables rule to n's INPUT chain, in its network
-	// namespace, until the test ends.
 	// blockOn puts rule first in the chain of n's firewall, until the
 	// test ends.
 	blockOn := func(t *testing.T, n sandbox.Node, chain string, rule ...string) {
@@ -472,14 +470,28 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		restored := false
 		defer func() {
 			if !restored {
+				// The next subtests' walks want the DNS back.
 				if err := scale(1); err != nil {
 					t.Error(err)
 				}
+				healthy(t)
 			}
 		}()
+		// Gone, or ended: a pod that failed earlier (its kubelet rejected
+		// it on a restart) is no replica the scale deletes, and answers
+		// nothing.
 		rt.Eventually(ctx, t, 2*time.Minute, "the DNS pods gone", func(ctx context.Context) (bool, error) {
 			pods, err := cs.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
-			return err == nil && len(pods.Items) == 0, err
+			if err != nil {
+				return false, err
+			}
+			var left []string
+			for _, p := range pods.Items {
+				if p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+					left = append(left, fmt.Sprintf("%s on %q: %s, deleted at %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp))
+				}
+			}
+			return len(left) == 0, fmt.Errorf("left: %s", strings.Join(left, "; "))
 		})
 		stops(t, walk(t, c), map[string]string{n1.Address: doctor.CheckDNS, n2.Address: doctor.CheckDNS, n3.Address: doctor.CheckDNS},
 			"kube-system/kube-dns has no ready endpoint", "scaled to 0")
