@@ -48,6 +48,7 @@ func (s *Session) addonEngine(set *pki.Set, o *observe.Cluster, progress func(ad
 		ReadyTimeout: time.Duration(s.c.AddonJobTimeout) * time.Second,
 		Log:          s.opts.Log.With("cluster", s.c.ClusterName),
 		Progress:     progress,
+		Timeline:     s.opts.Timeline,
 	})
 }
 

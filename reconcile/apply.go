@@ -258,6 +258,7 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 		WorkersBlocked:       workersBlocked,
 		ControlPlaneBlocked:  cpBlocked,
 		MaxPlanAge:           MaxPlanAge,
+		Timeline:             tl,
 		Now:                  s.opts.Now,
 		Snapshot: func(ctx context.Context) error {
 			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)

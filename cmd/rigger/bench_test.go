@@ -2,7 +2,9 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
@@ -150,4 +153,145 @@ func riggerBinary(b *testing.B) string {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// BenchmarkChanges measures a cluster's changes on a fresh 4-node
+// sandbox, each a whole `rigger apply --yes --timings` process, and
+// prints each one's timeline (what waits on what):
+//
+//   - cold: three nodes with every role converged from nothing (the
+//     images are in the nodes' engines already, as the sandbox loads
+//     them: no pull is measured);
+//   - one flag: a kube-proxy flag added on the three nodes, beside its
+//     floor measured after it: `ssh NODE 'docker restart kube-proxy'`
+//     then its /healthz polled until it answers, one node after the
+//     other, as rigger rolls a change over three workers (one at a
+//     time);
+//   - a worker added: the fourth node joins as a worker.
+//
+// A cold converge happens once: one iteration is the whole sequence.
+func BenchmarkChanges(b *testing.B) {
+	s := sandboxtest.Start(b, sandbox.Options{Subnet: 41, Nodes: 4, Images: true})
+	bin := riggerBinary(b)
+	dir := b.TempDir()
+	file := filepath.Join(dir, "cluster.yml")
+	three := map[int][]string{}
+	for i := range 3 {
+		three[i] = []string{"etcd", "controlplane", "worker"}
+	}
+	four := maps.Clone(three)
+	four[3] = []string{"worker"}
+	yml := sandboxtest.ClusterYML(b, s, three)
+	const proxyFlag = `conntrack-max-per-core: "0"`
+	flagged := strings.Replace(yml, proxyFlag, proxyFlag+"\n      v: \"4\"", 1)
+	if flagged == yml {
+		b.Fatalf("the example's kube-proxy setting %s is gone: change the benchmark's flag", proxyFlag)
+	}
+	withWorker := strings.Replace(sandboxtest.ClusterYML(b, s, four), proxyFlag, proxyFlag+"\n      v: \"4\"", 1)
+	apply := func(what, content string) (measured, []timeline.Span) {
+		b.Helper()
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		m, spans, err := runTimed(bin, "apply", "--yes", "--timings", "-f", file, "--state-dir", filepath.Join(dir, "state"))
+		if err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+		logSpans(b, what, m, spans)
+		return m, spans
+	}
+	key := filepath.Join(s.Dir, "ssh", "id_ed25519")
+	knownHosts := filepath.Join(s.Dir, "ssh", "known_hosts")
+	floor := func() measured {
+		var total measured
+		for _, n := range s.Nodes[:3] {
+			r, err := runProcess("ssh", "-i", key, "-o", "UserKnownHostsFile="+knownHosts, "-o", "StrictHostKeyChecking=yes",
+				"-o", "BatchMode=yes", n.User+"@"+n.Address,
+				"docker restart kube-proxy >/dev/null && until curl -sf -o /dev/null http://127.0.0.1:10256/healthz; do sleep 0.1; done")
+			if err != nil {
+				b.Fatalf("the floor: %v", err)
+			}
+			total.wall += r.wall
+			total.cpu += r.cpu
+		}
+		return total
+	}
+	for b.Loop() {
+		cold, spans := apply("cold converge of three nodes", yml)
+		b.ReportMetric(cold.wall.Seconds(), "cold-s")
+		for _, sp := range spans {
+			if p, ok := strings.CutPrefix(sp.Name, "apply: phase "); ok {
+				b.ReportMetric(sp.Duration.Seconds(), "cold-"+p+"-s")
+			}
+		}
+		flag, _ := apply("one kube-proxy flag on three nodes", flagged)
+		fl := floor()
+		b.ReportMetric(flag.wall.Seconds(), "flag-s")
+		b.ReportMetric(fl.wall.Seconds(), "flag-floor-s")
+		b.ReportMetric(flag.wall.Seconds()/fl.wall.Seconds(), "flag/floor")
+		added, _ := apply("a worker added", withWorker)
+		b.ReportMetric(added.wall.Seconds(), "add-worker-s")
+	}
+	if b.N != 1 {
+		b.Fatalf("%d iterations: a cold converge is measured once", b.N)
+	}
+}
+
+// runTimed runs rigger with args, which hold --timings, to its end, and
+// returns what it took and the spans of its timeline (from its stderr).
+func runTimed(bin string, args ...string) (measured, []timeline.Span, error) {
+	cmd := exec.Command(bin, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	m := measured{wall: time.Since(start)}
+	if cmd.ProcessState != nil {
+		m.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if err != nil {
+		return m, nil, fmt.Errorf("rigger %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	spans, err := parseTimings(stderr.String())
+	return m, spans, err
+}
+
+// parseTimings reads back the table timeline.Render wrote after
+// "Timings:": start, duration, a bar and the span's name on each line.
+func parseTimings(s string) ([]timeline.Span, error) {
+	_, table, ok := strings.Cut(s, "\nTimings:\n")
+	if !ok {
+		return nil, fmt.Errorf("no timings in:\n%s", s)
+	}
+	var spans []timeline.Span
+	for i, line := range strings.Split(strings.TrimSpace(table), "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 3 {
+			continue // the header
+		}
+		start, err1 := time.ParseDuration(f[0])
+		took, err2 := time.ParseDuration(f[1])
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("timings line %q: %w", line, err)
+		}
+		// After the two durations, the bar: spaces and one run of blocks.
+		rest := strings.TrimSpace(line)
+		rest = strings.TrimSpace(rest[len(f[0]):])[len(f[1]):]
+		name := strings.TrimSpace(strings.TrimLeft(rest, " ▇"))
+		spans = append(spans, timeline.Span{Name: name, Start: start, Duration: took})
+	}
+	return spans, nil
+}
+
+// logSpans prints a run's spans of a second or more (what the time went
+// to), as a table for docs/BENCHMARKS.md.
+func logSpans(b *testing.B, what string, m measured, spans []timeline.Span) {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s: %.1f s\n\n| from | took | what |\n|---|---|---|\n", what, m.wall.Seconds())
+	for _, sp := range spans {
+		if sp.Duration >= time.Second {
+			fmt.Fprintf(&sb, "| %.1f s | %.1f s | %s |\n", sp.Start.Seconds(), sp.Duration.Seconds(), sp.Name)
+		}
+	}
+	b.Log(sb.String())
 }

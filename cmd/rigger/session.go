@@ -69,7 +69,7 @@ func (f *clusterFlags) startTimings(command string) (end func()) {
 
 // addTimings adds --timings, for the commands that plan.
 func (f *clusterFlags) addTimings(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&f.timings, "timings", false, "print, on stderr, where the command's time went: each step of the observation (per node: connect, each Docker call, the files), the plan, the add-ons' dry run, the lock and Lease, each phase of the apply")
+	cmd.Flags().BoolVar(&f.timings, "timings", false, "print, on stderr, where the command's time went: each step of the observation (per node: connect, each Docker call, the files), the plan, the add-ons' dry run, the lock and Lease, each phase of the apply and in it each step, wait for health, node before and after its changes, and add-on")
 }
 
 func (f *clusterFlags) add(cmd *cobra.Command) {

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rigger/rigger/internal/timeline"
 )
 
 // TestPlanTimings: plan --timings says, on stderr, where its time went:
@@ -25,5 +29,31 @@ func TestPlanTimings(t *testing.T) {
 	}
 	if _, errOut, _ := run(t, "plan", "-f", file, "--state-dir", dir+"/state"); strings.Contains(errOut, "Timings:") {
 		t.Errorf("timings without --timings:\n%s", errOut)
+	}
+}
+
+// TestParseTimings: what BenchmarkChanges reads back is what the
+// timeline rendered.
+func TestParseTimings(t *testing.T) {
+	now := time.Unix(0, 0)
+	tl := timeline.NewAt(func() time.Time { return now })
+	end := tl.Begin("rigger apply")
+	now = now.Add(3 * time.Millisecond)
+	endPhase := tl.Begin("apply 10.0.0.1: replace kube-proxy")
+	now = now.Add(1500 * time.Millisecond)
+	endPhase()
+	end()
+	var out strings.Builder
+	out.WriteString("Applied.\n\nTimings:\n")
+	tl.Render(&out)
+	got, err := parseTimings(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tl.Spans(); !slices.Equal(got, want) {
+		t.Errorf("parsed %+v from\n%s\nwant %+v", got, out.String(), want)
+	}
+	if _, err := parseTimings("Applied.\n"); err == nil {
+		t.Error("no error without timings")
 	}
 }

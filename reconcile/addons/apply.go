@@ -187,7 +187,13 @@ func (e *Engine) applyAll(ctx context.Context, addons []Addon, full bool) (*Chan
 		if err := ctx.Err(); err != nil {
 			return cs, err
 		}
+		what := "addon " + set.addons[i].name
+		if !full {
+			what += ", applied before the workers"
+		}
+		end := e.opts.Timeline.Begin(what)
 		ac, err := e.applyAddon(ctx, set, &set.addons[i], full)
+		end()
 		cs.Addons = append(cs.Addons, ac)
 		if err != nil {
 			return cs, err

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile/internal/apiretry"
 )
 
@@ -68,6 +69,9 @@ type Options struct {
 	// the add-on's name ("addon <name>: <message>" is how to print them).
 	// Nil: silent. It is called from the goroutine that called the Engine.
 	Progress func(addon, message string)
+	// Timeline, when set, records each add-on's apply and wait (rigger
+	// apply --timings).
+	Timeline *timeline.Timeline
 }
 
 // Mapper maps kinds to the cluster's resources. The engine resets it once

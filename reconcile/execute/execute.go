@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/internal/crashpoint"
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -101,6 +102,10 @@ type Options struct {
 	MaxPlanAge time.Duration
 	// Now gives the time (nil: time.Now).
 	Now func() time.Time
+	// Timeline, when set, records each step, each wait for a component to
+	// be healthy, and each node's BeforeNode and AfterNode (rigger apply
+	// --timings): what waits on what.
+	Timeline *timeline.Timeline
 }
 
 // DefaultHealthTimeout is Options.HealthTimeout when unset: an API server
@@ -378,10 +383,12 @@ func (r *runner) say(node, msg string, err error) {
 // do runs one step and records it.
 func (r *runner) do(ctx context.Context, s plan.Step) error {
 	began := r.o.Now()
+	end := r.o.Timeline.Begin(fmt.Sprintf("apply %s: %s %s", s.Node, s.Action, s.Component))
 	err := ctx.Err()
 	if err == nil {
 		err = r.ops.apply(ctx, s)
 	}
+	end()
 	r.record(s, err, r.o.Now().Sub(began))
 	r.say(s.Node, describe(s), err)
 	crashpoint.Reach(crashpoint.Step(string(s.Phase)))
@@ -520,6 +527,7 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 			continue
 		}
 		began := r.o.Now()
+		end := r.o.Timeline.Begin(fmt.Sprintf("apply %s: %s healthy", node, c))
 		if w != nil {
 			w.arm()
 		}
@@ -538,6 +546,7 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 		if err != nil && !errors.As(err, &crash) {
 			err = r.withLogs(ctx, node, c, err)
 		}
+		end()
 		msg := "healthy"
 		if !probe {
 			msg = "up"
@@ -878,7 +887,10 @@ func (r *runner) rollingOrder(steps []plan.Step) ([]string, map[string][]plan.St
 // it created, replaced or restarted to be healthy.
 func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) error {
 	if f := r.o.BeforeNode; f != nil {
-		if err := f(ctx, node, steps); err != nil {
+		end := r.o.Timeline.Begin("apply " + node + ": before its changes (cordon, drain)")
+		err := f(ctx, node, steps)
+		end()
+		if err != nil {
 			r.say(node, "prepare for changes", err)
 			return err
 		}
@@ -896,7 +908,10 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 		return err
 	}
 	if f := r.o.AfterNode; f != nil {
-		if err := f(ctx, node, steps); err != nil {
+		end := r.o.Timeline.Begin("apply " + node + ": after its changes (Node Ready, uncordon)")
+		err := f(ctx, node, steps)
+		end()
+		if err != nil {
 			r.say(node, "finish changes", err)
 			return err
 		}

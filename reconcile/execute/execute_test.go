@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/internal/crashpoint"
+	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -307,6 +308,31 @@ func TestNodeHooks(t *testing.T) {
 	}
 	if index(ev, "create 10.0.0.6") >= 0 {
 		t.Errorf("10.0.0.6 changed although BeforeNode failed:\n%s", strings.Join(ev, "\n"))
+	}
+}
+
+// TestTimeline: with a Timeline, each step, health wait and node hook is
+// a span, named for its node, in the order they ran.
+func TestTimeline(t *testing.T) {
+	d := build(t, clusterYML)
+	p := plan.Compute(d, empty(d, now))
+	r := &recorder{}
+	o := options(d, r)
+	o.BeforeNode = func(context.Context, string, []plan.Step) error { return nil }
+	o.AfterNode = o.BeforeNode
+	o.Timeline = timeline.New()
+	if _, err := run(context.Background(), p, o, r.ops()); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sp := range o.Timeline.Spans() {
+		names = append(names, sp.Name)
+	}
+	n := "10.0.0.4"
+	before, step := index(names, "apply "+n+": before its changes"), index(names, "apply "+n+": create kubelet")
+	healthy, after := index(names, "apply "+n+": kubelet healthy"), index(names, "apply "+n+": after its changes")
+	if before < 0 || !(before <= step && step <= healthy && healthy <= after) {
+		t.Errorf("%s: before %d, step %d, healthy %d, after %d:\n%s", n, before, step, healthy, after, strings.Join(names, "\n"))
 	}
 }
 
