@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/client"
 )
@@ -23,7 +25,7 @@ const MinDockerAPIVersion = "1.41"
 // for messages.
 const MinDockerEngine = "Docker Engine 20.10"
 
-// DockerPingTimeout bounds CheckDocker's ping: an engine that accepts
+// DockerPingTimeout bounds CheckDocker's version read: an engine that accepts
 // connections but does not answer is hung.
 const DockerPingTimeout = 20 * time.Second
 
@@ -142,38 +144,80 @@ func (l *limitedBody) Read(p []byte) (int, error) {
 
 func (l *limitedBody) Close() error { return l.rc.Close() }
 
-// CheckDocker pings the engine behind cli, refuses one older than
-// MinDockerAPIVersion with a *DockerVersionError, and fixes the API version
-// the client uses from then on. A socket that cannot be opened gives the
-// transport's *DockerSocketError.
-func CheckDocker(ctx context.Context, node string, cli *client.Client) error {
+// CheckDocker reads the version of the engine behind cli (one round trip,
+// in place of a ping: the version says the API versions too), refuses one
+// older than MinDockerAPIVersion with a *DockerVersionError, and fixes the
+// API version the client uses from then on. A socket that cannot be opened
+// gives the transport's *DockerSocketError. The version it returns is what
+// a transport's EngineVersion gives.
+func CheckDocker(ctx context.Context, node string, cli *client.Client) (types.Version, error) {
 	pctx, cancel := context.WithTimeout(ctx, DockerPingTimeout)
 	defer cancel()
-	ping, err := cli.Ping(pctx)
+	v, err := readVersion(pctx, cli)
 	if err != nil {
 		var nodeErr NodeError
 		switch {
 		case errors.As(err, &nodeErr):
-			return nodeErr // without the HTTP request Docker's client wraps it in
+			return v, nodeErr // without the HTTP request it is wrapped in
 		case ctx.Err() != nil:
-			return fmt.Errorf("node %s: ping docker engine: %w", node, ctx.Err())
+			return v, fmt.Errorf("node %s: ask the docker engine its version: %w", node, ctx.Err())
 		case pctx.Err() != nil:
-			return fmt.Errorf("node %s: the Docker engine did not answer a ping within %s: check that dockerd "+
+			return v, fmt.Errorf("node %s: the Docker engine did not answer within %s: check that dockerd "+
 				"on the node is healthy (systemctl status docker)", node, DockerPingTimeout)
 		}
-		return fmt.Errorf("node %s: ping docker engine: %w", node, err)
+		return v, fmt.Errorf("node %s: ask the docker engine its version: %w", node, err)
 	}
-	if ping.APIVersion == "" {
+	if v.APIVersion == "" {
 		// Engines older than API 1.25 do not announce their version.
-		return &DockerVersionError{Node: node, APIVersion: "older than 1.25", MinAPIVersion: MinDockerAPIVersion}
+		return v, &DockerVersionError{Node: node, APIVersion: "older than 1.25", EngineVersion: v.Version, MinAPIVersion: MinDockerAPIVersion}
 	}
-	cli.NegotiateAPIVersionPing(ping)
-	if versions.LessThan(ping.APIVersion, MinDockerAPIVersion) {
-		verr := &DockerVersionError{Node: node, APIVersion: ping.APIVersion, MinAPIVersion: MinDockerAPIVersion}
-		if v, err := cli.ServerVersion(ctx); err == nil {
-			verr.EngineVersion = v.Version
+	cli.NegotiateAPIVersionPing(types.Ping{APIVersion: v.APIVersion, OSType: v.Os})
+	if versions.LessThan(v.APIVersion, MinDockerAPIVersion) {
+		return v, &DockerVersionError{Node: node, APIVersion: v.APIVersion, EngineVersion: v.Version, MinAPIVersion: MinDockerAPIVersion}
+	}
+	return v, nil
+}
+
+// readVersion asks the engine its version at the API's unversioned path,
+// which every engine answers, before the client knows which version to
+// speak.
+func readVersion(ctx context.Context, cli *client.Client) (types.Version, error) {
+	var v types.Version
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+client.DummyHost+"/version", nil)
+	if err != nil {
+		return v, err
+	}
+	resp, err := cli.HTTPClient().Do(req)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return v, fmt.Errorf("GET /version answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return v, fmt.Errorf("GET /version: %w", err)
+	}
+	return v, nil
+}
+
+// EngineVersions is a Transport that keeps what each node's engine
+// answered CheckDocker when its client was made, so that observing the
+// node need not ask again.
+type EngineVersions interface {
+	// EngineVersion is node's engine version read when its Docker client
+	// was made; false when there is none yet.
+	EngineVersion(node string) (types.Version, bool)
+}
+
+// EngineVersion is the version of node's engine: the one t read on
+// connecting when it keeps it (EngineVersions), else read through cli.
+func EngineVersion(ctx context.Context, t Transport, node string, cli *client.Client) (types.Version, error) {
+	if ev, ok := t.(EngineVersions); ok {
+		if v, ok := ev.EngineVersion(node); ok {
+			return v, nil
 		}
-		return verr
 	}
-	return nil
+	return cli.ServerVersion(ctx)
 }

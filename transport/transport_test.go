@@ -46,7 +46,7 @@ func TestCheckDocker(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cli.Close()
-			err = transport.CheckDocker(ctx, "n1", cli)
+			_, err = transport.CheckDocker(ctx, "n1", cli)
 			var old *transport.DockerVersionError
 			switch {
 			case tt.wantErr && !errors.As(err, &old):
@@ -72,7 +72,7 @@ func TestCheckDockerKeepsSocketError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = transport.CheckDocker(context.Background(), "n1", cli)
+	_, err = transport.CheckDocker(context.Background(), "n1", cli)
 	var got *transport.DockerSocketError
 	if !errors.As(err, &got) || got != want {
 		t.Fatalf("CheckDocker: %v, want the dialer's *DockerSocketError", err)

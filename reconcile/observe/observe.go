@@ -122,7 +122,7 @@ func observeNode(ctx context.Context, t transport.Transport, r Request, addr str
 	go func() {
 		defer close(versionRead)
 		end := span("docker version")
-		version, versionErr = cli.ServerVersion(ctx)
+		version, versionErr = transport.EngineVersion(ctx, t, addr, cli)
 		end()
 	}()
 	n = observeContainers(ctx, cli, r, n, span)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/client"
 
 	"github.com/rigger/rigger/spec"
@@ -207,6 +208,19 @@ func (r *nodeRouter) Docker(ctx context.Context, node string) (*client.Client, e
 		return nil, err
 	}
 	return t.Docker(ctx, node)
+}
+
+// EngineVersion is the version of node's engine its transport read on
+// connecting, when it keeps it (transport.EngineVersions).
+func (r *nodeRouter) EngineVersion(node string) (types.Version, bool) {
+	t, err := r.pick(node)
+	if err != nil {
+		return types.Version{}, false
+	}
+	if ev, ok := t.(transport.EngineVersions); ok {
+		return ev.EngineVersion(node)
+	}
+	return types.Version{}, false
 }
 
 func (r *nodeRouter) Dial(ctx context.Context, node, network, addr string) (net.Conn, error) {

@@ -744,7 +744,9 @@ func (s *Server) Docker(ctx context.Context, node string) (*client.Client, error
 	if err != nil {
 		return nil, err
 	}
-	if err := transport.CheckDocker(ctx, node, cli); err != nil {
+	// The version is not kept: the client outlives the tunnels, and the
+	// next tunnel may come from an upgraded engine.
+	if _, err := transport.CheckDocker(ctx, node, cli); err != nil {
 		cli.Close()
 		return nil, err
 	}

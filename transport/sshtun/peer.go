@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/client"
 	"golang.org/x/crypto/ssh"
 
@@ -40,6 +41,7 @@ type peer struct {
 	lastErr error     // of the last failed dial
 	retryAt time.Time // no new dial before this after a failure
 	docker  *client.Client
+	version types.Version // what docker's engine answered CheckDocker
 }
 
 // sshConn is one established SSH connection.

@@ -24,12 +24,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/client"
 
 	"github.com/rigger/rigger/transport"
 )
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport      = (*Transport)(nil)
+	_ transport.EngineVersions = (*Transport)(nil)
+)
 
 // Transport reaches the nodes of a Config over SSH. It is safe for
 // concurrent use; connections are made on first use, not by New.
@@ -122,7 +126,8 @@ func (t *Transport) Docker(ctx context.Context, node string) (*client.Client, er
 	if err != nil {
 		return nil, err
 	}
-	if err := transport.CheckDocker(ctx, node, cli); err != nil {
+	v, err := transport.CheckDocker(ctx, node, cli)
+	if err != nil {
 		cli.Close()
 		return nil, err
 	}
@@ -132,8 +137,21 @@ func (t *Transport) Docker(ctx context.Context, node string) (*client.Client, er
 		cli.Close()
 		return nil, fmt.Errorf("node %s: %w", node, transport.ErrClosed)
 	}
-	p.docker = cli
+	p.docker, p.version = cli, v
 	return cli, nil
+}
+
+// EngineVersion is what node's engine answered when its Docker client was
+// made; see transport.EngineVersions. The transport lives for one command
+// or reconcile, so it is the version of the engine it talks to.
+func (t *Transport) EngineVersion(node string) (types.Version, bool) {
+	p, err := t.peer(node)
+	if err != nil {
+		return types.Version{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version, p.docker != nil
 }
 
 // Dial connects to addr as seen from the node; see transport.Transport.

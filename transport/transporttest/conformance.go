@@ -86,6 +86,11 @@ func testDockerVersion(t *testing.T, tg Target) {
 	if versions.GreaterThan(cli.ClientVersion(), v.APIVersion) {
 		t.Errorf("client speaks API %s, newer than the engine's %s: version not negotiated", cli.ClientVersion(), v.APIVersion)
 	}
+	// The version the transport read on connecting, when it keeps it, is
+	// the engine's, as transport.EngineVersion gives it either way.
+	if got, err := transport.EngineVersion(ctx, tg.Transport, tg.Node, cli); err != nil || got.Version != v.Version || got.APIVersion != v.APIVersion {
+		t.Errorf("EngineVersion = %s (API %s), %v; the engine says %s (API %s)", got.Version, got.APIVersion, err, v.Version, v.APIVersion)
+	}
 }
 
 func testDockerSameClient(t *testing.T, tg Target) {
