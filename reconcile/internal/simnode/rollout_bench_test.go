@@ -51,7 +51,7 @@ const rolloutRuns = 3
 // work, and 10 s times a dozen batches would hide what rigger does.
 // dockerop.WaitUp inspects the container every 0.5 s: it sees 0.5 s of
 // uptime at its first or second inspection.
-const rolloutMinUptime = 500 * time.Millisecond
+const rolloutMinUptime = 250 * time.Millisecond
 
 // rollout rolls the flag out to every node (its next value) through
 // rigger's code, measured, then checks, outside the measure, that every
