@@ -83,11 +83,12 @@ func (sc *scaleCluster) rollout(ctx context.Context, b *testing.B) (run, int) {
 // batch size resolved from upgrade_strategy.max_unavailable_worker (its
 // default, 10 %) as Session.apply resolves it, and the plan carried out by
 // execute.Run with rigger's health checker (reach.Services.Checker) over
-// the same connections: the control-plane node alone, then the workers in
-// batches, each node's new kubelet probed on its /healthz (127.0.0.1:10248
-// through the SSH connection) and watched until it has run
-// rolloutMinUptime, before the next batch. It returns the number of
-// batches the plan's nodes make.
+// the same connections: the nodes in batches (the kubelet is in the
+// worker phase on every node, the control-plane node's too, the first in
+// cluster.yml's order), each node's new kubelet probed on its /healthz
+// (127.0.0.1:10248 through the SSH connection) and watched until it has
+// run rolloutMinUptime, before the next batch. It returns the number of
+// batches.
 //
 // Left out, because the simulation runs no API server and no etcd: the
 // cordon and uncordon of each node and its Node Ready (execute.Options'
@@ -105,8 +106,7 @@ func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, er
 	if err != nil {
 		return 0, err
 	}
-	batches, err := rolloutPlan(p, len(c.Nodes))
-	if err != nil {
+	if err := rolloutPlan(p, len(c.Nodes)); err != nil {
 		return 0, err
 	}
 	workerBatch, workersBlocked, err := plan.Unavailability(d, p.UnreachableNodes(), spec.RoleWorker,
@@ -147,35 +147,28 @@ func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, er
 	if int(healthy.Load()) != len(c.Nodes) {
 		return 0, fmt.Errorf("execute found %d kubelets healthy, want %d: its health checks did not all run", healthy.Load(), len(c.Nodes))
 	}
-	return batches(workerBatch), nil
+	return (len(c.Nodes) + workerBatch - 1) / workerBatch, nil
 }
 
-// rolloutPlan checks that p replaces the kubelet of each of n nodes and
-// does nothing else, and returns how many batches its nodes make for a
-// worker batch of a given size: the control-plane phase's nodes one at a
-// time, then the worker phase's.
-func rolloutPlan(p *plan.Plan, n int) (func(workerBatch int) int, error) {
+// rolloutPlan checks that p replaces the kubelet of each of its n nodes,
+// in the worker phase (the kubelet's on every node, the control-plane
+// node's too: plan.PhaseWorker), and does nothing else.
+func rolloutPlan(p *plan.Plan, n int) error {
 	if len(p.Unreachable) > 0 {
-		return nil, fmt.Errorf("unreachable nodes: %v", p.UnreachableNodes())
+		return fmt.Errorf("unreachable nodes: %v", p.UnreachableNodes())
 	}
 	nodes := map[string]bool{}
-	perPhase := map[plan.Phase]int{}
 	for _, s := range p.Steps {
-		if s.Component != desired.Kubelet || s.Action != plan.Replace || nodes[s.Node] {
-			return nil, fmt.Errorf("the plan does more than replace each node's kubelet: %+v", firstStep(&plan.Plan{Steps: []plan.Step{s}}))
+		if s.Component != desired.Kubelet || s.Action != plan.Replace || s.Phase != plan.PhaseWorker || nodes[s.Node] {
+			return fmt.Errorf("the plan does more than replace each node's kubelet in the worker phase: %+v (phase %s)",
+				firstStep(&plan.Plan{Steps: []plan.Step{s}}), s.Phase)
 		}
 		nodes[s.Node] = true
-		perPhase[s.Phase]++
 	}
 	if len(nodes) != n {
-		return nil, fmt.Errorf("the plan replaces the kubelet of %d nodes, want %d", len(nodes), n)
+		return fmt.Errorf("the plan replaces the kubelet of %d nodes, want %d", len(nodes), n)
 	}
-	if perPhase[plan.PhaseControlPlane]+perPhase[plan.PhaseWorker] != n {
-		return nil, fmt.Errorf("the plan's kubelets are in phases %v, want the control plane's and the workers'", perPhase)
-	}
-	return func(workerBatch int) int {
-		return perPhase[plan.PhaseControlPlane] + (perPhase[plan.PhaseWorker]+workerBatch-1)/workerBatch
-	}, nil
+	return nil
 }
 
 // checkRollout checks, through a transport of its own, that every node
@@ -221,9 +214,8 @@ func (sc *scaleCluster) checkRollout(ctx context.Context, c *spec.Cluster, value
 
 // rolloutFloor replaces every node's kubelet without rigger's logic: the
 // N SSH connections set up (the same key and known_hosts,
-// spec.DefaultMaxParallel at once), then the control-plane node alone and
-// the workers in batches of the rollout's size, every node of a batch at
-// once, each with the fewest Docker API calls that replace a container
+// spec.DefaultMaxParallel at once), then the nodes in batches as the
+// rollout makes them, every node of a batch at once, each with the fewest Docker API calls that replace a container
 // (stop and remove the old, create and start the new, with the spec rigger
 // gives it) and one GET of the new kubelet's /healthz through the same
 // connection. The new kubelet is the one the nodes run (the current
@@ -327,9 +319,9 @@ func floorReplace(ctx context.Context, cli *ssh.Client, body []byte) error {
 }
 
 // rolloutFloorInput is what the floor is given beforehand: the nodes'
-// batches (as rolloutTo's: node 0, the control plane, alone, then the
-// workers in batches of max_unavailable_worker resolved) and each node's
-// create request of the kubelet it runs now.
+// batches (as rolloutTo's: every node in cluster.yml's order, in batches of
+// max_unavailable_worker resolved) and each node's create request of the
+// kubelet it runs now.
 func (sc *scaleCluster) rolloutFloorInput() ([][]int, [][]byte, error) {
 	d, err := desired.Build(sc.current)
 	if err != nil {
@@ -339,11 +331,11 @@ func (sc *scaleCluster) rolloutFloorInput() ([][]int, [][]byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	workers := make([]int, 0, len(d.Nodes))
-	for i := 1; i < len(d.Nodes); i++ {
-		workers = append(workers, i)
+	nodes := make([]int, len(d.Nodes))
+	for i := range nodes {
+		nodes[i] = i
 	}
-	batches := append([][]int{{0}}, slices.Collect(slices.Chunk(workers, size))...)
+	batches := slices.Collect(slices.Chunk(nodes, size))
 	bodies := make([][]byte, len(d.Nodes))
 	for i, n := range d.Nodes {
 		dc, ok := n.Container(desired.Kubelet)

@@ -48,8 +48,9 @@ var scaleSizes = []int{10, 100, 500, 1000}
 const scalePairs = 5
 
 // BenchmarkScaleSimulated measures how rigger's observe+plan of a
-// converged cluster grows with its number of nodes, on simulated nodes
-// (package simnode; every figure it reports is simulated), beside a floor
+// converged cluster, a no-op apply, and a one-flag change rolled out to
+// every node grow with the number of nodes, on simulated nodes (package
+// simnode; every figure it reports is simulated), each beside a floor
 // measured in the same run.
 //
 // The cluster: node 0 with the etcd and controlplane roles, every other
@@ -80,6 +81,30 @@ const scalePairs = 5
 // over the socket channel, rigger.max_parallel's default at once, without
 // rigger's logic.
 //
+// The rollout (rolloutTo, in rolloutRuns of the rounds): the kubelet's
+// extra_args gets a flag (rolloutFlag, set to each of rolloutValues in
+// turn, from a cluster.yml loaded by spec.Load), and rigger's own code
+// carries it out: the transport, observe.Observe, desired.Build and
+// plan.Compute as above (the plan must replace every node's kubelet and do
+// nothing else), the batch size from upgrade_strategy's default
+// max_unavailable_worker (10 %, resolved by plan.Unavailability), and
+// execute.Run with rigger's health checker: batch by batch, every
+// kubelet replaced (dockerop.Replace), probed on the node's
+// 127.0.0.1:10248 /healthz through the SSH connection (simnode answers it
+// only while the kubelet's container runs) and watched by dockerop.WaitUp
+// until it has run rolloutMinUptime (a real apply: 10 s), before the next
+// batch. Left out, because the simulation runs no API server: each node's
+// cordon and uncordon and its Node Ready (execute.Options.BeforeNode and
+// AfterNode are not set), and the Kubernetes objects' phase (a no-op);
+// the lock, the Lease and the state directory as in the no-op apply.
+// After each rollout, outside the measure, the benchmark checks that every
+// node's kubelet runs with the new flag and that the next plan is a
+// no-op, and fails otherwise. Its floor (rolloutFloor): the N SSH
+// connections set up as the floor's, then the same batches, every node of
+// a batch at once, each node's kubelet replaced with the fewest Docker API
+// calls (stop, remove, create, start) and one GET of its /healthz through
+// the same connection.
+//
 // Each run reports its wall time; the peak of runtime.MemStats.HeapInuse,
 // sampled every 5 ms, above its level after a GC at the start (this
 // process only: the simulated nodes run in a child process); this
@@ -104,7 +129,7 @@ func BenchmarkScaleSimulated(b *testing.B) {
 // observe+plan and of the no-op apply; of the rollout's floor and of the
 // rollout, and the rollout's number of batches.
 type scaleResult struct {
-	floor, plan, apply  run
+	floor, plan, apply run
 	rollFloor, rollout run
 	batches            int
 }
@@ -168,8 +193,8 @@ func benchScale(b *testing.B, n int) scaleResult {
 	}
 	const mb = 1 << 20
 	for _, m := range []struct {
-		name string
-		r    run
+		name  string
+		r     run
 		floor time.Duration
 	}{{"floor", res.floor, 0}, {"plan", res.plan, res.floor.wall}, {"apply", res.apply, res.floor.wall},
 		{"rollfloor", res.rollFloor, 0}, {"rollout", res.rollout, res.rollFloor.wall}} {
@@ -319,8 +344,8 @@ type scaleCluster struct {
 	c, current *spec.Cluster
 	// flagged are cluster.yml with the rollout's flag, one for each of
 	// rolloutValues; rollouts counts the rollouts made.
-	flagged  [2]*spec.Cluster
-	rollouts int
+	flagged    [2]*spec.Cluster
+	rollouts   int
 	req        pki.Request
 	set        *pki.Set
 	signer     ssh.Signer
