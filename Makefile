@@ -147,7 +147,7 @@ bench: prereqs build ## benchmarks, those against sandbox nodes included (as roo
 		$(GO) run ./hack/benchtable < $(BENCH_OUT).txt > $(BENCH_OUT).md && echo && cat $(BENCH_OUT).md; exit $$rc
 
 .PHONY: bench-scale
-bench-scale: ## observe+plan and a no-op apply of 10 to 1,000 simulated nodes beside their floor (docs/BENCHMARKS.md); no sandbox needed
+bench-scale: ## observe+plan, a no-op apply and a one-flag rollout of 10 to 1,000 simulated nodes beside their floors (docs/BENCHMARKS.md); no sandbox needed
 	mkdir -p $(dir $(BENCH_OUT)); $(GO) test -p 1 -run '^$$' -bench '^BenchmarkScaleSimulated$$' -benchtime 1x -benchmem -timeout 30m ./reconcile/internal/simnode | tee $(BENCH_OUT)-scale.txt; \
 		rc=$${PIPESTATUS[0]}; $(GO) run ./hack/benchtable < $(BENCH_OUT)-scale.txt > $(BENCH_OUT)-scale.md && echo && cat $(BENCH_OUT)-scale.md; exit $$rc
 

@@ -134,6 +134,11 @@ func Create(ctx context.Context, e Engine, node string, c *desired.Container, ex
 	if err := EnsureImage(ctx, e, node, c.Image); err != nil {
 		return "", err
 	}
+	return create(ctx, e, node, c, extraArgs)
+}
+
+// create is Create once c's image is on the node.
+func create(ctx context.Context, e Engine, node string, c *desired.Container, extraArgs []string) (string, error) {
 	cfg, host := containerConfig(c, extraArgs)
 	resp, err := e.ContainerCreate(ctx, cfg, host, nil, nil, c.Name)
 	if err != nil {
@@ -226,7 +231,9 @@ func Replace(ctx context.Context, e Engine, node string, c *desired.Container, e
 		return "", fmt.Errorf("node %s: rename container %s: %w", node, c.Name, err)
 	}
 	crashpoint.Reach(crashpoint.ReplaceStopped)
-	id, err := Create(ctx, e, node, c, extraArgs)
+	// The image was made sure of above: a second inspect would cost every
+	// replaced container one more round trip to its node.
+	id, err := create(ctx, e, node, c, extraArgs)
 	if err != nil {
 		restoreCtx := context.WithoutCancel(ctx)
 		if rerr := e.ContainerRename(restoreCtx, old, c.Name); rerr == nil {

@@ -152,6 +152,17 @@ func (e *Engine) ContainerStates() map[string]container.ContainerState {
 	return out
 }
 
+// running reports whether a container named name runs, and since when.
+func (e *Engine) running(name string) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.containers[e.names[name]]
+	if c == nil || c.state != container.StateRunning {
+		return time.Time{}, false
+	}
+	return c.started, true
+}
+
 // newContainer records a created container; e.mu is held.
 func (e *Engine) newContainer(name string, cfg container.Config, host container.HostConfig) *simContainer {
 	var b [32]byte

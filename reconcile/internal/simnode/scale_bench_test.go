@@ -37,6 +37,7 @@ import (
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 )
 
 // scaleSizes are the cluster sizes BenchmarkScaleSimulated measures.
@@ -47,8 +48,9 @@ var scaleSizes = []int{10, 100, 500, 1000}
 const scalePairs = 5
 
 // BenchmarkScaleSimulated measures how rigger's observe+plan of a
-// converged cluster grows with its number of nodes, on simulated nodes
-// (package simnode; every figure it reports is simulated), beside a floor
+// converged cluster, a no-op apply, and a one-flag change rolled out to
+// every node grow with the number of nodes, on simulated nodes (package
+// simnode; every figure it reports is simulated), each beside a floor
 // measured in the same run.
 //
 // The cluster: node 0 with the etcd and controlplane roles, every other
@@ -79,6 +81,30 @@ const scalePairs = 5
 // over the socket channel, rigger.max_parallel's default at once, without
 // rigger's logic.
 //
+// The rollout (rolloutTo, in rolloutRuns of the rounds): the kubelet's
+// extra_args gets a flag (rolloutFlag, set to each of rolloutValues in
+// turn, from a cluster.yml loaded by spec.Load), and rigger's own code
+// carries it out: the transport, observe.Observe, desired.Build and
+// plan.Compute as above (the plan must replace every node's kubelet and do
+// nothing else), the batch size from upgrade_strategy's default
+// max_unavailable_worker (10 %, resolved by plan.Unavailability), and
+// execute.Run with rigger's health checker: batch by batch, every
+// kubelet replaced (dockerop.Replace), probed on the node's
+// 127.0.0.1:10248 /healthz through the SSH connection (simnode answers it
+// only while the kubelet's container runs) and watched by dockerop.WaitUp
+// until it has run rolloutMinUptime (a real apply: 10 s), before the next
+// batch. Left out, because the simulation runs no API server: each node's
+// cordon and uncordon and its Node Ready (execute.Options.BeforeNode and
+// AfterNode are not set), and the Kubernetes objects' phase (a no-op);
+// the lock, the Lease and the state directory as in the no-op apply.
+// After each rollout, outside the measure, the benchmark checks that every
+// node's kubelet runs with the new flag and that the next plan is a
+// no-op, and fails otherwise. Its floor (rolloutFloor): the N SSH
+// connections set up as the floor's, then the same batches, every node of
+// a batch at once, each node's kubelet replaced with the fewest Docker API
+// calls (stop, remove, create, start) and one GET of its /healthz through
+// the same connection.
+//
 // Each run reports its wall time; the peak of runtime.MemStats.HeapInuse,
 // sampled every 5 ms, above its level after a GC at the start (this
 // process only: the simulated nodes run in a child process); this
@@ -100,9 +126,12 @@ func BenchmarkScaleSimulated(b *testing.B) {
 }
 
 // scaleResult is what one size measured: the medians of the floor, of
-// observe+plan and of the no-op apply.
+// observe+plan and of the no-op apply; of the rollout's floor and of the
+// rollout, and the rollout's number of batches.
 type scaleResult struct {
 	floor, plan, apply run
+	rollFloor, rollout run
+	batches            int
 }
 
 func benchScale(b *testing.B, n int) scaleResult {
@@ -110,8 +139,8 @@ func benchScale(b *testing.B, n int) scaleResult {
 	ctx := context.Background()
 	var res scaleResult
 	for b.Loop() {
-		var floors, plans, applies []run
-		for range scalePairs {
+		var floors, plans, applies, rollFloors, rollouts []run
+		for i := range scalePairs {
 			sc.settle(b)
 			r, err := sc.measure(func() error { return sc.floor(ctx) })
 			if err != nil {
@@ -138,22 +167,46 @@ func benchScale(b *testing.B, n int) scaleResult {
 					plans = append(plans, r)
 				}
 			}
+			if i >= rolloutRuns {
+				continue
+			}
+			batches, bodies, err := sc.rolloutFloorInput()
+			if err != nil {
+				b.Fatal(err)
+			}
+			sc.settle(b)
+			r, err = sc.measure(func() error { return sc.rolloutFloor(ctx, batches, bodies) })
+			if err != nil {
+				b.Fatalf("the rollout's floor: %v", err)
+			}
+			rollFloors = append(rollFloors, r)
+			sc.settle(b)
+			r, n := sc.rollout(ctx, b)
+			if n != len(batches) {
+				b.Fatalf("the rollout made %d batches, its floor %d", n, len(batches))
+			}
+			rollouts = append(rollouts, r)
+			res.batches = n
 		}
-		res = scaleResult{floor: medianRun(floors), plan: medianRun(plans), apply: medianRun(applies)}
+		res.floor, res.plan, res.apply = medianRun(floors), medianRun(plans), medianRun(applies)
+		res.rollFloor, res.rollout = medianRun(rollFloors), medianRun(rollouts)
 	}
 	const mb = 1 << 20
 	for _, m := range []struct {
-		name string
-		r    run
-	}{{"floor", res.floor}, {"plan", res.plan}, {"apply", res.apply}} {
+		name  string
+		r     run
+		floor time.Duration
+	}{{"floor", res.floor, 0}, {"plan", res.plan, res.floor.wall}, {"apply", res.apply, res.floor.wall},
+		{"rollfloor", res.rollFloor, 0}, {"rollout", res.rollout, res.rollFloor.wall}} {
 		b.ReportMetric(m.r.wall.Seconds(), "sim-"+m.name+"-s")
 		b.ReportMetric(float64(m.r.heap)/mb, "sim-"+m.name+"-heap-MB")
 		b.ReportMetric(m.r.cpu.Seconds(), "sim-"+m.name+"-cpu-s")
 		b.ReportMetric(m.r.nodesCPU.Seconds(), "sim-"+m.name+"-nodes-cpu-s")
-		if m.name != "floor" {
-			b.ReportMetric(m.r.wall.Seconds()/res.floor.wall.Seconds(), "sim-"+m.name+"/floor")
+		if m.floor > 0 {
+			b.ReportMetric(m.r.wall.Seconds()/m.floor.Seconds(), "sim-"+m.name+"/floor")
 		}
 	}
+	b.ReportMetric(float64(res.batches), "sim-rollout-batches")
 	b.ReportMetric(float64(res.plan.wall.Microseconds())/1000/float64(n), "sim-plan-ms/node")
 	return res
 }
@@ -286,7 +339,13 @@ func medianRun(runs []run) run {
 // child process (TestSimulatedNodesProcess), and the cluster.yml that
 // describes them.
 type scaleCluster struct {
-	c          *spec.Cluster
+	// c is cluster.yml as the nodes start; current is the one they run
+	// (c, or the last rollout's flagged), which the no-op runs plan.
+	c, current *spec.Cluster
+	// flagged are cluster.yml with the rollout's flag, one for each of
+	// rolloutValues; rollouts counts the rollouts made.
+	flagged    [2]*spec.Cluster
+	rollouts   int
 	req        pki.Request
 	set        *pki.Set
 	signer     ssh.Signer
@@ -317,23 +376,32 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 	if err := os.WriteFile(keyPath+".pub", ssh.MarshalAuthorizedKey(signer.PublicKey()), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	var yml strings.Builder
-	fmt.Fprintf(&yml, "cluster_name: sim\nssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\nnodes:\n", keyPath, kh)
-	for i := range n {
-		roles := "[worker]"
-		if i == 0 {
-			roles = "[etcd, controlplane]"
+	load := func(name, services string) *spec.Cluster {
+		var yml strings.Builder
+		fmt.Fprintf(&yml, "cluster_name: sim\nssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\n%snodes:\n", keyPath, kh, services)
+		for i := range n {
+			roles := "[worker]"
+			if i == 0 {
+				roles = "[etcd, controlplane]"
+			}
+			fmt.Fprintf(&yml, "  - {address: %s, port: %q, user: root, role: %s, hostname_override: sim-%d}\n",
+				simnode.Address(i), strconv.Itoa(simnode.DefaultPort), roles, i)
 		}
-		fmt.Fprintf(&yml, "  - {address: %s, port: %q, user: root, role: %s, hostname_override: sim-%d}\n",
-			simnode.Address(i), strconv.Itoa(simnode.DefaultPort), roles, i)
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, []byte(yml.String()), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		c, diags, err := spec.Load(file)
+		if err != nil {
+			b.Fatalf("load the simulated %s: %v\n%v", name, err, diags)
+		}
+		return c
 	}
-	file := filepath.Join(dir, "cluster.yml")
-	if err := os.WriteFile(file, []byte(yml.String()), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	c, diags, err := spec.Load(file)
-	if err != nil {
-		b.Fatalf("load the simulated cluster.yml: %v\n%v", err, diags)
+	c := load("cluster.yml", "")
+	var flagged [2]*spec.Cluster
+	for i, v := range rolloutValues {
+		flagged[i] = load(fmt.Sprintf("cluster-%s-%s.yml", rolloutFlag, v),
+			fmt.Sprintf("services:\n  kubelet:\n    extra_args: {%s: %q}\n", rolloutFlag, v))
 	}
 	req := pki.RequestFor(c)
 	set, _, err := pki.Ensure(nil, req, time.Now())
@@ -380,7 +448,8 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 	case <-time.After(5 * time.Minute):
 		b.Fatal("the simulated nodes were not ready within 5 minutes")
 	}
-	return &scaleCluster{c: c, req: req, set: set, signer: signer, knownHosts: kh, pid: cmd.Process.Pid, ctl: stdin, lines: lines}
+	return &scaleCluster{c: c, current: c, flagged: flagged, req: req, set: set, signer: signer, knownHosts: kh,
+		pid: cmd.Process.Pid, ctl: stdin, lines: lines}
 }
 
 // TestSimulatedNodesProcess is the child process of
@@ -413,8 +482,8 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := &scaleCluster{c: c, req: pki.RequestFor(c), set: set}
-	d, err := sc.desired()
+	sc := &scaleCluster{c: c, current: c, req: pki.RequestFor(c), set: set}
+	d, err := sc.desired(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,10 +532,10 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	}
 }
 
-// desired is what Session.compute decides for the nodes: the desired
+// desired is what Session.compute decides for the nodes of c: the desired
 // state with each node's files.
-func (sc *scaleCluster) desired() (*desired.Cluster, error) {
-	d, err := desired.Build(sc.c)
+func (sc *scaleCluster) desired(c *spec.Cluster) (*desired.Cluster, error) {
+	d, err := desired.Build(c)
 	if err != nil {
 		return nil, err
 	}
@@ -480,7 +549,7 @@ func (sc *scaleCluster) desired() (*desired.Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		conf, err := desired.ConfigFiles(sc.c, n)
+		conf, err := desired.ConfigFiles(c, n)
 		if err != nil {
 			return nil, err
 		}
@@ -498,33 +567,21 @@ func (sc *scaleCluster) desired() (*desired.Cluster, error) {
 // nodes' part of a no-op apply: the Kubernetes side's phase, which reads
 // the API server, is a no-op here), the transport closed.
 func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan, error) {
-	log := slog.New(slog.DiscardHandler)
-	tr, err := reach.Transport(sc.c, nil, nil, false, log)
+	c := sc.current
+	tr, err := reach.Transport(c, nil, nil, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
 	defer tr.Close()
-	addrs := make([]string, len(sc.c.Nodes))
-	for i, n := range sc.c.Nodes {
-		addrs[i] = n.Address
-	}
-	o := observe.Observe(ctx, tr, observe.Request{
-		Cluster: sc.c.ClusterName, Nodes: addrs, MaxParallel: sc.c.Rigger.MaxParallel,
-		FilesImage: sc.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir,
-	})
-	d, err := sc.desired()
-	if err == nil {
-		err = checks(sc.c, d, o)
-	}
+	p, d, err := sc.plan(ctx, c, tr)
 	if err != nil {
 		return nil, err
 	}
-	p := plan.Compute(d, o)
 	if !apply || !p.Empty() {
 		return p, nil
 	}
 	_, err = execute.Run(ctx, p, execute.Options{
-		Desired: d, HelperImage: sc.c.SystemImages.Alpine, MaxParallel: sc.c.Rigger.MaxParallel,
+		Desired: d, HelperImage: c.SystemImages.Alpine, MaxParallel: c.Rigger.MaxParallel,
 		MaxPlanAge: reconcile.MaxPlanAge,
 		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
 			return tr.Docker(ctx, node)
@@ -535,6 +592,27 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 		return nil, err
 	}
 	return p, nil
+}
+
+// plan observes every node of c through tr and computes the plan, as
+// Session.compute does for the nodes.
+func (sc *scaleCluster) plan(ctx context.Context, c *spec.Cluster, tr transport.Transport) (*plan.Plan, *desired.Cluster, error) {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Address
+	}
+	o := observe.Observe(ctx, tr, observe.Request{
+		Cluster: c.ClusterName, Nodes: addrs, MaxParallel: c.Rigger.MaxParallel,
+		FilesImage: c.SystemImages.Alpine, FilesDir: desired.KubernetesDir,
+	})
+	d, err := sc.desired(c)
+	if err == nil {
+		err = checks(c, d, o)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan.Compute(d, o), d, nil
 }
 
 // checks are the checks Session.compute makes before plan.Compute.
@@ -613,6 +691,10 @@ func logFit(b *testing.B, results map[int]scaleResult) {
 		{"floor peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.floor.heap) }},
 		{"observe+plan peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.plan.heap) }},
 		{"no-op apply peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.apply.heap) }},
+		{"rollout floor wall", "ms", 1e3, func(r scaleResult) float64 { return r.rollFloor.wall.Seconds() }},
+		{"one-flag rollout wall", "ms", 1e3, func(r scaleResult) float64 { return r.rollout.wall.Seconds() }},
+		{"rollout floor peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.rollFloor.heap) }},
+		{"one-flag rollout peak heap", "KiB", 1.0 / 1024, func(r scaleResult) float64 { return float64(r.rollout.heap) }},
 	}
 	for _, s := range series {
 		xs, ys := make([]float64, len(ns)), make([]float64, len(ns))

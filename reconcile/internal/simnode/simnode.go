@@ -13,9 +13,16 @@
 //   - It answers direct-streamlocal@openssh.com for the Docker socket's
 //     path, as OpenSSH's sshd does, by serving an in-process Docker Engine
 //     API (Engine) on that channel; any other socket path is refused with
-//     OpenSSH's "open failed". direct-tcpip (node-local ports: etcd, the
-//     API server, health endpoints) is refused with "Connection refused":
-//     nothing listens there on a simulated node.
+//     OpenSSH's "open failed".
+//   - It answers direct-tcpip to the node's loopback (or its address) for
+//     the ports of the kubelet's health (10248 /healthz) and kube-proxy's
+//     (10256 /healthz, 10249 /metrics with the Services' rules programmed
+//     at the container's start), as those components do, and only while
+//     the Engine runs a container of that name: a stopped kubelet does
+//     not answer, and a connection to it closes when it stops. Every
+//     other port (etcd, the API server, the controller manager's and the
+//     scheduler's) is refused with "Connection refused": nothing
+//     simulates them.
 //   - The Engine keeps containers, images and the host's files in memory.
 //     It runs nothing: a container's state is what its calls made it.
 //
@@ -251,7 +258,8 @@ func (n *Node) handle(c net.Conn) {
 }
 
 // channel answers one channel request as OpenSSH's sshd would on a node
-// where only the Docker socket is there to reach.
+// where only the Docker socket and the ports of localPorts are there to
+// reach.
 func (n *Node) channel(nc ssh.NewChannel) {
 	switch nc.ChannelType() {
 	case "direct-streamlocal@openssh.com":
@@ -293,9 +301,7 @@ func (n *Node) channel(nc ssh.NewChannel) {
 			ch.Close()
 		}()
 	case "direct-tcpip":
-		// Nothing listens on a simulated node's ports; OpenSSH sends
-		// strerror(errno).
-		_ = nc.Reject(ssh.ConnectionFailed, "Connection refused")
+		n.localTCP(nc)
 	default:
 		_ = nc.Reject(ssh.UnknownChannelType, "unknown channel type")
 	}

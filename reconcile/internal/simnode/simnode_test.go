@@ -1,11 +1,13 @@
 package simnode_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +17,9 @@ import (
 	"github.com/docker/docker/errdefs"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/internal/simnode"
 	"github.com/rigger/rigger/transport/sshtun"
 )
@@ -215,5 +219,74 @@ func TestStartRefusesBusyAddress(t *testing.T) {
 	key, _ := newKey(t)
 	if _, err := simnode.Start(simnode.Options{Nodes: 1, Port: testPort, User: "root", AuthorizedKey: key.PublicKey()}); err == nil {
 		t.Fatal("a second node on the same address and port started")
+	}
+}
+
+// TestHealthPorts checks that the kubelet's and kube-proxy's health ports
+// answer rigger's health checks, through rigger's SSH transport, only
+// while their containers run.
+func TestHealthPorts(t *testing.T) {
+	c, key, kh := start(t, 1)
+	n := c.Nodes[0]
+	ctx := context.Background()
+	tr := transportTo(t, c, "root", key, kh)
+	chk := &health.Checker{Dial: tr.Dial}
+	kubelet := health.Target{Node: n.Address, Component: desired.Kubelet}
+	proxy := health.Target{Node: n.Address, Component: desired.KubeProxy}
+	for _, tg := range []health.Target{kubelet, proxy} {
+		if err := chk.Check(ctx, tg); err == nil || !strings.Contains(err.Error(), "Connection refused") {
+			t.Errorf("%s before its container exists: %v, want refused", tg, err)
+		}
+	}
+	n.Engine.Add(simnode.Container{Name: desired.Kubelet, Image: "hyperkube:v1"})
+	n.Engine.Add(simnode.Container{Name: desired.KubeProxy, Image: "hyperkube:v1"})
+	for _, tg := range []health.Target{kubelet, proxy} {
+		if err := chk.Check(ctx, tg); err != nil {
+			t.Errorf("%s running: %v", tg, err)
+		}
+	}
+
+	// A connection opened while the kubelet runs answers until it stops.
+	conn, err := tr.Dial(ctx, n.Address, "tcp", "127.0.0.1:"+health.KubeletHealthzPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(b) != "ok" {
+		t.Errorf("kubelet /healthz = %s %q, want 200 ok", resp.Status, b)
+	}
+
+	cli, err := tr.Docker(ctx, n.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.ContainerStop(ctx, desired.Kubelet, container.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chk.Check(ctx, kubelet); err == nil || !strings.Contains(err.Error(), "Connection refused") {
+		t.Errorf("kubelet stopped: %v, want refused", err)
+	}
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err == nil {
+		if resp, err := http.ReadResponse(br, nil); err == nil {
+			t.Errorf("a connection to the stopped kubelet answered %s", resp.Status)
+		}
+	}
+	if err := chk.Check(ctx, proxy); err != nil {
+		t.Errorf("kube-proxy, the kubelet stopped: %v", err)
+	}
+	if err := cli.ContainerStart(ctx, desired.Kubelet, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chk.Check(ctx, kubelet); err != nil {
+		t.Errorf("kubelet started again: %v", err)
 	}
 }

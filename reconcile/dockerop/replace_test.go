@@ -1,0 +1,71 @@
+package dockerop
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/google/go-cmp/cmp"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/rigger/rigger/reconcile/desired"
+)
+
+// callEngine records the calls Replace makes; the image is there and every
+// call succeeds.
+type callEngine struct {
+	Engine
+	calls []string
+}
+
+func (e *callEngine) add(call ...string) { e.calls = append(e.calls, strings.Join(call, " ")) }
+
+func (e *callEngine) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
+	e.add("image inspect", ref)
+	return image.InspectResponse{}, nil
+}
+
+func (e *callEngine) ContainerCreate(_ context.Context, _ *container.Config, _ *container.HostConfig, _ *network.NetworkingConfig, _ *ocispec.Platform, name string) (container.CreateResponse, error) {
+	e.add("create", name)
+	return container.CreateResponse{ID: "new"}, nil
+}
+
+func (e *callEngine) ContainerStart(_ context.Context, id string, _ container.StartOptions) error {
+	e.add("start", id)
+	return nil
+}
+
+func (e *callEngine) ContainerStop(_ context.Context, id string, _ container.StopOptions) error {
+	e.add("stop", id)
+	return nil
+}
+
+func (e *callEngine) ContainerRename(_ context.Context, id, name string) error {
+	e.add("rename", id, name)
+	return nil
+}
+
+func (e *callEngine) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
+	e.add("remove", id)
+	return nil
+}
+
+// TestReplaceCalls: a replace inspects the image once (not again before
+// the create), and stops, renames, creates, starts and removes in that
+// order.
+func TestReplaceCalls(t *testing.T) {
+	e := &callEngine{}
+	c := &desired.Container{Name: "kubelet", Image: "hyperkube:v1"}
+	if _, err := Replace(context.Background(), e, "n1", c, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"image inspect hyperkube:v1", "remove kubelet-rigger-old", "stop kubelet", "rename kubelet kubelet-rigger-old",
+		"create kubelet", "start new", "remove kubelet-rigger-old"}
+	if diff := cmp.Diff(want, e.calls); diff != "" {
+		t.Errorf("Replace's calls (-want +got):\n%s", diff)
+	}
+}
