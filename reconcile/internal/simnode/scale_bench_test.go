@@ -63,7 +63,7 @@ const scalePairs = 5
 // cluster.yml loaded by spec.Load, the SSH transport built from it by
 // reach.Transport (host keys checked against known_hosts, at most
 // rigger.max_parallel connections set up at once), observe.Observe of
-// every node (ping, version, container list and the files read through
+// every node (version at connect, container list and the files read through
 // the kubelet's bind mount, at most rigger.max_parallel nodes at once),
 // then what Session.compute does for the nodes: desired.Build, the
 // plan's checks, each node's files (pki.NodeFiles and

@@ -93,7 +93,7 @@ func TestEngineThroughSSH(t *testing.T) {
 
 	ctx := context.Background()
 	tr := transportTo(t, c, "root", key, kh)
-	cli, err := tr.Docker(ctx, n.Address) // pings and negotiates
+	cli, err := tr.Docker(ctx, n.Address) // reads the version, settles the API version
 	if err != nil {
 		t.Fatal(err)
 	}
