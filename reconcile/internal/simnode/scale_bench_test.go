@@ -24,15 +24,10 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/docker/docker/api/types/container"
-
 	"github.com/rigger/rigger/internal/testwait"
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/internal/simnode"
-	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
@@ -493,22 +488,10 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	}
 	defer sim.Close()
 	for i, dn := range d.Nodes {
-		e := sim.Nodes[i].Engine
 		if sim.Nodes[i].Address != dn.Address {
 			t.Fatalf("desired node %d is %s, simulated %s", i, dn.Address, sim.Nodes[i].Address)
 		}
-		for _, dc := range dn.Containers {
-			state := container.StateRunning
-			if dc.RunOnce {
-				state = container.StateExited
-			}
-			e.Add(simnode.Container{Name: dc.Name, Image: dc.Image, Labels: dc.Labels, Binds: dc.Binds,
-				Entrypoint: dc.Entrypoint, Cmd: dc.Args, Env: dc.Env, State: state})
-		}
-		e.AddImage(c.SystemImages.Alpine)
-		for p, content := range dn.Files {
-			e.WriteFile(p, content)
-		}
+		simnode.Converge(sim.Nodes[i].Engine, c, dn)
 	}
 	kh := c.Rigger.SSH.KnownHostsFile
 	if err := os.WriteFile(kh+".tmp", sim.KnownHosts(), 0o600); err != nil {
@@ -532,40 +515,16 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	}
 }
 
-// desired is what Session.compute decides for the nodes of c: the desired
-// state with each node's files.
+// desired is what Session.compute decides for the nodes of c
+// (simnode.Desired).
 func (sc *scaleCluster) desired(c *spec.Cluster) (*desired.Cluster, error) {
-	d, err := desired.Build(c)
-	if err != nil {
-		return nil, err
-	}
-	nodes := make(map[string]pki.Node, len(sc.req.Nodes))
-	for _, r := range sc.req.Nodes {
-		nodes[r.Address] = r
-	}
-	for i := range d.Nodes {
-		n := &d.Nodes[i]
-		files, err := pki.NodeFiles(sc.set, sc.req, nodes[n.Address])
-		if err != nil {
-			return nil, err
-		}
-		conf, err := desired.ConfigFiles(c, n)
-		if err != nil {
-			return nil, err
-		}
-		for p, b := range conf {
-			files[p] = b
-		}
-		n.Files, n.Reload = files, map[string]string{}
-	}
-	return d, nil
+	return simnode.Desired(c, sc.set)
 }
 
 // observePlan is the benchmarked path: a transport built from cluster.yml,
 // every node observed through it, the plan computed, and with apply the
-// plan carried out by execute.Run through the same connections (the
-// nodes' part of a no-op apply: the Kubernetes side's phase, which reads
-// the API server, is a no-op here), the transport closed.
+// plan carried out by execute.Run through the same connections
+// (simnode.Apply: the nodes' part of a no-op apply), the transport closed.
 func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan, error) {
 	c := sc.current
 	tr, err := reach.Transport(c, nil, nil, false, slog.New(slog.DiscardHandler))
@@ -580,50 +539,17 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 	if !apply || !p.Empty() {
 		return p, nil
 	}
-	_, err = execute.Run(ctx, p, execute.Options{
-		Desired: d, HelperImage: c.SystemImages.Alpine, MaxParallel: c.Rigger.MaxParallel,
-		MaxPlanAge: reconcile.MaxPlanAge,
-		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
-			return tr.Docker(ctx, node)
-		},
-		Kubernetes: func(context.Context) error { return nil },
-	})
-	if err != nil {
+	if _, err := simnode.Apply(ctx, tr, c, d, p, execute.Hooks{}); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 // plan observes every node of c through tr and computes the plan, as
-// Session.compute does for the nodes.
+// Session.compute does for the nodes (simnode.Plan).
 func (sc *scaleCluster) plan(ctx context.Context, c *spec.Cluster, tr transport.Transport) (*plan.Plan, *desired.Cluster, error) {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.Address
-	}
-	o := observe.Observe(ctx, tr, observe.Request{
-		Cluster: c.ClusterName, Nodes: addrs, MaxParallel: c.Rigger.MaxParallel,
-		FilesImage: c.SystemImages.Alpine, FilesDir: desired.KubernetesDir,
-	})
-	d, err := sc.desired(c)
-	if err == nil {
-		err = checks(c, d, o)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return plan.Compute(d, o), d, nil
-}
-
-// checks are the checks Session.compute makes before plan.Compute.
-func checks(c *spec.Cluster, d *desired.Cluster, o *observe.Cluster) error {
-	for _, err := range []error{plan.CheckDowngrade(d, o), plan.CheckSkippedMinor(d, o), plan.CheckSkew(d),
-		plan.CheckEtcdUpgrade(d, o), plan.CheckStoredAPIs(o), plan.CheckDocker(c, o, false)} {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	d, _, p, err := simnode.Plan(ctx, tr, c, sc.set)
+	return p, d, err
 }
 
 // floor connects to every node (an SSH handshake, the host key checked
