@@ -45,6 +45,9 @@ type Engine struct {
 	srv      *http.Server
 	ln       *connListener
 	requests atomic.Int64
+	// delay is how long each request waits before it is answered
+	// (SetDelay).
+	delay atomic.Int64
 
 	mu         sync.Mutex
 	containers map[string]*simContainer // by ID
@@ -94,6 +97,10 @@ func (e *Engine) Close() { _ = e.srv.Close() }
 
 // serveConn serves the API on c; false when the engine is closed.
 func (e *Engine) serveConn(c net.Conn) bool { return e.ln.put(c) }
+
+// SetDelay makes the engine wait d before it answers each request (0:
+// none): a slow node, an engine under load or far away.
+func (e *Engine) SetDelay(d time.Duration) { e.delay.Store(int64(d)) }
 
 // Requests is how many API requests the engine has answered.
 func (e *Engine) Requests() int { return int(e.requests.Load()) }
@@ -225,6 +232,15 @@ func (e *Engine) routes() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.requests.Add(1)
+		if d := time.Duration(e.delay.Load()); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
 		w.Header().Set("Api-Version", APIVersion)
 		w.Header().Set("Ostype", "linux")
 		w.Header().Set("Server", "Docker/"+EngineVersion+" (linux) simulated")

@@ -1,7 +1,6 @@
 package simnode_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -24,7 +22,6 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/internal/simnode"
@@ -224,16 +221,8 @@ const settleTimeout = time.Minute
 // child ("settle") and waits for its answer ("settled").
 func (sc *scaleCluster) settle(b *testing.B) {
 	b.Helper()
-	if _, err := io.WriteString(sc.ctl, "settle\n"); err != nil {
-		b.Fatalf("ask the simulated nodes to settle: %v", err)
-	}
-	select {
-	case line, ok := <-sc.lines:
-		if !ok || line != "settled" {
-			b.Fatalf("the simulated nodes' process answered %q (open: %v) to settle", line, ok)
-		}
-	case <-time.After(settleTimeout):
-		b.Fatalf("the simulated nodes still held connections after %s", settleTimeout)
+	if answer, err := sc.nodes.Ask("settle", settleTimeout+10*time.Second); err != nil || answer != "settled" {
+		b.Fatalf("the simulated nodes' process answered %q (%v) to settle", answer, err)
 	}
 }
 
@@ -346,10 +335,7 @@ type scaleCluster struct {
 	signer     ssh.Signer
 	knownHosts string
 	pid        int // of the simulated nodes' process
-	// ctl asks the simulated nodes' process to settle, lines are its
-	// answers (newScaleCluster).
-	ctl   io.Writer
-	lines <-chan string
+	nodes      *simnode.Process
 }
 
 // simDirEnv names the directory a TestSimulatedNodesProcess child finds
@@ -407,44 +393,13 @@ func newScaleCluster(b *testing.B, n int) *scaleCluster {
 		b.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSimulatedNodesProcess$", "-test.count=1", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), simDirEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	nodes, err := simnode.StartProcess("TestSimulatedNodesProcess", []string{simDirEnv + "=" + dir}, 5*time.Minute)
 	if err != nil {
 		b.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close() // the child stops its nodes and exits
-		_ = cmd.Wait()
-	})
-	// The child's lines: "simulated nodes ready" once, then "settled"
-	// for each "settle" asked.
-	lines := make(chan string, 1)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	select {
-	case line, ok := <-lines:
-		if !ok || line != "simulated nodes ready" {
-			b.Fatalf("the simulated nodes' process said %q (open: %v) before they were ready", line, ok)
-		}
-	case <-time.After(5 * time.Minute):
-		b.Fatal("the simulated nodes were not ready within 5 minutes")
-	}
+	b.Cleanup(func() { _ = nodes.Close() })
 	return &scaleCluster{c: c, current: c, flagged: flagged, req: req, set: set, signer: signer, knownHosts: kh,
-		pid: cmd.Process.Pid, ctl: stdin, lines: lines}
+		pid: nodes.PID(), nodes: nodes}
 }
 
 // TestSimulatedNodesProcess is the child process of
@@ -500,18 +455,10 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	if err := os.Rename(kh+".tmp", kh); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Println("simulated nodes ready")
 	// Each "settle" is answered once the nodes hold no connection (those
 	// of the run before closed); the end of standard input stops them.
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		if in.Text() != "settle" {
-			continue
-		}
-		if !testwait.Until(settleTimeout, 10*time.Millisecond, func() bool { return sim.Connections() == 0 }) {
-			t.Fatalf("the simulated nodes still held %d connections after %s", sim.Connections(), settleTimeout)
-		}
-		fmt.Println("settled")
+	if err := simnode.Serve(sim, os.Stdin, os.Stdout, settleTimeout); err != nil {
+		t.Fatal(err)
 	}
 }
 
