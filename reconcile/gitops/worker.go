@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"path"
 	"path/filepath"
@@ -162,7 +163,7 @@ func (w *worker) run(ctx context.Context) {
 
 // nextWake is the earliest of the next drift check, retry and snapshot.
 func (w *worker) nextWake() time.Time {
-	next := w.lastRun.Add(w.srv.cfg.DriftInterval)
+	next := w.driftDue()
 	for _, t := range []time.Time{w.retryAt, w.snapshotDue} {
 		if !t.IsZero() && t.Before(next) {
 			next = t
@@ -179,10 +180,46 @@ func (w *worker) dueCause() string {
 		return "start"
 	case !w.retryAt.IsZero() && !now.Before(w.retryAt):
 		return "retry"
-	case !w.snapshotDue.IsZero() && !now.Before(w.snapshotDue) && now.Before(w.lastRun.Add(w.srv.cfg.DriftInterval)):
+	case !w.snapshotDue.IsZero() && !now.Before(w.snapshotDue) && now.Before(w.driftDue()):
 		return "snapshot"
 	}
 	return "drift-check"
+}
+
+// driftDue is when the next drift check is due: DriftInterval after the
+// one before, on this cluster's own phase of the interval (driftPhase), so
+// that clusters started together, by one server or by several, do not all
+// check at the same moment but spread over the interval, as Flux and Argo
+// CD spread their resyncs; never less than half an interval after the
+// last run (a change or a retry moves the next check to the next phase).
+func (w *worker) driftDue() time.Time {
+	interval := w.srv.cfg.DriftInterval
+	return nextDrift(w.lastRun, interval, driftPhase(w.path, interval))
+}
+
+// driftPhase is where in each drift interval the checks of the cluster.yml
+// at path fall: a hash of the path, the same on every server and after
+// every restart.
+func driftPhase(path string, interval time.Duration) time.Duration {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(path))
+	return time.Duration(h.Sum64() % uint64(interval))
+}
+
+// nextDrift is the first time at least interval/2 after last that is
+// phase past a multiple of interval (counted from the Unix epoch); the
+// zero time when last is.
+func nextDrift(last time.Time, interval, phase time.Duration) time.Time {
+	if last.IsZero() {
+		return last // never run: at once
+	}
+	earliest := last.Add(interval / 2).UnixNano()
+	iv := int64(interval)
+	t := earliest - (earliest-int64(phase))%iv
+	if t < earliest {
+		t += iv
+	}
+	return time.Unix(0, t)
 }
 
 // outcome is what one reconcile found and did.

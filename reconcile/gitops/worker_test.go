@@ -3,6 +3,7 @@ package gitops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"slices"
@@ -366,5 +367,44 @@ func TestSnapshotStatusNotInS3(t *testing.T) {
 	}
 	if back := got[1]; back.NotInS3 != nil || back.Error != "" || !slices.Equal(back.Uploaded, []string{s1}) {
 		t.Errorf("status.yml once %s was uploaded: %+v; want it uploaded, nothing missing, no error", s1, back)
+	}
+}
+
+// TestDriftChecksSpread gives 100 clusters whose reconciles ended at the
+// same moment (a server that started them together) and checks that their
+// next drift checks spread over the interval instead of bunching: no tenth
+// of the interval holds more than a quarter of them; each comes between
+// half an interval and one and a half after the last run; a cluster's
+// checks after that are one interval apart, and a server restarted later
+// picks the same phase.
+func TestDriftChecksSpread(t *testing.T) {
+	const clusters = 100
+	interval := 15 * time.Second
+	end := time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
+	srv := &Server{cfg: Config{DriftInterval: interval}}
+	var buckets [10]int
+	for i := range clusters {
+		w := &worker{srv: srv, path: fmt.Sprintf("clusters/c%03d/cluster.yml", i), lastRun: end}
+		due := w.driftDue()
+		if gap := due.Sub(end); gap < interval/2 || gap >= interval*3/2 {
+			t.Fatalf("%s: next drift check %s after the last run, want within [%s, %s)", w.path, gap, interval/2, interval*3/2)
+		}
+		buckets[int(due.Sub(end)%interval*10/interval)]++
+		w.lastRun = due.Add(200 * time.Millisecond) // the check took 200 ms
+		if next := w.driftDue(); next.Sub(due) != interval {
+			t.Errorf("%s: checks at %s then %s, want %s apart", w.path, due, next, interval)
+		}
+		later := &worker{srv: srv, path: w.path, lastRun: end.Add(7 * time.Hour)}
+		if got := later.driftDue().Sub(due) % interval; got != 0 {
+			t.Errorf("%s: a later server's checks are %s off this one's phase", w.path, got)
+		}
+	}
+	for i, n := range buckets {
+		if n > clusters/4 {
+			t.Errorf("%d of %d drift checks fall in tenth %d of the interval (per tenth: %v)", n, clusters, i, buckets)
+		}
+	}
+	if (&worker{srv: srv, path: "c/cluster.yml"}).driftDue() != (time.Time{}) {
+		t.Error("a worker that never ran is not due at once")
 	}
 }
