@@ -109,6 +109,9 @@ type Event struct {
 	Path string
 	// Revision is the commit fetched or reconciled.
 	Revision string
+	// Trigger is why a reconcile runs (start, change, drift-check,
+	// retry, snapshot: status.yml's lastReconcile.trigger).
+	Trigger string
 	// Err is set when the step failed.
 	Err error
 }

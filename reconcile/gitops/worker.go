@@ -281,7 +281,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	start := cfg.Now()
 	log := w.log.With("revision", short(ref.Revision), "trigger", cause)
 	log.Info("reconcile starts")
-	cfg.Events(Event{Kind: EventReconcileStart, Path: w.path, Revision: ref.Revision})
+	cfg.Events(Event{Kind: EventReconcileStart, Path: w.path, Revision: ref.Revision, Trigger: cause})
 
 	out := w.attempt(ctx, log, ref, changed)
 	end := cfg.Now()
@@ -304,7 +304,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	f := w.statusFile(out, cause, start, end)
 	crashpoint.Reach(crashpoint.ServeReconciled)
 	err = w.writeStatus(ctx, f)
-	cfg.Events(Event{Kind: EventReconcileEnd, Path: w.path, Revision: ref.Revision, Err: out.err})
+	cfg.Events(Event{Kind: EventReconcileEnd, Path: w.path, Revision: ref.Revision, Trigger: cause, Err: out.err})
 	switch {
 	case out.err != nil:
 		log.Warn("reconcile did not converge", "cluster", out.cluster, "err", out.err, "retry_at", w.retryAt)
