@@ -41,7 +41,9 @@
 // Only pushes to the followed branch trigger a fetch; pushes to other
 // branches, tags and deletions answer 202 "ignored: ...". Requests are
 // authenticated first, then rate limited (default 1 request a second,
-// bursts of 10); those that fail authentication have a budget of their own,
-// and get 429 over it, so that no one without the secret can use up the
-// forge's.
+// bursts of 10); an authenticated request over the rate gets 429, and one
+// Trigger comes once the rate allows, for all those refused meanwhile, so
+// that no push is lost (forges do not deliver again). Those that fail
+// authentication have a budget of their own, and get 429 over it, so that
+// no one without the secret can use up the forge's.
 package webhook

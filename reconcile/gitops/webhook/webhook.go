@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -134,7 +136,7 @@ func mac(secret, body []byte) []byte {
 }
 
 // handler serves one endpoint. It is safe for concurrent use: its only
-// mutable parts are the limiters, which are.
+// mutable parts are the limiters and late, which are.
 type handler struct {
 	secret  []byte
 	path    string
@@ -148,6 +150,9 @@ type handler struct {
 	observe           func(provider, result string)
 	log               *slog.Logger
 	seen              *deliveries
+	// late is set while a fetch refused for the rate waits for its token
+	// (limitedForge).
+	late atomic.Bool
 }
 
 // deliveries are the IDs of the last deliveries received, a bounded set.
@@ -325,7 +330,7 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 		return h.reject(outcome{code: http.StatusOK, result: ResultReplay,
 			msg: "ignored: this delivery was received already", reason: "replayed delivery"})
 	}
-	if o, limited := limited(h.limiter); limited {
+	if o, limited := h.limitedForge(p.name); limited {
 		return o
 	}
 
@@ -358,6 +363,36 @@ func (h *handler) reject(o outcome) outcome {
 		return tooMany
 	}
 	return o
+}
+
+// limitedForge takes a token of the forge's budget, or returns the 429
+// answer. Over the budget, unless a late fetch is pending already, it
+// keeps the next token and calls Trigger when it comes (an Event with the
+// provider only: the request was not read further): a push refused for
+// the rate is fetched late, not lost (GitHub does not deliver again),
+// however many were refused meanwhile, and never more often than the
+// budget allows.
+func (h *handler) limitedForge(provider string) (outcome, bool) {
+	if !h.late.CompareAndSwap(false, true) {
+		return limited(h.limiter)
+	}
+	res := h.limiter.Reserve()
+	if !res.OK() {
+		h.late.Store(false)
+		return limited(h.limiter)
+	}
+	d := res.Delay()
+	if d == 0 {
+		h.late.Store(false)
+		return outcome{}, false
+	}
+	time.AfterFunc(d, func() {
+		h.late.Store(false)
+		h.trigger(Event{Provider: provider})
+	})
+	retry := max(1, int(math.Ceil(d.Seconds())))
+	return outcome{code: http.StatusTooManyRequests, result: ResultRateLimited,
+		msg: "too many requests: retry after " + strconv.Itoa(retry) + "s (a fetch is made then)", retry: retry}, true
 }
 
 // limited takes a token from l, or returns the 429 answer, with how many

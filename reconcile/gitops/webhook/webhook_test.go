@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/time/rate"
+
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // testSecret is the secret of GitHub's documented example, so that Sign can
@@ -638,5 +640,42 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	if events, observed, _ := c.snapshot(); len(events) != 16 || len(observed) != 16 {
 		t.Errorf("%d Trigger and %d Observe calls, want 16 each", len(events), len(observed))
+	}
+}
+
+// TestRateLimitedPushFetchedLate: pushes refused for the rate (a forge
+// that sends many at once: one per status commit of many clusters) are
+// not lost: once the budget allows, one Trigger comes for all of them, and
+// no more than the budget.
+func TestRateLimitedPushFetchedLate(t *testing.T) {
+	const every = 300 * time.Millisecond
+	h, c := newHandler(t, func(cfg *Config) {
+		cfg.Rate = rate.Every(every)
+		cfg.Burst = 1
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	path := Path(testSecret)
+	if resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push")); resp.StatusCode != 202 {
+		t.Fatalf("first push: status %d (%q)", resp.StatusCode, body)
+	}
+	refused := time.Now()
+	for i := range 3 {
+		if resp, body := send(t, srv, http.MethodPost, path, githubPush, github("push")); resp.StatusCode != 429 {
+			t.Fatalf("push %d over the budget: status %d (%q), want 429", i, resp.StatusCode, body)
+		}
+	}
+	if events, _, _ := c.snapshot(); len(events) != 1 {
+		t.Fatalf("Trigger called %d times at once, want 1 (the late one waits for the budget)", len(events))
+	}
+	if !testwait.Until(5*time.Second, 10*time.Millisecond, func() bool { events, _, _ := c.snapshot(); return len(events) == 2 }) {
+		t.Fatal("the pushes refused for the rate were never fetched")
+	}
+	if took := time.Since(refused); took < every/2 {
+		t.Errorf("the late fetch came %s after the refusals, before the budget allowed it (%s)", took, every)
+	}
+	<-time.After(3 * every)
+	if events, _, _ := c.snapshot(); len(events) != 2 {
+		t.Errorf("Trigger called %d times, want 2: three refused pushes make one late fetch", len(events))
 	}
 }
