@@ -41,6 +41,9 @@ func TestServerInvalidSpec(t *testing.T) {
 		return testwait.Recv(t, events, 30*time.Second, fmt.Sprintf("a %s event", kind), func(e gitops.Event) bool {
 			if e.Kind == gitops.EventReconcileStart {
 				starts++
+				if e.Trigger != "change" { // a first reconcile of content never applied
+					t.Errorf("reconcile start's trigger %q, want change", e.Trigger)
+				}
 			}
 			return e.Kind == kind
 		})
