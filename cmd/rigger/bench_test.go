@@ -197,7 +197,7 @@ func BenchmarkChanges(b *testing.B) {
 		if err != nil {
 			b.Fatalf("%s: %v", what, err)
 		}
-		logSpans(b, what, m, spans)
+		logSpans(what, m, spans)
 		return m, spans
 	}
 	key := filepath.Join(s.Dir, "ssh", "id_ed25519")
@@ -284,14 +284,15 @@ func parseTimings(s string) ([]timeline.Span, error) {
 }
 
 // logSpans prints a run's spans of a second or more (what the time went
-// to), as a table for docs/BENCHMARKS.md.
-func logSpans(b *testing.B, what string, m measured, spans []timeline.Span) {
+// to), as a table for docs/BENCHMARKS.md, on standard output: a
+// benchmark's log is cut to its first lines without -v.
+func logSpans(what string, m measured, spans []timeline.Span) {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s: %.1f s\n\n| from | took | what |\n|---|---|---|\n", what, m.wall.Seconds())
+	fmt.Fprintf(&sb, "\n%s: %.1f s\n\n| from | took | what |\n|---|---|---|\n", what, m.wall.Seconds())
 	for _, sp := range spans {
 		if sp.Duration >= time.Second {
 			fmt.Fprintf(&sb, "| %.1f s | %.1f s | %s |\n", sp.Start.Seconds(), sp.Duration.Seconds(), sp.Name)
 		}
 	}
-	b.Log(sb.String())
+	fmt.Print(sb.String())
 }
