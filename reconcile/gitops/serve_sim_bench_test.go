@@ -555,7 +555,7 @@ func (s *simSession) Plan(ctx context.Context) (*reconcile.Planned, error) {
 }
 
 func (s *simSession) Apply(ctx context.Context, _ *reconcile.Lock, pl *reconcile.Planned, o reconcile.ApplyOptions) (*execute.Result, error) {
-	return simnode.Apply(ctx, s.tr, s.c, pl.Desired, pl.Plan, o.Hooks)
+	return simnode.Apply(ctx, s.tr, s.c, pl.Desired, pl.Plan, o.Hooks, reconcile.MaxPlanAge)
 }
 
 func (s *simSession) Status(ctx context.Context) (*reconcile.Status, *reconcile.Planned, error) {

@@ -3,10 +3,10 @@ package simnode
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/execute"
@@ -91,11 +91,12 @@ func Plan(ctx context.Context, tr transport.Transport, c *spec.Cluster, set *pki
 
 // Apply carries out p by execute.Run through tr's connections: the nodes'
 // part of an apply (the Kubernetes side's phase, which reads the API
-// server, does nothing here).
-func Apply(ctx context.Context, tr transport.Transport, c *spec.Cluster, d *desired.Cluster, p *plan.Plan, hooks execute.Hooks) (*execute.Result, error) {
+// server, does nothing here). maxPlanAge is reconcile.MaxPlanAge, as an
+// apply gives it (this package sits below reconcile and cannot import it).
+func Apply(ctx context.Context, tr transport.Transport, c *spec.Cluster, d *desired.Cluster, p *plan.Plan, hooks execute.Hooks, maxPlanAge time.Duration) (*execute.Result, error) {
 	return execute.Run(ctx, p, execute.Options{
 		Desired: d, HelperImage: c.SystemImages.Alpine, MaxParallel: c.Rigger.MaxParallel,
-		MaxPlanAge: reconcile.MaxPlanAge, Hooks: hooks,
+		MaxPlanAge: maxPlanAge, Hooks: hooks,
 		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
 			return tr.Docker(ctx, node)
 		},

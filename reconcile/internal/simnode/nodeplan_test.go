@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/internal/simnode"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -81,7 +82,7 @@ func TestPlanOfConvergedNodes(t *testing.T) {
 	if err != nil || !p.Empty() {
 		t.Fatalf("plan of the converged nodes: %d steps, %v", len(p.Steps), err)
 	}
-	if _, err := simnode.Apply(ctx, tr, cl, d, p, execute.Hooks{}); err != nil {
+	if _, err := simnode.Apply(ctx, tr, cl, d, p, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
 		t.Fatalf("apply of an empty plan: %v", err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/internal/simnode"
@@ -486,7 +487,7 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 	if !apply || !p.Empty() {
 		return p, nil
 	}
-	if _, err := simnode.Apply(ctx, tr, c, d, p, execute.Hooks{}); err != nil {
+	if _, err := simnode.Apply(ctx, tr, c, d, p, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
 		return nil, err
 	}
 	return p, nil
