@@ -132,7 +132,7 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.path, "path", ".", "directory of the repository searched for cluster.yml files")
 	fl.StringVar(&o.statusBranch, "status-branch", "", "commit status.yml files to this branch instead of --branch")
 	fl.DurationVar(&o.interval, "interval", gitops.DefaultInterval, "time between fetches of the branch")
-	fl.DurationVar(&o.driftInterval, "drift-interval", gitops.DefaultDriftInterval, "time between drift checks of each cluster")
+	fl.DurationVar(&o.driftInterval, "drift-interval", gitops.DefaultDriftInterval, "time between drift checks of each cluster, each at its own moment of the interval (a hash of its path)")
 	fl.IntVar(&o.maxConcurrent, "max-concurrent", gitops.DefaultMaxConcurrent, "clusters reconciled at once")
 	fl.BoolVar(&o.ignoreDockerVersion, "ignore-docker-version", false, "skip the check of each node's Docker version against RKE's list for the Kubernetes version (rke up's flag: like rke up, rigger ignores cluster.yml's ignore_docker_version)")
 	fl.StringVar(&o.workdir, "workdir", "", "directory of serve's clone of the repository (default: <state-dir>/serve/<hash of --repo>)")
