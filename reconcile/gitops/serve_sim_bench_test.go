@@ -587,14 +587,7 @@ func TestSimulatedClustersProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of BenchmarkServeSimulated")
 	}
-	if _, err := simnode.RaiseFileLimit(); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	key, err := simnode.ChildKey(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // Benchmarks run the simulated nodes in a child process (the test binary
@@ -17,6 +20,21 @@ import (
 // talks to the child by lines: the child says Ready once its nodes run,
 // then answers each request on its standard input (Process.Ask); the end
 // of its standard input stops the nodes.
+
+// ChildKey starts a child process: its open files limit raised (a node
+// takes a few), and the key its nodes accept read from the id_ed25519.pub
+// the parent wrote in dir.
+func ChildKey(dir string) (ssh.PublicKey, error) {
+	if _, err := RaiseFileLimit(); err != nil {
+		return nil, err
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
+	if err != nil {
+		return nil, err
+	}
+	key, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	return key, err
+}
 
 // Ready is the child's first line.
 const Ready = "simulated nodes ready"

@@ -414,14 +414,7 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of BenchmarkScaleSimulated")
 	}
-	if _, err := simnode.RaiseFileLimit(); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	key, err := simnode.ChildKey(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
