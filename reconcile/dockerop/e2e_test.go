@@ -227,14 +227,14 @@ func TestSandbox(t *testing.T) {
 		}
 		const minUp = 3 * time.Second
 		began := time.Now()
-		if err := WaitUp(ctx, cli, n.Name, "rigger-e2e-up", Up{MinUptime: minUp, Timeout: time.Minute}); err != nil {
+		if _, err := WaitUp(ctx, cli, n.Name, "rigger-e2e-up", Up{MinUptime: minUp, Timeout: time.Minute}); err != nil {
 			t.Errorf("a container that stays up: %v", err)
 		}
 		if took := time.Since(began); took < minUp || took > minUp+5*time.Second {
 			t.Errorf("a container that stays up took %s, want about %s", took, minUp)
 		}
 		began = time.Now()
-		err := WaitUp(ctx, cli, n.Name, "rigger-e2e-crash", Up{MinUptime: minUp, Timeout: time.Minute})
+		_, err := WaitUp(ctx, cli, n.Name, "rigger-e2e-crash", Up{MinUptime: minUp, Timeout: time.Minute})
 		// Docker waits 0.1 s before the first restart and twice as long
 		// each time: the restarts past maxRestarts come within seconds.
 		if took := time.Since(began); took > 30*time.Second {

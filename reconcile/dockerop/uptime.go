@@ -17,6 +17,13 @@ import (
 // restart manager resets a container's back-off once it has run 10 s).
 const MinUptime = 10 * time.Second
 
+// Hold is how long a component container must have run in a row, with its
+// restarts counted, before WaitUp calls Up.Held: long enough for what
+// fails at start (a flag refused, a port in use, a file that does not
+// parse) to have failed, a few of WaitUp's inspections. Those that fail
+// later are found by the watch that goes on to MinUptime.
+const Hold = 2 * time.Second
+
 // Timing of WaitUp.
 const (
 	// upPoll is the pause between two inspections of the container.
@@ -43,10 +50,22 @@ type Up struct {
 	// which its restart policy is there for. Those after count from the
 	// first inspection after Count closed. nil counts from the start.
 	Count <-chan struct{}
+	// Held, when set, is called once the container has run Hold in a row
+	// with its restarts counted: the caller may go on while WaitUp watches
+	// on to MinUptime.
+	Held func()
+}
+
+// UpRun is one run of a container, as Docker's inspection tells it: when it
+// started and how many times Docker had restarted the container by then.
+type UpRun struct {
+	StartedAt string
+	Restarts  int
 }
 
 // WaitUp waits until the container name, which rigger has just started,
-// has run u.MinUptime without a restart, inspecting it every half second.
+// has run u.MinUptime without a restart, inspecting it every half second,
+// and returns that run (to check later that it goes on: StillUp).
 // It fails with a *CrashLoopError as soon as the container is seen stopped
 // for good (exited or dead: its restart policy does not start it again),
 // or restarted more than maxRestarts times (counted as u.Count says); and
@@ -57,7 +76,7 @@ type Up struct {
 // next: every inspection reads its restart count, which Docker counts from
 // the container's last start through the API (the one rigger just made),
 // and its start time, so a restart between two inspections counts too.
-func WaitUp(ctx context.Context, e Engine, node, name string, u Up) error {
+func WaitUp(ctx context.Context, e Engine, node, name string, u Up) (UpRun, error) {
 	began := time.Now()
 	minUptime := cmp.Or(u.MinUptime, MinUptime)
 	waitCtx, cancel := context.WithTimeout(ctx, u.Timeout)
@@ -71,12 +90,13 @@ func WaitUp(ctx context.Context, e Engine, node, name string, u Up) error {
 		base      int // RestartCount when the count began
 		crash     = &CrashLoopError{Node: node, Container: name, ExitCode: -1}
 		lastErr   error
+		held      = u.Held
 	)
 	for {
 		c, err := e.ContainerInspect(waitCtx, name)
 		switch {
 		case err != nil && errdefs.IsNotFound(err):
-			return fmt.Errorf("node %s: container %s is gone (removed while rigger waited for it to stay up)", node, name)
+			return UpRun{}, fmt.Errorf("node %s: container %s is gone (removed while rigger waited for it to stay up)", node, name)
 		case err != nil:
 			lastErr = err
 		case c.ContainerJSONBase == nil || c.State == nil:
@@ -103,7 +123,7 @@ func WaitUp(ctx context.Context, e Engine, node, name string, u Up) error {
 			}
 			if stopped && !s.Restarting || counting && c.RestartCount-base > maxRestarts {
 				crash.Took = time.Since(began)
-				return crash.withLogs(ctx, e)
+				return UpRun{}, crash.withLogs(ctx, e)
 			}
 			if stopped {
 				break
@@ -112,25 +132,59 @@ func WaitUp(ctx context.Context, e Engine, node, name string, u Up) error {
 				upSince = time.Now()
 			}
 			if time.Since(upSince) >= minUptime {
-				return nil
+				return UpRun{StartedAt: s.StartedAt, Restarts: c.RestartCount}, nil
+			}
+			if held != nil && counting && time.Since(upSince) >= min(Hold, minUptime) {
+				held()
+				held = nil
 			}
 		}
 		select {
 		case <-waitCtx.Done():
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return UpRun{}, ctx.Err()
 			}
 			if crash.Restarts > 0 || crash.ExitCode >= 0 {
 				crash.Took = time.Since(began)
-				return crash.withLogs(ctx, e)
+				return UpRun{}, crash.withLogs(ctx, e)
 			}
 			if lastErr != nil {
-				return fmt.Errorf("node %s: container %s: not seen running for %s in %s: inspect: %w", node, name, minUptime, u.Timeout, lastErr)
+				return UpRun{}, fmt.Errorf("node %s: container %s: not seen running for %s in %s: inspect: %w", node, name, minUptime, u.Timeout, lastErr)
 			}
-			return fmt.Errorf("node %s: container %s did not run %s in a row in %s", node, name, minUptime, u.Timeout)
+			return UpRun{}, fmt.Errorf("node %s: container %s did not run %s in a row in %s", node, name, minUptime, u.Timeout)
 		case <-tick.C:
 		}
 	}
+}
+
+// StillUp checks, with one inspection, that the container name still
+// runs the run WaitUp returned: not restarted, not stopped since. It fails
+// with a *CrashLoopError when it was (a component that crashes later than
+// MinUptime after its start, found before the apply that started it ends).
+func StillUp(ctx context.Context, e Engine, node, name string, run UpRun, since time.Time) error {
+	c, err := e.ContainerInspect(ctx, name)
+	switch {
+	case err != nil && errdefs.IsNotFound(err):
+		return fmt.Errorf("node %s: container %s is gone (removed after it had stayed up %s)", node, name, MinUptime)
+	case err != nil:
+		return fmt.Errorf("node %s: inspect container %s: %w", node, name, err)
+	case c.ContainerJSONBase == nil || c.State == nil:
+		return fmt.Errorf("node %s: inspect container %s: the engine gave no state", node, name)
+	}
+	s := c.State
+	if s.Running && !s.Restarting && s.StartedAt == run.StartedAt && c.RestartCount == run.Restarts {
+		return nil
+	}
+	crash := &CrashLoopError{Node: node, Container: name, ExitCode: -1, EngineError: s.Error,
+		State: string(s.Status), Restarts: c.RestartCount - run.Restarts, Took: time.Since(since), Late: true}
+	if !s.Running || s.Restarting {
+		// Docker keeps the exit code until the container runs again.
+		crash.ExitCode, crash.OOMKilled = s.ExitCode, s.OOMKilled
+	}
+	if c.HostConfig != nil {
+		crash.Policy = string(c.HostConfig.RestartPolicy.Name)
+	}
+	return crash.withLogs(ctx, e)
 }
 
 func closed(c <-chan struct{}) bool {
@@ -162,6 +216,9 @@ type CrashLoopError struct {
 	Policy   string
 	// Logs are its last lines, "" when they could not be read.
 	Logs string
+	// Late is set when it stopped after it had stayed up MinUptime
+	// (StillUp): Restarts count from then.
+	Late bool
 }
 
 func (e *CrashLoopError) Error() string {
@@ -179,6 +236,10 @@ func (e *CrashLoopError) Error() string {
 		fmt.Fprintf(&b, " (%s)", e.EngineError)
 	}
 	switch {
+	case e.Late && e.Restarts > 0:
+		fmt.Fprintf(&b, " after it had run %s, and Docker restarted it %s since", MinUptime, Times(e.Restarts))
+	case e.Late:
+		fmt.Fprintf(&b, " after it had run %s", MinUptime)
 	case e.Restarts > 0:
 		fmt.Fprintf(&b, ", and Docker restarted it %s since rigger started it", Times(e.Restarts))
 	case e.State == string(container.StateExited) || e.State == string(container.StateDead):

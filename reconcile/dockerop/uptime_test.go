@@ -170,7 +170,7 @@ func TestWaitUp(t *testing.T) {
 					time.AfterFunc(tc.count, func() { close(count) })
 					u.Count = count
 				}
-				err := WaitUp(t.Context(), e, "n1", "kube-scheduler", u)
+				_, err := WaitUp(t.Context(), e, "n1", "kube-scheduler", u)
 				took := time.Since(began)
 				if len(tc.want) == 0 && err != nil {
 					t.Fatalf("error %v, want none", err)
@@ -198,7 +198,7 @@ func TestWaitUpCanceled(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		e := &inspectEngine{states: []container.InspectResponse{state(container.StateRunning, 0, 0, "t1")}}
-		if err := WaitUp(ctx, e, "n1", "etcd", Up{Timeout: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := WaitUp(ctx, e, "n1", "etcd", Up{Timeout: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("error %v, want the context's", err)
 		}
 	})

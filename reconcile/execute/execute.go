@@ -5,6 +5,7 @@
 package execute
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -251,7 +252,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 			continue
 		}
 		if err == nil {
-			err = ctx.Err()
+			err = cmp.Or(ctx.Err(), r.failedWatch())
 		}
 		if err != nil {
 			for _, later := range phases[i:] {
@@ -266,6 +267,9 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		if err = ph.run(ctx, steps); err == nil {
 			crashpoint.Reach(crashpoint.PhaseDone(string(ph.phase)))
 		}
+	}
+	if err == nil {
+		err = r.settle(ctx)
 	}
 	if c, ok := r.etcdClient.(io.Closer); ok {
 		c.Close()
@@ -512,9 +516,11 @@ func (r *runner) bootstrapArgs(s plan.Step) []string {
 
 // waitHealthy probes the components of a node that Run changed or that the
 // next phase depends on, and waits for those whose containers it started
-// to stay up (watchUp): a component whose container restarts over and over
-// fails, also when a probe answered between two restarts.
-func (r *runner) waitHealthy(ctx context.Context, node string, components []string) error {
+// to hold (dockerop.Hold), or, when strict, to stay up MinUptime
+// (watchUp): a component whose container restarts over and over fails,
+// also when a probe answered between two restarts. Without strict, the
+// watch goes on while the run does (failedWatch, settle).
+func (r *runner) waitHealthy(ctx context.Context, node string, components []string, strict bool) error {
 	dn, _ := r.o.Desired.Node(node)
 	internal := node
 	if dn != nil && dn.InternalAddress != "" {
@@ -536,10 +542,18 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 			err = r.probe(ctx, health.Target{Node: node, InternalAddress: internal, Component: c}, w)
 		}
 		if w != nil {
-			if err == nil {
-				err = w.wait(ctx)
-			} else if werr, done := w.result(); done && werr != nil {
+			switch werr, done := w.result(); {
+			case err != nil && done && werr != nil:
 				err = werr // the crash loop is why the probe failed
+			case err == nil && strict:
+				err = w.wait(ctx)
+			case err == nil:
+				err = w.waitHeld(ctx)
+			}
+			if err != nil {
+				r.mu.Lock()
+				w.said = true // said here, with the probe's
+				r.mu.Unlock()
 			}
 		}
 		var crash *dockerop.CrashLoopError
@@ -665,7 +679,9 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 				return err
 			}
 		}
-		if err := r.waitHealthy(ctx, s.Node, []string{desired.Etcd}); err != nil {
+		// A running cluster's next member changes only once this one has
+		// stayed up: two members down lose a three-member quorum.
+		if err := r.waitHealthy(ctx, s.Node, []string{desired.Etcd}, true); err != nil {
 			return err
 		}
 	}
@@ -691,7 +707,7 @@ func (r *runner) promoteStarted(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	return r.waitHealthy(ctx, node, []string{desired.Etcd})
+	return r.waitHealthy(ctx, node, []string{desired.Etcd}, true)
 }
 
 // changesEtcd reports whether a step changes a running etcd cluster's
@@ -847,7 +863,9 @@ func (r *runner) allEtcdHealthy(ctx context.Context) error {
 		if _, ok := n.Container(desired.Etcd); !ok || r.unreachable[n.Address] {
 			continue
 		}
-		if err := r.waitHealthy(ctx, n.Address, []string{desired.Etcd}); err != nil {
+		// A new cluster's members serve nothing yet: the control plane
+		// may start while they are watched.
+		if err := r.waitHealthy(ctx, n.Address, []string{desired.Etcd}, !r.etcdNew); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -904,7 +922,7 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 			touched = append(touched, s.Component)
 		}
 	}
-	if err := r.waitHealthy(ctx, node, touched); err != nil {
+	if err := r.waitHealthy(ctx, node, touched, false); err != nil {
 		return err
 	}
 	if f := r.o.AfterNode; f != nil {
@@ -922,23 +940,47 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 // controlPlane changes one node at a time, after the nodes where it is
 // only created, which start all at once.
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
-	return r.rolling(ctx, steps, 1, r.o.ControlPlaneBlocked)
+	return r.rolling(ctx, steps, 1, r.serving(desired.KubeAPIServer), r.o.ControlPlaneBlocked)
 }
 
 // workers changes MaxUnavailableWorker nodes at once, after the nodes
 // where they are only created, which start all at once.
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
-	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.o.WorkersBlocked)
+	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.serving(desired.Kubelet), r.o.WorkersBlocked)
 }
+
+// serving counts the nodes of the desired cluster that run component.
+func (r *runner) serving(component string) int {
+	n := 0
+	for _, dn := range r.o.Desired.Nodes {
+		if _, ok := dn.Container(component); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// overlaps reports whether a rolling phase over serving nodes, size at a
+// time, may start a batch while the containers of the one before are
+// still watched on to MinUptime (their components healthy and held): when
+// a component that stops after its turn, in two batches at once, still
+// leaves a node of the role serving. Otherwise each batch waits for the
+// last one's containers to have stayed up; either way, for those of the
+// batch before the last.
+func overlaps(serving, size int) bool { return serving-2*size >= 1 }
 
 // rolling changes the nodes of steps. The nodes whose steps only create
 // missing containers go first, MaxParallel at once: they stop nothing that
 // serves (a new cluster's nodes, a node that joins; RKE too brings a new
 // cluster's control plane and workers up in parallel). The others follow
 // in batches of size (nodes of Plan.First first); a batch finishes before
-// the next starts, and a failed batch stops the phase. blocked, when set,
-// stops it at once.
-func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, blocked error) error {
+// the next starts, and a failed batch stops the phase. A batch starts once
+// the containers the batch before started have stayed up MinUptime, or,
+// where the serving nodes allow it (overlaps), once they are healthy and
+// held, while their watch goes on (one batch's watches overlap the next
+// one's work, no more); a watch that fails meanwhile stops the phase
+// before the next batch. blocked, when set, stops it at once.
+func (r *runner) rolling(ctx context.Context, steps []plan.Step, size, serving int, blocked error) error {
 	r.start(steps)
 	if blocked != nil {
 		return blocked
@@ -956,13 +998,33 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size int, block
 	if err := fanout.Each(ctx, creating, r.o.MaxParallel, change); err != nil {
 		return err
 	}
+	// The batches whose containers may still be watched when the next
+	// starts: the last one, where overlaps allows it.
+	unsettled := 0
+	if overlaps(serving, size) {
+		unsettled = 1
+	}
+	var done [][]string
 	for batch := range slices.Chunk(changing, size) {
 		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(done) > unsettled {
+			settle := done[len(done)-1-unsettled]
+			end := r.o.Timeline.Begin("apply: " + strings.Join(settle, ", ") + " up " + r.o.MinUptime.String() + " before the next batch")
+			err := r.settleNodes(ctx, settle)
+			end()
+			if err != nil {
+				return err
+			}
+		}
+		if err := r.failedWatch(); err != nil {
 			return err
 		}
 		if err := fanout.Each(ctx, batch, len(batch), change); err != nil {
 			return err
 		}
+		done = append(done, batch)
 	}
 	return nil
 }

@@ -1,24 +1,43 @@
 package execute
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/plan"
 )
 
 // upWatch is the watch of one container a step started: whether it stays
 // up (dockerop.WaitUp). err is set before done is closed.
 type upWatch struct {
-	done   chan struct{}
+	node, component string
+	engine          dockerop.Engine
+	done            chan struct{}
+	// err is the watch's failure, run the run that stayed up, both set
+	// before done is closed.
 	err    error
+	run    dockerop.UpRun
+	began  time.Time
 	cancel context.CancelFunc
 	// count is closed (by arm) when waitHealthy comes to the component:
 	// the components before it on the node are healthy, and its restarts
 	// count from then on (dockerop.Up.Count).
 	count   chan struct{}
 	armOnce sync.Once
+	// held is closed once the container has run dockerop.Hold in a row
+	// with its restarts counted (dockerop.Up.Held).
+	held     chan struct{}
+	heldOnce sync.Once
+	// said is set (under runner.mu) once the watch's failure was said and
+	// returned: a failure stops the run once.
+	said bool
 }
 
 // arm starts the count of the container's restarts.
@@ -27,6 +46,19 @@ func (w *upWatch) arm() { w.armOnce.Do(func() { close(w.count) }) }
 // wait returns the watch's result once it has one, or ctx's error.
 func (w *upWatch) wait(ctx context.Context) error {
 	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitHeld returns once the container has held (nil) or the watch has a
+// result (its result), or ctx's error.
+func (w *upWatch) waitHeld(ctx context.Context) error {
+	select {
+	case <-w.held:
+		return nil
 	case <-w.done:
 		return w.err
 	case <-ctx.Done():
@@ -56,8 +88,11 @@ func (w *upWatch) result() (err error, done bool) {
 // server: three or four times in a cold converge on the sandbox). A container
 // that runs once by design (desired.Container.RunOnce) is not watched.
 //
-// The watch outlives the step's context (a phase's fan-out ends it) and
-// ends with the run (stopWatches).
+// The watch outlives the step and its node's turn: waitHealthy lets the
+// node go on once the container has held (dockerop.Hold), and the watch
+// goes on to MinUptime while the run goes on. Its failure stops the run
+// at the next batch or phase (failedWatch), and the run ends only once
+// every watch has its result (settle), or stops them (stopWatches).
 func (r *runner) watchUp(ctx context.Context, e dockerop.Engine, s plan.Step) {
 	if r.o.Desired != nil {
 		if dn, ok := r.o.Desired.Node(s.Node); ok {
@@ -67,7 +102,8 @@ func (r *runner) watchUp(ctx context.Context, e dockerop.Engine, s plan.Step) {
 		}
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &upWatch{done: make(chan struct{}), cancel: cancel, count: make(chan struct{})}
+	w := &upWatch{node: s.Node, component: s.Component, engine: e, began: r.o.Now(), done: make(chan struct{}), cancel: cancel,
+		count: make(chan struct{}), held: make(chan struct{})}
 	key := stepKey{s.Node, s.Component}
 	r.mu.Lock()
 	if r.up == nil {
@@ -82,7 +118,10 @@ func (r *runner) watchUp(ctx context.Context, e dockerop.Engine, s plan.Step) {
 	go func() {
 		defer r.upWG.Done()
 		defer close(w.done)
-		w.err = dockerop.WaitUp(wctx, e, s.Node, s.Component, dockerop.Up{MinUptime: r.o.MinUptime, Timeout: r.o.HealthTimeout, Count: w.count})
+		w.run, w.err = dockerop.WaitUp(wctx, e, s.Node, s.Component, dockerop.Up{
+			MinUptime: r.o.MinUptime, Timeout: r.o.HealthTimeout, Count: w.count,
+			Held: func() { w.heldOnce.Do(func() { close(w.held) }) },
+		})
 	}()
 }
 
@@ -91,6 +130,90 @@ func (r *runner) watch(node, component string) *upWatch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.up[stepKey{node, component}]
+}
+
+// watches returns the run's watches, of nodes only when nodes is not nil,
+// in a fixed order (node, then component).
+func (r *runner) watches(nodes []string) []*upWatch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*upWatch
+	for _, w := range r.up {
+		if nodes == nil || slices.Contains(nodes, w.node) {
+			out = append(out, w)
+		}
+	}
+	slices.SortFunc(out, func(a, b *upWatch) int {
+		return cmp.Or(strings.Compare(a.node, b.node), strings.Compare(a.component, b.component))
+	})
+	return out
+}
+
+// fail says and returns w's failure, once: nil when it has none or it was
+// returned already.
+func (r *runner) fail(w *upWatch) error {
+	err, done := w.result()
+	if !done || err == nil {
+		return nil
+	}
+	r.mu.Lock()
+	said := w.said
+	w.said = true
+	r.mu.Unlock()
+	if said {
+		return nil
+	}
+	r.say(w.node, w.component+" did not stay up", err)
+	return err
+}
+
+// failedWatch returns the failure of a watch that has ended (the first,
+// in watches' order), so that a container that stopped after its node's
+// turn stops the run before the next batch or phase.
+func (r *runner) failedWatch() error {
+	for _, w := range r.watches(nil) {
+		if err := r.fail(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleNodes waits until every watch of nodes (all when nil) has its
+// result, and returns their failures.
+func (r *runner) settleNodes(ctx context.Context, nodes []string) error {
+	var errs []error
+	for _, w := range r.watches(nodes) {
+		if err := w.wait(ctx); err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		errs = append(errs, r.fail(w))
+	}
+	return errors.Join(errs...)
+}
+
+// settle waits, at the end of a run that succeeded so far, until every
+// container the run started has run MinUptime (or failed), and then checks
+// once more that each still runs the run that stayed up: one that stopped
+// since (a component that crashes half a minute after its start, in a run
+// that went on that long) fails the run. The run succeeds only then.
+func (r *runner) settle(ctx context.Context) error {
+	ws := r.watches(nil)
+	if len(ws) == 0 {
+		return nil
+	}
+	end := r.o.Timeline.Begin("apply: the started containers up " + r.o.MinUptime.String())
+	defer end()
+	if err := r.settleNodes(ctx, nil); err != nil {
+		return err
+	}
+	return fanout.Each(ctx, ws, r.o.MaxParallel, func(ctx context.Context, _ int, w *upWatch) error {
+		err := dockerop.StillUp(ctx, w.engine, w.node, w.component, w.run, w.began)
+		if err != nil {
+			r.say(w.node, w.component+" still up", err)
+		}
+		return err
+	})
 }
 
 // stopWatches ends the watches still running and waits for them.

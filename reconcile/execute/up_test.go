@@ -3,7 +3,9 @@ package execute
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -132,8 +135,10 @@ func TestCrashLoopFailsTheRun(t *testing.T) {
 		// took is how long Run took, at most.
 		took time.Duration
 	}{
-		// One node at a time, each up MinUptime before the next.
-		{name: "all stay up", took: 2*dockerop.MinUptime + time.Second},
+		// One node at a time: the second once the first's components are
+		// healthy and held; the run ends once the second's scheduler has
+		// stayed up MinUptime.
+		{name: "all stay up", took: dockerop.Hold + dockerop.MinUptime + time.Second},
 		{
 			name:     "a crash loop between healthy probes",
 			crashing: map[string]bool{desired.KubeScheduler: true},
@@ -166,8 +171,8 @@ func TestCrashLoopFailsTheRun(t *testing.T) {
 					if err != nil || len(res.Done) != 3 {
 						t.Fatalf("error %v, %d steps done; want all 3 done", err, len(res.Done))
 					}
-					if took < 2*dockerop.MinUptime {
-						t.Errorf("Run took %s, less than MinUptime: the containers were not watched", took)
+					if took < dockerop.Hold+dockerop.MinUptime {
+						t.Errorf("Run took %s, less than Hold and MinUptime: the containers were not watched", took)
 					}
 					return
 				}
@@ -216,4 +221,187 @@ func TestRestartsWhileWaitingDoNotCount(t *testing.T) {
 			t.Errorf("Run took %s, want the API server's start and the controller manager's MinUptime after it", took)
 		}
 	})
+}
+
+// timedEngine is a node's engine whose containers, once a step restarted
+// them, run for crashAfter (by name; for ever when not set), then restart
+// over and over as Docker's restart policy restarts a crashing one: each
+// run lasts crashAfter again. Restarts go to a shared log with their time.
+type timedEngine struct {
+	dockerop.Engine
+	node       string
+	crashAfter map[string]time.Duration
+	log        *startLog
+	mu         sync.Mutex
+	started    map[string]time.Time
+}
+
+// startLog records when each container was started by a step, in order.
+type startLog struct {
+	mu     sync.Mutex
+	began  time.Time
+	starts []string
+}
+
+func (l *startLog) add(what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.starts = append(l.starts, fmt.Sprintf("%s at %s", what, time.Since(l.began)))
+}
+
+func (l *startLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.starts)
+}
+
+func (e *timedEngine) ContainerRestart(_ context.Context, name string, _ container.StopOptions) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started == nil {
+		e.started = map[string]time.Time{}
+	}
+	e.started[name] = time.Now()
+	e.log.add(e.node + " " + name)
+	return nil
+}
+
+func (e *timedEngine) ContainerInspect(_ context.Context, name string) (container.InspectResponse, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := &container.State{Status: container.StateRunning, Running: true, StartedAt: "0"}
+	restarts := 0
+	if after := e.crashAfter[name]; after > 0 {
+		// Runs of after each, 100 ms apart (Docker's first back-off).
+		runs := int(time.Since(e.started[name]) / (after + 100*time.Millisecond))
+		restarts = runs
+		st.StartedAt = fmt.Sprint(runs)
+		if time.Since(e.started[name])%(after+100*time.Millisecond) >= after {
+			st.Status, st.Restarting, st.ExitCode = container.StateRestarting, true, 1
+		}
+	}
+	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{
+		RestartCount: restarts, State: st,
+		HostConfig: &container.HostConfig{RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyAlways}},
+	}}, nil
+}
+
+func (e *timedEngine) ContainerLogs(_ context.Context, name string, _ container.LogsOptions) (io.ReadCloser, error) {
+	var b strings.Builder
+	w := stdcopy.NewStdWriter(&b, stdcopy.Stderr)
+	w.Write([]byte("F1202 server.go:88] " + name + " gave up\n"))
+	return io.NopCloser(strings.NewReader(b.String())), nil
+}
+
+// TestUptimeOverlapsTheNextNode: a rolling change goes on to the next node
+// once a node's components are healthy and held (dockerop.Hold), while
+// they are watched on to MinUptime, when the serving nodes allow it (three
+// API servers: two batches down leave one); it waits for them to stay up
+// first when they do not (two API servers). One batch's watch overlaps the
+// next one's work, no more. A component that crashes 5 s after its start
+// stops the change before a third node; one that crashes 30 s after its
+// start fails the run at its end when the run has gone on that long (the
+// worker phase's slow health check), naming the node, the component, its
+// exit code and its last lines.
+func TestUptimeOverlapsTheNextNode(t *testing.T) {
+	const three = clusterYML
+	const two = `cluster_name: test
+nodes:
+  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}
+  - {address: 10.0.0.2, user: u, role: [controlplane, worker]}
+`
+	steps := func(d *desired.Cluster, component string, phase plan.Phase, nodes ...string) []plan.Step {
+		var out []plan.Step
+		for _, n := range nodes {
+			dn, _ := d.Node(n)
+			dc, _ := dn.Container(component)
+			out = append(out, plan.Step{Node: n, Component: component, Action: plan.Restart, Phase: phase, After: dc, Reason: "test"})
+		}
+		return out
+	}
+	const (
+		hold = dockerop.Hold
+		up   = dockerop.MinUptime
+	)
+	for _, tc := range []struct {
+		name       string
+		yml        string
+		nodes      []string
+		crashAfter time.Duration
+		// worker adds a kubelet restart on 10.0.0.4 whose health check
+		// takes that long.
+		worker time.Duration
+		starts []string
+		took   time.Duration
+		want   string // in the error; "" for none
+	}{
+		{
+			name: "three API servers: the next node once healthy and held", yml: three,
+			nodes:  []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"},
+			starts: []string{"10.0.0.1 kube-scheduler at 0s", "10.0.0.2 kube-scheduler at 2s", "10.0.0.3 kube-scheduler at 10s"},
+			took:   2 * up,
+		},
+		{
+			name: "two API servers: each node up before the next", yml: two,
+			nodes:  []string{"10.0.0.1", "10.0.0.2"},
+			starts: []string{"10.0.0.1 kube-scheduler at 0s", "10.0.0.2 kube-scheduler at 10s"},
+			took:   2 * up,
+		},
+		{
+			name: "a crash 5 s after the start stops the change before the third node", yml: three,
+			nodes: []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}, crashAfter: 5 * time.Second,
+			starts: []string{"10.0.0.1 kube-scheduler at 0s", "10.0.0.2 kube-scheduler at 2s"},
+			want:   "node 10.0.0.1: kube-scheduler does not stay up: exited with code 1, and Docker restarted it 7 times since rigger started it",
+		},
+		{
+			name: "a crash 30 s after the start, in a run that goes on that long", yml: three,
+			nodes: []string{"10.0.0.1"}, crashAfter: 30 * time.Second, worker: 40 * time.Second,
+			starts: []string{"10.0.0.1 kube-scheduler at 0s", "10.0.0.4 kubelet at 2s"},
+			want:   "node 10.0.0.1: kube-scheduler does not stay up: exited (its exit code was not seen) after it had run 10s, and Docker restarted it once since; now running",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := build(t, tc.yml)
+				p := &plan.Plan{ObservedAt: now, Steps: steps(d, desired.KubeScheduler, plan.PhaseControlPlane, tc.nodes...)}
+				pr := probes{}
+				if tc.worker > 0 {
+					p.Steps = append(p.Steps, steps(d, desired.Kubelet, plan.PhaseWorker, "10.0.0.4")...)
+					pr.slow = map[string]time.Duration{desired.Kubelet: tc.worker}
+				}
+				log := &startLog{began: time.Now()}
+				engines := map[string]*timedEngine{}
+				for _, n := range d.Nodes {
+					engines[n.Address] = &timedEngine{node: n.Address, log: log, crashAfter: map[string]time.Duration{}}
+				}
+				if tc.crashAfter > 0 {
+					engines["10.0.0.1"].crashAfter[desired.KubeScheduler] = tc.crashAfter
+				}
+				o := Options{Desired: d, Health: pr, MaxUnavailableWorker: 1, Now: time.Now,
+					Nodes: func(_ context.Context, n string) (dockerop.Engine, error) { return engines[n], nil }}
+				began := time.Now()
+				_, err := Run(t.Context(), p, o)
+				took := time.Since(began)
+				if diff := cmp.Diff(tc.starts, log.get()); diff != "" {
+					t.Errorf("starts (-want +got):\n%s", diff)
+				}
+				if tc.want == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if took != tc.took {
+						t.Errorf("Run took %s, want %s", took, tc.took)
+					}
+					return
+				}
+				var crash *dockerop.CrashLoopError
+				if !errors.As(err, &crash) || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error:\n%v\nwant a *CrashLoopError:\n%s", err, tc.want)
+				}
+				if !strings.HasSuffix(err.Error(), "last lines of kube-scheduler on 10.0.0.1:\nF1202 server.go:88] kube-scheduler gave up") {
+					t.Errorf("error:\n%v\nwant it to end with the last lines", err)
+				}
+			})
+		})
+	}
 }
