@@ -90,7 +90,7 @@ func (s *Session) rkeStateFromAPI(ctx context.Context, kubeconfig string) (*rkes
 // cluster.yml RKE ran, so the state takes cluster.yml's nodes.
 func (s *Session) rkeStateFromNodes(ctx context.Context) (*rkestate.State, error) {
 	var tried []string
-	o := s.observeNodes(ctx, true)
+	o := s.observeNodes(ctx, true, 0)
 	for _, a := range pkisource.CANodes(o) {
 		files := pkisource.SSLFiles(o.Nodes[a])
 		set, err := pki.FromFiles(files)

@@ -284,6 +284,9 @@ func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao Apply
 	endPhase()
 	end()
 	crashpoint.Reach(crashpoint.ApplyExecuted)
+	if werr := s.recordApplied(); werr != nil {
+		err = errors.Join(err, werr)
+	}
 	if err == nil {
 		// kubenode: labels, taints and stale Nodes, also after an empty plan.
 		end = tl.Begin("apply: the Kubernetes Nodes")
@@ -338,7 +341,7 @@ func (s *Session) snapshotBeforeChange(ctx context.Context, set *pki.Set, d *des
 // planTeardown observes the nodes and plans the teardown of the cluster
 // (Options.Teardown).
 func (s *Session) planTeardown(ctx context.Context) *Planned {
-	o := s.observeNodes(ctx, false)
+	o := s.observeNodes(ctx, false, 0)
 	d := &desired.Cluster{Name: s.c.ClusterName, PrefixPath: s.c.PrefixPath}
 	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o, teardown: true}
 }

@@ -49,7 +49,7 @@ func (s *Session) PKI(ctx context.Context) (*pki.Set, error) {
 	set, err := pki.Load(s.opts.StateDir)
 	var nf *pki.NotFoundError
 	if errors.As(err, &nf) {
-		set, _, err = pkisource.Recover(s.opts.StateDir, s.observeNodes(ctx, true))
+		set, _, err = pkisource.Recover(s.opts.StateDir, s.observeNodes(ctx, true, 0))
 		if err == nil && set == nil {
 			return nil, fmt.Errorf("no certificates for cluster %s: the state directory %s has none and no node runs the cluster: run rigger apply first",
 				s.c.ClusterName, s.opts.StateDir)

@@ -203,7 +203,7 @@ func (r *doctorRun) gather(ctx context.Context, skip []string) {
 	s := r.s
 	r.machines, r.fromPod = map[string]*machineRead{}, map[string]*doctor.Host{}
 	st, err := s.loadState()
-	r.o = s.observeNodes(ctx, true)
+	r.o = s.observeNodes(ctx, true, s.sinceApplied(st))
 	if err == nil {
 		var rp *pkisource.Resolved
 		if rp, err = s.resolvePKI(st, r.o, asked{}); err == nil {

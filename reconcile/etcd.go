@@ -24,7 +24,7 @@ func (s *Session) etcdOps(set *pki.Set, d *desired.Cluster) *etcdsnap.Cluster {
 		Now:         s.opts.Now,
 		Taker:       "rigger serve",
 		Slots: func(ctx context.Context) (etcdsnap.SlotStore, func(), error) {
-			cli, err := s.services().EtcdClient(ctx, set, s.observeNodes(ctx, false))
+			cli, err := s.services().EtcdClient(ctx, set, s.observeNodes(ctx, false, 0))
 			if err != nil {
 				return nil, nil, err
 			}

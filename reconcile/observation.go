@@ -19,15 +19,16 @@ import (
 // observeNodes reads the nodes of cluster.yml and those of the last apply
 // that left it (rigger keeps no other inventory of removed nodes); keep
 // keeps the files' contents, for a state directory that recovers its
-// certificates or key from them.
-func (s *Session) observeNodes(ctx context.Context, keep bool) *observe.Cluster {
+// certificates or key from them. sinceApply, when not zero, is how long
+// ago the last apply ended (observe.Request.SinceApply).
+func (s *Session) observeNodes(ctx context.Context, keep bool, sinceApply time.Duration) *observe.Cluster {
 	addrs := make([]string, 0, len(s.c.Nodes)+len(s.former))
 	for _, n := range slices.Concat(s.c.Nodes, s.former) {
 		addrs = append(addrs, n.Address)
 	}
 	return observe.Observe(ctx, s.tr, observe.Request{
 		Cluster: s.c.ClusterName, Nodes: addrs, MaxParallel: s.c.Rigger.MaxParallel,
-		FilesImage: s.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir, KeepFiles: keep, Now: s.opts.Now,
+		FilesImage: s.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir, KeepFiles: keep, SinceApply: sinceApply, Now: s.opts.Now,
 		Timeline: s.opts.Timeline,
 	})
 }

@@ -227,7 +227,7 @@ func (s *Session) observe(ctx context.Context, st *state, a asked) (*observe.Clu
 	tl := s.opts.Timeline
 	start := time.Now()
 	end := tl.Begin("observe the nodes")
-	o := s.observeNodes(ctx, st.recovers)
+	o := s.observeNodes(ctx, st.recovers, s.sinceApplied(st))
 	end()
 	nodes := time.Now()
 	end = tl.Begin("plan: resolve the PKI")

@@ -35,7 +35,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 			return s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks, AddonsErrInResult: true})
 		}
 		ec.Members = func(ctx context.Context) ([]etcdmember.Member, error) {
-			o := s.observeNodes(ctx, false)
+			o := s.observeNodes(ctx, false, 0)
 			cli, err := s.services().EtcdClient(ctx, set, o)
 			if err != nil {
 				return nil, err

@@ -32,6 +32,8 @@ type state struct {
 	// are missing: the nodes' files are kept when observed, to recover
 	// them from.
 	recovers bool
+	// applied is when the last apply's steps ended; zero when unknown.
+	applied time.Time
 }
 
 // loadState reads the state directory for a plan. Its errors are *Error
@@ -62,7 +64,38 @@ func (s *Session) loadState() (*state, error) {
 		return nil, stall.State(err)
 	}
 	st.recovers = st.pki == nil || secretsenc.NeedsContents(secretsenc.WantOf(s.c, dir, false, s.opts.Now()), st.key)
+	var a applied
+	if err := statedir.ReadJSON(dir, appliedFile, &a); err != nil {
+		return nil, stall.Stalls(ReasonStateDamaged, fmt.Errorf("read when the last apply ended: %w; delete it if it is damaged (the next plan then does not say which containers started since)", err))
+	}
+	st.applied = a.FinishedAt
 	return st, nil
+}
+
+// appliedFile, in the state directory, says when the last apply's steps
+// ended: a container that started since did not start by rigger's hand
+// (plan.Plan.Restarted).
+const appliedFile = "applied.json"
+
+type applied struct {
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// recordApplied saves when this apply's steps ended.
+func (s *Session) recordApplied() error {
+	if err := statedir.WriteJSON(s.opts.StateDir, appliedFile, applied{FinishedAt: s.opts.Now().UTC()}); err != nil {
+		return fmt.Errorf("save when the apply ended: %w", err)
+	}
+	return nil
+}
+
+// sinceApplied is how long ago the last apply ended (st.applied), zero
+// when that is not known.
+func (s *Session) sinceApplied(st *state) time.Duration {
+	if st.applied.IsZero() {
+		return 0
+	}
+	return max(s.opts.Now().Sub(st.applied), 0)
 }
 
 // nodesFile, in the state directory, lists the nodes of the last apply

@@ -47,6 +47,11 @@ type Request struct {
 	// state directory without the cluster's certificates or secrets
 	// encryption key recovers them from.
 	KeepFiles bool
+	// SinceApply is how long ago the cluster's last apply ended; zero when
+	// that is not known. A running container of the cluster that the list
+	// shows started since is inspected (its restart count) and marked
+	// Container.StartedSince: rigger did not start it.
+	SinceApply time.Duration
 	// Now gives the observation's time (nil: time.Now).
 	Now func() time.Time
 	// Timeline, when set, records each node's calls (--timings).
@@ -158,9 +163,13 @@ func observeContainers(ctx context.Context, cli dockerop.Engine, r Request, n *N
 		default:
 			continue // another cluster's, or not a cluster's at all
 		}
-		if c.State == string(container.StateRestarting) {
-			// A crash loop: how many restarts so far. Only such a
-			// container is inspected, so a node whose containers run costs
+		if upAtMost, ok := upAtMost(s.Status); ok && r.SinceApply > 0 && upAtMost+startedSlack < r.SinceApply {
+			c.StartedSince = true
+		}
+		if c.State == string(container.StateRestarting) || c.StartedSince {
+			// A crash loop, or a start since the last apply: how many
+			// restarts so far. Only such a container is inspected, so a
+			// node whose containers run as the last apply left them costs
 			// no call more.
 			if err := inspectRestarts(ctx, cli, &c); err != nil {
 				return n.unreachable(callError(addr, "inspect container "+c.Name, err))
@@ -361,6 +370,58 @@ func healthFromStatus(status string) string {
 		return string(container.Starting)
 	}
 	return ""
+}
+
+// startedSlack is what a container's uptime, as the list shows it, may
+// lack against the time since the last apply before it counts as started
+// since: the apply's last moments and the list's round trip.
+const startedSlack = 2 * time.Second
+
+// upAtMost reads, from the list's Status column of a running container
+// ("Up 3 minutes", "Up 2 hours (healthy)"), how long it has run since its
+// last start, at most: the engine rounds it as go-units' HumanDuration
+// does ("3 minutes" is under 4, "2 hours" under 2½, "About an hour" under
+// 90 minutes). ok is false for any other status.
+func upAtMost(status string) (d time.Duration, ok bool) {
+	rest, ok := strings.CutPrefix(status, "Up ")
+	if !ok {
+		return 0, false
+	}
+	if i := strings.Index(rest, " ("); i >= 0 {
+		rest = rest[:i] // (healthy), (Paused)
+	}
+	const day, week, month, year = 24 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour
+	switch rest {
+	case "Less than a second":
+		return time.Second, true
+	case "About a minute":
+		return 2 * time.Minute, true
+	case "About an hour":
+		return 90 * time.Minute, true
+	}
+	num, unit, ok := strings.Cut(rest, " ")
+	n, err := strconv.Atoi(num)
+	if !ok || err != nil || n < 0 {
+		return 0, false
+	}
+	d = time.Duration(n)
+	switch unit {
+	case "second", "seconds":
+		return (d + 1) * time.Second, true
+	case "minutes":
+		return (d + 1) * time.Minute, true
+	case "hours":
+		return d*time.Hour + 30*time.Minute, true
+	case "days":
+		return (d+1)*day - 30*time.Minute, true
+	case "weeks":
+		return (d+1)*week - 30*time.Minute, true
+	case "months":
+		return (d+1)*month - 30*time.Minute, true
+	case "years":
+		return (d + 1) * year, true
+	}
+	return 0, false
 }
 
 // exitFromStatus reads the last exit code from the list's Status column,

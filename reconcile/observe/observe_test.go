@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
+	"github.com/docker/go-units"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -216,6 +217,76 @@ func TestObserve(t *testing.T) {
 	for _, addr := range []string{"10.0.0.1", "10.0.0.4"} {
 		if err := got.Nodes[addr].Err; err != nil {
 			t.Errorf("node %s: Err = %v, want nil", addr, err)
+		}
+	}
+}
+
+// TestObserveStartedSince: with the time since the last apply known, a
+// running container whose uptime the list shows shorter was started since
+// (not by rigger): it is inspected for its restart count and marked. One
+// that has run at least as long, or that the list shows without an uptime,
+// costs no call.
+func TestObserveStartedSince(t *testing.T) {
+	e := &fakeEngine{t: t, version: "20.10.24", list: []container.Summary{
+		{ID: "e1", Names: []string{"/etcd"}, State: container.StateRunning, Status: "Up 3 minutes (healthy)", Labels: labels("etcd", "h1")},
+		{ID: "s1", Names: []string{"/kube-scheduler"}, State: container.StateRunning, Status: "Up 40 seconds", Labels: labels("kube-scheduler", "h2")},
+		{ID: "a1", Names: []string{"/kube-apiserver"}, State: container.StateRunning, Status: "Up 2 minutes", Labels: labels("kube-apiserver", "h3")},
+		{ID: "p1", Names: []string{"/kube-proxy"}, State: container.StateRunning, Status: "Up About a minute", Labels: labels("kube-proxy", "h4")},
+	}, inspect: map[string]container.InspectResponse{
+		"s1": {ContainerJSONBase: &container.ContainerJSONBase{ID: "s1", RestartCount: 3,
+			State: &container.State{Status: container.StateRunning, Running: true}}},
+		"p1": {ContainerJSONBase: &container.ContainerJSONBase{ID: "p1",
+			State: &container.State{Status: container.StateRunning, Running: true}}},
+	}}
+	cli := e.client()
+	tr := &fakeTransport{DockerFn: func(context.Context, string) (*client.Client, error) { return cli, nil }}
+	// The last apply ended 2½ minutes ago: the API server (up 2 to 3
+	// minutes) may have started during it; the scheduler (under 41 s) and
+	// kube-proxy (under 2 minutes) started since.
+	got := Observe(t.Context(), tr, Request{Cluster: "prod", Nodes: []string{"10.0.0.1"}, SinceApply: 150 * time.Second})
+	cs := got.Nodes["10.0.0.1"].Containers
+	for name, want := range map[string]struct {
+		since    bool
+		restarts int
+	}{"etcd": {}, "kube-apiserver": {}, "kube-scheduler": {true, 3}, "kube-proxy": {true, 0}} {
+		if c := cs[name]; c.StartedSince != want.since || c.RestartCount != want.restarts {
+			t.Errorf("%s: started since %v, restarts %d; want %v, %d", name, c.StartedSince, c.RestartCount, want.since, want.restarts)
+		}
+	}
+	if diff := cmp.Diff([]string{"p1", "s1"}, sorted(e.inspected)); diff != "" {
+		t.Errorf("containers inspected (-want +got):\n%s", diff)
+	}
+}
+
+func TestUpAtMost(t *testing.T) {
+	for status, want := range map[string]time.Duration{
+		"Up Less than a second":          time.Second,
+		"Up 1 second":                    2 * time.Second,
+		"Up 59 seconds (healthy)":        time.Minute,
+		"Up About a minute":              2 * time.Minute,
+		"Up 59 minutes (Paused)":         time.Hour,
+		"Up About an hour":               90 * time.Minute,
+		"Up 47 hours (health: starting)": 47*time.Hour + 30*time.Minute,
+		"Up 13 days":                     14*24*time.Hour - 30*time.Minute,
+		"Up 8 weeks":                     9*7*24*time.Hour - 30*time.Minute,
+		"Up 23 months":                   24*30*24*time.Hour - 30*time.Minute,
+		"Up 3 years":                     4 * 365 * 24 * time.Hour,
+	} {
+		if got, ok := upAtMost(status); !ok || got != want {
+			t.Errorf("upAtMost(%q) = %s, %v; want %s", status, got, ok, want)
+		}
+	}
+	for _, status := range []string{"", "Exited (0) 3 minutes ago", "Restarting (1) 2 seconds ago", "Up", "Up x minutes", "Up -3 minutes", "Up 3 fortnights", "Created"} {
+		if got, ok := upAtMost(status); ok {
+			t.Errorf("upAtMost(%q) = %s, true; want false", status, got)
+		}
+	}
+	// What the engine writes, for every uptime up to three years by
+	// steps: never longer than upAtMost says.
+	for d := time.Duration(0); d < 3*365*24*time.Hour; d = d*5/4 + 700*time.Millisecond {
+		status := "Up " + units.HumanDuration(d)
+		if got, ok := upAtMost(status); !ok || got <= d {
+			t.Fatalf("upAtMost(%q) = %s, %v; the container has run %s", status, got, ok, d)
 		}
 	}
 }

@@ -103,8 +103,14 @@ type Container struct {
 	ExitCode *int `json:"exit_code,omitempty"`
 	// RestartCount is how many times Docker restarted the container
 	// since it was last started through the API; read (by an inspection)
-	// only for a container that is restarting, 0 otherwise.
+	// only for a container that is restarting or StartedSince, 0
+	// otherwise.
 	RestartCount int `json:"restart_count,omitempty"`
+	// StartedSince is set for a running container that started after the
+	// last apply ended (Request.SinceApply): not by rigger, but by
+	// Docker's restart policy (RestartCount says how often), a restart of
+	// the engine or the machine, or by hand.
+	StartedSince bool `json:"started_since_last_apply,omitempty"`
 	// Component, SpecHash and Spec are read from the labels rigger set when
 	// it created the container (io.rigger.component, io.rigger.spec-hash,
 	// io.rigger.spec).

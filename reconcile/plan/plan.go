@@ -124,6 +124,30 @@ type Plan struct {
 	// Upgrade is the Kubernetes minor upgrade the plan carries out, nil
 	// when it changes no component's minor version.
 	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// Restarted are the components of cluster.yml running in containers
+	// that started again since the last apply (observe.Container's
+	// StartedSince): not by rigger, and so worth a look, but nothing to
+	// change. By node, then component.
+	Restarted []Restarted `json:"restarted,omitempty"`
+}
+
+// Restarted is a component whose container started again since the last
+// apply.
+type Restarted struct {
+	Node      string `json:"node"`
+	Component string `json:"component"`
+	// Restarts is how many times Docker's restart policy restarted it
+	// since rigger last started it (0: the engine or someone else did).
+	Restarts int `json:"restarts"`
+}
+
+// String says what happened, and where to look.
+func (r Restarted) String() string {
+	by := "by a restart of the Docker engine or the machine, or by hand"
+	if r.Restarts > 0 {
+		by = fmt.Sprintf("Docker restarted it %s since rigger started it: it exited (docker logs %s on the node says why)", times(r.Restarts), r.Component)
+	}
+	return fmt.Sprintf("%s %s started again since the last apply, %s", r.Node, r.Component, by)
 }
 
 // Empty reports whether the plan changes nothing.
@@ -198,6 +222,7 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 		for _, s := range nodeSteps(dn, on, nodeMissing(o, dn.Address)) {
 			phases[s.Phase] = append(phases[s.Phase], s)
 		}
+		p.Restarted = append(p.Restarted, restarted(dn, on)...)
 	}
 	p.NewEtcd = newEtcd(d, phases[PhaseEtcd])
 	p.First = notReady(d, o)
@@ -232,6 +257,19 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 		}
 	}
 	return p
+}
+
+// restarted lists the components of dn whose containers on on started
+// again since the last apply and run: a container restarting is a crash
+// loop, which nodeSteps replaces.
+func restarted(dn *desired.Node, on *observe.Node) []Restarted {
+	var out []Restarted
+	for _, dc := range dn.Containers {
+		if oc, ok := on.Containers[dc.Name]; ok && oc.StartedSince && oc.State == "running" && !dc.RunOnce {
+			out = append(out, Restarted{Node: dn.Address, Component: dc.Name, Restarts: oc.RestartCount})
+		}
+	}
+	return out
 }
 
 // nodeSteps are the steps of a reachable node of cluster.yml, in start

@@ -71,6 +71,13 @@ func (p *Plan) Render(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(p.Restarted) > 0 {
+		fmt.Fprintln(w, "Started again since the last apply (not by rigger):")
+		for _, r := range p.Restarted {
+			fmt.Fprintf(w, "  ! %s\n", r)
+		}
+		fmt.Fprintln(w)
+	}
 	if p.Empty() && !p.blocked() {
 		fmt.Fprintln(w, "No changes. The cluster matches cluster.yml.")
 		return

@@ -62,6 +62,23 @@ func TestRender(t *testing.T) {
 			},
 		},
 		{
+			// Started again since the last apply: Docker restarted the
+			// scheduler, the engine restarted kube-proxy; a restarting
+			// kubelet is a crash loop, replaced.
+			name: "restarted",
+			observe: func(o *observe.Cluster) {
+				for node, c := range map[string]struct {
+					name     string
+					restarts int
+					state    string
+				}{"10.0.0.1": {desired.KubeScheduler, 3, "running"}, "10.0.0.4": {desired.KubeProxy, 0, "running"}, "10.0.0.3": {desired.Kubelet, 5, "restarting"}} {
+					oc := o.Nodes[node].Containers[c.name]
+					oc.StartedSince, oc.RestartCount, oc.State = true, c.restarts, c.state
+					o.Nodes[node].Containers[c.name] = oc
+				}
+			},
+		},
+		{
 			name: "unreachable-only",
 			observe: func(o *observe.Cluster) {
 				o.Nodes["10.0.0.4"] = unreachable("10.0.0.4", "connection refused")

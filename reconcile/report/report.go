@@ -246,6 +246,11 @@ type ContainerStatus struct {
 	Health string `json:"health,omitempty"`
 	// InSync is set when the plan has no step for the container.
 	InSync bool `json:"in_sync"`
+	// StartedSince is set when it started again since the last apply,
+	// not by rigger, and Restarts is how often Docker restarted it since
+	// rigger started it (plan.Plan.Restarted).
+	StartedSince bool `json:"started_since_last_apply,omitempty"`
+	Restarts     int  `json:"restarts,omitempty"`
 }
 
 // KubernetesNode is what the API server says of a node.
@@ -364,7 +369,7 @@ func BuildStatus(pl Input) *Status {
 			for _, name := range sortedContainerNames(on) {
 				c := on.Containers[name]
 				ns.Containers = append(ns.Containers, ContainerStatus{Name: name, Image: c.Image, State: c.State,
-					Health: c.Health, InSync: !pending[addr+"/"+name]})
+					Health: c.Health, InSync: !pending[addr+"/"+name], StartedSince: c.StartedSince, Restarts: c.RestartCount})
 			}
 		}
 		if k.Link != nil && !removed {
