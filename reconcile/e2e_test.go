@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -422,6 +423,70 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		a.InSync(ctx, t, c)
 	})
 
+	t.Run("a component that stops 5 s after its start stops a rolling change before the third node; a restart after the apply is named by the next", func(t *testing.T) {
+		n1, n3 := s.Nodes[0], s.Nodes[2]
+		before := containerIDs(ctx, t, s)
+		// Every run of n1's new kube-proxy is killed once it has run 5 s:
+		// healthy and held by then, it is watched on while n2's changes.
+		stop := killRuns(ctx, t, n1, desired.KubeProxy, 5*time.Second, before[n1.Address+"/"+desired.KubeProxy])
+		proxyV3 := rt.ExtraArg(rt.KubeProxyArgs, "v", "3")
+		changed := f.cluster(t, rt.Roles(3), proxyV3)
+		sess := a.Session(t, changed)
+		pl := a.Plan(ctx, t, changed)
+		began := time.Now()
+		res, err := a.ApplyPlanned(ctx, t, sess, pl)
+		kills := stop()
+		var crash *dockerop.CrashLoopError
+		if !errors.As(err, &crash) || crash.Node != n1.Address || crash.Container != desired.KubeProxy ||
+			!strings.Contains(err.Error(), "node "+n1.Address+": kube-proxy does not stay up: ") ||
+			!strings.Contains(err.Error(), "last lines of kube-proxy on "+n1.Address) {
+			t.Fatalf("apply (%d runs killed): %v\nwant n1's kube-proxy named, with its last lines", kills, err)
+		}
+		if crash.ExitCode != 137 && crash.ExitCode != -1 {
+			t.Errorf("exit code %d, want 137 (SIGKILL) or not seen", crash.ExitCode)
+		}
+		t.Logf("apply failed after %s, %d runs killed: %v", time.Since(began).Round(time.Second), kills, err)
+		replaced := map[string]bool{}
+		for _, o := range res.Done {
+			replaced[o.Step.Node] = true
+		}
+		if !replaced[n1.Address] || replaced[n3.Address] {
+			t.Errorf("kube-proxy replaced on %v: want n1's (and n2's, beside n1's watch), not n3's", slices.Sorted(maps.Keys(replaced)))
+		}
+		if after := containerIDs(ctx, t, s); after[n3.Address+"/"+desired.KubeProxy] != before[n3.Address+"/"+desired.KubeProxy] {
+			t.Errorf("n3's kube-proxy was replaced")
+		}
+
+		// The killing over, an apply completes the change.
+		a.Apply(ctx, t, changed)
+		c, f.changes = changed, append(f.changes, proxyV3)
+
+		// Killed once after the apply, Docker starts it again: the next
+		// plan names it, and the apply after it (nothing to change) does
+		// not any more.
+		ids := containerIDs(ctx, t, s)
+		stop = killRuns(ctx, t, n1, desired.KubeProxy, 0, "")
+		var once *reconcile.Planned
+		rt.Eventually(ctx, t, time.Minute, "a plan that names n1's kube-proxy started again", func(ctx context.Context) (bool, error) {
+			once = a.Plan(ctx, t, c)
+			return len(once.Plan.Restarted) > 0, nil
+		})
+		stop()
+		if got := once.Plan.Restarted; len(got) != 1 || got[0].Node != n1.Address || got[0].Component != desired.KubeProxy || got[0].Restarts < 1 {
+			t.Errorf("restarted %+v, want n1's kube-proxy, restarted by Docker", got)
+		}
+		if once.Changes() {
+			t.Errorf("plan: %v: a restart is a notice, not a change", rt.StepLines(once.Plan))
+		}
+		if after := containerIDs(ctx, t, s); !maps.Equal(ids, after) {
+			t.Errorf("containers changed: %v → %v", ids, after)
+		}
+		a.Apply(ctx, t, c)
+		if again := a.Plan(ctx, t, c); len(again.Plan.Restarted) != 0 {
+			t.Errorf("after an apply: restarted %+v, want none", again.Plan.Restarted)
+		}
+	})
+
 	t.Run("a worker joins, gets the network plugin and becomes Ready, and leaves", func(t *testing.T) {
 		n4 := s.Nodes[3]
 		withWorker := f.cluster(t, rt.Roles(3, 3))
@@ -595,6 +660,55 @@ func checkConfigMap(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 		}
 		return true, nil
 	})
+}
+
+// killRuns kills each run of the container name on node n, but a
+// container whose ID is skip, once that run has lasted after, with SIGKILL
+// from the machine (the node's processes are the machine's), as a crash or
+// the kernel's OOM killer ends a process: Docker's restart policy starts
+// it again. after 0 kills one run and stops. stop ends it and returns how
+// many runs it killed.
+func killRuns(ctx context.Context, t *testing.T, n sandbox.Node, name string, after time.Duration, skip string) (stop func() int) {
+	t.Helper()
+	cli := sandboxtest.DockerClient(t, n)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	kills := 0
+	go func() {
+		defer close(done)
+		killed := map[string]bool{} // StartedAt of the runs killed
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			in, err := cli.ContainerInspect(ctx, name)
+			if err != nil || in.ContainerJSONBase == nil || in.ID == skip || in.State == nil || !in.State.Running || in.State.Pid == 0 {
+				continue
+			}
+			started, err := time.Parse(time.RFC3339Nano, in.State.StartedAt)
+			if err != nil || killed[in.State.StartedAt] || time.Since(started) < after {
+				continue
+			}
+			if err := syscall.Kill(in.State.Pid, syscall.SIGKILL); err != nil {
+				t.Errorf("kill %s on %s (pid %d): %v", name, n.Address, in.State.Pid, err)
+				return
+			}
+			killed[in.State.StartedAt] = true
+			kills++
+			if after == 0 {
+				return
+			}
+		}
+	}()
+	return func() int {
+		cancel()
+		<-done
+		return kills
+	}
 }
 
 // logRestarts logs how many times Docker restarted each of the cluster's
