@@ -128,8 +128,8 @@ func ExtraArg(service func(*spec.Cluster) *map[string]string, flag, value string
 }
 
 // KubeAPIArgs and KubeletArgs are services for ExtraArg.
-func KubeAPIArgs(c *spec.Cluster) *map[string]string { return &c.Services.KubeAPI.ExtraArgs }
-func KubeletArgs(c *spec.Cluster) *map[string]string { return &c.Services.Kubelet.ExtraArgs }
+func KubeAPIArgs(c *spec.Cluster) *map[string]string   { return &c.Services.KubeAPI.ExtraArgs }
+func KubeletArgs(c *spec.Cluster) *map[string]string   { return &c.Services.Kubelet.ExtraArgs }
 func KubeProxyArgs(c *spec.Cluster) *map[string]string { return &c.Services.Kubeproxy.ExtraArgs }
 
 // Applier plans and applies clusters with one state directory, as one
