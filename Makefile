@@ -91,9 +91,10 @@ test: prereqs fmtcheck build rke-render ## every test, with -race and every go v
 	@# are linked.
 	$(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
 	@# testtimes prints what go test prints without -v, then the ten slowest packages and
-	@# tests (docs/testing.md: the budget).
+	@# tests (docs/testing.md: the budget); bin/test.json keeps the whole stream, every
+	@# subtest's time and log included.
 	$(GO) build -o bin/testtimes ./hack/testtimes
-	set -o pipefail; RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m ./... 2>&1 | bin/testtimes -top 10; \
+	set -o pipefail; RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 # The Kubernetes versions past the sandbox's default that `make test-long`
