@@ -324,7 +324,7 @@ func renderRestoreCheck(w io.Writer, chk *etcdsnap.RestoreCheck) {
 	sc := chk.Sidecar
 	fmt.Fprintf(w, "\nSnapshot %s: taken %s on %s, %d bytes, revision %d, %d keys, etcd %s; verified on %d etcd node(s).\n",
 		sc.Name, sc.TakenAt.UTC().Format(time.DateTime), sc.Node, sc.Size, sc.Revision, sc.TotalKeys, sc.EtcdVersion, len(chk.Members))
-	fmt.Fprintf(w, "The restore stops kube-apiserver on %s and etcd on", strings.Join(chk.ControlPlane, ", "))
+	fmt.Fprintf(w, "The restore stops the control plane (kube-apiserver, kube-controller-manager, kube-scheduler) on %s and etcd on", strings.Join(chk.ControlPlane, ", "))
 	for i, m := range chk.Members {
 		if i > 0 {
 			fmt.Fprint(w, ",")

@@ -549,11 +549,19 @@ func (r *restorer) run(ctx context.Context, phase func(string), hooks execute.Ho
 	fail := func(step string, err error) error {
 		return r.failure(step, err)
 	}
-	phase("Stop kube-apiserver on every controlplane node")
+	// The controller managers and schedulers go too: without their API
+	// server they exit, and Docker's back-off between their restarts grows
+	// to a minute while etcd is restored; the apply starts them anew.
+	phase("Stop the control plane on every controlplane node")
 	if err := fanout.Each(ctx, r.chk.ControlPlane, r.cl.MaxParallel, func(ctx context.Context, _ int, node string) error {
-		return r.stop(ctx, node, desired.KubeAPIServer)
+		for _, c := range []string{desired.KubeAPIServer, desired.KubeControllerManager, desired.KubeScheduler} {
+			if err := r.stop(ctx, node, c); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
-		return fail("stop kube-apiserver", err)
+		return fail("stop the control plane", err)
 	}
 	phase("Stop etcd on every etcd node")
 	if err := r.eachMember(ctx, func(ctx context.Context, m etcdNode) error {
