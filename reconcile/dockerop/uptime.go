@@ -131,7 +131,7 @@ func WaitUp(ctx context.Context, e Engine, node, name string, u Up) (UpRun, erro
 			if upSince.IsZero() {
 				upSince = time.Now()
 			}
-			if time.Since(upSince) >= minUptime {
+			if counting && time.Since(upSince) >= minUptime {
 				return UpRun{StartedAt: s.StartedAt, Restarts: c.RestartCount}, nil
 			}
 			if held != nil && counting && time.Since(upSince) >= min(Hold, minUptime) {
@@ -158,25 +158,30 @@ func WaitUp(ctx context.Context, e Engine, node, name string, u Up) (UpRun, erro
 }
 
 // StillUp checks, with one inspection, that the container name still
-// runs the run WaitUp returned: not restarted, not stopped since. It fails
-// with a *CrashLoopError when it was (a component that crashes later than
-// MinUptime after its start, found before the apply that started it ends).
-func StillUp(ctx context.Context, e Engine, node, name string, run UpRun, since time.Time) error {
+// runs as WaitUp left it (run). A container that stopped for good since,
+// or that Docker restarted more than once since (a component that crashes
+// every half minute, in an apply that went on a minute longer), fails with
+// a *CrashLoopError. One restart is not a crash loop: a controller manager
+// or a scheduler exits by design when it loses its leader election, and
+// Docker starts it again; restarted is then set, for the caller to say.
+func StillUp(ctx context.Context, e Engine, node, name string, run UpRun, since time.Time) (restarted bool, err error) {
 	c, err := e.ContainerInspect(ctx, name)
 	switch {
 	case err != nil && errdefs.IsNotFound(err):
-		return fmt.Errorf("node %s: container %s is gone (removed after it had stayed up %s)", node, name, MinUptime)
+		return false, fmt.Errorf("node %s: container %s is gone (removed after it had stayed up %s)", node, name, MinUptime)
 	case err != nil:
-		return fmt.Errorf("node %s: inspect container %s: %w", node, name, err)
+		return false, fmt.Errorf("node %s: inspect container %s: %w", node, name, err)
 	case c.ContainerJSONBase == nil || c.State == nil:
-		return fmt.Errorf("node %s: inspect container %s: the engine gave no state", node, name)
+		return false, fmt.Errorf("node %s: inspect container %s: the engine gave no state", node, name)
 	}
 	s := c.State
-	if s.Running && !s.Restarting && s.StartedAt == run.StartedAt && c.RestartCount == run.Restarts {
-		return nil
+	restarts := c.RestartCount - run.Restarts
+	stopped := !s.Running && !s.Restarting
+	if !stopped && restarts <= 1 {
+		return restarts == 1 || s.StartedAt != run.StartedAt, nil
 	}
 	crash := &CrashLoopError{Node: node, Container: name, ExitCode: -1, EngineError: s.Error,
-		State: string(s.Status), Restarts: c.RestartCount - run.Restarts, Took: time.Since(since), Late: true}
+		State: string(s.Status), Restarts: restarts, Took: time.Since(since), Late: true}
 	if !s.Running || s.Restarting {
 		// Docker keeps the exit code until the container runs again.
 		crash.ExitCode, crash.OOMKilled = s.ExitCode, s.OOMKilled
@@ -184,7 +189,7 @@ func StillUp(ctx context.Context, e Engine, node, name string, run UpRun, since 
 	if c.HostConfig != nil {
 		crash.Policy = string(c.HostConfig.RestartPolicy.Name)
 	}
-	return crash.withLogs(ctx, e)
+	return false, crash.withLogs(ctx, e)
 }
 
 func closed(c <-chan struct{}) bool {

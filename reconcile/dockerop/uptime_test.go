@@ -136,6 +136,14 @@ func TestWaitUp(t *testing.T) {
 			took:  4*upPoll + MinUptime,
 		},
 		{
+			// Up 10 s before what it needs was there: not counted as up
+			// until the count begins (it may exit once it finds out).
+			name:   "up before the count begins",
+			states: []container.InspectResponse{state(running, 0, 0, "t1")},
+			count:  15 * time.Second,
+			took:   15*time.Second + upPoll,
+		},
+		{
 			name: "a crash loop after the count began",
 			states: []container.InspectResponse{
 				state(running, 0, 0, "t1"), state(restarting, 3, 1, "t1"), state(running, 5, 0, "t2"),
@@ -202,4 +210,54 @@ func TestWaitUpCanceled(t *testing.T) {
 			t.Errorf("error %v, want the context's", err)
 		}
 	})
+}
+
+func TestStillUp(t *testing.T) {
+	const (
+		running    = container.StateRunning
+		restarting = container.StateRestarting
+		exited     = container.StateExited
+	)
+	run := UpRun{StartedAt: "t1", Restarts: 2}
+	for _, tc := range []struct {
+		name      string
+		state     container.InspectResponse
+		restarted bool
+		want      string // in the error; "" for none
+	}{
+		{name: "as it was", state: state(running, 2, 0, "t1")},
+		{name: "restarted once", state: state(running, 3, 0, "t2"), restarted: true},
+		{name: "restarting once", state: state(restarting, 3, 1, "t1"), restarted: true},
+		{name: "started again by hand", state: state(running, 0, 0, "t2"), restarted: true},
+		{
+			name:  "restarted twice",
+			state: state(running, 4, 0, "t3"),
+			want:  "node n1: kube-scheduler does not stay up: exited (its exit code was not seen) after it had run 10s, and Docker restarted it twice since; now running: its last lines say why",
+		},
+		{
+			name:  "restarting the third time",
+			state: state(restarting, 5, 137, "t3"),
+			want:  "exited with code 137 after it had run 10s, and Docker restarted it 3 times since; now restarting",
+		},
+		{
+			name:  "stopped",
+			state: state(exited, 2, 2, "t1"),
+			want:  "exited with code 2 after it had run 10s; now exited",
+		},
+		{name: "gone", state: container.InspectResponse{}, want: "node n1: container kube-scheduler is gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &inspectEngine{states: []container.InspectResponse{tc.state}, logs: "bind: address already in use\n"}
+			restarted, err := StillUp(t.Context(), e, "n1", "kube-scheduler", run, time.Now())
+			if tc.want == "" {
+				if err != nil || restarted != tc.restarted {
+					t.Fatalf("restarted %v, error %v; want %v, none", restarted, err, tc.restarted)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v\nwant it to hold %q", err, tc.want)
+			}
+		})
+	}
 }

@@ -194,9 +194,10 @@ func (r *runner) settleNodes(ctx context.Context, nodes []string) error {
 
 // settle waits, at the end of a run that succeeded so far, until every
 // container the run started has run MinUptime (or failed), and then checks
-// once more that each still runs the run that stayed up: one that stopped
-// since (a component that crashes half a minute after its start, in a run
-// that went on that long) fails the run. The run succeeds only then.
+// each once more (dockerop.StillUp): one that stopped since, or that Docker
+// restarted more than once since (a component that crashes every half
+// minute, in a run that went on a minute longer), fails the run; one
+// restart is said. The run succeeds only then.
 func (r *runner) settle(ctx context.Context) error {
 	ws := r.watches(nil)
 	if len(ws) == 0 {
@@ -208,9 +209,13 @@ func (r *runner) settle(ctx context.Context) error {
 		return err
 	}
 	return fanout.Each(ctx, ws, r.o.MaxParallel, func(ctx context.Context, _ int, w *upWatch) error {
-		err := dockerop.StillUp(ctx, w.engine, w.node, w.component, w.run, w.began)
-		if err != nil {
+		restarted, err := dockerop.StillUp(ctx, w.engine, w.node, w.component, w.run, w.began)
+		switch {
+		case err != nil:
 			r.say(w.node, w.component+" still up", err)
+		case restarted:
+			r.say(w.node, w.component+" restarted once after it had stayed up "+r.o.MinUptime.String()+
+				" (Docker started it again; once is not a crash loop: docker logs "+w.component+" on the node says why it exited)", nil)
 		}
 		return err
 	})
