@@ -39,7 +39,7 @@ func TestRenderRestore(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"Snapshot snap1: taken 2026-11-22 01:30:00 on 10.0.0.1, 2048 bytes, revision 77, 12 keys, etcd 3.5.16; verified on 2 etcd node(s).",
-		"stops kube-apiserver on 10.0.0.1 and etcd on 10.0.0.1, 10.0.0.2,",
+		"stops the control plane (kube-apiserver, kube-controller-manager, kube-scheduler) on 10.0.0.1 and etcd on 10.0.0.1, 10.0.0.2,",
 		"Snapshot snap1 restored in 1.5s on 2 etcd member(s)",
 		"  10.0.0.2: /var/lib/etcd/member.before-restore-20261122T020000Z\n",
 	} {
