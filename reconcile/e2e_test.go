@@ -428,7 +428,8 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		before := containerIDs(ctx, t, s)
 		// Every run of n1's new kube-proxy is killed once it has run 5 s:
 		// healthy and held by then, it is watched on while n2's changes.
-		stop := killRuns(ctx, t, n1, desired.KubeProxy, 5*time.Second, before[n1.Address+"/"+desired.KubeProxy])
+		stop := killRuns(ctx, t, n1, desired.KubeProxy, before[n1.Address+"/"+desired.KubeProxy], false,
+			func(started time.Time) bool { return time.Since(started) >= 5*time.Second })
 		proxyV3 := rt.ExtraArg(rt.KubeProxyArgs, "v", "3")
 		changed := f.cluster(t, rt.Roles(3), proxyV3)
 		sess := a.Session(t, changed)
@@ -461,11 +462,12 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		a.Apply(ctx, t, changed)
 		c, f.changes = changed, append(f.changes, proxyV3)
 
-		// Killed once after the apply, Docker starts it again: the next
-		// plan names it, and the apply after it (nothing to change) does
-		// not any more.
+		// Killed once, a few seconds after the apply (the list's uptimes
+		// are whole seconds), Docker starts it again: the next plan names
+		// it, and the apply after it (nothing to change) does not any more.
 		ids := containerIDs(ctx, t, s)
-		stop = killRuns(ctx, t, n1, desired.KubeProxy, 0, "")
+		applied := time.Now()
+		stop = killRuns(ctx, t, n1, desired.KubeProxy, "", true, func(time.Time) bool { return time.Since(applied) >= 3*time.Second })
 		var once *reconcile.Planned
 		rt.Eventually(ctx, t, time.Minute, "a plan that names n1's kube-proxy started again", func(ctx context.Context) (bool, error) {
 			once = a.Plan(ctx, t, c)
@@ -662,13 +664,13 @@ func checkConfigMap(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 	})
 }
 
-// killRuns kills each run of the container name on node n, but a
-// container whose ID is skip, once that run has lasted after, with SIGKILL
-// from the machine (the node's processes are the machine's), as a crash or
-// the kernel's OOM killer ends a process: Docker's restart policy starts
-// it again. after 0 kills one run and stops. stop ends it and returns how
-// many runs it killed.
-func killRuns(ctx context.Context, t *testing.T, n sandbox.Node, name string, after time.Duration, skip string) (stop func() int) {
+// killRuns kills the runs of the container name on node n for which kill
+// says so (from when the run started), but those of a container whose ID
+// is skip, with SIGKILL from the machine (the node's processes are the
+// machine's), as a crash or the kernel's OOM killer ends a process:
+// Docker's restart policy starts it again. With once, it stops after the
+// first. stop ends it and returns how many runs it killed.
+func killRuns(ctx context.Context, t *testing.T, n sandbox.Node, name, skip string, once bool, kill func(started time.Time) bool) (stop func() int) {
 	t.Helper()
 	cli := sandboxtest.DockerClient(t, n)
 	ctx, cancel := context.WithCancel(ctx)
@@ -690,7 +692,7 @@ func killRuns(ctx context.Context, t *testing.T, n sandbox.Node, name string, af
 				continue
 			}
 			started, err := time.Parse(time.RFC3339Nano, in.State.StartedAt)
-			if err != nil || killed[in.State.StartedAt] || time.Since(started) < after {
+			if err != nil || killed[in.State.StartedAt] || !kill(started) {
 				continue
 			}
 			if err := syscall.Kill(in.State.Pid, syscall.SIGKILL); err != nil {
@@ -699,7 +701,7 @@ func killRuns(ctx context.Context, t *testing.T, n sandbox.Node, name string, af
 			}
 			killed[in.State.StartedAt] = true
 			kills++
-			if after == 0 {
+			if once {
 				return
 			}
 		}

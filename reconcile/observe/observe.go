@@ -374,8 +374,9 @@ func healthFromStatus(status string) string {
 
 // startedSlack is what a container's uptime, as the list shows it, may
 // lack against the time since the last apply before it counts as started
-// since: the apply's last moments and the list's round trip.
-const startedSlack = 2 * time.Second
+// since: the list's round trip. (Both are durations, each of one clock:
+// the nodes' clocks may differ from rigger's.)
+const startedSlack = 500 * time.Millisecond
 
 // upAtMost reads, from the list's Status column of a running container
 // ("Up 3 minutes", "Up 2 hours (healthy)"), how long it has run since its
