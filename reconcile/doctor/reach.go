@@ -51,6 +51,7 @@ func Reach(err error) (check string, r Result) {
 		notConn     *agenttun.NotConnectedError
 		noTunnel    *reach.NoTunnelError
 		tooLarge    *transport.DockerAnswerTooLargeError
+		budget      *transport.DockerBudgetError
 	)
 	switch {
 	case errors.As(err, &dnsErr):
@@ -86,9 +87,12 @@ func Reach(err error) (check string, r Result) {
 	case errors.As(err, &version):
 		return CheckDockerAPI, Failed("a Docker engine with API "+version.MinAPIVersion+" or newer", found,
 			"upgrade Docker on the node")
-	case errors.As(err, &tooLarge):
+	case errors.As(err, &budget) && budget.Pool:
+		return CheckDockerAPI, Failed("rigger's memory for the nodes' answers to have room for this node's", found,
+			"nothing on this node: other nodes answer with very large answers (their docker-api check fails); this node is read again at the next reconcile")
+	case errors.As(err, &tooLarge), errors.As(err, &budget):
 		return CheckDockerAPI, Failed("the Docker engine to answer within rigger's limits", found,
-			"remove the containers and images left over on the node")
+			"remove the containers and images left over on the node (docker ps -a, docker container prune); if it has few, its engine is not to be trusted: a compromised node answers so")
 	}
 	return CheckDockerAPI, Failed("the node's Docker engine to answer", found,
 		"check that dockerd runs on the node and answers (docker info), and its logs (journalctl -u docker)")

@@ -504,7 +504,7 @@ func (f *simFleet) ask(b *testing.B, request string) {
 // open is the benchmark's gitops.Opener: a simSession on the cluster's
 // simulated nodes.
 func (f *simFleet) open(c *spec.Cluster, opts reconcile.Options) (gitops.Session, error) {
-	tr, err := reach.Transport(c, nil, nil, false, opts.Log)
+	tr, err := reach.Transport(c, nil, nil, false, opts.Answers, opts.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 )
 
 // Defaults of Config.
@@ -100,6 +101,12 @@ type Config struct {
 	// IgnoreDockerVersion skips the check of the nodes' Docker versions
 	// (reconcile.Options.IgnoreDockerVersion): serve's --ignore-docker-version.
 	IgnoreDockerVersion bool
+	// Answers is the pool the weight of every cluster's nodes' Docker
+	// answers is drawn from (reconcile.Options.Answers): one for the
+	// whole server, so that many clusters reconciled at once do not
+	// together take more memory than it bounds. Nil: one of
+	// transport.DefaultAnswerPool.
+	Answers *transport.AnswerPool
 }
 
 // Event is something a Server did, for Config.Events.
@@ -174,6 +181,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Events == nil {
 		cfg.Events = func(Event) {}
+	}
+	if cfg.Answers == nil {
+		cfg.Answers = transport.NewAnswerPool(transport.DefaultAnswerPool)
 	}
 	cfg.Path = path.Clean("/" + cfg.Path)[1:]
 	cfg.Repo = &lockedRepo{r: cfg.Repo}

@@ -335,7 +335,7 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		return out
 	}
 	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now,
-		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion})
+		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion, Answers: cfg.Answers})
 	if err != nil {
 		out.fail(err)
 		return out

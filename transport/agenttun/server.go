@@ -57,8 +57,12 @@ type Config struct {
 	KeepaliveInterval time.Duration
 	// ConnectWait: DefaultConnectWait when zero.
 	ConnectWait time.Duration
-	Logger      *slog.Logger     // nil: discard
-	Now         func() time.Time // nil: time.Now
+	// Answers is the pool the weight of the nodes' Docker answers is
+	// drawn from, shared with the other clusters' servers and transports
+	// (nil: each node has its budget only; see transport.AnswerPool).
+	Answers *transport.AnswerPool
+	Logger  *slog.Logger     // nil: discard
+	Now     func() time.Time // nil: time.Now
 }
 
 // Server is the tunnel server of one cluster: it serves the join and the
@@ -738,9 +742,9 @@ func (s *Server) Docker(ctx context.Context, node string) (*client.Client, error
 	if cli != nil {
 		return cli, nil
 	}
-	cli, err = transport.NewDockerClient(n.socket, func(ctx context.Context, network, addr string) (net.Conn, error) {
+	cli, err = transport.NewDockerClient(node, n.socket, func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return s.Dial(ctx, node, network, addr)
-	})
+	}, s.cfg.Answers)
 	if err != nil {
 		return nil, err
 	}

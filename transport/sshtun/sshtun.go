@@ -122,7 +122,7 @@ func (t *Transport) Docker(ctx context.Context, node string) (*client.Client, er
 	if cli != nil {
 		return cli, nil
 	}
-	cli, err = transport.NewDockerClient(p.socket, p.dialDocker)
+	cli, err = transport.NewDockerClient(node, p.socket, p.dialDocker, t.cfg.Answers)
 	if err != nil {
 		return nil, err
 	}
