@@ -161,7 +161,7 @@ cluster, several replicas), only the replica holding the Lease
 // its credentials, so that a new token keeps the clone.
 func workdirOf(stateDir, repoURL string) string {
 	sum := sha256.Sum256([]byte(gitrepo.StripURL(repoURL)))
-	return filepath.Join(stateDir, "serve", hex.EncodeToString(sum[:8]))
+	return filepath.Join(stateDir, gitops.ServeDir, hex.EncodeToString(sum[:8]))
 }
 
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
