@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"context"
 	"errors"
 	"net"
 
@@ -96,6 +97,19 @@ func Reach(err error) (check string, r Result) {
 	}
 	return CheckDockerAPI, Failed("the node's Docker engine to answer", found,
 		"check that dockerd runs on the node and answers (docker info), and its logs (journalctl -u docker)")
+}
+
+// Proves says whether err, the error of reaching a node, proves that the
+// checks of ReachChecks before the one it fails passed: a transport's
+// typed error (transport.NodeError) says where the connection stopped, as
+// does any other error but a timeout or a cancellation, which comes from
+// whatever step was under way when the time ran out.
+func Proves(err error) bool {
+	var nodeErr transport.NodeError
+	if errors.As(err, &nodeErr) {
+		return true
+	}
+	return !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // Untried says whether err stopped a node's connection before it was

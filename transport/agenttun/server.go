@@ -678,6 +678,7 @@ func (e *NotConnectedError) Unwrap() error { return e.Err }
 // tunnel returns node's tunnel, waiting up to ConnectWait for one.
 func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session, error) {
 	var timer <-chan time.Time
+	start := time.Now()
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -706,7 +707,14 @@ func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session,
 			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait,
 				Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
+			}
+			// The caller's time ran out first: the agent is not
+			// connected all the same (rigger doctor places it so).
+			journal := s.Journal(node)
+			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: time.Since(start).Round(time.Millisecond),
+				Err: ctx.Err(), Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-s.done:
 		}
 	}
