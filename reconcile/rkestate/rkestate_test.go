@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,6 +282,21 @@ func TestTakeErrors(t *testing.T) {
 		{"no keyCertSign", badCA(t, func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageDigitalSignature }), "kube-ca may not sign certificates"},
 		{"CA not yet valid", badCA(t, func(c *x509.Certificate) { c.NotBefore = time.Now().Add(time.Hour) }), "kube-ca is not valid before"},
 		{"CA expired", badCA(t, func(c *x509.Certificate) { c.NotAfter = time.Now().Add(-time.Hour) }), "kube-ca expired on"},
+		// A CA by its own certificate whose certificates no component
+		// accepts: checked by signing and verifying throwaway ones.
+		{"CA constrained to other names", badCA(t, func(c *x509.Certificate) {
+			c.PermittedDNSDomains = []string{"example.com"}
+		}), "kube-ca issues certificates that do not verify: a server certificate like kube-apiserver"},
+		{"CA constrained to other addresses", badCA(t, func(c *x509.Certificate) {
+			_, other, _ := net.ParseCIDR("192.168.0.0/16")
+			c.PermittedIPRanges = []*net.IPNet{other}
+		}), "kube-ca issues certificates that do not verify"},
+		{"CA for code signing only", badCA(t, func(c *x509.Certificate) {
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}
+		}), "kube-ca issues certificates that do not verify: a client certificate like kube-admin"},
+		{"CA for servers only", badCA(t, func(c *x509.Certificate) {
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}), "a client certificate like kube-admin"},
 		{"CA without its key", func(cur map[string]any) {
 			delete(cur["certificatesBundle"].(map[string]any)["kube-ca"].(map[string]any), "keyPEM")
 		}, "kube-ca comes without its key"},
