@@ -25,7 +25,9 @@ const agentPathPrefix = "/agent/"
 // agentStoreDir is where serve keeps the agent tunnel's CA, tokens and node
 // certificates, under its --state-dir (beside the clones, where no cluster
 // state directory can be).
-func agentStoreDir(stateDir string) string { return filepath.Join(stateDir, gitops.ServeDir, "agent-tunnel") }
+func agentStoreDir(stateDir string) string {
+	return filepath.Join(stateDir, gitops.ServeDir, "agent-tunnel")
+}
 
 // agentServerURL is the --server of a cluster's agents.
 func agentServerURL(base, cluster string) string {
