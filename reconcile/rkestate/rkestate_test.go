@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/memwatch"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
 )
@@ -331,4 +332,45 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parsed a state without nodes or certificates")
 		}
 	})
+}
+
+// TestParseBounded: a state of 29 MB listing 600,000 tiny nodes, or as
+// many certificates, is refused without decoding them all (it took 350 MB
+// before Check refused it); a list of the wrong kind is named.
+func TestParseBounded(t *testing.T) {
+	cert := `{"kube-ca":{"certificatePEM":"x"}}`
+	for name, tc := range map[string]struct{ head, item, tail, want string }{
+		"nodes": {`{"currentState":{"rkeConfig":{"nodes":[`, `{"address":"a"},`, `{"address":"a"}]},"certificatesBundle":` + cert + `}}`,
+			"more than 5000 nodes in rkeConfig.nodes"},
+		"certificates": {`{"currentState":{"rkeConfig":{"nodes":[{"address":"a"}]},"certificatesBundle":{`, `"c%d":{},`, `"kube-ca":{"certificatePEM":"x"}}}}`,
+			"more than 10100 certificates in certificatesBundle"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString(tc.head)
+			for i := 0; b.Len() < 29<<20; i++ {
+				if strings.Contains(tc.item, "%d") {
+					fmt.Fprintf(&b, tc.item, i)
+				} else {
+					b.WriteString(tc.item)
+				}
+			}
+			b.WriteString(tc.tail)
+			in := b.String()
+			peak := memwatch.Peak()
+			_, err := Parse("cluster.rkestate", strings.NewReader(in))
+			grew := peak()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse: %v, want %q", err, tc.want)
+			}
+			// The file's bytes (read by doubling) and no more.
+			if grew > 3*uint64(len(in)) {
+				t.Errorf("Parse of %d MiB took %d MiB of the heap", len(in)>>20, grew>>20)
+			}
+		})
+	}
+	_, err := parseBytes(t, []byte(`{"currentState":{"rkeConfig":{"nodes":{"a":1}},"certificatesBundle":{"kube-ca":{"certificatePEM":"x"}}}}`))
+	if err == nil || !strings.Contains(err.Error(), "field rkeConfig.nodes is a JSON object, RKE writes an array there") {
+		t.Errorf("nodes as an object: %v", err)
+	}
 }
