@@ -198,6 +198,10 @@ func containerConfig(c *desired.Container, extraArgs []string) (*container.Confi
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(c.RestartPolicy)},
 		VolumesFrom:   c.VolumesFrom,
 	}
+	if c.Confined {
+		host.CapDrop = []string{"ALL"}
+		host.SecurityOpt = []string{"no-new-privileges"}
+	}
 	return cfg, host
 }
 
