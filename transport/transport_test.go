@@ -3,7 +3,6 @@ package transport_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
+	"github.com/rigger/rigger/internal/flood"
 	"github.com/rigger/rigger/internal/memwatch"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/internal/testnode"
@@ -166,7 +166,7 @@ func TestDockerAnswersBounded(t *testing.T) {
 	const mib = 1 << 20
 	objects := func(head, item, tail string, n int) func() io.Reader {
 		return func() io.Reader {
-			return io.MultiReader(strings.NewReader(head), io.LimitReader(repeat(item), int64(n*len(item))), strings.NewReader(tail))
+			return io.MultiReader(strings.NewReader(head), io.LimitReader(flood.Repeat(item), int64(n*len(item))), strings.NewReader(tail))
 		}
 	}
 	tests := []struct {
@@ -177,7 +177,7 @@ func TestDockerAnswersBounded(t *testing.T) {
 		bound string // in the error
 	}{
 		{"endless version", "/version", func() io.Reader {
-			return io.MultiReader(strings.NewReader(`{"Version":"`), io.LimitReader(repeat("a"), 8*mib))
+			return io.MultiReader(strings.NewReader(`{"Version":"`), io.LimitReader(flood.Repeat("a"), 8*mib))
 		}, func(ctx context.Context, cli *client.Client) error { _, err := cli.ServerVersion(ctx); return err }, "over 64 KiB"},
 		{"version of many components", "/version", objects(`{"Components":[`, `{},`, `{}]}`, 20000),
 			func(ctx context.Context, cli *client.Client) error { _, err := cli.ServerVersion(ctx); return err }, "of memory once decoded"},
@@ -187,7 +187,7 @@ func TestDockerAnswersBounded(t *testing.T) {
 				return err
 			}, "4096 entries"},
 		{"a container of many labels", "/containers/json", func() io.Reader {
-			return io.MultiReader(strings.NewReader(`[{"Labels":{`), labels(4*mib), strings.NewReader(`"end":""}}]`))
+			return io.MultiReader(strings.NewReader(`[{"Labels":{`), io.LimitReader(flood.Sequence(`"%d":"",`), 4*mib), strings.NewReader(`"end":""}}]`))
 		}, func(ctx context.Context, cli *client.Client) error {
 			_, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 			return err
@@ -199,10 +199,10 @@ func TestDockerAnswersBounded(t *testing.T) {
 			},
 			"16 MiB of memory once decoded"},
 		{"endless pull message", "/images/create", func() io.Reader {
-			return io.MultiReader(strings.NewReader(`{"status":"`), io.LimitReader(repeat("a"), 24*mib))
+			return io.MultiReader(strings.NewReader(`{"status":"`), io.LimitReader(flood.Repeat("a"), 24*mib))
 		}, drainPull, "1 MiB in one message"},
 		{"endless pull progress", "/images/create", func() io.Reader {
-			return io.LimitReader(repeat(`{"status":"Downloading","progressDetail":{"current":1,"total":2},"id":"0123456789ab"}`+"\r\n"), 80*mib)
+			return io.LimitReader(flood.Repeat(`{"status":"Downloading","progressDetail":{"current":1,"total":2},"id":"0123456789ab"}`+"\r\n"), 80*mib)
 		}, drainPull, "over 64 MiB"},
 	}
 	for _, tt := range tests {
@@ -264,32 +264,4 @@ func drainPull(ctx context.Context, cli *client.Client) error {
 	defer rc.Close()
 	_, err = io.Copy(io.Discard, rc)
 	return err
-}
-
-// labels is a JSON object's members, "0":"","1":"",… for at least n bytes,
-// each followed by a comma.
-func labels(n int) io.Reader {
-	var b strings.Builder
-	for i := 0; b.Len() < n; i++ {
-		fmt.Fprintf(&b, `"%d":"",`, i)
-	}
-	return strings.NewReader(b.String())
-}
-
-// repeat reads as s, for ever.
-func repeat(s string) io.Reader { return &repeater{s: s} }
-
-type repeater struct {
-	s   string
-	off int
-}
-
-func (r *repeater) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		c := copy(p[n:], r.s[r.off:])
-		n += c
-		r.off = (r.off + c) % len(r.s)
-	}
-	return n, nil
 }

@@ -74,6 +74,12 @@ func TestUpgradeInPlace(t *testing.T) {
 	if _, err := os.Stat("/proc/self/exe"); err != nil {
 		t.Skip("no /proc/self/exe")
 	}
+	nodebin.Use(os.Args[0])
+	_, err := nodebin.Get()
+	nodebin.Use("")
+	if err != nil {
+		t.Skipf("the test binary cannot stand for rigger's (-race links it dynamically): %v", err)
+	}
 	exe := filepath.Join(t.TempDir(), "rigger")
 	b, err := os.ReadFile(os.Args[0])
 	if err != nil {

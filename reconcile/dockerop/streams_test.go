@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/rigger/rigger/internal/flood"
 	"github.com/rigger/rigger/internal/memwatch"
 	"github.com/rigger/rigger/transport"
 )
@@ -54,24 +54,6 @@ func hostileEngine(t *testing.T, path string, body func() io.Reader) (cli *clien
 	return cli, n.Load
 }
 
-// repeated reads as s, n times.
-func repeated(s string, n int) io.Reader { return io.LimitReader(&cycle{s: s}, int64(len(s)*n)) }
-
-type cycle struct {
-	s   string
-	off int
-}
-
-func (c *cycle) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		k := copy(p[n:], c.s[c.off:])
-		n += k
-		c.off = (c.off + k) % len(c.s)
-	}
-	return n, nil
-}
-
 // TestPullBounded: a node that answers a pull with an endless message,
 // or with an endless progress of ever new layers, costs rigger a bounded
 // amount of memory and fails the pull naming the node.
@@ -82,18 +64,10 @@ func TestPullBounded(t *testing.T) {
 		body func() io.Reader
 	}{
 		{"one endless message", func() io.Reader {
-			return io.MultiReader(strings.NewReader(`{"status":"`), repeated("a", 48*mib))
+			return io.MultiReader(strings.NewReader(`{"status":"`), io.LimitReader(flood.Repeat("a"), 48*mib))
 		}},
 		{"a new layer every message", func() io.Reader {
-			var i int
-			var buf bytes.Buffer
-			return io.LimitReader(readerFunc(func(p []byte) (int, error) {
-				for buf.Len() < len(p) {
-					i++
-					fmt.Fprintf(&buf, `{"status":"Downloading","progressDetail":{"current":1,"total":2},"progress":"[>  ]","id":"%064d"}`+"\r\n", i)
-				}
-				return buf.Read(p)
-			}), 96*mib)
+			return io.LimitReader(flood.Sequence(`{"status":"Downloading","progressDetail":{"current":1,"total":2},"progress":"[>  ]","id":"%064d"}`+"\r\n"), 96*mib)
 		}},
 	}
 	for _, tt := range tests {
@@ -122,10 +96,6 @@ func TestPullBounded(t *testing.T) {
 		})
 	}
 }
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // frame is one frame of a multiplexed stream.
 func frame(stream byte, size uint32, payload string) []byte {

@@ -1,11 +1,11 @@
 package simnode
 
 import (
-	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/rigger/rigger/internal/flood"
 )
 
 // Hostile is how a node's engine answers when whoever holds the node (a
@@ -54,65 +54,21 @@ func (e *Engine) answerHostile(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	case *h == HostilePull && p == "/images/create":
 		if e.requests.Load()%2 == 0 {
-			body = io.MultiReader(strings.NewReader(`{"status":"`), &repeated{s: "a"})
+			body = io.MultiReader(strings.NewReader(`{"status":"`), flood.Repeat("a"))
 		} else {
-			body = &layers{}
+			body = flood.Sequence(`{"status":"Downloading","progressDetail":{"current":1,"total":2},"progress":"[>   ]","id":"%064d"}` + "\r\n")
 		}
 	case *h == HostileList && p == "/containers/json":
-		body = io.MultiReader(strings.NewReader("["), io.LimitReader(&repeated{s: "{},"}, hostileSize), strings.NewReader("{}]"))
+		body = io.MultiReader(strings.NewReader("["), io.LimitReader(flood.Repeat("{},"), hostileSize), strings.NewReader("{}]"))
 	case *h == HostileLabels && p == "/containers/json":
-		body = io.MultiReader(strings.NewReader(`[{"Id":"x","Labels":{`), io.LimitReader(&labelSeq{}, hostileSize), strings.NewReader(`"x":""}}]`))
+		body = io.MultiReader(strings.NewReader(`[{"Id":"x","Labels":{`), io.LimitReader(flood.Sequence(`"%d":"",`), hostileSize), strings.NewReader(`"x":""}}]`))
 	case *h == HostileVersion && p == "/version":
 		body = io.MultiReader(strings.NewReader(`{"Version":"26.1.5","ApiVersion":"1.45","Components":[`),
-			io.LimitReader(&repeated{s: "{},"}, hostileSize), strings.NewReader(`{}]}`))
+			io.LimitReader(flood.Repeat("{},"), hostileSize), strings.NewReader(`{}]}`))
 	default:
 		return false
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = io.Copy(w, body)
 	return true
-}
-
-// repeated reads as s, for ever.
-type repeated struct {
-	s   string
-	off int
-}
-
-func (r *repeated) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		c := copy(p[n:], r.s[r.off:])
-		n += c
-		r.off = (r.off + c) % len(r.s)
-	}
-	return n, nil
-}
-
-// labelSeq reads as a JSON object's members "0":"","1":"",…, for ever.
-type labelSeq struct {
-	i   int
-	buf bytes.Buffer
-}
-
-func (l *labelSeq) Read(p []byte) (int, error) {
-	for l.buf.Len() < len(p) {
-		fmt.Fprintf(&l.buf, `"%d":"",`, l.i)
-		l.i++
-	}
-	return l.buf.Read(p)
-}
-
-// layers reads as a pull's progress of ever new layers, for ever.
-type layers struct {
-	i   int
-	buf bytes.Buffer
-}
-
-func (l *layers) Read(p []byte) (int, error) {
-	for l.buf.Len() < len(p) {
-		fmt.Fprintf(&l.buf, `{"status":"Downloading","progressDetail":{"current":1,"total":2},"progress":"[>   ]","id":"%064d"}`+"\r\n", l.i)
-		l.i++
-	}
-	return l.buf.Read(p)
 }
