@@ -187,7 +187,8 @@ func TestDockerAnswersBounded(t *testing.T) {
 				return err
 			}, "4096 entries"},
 		{"a container of many labels", "/containers/json", func() io.Reader {
-			return io.MultiReader(strings.NewReader(`[{"Labels":{`), io.LimitReader(flood.Sequence(`"%d":"",`), 4*mib), strings.NewReader(`"end":""}}]`))
+			// Whole members of 14 bytes: "00000001":"",
+			return io.MultiReader(strings.NewReader(`[{"Labels":{`), io.LimitReader(flood.Sequence(`"%08d":"",`), 4*mib/14*14), strings.NewReader(`"end":""}}]`))
 		}, func(ctx context.Context, cli *client.Client) error {
 			_, err := cli.ContainerList(ctx, container.ListOptions{All: true})
 			return err

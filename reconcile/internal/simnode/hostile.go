@@ -61,7 +61,7 @@ func (e *Engine) answerHostile(w http.ResponseWriter, r *http.Request) bool {
 	case *h == HostileList && p == "/containers/json":
 		body = io.MultiReader(strings.NewReader("["), io.LimitReader(flood.Repeat("{},"), hostileSize), strings.NewReader("{}]"))
 	case *h == HostileLabels && p == "/containers/json":
-		body = io.MultiReader(strings.NewReader(`[{"Id":"x","Labels":{`), io.LimitReader(flood.Sequence(`"%d":"",`), hostileSize), strings.NewReader(`"x":""}}]`))
+		body = io.MultiReader(strings.NewReader(`[{"Id":"x","Labels":{`), io.LimitReader(flood.Sequence(`"%08d":"",`), hostileSize/14*14), strings.NewReader(`"x":""}}]`))
 	case *h == HostileVersion && p == "/version":
 		body = io.MultiReader(strings.NewReader(`{"Version":"26.1.5","ApiVersion":"1.45","Components":[`),
 			io.LimitReader(flood.Repeat("{},"), hostileSize), strings.NewReader(`{}]}`))
