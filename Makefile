@@ -147,7 +147,8 @@ bench: prereqs build ## benchmarks, those against sandbox nodes included (as roo
 	@# ./... includes BenchmarkScaleSimulated (reconcile/internal/simnode): up to 1,000
 	@# simulated nodes on 127.0.x.y:22022, in a child process (make bench-scale runs it alone), and
 	@# BenchmarkServeSimulated (reconcile/gitops): one serve following 100 clusters of 3 simulated
-	@# nodes on 127.0.x.y:22322 (make bench-serve runs it alone).
+	@# nodes on 127.0.x.y:22322 (make bench-serve runs it alone), and BenchmarkServeHostileNodes: serve
+	@# under every attack of a node at once, nodes on 127.0.x.y:22324 (make bench-hostile runs it alone).
 	@# The raw output goes to $(BENCH_OUT).txt, the tables of docs/BENCHMARKS.md to $(BENCH_OUT).md.
 	RIGGER_E2E=1 RIGGER_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./... | tee $(BENCH_OUT).txt; \
 		rc=$${PIPESTATUS[0]}; $(BIN) sandbox down --all || rc=1; \
@@ -162,6 +163,11 @@ bench-scale: ## observe+plan, a no-op apply and a one-flag rollout of 10 to 1,00
 bench-serve: ## one rigger serve following 100 clusters of simulated nodes: memory, push → reconcile start, drift spread, a slow cluster (docs/BENCHMARKS.md); no sandbox needed
 	mkdir -p $(dir $(BENCH_OUT)); $(GO) test -p 1 -run '^$$' -bench '^BenchmarkServeSimulated$$' -benchtime 1x -benchmem -timeout 30m ./reconcile/gitops | tee $(BENCH_OUT)-serve.txt; \
 		rc=$${PIPESTATUS[0]}; $(GO) run ./hack/benchtable < $(BENCH_OUT)-serve.txt > $(BENCH_OUT)-serve.md && echo && cat $(BENCH_OUT)-serve.md; exit $$rc
+
+.PHONY: bench-hostile
+bench-hostile: ## rigger serve's memory under every attack of a hostile node at once, with deploy/'s GOMEMLIMIT (docs/agent.md); no sandbox needed
+	mkdir -p $(dir $(BENCH_OUT)); GOMEMLIMIT=400MiB $(GO) test -p 1 -run '^$$' -bench '^BenchmarkServeHostileNodes$$' -benchtime 1x -timeout 30m ./reconcile/gitops | tee $(BENCH_OUT)-hostile.txt; \
+		rc=$${PIPESTATUS[0]}; $(GO) run ./hack/benchtable < $(BENCH_OUT)-hostile.txt > $(BENCH_OUT)-hostile.md && echo && cat $(BENCH_OUT)-hostile.md; exit $$rc
 
 .PHONY: demo
 demo: prereqs build ## validate the examples, start the sandbox nodes, apply the sandbox cluster, show its status, run a pod across nodes

@@ -496,7 +496,10 @@ func (r *doctorRun) checks() []doctor.Check {
 }
 
 // reach is the check name of reaching node: the check its observation's
-// error fails, a pass before it (the connection got that far).
+// error fails, a pass before it when the error proves the connection got
+// that far. A check the error does not prove is never a pass: a timeout
+// that does not say how far the connection got (the transports' errors
+// say, doctor.Reach places them) proves nothing before it.
 func (r *doctorRun) reach(name, node string) doctor.Result {
 	sn := nodeSpec(r.c, node)
 	agent := sn.Transport == spec.TransportAgent
@@ -518,6 +521,8 @@ func (r *doctorRun) reach(name, node string) doctor.Result {
 		return res
 	case failed != "" && doctor.Untried(on.Err):
 		return doctor.Skipped("not tried: " + failed + " failed before rigger connected")
+	case failed != "" && !doctor.Proves(on.Err):
+		return doctor.Skipped("not known: the connection failed without saying how far it got (" + failed + " failed)")
 	}
 	switch name {
 	case doctor.CheckAddress:

@@ -209,7 +209,7 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved,
 	pl := &Planned{
 		Plan: plan.Compute(d, o), Desired: d, Observed: o,
 		PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp,
-		Warnings: etcdWarnings(s.c), encryption: re, Encryption: report.EncryptionOf(re, s.opts.StateDir),
+		Warnings: append(etcdWarnings(s.c), plan.StoredAPIWarnings(o)...), encryption: re, Encryption: report.EncryptionOf(re, s.opts.StateDir),
 		spec: s.c, ignoreDocker: s.opts.IgnoreDockerVersion,
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {

@@ -69,6 +69,11 @@ type Options struct {
 	// (a missing ssh_key_path file) an error of that node's calls, not of
 	// Open: rigger doctor reports it as the node's ssh-auth finding.
 	KeysPerNode bool
+	// Answers is the pool the weight of the nodes' Docker answers is drawn
+	// from when Transport is nil (transport.AnswerPool): rigger serve
+	// shares one among every cluster. Nil: a pool of
+	// transport.DefaultAnswerPool for the session alone.
+	Answers *transport.AnswerPool
 }
 
 // Session reconciles one cluster: it holds the cluster.yml, a transport to
@@ -114,7 +119,11 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	s := &Session{c: c, opts: opts, tr: opts.Transport, req: pki.RequestFor(c),
 		reg: registryauth.New(c.PrivateRegistries), former: formerNodes(c, last)}
 	if s.tr == nil {
-		tr, err := reach.Transport(c, s.former, opts.Agents, opts.KeysPerNode, opts.Log)
+		answers := opts.Answers
+		if answers == nil {
+			answers = transport.NewAnswerPool(transport.DefaultAnswerPool)
+		}
+		tr, err := reach.Transport(c, s.former, opts.Agents, opts.KeysPerNode, answers, opts.Log)
 		if err != nil {
 			return nil, stall.Stalls(ReasonInvalidSpec, err)
 		}

@@ -30,6 +30,12 @@ const (
 	// checkEvery is how many values are decoded between two looks at
 	// whether the caller gave up.
 	checkEvery = 1024
+	// maxObjectValues bounds the values of one free-form field (an
+	// Object: secrets_encryption_config.custom_config, an audit policy, an
+	// admission configuration, …), each written out as a file for the
+	// nodes: writing one costs some 40 times its size (57,000 encryption
+	// keys took 210 MB).
+	maxObjectValues = 10000
 )
 
 // decoder decodes a YAML node tree into the schema types, strictly: every
@@ -184,6 +190,16 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		}
 		if err := tu.UnmarshalText([]byte(n.Value)); err != nil {
 			d.errorf(n, path, "", "%v", err)
+		}
+		return
+	}
+	if v.Type() == objectType {
+		start := d.nodes
+		d.mapValue(n, v, path)
+		if values := d.nodes - start; values > maxObjectValues && !d.stopped {
+			d.errorf(n, path, "rigger writes it out for the nodes, and one this large costs far more memory than any takes; keep it to what the component needs",
+				"the value holds %d values, more than the %d rigger takes in one", values, maxObjectValues)
+			v.SetZero()
 		}
 		return
 	}
@@ -398,6 +414,9 @@ func (d *decoder) sliceValue(n *yaml.Node, v reflect.Value, path string) {
 	}
 	v.Set(s)
 }
+
+// objectType is the type of the free-form fields.
+var objectType = reflect.TypeFor[Object]()
 
 // generic decodes a free-form value: mappings become map[string]any, lists
 // []any, scalars their YAML type.

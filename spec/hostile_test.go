@@ -348,3 +348,33 @@ func TestParseContext(t *testing.T) {
 		t.Errorf("ParseContext: %v %v", err, diags)
 	}
 }
+
+// TestObjectValuesBounded: a valid-looking cluster.yml of 5.6 MB whose
+// secrets encryption configuration holds 57,000 keys is refused, naming
+// the field: writing it out for the nodes (reconcile.CheckSpec does, for
+// every push serve reads) took 210 MB more.
+func TestObjectValuesBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(nodesYML + "services:\n  kube-api:\n    secrets_encryption_config:\n      enabled: true\n      custom_config:\n" +
+		"        apiVersion: apiserver.config.k8s.io/v1\n        kind: EncryptionConfiguration\n        resources:\n" +
+		"        - resources: [secrets]\n          providers:\n          - aescbc:\n              keys:\n")
+	for i := 0; i < 57000; i++ {
+		fmt.Fprintf(&b, "              - name: key%d\n                secret: c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=\n", i)
+	}
+	_, diags := Parse([]byte(b.String()), "cluster.yml")
+	var found bool
+	for _, d := range diags {
+		if d.Severity == SeverityError && d.Path == "services.kube-api.secrets_encryption_config.custom_config" &&
+			strings.Contains(d.Summary, "more than the 10000 rigger takes in one") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("57,000 encryption keys: %v, want the custom_config refused", diags.Err())
+	}
+	// A configuration of the usual size passes.
+	small := b.String()[:strings.Index(b.String(), "              - name: key3\n")]
+	if _, diags := Parse([]byte(small), "cluster.yml"); diags.Err() != nil {
+		t.Errorf("3 encryption keys: %v", diags.Err())
+	}
+}

@@ -308,7 +308,7 @@ type ETCDService struct {
 	UID int `json:"uid,omitempty"`
 	// Group ID etcd's container runs as.
 	GID int `json:"gid,omitempty"`
-	// Run the `etcd-rolling-snapshots` container on every etcd node, as RKE does (default true): it takes, verifies, uploads and retains the scheduled snapshots of `backup_config` without `rigger serve`. It runs in the image RKE runs it in, `system_images.alpine` (rke-tools, which every RKE node has), with the running rigger's own static binary copied into it (a new rigger binary replaces the container); or in rigger's image, when `rigger.image` (or a `system_images.cert_downloader` that is not RKE's rke-tools) names it. `false` leaves the schedule to `rigger serve`; `backup_config.enabled: false` turns the schedule off everywhere.
+	// Run the `etcd-rolling-snapshots` container on every etcd node, as RKE does (default true): it takes, verifies, uploads and retains the scheduled snapshots of `backup_config` without `rigger serve`. It runs in the image RKE runs it in, `system_images.alpine` (rke-tools, which every RKE node has), with the running rigger's own static binary copied into it (a new rigger binary replaces the container); or in rigger's image, when `rigger.image` (or a `system_images.cert_downloader` whose repository is named `rigger`, such as `rigger/rigger:v1`) names it. It runs without any Linux capability and cannot gain one (as root, it owns the Docker socket and the files it reads). `false` leaves the schedule to `rigger serve`; `backup_config.enabled: false` turns the schedule off everywhere.
 	Snapshot *bool `json:"snapshot,omitempty"`
 	// How long scheduled snapshots are kept, as a duration (RKE's older setting). Used only when `backup_config` is null or absent, as in RKE (default then `72h`): `backup_config.retention` becomes the number of snapshots that age holds (`24h` with `creation: 6h`: 4). Ignored, with a warning, when `backup_config` is set.
 	Retention string `json:"retention,omitempty"`
@@ -377,7 +377,7 @@ type KubeAPIService struct {
 type SecretsEncryptionConfig struct {
 	// Encrypt Secrets at rest. Without `custom_config`, rigger generates the key (AES-CBC, 32 bytes, as RKE), keeps it in its state directory (recovered from a controlplane node when lost) and writes it to every controlplane node; Secrets written before are rewritten encrypted. Turning it off again is refused (see docs/secrets-encryption.md).
 	Enabled bool `json:"enabled,omitempty"`
-	// An apiserver.config.k8s.io EncryptionConfiguration object to use instead of rigger's.
+	// An apiserver.config.k8s.io EncryptionConfiguration object to use instead of rigger's. At most 10,000 values, as every free-form field.
 	CustomConfig Object `json:"custom_config,omitempty" rigger:"secret"`
 }
 
@@ -758,7 +758,7 @@ type Rigger struct {
 	Suspend bool `json:"suspend,omitempty"`
 	// How rigger applies add-ons (the network plugin, DNS, metrics-server, ingress, `addons` and `addons_include`).
 	Addons RiggerAddons `json:"addons,omitempty"`
-	// rigger's own image (`make image` builds it; `rigger/rigger:<version>`), for the `etcd-rolling-snapshots` container of every etcd node (`services.etcd.snapshot`). Empty: `system_images.cert_downloader` when that is not RKE's rke-tools, else the container runs the running rigger's own binary in `system_images.alpine`. Set it to pin what the nodes run whichever rigger applies the cluster, or where the nodes' architecture is not the one rigger was built for.
+	// rigger's own image (`make image` builds it; `rigger/rigger:<version>`), for the `etcd-rolling-snapshots` container of every etcd node (`services.etcd.snapshot`). Empty: `system_images.cert_downloader` when that is rigger's (its repository is named `rigger`; a mirror of rke-tools at any path is not), else the container runs the running rigger's own binary in `system_images.alpine`. Set it to pin what the nodes run whichever rigger applies the cluster, or where the nodes' architecture is not the one rigger was built for.
 	Image string `json:"image,omitempty"`
 }
 

@@ -34,11 +34,13 @@ const DockerPingTimeout = 20 * time.Second
 // concurrent calls to one node do not open and close a channel each.
 const DockerIdleChannels = 16
 
-// NewDockerClient returns a Docker API client that reaches the engine at
-// socket (a path on the node) through dial. It does no I/O: call
-// CheckDocker before handing it out. Every transport builds its clients
-// here so that they behave the same.
-func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
+// NewDockerClient returns a Docker API client that reaches the engine of
+// node at socket (a path on the node) through dial. Its answers are read
+// within their bounds (answers.go), their weight drawn from a budget of
+// the node's own (DockerNodeBudget) and from pool (nil: none). It does no
+// I/O: call CheckDocker before handing it out. Every transport builds its
+// clients here so that they behave the same.
+func NewDockerClient(node, socket string, dial Dialer, pool *AnswerPool) (*client.Client, error) {
 	// Idle connections are open channels kept for the next request:
 	// opening a channel costs a round trip, and several ms against
 	// OpenSSH when channels are closed and opened back to back.
@@ -71,7 +73,7 @@ func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
 	// meter) and which cost every call a span and a metric's attributes
 	// all the same, about 3 % of a 1,000-node plan's CPU: base, not the
 	// client's wrapper, is what the bound wraps.
-	hc.Transport = boundedAnswers{base}
+	hc.Transport = newBoundedAnswers(base, node, pool)
 	return cli, nil
 }
 
@@ -82,72 +84,6 @@ func NewDockerClient(socket string, dial Dialer) (*client.Client, error) {
 // Requests are small; a larger answer is read through it in more,
 // in-memory, reads from the channel.
 const DockerChannelBuffer = 1 << 10
-
-// Bounds of a Docker engine's answers: a node's engine is not trusted to
-// keep them small (a compromised node, or anything behind an agent, can
-// answer /version with an endless body). An answer's headers are bounded
-// by DockerMaxHeader, and its body, unless the endpoint streams (files,
-// logs, events, image transfers), by DockerMaxAnswer: reading past it
-// fails with a *DockerAnswerTooLargeError.
-const (
-	DockerMaxHeader = 1 << 20
-	DockerMaxAnswer = 32 << 20
-)
-
-// DockerAnswerTooLargeError is an engine's answer over DockerMaxAnswer.
-type DockerAnswerTooLargeError struct {
-	Method, Path string
-	Limit        int64
-}
-
-func (e *DockerAnswerTooLargeError) Error() string {
-	return fmt.Sprintf("the Docker engine's answer to %s %s is over %d MiB, more than any answer rigger expects: "+
-		"check the engine on the node (docker version there)", e.Method, e.Path, e.Limit>>20)
-}
-
-// streamingEndpoints are the ends of the API paths whose answers stream
-// and are read as they come (their readers bound what they keep).
-var streamingEndpoints = []string{"/archive", "/logs", "/attach", "/export", "/stats", "/start", "/events",
-	"/images/create", "/get", "/load", "/build", "/push"}
-
-// boundedAnswers bounds the bodies of the answers that are not streams.
-type boundedAnswers struct{ next http.RoundTripper }
-
-func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := b.next.RoundTrip(req)
-	if err != nil || resp.Body == nil {
-		return resp, err
-	}
-	for _, end := range streamingEndpoints {
-		if strings.HasSuffix(req.URL.Path, end) {
-			return resp, nil
-		}
-	}
-	resp.Body = &limitedBody{rc: resp.Body, left: DockerMaxAnswer,
-		err: &DockerAnswerTooLargeError{Method: req.Method, Path: req.URL.Path, Limit: DockerMaxAnswer}}
-	return resp, nil
-}
-
-// limitedBody reads at most left bytes of rc, then fails with err.
-type limitedBody struct {
-	rc   io.ReadCloser
-	left int64
-	err  error
-}
-
-func (l *limitedBody) Read(p []byte) (int, error) {
-	if l.left <= 0 {
-		return 0, l.err
-	}
-	if int64(len(p)) > l.left {
-		p = p[:l.left]
-	}
-	n, err := l.rc.Read(p)
-	l.left -= int64(n)
-	return n, err
-}
-
-func (l *limitedBody) Close() error { return l.rc.Close() }
 
 // CheckDocker reads the version of the engine behind cli (one round trip,
 // in place of a ping: the version says the API versions too), refuses one

@@ -8,9 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+
+	"github.com/rigger/rigger/internal/flood"
+	"github.com/rigger/rigger/internal/memwatch"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/internal/testnode"
 )
@@ -41,7 +48,7 @@ func TestCheckDocker(t *testing.T) {
 			d := testnode.StartDocker(t, tt.api)
 			// The socket path given to the client is the node's; the dialer
 			// decides where bytes go.
-			cli, err := transport.NewDockerClient("/var/run/docker.sock", localDial(d.Socket))
+			cli, err := transport.NewDockerClient("n1", "/var/run/docker.sock", localDial(d.Socket), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,9 +73,9 @@ func TestCheckDocker(t *testing.T) {
 
 func TestCheckDockerKeepsSocketError(t *testing.T) {
 	want := &transport.DockerSocketError{Node: "n1", Path: "/var/run/docker.sock", User: "rke", Problem: transport.SocketMissing}
-	cli, err := transport.NewDockerClient("/var/run/docker.sock", func(context.Context, string, string) (net.Conn, error) {
+	cli, err := transport.NewDockerClient("n1", "/var/run/docker.sock", func(context.Context, string, string) (net.Conn, error) {
 		return nil, want
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,51 +156,113 @@ func (f fakeTransport) Dial(ctx context.Context, node, network, addr string) (ne
 }
 
 // TestDockerAnswersBounded: an engine (a compromised node, or a fake one
-// behind an agent) that answers /version with an endless body does not
-// make the client read, and keep, all of it. Both transports build their
-// Docker clients with NewDockerClient.
+// behind an agent) that answers each call with far more than an engine
+// does does not make the client read, and keep, all of it: each class of
+// answer has its bounds, in bytes and in what decoding it costs (a list of
+// 150,000 empty objects is 450 KB, and 200 MB once decoded as container
+// summaries). Both transports build their Docker clients with
+// NewDockerClient.
 func TestDockerAnswersBounded(t *testing.T) {
-	const offered = 4 * transport.DockerMaxAnswer
-	written := make(chan int64, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Api-Version", "1.43")
-		if strings.HasSuffix(r.URL.Path, "/_ping") {
-			w.Write([]byte("OK"))
-			return
+	const mib = 1 << 20
+	objects := func(head, item, tail string, n int) func() io.Reader {
+		return func() io.Reader {
+			return io.MultiReader(strings.NewReader(head), io.LimitReader(flood.Repeat(item), int64(n*len(item))), strings.NewReader(tail))
 		}
-		n, _ := io.Copy(w, io.MultiReader(strings.NewReader(`{"Version":"`), io.LimitReader(endless('a'), offered)))
-		written <- n
-	}))
-	defer srv.Close()
-	cli, err := transport.NewDockerClient("/var/run/docker.sock", func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	_, err = cli.ServerVersion(ctx)
-	var tooLarge *transport.DockerAnswerTooLargeError
-	if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), "/version") {
-		t.Errorf("ServerVersion from an endless answer: %v, want a *DockerAnswerTooLargeError naming /version", err)
+	tests := []struct {
+		name  string
+		path  string // the path the hostile answer is given for
+		body  func() io.Reader
+		call  func(ctx context.Context, cli *client.Client) error
+		bound string // in the error
+	}{
+		{"endless version", "/version", func() io.Reader {
+			return io.MultiReader(strings.NewReader(`{"Version":"`), io.LimitReader(flood.Repeat("a"), 8*mib))
+		}, func(ctx context.Context, cli *client.Client) error { _, err := cli.ServerVersion(ctx); return err }, "over 64 KiB"},
+		{"version of many components", "/version", objects(`{"Components":[`, `{},`, `{}]}`, 20000),
+			func(ctx context.Context, cli *client.Client) error { _, err := cli.ServerVersion(ctx); return err }, "of memory once decoded"},
+		{"list of many containers", "/containers/json", objects(`[`, `{},`, `{}]`, 150000),
+			func(ctx context.Context, cli *client.Client) error {
+				_, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+				return err
+			}, "4096 entries"},
+		{"a container of many labels", "/containers/json", func() io.Reader {
+			// Whole members of 14 bytes: "00000001":"",
+			return io.MultiReader(strings.NewReader(`[{"Labels":{`), io.LimitReader(flood.Sequence(`"%08d":"",`), 4*mib/14*14), strings.NewReader(`"end":""}}]`))
+		}, func(ctx context.Context, cli *client.Client) error {
+			_, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+			return err
+		}, "64 MiB of memory once decoded"},
+		{"inspect of many mounts", "/containers/c1/json", objects(`{"Id":"c1","Mounts":[`, `{},`, `{}]}`, 200000),
+			func(ctx context.Context, cli *client.Client) error {
+				_, err := cli.ContainerInspect(ctx, "c1")
+				return err
+			},
+			"16 MiB of memory once decoded"},
+		{"endless pull message", "/images/create", func() io.Reader {
+			return io.MultiReader(strings.NewReader(`{"status":"`), io.LimitReader(flood.Repeat("a"), 24*mib))
+		}, drainPull, "1 MiB in one message"},
+		{"endless pull progress", "/images/create", func() io.Reader {
+			return io.LimitReader(flood.Repeat(`{"status":"Downloading","progressDetail":{"current":1,"total":2},"id":"0123456789ab"}`+"\r\n"), 80*mib)
+		}, drainPull, "over 64 MiB"},
 	}
-	cli.Close()
-	srv.CloseClientConnections()
-	if n := <-written; n >= offered {
-		t.Errorf("the client read all %d MiB of an endless answer; want it to stop at %d MiB", n>>20, transport.DockerMaxAnswer>>20)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var offered, written atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Api-Version", "1.43")
+				if !strings.HasSuffix(r.URL.Path, tt.path) {
+					w.Write([]byte(`{}`))
+					return
+				}
+				body := tt.body()
+				n, _ := io.Copy(io.Discard, tt.body())
+				offered.Store(n)
+				n, _ = io.Copy(w, body)
+				written.Store(n)
+			}))
+			defer srv.Close()
+			cli, err := transport.NewDockerClient("n1", "/var/run/docker.sock", func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			peak := memwatch.Peak()
+			err = tt.call(ctx, cli)
+			grew := peak()
+			var tooLarge *transport.DockerAnswerTooLargeError
+			if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), tt.bound) || !strings.Contains(err.Error(), "node n1") ||
+				!strings.Contains(err.Error(), tt.path) {
+				t.Errorf("%s from a hostile answer: %v; want a *DockerAnswerTooLargeError naming node n1, %s and %q", tt.path, err, tt.path, tt.bound)
+			}
+			if grew > 48*mib {
+				t.Errorf("the heap grew by %d MiB reading the answer, want less than 48", grew>>20)
+			}
+			cli.Close()
+			srv.CloseClientConnections()
+			srv.Close()
+			// A small answer fits in the connection's buffers whether
+			// it is read or not.
+			if w, o := written.Load(), offered.Load(); o > 16*mib && w >= o {
+				t.Errorf("the client read all %d MiB of the hostile answer", o>>20)
+			}
+		})
 	}
 }
 
-// endless reads as b, for ever.
-type endless byte
-
-func (e endless) Read(p []byte) (int, error) {
-	for i := range p {
-		p[i] = byte(e)
+// drainPull pulls an image and reads the pull's progress to its end.
+func drainPull(ctx context.Context, cli *client.Client) error {
+	rc, err := cli.ImagePull(ctx, "rancher/rke-tools:v0.1.100", image.PullOptions{})
+	if err != nil {
+		return err
 	}
-	return len(p), nil
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	return err
 }

@@ -110,9 +110,9 @@ func renderTaken(w io.Writer, t *rkestate.Taken) {
 		if from == "" {
 			from = "-"
 		}
-		// Names and sources come from RKE's state: escaped, so that none
-		// forges a line.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", termsafe.String(it.Name), exp, it.Action, termsafe.String(from))
+		// Names and sources come from RKE's state: escaped, newlines and
+		// tabs too, so that none forges a line or a column.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", termsafe.Field(it.Name), exp, it.Action, termsafe.Field(from))
 	}
 	_ = tw.Flush()
 	if t.EncryptionConfig != nil {

@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rigger/rigger/internal/rkerender"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/rkestate"
 )
 
 // TestAdoptRKEState: rigger adopt takes over the cluster.rkestate RKE's own
@@ -97,5 +99,24 @@ func TestRefusedAdoptLeavesNoStateDir(t *testing.T) {
 	}
 	if _, err := os.Stat(state); err == nil {
 		t.Errorf("a refused adopt left %s behind", state)
+	}
+}
+
+// TestAdoptTableEscaped: a certificate's name in cluster.rkestate that
+// holds a newline or a tab forges no row, nor column, of adopt's table.
+func TestAdoptTableEscaped(t *testing.T) {
+	forged := "kube-node\nkube-ca\t2099-01-01\timported\tcluster.rkestate"
+	var out strings.Builder
+	renderTaken(&out, &rkestate.Taken{Items: []rkestate.Item{
+		{Name: pki.CACertName, Action: rkestate.Imported, NotAfter: time.Date(2035, 1, 1, 0, 0, 0, 0, time.UTC), Source: "cluster.rkestate"},
+		{Name: forged, Action: rkestate.Unused, Source: "cluster.rkestate\nkube-admin"},
+	}})
+	table, _, _ := strings.Cut(out.String(), "\n\n")
+	lines := strings.Split(table, "\n")
+	if len(lines) != 3 {
+		t.Fatalf("a table of 2 names has %d lines:\n%s", len(lines), table)
+	}
+	if !strings.Contains(lines[2], `kube-node\nkube-ca\t2099-01-01`) || !strings.HasPrefix(lines[2], `kube-node\n`) {
+		t.Errorf("the forged name is not escaped on its own row: %q", lines[2])
 	}
 }

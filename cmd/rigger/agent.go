@@ -236,8 +236,8 @@ func (o *agentCommandOptions) run(c *spec.Cluster) (string, error) {
 			o.node, c.Nodes[i].Transport, o.file)
 	case !strings.HasPrefix(o.server, "https://"):
 		return "", fmt.Errorf("--server %q: give rigger serve's agent endpoint, https://host:port", o.server)
-	case o.ttl <= 0:
-		return "", fmt.Errorf("--ttl %s: give a positive duration", o.ttl)
+	case o.ttl <= 0 || o.ttl > agenttun.MaxTokenTTL:
+		return "", fmt.Errorf("--ttl %s: give a positive duration of at most %s: a token is for one join soon", o.ttl, agenttun.MaxTokenTTL)
 	}
 	if o.stateDir == "" {
 		d, err := statedir.Default("x")

@@ -14,6 +14,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/agenttun"
 )
 
@@ -24,7 +25,9 @@ const agentPathPrefix = "/agent/"
 // agentStoreDir is where serve keeps the agent tunnel's CA, tokens and node
 // certificates, under its --state-dir (beside the clones, where no cluster
 // state directory can be).
-func agentStoreDir(stateDir string) string { return filepath.Join(stateDir, "serve", "agent-tunnel") }
+func agentStoreDir(stateDir string) string {
+	return filepath.Join(stateDir, gitops.ServeDir, "agent-tunnel")
+}
 
 // agentServerURL is the --server of a cluster's agents.
 func agentServerURL(base, cluster string) string {
@@ -39,14 +42,16 @@ type agentEndpoint struct {
 	store *agenttun.Store
 	url   string // the endpoint's public base URL, for the docker run lines
 	log   *slog.Logger
+	// answers is serve's pool for the nodes' Docker answers.
+	answers *transport.AnswerPool
 
 	mu        sync.Mutex
 	servers   map[string]*agenttun.Server // by cluster_name
 	announced map[string]bool             // cluster/node whose docker run line was logged
 }
 
-func newAgentEndpoint(store *agenttun.Store, url string, log *slog.Logger) *agentEndpoint {
-	return &agentEndpoint{store: store, url: url, log: log, servers: map[string]*agenttun.Server{}, announced: map[string]bool{}}
+func newAgentEndpoint(store *agenttun.Store, url string, answers *transport.AnswerPool, log *slog.Logger) *agentEndpoint {
+	return &agentEndpoint{store: store, url: url, answers: answers, log: log, servers: map[string]*agenttun.Server{}, announced: map[string]bool{}}
 }
 
 // ServeHTTP hands <prefix><cluster>/... to the cluster's tunnel server.
@@ -100,7 +105,7 @@ func (e *agentEndpoint) server(cluster string) (*agenttun.Server, error) {
 	if srv := e.servers[cluster]; srv != nil {
 		return srv, nil
 	}
-	srv, err := agenttun.NewServer(agenttun.Config{Cluster: cluster, Store: e.store, Logger: e.log})
+	srv, err := agenttun.NewServer(agenttun.Config{Cluster: cluster, Store: e.store, Answers: e.answers, Logger: e.log})
 	if err != nil {
 		return nil, err
 	}

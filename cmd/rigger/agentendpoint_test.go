@@ -67,7 +67,7 @@ func listenEndpoint(t *testing.T, stateDir, listen string, log io.Writer) (e *ag
 		t.Fatal(err)
 	}
 	url = "https://" + ln.Addr().String()
-	e = newAgentEndpoint(store, url, slog.New(slog.NewTextHandler(log, nil)))
+	e = newAgentEndpoint(store, url, nil, slog.New(slog.NewTextHandler(log, nil)))
 	hs := &http.Server{Handler: e, TLSConfig: tlsConfig}
 	go hs.ServeTLS(ln, "", "")
 	return e, url, sync.OnceFunc(func() {

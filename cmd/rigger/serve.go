@@ -29,6 +29,7 @@ import (
 	"github.com/rigger/rigger/reconcile/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/agenttun"
 )
 
@@ -160,7 +161,7 @@ cluster, several replicas), only the replica holding the Lease
 // its credentials, so that a new token keeps the clone.
 func workdirOf(stateDir, repoURL string) string {
 	sum := sha256.Sum256([]byte(gitrepo.StripURL(repoURL)))
-	return filepath.Join(stateDir, "serve", hex.EncodeToString(sum[:8]))
+	return filepath.Join(stateDir, gitops.ServeDir, hex.EncodeToString(sum[:8]))
 }
 
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
@@ -185,7 +186,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if o.workdir == "" {
 		o.workdir = workdirOf(o.stateDir, o.repo)
 	}
-	agents, agentLn, agentTLS, err := o.agentEndpoint(log)
+	// One pool for the Docker answers of every node serve reaches, over
+	// SSH or through an agent.
+	answers := transport.NewAnswerPool(transport.DefaultAnswerPool)
+	agents, agentLn, agentTLS, err := o.agentEndpoint(log, answers)
 	if err != nil {
 		return err
 	}
@@ -214,7 +218,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
-		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion,
+		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
 	})
 	if err != nil {
 		return err
@@ -322,7 +326,7 @@ func newServeHTTPServer(h http.Handler) *http.Server {
 
 // agentEndpoint opens the agent tunnel's store and listener when
 // --agent-listen is given; all nil otherwise.
-func (o *serveOptions) agentEndpoint(log *slog.Logger) (*agentEndpoint, net.Listener, *tls.Config, error) {
+func (o *serveOptions) agentEndpoint(log *slog.Logger, answers *transport.AnswerPool) (*agentEndpoint, net.Listener, *tls.Config, error) {
 	if o.agentListen == "" {
 		return nil, nil, nil, nil
 	}
@@ -349,7 +353,7 @@ func (o *serveOptions) agentEndpoint(log *slog.Logger) (*agentEndpoint, net.List
 	}
 	log.Info("agent tunnel endpoint listening", "listen", ln.Addr().String(), "url", url+agentPathPrefix+"<cluster_name>",
 		"ca_checksum", store.CA().Checksum())
-	return newAgentEndpoint(store, url, log), ln, tlsConfig, nil
+	return newAgentEndpoint(store, url, answers, log), ln, tlsConfig, nil
 }
 
 // leaseClient is the Kubernetes client and namespace of the Lease.

@@ -36,9 +36,13 @@ type Binary struct {
 
 var (
 	mu     sync.Mutex
-	path   string // "": os.Executable
+	path   string // "": the running executable
 	cached *result
 )
+
+// runningExe is the running executable on Linux, whatever became of its
+// file since it started.
+const runningExe = "/proc/self/exe"
 
 type result struct {
 	b       Binary
@@ -90,14 +94,21 @@ func open() (*os.File, Binary, error) {
 	if cached != nil && cached.pretend {
 		return nil, Binary{}, errors.New("rigger's own binary cannot run on the nodes: a test pretends to be it (nodebin.Pretend)")
 	}
-	p := path
+	p, file := path, path
 	if p == "" {
 		var err error
 		if p, err = os.Executable(); err != nil {
 			return nil, Binary{}, fmt.Errorf("rigger's own binary cannot run on the nodes: %w", err)
 		}
+		// The running binary itself, also once its file was replaced (an
+		// upgrade in place, serve still running the old one): what was
+		// planned with is what is copied, for the process's life.
+		file = p
+		if _, err := os.Stat(runningExe); err == nil {
+			file = runningExe
+		}
 	}
-	f, err := os.Open(p)
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, Binary{}, fmt.Errorf("rigger's own binary cannot run on the nodes: %w", err)
 	}

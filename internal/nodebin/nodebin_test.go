@@ -60,3 +60,74 @@ func TestGet(t *testing.T) {
 		}
 	}
 }
+
+// TestUpgradeInPlace: once rigger's file is replaced while it runs (an
+// upgrade in place), the binary copied to the nodes is still the running
+// one, whose build ID Get read when it planned: every re-creation of a
+// container that runs it failed, until serve restarted, when the new
+// file was copied.
+func TestUpgradeInPlace(t *testing.T) {
+	if os.Getenv("NODEBIN_UPGRADE_CHILD") != "" {
+		upgradeChild(t)
+		return
+	}
+	if _, err := os.Stat("/proc/self/exe"); err != nil {
+		t.Skip("no /proc/self/exe")
+	}
+	nodebin.Use(os.Args[0])
+	_, err := nodebin.Get()
+	nodebin.Use("")
+	if err != nil {
+		t.Skipf("the test binary cannot stand for rigger's (-race links it dynamically): %v", err)
+	}
+	exe := filepath.Join(t.TempDir(), "rigger")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestUpgradeInPlace$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "NODEBIN_UPGRADE_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the child: %v\n%s", err, out)
+	}
+}
+
+// upgradeChild is TestUpgradeInPlace's child: it reads its own binary,
+// replaces its file with another build (the same bytes, another build ID),
+// and opens the binary to copy.
+func upgradeChild(t *testing.T) {
+	before, err := nodebin.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), before.ID)
+	if i < 0 {
+		t.Fatal("the build ID is not in the binary")
+	}
+	b[i] ^= 1 // another build
+	if err := os.WriteFile(exe+".new", b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(exe+".new", exe); err != nil {
+		t.Fatal(err)
+	}
+	f, after, err := nodebin.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if after.ID != before.ID {
+		t.Fatalf("after the file was replaced, the binary to copy has build ID %s, not the running one's %s", after.ID, before.ID)
+	}
+}

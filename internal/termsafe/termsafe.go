@@ -37,6 +37,18 @@ func String(s string) string {
 	return b.String()
 }
 
+// Field returns s for one field of a line, a cell of a table: String,
+// with newline and tab written as Go escapes too (\n, \t), and the
+// Unicode line and paragraph separators (\u2028, \u2029), so that no
+// value forges a line, or a column, of rigger's own output.
+func Field(s string) string {
+	s = String(s)
+	if !strings.ContainsAny(s, "\n\t\u2028\u2029") {
+		return s
+	}
+	return strings.NewReplacer("\n", `\n`, "\t", `\t`, "\u2028", `\u2028`, "\u2029", `\u2029`).Replace(s)
+}
+
 func needs(s string) bool {
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])

@@ -15,3 +15,15 @@ func TestString(t *testing.T) {
 		}
 	}
 }
+
+func TestField(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"kube-ca", "kube-ca"},
+		{"kube-ca\nkube-x\t2099-01-01\timported", `kube-ca\nkube-x\t2099-01-01\timported`},
+		{"a\u2028b\u2029c\x1b", `a\u2028b\u2029c\x1b`},
+	} {
+		if got := Field(tc.in); got != tc.want {
+			t.Errorf("Field(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

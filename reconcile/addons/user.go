@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -163,15 +164,18 @@ func (f Fetcher) download(ctx context.Context, rawURL string, max int64) ([]byte
 }
 
 // includeClient downloads addons_include URLs when the Fetcher is given
-// no client: as http.DefaultClient (the proxy of the environment
-// included), but it connects to no loopback, link-local (a cloud's
-// instance metadata, 169.254.169.254), multicast or unspecified address,
-// also after a redirect: whoever can change cluster.yml in the repository
-// rigger serve follows must not reach the services on serve's own host or
-// pod, or the cloud's credentials, through it. Other addresses, private
-// ranges included (a manifest server inside the network), are allowed.
+// no client: as http.DefaultClient, but it connects to no loopback,
+// link-local (a cloud's instance metadata, 169.254.169.254), multicast or
+// unspecified address, nor to the instance metadata addresses outside
+// them (metadataAddrs), also after a redirect: whoever can change
+// cluster.yml in the repository rigger serve follows must not reach the
+// services on serve's own host or pod, or the cloud's credentials, through
+// it. Other addresses, private ranges included (a manifest server inside
+// the network), are allowed. It connects directly, never through the
+// environment's proxy (HTTPS_PROXY): a proxy would connect for it to
+// whatever address it was asked, out of this check's sight.
 var includeClient = &http.Client{Transport: &http.Transport{
-	Proxy:               http.ProxyFromEnvironment,
+	Proxy:               nil,
 	DialContext:         (&net.Dialer{Timeout: 10 * time.Second, Control: refuseLocal}).DialContext,
 	TLSHandshakeTimeout: 10 * time.Second,
 	MaxIdleConns:        10,
@@ -190,12 +194,17 @@ func refuseLocal(_, address string, _ syscall.RawConn) error {
 	}
 	ip = ip.Unmap()
 	if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() ||
-		ip.IsMulticast() || ip.IsUnspecified() {
-		return fmt.Errorf("addons_include: %s is a loopback, link-local, multicast or unspecified address, which rigger does not fetch add-ons from; "+
+		ip.IsMulticast() || ip.IsUnspecified() || slices.Contains(metadataAddrs, ip) {
+		return fmt.Errorf("addons_include: %s is a loopback, link-local, multicast, unspecified or cloud instance metadata address, which rigger does not fetch add-ons from; "+
 			"serve the file from another host, or put it in the repository beside cluster.yml", ip)
 	}
 	return nil
 }
+
+// metadataAddrs are the clouds' instance metadata services outside the
+// link-local ranges: AWS's over IPv6 (fd00:ec2::254) and Alibaba Cloud's
+// (100.100.100.200).
+var metadataAddrs = []netip.Addr{netip.MustParseAddr("fd00:ec2::254"), netip.MustParseAddr("100.100.100.200")}
 
 // readLimited reads r to its end, refusing more than max bytes.
 func readLimited(r io.Reader, max int64) ([]byte, error) {

@@ -140,16 +140,35 @@ func TestIncludeRefusesLocalAddresses(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, err := Fetcher{Timeout: 5 * time.Second}.UserAddons(context.Background(), UserInput{Include: []string{srv.URL + "/a.yaml"}})
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1 is a loopback, link-local, multicast or unspecified address") {
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1 is a loopback, link-local, multicast, unspecified or cloud instance metadata address") {
 		t.Fatalf("a loopback URL: %v", err)
 	}
 	for addr, refused := range map[string]bool{
 		"127.0.0.1:80": true, "[::1]:443": true, "169.254.169.254:80": true, "[fe80::1]:80": true, "0.0.0.0:80": true,
-		"[::ffff:127.0.0.1]:80": true, "224.0.0.1:80": true,
+		"[::ffff:127.0.0.1]:80": true, "224.0.0.1:80": true, "[fd00:ec2::254]:80": true, "100.100.100.200:80": true,
+		"[::ffff:100.100.100.200]:80": true, "100.100.100.201:80": false,
 		"10.0.0.5:80": false, "192.168.1.10:443": false, "203.0.113.7:443": false, "[2001:db8::1]:443": false,
 	} {
 		if err := refuseLocal("tcp", addr, nil); (err != nil) != refused {
 			t.Errorf("%s: refused %v, want %v", addr, err, refused)
 		}
+	}
+}
+
+// TestIncludeNotThroughProxy: an addons_include URL is fetched directly,
+// never through the environment's proxy (HTTPS_PROXY), which would
+// connect, out of the address check's sight, to whatever it is asked.
+// (Looked at in the client itself: a test that fetched through a proxy
+// would send a request off this machine if it failed.)
+func TestIncludeNotThroughProxy(t *testing.T) {
+	tr, ok := includeClient.Transport.(*http.Transport)
+	if !ok {
+		t.Fatalf("includeClient's transport is a %T", includeClient.Transport)
+	}
+	if tr.Proxy != nil {
+		t.Error("addons_include URLs are fetched through a proxy")
+	}
+	if tr.DialContext == nil {
+		t.Error("addons_include URLs are dialled without the address check")
 	}
 }

@@ -134,6 +134,10 @@ type Container struct {
 	// that is copied into the container at BinaryPath before it starts: the
 	// container runs rigger in an image the node already has.
 	Binary string `json:"binary,omitempty"`
+	// Confined containers run without any capability and cannot gain one
+	// (Docker's --cap-drop ALL --security-opt no-new-privileges): those
+	// that need none, as rigger's own on the nodes.
+	Confined bool `json:"confined,omitempty"`
 	// Labels are LabelCluster, LabelComponent, LabelSpecHash and LabelSpec.
 	Labels map[string]string `json:"labels"`
 	// BootstrapArgs are appended to Args only when the container is created

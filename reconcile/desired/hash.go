@@ -35,13 +35,14 @@ type hashed struct {
 	VolumesFrom []string `json:"volumes_from,omitempty"`
 	RunOnce     bool     `json:"run_once,omitempty"`
 	Binary      string   `json:"binary,omitempty"`
+	Confined    bool     `json:"confined,omitempty"`
 }
 
 // Hash is the spec hash of the container: the first 16 hex digits of the
 // SHA-256 of a canonical JSON encoding of its image, entrypoint, args, env,
 // binds, network mode, PID mode, privileged flag, restart policy, user,
-// the containers whose volumes it mounts, whether it runs once and the
-// rigger binary copied into it.
+// the containers whose volumes it mounts, whether it runs once, the
+// rigger binary copied into it and whether it is confined.
 // Order matters within each list (it is Docker's order too).
 //
 // It does not cover Name (the planner matches containers by name), Labels
@@ -71,6 +72,7 @@ func (c Container) SpecJSON() string {
 		VolumesFrom:   c.VolumesFrom,
 		RunOnce:       c.RunOnce,
 		Binary:        c.Binary,
+		Confined:      c.Confined,
 	}
 	b, err := json.Marshal(h)
 	if err != nil {

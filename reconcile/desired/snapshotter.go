@@ -67,13 +67,15 @@ func SnapshotsOnNodes(c *spec.Cluster) bool {
 
 // RiggerImage is rigger's own image for the containers that run rigger
 // on the nodes: rigger.image, or else system_images.cert_downloader when
-// it is not RKE's rke-tools (the sandbox's is rigger's), or "" when
-// neither is: then rigger's binary runs in system_images.alpine.
+// it is rigger's (its repository is named rigger, as the sandbox's
+// rigger/rigger:dev), or "" when neither is: then rigger's binary runs in
+// system_images.alpine. Any other cert_downloader (RKE's rke-tools, from
+// a mirror of any path) has no rigger in it.
 func RiggerImage(c *spec.Cluster) string {
 	if c.Rigger.Image != "" {
 		return c.Rigger.Image
 	}
-	if im := c.SystemImages.CertDownloader; im != "" && !isRKETools(im) {
+	if im := c.SystemImages.CertDownloader; im != "" && isRiggerImage(im) {
 		return im
 	}
 	return ""
@@ -89,7 +91,9 @@ const unreadableBinary = "unreadable"
 // certificate it reaches etcd with), restarted always, as RKE's. It runs
 // in rigger's image (RiggerImage), or else, as RKE's does, in
 // system_images.alpine (rke-tools, which every RKE node has), with the
-// running rigger's own static binary copied in (nodebin).
+// running rigger's own static binary copied in (nodebin). It is confined:
+// as root, it owns the socket and the files it reads, and needs no
+// capability (RKE's runs with Docker's default set).
 func (b *builder) rollingSnapshots() Container {
 	c := Container{
 		Name:          EtcdRollingSnapshots,
@@ -98,6 +102,7 @@ func (b *builder) rollingSnapshots() Container {
 		Binds:         []string{b.kubernetesBind() + ":ro", dockerSocket + ":" + dockerSocket},
 		NetworkMode:   NetworkModeHost,
 		RestartPolicy: RestartAlways,
+		Confined:      true,
 	}
 	if c.Image == "" {
 		c.Image = b.c.SystemImages.Alpine
@@ -135,9 +140,10 @@ func snapshotterConfig(c *spec.Cluster, r release, n *Node) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// isRKETools says whether image is RKE's rancher/rke-tools (from any
-// registry, any tag), which has no rigger in it.
-func isRKETools(image string) bool {
+// isRiggerImage says whether image is rigger's: its repository's last
+// part is rigger (rigger/rigger, registry.example/mirror/rigger), from any
+// registry, with any tag or digest.
+func isRiggerImage(image string) bool {
 	repo := image
 	if i := strings.LastIndexByte(repo, '@'); i >= 0 {
 		repo = repo[:i]
@@ -145,5 +151,5 @@ func isRKETools(image string) bool {
 	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
 		repo = repo[:i]
 	}
-	return repo == "rancher/rke-tools" || strings.HasSuffix(repo, "/rancher/rke-tools")
+	return repo[strings.LastIndexByte(repo, '/')+1:] == "rigger"
 }

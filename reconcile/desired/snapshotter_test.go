@@ -40,6 +40,10 @@ func TestRollingSnapshotsContainer(t *testing.T) {
 		{"backup_config.enabled: false", "\n    backup_config: {enabled: false}", false, false},
 		{"rke-tools: rigger's binary in the alpine image, as RKE", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}", true, true},
 		{"rigger.image runs it", "\nsystem_images: {cert_downloader: rancher/rke-tools:v0.1.111}\nrigger: {image: rigger/rigger:v1}", true, false},
+		// A mirror of rke-tools at another path is not rigger's image.
+		{"rke-tools mirrored: rigger's binary in the alpine image", "\nsystem_images: {cert_downloader: registry.corp:5000/mirrors/rke-tools:v0.1.111}", true, true},
+		{"another image: rigger's binary in the alpine image", "\nsystem_images: {cert_downloader: registry.corp/tools/cert-helper@sha256:" + strings.Repeat("a", 64) + "}", true, true},
+		{"rigger's image mirrored runs it", "\nsystem_images: {cert_downloader: registry.corp:5000/mirrors/rigger:v1}", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yml := snapshotterYML
@@ -72,10 +76,12 @@ func TestRollingSnapshotsContainer(t *testing.T) {
 					Name: EtcdRollingSnapshots, Image: "rigger/rigger:v1",
 					Args:        []string{"etcd-snapshotter", "--config=/etc/kubernetes/etcd-snapshotter.json"},
 					Binds:       []string{"/etc/kubernetes:/etc/kubernetes:ro", "/var/run/docker.sock:/var/run/docker.sock"},
-					NetworkMode: NetworkModeHost, RestartPolicy: RestartAlways,
+					NetworkMode: NetworkModeHost, RestartPolicy: RestartAlways, Confined: true,
 				}
 				if tc.binary {
 					want.Image, want.Entrypoint, want.Binary = c.SystemImages.Alpine, []string{BinaryPath}, bin.ID
+				} else if strings.Contains(tc.change, "mirrors/rigger") {
+					want.Image = "registry.corp:5000/mirrors/rigger:v1"
 				}
 				if diff := cmp.Diff(want, *got, cmpIgnoreLabels); diff != "" {
 					t.Errorf("%s: container (-want +got):\n%s", n.Address, diff)

@@ -20,8 +20,6 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
-	"github.com/docker/docker/pkg/jsonmessage"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/internal/nodebin"
@@ -119,13 +117,6 @@ func (e *ImageError) Error() string {
 
 func (e *ImageError) Unwrap() error { return e.Err }
 
-// drainPull reads a pull's progress stream to its end; the engine reports
-// a failed pull as an error message inside the stream.
-func drainPull(rc io.ReadCloser) error {
-	defer rc.Close()
-	return jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil)
-}
-
 // Create creates the component container c on the node and starts it,
 // pulling its image when missing. extraArgs are appended to c.Args for this
 // creation only (etcd's bootstrap flags). A container of the same name must
@@ -206,6 +197,10 @@ func containerConfig(c *desired.Container, extraArgs []string) (*container.Confi
 		Privileged:    c.Privileged,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyMode(c.RestartPolicy)},
 		VolumesFrom:   c.VolumesFrom,
+	}
+	if c.Confined {
+		host.CapDrop = []string{"ALL"}
+		host.SecurityOpt = []string{"no-new-privileges"}
 	}
 	return cfg, host
 }
@@ -297,7 +292,7 @@ func Logs(ctx context.Context, e Engine, name string) string {
 	defer rc.Close()
 	var out strings.Builder
 	// Component containers have no TTY: the stream is multiplexed.
-	if _, err := stdcopy.StdCopy(&limitWriter{w: &out, n: 64 << 10}, &limitWriter{w: &out, n: 64 << 10}, rc); err != nil &&
+	if err := demux(&limitWriter{w: &out, n: 64 << 10}, &limitWriter{w: &out, n: 64 << 10}, rc); err != nil &&
 		!errors.Is(err, errLimit) && out.Len() == 0 {
 		return ""
 	}

@@ -2,6 +2,7 @@ package dockerop
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,5 +68,17 @@ func TestReplaceCalls(t *testing.T) {
 		"create kubelet", "start new", "remove kubelet-rigger-old"}
 	if diff := cmp.Diff(want, e.calls); diff != "" {
 		t.Errorf("Replace's calls (-want +got):\n%s", diff)
+	}
+}
+
+// TestConfinedContainer: a confined container (rigger's own on the
+// nodes) is created without any capability and cannot gain one.
+func TestConfinedContainer(t *testing.T) {
+	_, host := containerConfig(&desired.Container{Name: "etcd-rolling-snapshots", Image: "rigger/rigger:v1", Confined: true}, nil)
+	if !slices.Equal(host.CapDrop, []string{"ALL"}) || !slices.Equal(host.SecurityOpt, []string{"no-new-privileges"}) || host.Privileged {
+		t.Errorf("confined: cap drop %v, security opts %v, privileged %v", host.CapDrop, host.SecurityOpt, host.Privileged)
+	}
+	if _, host := containerConfig(&desired.Container{Name: "kubelet", Privileged: true}, nil); host.CapDrop != nil || host.SecurityOpt != nil {
+		t.Errorf("not confined: cap drop %v, security opts %v", host.CapDrop, host.SecurityOpt)
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
-	"github.com/docker/docker/pkg/stdcopy"
 )
 
 // MaxOutput bounds the standard output RunOutput keeps.
@@ -76,7 +75,7 @@ func RunOutput(ctx context.Context, e Engine, node, image string, cmd []string, 
 	defer rc.Close()
 	var out bytes.Buffer
 	lw := &limitWriter{w: &out, n: MaxOutput}
-	if _, err := stdcopy.StdCopy(lw, io.Discard, rc); err != nil {
+	if err := demux(lw, io.Discard, rc); err != nil {
 		if errors.Is(err, errLimit) {
 			return nil, fmt.Errorf("node %s: %s wrote more than %d MiB", node, cmd[0], MaxOutput>>20)
 		}

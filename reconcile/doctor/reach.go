@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"context"
 	"errors"
 	"net"
 
@@ -51,6 +52,7 @@ func Reach(err error) (check string, r Result) {
 		notConn     *agenttun.NotConnectedError
 		noTunnel    *reach.NoTunnelError
 		tooLarge    *transport.DockerAnswerTooLargeError
+		budget      *transport.DockerBudgetError
 	)
 	switch {
 	case errors.As(err, &dnsErr):
@@ -86,12 +88,28 @@ func Reach(err error) (check string, r Result) {
 	case errors.As(err, &version):
 		return CheckDockerAPI, Failed("a Docker engine with API "+version.MinAPIVersion+" or newer", found,
 			"upgrade Docker on the node")
-	case errors.As(err, &tooLarge):
+	case errors.As(err, &budget) && budget.Pool:
+		return CheckDockerAPI, Failed("rigger's memory for the nodes' answers to have room for this node's", found,
+			"nothing on this node: other nodes answer with very large answers (their docker-api check fails); this node is read again at the next reconcile")
+	case errors.As(err, &tooLarge), errors.As(err, &budget):
 		return CheckDockerAPI, Failed("the Docker engine to answer within rigger's limits", found,
-			"remove the containers and images left over on the node")
+			"remove the containers and images left over on the node (docker ps -a, docker container prune); if it has few, its engine is not to be trusted: a compromised node answers so")
 	}
 	return CheckDockerAPI, Failed("the node's Docker engine to answer", found,
 		"check that dockerd runs on the node and answers (docker info), and its logs (journalctl -u docker)")
+}
+
+// Proves says whether err, the error of reaching a node, proves that the
+// checks of ReachChecks before the one it fails passed: a transport's
+// typed error (transport.NodeError) says where the connection stopped, as
+// does any other error but a timeout or a cancellation, which comes from
+// whatever step was under way when the time ran out.
+func Proves(err error) bool {
+	var nodeErr transport.NodeError
+	if errors.As(err, &nodeErr) {
+		return true
+	}
+	return !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // Untried says whether err stopped a node's connection before it was

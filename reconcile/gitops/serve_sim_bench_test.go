@@ -435,6 +435,19 @@ func driftSpread(starts []time.Time, interval time.Duration) (perTenth [10]int, 
 // PKI, and starts their nodes in a child process, converged.
 func newSimFleet(b *testing.B) *simFleet {
 	b.Helper()
+	var names []string
+	for k := range simClusters {
+		names = append(names, fmt.Sprintf("sim-%03d", k))
+	}
+	return startFleet(b, names, simPort, "TestSimulatedClustersProcess", simServeDirEnv)
+}
+
+// startFleet writes the cluster.yml of each of names (simNodesPerClus
+// nodes each, on port), their key and their PKI, and starts their nodes in
+// a child process running the test childTest, which finds them in the
+// directory dirEnv names.
+func startFleet(b *testing.B, names []string, port int, childTest, dirEnv string) *simFleet {
+	b.Helper()
 	dir := b.TempDir()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -456,13 +469,12 @@ func newSimFleet(b *testing.B) *simFleet {
 		b.Fatal(err)
 	}
 	f := &simFleet{dir: dir, yml: map[string]string{}}
-	for k := range simClusters {
-		name := fmt.Sprintf("sim-%03d", k)
+	for k, name := range names {
 		var yml strings.Builder
 		fmt.Fprintf(&yml, "cluster_name: %s\nssh_key_path: %s\nrigger:\n  ssh:\n    known_hosts_file: %s\nnodes:\n", name, keyPath, kh)
 		for i := range simNodesPerClus {
 			fmt.Fprintf(&yml, "  - {address: %s, port: \"%d\", user: root, role: [etcd, controlplane, worker], hostname_override: %s-%d}\n",
-				simnode.Address(k*simNodesPerClus+i), simPort, name, i)
+				simnode.Address(k*simNodesPerClus+i), port, name, i)
 		}
 		file := filepath.Join(dir, "clusters", name, gitops.ClusterFileName)
 		if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
@@ -485,7 +497,7 @@ func newSimFleet(b *testing.B) *simFleet {
 		f.names = append(f.names, name)
 		f.yml[name] = yml.String()
 	}
-	f.nodes, err = simnode.StartProcess("TestSimulatedClustersProcess", []string{simServeDirEnv + "=" + dir}, 5*time.Minute)
+	f.nodes, err = simnode.StartProcess(childTest, []string{dirEnv + "=" + dir}, 5*time.Minute)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -504,7 +516,7 @@ func (f *simFleet) ask(b *testing.B, request string) {
 // open is the benchmark's gitops.Opener: a simSession on the cluster's
 // simulated nodes.
 func (f *simFleet) open(c *spec.Cluster, opts reconcile.Options) (gitops.Session, error) {
-	tr, err := reach.Transport(c, nil, nil, false, opts.Log)
+	tr, err := reach.Transport(c, nil, nil, false, opts.Answers, opts.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -587,6 +599,15 @@ func TestSimulatedClustersProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of BenchmarkServeSimulated")
 	}
+	serveFleet(t, dir, simPort, func(string) bool { return true }, nil)
+}
+
+// serveFleet is a fleet's child process: it starts the nodes of every
+// cluster.yml under dir/clusters on port, converges those of the clusters
+// converge says, writes their known_hosts, and answers
+// simnode.ServeWith's requests (extra: its own) until its standard input
+// closes.
+func serveFleet(t *testing.T, dir string, port int, converge func(cluster string) bool, extra func([]string) (string, bool)) {
 	key, err := simnode.ChildKey(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -595,7 +616,7 @@ func TestSimulatedClustersProcess(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no cluster.yml under %s: %v", dir, err)
 	}
-	sim, err := simnode.Start(simnode.Options{Nodes: len(files) * simNodesPerClus, Port: simPort, User: "root", AuthorizedKey: key})
+	sim, err := simnode.Start(simnode.Options{Nodes: len(files) * simNodesPerClus, Port: port, User: "root", AuthorizedKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +644,9 @@ func TestSimulatedClustersProcess(t *testing.T) {
 			if n == nil {
 				t.Fatalf("%s: no simulated node %s", c.ClusterName, dn.Address)
 			}
-			simnode.Converge(n.Engine, c, dn)
+			if converge(c.ClusterName) {
+				simnode.Converge(n.Engine, c, dn)
+			}
 		}
 		kh = c.Rigger.SSH.KnownHostsFile
 	}
@@ -633,7 +656,7 @@ func TestSimulatedClustersProcess(t *testing.T) {
 	if err := os.Rename(kh+".tmp", kh); err != nil {
 		t.Fatal(err)
 	}
-	if err := simnode.Serve(sim, os.Stdin, os.Stdout, time.Minute); err != nil {
+	if err := simnode.ServeWith(sim, os.Stdin, os.Stdout, time.Minute, extra); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
 )
 
 // Defaults of Config.
@@ -36,6 +38,9 @@ const (
 	jitter = 0.1
 	// ClusterFileName is the file that makes a directory a cluster.
 	ClusterFileName = "cluster.yml"
+	// ServeDir is serve's own directory in StateDir (the agent tunnel's
+	// CA and tokens, the clone): no cluster may be named so.
+	ServeDir = "serve"
 	// TrailerKey marks rigger's status commits.
 	TrailerKey = "Rigger-Status"
 )
@@ -100,6 +105,12 @@ type Config struct {
 	// IgnoreDockerVersion skips the check of the nodes' Docker versions
 	// (reconcile.Options.IgnoreDockerVersion): serve's --ignore-docker-version.
 	IgnoreDockerVersion bool
+	// Answers is the pool the weight of every cluster's nodes' Docker
+	// answers is drawn from (reconcile.Options.Answers): one for the
+	// whole server, so that many clusters reconciled at once do not
+	// together take more memory than it bounds. Nil: one of
+	// transport.DefaultAnswerPool.
+	Answers *transport.AnswerPool
 }
 
 // Event is something a Server did, for Config.Events.
@@ -174,6 +185,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Events == nil {
 		cfg.Events = func(Event) {}
+	}
+	if cfg.Answers == nil {
+		cfg.Answers = transport.NewAnswerPool(transport.DefaultAnswerPool)
 	}
 	cfg.Path = path.Clean("/" + cfg.Path)[1:]
 	cfg.Repo = &lockedRepo{r: cfg.Repo}
@@ -305,19 +319,38 @@ func (s *Server) acquire(ctx context.Context) (release func(), err error) {
 }
 
 // claim records that path holds the cluster called name; it returns the
-// other cluster.yml that already holds that name ("" when none does).
-func (s *Server) claim(name, p string) string {
+// other cluster.yml files that hold that name too, sorted, and has each of
+// them reconciled again, to be refused as well: of two cluster.yml with one
+// name, neither is the cluster's by being read first.
+func (s *Server) claim(name, p string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	me := s.workers[p]
+	if me != nil {
+		me.name.Store(&name)
+		me.conflicts = map[string]bool{}
+	}
+	var others []string
 	for other, w := range s.workers {
-		if other != p && w.name.Load() != nil && *w.name.Load() == name {
-			return other
+		if other == p || w.name.Load() == nil || *w.name.Load() != name {
+			continue
+		}
+		others = append(others, other)
+		if me != nil {
+			me.conflicts[other] = true
+		}
+		if !w.conflicts[p] {
+			// Told once: it knows of p from then on.
+			if w.conflicts == nil {
+				w.conflicts = map[string]bool{}
+			}
+			w.conflicts[p] = true
+			w.recheck.Store(true)
+			w.poke()
 		}
 	}
-	if w := s.workers[p]; w != nil {
-		w.name.Store(&name)
-	}
-	return ""
+	slices.Sort(others)
+	return others
 }
 
 // lockedRepo serializes the operations on the repository: the fetches of

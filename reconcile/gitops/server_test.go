@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -95,7 +96,8 @@ func waitEvent(t testing.TB, events <-chan gitops.Event, kind gitops.EventKind, 
 	return testwait.Recv(t, events, timeout, fmt.Sprintf("a %s event", kind), func(e gitops.Event) bool { return e.Kind == kind })
 }
 
-// serveClustersWith is serveClusters with cfg's Open and PendingAgents.
+// serveClustersWith is serveClusters with cfg's Open, PendingAgents,
+// AgentTunnels and StateDir.
 func serveClustersWith(t *testing.T, o *origin, cfg gitops.Config) (*gitops.Server, chan gitops.Event) {
 	t.Helper()
 	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
@@ -103,8 +105,12 @@ func serveClustersWith(t *testing.T, o *origin, cfg gitops.Config) (*gitops.Serv
 		t.Fatal(err)
 	}
 	events := make(chan gitops.Event, 100)
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		stateDir = t.TempDir()
+	}
 	srv, err := gitops.New(gitops.Config{Repo: repo, RepoURL: "file://" + o.bare, Branch: "main", Path: "clusters",
-		StateDir: t.TempDir(), Interval: time.Hour, DriftInterval: time.Hour,
+		StateDir: stateDir, Interval: time.Hour, DriftInterval: time.Hour, MaxConcurrent: cfg.MaxConcurrent,
 		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
 		Open:   cfg.Open, PendingAgents: cfg.PendingAgents, AgentTunnels: cfg.AgentTunnels,
 		Events: func(e gitops.Event) { events <- e }})
@@ -149,7 +155,8 @@ func bareGit(o *origin, args ...string) (string, error) {
 
 // TestServerStatusBranchAndDuplicates: with a status branch, status.yml
 // files go there and the branch of cluster.yml gets none; two cluster.yml
-// with one cluster_name are refused, the second naming the first.
+// with one cluster_name are both refused, each naming the other, whichever
+// serve read first.
 func TestServerStatusBranchAndDuplicates(t *testing.T) {
 	o := newOrigin(t, freePort(t))
 	// Nodes on a closed loopback port: they cannot be reached, at once.
@@ -177,30 +184,31 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for range 2 {
-		testwait.Recv(t, written, time.Minute, "a status file written", nil)
-	}
-	if out, err := bareGit(o, "ls-tree", "-r", "--name-only", "main"); err != nil || strings.Contains(out, "status.yml") {
-		t.Errorf("main got a status.yml (%v):\n%s", err, out)
-	}
 	reasons := map[string]string{}
-	for _, p := range []string{"clusters/a/status.yml", "clusters/b/status.yml"} {
-		out, err := bareGit(o, "show", "rigger-status:"+p)
-		if err != nil {
-			t.Fatalf("%s on the status branch: %v\n%s", p, err, out)
-		}
-		f := gitops.ParseStatus([]byte(out))
-		if f == nil {
-			t.Fatalf("%s does not parse:\n%s", p, out)
-		}
-		for _, c := range f.Conditions {
-			if c.Type == gitops.ConditionReady && c.Reason == "DuplicateCluster" {
-				reasons[p] = c.Message
+	testwait.For(t, 2*time.Minute, "both clusters refused as duplicates", func() error {
+		testwait.Recv(t, written, time.Minute, "a status file written", nil)
+		for _, p := range []string{"clusters/a/status.yml", "clusters/b/status.yml"} {
+			out, err := bareGit(o, "show", "rigger-status:"+p)
+			if err != nil {
+				continue // not written yet
+			}
+			f := gitops.ParseStatus([]byte(out))
+			if f == nil {
+				t.Fatalf("%s does not parse:\n%s", p, out)
+			}
+			for _, c := range f.Conditions {
+				if c.Type == gitops.ConditionReady && c.Reason == "DuplicateCluster" {
+					reasons[p] = c.Message
+				}
 			}
 		}
-	}
-	if len(reasons) != 1 {
-		t.Fatalf("%d of the two clusters refused as duplicates, want 1: %v", len(reasons), reasons)
+		if len(reasons) != 2 {
+			return fmt.Errorf("refused: %v", reasons)
+		}
+		return nil
+	})
+	if out, err := bareGit(o, "ls-tree", "-r", "--name-only", "main"); err != nil || strings.Contains(out, "status.yml") {
+		t.Errorf("main got a status.yml (%v):\n%s", err, out)
 	}
 	for p, msg := range reasons {
 		other := "clusters/a/cluster.yml"
@@ -314,5 +322,65 @@ func TestServerPendingAgents(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Contains(asked, "edge") {
 		t.Errorf("pending agents asked for %v, want edge", asked)
+	}
+}
+
+// TestStateDirBoundToItsClusterYML: a cluster's state directory (its CA,
+// keys and admin certificate) is bound to the cluster.yml it was made
+// for. After a restart of serve, a cluster.yml elsewhere in the
+// repository that takes the same cluster_name is refused, naming the one
+// the directory is for, and never opened on the directory; a cluster named
+// as serve's own directory is refused too.
+func TestStateDirBoundToItsClusterYML(t *testing.T) {
+	stateDir := t.TempDir()
+	cluster := func(name string) string {
+		return "cluster_name: " + name + "\nnodes:\n  - {address: 127.0.0.1, port: 1, user: u, role: [etcd, controlplane, worker]}\n"
+	}
+	o := newOrigin(t, freePort(t))
+	o.commit(t, "the real cluster", map[string]string{"clusters/real/cluster.yml": cluster("prod")})
+	o.push(t)
+	var mu sync.Mutex
+	opened := map[string]string{} // state directory → cluster_name
+	open := func(c *spec.Cluster, opts reconcile.Options) (gitops.Session, error) {
+		mu.Lock()
+		opened[opts.StateDir] = c.ClusterName
+		mu.Unlock()
+		return nil, errors.New("no nodes in this test")
+	}
+	// The first serve stays idle: it fetches once an hour.
+	_, events := serveClustersWith(t, o, gitops.Config{Open: open, StateDir: stateDir})
+	waitEvent(t, events, gitops.EventStatusWritten, time.Minute)
+	b, err := os.ReadFile(filepath.Join(stateDir, "prod", gitops.BindingFile))
+	if err != nil || !strings.Contains(string(b), "clusters/real/cluster.yml") {
+		t.Fatalf("the state directory is not bound to its cluster.yml: %s, %v", b, err)
+	}
+
+	// Someone replaces the real cluster.yml by another that takes its name,
+	// and adds one named as serve's own directory; serve starts again.
+	o.pull(t)
+	run(t, o.work, "git", "rm", "-q", "clusters/real/cluster.yml")
+	o.commit(t, "a newcomer", map[string]string{"clusters/newcomer/cluster.yml": cluster("prod"), "clusters/own/cluster.yml": cluster(gitops.ServeDir)})
+	o.push(t)
+	mu.Lock()
+	clear(opened)
+	mu.Unlock()
+	_, events = serveClustersWith(t, o, gitops.Config{Open: open, StateDir: stateDir})
+	for range 2 {
+		waitEvent(t, events, gitops.EventStatusWritten, time.Minute)
+	}
+	o.pull(t)
+	newcomer := conditionsOf(t, o, "clusters/newcomer")[gitops.ConditionReady]
+	if newcomer.Reason != string(gitops.ReasonDuplicateCluster) || !strings.Contains(newcomer.Message, "clusters/real/cluster.yml") ||
+		!strings.Contains(newcomer.Message, gitops.BindingFile) {
+		t.Errorf("the newcomer: %+v; want it refused, naming the cluster.yml the directory is for", newcomer)
+	}
+	own := conditionsOf(t, o, "clusters/own")[gitops.ConditionReady]
+	if own.Reason != string(gitops.ReasonDuplicateCluster) || !strings.Contains(own.Message, "rigger serve's own directory") {
+		t.Errorf("a cluster named %s: %+v; want it refused", gitops.ServeDir, own)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(opened) != 0 {
+		t.Errorf("sessions opened on %v", opened)
 	}
 }

@@ -169,7 +169,8 @@ const (
 	// were left as they are.
 	ReasonNodesUnreachable = "NodesUnreachable"
 	// ReasonDuplicateCluster: another cluster.yml has the same
-	// cluster_name. Stalls.
+	// cluster_name, or the cluster's state directory was made for another
+	// one, or the name is serve's own directory's. Stalls.
 	ReasonDuplicateCluster reconcile.Reason = "DuplicateCluster"
 )
 

@@ -2,6 +2,7 @@ package gitops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -20,6 +21,7 @@ import (
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -56,6 +58,11 @@ type worker struct {
 	notify     chan struct{}
 	// name is the cluster_name last read (Server.claim).
 	name atomic.Pointer[string]
+	// conflicts are the other cluster.yml files known to have the same
+	// name (Server.claim, under the server's lock); recheck makes the
+	// worker reconcile again when one is found, to be refused too.
+	conflicts map[string]bool
+	recheck   atomic.Bool
 
 	mu     sync.Mutex
 	latest clusterRef
@@ -82,6 +89,14 @@ func (w *worker) offer(ref clusterRef) {
 	w.mu.Lock()
 	w.latest = ref
 	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// poke wakes the worker up.
+func (w *worker) poke() {
 	select {
 	case w.notify <- struct{}{}:
 	default:
@@ -141,12 +156,18 @@ func (w *worker) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.notify:
-			if w.current().Blob == w.tried {
+			recheck := w.recheck.Swap(false)
+			switch {
+			case w.current().Blob != w.tried:
+				cause = "change"
+			case recheck:
+				// Another cluster.yml was found with this one's name.
+				cause = "retry"
+			default:
 				// A commit that did not touch this cluster.yml; a failed
 				// reconcile of it is retried by the timer, with backoff.
 				continue
 			}
-			cause = "change"
 		case <-timer.C:
 			cause = w.dueCause()
 		}
@@ -330,12 +351,15 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 	}
 	out.cluster, out.suspended = c.ClusterName, c.Rigger.Suspend
 	log = log.With("cluster", c.ClusterName)
-	if other := w.srv.claim(c.ClusterName, w.path); other != "" {
-		out.stalled, out.err = ReasonDuplicateCluster, fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own (its state directory is named for it)", c.ClusterName, other)
+	dir := filepath.Join(cfg.StateDir, c.ClusterName)
+	if err := w.claimStateDir(c.ClusterName, dir); err != nil {
+		// Loud: the keys of a cluster are at stake.
+		log.Error("cluster refused: its cluster_name is not its own", "err", err)
+		out.stalled, out.err = ReasonDuplicateCluster, err
 		return out
 	}
-	s, err := cfg.Open(c, reconcile.Options{StateDir: filepath.Join(cfg.StateDir, c.ClusterName), Log: log, Now: cfg.Now,
-		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion})
+	s, err := cfg.Open(c, reconcile.Options{StateDir: dir, Log: log, Now: cfg.Now,
+		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion, Answers: cfg.Answers})
 	if err != nil {
 		out.fail(err)
 		return out
@@ -734,4 +758,64 @@ func short(rev string) string {
 		return rev[:12]
 	}
 	return rev
+}
+
+// BindingFile is the file of a cluster's state directory that names the
+// cluster.yml it was made for (a Binding, JSON): a state directory holds
+// the cluster's CA, service-account signing key and admin certificate, so
+// only that cluster.yml is reconciled with it.
+const BindingFile = "serve-binding.json"
+
+// Binding is the cluster.yml a state directory was made for.
+type Binding struct {
+	// Repository is the repository serve follows (without credentials),
+	// Path the cluster.yml in it.
+	Repository string `json:"repository"`
+	Path       string `json:"path"`
+}
+
+// claimStateDir makes sure the state directory dir, of cluster name, is
+// this cluster.yml's, and binds it to it when it is no cluster.yml's
+// yet. It refuses (a *reconcile.Error that stalls):
+//
+//   - the name of serve's own directory (ServeDir);
+//   - a name another cluster.yml of the repository has too: both are
+//     refused, whichever serve read first, until one is renamed;
+//   - a directory bound to another cluster.yml, which it names: after a
+//     restart of serve, a new cluster.yml that reuses a cluster_name does
+//     not take that cluster's keys, whichever of them serve reads first.
+func (w *worker) claimStateDir(name, dir string) error {
+	cfg := w.srv.cfg
+	if name == ServeDir {
+		return fmt.Errorf("cluster_name %q is the name of rigger serve's own directory in its state directory "+
+			"(the agent tunnel's CA and tokens, the clone of the repository): give the cluster another cluster_name", name)
+	}
+	if others := w.srv.claim(name, w.path); len(others) > 0 {
+		return fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own "+
+			"(its state directory, with its CA and keys, is named for it); neither is reconciled until one is renamed",
+			name, strings.Join(others, " and "))
+	}
+	want := Binding{Repository: cfg.RepoURL, Path: w.path}
+	var have Binding
+	if err := statedir.ReadJSON(dir, BindingFile, &have); err != nil {
+		return fmt.Errorf("read the state directory's %s: %w", BindingFile, err)
+	}
+	switch {
+	case have == want:
+		return nil
+	case have != Binding{}:
+		return fmt.Errorf("the state directory %s of cluster_name %q was made for %s in %s, not for this cluster.yml (%s in %s): "+
+			"the cluster's CA and keys are that cluster.yml's; give this one another cluster_name. If the cluster's cluster.yml "+
+			"moved here, or the repository moved, remove %s (serve binds the directory to the cluster.yml that uses it next)",
+			dir, name, have.Path, have.Repository, want.Path, want.Repository, filepath.Join(dir, BindingFile))
+	}
+	b, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	if err := statedir.WriteFile(dir, BindingFile, b); err != nil {
+		return fmt.Errorf("bind the state directory to its cluster.yml: %w", err)
+	}
+	w.log.Info("state directory bound to its cluster.yml", "state_dir", dir, "cluster", name)
+	return nil
 }

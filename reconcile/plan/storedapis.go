@@ -79,3 +79,18 @@ func CheckStoredAPIs(o *observe.Cluster) error {
 	}
 	return &StoredAPIError{Found: o.StoredAPIs}
 }
+
+// StoredAPIWarnings says, when o found values of the resources an upgrade
+// takes API versions away from encrypted at rest, that their versions
+// could not be read: the upgrade is not refused for them, and the person
+// who reads the plan is told which to write again first.
+func StoredAPIWarnings(o *observe.Cluster) []string {
+	if o == nil || o.StoredAPIs == nil || o.StoredAPIs.Encrypted == 0 {
+		return nil
+	}
+	f := o.StoredAPIs
+	return []string{fmt.Sprintf("cluster.yml upgrades Kubernetes from 1.%d to 1.%d: %d values of %s are encrypted at rest, and rigger "+
+		"could not read the API version each was stored at, to check that 1.%d still serves it: write them again while 1.%d runs "+
+		"(kubectl get RESOURCE -A -o json | kubectl replace -f -), so that the API server stores them at their resource's storage version",
+		f.From, f.To, f.Encrypted, strings.Join(f.EncryptedResources, ", "), f.To, f.From)}
+}

@@ -101,3 +101,18 @@ func TestCheckStoredAPIs(t *testing.T) {
 		})
 	}
 }
+
+// TestStoredAPIWarnings: values encrypted at rest, whose stored version
+// could not be read, are said in the plan, with their resources; not
+// skipped without a word.
+func TestStoredAPIWarnings(t *testing.T) {
+	if w := StoredAPIWarnings(&observe.Cluster{StoredAPIs: &storedapi.Found{From: 24, To: 25}}); w != nil {
+		t.Errorf("nothing encrypted: %v", w)
+	}
+	w := StoredAPIWarnings(&observe.Cluster{StoredAPIs: &storedapi.Found{From: 24, To: 25, Encrypted: 3,
+		EncryptedResources: []string{"cronjobs.batch", "poddisruptionbudgets.policy"}}})
+	if len(w) != 1 || !strings.Contains(w[0], "3 values of cronjobs.batch, poddisruptionbudgets.policy are encrypted at rest") ||
+		!strings.Contains(w[0], "kubectl replace") {
+		t.Errorf("warnings %q", w)
+	}
+}

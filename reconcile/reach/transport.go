@@ -81,11 +81,12 @@ func sshHost(address, port, user, key, keyPath, cert, certPath string, agent boo
 // its error: like a removed node that does not answer, it is reported and
 // left for a later apply, instead of stopping every apply of the cluster.
 // With keysPerNode, so is any node's.
-func sshTransport(c *spec.Cluster, former []spec.Node, keysPerNode bool, log *slog.Logger) (transport.Transport, map[string]error, error) {
+func sshTransport(c *spec.Cluster, former []spec.Node, keysPerNode bool, answers *transport.AnswerPool, log *slog.Logger) (transport.Transport, map[string]error, error) {
 	cfg, err := SSHConfig(c, log)
 	if err != nil || len(cfg.Nodes) == 0 {
 		return nil, nil, err
 	}
+	cfg.Answers = answers
 	ssh, err := sshtun.New(cfg)
 	if err == nil {
 		return ssh, nil, nil
@@ -149,11 +150,12 @@ func (e *FormerNodeError) Unwrap() error { return e.Err }
 // nodes with transport: agent. With keysPerNode, a node whose SSH key or
 // certificate cannot be used (a missing ssh_key_path file) is not an
 // error of the whole transport but of that node's calls, for rigger
-// doctor to report with the node's other findings.
-func Transport(c *spec.Cluster, former []spec.Node, agents transport.Transport, keysPerNode bool, log *slog.Logger) (transport.Transport, error) {
+// doctor to report with the node's other findings. The weight of the SSH
+// nodes' Docker answers is drawn from answers (transport.AnswerPool).
+func Transport(c *spec.Cluster, former []spec.Node, agents transport.Transport, keysPerNode bool, answers *transport.AnswerPool, log *slog.Logger) (transport.Transport, error) {
 	reach := *c
 	reach.Nodes = slices.Concat(c.Nodes, former)
-	ssh, unusable, err := sshTransport(&reach, former, keysPerNode, log)
+	ssh, unusable, err := sshTransport(&reach, former, keysPerNode, answers, log)
 	if err != nil {
 		return nil, err
 	}

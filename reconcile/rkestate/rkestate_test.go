@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/memwatch"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/spec"
 )
@@ -281,6 +283,21 @@ func TestTakeErrors(t *testing.T) {
 		{"no keyCertSign", badCA(t, func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageDigitalSignature }), "kube-ca may not sign certificates"},
 		{"CA not yet valid", badCA(t, func(c *x509.Certificate) { c.NotBefore = time.Now().Add(time.Hour) }), "kube-ca is not valid before"},
 		{"CA expired", badCA(t, func(c *x509.Certificate) { c.NotAfter = time.Now().Add(-time.Hour) }), "kube-ca expired on"},
+		// A CA by its own certificate whose certificates no component
+		// accepts: checked by signing and verifying throwaway ones.
+		{"CA constrained to other names", badCA(t, func(c *x509.Certificate) {
+			c.PermittedDNSDomains = []string{"example.com"}
+		}), "kube-ca issues certificates that do not verify: a server certificate like kube-apiserver"},
+		{"CA constrained to other addresses", badCA(t, func(c *x509.Certificate) {
+			_, other, _ := net.ParseCIDR("192.168.0.0/16")
+			c.PermittedIPRanges = []*net.IPNet{other}
+		}), "kube-ca issues certificates that do not verify"},
+		{"CA for code signing only", badCA(t, func(c *x509.Certificate) {
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning}
+		}), "kube-ca issues certificates that do not verify: a client certificate like kube-admin"},
+		{"CA for servers only", badCA(t, func(c *x509.Certificate) {
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}), "a client certificate like kube-admin"},
 		{"CA without its key", func(cur map[string]any) {
 			delete(cur["certificatesBundle"].(map[string]any)["kube-ca"].(map[string]any), "keyPEM")
 		}, "kube-ca comes without its key"},
@@ -315,4 +332,45 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parsed a state without nodes or certificates")
 		}
 	})
+}
+
+// TestParseBounded: a state of 29 MB listing 600,000 tiny nodes, or as
+// many certificates, is refused without decoding them all (it took 350 MB
+// before Check refused it); a list of the wrong kind is named.
+func TestParseBounded(t *testing.T) {
+	cert := `{"kube-ca":{"certificatePEM":"x"}}`
+	for name, tc := range map[string]struct{ head, item, tail, want string }{
+		"nodes": {`{"currentState":{"rkeConfig":{"nodes":[`, `{"address":"a"},`, `{"address":"a"}]},"certificatesBundle":` + cert + `}}`,
+			"more than 5000 nodes in rkeConfig.nodes"},
+		"certificates": {`{"currentState":{"rkeConfig":{"nodes":[{"address":"a"}]},"certificatesBundle":{`, `"c%d":{},`, `"kube-ca":{"certificatePEM":"x"}}}}`,
+			"more than 10100 certificates in certificatesBundle"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString(tc.head)
+			for i := 0; b.Len() < 29<<20; i++ {
+				if strings.Contains(tc.item, "%d") {
+					fmt.Fprintf(&b, tc.item, i)
+				} else {
+					b.WriteString(tc.item)
+				}
+			}
+			b.WriteString(tc.tail)
+			in := b.String()
+			peak := memwatch.Peak()
+			_, err := Parse("cluster.rkestate", strings.NewReader(in))
+			grew := peak()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse: %v, want %q", err, tc.want)
+			}
+			// The file's bytes (read by doubling) and little more.
+			if grew > 4*uint64(len(in)) {
+				t.Errorf("Parse of %d MiB took %d MiB of the heap", len(in)>>20, grew>>20)
+			}
+		})
+	}
+	_, err := parseBytes(t, []byte(`{"currentState":{"rkeConfig":{"nodes":{"a":1}},"certificatesBundle":{"kube-ca":{"certificatePEM":"x"}}}}`))
+	if err == nil || !strings.Contains(err.Error(), "field rkeConfig.nodes is a JSON object, RKE writes an array there") {
+		t.Errorf("nodes as an object: %v", err)
+	}
 }

@@ -159,9 +159,15 @@ func (st *State) Take(req pki.Request, now time.Time) (*Taken, error) {
 	}
 	for _, name := range []string{pki.CACertName, pki.RequestHeaderCACertName} {
 		if c, ok := st.Certs[name]; ok && slices.Contains(need, name) {
-			if err := checkCA(name, c.CertPEM, c.KeyPEM, now); err != nil {
-				return nil, fmt.Errorf("take certificates from %s: %w: rigger would issue certificates no one can verify; "+
-					"give the state of the running cluster (its %s is in /etc/kubernetes/ssl on a controlplane node)", st.Source, err, name)
+			err := checkCA(name, c.CertPEM, c.KeyPEM, now)
+			if err == nil {
+				// Proven by what it signs: its certificate may say
+				// CA and still forbid the cluster's names or usages.
+				err = pki.ProveCA(name, c, req, now)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("take certificates from %s: %s: rigger would issue certificates no one can verify, and replace RKE's working ones with them; "+
+					"give the state of the running cluster (its %s is in /etc/kubernetes/ssl on a controlplane node)", st.Source, clip.Ellipsis(err.Error(), 1024), name)
 			}
 		}
 	}

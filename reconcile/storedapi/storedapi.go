@@ -23,6 +23,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -89,9 +90,19 @@ type Found struct {
 	More    int
 	// Encrypted counts the values of the scanned resources that are
 	// encrypted at rest (secrets encryption configured for them), whose
-	// version could not be read.
-	Encrypted int
+	// version could not be read; EncryptedResources names their
+	// resources (as GroupResource does), sorted.
+	Encrypted          int
+	EncryptedResources []string `json:",omitempty"`
 }
+
+// sharedStorage are the resources of removed API versions whose objects
+// are stored as those of another group's resource, at a version every
+// minor serves: events.k8s.io's Events are the core group's, stored as
+// v1 Events. Their keys are not read: none can be stored at the removed
+// version, and whoever may create Events (any tenant) could make the
+// scan read millions.
+var sharedStorage = map[string]bool{"events.events.k8s.io": true}
 
 // Limits of a scan.
 const (
@@ -110,6 +121,9 @@ func Scan(ctx context.Context, kv clientv3.KV, prefix string, from, to int, apis
 	byResource := map[string][]API{}
 	var resources []string
 	for _, a := range apis {
+		if sharedStorage[a.GroupResource()] {
+			continue
+		}
 		if _, ok := byResource[a.Resource]; !ok {
 			resources = append(resources, a.Resource)
 		}
@@ -140,6 +154,10 @@ func scanResource(ctx context.Context, kv clientv3.KV, dir string, apis []API, f
 			apiVersion, kind, err := StoredType(kv.Value)
 			if err == errEncrypted {
 				f.Encrypted++
+				if r := apis[0].GroupResource(); !slices.Contains(f.EncryptedResources, r) {
+					f.EncryptedResources = append(f.EncryptedResources, r)
+					slices.Sort(f.EncryptedResources)
+				}
 				continue
 			}
 			if err != nil {

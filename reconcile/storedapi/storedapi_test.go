@@ -128,6 +128,22 @@ func TestScan(t *testing.T) {
 		t.Errorf("from 1.24 to 1.25: %v, %d encrypted; want %v, 1", got, f.Encrypted, want)
 	}
 
+	if !reflect.DeepEqual(f.EncryptedResources, []string{"cronjobs.batch"}) {
+		t.Errorf("encrypted values' resources: %v, want cronjobs.batch", f.EncryptedResources)
+	}
+
+	// Events: events.k8s.io's are stored as the core group's v1 Events,
+	// which every minor serves; their keys, which any tenant can multiply,
+	// are not read.
+	calls := kv.calls
+	kv.kvs["/registry/events/team-a/x.1"] = []byte("\x00not even an object")
+	if _, err := Scan(context.Background(), kv, "/registry/", 24, 25, Removed(24, 25)); err != nil {
+		t.Errorf("Events read: %v", err)
+	}
+	if reads := kv.calls - calls; reads != 6 {
+		t.Errorf("%d reads from 1.24 to 1.25, want 6: one for each resource but events", reads)
+	}
+
 	kv.kvs["/registry/ipaddresses/broken"] = []byte("\x00garbage")
 	if _, err := Scan(context.Background(), kv, "/registry", 32, 33, Removed(32, 33)); err == nil || !strings.Contains(err.Error(), "/registry/ipaddresses/broken") {
 		t.Errorf("a value no API server wrote: %v, want an error naming its key", err)

@@ -309,7 +309,9 @@ func (a *Agent) join(ctx context.Context) (*credentials, error) {
 		Node: a.cfg.Node, Hostname: a.cfg.Hostname,
 		CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr})),
 	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.Server+PathJoin, bytes.NewReader(body))
+	// The node in the URL too: the server reads no body of a join whose
+	// token it refuses, and names the node in its journal from there.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.Server+PathJoin+"?node="+url.QueryEscape(a.cfg.Node), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -131,6 +131,7 @@ func (ca *CA) TLSConfig(hosts []string, now time.Time) (*tls.Config, error) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    ca.pool(),
 		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"http/1.1"},
 	}, nil
 }
 

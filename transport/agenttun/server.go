@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,8 +58,12 @@ type Config struct {
 	KeepaliveInterval time.Duration
 	// ConnectWait: DefaultConnectWait when zero.
 	ConnectWait time.Duration
-	Logger      *slog.Logger     // nil: discard
-	Now         func() time.Time // nil: time.Now
+	// Answers is the pool the weight of the nodes' Docker answers is
+	// drawn from, shared with the other clusters' servers and transports
+	// (nil: each node has its budget only; see transport.AnswerPool).
+	Answers *transport.AnswerPool
+	Logger  *slog.Logger     // nil: discard
+	Now     func() time.Time // nil: time.Now
 }
 
 // Server is the tunnel server of one cluster: it serves the join and the
@@ -80,6 +85,9 @@ type Server struct {
 	nodes   map[string]*nodeState
 	pending map[string]PendingAgent
 	wg      sync.WaitGroup // live tunnels' handlers
+	// refusals logs the joins refused for their token, a line a minute
+	// at most.
+	refusals *sampledLog
 }
 
 // nodeState is an admitted node and its tunnel.
@@ -125,6 +133,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cluster: cfg.Cluster, store: cfg.Store, log: cfg.Logger.With("cluster", cfg.Cluster), now: cfg.Now, cfg: cfg,
 		done: make(chan struct{}), nodes: map[string]*nodeState{}, pending: map[string]PendingAgent{},
 	}
+	s.refusals = newSampledLog(s.log, refusalLogInterval, "agent joins refused: the join token is not valid (unknown, used, expired, or for another node or cluster)")
 	s.setNodes(cfg.Nodes, false)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET "+PathCACerts, s.serveCACerts)
@@ -266,16 +275,25 @@ func (s *Server) notePending(p PendingAgent) {
 }
 
 func (s *Server) serveCACerts(w http.ResponseWriter, r *http.Request) {
-	// Agents name their node (join step 2); nothing proves it, and
-	// nothing but the journal's "CA fetched" step rests on it.
+	// Agents name their node (join step 2); nothing proves it: the
+	// journal keeps it as an unproven step.
 	if node := r.URL.Query().Get("node"); checkNodeName(node) == nil {
-		s.note(node, JoinStep{Step: StepCAFetched, Remote: r.RemoteAddr})
+		s.note(node, JoinStep{Step: StepCAFetched, Remote: r.RemoteAddr, Unproven: true})
+	}
+	if r.ContentLength != 0 {
+		// A fetch of the CA has no body: this one is not read, nor
+		// waited for.
+		w.Header().Set("Connection", "close")
 	}
 	w.Header().Set("Content-Type", "application/x-pem-file")
 	w.Write(s.store.CA().CertPEM())
 }
 
+// refuse answers a request with a refusal, and closes its connection: a
+// body left unread is not waited for (net/http reads what is left of one
+// before it answers on a connection it keeps).
 func refuse(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Connection", "close")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(refusal{Code: code, Message: msg})
@@ -302,16 +320,17 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 		rec, err = s.store.checkToken(s.cluster, tok, s.now())
 	}
 	badToken := func() {
-		s.log.Warn("agent join refused: bad token", "remote", r.RemoteAddr)
+		s.refusals.note(r.RemoteAddr)
 		refuse(w, http.StatusUnauthorized, codeBadToken, errBadToken.Error()+": ask for a new one (rigger agent command --node)")
 	}
 	if !ok || err != nil {
-		// The node the join names goes in its journal, unproven like the
-		// CA's fetch: a token refused is the most common stop of a join.
-		var req joinRequest
-		if json.NewDecoder(io.LimitReader(r.Body, maxJoinBody)).Decode(&req) == nil && checkNodeName(req.Node) == nil && checkHostname(req.Hostname) == nil {
-			s.note(req.Node, JoinStep{Step: StepJoinRefused, Remote: r.RemoteAddr, Hostname: req.Hostname,
-				Detail: errBadToken.Error() + ": issue a new one (rigger agent command --node " + req.Node + ")"})
+		// Nothing of a request without a valid token is read. The node
+		// it names (in the URL, as the CA's fetch) goes in its journal,
+		// unproven like the CA's fetch: a token refused is the most common
+		// stop of a join.
+		if node := r.URL.Query().Get("node"); checkNodeName(node) == nil {
+			s.note(node, JoinStep{Step: StepJoinRefused, Remote: r.RemoteAddr, Unproven: true,
+				Detail: errBadToken.Error() + ": issue a new one (rigger agent command --node " + node + ")"})
 		}
 		badToken()
 		return
@@ -502,6 +521,11 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 			"transport: agent; the agent is listed as pending and waits until it is", node))
 		return
 	}
+	// The request's deadlines (NewHTTPServer) do not bound the tunnel,
+	// which its pings watch from now on.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		log.Warn("agent tunnel: websocket handshake", "err", err)
@@ -533,21 +557,42 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 
 // Deadlines of the tunnel endpoint's listener (NewHTTPServer): the TLS
 // handshake and a request's headers must come within HandshakeTimeout,
-// the next request on a kept-alive connection within IdleTimeout, so that
-// connections that say nothing are not held. A tunnel, once up, is a
+// the rest of the request (a join's body) and its answer within
+// RequestTimeout, the next request on a kept-alive connection within
+// IdleTimeout, so that connections that say nothing, or say it a byte at a
+// time, are not held. A tunnel, once its certificate is checked, is a
 // hijacked connection they do not bound: its pings find a dead one.
 const (
 	HandshakeTimeout = 10 * time.Second
+	RequestTimeout   = 5 * time.Second
 	IdleTimeout      = 15 * time.Second
 	maxHeaderBytes   = 64 << 10
 )
 
 // NewHTTPServer is the HTTP server to serve h (a Server, or what routes to
-// Servers) on a TLS listener with cfg: with the endpoint's deadlines and
-// no ReadTimeout or WriteTimeout, which would end tunnels.
+// Servers) on a TLS listener with cfg: with the endpoint's deadlines, set
+// on each request (the tunnel's lifts them once authenticated), and
+// HTTP/1.1 only, which agents speak: HTTP/2 would keep a connection open
+// for as many requests as a client likes.
 func NewHTTPServer(h http.Handler, cfg *tls.Config) *http.Server {
-	return &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: HandshakeTimeout,
-		IdleTimeout: IdleTimeout, MaxHeaderBytes: maxHeaderBytes}
+	return newHTTPServer(h, cfg, HandshakeTimeout, RequestTimeout)
+}
+
+func newHTTPServer(h http.Handler, cfg *tls.Config, handshake, request time.Duration) *http.Server {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	bounded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		d := time.Now().Add(request)
+		_ = rc.SetReadDeadline(d)
+		_ = rc.SetWriteDeadline(d)
+		h.ServeHTTP(w, r)
+	})
+	// Not a line for every connection that fails its TLS handshake: anyone
+	// can open them. An agent that cannot join says why in its own log.
+	return &http.Server{Handler: bounded, TLSConfig: cfg, ReadHeaderTimeout: handshake,
+		IdleTimeout: IdleTimeout, MaxHeaderBytes: maxHeaderBytes, Protocols: &protocols,
+		ErrorLog: log.New(io.Discard, "", 0)}
 }
 
 // headerHostname carries the agent's host name on PathConnect, for
@@ -633,6 +678,7 @@ func (e *NotConnectedError) Unwrap() error { return e.Err }
 // tunnel returns node's tunnel, waiting up to ConnectWait for one.
 func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session, error) {
 	var timer <-chan time.Time
+	start := time.Now()
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -661,7 +707,14 @@ func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session,
 			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait,
 				Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
+			}
+			// The caller's time ran out first: the agent is not
+			// connected all the same (rigger doctor places it so).
+			journal := s.Journal(node)
+			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: time.Since(start).Round(time.Millisecond),
+				Err: ctx.Err(), Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-s.done:
 		}
 	}
@@ -738,9 +791,9 @@ func (s *Server) Docker(ctx context.Context, node string) (*client.Client, error
 	if cli != nil {
 		return cli, nil
 	}
-	cli, err = transport.NewDockerClient(n.socket, func(ctx context.Context, network, addr string) (net.Conn, error) {
+	cli, err = transport.NewDockerClient(node, n.socket, func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return s.Dial(ctx, node, network, addr)
-	})
+	}, s.cfg.Answers)
 	if err != nil {
 		return nil, err
 	}
@@ -770,6 +823,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.refusals.stop()
 	var closers []func()
 	for _, n := range s.nodes {
 		closers = append(closers, n.detachLocked())

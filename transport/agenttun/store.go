@@ -39,6 +39,20 @@ const maxApprovals = 100
 // maxTokenFile bounds a token's file when it is read back.
 const maxTokenFile = 4096
 
+// MaxTokenTTL bounds the life of a join token: a token is for one join
+// soon, not a standing credential.
+const MaxTokenTTL = 7 * 24 * time.Hour
+
+// Sweeps of the store's directory: tokens that expired, and joins that
+// wait for an approval no agent asks for any more (an agent asks again
+// within a minute) or an approval not used, are removed, at most once in
+// sweepInterval.
+const (
+	sweepInterval  = time.Hour
+	approvalStale  = time.Hour
+	approvedUnused = 24 * time.Hour
+)
+
 // tokenPrefix starts every join token, so that one is recognisable in a
 // leak scanner.
 const tokenPrefix = "rgt_"
@@ -60,6 +74,7 @@ type Store struct {
 	mu        sync.Mutex
 	state     storeState
 	memTokens []TokenRecord // without a directory
+	swept     time.Time     // the last sweep
 }
 
 type storeState struct {
@@ -147,7 +162,66 @@ func OpenStore(dir string, now time.Time) (*Store, error) {
 			s.state.Nodes = map[string]*NodeRecord{}
 		}
 	}
+	s.sweep(now)
 	return s, nil
+}
+
+// sweep removes, at most once in sweepInterval, the tokens no join may
+// use any more (expired, or past MaxTokenTTL, or unreadable) and the
+// stale joins waiting for approval.
+func (s *Store) sweep(now time.Time) {
+	s.mu.Lock()
+	if !s.swept.IsZero() && now.Sub(s.swept) < sweepInterval {
+		s.mu.Unlock()
+		return
+	}
+	s.swept = now
+	s.memTokens = slices.DeleteFunc(s.memTokens, func(r TokenRecord) bool { return !r.usable(now) })
+	s.mu.Unlock()
+	if s.dir == "" {
+		return
+	}
+	sweepDir(filepath.Join(s.dir, tokensDir), func(b []byte) bool {
+		var r TokenRecord
+		return json.Unmarshal(b, &r) != nil || !r.usable(now)
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sweepDir(filepath.Join(s.dir, approvalsDir), func(b []byte) bool {
+		var a Approval
+		switch {
+		case json.Unmarshal(b, &a) != nil:
+			return true
+		case a.Approved:
+			return now.Sub(a.Requested) > approvedUnused
+		}
+		return now.Sub(a.Requested) > approvalStale
+	})
+}
+
+// sweepDir removes the JSON files of dir that gone says are (and those
+// that cannot be read).
+func sweepDir(dir string, gone func([]byte) bool) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if b, err := readCapped(p, maxTokenFile); err != nil || gone(b) {
+			os.Remove(p)
+		}
+	}
+}
+
+// usable says whether a join may use the token at now: it names a node,
+// has not expired, and its life is within MaxTokenTTL (an older rigger
+// issued tokens of any life).
+func (r TokenRecord) usable(now time.Time) bool {
+	return r.Node != "" && !r.Expires.IsZero() && now.Before(r.Expires) && r.Expires.Sub(r.Created) <= MaxTokenTTL
 }
 
 // CA is the store's certificate authority.
@@ -156,9 +230,10 @@ func (s *Store) CA() *CA { return s.ca }
 // IssueToken creates a join token for node of cluster, valid for ttl and
 // for one join. The token is returned once and only its hash is kept.
 func (s *Store) IssueToken(cluster, node string, ttl time.Duration, now time.Time) (string, error) {
-	if ttl <= 0 {
-		return "", fmt.Errorf("issue a join token: a token must expire (ttl %s)", ttl)
+	if ttl <= 0 || ttl > MaxTokenTTL {
+		return "", fmt.Errorf("issue a join token: a token lives at most %s (ttl %s): it is for one join soon; issue another when the node is ready", MaxTokenTTL, ttl)
 	}
+	s.sweep(now)
 	if err := checkNodeName(node); err != nil {
 		return "", fmt.Errorf("issue a join token: %w", err)
 	}
@@ -197,6 +272,7 @@ func (s *Store) checkToken(cluster, tok string, now time.Time) (TokenRecord, err
 	if !strings.HasPrefix(tok, tokenPrefix) {
 		return TokenRecord{}, errBadToken
 	}
+	s.sweep(now)
 	// The hash of a 256-bit secret, looked up in variable time: that
 	// tells an attacker nothing about a token.
 	h := hashToken(tok)
@@ -217,9 +293,10 @@ func (s *Store) checkToken(cluster, tok string, now time.Time) (TokenRecord, err
 		recs = append(recs, r)
 	}
 	for _, r := range recs {
-		// A token without a node or an expiry (issued by an older
-		// rigger) is refused: issue a new one.
-		if r.SHA256 == h && r.Cluster == cluster && r.Node != "" && !r.Expires.IsZero() && now.Before(r.Expires) {
+		// A token without a node or an expiry, or of a life past
+		// MaxTokenTTL (issued by an older rigger), is refused: issue a
+		// new one.
+		if r.SHA256 == h && r.Cluster == cluster && r.usable(now) {
 			return r, nil
 		}
 	}

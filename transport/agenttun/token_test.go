@@ -1,7 +1,10 @@
 package agenttun
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +123,67 @@ func TestPendingHostnameChecked(t *testing.T) {
 	}
 	if p := ts.srv.Pending(); len(p) > maxPending {
 		t.Errorf("Pending = %d entries, more than %d", len(p), maxPending)
+	}
+}
+
+// TestTokenLifetimeBounded: a token lives at most MaxTokenTTL, also one
+// an older rigger wrote with a longer life; tokens past their life and
+// joins no agent waits on any more are swept from the state directory.
+func TestTokenLifetimeBounded(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	s, err := OpenStore(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.IssueToken("c1", "n1", 30*24*time.Hour, now); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("a token for 30 days: %v, want a refusal", err)
+	}
+	// As an older rigger wrote them: a year's life, and one expired.
+	long := "rgt_" + strings.Repeat("l", 43)
+	expired := "rgt_" + strings.Repeat("e", 43)
+	for tok, rec := range map[string]TokenRecord{
+		long:    {Cluster: "c1", Node: "n1", Created: now.Add(-time.Hour), Expires: now.Add(365 * 24 * time.Hour)},
+		expired: {Cluster: "c1", Node: "n1", Created: now.Add(-48 * time.Hour), Expires: now.Add(-24 * time.Hour)},
+	} {
+		rec.SHA256 = hashToken(tok)
+		b, _ := json.Marshal(rec)
+		if err := os.MkdirAll(filepath.Join(dir, tokensDir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeFile(filepath.Join(dir, tokensDir, rec.SHA256+".json"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.checkToken("c1", long, now); err == nil {
+		t.Error("a token with a year's life was accepted")
+	}
+	// At the next sweep, joins waiting for approval: one asked an hour
+	// and a half before, and no more; one asked a minute before.
+	later := now.Add(2 * sweepInterval)
+	for _, a := range []Approval{
+		{Cluster: "c1", Node: "n1", Key: "old", Requested: later.Add(-90 * time.Minute)},
+		{Cluster: "c1", Node: "n1", Key: "new", Requested: later.Add(-time.Minute)},
+	} {
+		b, _ := json.Marshal(a)
+		os.MkdirAll(filepath.Join(dir, approvalsDir), 0o700)
+		if err := writeFile(filepath.Join(dir, approvalsDir, a.file()), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, err := s.IssueToken("c1", "n1", time.Hour, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, _ := os.ReadDir(filepath.Join(dir, tokensDir))
+	if len(tokens) != 1 {
+		t.Errorf("%d token files left, want the new one alone", len(tokens))
+	}
+	if _, err := s.checkToken("c1", ok, later); err != nil {
+		t.Errorf("the new token: %v", err)
+	}
+	approvals, err := s.Approvals("c1")
+	if err != nil || len(approvals) != 1 || approvals[0].Key != "new" {
+		t.Errorf("joins waiting after the sweep: %+v, %v; want the one asked a minute ago", approvals, err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rigger/rigger/transport"
 )
 
 // Config is what sshtun needs to reach a set of nodes. The reconcile layer
@@ -57,6 +59,11 @@ type Config struct {
 	// AgentSocket is the ssh-agent socket used by hosts with AgentAuth.
 	// Empty means $SSH_AUTH_SOCK.
 	AgentSocket string
+
+	// Answers is the pool the weight of the nodes' Docker answers is
+	// drawn from, shared with other transports of the process (nil: each
+	// node has its budget only; see transport.AnswerPool).
+	Answers *transport.AnswerPool
 
 	// Logger receives operator logs (connects, reconnects, keys recorded).
 	// Default: discard.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,9 @@ type dialCall struct {
 	err     error
 	waiters int
 	cancel  context.CancelFunc
+	// handshaking is set once the TCP connection is made: the dial is
+	// in its SSH handshake.
+	handshaking atomic.Bool
 }
 
 func (t *Transport) newPeer(name string, h Host, creds *credentials, via *peer, socket string) *peer {
@@ -117,6 +121,7 @@ func (p *peer) connection(ctx context.Context) (*sshConn, error) {
 	call.waiters++
 	p.mu.Unlock()
 
+	waited := time.Now()
 	select {
 	case <-call.done:
 		return call.conn, call.err
@@ -130,7 +135,17 @@ func (p *peer) connection(ctx context.Context) (*sshConn, error) {
 			}
 		}
 		p.mu.Unlock()
-		return nil, fmt.Errorf("node %s: connect: %w", p.name, ctx.Err())
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("node %s: connect: %w", p.name, ctx.Err())
+		}
+		// The caller's time ran out first: where the connection got is
+		// what a person needs, as when the dial's own timeouts expire.
+		op := transport.OpConnect
+		if call.handshaking.Load() {
+			op = transport.OpHandshake
+		}
+		return nil, &transport.UnreachableError{Node: p.name, Addr: p.addr, Via: p.viaName(), Op: op,
+			Timeout: time.Since(waited).Round(time.Millisecond), Err: ctx.Err()}
 	}
 }
 
@@ -138,7 +153,7 @@ func (p *peer) connection(ctx context.Context) (*sshConn, error) {
 func (p *peer) run(ctx context.Context, call *dialCall) {
 	defer call.cancel()
 	start := p.t.now()
-	conn, err := p.connect(ctx)
+	conn, err := p.connect(ctx, call)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -398,7 +413,7 @@ func socketError(node, user, path string, err error) error {
 // connect dials and logs in: TCP (or a channel through the bastion), then
 // the SSH handshake, each with its own timeout. At most MaxParallelDials
 // connects run at once across the transport.
-func (p *peer) connect(ctx context.Context) (*sshConn, error) {
+func (p *peer) connect(ctx context.Context, call *dialCall) (*sshConn, error) {
 	if err := p.creds.checkCertValid(p.name); err != nil {
 		return nil, err
 	}
@@ -410,6 +425,7 @@ func (p *peer) connect(ctx context.Context) (*sshConn, error) {
 			}
 			return nil, err
 		}
+		call.handshaking.Store(true)
 		client, err := p.handshake(ctx, raw)
 		release()
 		if err != nil {

@@ -50,6 +50,25 @@ func TestSlowHandshakeTimesOut(t *testing.T) {
 	}
 }
 
+// TestDockerDuringHandshake: a caller whose time runs out while the node
+// has not completed its SSH handshake is told so (a *transport.UnreachableError
+// at the handshake), not that the Docker engine did not answer: rigger
+// doctor places the error by its type.
+func TestDockerDuringHandshake(t *testing.T) {
+	n := startNode(t, nodeOptions{server: testnode.Options{HandshakeDelay: time.Minute}})
+	tr := newT(t, n.config())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := tr.Docker(ctx, "n1")
+	var unreachable *transport.UnreachableError
+	if !errors.As(err, &unreachable) || unreachable.Op != transport.OpHandshake || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Docker: %v (%T), want a *transport.UnreachableError at the handshake", err, err)
+	}
+	if !strings.Contains(err.Error(), "did not complete the SSH handshake") {
+		t.Errorf("error %q does not say the handshake did not complete", err)
+	}
+}
+
 func TestCancelDuringHandshake(t *testing.T) {
 	n := startNode(t, nodeOptions{server: testnode.Options{HandshakeDelay: 10 * time.Second}})
 	tr := newT(t, n.config())

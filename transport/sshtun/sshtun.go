@@ -122,7 +122,14 @@ func (t *Transport) Docker(ctx context.Context, node string) (*client.Client, er
 	if cli != nil {
 		return cli, nil
 	}
-	cli, err = transport.NewDockerClient(p.socket, p.dialDocker)
+	// Connected first, within the connection's own timeouts (the
+	// handshake's is longer than the engine's answer may take), so that
+	// a node that does not complete its SSH handshake is said to, not a
+	// Docker engine that does not answer.
+	if _, err := p.connection(ctx); err != nil {
+		return nil, err
+	}
+	cli, err = transport.NewDockerClient(node, p.socket, p.dialDocker, t.cfg.Answers)
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,8 @@ type Engine struct {
 	// delay is how long each request waits before it is answered
 	// (SetDelay).
 	delay atomic.Int64
+	// hostile is how the engine answers (SetHostile; nil: as an engine).
+	hostile atomic.Pointer[Hostile]
 
 	mu         sync.Mutex
 	containers map[string]*simContainer // by ID
@@ -247,6 +249,9 @@ func (e *Engine) routes() http.Handler {
 		if loc := versionPrefix.FindStringIndex(r.URL.Path); loc != nil {
 			r.URL.Path = r.URL.Path[loc[1]-1:]
 			r.URL.RawPath = ""
+		}
+		if e.answerHostile(w, r) {
+			return
 		}
 		mux.ServeHTTP(w, r)
 	})

@@ -56,7 +56,7 @@ func TestPlanOfConvergedNodes(t *testing.T) {
 	simnode.Converge(c.Nodes[0].Engine, cl, d.Nodes[0])
 
 	ctx := context.Background()
-	tr, err := reach.Transport(cl, nil, nil, false, slog.New(slog.DiscardHandler))
+	tr, err := reach.Transport(cl, nil, nil, false, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

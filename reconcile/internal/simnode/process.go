@@ -127,9 +127,17 @@ const settlePoll = 10 * time.Millisecond
 //     run before are closed), or "busy: …" after settle.
 //   - "delay ADDRESS DURATION": the node at ADDRESS answers each Docker
 //     API request DURATION late (Engine.SetDelay; "0s": at once); "ok".
+//   - "hostile ADDRESS WAY": the node at ADDRESS answers as the Hostile
+//     WAY says (Engine.SetHostile); "ok".
 //
 // Anything else is answered "unknown request: …".
 func Serve(sim *Cluster, in io.Reader, out io.Writer, settle time.Duration) error {
+	return ServeWith(sim, in, out, settle, nil)
+}
+
+// ServeWith is Serve, with extra answering the requests Serve does not
+// know (its words; false: unknown to it too).
+func ServeWith(sim *Cluster, in io.Reader, out io.Writer, settle time.Duration, extra func(fields []string) (string, bool)) error {
 	if _, err := fmt.Fprintln(out, Ready); err != nil {
 		return err
 	}
@@ -162,6 +170,17 @@ func Serve(sim *Cluster, in io.Reader, out io.Writer, settle time.Duration) erro
 			default:
 				n.Engine.SetDelay(d)
 				answer = "ok"
+			}
+		case len(f) == 3 && f[0] == "hostile":
+			if n := byAddress[f[1]]; n == nil {
+				answer = "no simulated node " + f[1]
+			} else {
+				n.Engine.SetHostile(Hostile(f[2]))
+				answer = "ok"
+			}
+		case extra != nil:
+			if a, ok := extra(f); ok {
+				answer = a
 			}
 		}
 		if _, err := fmt.Fprintln(out, answer); err != nil {

@@ -97,7 +97,7 @@ func (sc *scaleCluster) rollout(ctx context.Context, b *testing.B) (run, int) {
 // no-op apply, the lock, the Lease and the state directory's writes.
 func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, error) {
 	log := slog.New(slog.DiscardHandler)
-	tr, err := reach.Transport(c, nil, nil, false, log)
+	tr, err := reach.Transport(c, nil, nil, false, nil, log)
 	if err != nil {
 		return 0, err
 	}
@@ -175,7 +175,7 @@ func rolloutPlan(p *plan.Plan, n int) error {
 // of c runs a kubelet with the flag at value, and that the plan of c is
 // now a no-op.
 func (sc *scaleCluster) checkRollout(ctx context.Context, c *spec.Cluster, value string) error {
-	tr, err := reach.Transport(c, nil, nil, false, slog.New(slog.DiscardHandler))
+	tr, err := reach.Transport(c, nil, nil, false, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}

@@ -468,7 +468,7 @@ func (sc *scaleCluster) desired(c *spec.Cluster) (*desired.Cluster, error) {
 // (simnode.Apply: the nodes' part of a no-op apply), the transport closed.
 func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan, error) {
 	c := sc.current
-	tr, err := reach.Transport(c, nil, nil, false, slog.New(slog.DiscardHandler))
+	tr, err := reach.Transport(c, nil, nil, false, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
