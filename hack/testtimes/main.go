@@ -153,7 +153,10 @@ func isSummary(s string) bool {
 // topLevel keeps the tests that are not subtests: a subtest's time is in
 // its parent's.
 func topLevel(ts []timing) []timing {
-	return slices.DeleteFunc(slices.Clone(ts), func(t timing) bool { return strings.Contains(t.name, "/") })
+	return slices.DeleteFunc(slices.Clone(ts), func(t timing) bool {
+		_, test, _ := strings.Cut(t.name, " ")
+		return strings.Contains(test, "/")
+	})
 }
 
 func report(w io.Writer, what string, ts []timing, top int) {

@@ -9,16 +9,16 @@ import (
 
 func TestRun(t *testing.T) {
 	stream := strings.Join([]string{
-		`{"Action":"start","Package":"a"}`,
-		`{"Action":"run","Package":"a","Test":"TestOK"}`,
-		`{"Action":"output","Package":"a","Test":"TestOK","Output":"=== RUN   TestOK\n"}`,
-		`{"Action":"output","Package":"a","Test":"TestOK","Output":"    a_test.go:9: quiet when it passes\n"}`,
-		`{"Action":"pass","Package":"a","Test":"TestOK","Elapsed":3.5}`,
-		`{"Action":"run","Package":"a","Test":"TestOK/sub"}`,
-		`{"Action":"pass","Package":"a","Test":"TestOK/sub","Elapsed":3.4}`,
-		`{"Action":"output","Package":"a","Output":"PASS\n"}`,
-		`{"Action":"output","Package":"a","Output":"ok  \ta\t3.600s\n"}`,
-		`{"Action":"pass","Package":"a","Elapsed":3.6}`,
+		`{"Action":"start","Package":"x/a"}`,
+		`{"Action":"run","Package":"x/a","Test":"TestOK"}`,
+		`{"Action":"output","Package":"x/a","Test":"TestOK","Output":"=== RUN   TestOK\n"}`,
+		`{"Action":"output","Package":"x/a","Test":"TestOK","Output":"    a_test.go:9: quiet when it passes\n"}`,
+		`{"Action":"pass","Package":"x/a","Test":"TestOK","Elapsed":3.5}`,
+		`{"Action":"run","Package":"x/a","Test":"TestOK/sub"}`,
+		`{"Action":"pass","Package":"x/a","Test":"TestOK/sub","Elapsed":3.4}`,
+		`{"Action":"output","Package":"x/a","Output":"PASS\n"}`,
+		`{"Action":"output","Package":"x/a","Output":"ok  \ta\t3.600s\n"}`,
+		`{"Action":"pass","Package":"x/a","Elapsed":3.6}`,
 		`{"Action":"start","Package":"b"}`,
 		`{"Action":"run","Package":"b","Test":"TestBad"}`,
 		`{"Action":"output","Package":"b","Test":"TestBad","Output":"=== RUN   TestBad\n"}`,
@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 	if err != nil || ok {
 		t.Fatalf("run: ok %v, error %v; want a failure", ok, err)
 	}
-	want := `ok  	a	3.600s
+	want := `ok  	x/a	3.600s
 === RUN   TestBad
     b_test.go:12: want 2, got 3
 --- FAIL: TestBad (1.00s)
@@ -59,10 +59,10 @@ FAIL	e	(the stream ended before the package did)
 
 The 2 slowest packages (of 3, 1m4s in all):
    1m0.1s  b  FAILED
-     3.6s  a
+     3.6s  x/a
 
 The 2 slowest tests (of 2, 5s in all):
-     3.5s  a TestOK
+     3.5s  x/a TestOK
        1s  b TestBad  FAILED
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
