@@ -42,9 +42,10 @@ func (s *Session) resolvePKI(st *state, o *observe.Cluster, a asked) (*pkisource
 }
 
 // PKI returns the cluster's certificates as they are: those of the state
-// directory or, when it has none, those of a controlplane node (then saved
-// to the state directory). It never makes or reissues any: a cluster that
-// no node runs yet is an error that says to apply first.
+// directory or, when it has none, those of a controlplane node. It writes
+// nothing (the next apply saves recovered certificates to the state
+// directory) and never makes or reissues any: a cluster that no node runs
+// yet is an error that says to apply first.
 func (s *Session) PKI(ctx context.Context) (*pki.Set, error) {
 	set, err := pki.Load(s.opts.StateDir)
 	var nf *pki.NotFoundError
@@ -53,9 +54,6 @@ func (s *Session) PKI(ctx context.Context) (*pki.Set, error) {
 		if err == nil && set == nil {
 			return nil, fmt.Errorf("no certificates for cluster %s: the state directory %s has none and no node runs the cluster: run rigger apply first",
 				s.c.ClusterName, s.opts.StateDir)
-		}
-		if err == nil {
-			err = pki.Save(s.opts.StateDir, set)
 		}
 	}
 	if err != nil {

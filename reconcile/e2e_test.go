@@ -385,7 +385,7 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// doctor: n2's walk stops at its containers, with the loop's
 		// last lines.
 		rt.Eventually(ctx, t, time.Minute, "doctor finding the scheduler's crash loop", func(ctx context.Context) (bool, error) {
-			found, err := sess.Doctor(ctx, reconcile.DoctorOptions{Nodes: []string{n2.Address}})
+			found, err := sess.Doctor(ctx, doctor.RunOptions{Nodes: []string{n2.Address}})
 			for _, fd := range found {
 				if fd.Level == doctor.Fail {
 					return fd.Check == doctor.CheckContainers && strings.Contains(fd.Found, "kube-scheduler restarting (a crash loop)") &&

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/rigger/rigger/reconcile/addons"
@@ -62,36 +61,24 @@ func (s *Session) plan(ctx context.Context, a asked) (*Planned, error) {
 		return nil, err
 	}
 	start := time.Now()
-	o, rp, err := s.observe(ctx, st, a)
+	o, rp, err := s.observe(ctx, st, a, st.recovers)
 	if err != nil {
 		return nil, err
 	}
 	// The rest is read at once: etcd's members (and what an upgrade would
 	// leave unreadable), and the Nodes, then the add-ons' dry run.
 	var (
-		wg        sync.WaitGroup
 		ad        plannedAddons
 		etcdTook  time.Duration
 		addonsErr error
 	)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		began := time.Now()
-		end := tl.Begin("observe etcd's members")
-		s.observeEtcd(ctx, rp.Set, o)
+	began := time.Now()
+	s.observeWithPKI(ctx, rp.Set, o, func(ctx context.Context) {
 		s.observeStoredAPIs(ctx, rp.Set, o)
-		end()
 		etcdTook = time.Since(began)
-	}()
-	go func() {
-		defer wg.Done()
-		end := tl.Begin("observe the Kubernetes Nodes")
-		s.observeKubernetes(ctx, rp.Set, o)
-		end()
+	}, func(ctx context.Context) {
 		ad, addonsErr = s.planAllAddons(ctx, rp.Set, o)
-	}()
-	wg.Wait()
+	})
 	observed := time.Now()
 	end = tl.Begin("plan: compute")
 	pl, err := s.compute(st, o, rp, a)
@@ -219,22 +206,24 @@ func (s *Session) compute(st *state, o *observe.Cluster, rp *pkisource.Resolved,
 }
 
 // observe reads, once, the nodes (of cluster.yml and those the last apply
-// left) and resolves the cluster's PKI (the state directory's, or
-// recovered from a node); plan then reads, with that PKI, the etcd
-// membership and the Nodes the API server lists into the same value. What
-// could not be read is recorded in it.
-func (s *Session) observe(ctx context.Context, st *state, a asked) (*observe.Cluster, *pkisource.Resolved, error) {
+// left; keep keeps their files' contents) and resolves the cluster's PKI
+// (the state directory's, or recovered from a node); observeWithPKI then
+// reads, with that PKI, the etcd membership and the Nodes the API server
+// lists into the same value. What could not be read is recorded in it.
+// Every plan, status and doctor reads the cluster so. On an error, the
+// nodes were read (o is set) and the PKI was not.
+func (s *Session) observe(ctx context.Context, st *state, a asked, keep bool) (*observe.Cluster, *pkisource.Resolved, error) {
 	tl := s.opts.Timeline
 	start := time.Now()
 	end := tl.Begin("observe the nodes")
-	o := s.observeNodes(ctx, st.recovers, s.sinceApplied(st))
+	o := s.observeNodes(ctx, keep, s.sinceApplied(st))
 	end()
 	nodes := time.Now()
 	end = tl.Begin("plan: resolve the PKI")
 	rp, err := s.resolvePKI(st, o, a)
 	end()
 	if err != nil {
-		return nil, nil, err
+		return o, nil, err
 	}
 	s.opts.Log.Debug("observed", "cluster", s.c.ClusterName, "nodes", nodes.Sub(start).Round(time.Millisecond),
 		"pki", time.Since(nodes).Round(time.Millisecond))

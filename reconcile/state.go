@@ -90,9 +90,9 @@ func (s *Session) recordApplied() error {
 }
 
 // sinceApplied is how long ago the last apply ended (st.applied), zero
-// when that is not known.
+// when that is not known (st nil: the state directory was not read).
 func (s *Session) sinceApplied(st *state) time.Duration {
-	if st.applied.IsZero() {
+	if st == nil || st.applied.IsZero() {
 		return 0
 	}
 	return max(s.opts.Now().Sub(st.applied), 0)

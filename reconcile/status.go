@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/report"
 )
 
@@ -36,12 +37,22 @@ func (s *Session) Status(ctx context.Context) (*Status, *Planned, error) {
 // (report.BuildStatus), with its Problems.
 func BuildStatus(pl *Planned) *Status {
 	st := report.BuildStatus(pl.input())
-	st.Problems = pl.Problems()
+	st.Problems = pl.problems()
 	return st
 }
 
 // Report is the plan as rigger plan -o json writes it (report.Plan).
 func (p *Planned) Report() *PlanReport { return report.Plan(p.input()) }
+
+// problems are the warnings and failures of rigger doctor's checks that
+// the plan's observation answers (doctor.Problems); nil for a teardown.
+func (p *Planned) problems() []doctor.Finding {
+	if p.spec == nil {
+		return nil
+	}
+	return doctor.Problems(&doctor.Cluster{Spec: p.spec, Desired: p.Desired, Observed: p.Observed, PKI: p.PKI,
+		NewPKI: p.PKISource.Kind == PKINew, IgnoreDockerVersion: p.ignoreDocker, Now: p.Observed.At})
+}
 
 // input is the plan and what it was computed from, for package report.
 func (p *Planned) input() report.Input {

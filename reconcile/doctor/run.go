@@ -1,10 +1,11 @@
-package reconcile
+package doctor
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"path"
@@ -15,63 +16,125 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
-	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
-	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/spec"
 )
 
-// DoctorOptions are the settings of Doctor.
-type DoctorOptions struct {
+// Cluster is what doctor judges a cluster from: one read of it, made by
+// package reconcile as every plan and status reads it (the nodes with
+// their files, the PKI resolved from the state directory and them, etcd's
+// members and the Nodes), and, for rigger doctor, the connections through
+// which its checks read more (Reads). It is the narrow value doctor sees
+// of the engine, as etcdsnap.Cluster is for the snapshots.
+type Cluster struct {
+	Spec    *spec.Cluster
+	Desired *desired.Cluster
+	// Observed is the read of the nodes, etcd's members and the Nodes.
+	Observed *observe.Cluster
+	// PKI is the cluster's certificates (nil: none could be resolved,
+	// PKIErr says why); NewPKI says that no node or state directory has
+	// any yet. Request is what cluster.yml needs of them.
+	PKI     *pki.Set
+	PKIErr  error
+	NewPKI  bool
+	Request pki.Request
+	// IgnoreDockerVersion skips the judgement of the Docker version
+	// (rigger's --ignore-docker-version).
+	IgnoreDockerVersion bool
+	Now                 time.Time
+	// Reads are what the checks read beyond the observation; nil for the
+	// checks of a plan (Problems), which skip what needs them.
+	Reads *Reads
+}
+
+// Engine is what doctor asks of a node's Docker engine: a component
+// engine's calls, its info and the registry's answer about an image.
+// *client.Client is one.
+type Engine interface {
+	dockerop.Engine
+	Info(ctx context.Context) (system.Info, error)
+	DistributionInspect(ctx context.Context, ref, encodedAuth string) (registry.DistributionInspect, error)
+}
+
+var _ Engine = (*client.Client)(nil)
+
+// Reads are the connections rigger doctor reads the nodes and the API
+// server through, beyond what the observation holds.
+type Reads struct {
+	// Engine is a node's Docker engine; Dial dials an address as the node
+	// sees it (transport.Transport's).
+	Engine func(ctx context.Context, node string) (Engine, error)
+	Dial   func(ctx context.Context, node, network, addr string) (net.Conn, error)
+	// Kube is the API server's client; its error says why there is none.
+	Kube func() (kubernetes.Interface, error)
+	// Checker probes the components (nil: no certificates to probe with).
+	Checker *health.Checker
+	// PullAuth is the credentials of an image's private registry
+	// (registryauth.Set.For), encoded for the Docker API.
+	PullAuth func(ref string) (string, error)
+	// NetworkPlugin selects the network plugin's DaemonSets ("" without
+	// one).
+	NetworkPlugin string
+	Log           *slog.Logger
+}
+
+// RunOptions are the settings of Run.
+type RunOptions struct {
 	// Nodes limits the walk to these nodes (address, internal address or
 	// hostname_override); every node of cluster.yml when empty.
 	Nodes []string
-	// Skip names checks not to run (doctor.Walk).
+	// Skip names checks not to run (Walk).
 	Skip []string
 	// Since is how far back the Nodes' Events are read (DefaultSince when
 	// zero).
 	Since time.Duration
 }
 
-// DefaultSince is how far back Doctor reads the Nodes' Events.
+// DefaultSince is how far back Run reads the Nodes' Events.
 const DefaultSince = time.Hour
 
-// Doctor walks the nodes of cluster.yml through the path a node takes
-// to join the cluster (package doctor): reaching it, its Docker engine and
-// machine, the images, the certificates, the containers, etcd and the
-// components' health, its Node in Kubernetes and the network plugin. It
-// returns the findings of the cluster as a whole (Node ""), then those of
-// each node in cluster.yml's order. It reads the cluster once, as a plan
-// does, and changes nothing (the one-shot container that reads a machine
-// is removed). A node given in o.Nodes that cluster.yml does not have is
-// an error.
-func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding, error) {
-	d, err := desired.Build(s.c)
-	if err != nil {
-		return []doctor.Finding{{Check: doctor.CheckClusterYML, Level: doctor.Fail, Expected: "a cluster.yml rigger can run",
-			Found: err.Error(), Fix: "rigger validate -f cluster.yml says where"}}, nil
-	}
-	nodes, err := doctorNodes(d, o.Nodes)
+// Unbuilt is the finding of a cluster.yml rigger cannot run (the error of
+// desired.Build): nothing else is checked.
+func Unbuilt(err error) []Finding {
+	return []Finding{{Check: CheckClusterYML, Level: Fail, Expected: "a cluster.yml rigger can run",
+		Found: err.Error(), Fix: "rigger validate -f cluster.yml says where"}}
+}
+
+// Run walks the nodes of cluster.yml through the path a node takes to
+// join the cluster: reaching it, its Docker engine and machine, the
+// images, the certificates, the containers, etcd and the components'
+// health, its Node in Kubernetes and the network plugin. It returns the
+// findings of the cluster as a whole (Node ""), then those of each node in
+// cluster.yml's order. It judges c, reads what the checks need through
+// c.Reads and changes nothing but the pod-network check's probe
+// DaemonSet, deleted when the walk ends (the one-shot container that
+// reads a machine is removed). A node given in o.Nodes that cluster.yml
+// does not have is an error (SelectNodes).
+func Run(ctx context.Context, c *Cluster, o RunOptions) ([]Finding, error) {
+	nodes, err := SelectNodes(c.Desired, o.Nodes)
 	if err != nil {
 		return nil, err
 	}
-	dr := &doctorRun{s: s, c: s.c, ignoreDocker: s.opts.IgnoreDockerVersion, d: d, now: s.opts.Now()}
+	dr := newWalker(c)
 	dr.since = dr.now.Add(-cmp.Or(o.Since, DefaultSince))
 	dr.gather(ctx, o.Skip)
-	found := slices.Concat(dr.clusterFindings(o.Skip), doctor.Walk(ctx, nodes, dr.checks(), doctor.Options{
-		Skip: o.Skip, MaxParallel: s.c.Rigger.MaxParallel,
+	found := slices.Concat(dr.clusterFindings(o.Skip), Walk(ctx, nodes, dr.checks(), Options{
+		Skip: o.Skip, MaxParallel: c.Spec.Rigger.MaxParallel,
 	}))
 	dr.removeProbe(ctx)
 	if dr.nodes != nil {
@@ -80,44 +143,41 @@ func (s *Session) Doctor(ctx context.Context, o DoctorOptions) ([]doctor.Finding
 	return found, nil
 }
 
-// DoctorChecks are the names of Doctor's checks: the cluster's, then a
-// node's walk, in order.
-func DoctorChecks() []string {
-	names := []string{doctor.CheckClusterYML, doctor.CheckPKI, doctor.CheckKubernetesAPI, doctor.CheckStaleNodes}
-	for _, c := range (&doctorRun{}).checks() {
+// CheckNames are the names of Run's checks: the cluster's, then a node's
+// walk, in order.
+func CheckNames() []string {
+	names := []string{CheckClusterYML, CheckPKI, CheckKubernetesAPI, CheckStaleNodes}
+	for _, c := range (&walker{}).checks() {
 		names = append(names, c.Name)
 	}
 	return names
 }
 
-// Problems are the warnings and failures of rigger doctor's checks that
-// the plan's observation answers, reading nothing more (the checks that
-// read more are skipped): reaching each node, its Docker version, its
+// Problems are the warnings and failures of Run's checks that a plan's
+// observation (c, without Reads) answers, reading nothing more (the checks
+// that read more are skipped): reaching each node, its Docker version, its
 // containers (crash loops included), its etcd member, its Node registered,
-// unique and Ready, the cluster's PKI, API server and stale Nodes. Status and serve's status.yml show them, with the fix, on every
-// drift check. Nil for a teardown.
-func (p *Planned) Problems() []doctor.Finding {
-	if p.spec == nil {
-		return nil
-	}
-	r := &doctorRun{c: p.spec, ignoreDocker: p.ignoreDocker, d: p.Desired, now: p.Observed.At, o: p.Observed,
-		set: p.PKI, newPKI: p.PKISource.Kind == pkisource.New}
+// unique and Ready, the cluster's PKI, API server and stale Nodes. Status
+// and serve's status.yml show them, with the fix, on every drift check.
+func Problems(c *Cluster) []Finding {
+	r := newWalker(c)
+	r.rd = nil
 	var nodes []string
-	for _, n := range p.Desired.Nodes {
+	for _, n := range c.Desired.Nodes {
 		nodes = append(nodes, n.Address)
 	}
-	found := slices.Concat(r.clusterFindings(nil), doctor.Walk(context.Background(), nodes, r.checks(), doctor.Options{MaxParallel: 1}))
-	found = slices.DeleteFunc(found, func(f doctor.Finding) bool { return f.Level != doctor.Fail && f.Level != doctor.Warn })
+	found := slices.Concat(r.clusterFindings(nil), Walk(context.Background(), nodes, r.checks(), Options{MaxParallel: 1}))
+	found = slices.DeleteFunc(found, func(f Finding) bool { return f.Level != Fail && f.Level != Warn })
 	for i := range found {
 		found[i].Seconds = 0 // how long a judgement took: nothing to commit in status.yml
 	}
 	return found
 }
 
-// doctorNodes are the addresses of the nodes of d that want names (by
+// SelectNodes are the addresses of the nodes of d that want names (by
 // address, internal address or hostname_override); every node when want
 // is empty. A name no node has is an error.
-func doctorNodes(d *desired.Cluster, want []string) ([]string, error) {
+func SelectNodes(d *desired.Cluster, want []string) ([]string, error) {
 	named := func(n desired.Node, w string) bool {
 		return w == n.Address || w == n.InternalAddress || w == n.Hostname
 	}
@@ -135,13 +195,20 @@ func doctorNodes(d *desired.Cluster, want []string) ([]string, error) {
 	return out, nil
 }
 
-// doctorRun is what one Doctor read of the cluster, and what its checks
+// newWalker is a walk of c.
+func newWalker(c *Cluster) *walker {
+	return &walker{c: c.Spec, ignoreDocker: c.IgnoreDockerVersion, d: c.Desired, now: c.Now, o: c.Observed,
+		set: c.PKI, setErr: c.PKIErr, newPKI: c.NewPKI, req: c.Request, rd: c.Reads}
+}
+
+// walker is what one Doctor read of the cluster, and what its checks
 // read of each node on the way (machine, per node, read once).
-type doctorRun struct {
-	// s reads what the plan's observation does not hold; nil for the
-	// checks of a plan (Planned.Problems), which skip what needs it.
-	s            *Session
+type walker struct {
+	// rd reads what the plan's observation does not hold; nil for the
+	// checks of a plan (Problems), which skip what needs it.
+	rd           *Reads
 	c            *spec.Cluster
+	req          pki.Request
 	ignoreDocker bool
 	d            *desired.Cluster
 	now          time.Time
@@ -163,14 +230,14 @@ type doctorRun struct {
 	events []corev1.Event
 	// dns is the cluster DNS Service and its ready endpoints (nil: not
 	// read).
-	dns   *doctor.DNSService
+	dns   *DNSService
 	since time.Time
 
 	mu       sync.Mutex
 	machines map[string]*machineRead
 	// fromPod is what the pod-network check read from each node's probe
 	// pod (its DNS answer too).
-	fromPod map[string]*doctor.Host
+	fromPod map[string]*Host
 	// probe is the pod-network check's probe DaemonSet.
 	probe podProbe
 	// nodes counts the Nodes' updates while the walk runs (nil: not
@@ -188,7 +255,7 @@ type engineRead struct {
 // machineRead is what the helper container read of a node.
 type machineRead struct {
 	once sync.Once
-	host *doctor.Host
+	host *Host
 	err  error
 	skip string
 }
@@ -199,41 +266,27 @@ type machineRead struct {
 // plugin's pods and each node's docker info. It makes the pod-network
 // check's probe DaemonSet, whose pods start meanwhile. What the checks of
 // skip would judge is not read.
-func (r *doctorRun) gather(ctx context.Context, skip []string) {
-	s := r.s
-	r.machines, r.fromPod = map[string]*machineRead{}, map[string]*doctor.Host{}
-	st, err := s.loadState()
-	r.o = s.observeNodes(ctx, true, s.sinceApplied(st))
-	if err == nil {
-		var rp *pkisource.Resolved
-		if rp, err = s.resolvePKI(st, r.o, asked{}); err == nil {
-			r.set, r.newPKI = rp.Set, rp.Source.Kind == pkisource.New
-		}
-	}
-	r.setErr = err
+func (r *walker) gather(ctx context.Context, skip []string) {
+	r.machines, r.fromPod = map[string]*machineRead{}, map[string]*Host{}
 	var wg sync.WaitGroup
 	if r.set != nil && !r.newPKI {
-		if p := r.c.Network.Plugin; !slices.Contains(skip, doctor.CheckPodNetwork) && p != "" && p != "none" {
+		if p := r.c.Network.Plugin; !slices.Contains(skip, CheckPodNetwork) && p != "" && p != "none" {
 			r.probe.created = make(chan struct{})
 			go r.createProbe(ctx)
 		}
-		wg.Add(2)
-		go func() { defer wg.Done(); s.observeEtcd(ctx, r.set, r.o) }()
-		go func() {
-			defer wg.Done()
-			s.observeKubernetes(ctx, r.set, r.o)
-			if !slices.Contains(skip, doctor.CheckNodeUpdates) {
+		wg.Go(func() {
+			if !slices.Contains(skip, CheckNodeUpdates) {
 				r.nodes = r.watchNodes(ctx)
 			}
 			r.pods = r.listPluginPods(ctx)
 			r.events = r.listNodeEvents(ctx)
 			r.dns = r.readDNSService(ctx)
-		}()
-		r.checker, _ = s.services().Checker(r.set)
+		})
+		r.checker = r.rd.Checker
 	}
 	r.info = map[string]*engineRead{}
 	var mu sync.Mutex
-	_ = fanout.Each(ctx, r.d.Nodes, s.c.Rigger.MaxParallel, func(ctx context.Context, _ int, n desired.Node) error {
+	_ = fanout.Each(ctx, r.d.Nodes, r.c.Rigger.MaxParallel, func(ctx context.Context, _ int, n desired.Node) error {
 		if on := r.o.Nodes[n.Address]; on == nil || !on.Reachable {
 			return nil
 		}
@@ -257,8 +310,8 @@ func (r *doctorRun) gather(ctx context.Context, skip []string) {
 }
 
 // readEngine reads a node's docker info, and its clock from it.
-func (r *doctorRun) readEngine(ctx context.Context, node string) *engineRead {
-	cli, err := r.s.tr.Docker(ctx, node)
+func (r *walker) readEngine(ctx context.Context, node string) *engineRead {
+	cli, err := r.rd.Engine(ctx, node)
 	if err != nil {
 		return &engineRead{err: err}
 	}
@@ -273,12 +326,12 @@ func (r *doctorRun) readEngine(ctx context.Context, node string) *engineRead {
 }
 
 // listPluginPods lists the network plugin's pods by Node name.
-func (r *doctorRun) listPluginPods(ctx context.Context) map[string][]corev1.Pod {
-	sel := r.s.networkPluginSelector()
+func (r *walker) listPluginPods(ctx context.Context) map[string][]corev1.Pod {
+	sel := r.rd.NetworkPlugin
 	if sel == "" || r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
 		return nil
 	}
-	cs, err := r.s.services().KubeClient(r.set, r.o)
+	cs, err := r.rd.Kube()
 	if err != nil {
 		return nil
 	}
@@ -306,11 +359,11 @@ func (r *doctorRun) listPluginPods(ctx context.Context) map[string][]corev1.Pod 
 }
 
 // listNodeEvents lists the Events of Nodes (nil when they could not be).
-func (r *doctorRun) listNodeEvents(ctx context.Context) []corev1.Event {
+func (r *walker) listNodeEvents(ctx context.Context) []corev1.Event {
 	if r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
 		return nil
 	}
-	cs, err := r.s.services().KubeClient(r.set, r.o)
+	cs, err := r.rd.Kube()
 	if err != nil {
 		return nil
 	}
@@ -324,12 +377,12 @@ func (r *doctorRun) listNodeEvents(ctx context.Context) []corev1.Event {
 // readDNSService finds the Service with the cluster DNS address and
 // counts its ready endpoints; nil when the cluster runs no DNS or the API
 // server did not answer.
-func (r *doctorRun) readDNSService(ctx context.Context) *doctor.DNSService {
+func (r *walker) readDNSService(ctx context.Context) *DNSService {
 	server := r.dnsServer()
 	if server == "" || r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
 		return nil
 	}
-	cs, err := r.s.services().KubeClient(r.set, r.o)
+	cs, err := r.rd.Kube()
 	if err != nil {
 		return nil
 	}
@@ -341,10 +394,10 @@ func (r *doctorRun) readDNSService(ctx context.Context) *doctor.DNSService {
 		return slices.Contains(s.Spec.ClusterIPs, server) || s.Spec.ClusterIP == server
 	})
 	if i < 0 {
-		return &doctor.DNSService{}
+		return &DNSService{}
 	}
 	svc := svcs.Items[i]
-	out := &doctor.DNSService{Name: svc.Namespace + "/" + svc.Name}
+	out := &DNSService{Name: svc.Namespace + "/" + svc.Name}
 	eps, err := cs.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
 	if err != nil {
 		return nil
@@ -363,38 +416,38 @@ func (r *doctorRun) readDNSService(ctx context.Context) *doctor.DNSService {
 const maxNodeEvents = 2000
 
 // clusterFindings are the checks of the cluster as a whole.
-func (r *doctorRun) clusterFindings(skip []string) []doctor.Finding {
-	var out []doctor.Finding
-	add := func(check string, res doctor.Result) {
+func (r *walker) clusterFindings(skip []string) []Finding {
+	var out []Finding
+	add := func(check string, res Result) {
 		if slices.Contains(skip, check) {
-			res = doctor.Result{Level: doctor.Skip, Found: "skipped by name"}
+			res = Result{Level: Skip, Found: "skipped by name"}
 		}
-		out = append(out, doctor.Finding{Check: check, Level: res.Level, Expected: res.Expected, Found: res.Found, Fix: res.Fix})
+		out = append(out, Finding{Check: check, Level: res.Level, Expected: res.Expected, Found: res.Found, Fix: res.Fix})
 	}
-	add(doctor.CheckClusterYML, doctor.Passed("valid"))
+	add(CheckClusterYML, Passed("valid"))
 	switch {
 	case r.setErr != nil:
-		add(doctor.CheckPKI, doctor.Failed("the cluster's certificates", r.setErr.Error(), "the error says what to do with the state directory"))
+		add(CheckPKI, Failed("the cluster's certificates", r.setErr.Error(), "the error says what to do with the state directory"))
 	case r.newPKI:
-		add(doctor.CheckPKI, doctor.Warned("the cluster's certificates", "no certificates in the state directory or on a node: the cluster was never applied",
+		add(CheckPKI, Warned("the cluster's certificates", "no certificates in the state directory or on a node: the cluster was never applied",
 			"rigger apply -f cluster.yml makes them"))
 	default:
-		add(doctor.CheckPKI, doctor.Passed("the cluster's certificates"))
+		add(CheckPKI, Passed("the cluster's certificates"))
 	}
 	k := r.o.Kubernetes
 	switch {
 	case k == nil:
-		add(doctor.CheckKubernetesAPI, doctor.Skipped("no certificates to ask with"))
+		add(CheckKubernetesAPI, Skipped("no certificates to ask with"))
 	case k.Err != nil:
-		add(doctor.CheckKubernetesAPI, doctor.Failed("the API server to list the Nodes", k.Err.Error(),
+		add(CheckKubernetesAPI, Failed("the API server to list the Nodes", k.Err.Error(),
 			"the walk of the controlplane nodes says why (their kube-apiserver, etcd)"))
 	default:
-		add(doctor.CheckKubernetesAPI, doctor.Passed("the API server lists the Nodes"))
+		add(CheckKubernetesAPI, Passed("the API server lists the Nodes"))
 	}
 	if k != nil && k.Err == nil && k.Link != nil {
-		add(doctor.CheckStaleNodes, doctor.Stale(k.Link, r.c.Rigger.StaleNodes))
+		add(CheckStaleNodes, Stale(k.Link, r.c.Rigger.StaleNodes))
 	} else {
-		add(doctor.CheckStaleNodes, doctor.Skipped("the Nodes were not listed"))
+		add(CheckStaleNodes, Skipped("the Nodes were not listed"))
 	}
 	return out
 }
@@ -409,76 +462,76 @@ const (
 )
 
 // checks are the walk of one node, in order.
-func (r *doctorRun) checks() []doctor.Check {
-	var out []doctor.Check
-	for _, name := range doctor.ReachChecks {
-		out = append(out, doctor.Check{Name: name, Run: func(_ context.Context, node string) doctor.Result {
+func (r *walker) checks() []Check {
+	var out []Check
+	for _, name := range ReachChecks {
+		out = append(out, Check{Name: name, Run: func(_ context.Context, node string) Result {
 			return r.reach(name, node)
 		}})
 	}
 	return append(out,
-		doctor.Check{Name: doctor.CheckDockerVersion, Run: func(_ context.Context, node string) doctor.Result {
+		Check{Name: CheckDockerVersion, Run: func(_ context.Context, node string) Result {
 			on := r.o.Nodes[node]
 			if on == nil || !on.Reachable {
-				return doctor.Skipped("the node did not answer")
+				return Skipped("the node did not answer")
 			}
-			return doctor.DockerVersion(r.c.KubernetesVersion, on.DockerVersion, r.ignoreDocker)
+			return DockerVersion(r.c.KubernetesVersion, on.DockerVersion, r.ignoreDocker)
 		}},
-		doctor.Check{Name: doctor.CheckCgroupDriver, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
+		Check{Name: CheckCgroupDriver, Run: r.engineCheck(func(n *desired.Node, er *engineRead) Result {
 			kubelet, ok := n.Container(desired.Kubelet)
 			if !ok {
-				return doctor.Skipped("no kubelet")
+				return Skipped("no kubelet")
 			}
-			return doctor.CgroupDriver(er.info.CgroupDriver, er.info.CgroupVersion, argValue(kubelet.Args, "--cgroup-driver"))
+			return CgroupDriver(er.info.CgroupDriver, er.info.CgroupVersion, argValue(kubelet.Args, "--cgroup-driver"))
 		})},
-		doctor.Check{Name: doctor.CheckClock, Run: r.engineCheck(func(n *desired.Node, er *engineRead) doctor.Result {
+		Check{Name: CheckClock, Run: r.engineCheck(func(n *desired.Node, er *engineRead) Result {
 			if er.info.SystemTime == "" {
-				return doctor.Skipped("the engine does not tell its time")
+				return Skipped("the engine does not tell its time")
 			}
-			return doctor.Clock(er.offset, er.unc, r.median)
+			return Clock(er.offset, er.unc, r.median)
 		})},
-		doctor.Check{Name: doctor.CheckKernelNetwork, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(doctor.KernelNetwork))},
-		doctor.Check{Name: doctor.CheckSwap, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(doctor.Swap))},
-		doctor.Check{Name: doctor.CheckResolvConf, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(doctor.ResolvConf))},
-		doctor.Check{Name: doctor.CheckDisk, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
+		Check{Name: CheckKernelNetwork, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(KernelNetwork))},
+		Check{Name: CheckSwap, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(Swap))},
+		Check{Name: CheckResolvConf, Timeout: doctorMachineTimeout, Run: r.reads(r.hostCheck(ResolvConf))},
+		Check{Name: CheckDisk, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) Result {
 			var eviction string
 			if n, _ := r.d.Node(node); n != nil {
 				if kubelet, ok := n.Container(desired.Kubelet); ok {
 					eviction = argValue(kubelet.Args, "--eviction-hard")
 				}
 			}
-			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DiskSpace(h, eviction) })(ctx, node)
+			return r.hostCheck(func(h *Host) Result { return DiskSpace(h, eviction) })(ctx, node)
 		})},
-		doctor.Check{Name: doctor.CheckEtcdData, Timeout: doctorMachineTimeout, Run: r.reads(r.etcdData)},
-		doctor.Check{Name: doctor.CheckImages, Run: r.reads(r.images)},
-		doctor.Check{Name: doctor.CheckCertificates, Run: r.reads(r.certificates)},
-		doctor.Check{Name: doctor.CheckContainers, Run: r.containers},
-		doctor.Check{Name: doctor.CheckEtcdMember, Run: r.etcdMember},
-		doctor.Check{Name: doctor.CheckEtcdDisk, Timeout: doctorProbeTimeout, Run: r.reads(r.etcdDisk)},
-		doctor.Check{Name: doctor.CheckHealth, Timeout: doctorProbeTimeout, Run: r.reads(r.health)},
-		doctor.Check{Name: doctor.CheckPorts, Timeout: doctorProbeTimeout, Run: r.reads(r.ports)},
-		doctor.Check{Name: doctor.CheckEvents, Run: r.reads(r.nodeEvents)},
-		doctor.Check{Name: doctor.CheckNodeRegistered, Run: r.registered},
-		doctor.Check{Name: doctor.CheckCNI, Timeout: doctorMachineTimeout, Run: r.reads(r.cni)},
-		doctor.Check{Name: doctor.CheckNodeReady, Run: func(_ context.Context, node string) doctor.Result {
+		Check{Name: CheckEtcdData, Timeout: doctorMachineTimeout, Run: r.reads(r.etcdData)},
+		Check{Name: CheckImages, Run: r.reads(r.images)},
+		Check{Name: CheckCertificates, Run: r.reads(r.certificates)},
+		Check{Name: CheckContainers, Run: r.containers},
+		Check{Name: CheckEtcdMember, Run: r.etcdMember},
+		Check{Name: CheckEtcdDisk, Timeout: doctorProbeTimeout, Run: r.reads(r.etcdDisk)},
+		Check{Name: CheckHealth, Timeout: doctorProbeTimeout, Run: r.reads(r.health)},
+		Check{Name: CheckPorts, Timeout: doctorProbeTimeout, Run: r.reads(r.ports)},
+		Check{Name: CheckEvents, Run: r.reads(r.nodeEvents)},
+		Check{Name: CheckNodeRegistered, Run: r.registered},
+		Check{Name: CheckCNI, Timeout: doctorMachineTimeout, Run: r.reads(r.cni)},
+		Check{Name: CheckNodeReady, Run: func(_ context.Context, node string) Result {
 			if k := r.o.Kubernetes; k == nil || k.Err != nil || k.Link == nil {
-				return doctor.Skipped("the Nodes were not listed")
+				return Skipped("the Nodes were not listed")
 			}
-			return doctor.Ready(r.o.Kubernetes.Link.Owned[node])
+			return Ready(r.o.Kubernetes.Link.Owned[node])
 		}},
-		doctor.Check{Name: doctor.CheckNodeUpdates, Timeout: 2 * nodeWatchWindow, Run: r.reads(r.nodeUpdates)},
-		doctor.Check{Name: doctor.CheckOverlay, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
+		Check{Name: CheckNodeUpdates, Timeout: 2 * nodeWatchWindow, Run: r.reads(r.nodeUpdates)},
+		Check{Name: CheckOverlay, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) Result {
 			peers := r.overlayPeers(node)
 			if len(peers) == 0 {
-				return doctor.Skipped("no other node's end of a flannel overlay known")
+				return Skipped("no other node's end of a flannel overlay known")
 			}
-			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.Overlay(peers, h.Overlay, h.OverlayMTU) })(ctx, node)
+			return r.hostCheck(func(h *Host) Result { return Overlay(peers, h.Overlay, h.OverlayMTU) })(ctx, node)
 		})},
-		doctor.Check{Name: doctor.CheckPodNetwork, Timeout: probeStart + doctorMachineTimeout, Run: r.reads(r.podNetwork)},
-		doctor.Check{Name: doctor.CheckDNS, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) doctor.Result {
+		Check{Name: CheckPodNetwork, Timeout: probeStart + doctorMachineTimeout, Run: r.reads(r.podNetwork)},
+		Check{Name: CheckDNS, Timeout: doctorMachineTimeout, Run: r.reads(func(ctx context.Context, node string) Result {
 			server := r.dnsServer()
 			if server == "" {
-				return doctor.Skipped("dns: provider none")
+				return Skipped("dns: provider none")
 			}
 			// From the node's probe pod, as pods' lookups go, when
 			// pod-network ran one; from the node's own network otherwise.
@@ -486,29 +539,29 @@ func (r *doctorRun) checks() []doctor.Check {
 			pod := r.fromPod[node]
 			r.mu.Unlock()
 			if pod != nil {
-				res := doctor.DNS(server, r.dnsName(), pod.DNS, r.dns)
+				res := DNS(server, r.dnsName(), pod.DNS, r.dns)
 				res.Found = "from the node's probe pod: " + res.Found
 				return res
 			}
-			return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.DNS(server, r.dnsName(), h.DNS, r.dns) })(ctx, node)
+			return r.hostCheck(func(h *Host) Result { return DNS(server, r.dnsName(), h.DNS, r.dns) })(ctx, node)
 		})},
 	)
 }
 
 // reach is the check name of reaching node: the check its observation's
 // error fails, a pass before it (the connection got that far).
-func (r *doctorRun) reach(name, node string) doctor.Result {
+func (r *walker) reach(name, node string) Result {
 	sn := nodeSpec(r.c, node)
 	agent := sn.Transport == spec.TransportAgent
 	switch {
-	case agent && strings.HasPrefix(name, "ssh-"), agent && name == doctor.CheckAddress:
-		return doctor.Skipped("transport: agent")
-	case !agent && name == doctor.CheckAgentConnected:
-		return doctor.Skipped("reached over SSH")
+	case agent && strings.HasPrefix(name, "ssh-"), agent && name == CheckAddress:
+		return Skipped("transport: agent")
+	case !agent && name == CheckAgentConnected:
+		return Skipped("reached over SSH")
 	}
 	on := r.o.Nodes[node]
-	failed, res := doctor.Reach(on.Err)
-	switch i, f := slices.Index(doctor.ReachChecks, name), slices.Index(doctor.ReachChecks, failed); {
+	failed, res := Reach(on.Err)
+	switch i, f := slices.Index(ReachChecks, name), slices.Index(ReachChecks, failed); {
 	case failed == name:
 		return res
 	case failed != "" && i > f:
@@ -516,37 +569,37 @@ func (r *doctorRun) reach(name, node string) doctor.Result {
 		// get further.
 		res.Found = failed + " (skipped) failed: " + res.Found
 		return res
-	case failed != "" && doctor.Untried(on.Err):
-		return doctor.Skipped("not tried: " + failed + " failed before rigger connected")
+	case failed != "" && Untried(on.Err):
+		return Skipped("not tried: " + failed + " failed before rigger connected")
 	}
 	switch name {
-	case doctor.CheckAddress:
-		return doctor.Passed(sn.Address)
-	case doctor.CheckSSHPort:
-		return doctor.Passed("port " + cmp.Or(sn.Port, "22") + " open")
-	case doctor.CheckSSHHandshake:
-		return doctor.Passed("sshd answered")
-	case doctor.CheckSSHHostKey:
-		return doctor.Passed("host key known")
-	case doctor.CheckSSHAuth:
-		return doctor.Passed("as " + sn.User)
-	case doctor.CheckAgentConnected:
-		return doctor.Passed("tunnel up")
-	case doctor.CheckDockerSocket:
-		return doctor.Passed(cmp.Or(sn.DockerSocket, "/var/run/docker.sock") + " open")
+	case CheckAddress:
+		return Passed(sn.Address)
+	case CheckSSHPort:
+		return Passed("port " + cmp.Or(sn.Port, "22") + " open")
+	case CheckSSHHandshake:
+		return Passed("sshd answered")
+	case CheckSSHHostKey:
+		return Passed("host key known")
+	case CheckSSHAuth:
+		return Passed("as " + sn.User)
+	case CheckAgentConnected:
+		return Passed("tunnel up")
+	case CheckDockerSocket:
+		return Passed(cmp.Or(sn.DockerSocket, "/var/run/docker.sock") + " open")
 	}
-	return doctor.Passed("Docker " + on.DockerVersion + ", API " + on.DockerAPIVersion)
+	return Passed("Docker " + on.DockerVersion + ", API " + on.DockerAPIVersion)
 }
 
 // engineCheck is a check of a node's docker info.
-func (r *doctorRun) engineCheck(f func(n *desired.Node, er *engineRead) doctor.Result) func(context.Context, string) doctor.Result {
-	return r.reads(func(_ context.Context, node string) doctor.Result {
+func (r *walker) engineCheck(f func(n *desired.Node, er *engineRead) Result) func(context.Context, string) Result {
+	return r.reads(func(_ context.Context, node string) Result {
 		er := r.info[node]
 		if er == nil {
-			return doctor.Skipped("the node did not answer")
+			return Skipped("the node did not answer")
 		}
 		if er.err != nil {
-			return doctor.Failed("docker info to answer", er.err.Error(), "check dockerd on the node (journalctl -u docker)")
+			return Failed("docker info to answer", er.err.Error(), "check dockerd on the node (journalctl -u docker)")
 		}
 		n, _ := r.d.Node(node)
 		return f(n, er)
@@ -559,24 +612,24 @@ const readByDoctor = "read by rigger doctor only"
 
 // reads is a check that reads more than a plan's observation: skipped
 // among the checks of a plan.
-func (r *doctorRun) reads(f func(context.Context, string) doctor.Result) func(context.Context, string) doctor.Result {
-	return func(ctx context.Context, node string) doctor.Result {
-		if r.s == nil {
-			return doctor.Skipped(readByDoctor)
+func (r *walker) reads(f func(context.Context, string) Result) func(context.Context, string) Result {
+	return func(ctx context.Context, node string) Result {
+		if r.rd == nil {
+			return Skipped(readByDoctor)
 		}
 		return f(ctx, node)
 	}
 }
 
 // hostCheck is a check of what the helper container read of the machine.
-func (r *doctorRun) hostCheck(f func(*doctor.Host) doctor.Result) func(context.Context, string) doctor.Result {
-	return func(ctx context.Context, node string) doctor.Result {
+func (r *walker) hostCheck(f func(*Host) Result) func(context.Context, string) Result {
+	return func(ctx context.Context, node string) Result {
 		m := r.machine(ctx, node)
 		switch {
 		case m.skip != "":
-			return doctor.Skipped(m.skip)
+			return Skipped(m.skip)
 		case m.err != nil:
-			return doctor.Failed("a helper container to read the machine", m.err.Error(),
+			return Failed("a helper container to read the machine", m.err.Error(),
 				"check that the node's Docker engine runs containers (docker run --rm "+r.c.SystemImages.Alpine+" true)")
 		}
 		return f(m.host)
@@ -586,9 +639,9 @@ func (r *doctorRun) hostCheck(f func(*doctor.Host) doctor.Result) func(context.C
 // machine reads the machine of node once, through a one-shot container
 // of the helper image (system_images.alpine) that shares the node's
 // network namespace and binds the host's /etc, Docker's root and
-// /var/lib read-only (doctor.HostScript). A node without the image is
+// /var/lib read-only (HostScript). A node without the image is
 // not read: doctor pulls nothing (the images check reports it).
-func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
+func (r *walker) machine(ctx context.Context, node string) *machineRead {
 	r.mu.Lock()
 	m := r.machines[node]
 	if m == nil {
@@ -597,7 +650,7 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 	}
 	r.mu.Unlock()
 	m.once.Do(func() {
-		e, err := r.s.docker(ctx, node)
+		e, err := r.rd.Engine(ctx, node)
 		if err != nil {
 			m.err = err
 			return
@@ -631,7 +684,7 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 				}
 			}
 		}
-		out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.HostScript}, dockerop.RunOptions{
+		out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", HostScript}, dockerop.RunOptions{
 			NetworkMode: "host",
 			Env:         []string{"OVERLAY=" + strings.Join(overlay, " "), "DNS=" + r.dnsServer(), "DNS_NAME=" + r.dnsName(), "RESOLV=" + resolv},
 			Binds:       binds,
@@ -640,30 +693,30 @@ func (r *doctorRun) machine(ctx context.Context, node string) *machineRead {
 			m.err = err
 			return
 		}
-		m.host, m.err = doctor.ParseHost(out)
+		m.host, m.err = ParseHost(out)
 	})
 	return m
 }
 
 // etcdData checks an etcd node's data directory against the membership
 // (what a plan's membership change would meet).
-func (r *doctorRun) etcdData(ctx context.Context, node string) doctor.Result {
+func (r *walker) etcdData(ctx context.Context, node string) Result {
 	n, _ := r.d.Node(node)
 	switch {
 	case !n.HasRole(spec.RoleEtcd) || len(r.c.Services.Etcd.ExternalURLs) > 0:
-		return doctor.Skipped("not an etcd node")
+		return Skipped("not an etcd node")
 	case r.c.PrefixPath != "":
-		return doctor.Skipped("prefix_path: the data directory is not read")
+		return Skipped("prefix_path: the data directory is not read")
 	case r.o.Etcd == nil:
-		return doctor.Skipped("etcd's membership not read")
+		return Skipped("etcd's membership not read")
 	}
 	member := etcdmember.Find(r.o.Etcd.Members, desired.EtcdPeerURL(n.InternalAddress)) != nil
-	return r.hostCheck(func(h *doctor.Host) doctor.Result { return doctor.EtcdData(h.EtcdData, member) })(ctx, node)
+	return r.hostCheck(func(h *Host) Result { return EtcdData(h.EtcdData, member) })(ctx, node)
 }
 
 // dnsServer is the cluster DNS Service's address to ask from the nodes;
 // "" when the cluster runs no DNS add-on.
-func (r *doctorRun) dnsServer() string {
+func (r *walker) dnsServer() string {
 	if d := r.c.DNS; d != nil && d.Provider == "none" {
 		return ""
 	}
@@ -671,7 +724,7 @@ func (r *doctorRun) dnsServer() string {
 }
 
 // dnsName is the name asked of the cluster DNS: the API server's Service.
-func (r *doctorRun) dnsName() string {
+func (r *walker) dnsName() string {
 	return "kubernetes.default.svc." + cmp.Or(r.c.Services.Kubelet.ClusterDomain, "cluster.local")
 }
 
@@ -679,7 +732,7 @@ func (r *doctorRun) dnsName() string {
 // flannel (canal's too), the first address of each Node's pod subnet,
 // which its flannel.1 device holds. None for other network plugins, or
 // when the Nodes were not listed.
-func (r *doctorRun) overlayPeers(node string) []doctor.OverlayPeer {
+func (r *walker) overlayPeers(node string) []OverlayPeer {
 	if p := r.c.Network.Plugin; p != "flannel" && p != "canal" {
 		return nil
 	}
@@ -687,14 +740,14 @@ func (r *doctorRun) overlayPeers(node string) []doctor.OverlayPeer {
 	if k == nil || k.Link == nil {
 		return nil
 	}
-	var peers []doctor.OverlayPeer
+	var peers []OverlayPeer
 	for _, n := range r.d.Nodes {
 		kn := k.Link.Owned[n.Address]
 		if n.Address == node || kn == nil || kn.Spec.PodCIDR == "" {
 			continue
 		}
 		if prefix, err := netip.ParsePrefix(kn.Spec.PodCIDR); err == nil {
-			peers = append(peers, doctor.OverlayPeer{Node: kn.Name, Address: prefix.Masked().Addr().String()})
+			peers = append(peers, OverlayPeer{Node: kn.Name, Address: prefix.Masked().Addr().String()})
 		}
 	}
 	return peers
@@ -702,11 +755,11 @@ func (r *doctorRun) overlayPeers(node string) []doctor.OverlayPeer {
 
 // images checks that the images of the node's containers are there, and
 // asks the registry about those that are not.
-func (r *doctorRun) images(ctx context.Context, node string) doctor.Result {
+func (r *walker) images(ctx context.Context, node string) Result {
 	n, _ := r.d.Node(node)
-	cli, err := r.s.tr.Docker(ctx, node)
+	cli, err := r.rd.Engine(ctx, node)
 	if err != nil {
-		return doctor.Failed("the node's Docker engine", err.Error(), "")
+		return Failed("the node's Docker engine", err.Error(), "")
 	}
 	var missing []string
 	pullErr := map[string]error{}
@@ -719,67 +772,67 @@ func (r *doctorRun) images(ctx context.Context, node string) doctor.Result {
 		if _, err := cli.ImageInspect(ctx, ref); err == nil {
 			continue
 		} else if !errdefs.IsNotFound(err) {
-			return doctor.Failed("the node's Docker engine to answer", err.Error(), "")
+			return Failed("the node's Docker engine to answer", err.Error(), "")
 		}
 		missing = append(missing, ref)
-		pull, err := r.s.reg.For(ref)
+		auth, err := r.rd.PullAuth(ref)
 		if err == nil {
-			_, err = cli.DistributionInspect(ctx, ref, pull.Auth)
+			_, err = cli.DistributionInspect(ctx, ref, auth)
 		}
 		if err != nil {
 			pullErr[ref] = err
 		}
 	}
-	return doctor.Images(missing, pullErr)
+	return Images(missing, pullErr)
 }
 
 // certificates checks the node's certificates against the PKI.
-func (r *doctorRun) certificates(_ context.Context, node string) doctor.Result {
+func (r *walker) certificates(_ context.Context, node string) Result {
 	switch {
 	case r.set == nil:
-		return doctor.Skipped("the cluster's certificates could not be read")
+		return Skipped("the cluster's certificates could not be read")
 	case r.newPKI:
-		return doctor.Skipped("the cluster has no certificates yet")
+		return Skipped("the cluster has no certificates yet")
 	}
 	on := r.o.Nodes[node]
 	if !on.FilesRead {
-		return doctor.Skipped("the node's files were not read: the helper image is not on it yet")
+		return Skipped("the node's files were not read: the helper image is not on it yet")
 	}
 	var pn pki.Node
-	for _, rn := range r.s.req.Nodes {
+	for _, rn := range r.req.Nodes {
 		if rn.Address == node {
 			pn = rn
 		}
 	}
-	want, err := pki.NodeFiles(r.set, r.s.req, pn)
+	want, err := pki.NodeFiles(r.set, r.req, pn)
 	if err != nil {
-		return doctor.Failed("the node's certificates", err.Error(), "")
+		return Failed("the node's certificates", err.Error(), "")
 	}
 	var cas []byte
 	for _, name := range r.set.Names() {
 		cas = append(cas, r.set.Trusted(name)...)
 	}
-	return doctor.Certificates(want, on.Contents, cas, r.now)
+	return Certificates(want, on.Contents, cas, r.now)
 }
 
 // containers checks the node's containers, inspecting each for its
 // restarts and reading the last lines of those that do not run.
-func (r *doctorRun) containers(ctx context.Context, node string) doctor.Result {
+func (r *walker) containers(ctx context.Context, node string) Result {
 	n, _ := r.d.Node(node)
 	on := r.o.Nodes[node]
 	if on == nil || !on.Reachable {
-		return doctor.Skipped("the node did not answer")
+		return Skipped("the node did not answer")
 	}
-	var cli dockerop.Engine
-	if r.s != nil {
+	var cli Engine
+	if r.rd != nil {
 		var err error
-		if cli, err = r.s.tr.Docker(ctx, node); err != nil {
-			return doctor.Failed("the node's Docker engine", err.Error(), "")
+		if cli, err = r.rd.Engine(ctx, node); err != nil {
+			return Failed("the node's Docker engine", err.Error(), "")
 		}
 	}
-	got := map[string]doctor.Container{}
+	got := map[string]Container{}
 	for name, oc := range on.Containers {
-		c := doctor.Container{Container: oc}
+		c := Container{Container: oc}
 		if dc, ok := n.Container(name); ok && !dc.RunOnce && cli != nil {
 			if in, err := cli.ContainerInspect(ctx, oc.ID); err == nil && in.ContainerJSONBase != nil {
 				c.RestartCount = in.RestartCount
@@ -793,46 +846,46 @@ func (r *doctorRun) containers(ctx context.Context, node string) doctor.Result {
 		}
 		got[name] = c
 	}
-	return doctor.Containers(n.Containers, got, r.now)
+	return Containers(n.Containers, got, r.now)
 }
 
 // etcdMember checks the etcd member of an etcd node.
-func (r *doctorRun) etcdMember(_ context.Context, node string) doctor.Result {
+func (r *walker) etcdMember(_ context.Context, node string) Result {
 	n, _ := r.d.Node(node)
 	if _, ok := n.Container(desired.Etcd); !ok {
-		return doctor.Skipped("not an etcd node")
+		return Skipped("not an etcd node")
 	}
 	if r.set == nil || r.newPKI {
-		return doctor.Skipped("no certificates to ask etcd with")
+		return Skipped("no certificates to ask etcd with")
 	}
 	var members []etcdmember.Member
 	if r.o.Etcd != nil {
 		members = r.o.Etcd.Members
 	}
-	return doctor.EtcdMember(members, r.o.Etcd != nil, r.o.EtcdErr, desired.EtcdPeerURL(n.InternalAddress))
+	return EtcdMember(members, r.o.Etcd != nil, r.o.EtcdErr, desired.EtcdPeerURL(n.InternalAddress))
 }
 
 // etcdDisk judges the disk of the node's etcd member from its metrics.
-func (r *doctorRun) etcdDisk(ctx context.Context, node string) doctor.Result {
+func (r *walker) etcdDisk(ctx context.Context, node string) Result {
 	n, _ := r.d.Node(node)
 	if _, ok := n.Container(desired.Etcd); !ok {
-		return doctor.Skipped("not an etcd node")
+		return Skipped("not an etcd node")
 	}
 	if r.checker == nil {
-		return doctor.Skipped("no certificates to ask etcd with")
+		return Skipped("no certificates to ask etcd with")
 	}
 	metrics, err := r.checker.EtcdMetrics(ctx, health.Target{Node: node, InternalAddress: n.InternalAddress, Component: desired.Etcd})
 	if err != nil {
-		return doctor.Warned("etcd's metrics", err.Error(), "the etcd-member and health checks say whether etcd answers on its client port")
+		return Warned("etcd's metrics", err.Error(), "the etcd-member and health checks say whether etcd answers on its client port")
 	}
-	return doctor.EtcdDisk(metrics)
+	return EtcdDisk(metrics)
 }
 
 // health probes the node's components as an apply does once it has
 // started them (package health), all at once.
-func (r *doctorRun) health(ctx context.Context, node string) doctor.Result {
+func (r *walker) health(ctx context.Context, node string) Result {
 	if r.checker == nil {
-		return doctor.Skipped("no certificates to probe with")
+		return Skipped("no certificates to probe with")
 	}
 	n, _ := r.d.Node(node)
 	var names []string
@@ -841,19 +894,19 @@ func (r *doctorRun) health(ctx context.Context, node string) doctor.Result {
 			names = append(names, c.Name)
 		}
 	}
-	results := make([]doctor.Result, len(names))
+	results := make([]Result, len(names))
 	_ = fanout.Each(ctx, names, 0, func(ctx context.Context, i int, name string) error {
 		err := r.checker.Check(ctx, health.Target{Node: node, InternalAddress: n.InternalAddress, Component: name})
 		if err != nil {
-			results[i] = doctor.Failed(name+" healthy", name+": "+err.Error(),
+			results[i] = Failed(name+" healthy", name+": "+err.Error(),
 				"docker logs "+name+" on the node says why; rigger apply restarts what does not run")
 		} else {
-			results[i] = doctor.Passed(name)
+			results[i] = Passed(name)
 		}
 		return nil
 	})
-	res := doctor.Worst(results...)
-	if res.Level == doctor.Pass {
+	res := Worst(results...)
+	if res.Level == Pass {
 		res.Found = strings.Join(names, ", ") + " healthy"
 	}
 	return res
@@ -867,7 +920,7 @@ const portTimeout = 3 * time.Second
 // controlplane nodes and its peer port from the etcd nodes, the API
 // server's from every node, the kubelet's from the controlplane nodes.
 // Nodes that did not answer dial nothing.
-func (r *doctorRun) ports(ctx context.Context, node string) doctor.Result {
+func (r *walker) ports(ctx context.Context, node string) Result {
 	n, _ := r.d.Node(node)
 	type target struct {
 		port  int
@@ -885,7 +938,7 @@ func (r *doctorRun) ports(ctx context.Context, node string) doctor.Result {
 	if _, ok := n.Container(desired.Kubelet); ok {
 		targets = append(targets, target{10250, "kubelet", []string{spec.RoleControlPlane}})
 	}
-	var probes []doctor.PortProbe
+	var probes []PortProbe
 	for _, t := range targets {
 		for _, p := range r.d.Nodes {
 			if p.Address == node || (t.roles != nil && !slices.ContainsFunc(t.roles, p.HasRole)) {
@@ -894,13 +947,13 @@ func (r *doctorRun) ports(ctx context.Context, node string) doctor.Result {
 			if on := r.o.Nodes[p.Address]; on == nil || !on.Reachable {
 				continue
 			}
-			probes = append(probes, doctor.PortProbe{Port: t.port, What: t.what, From: p.Address})
+			probes = append(probes, PortProbe{Port: t.port, What: t.what, From: p.Address})
 		}
 	}
-	_ = fanout.Each(ctx, probes, 0, func(ctx context.Context, i int, p doctor.PortProbe) error {
+	_ = fanout.Each(ctx, probes, 0, func(ctx context.Context, i int, p PortProbe) error {
 		ctx, cancel := context.WithTimeout(ctx, portTimeout)
 		defer cancel()
-		conn, err := r.s.tr.Dial(ctx, p.From, "tcp", net.JoinHostPort(n.InternalAddress, strconv.Itoa(p.Port)))
+		conn, err := r.rd.Dial(ctx, p.From, "tcp", net.JoinHostPort(n.InternalAddress, strconv.Itoa(p.Port)))
 		switch {
 		case err == nil:
 			conn.Close()
@@ -914,14 +967,14 @@ func (r *doctorRun) ports(ctx context.Context, node string) doctor.Result {
 		}
 		return nil
 	})
-	return doctor.Ports(probes)
+	return Ports(probes)
 }
 
 // nodeEvents warns of the recent Events that explain a Node deleted,
 // NotReady or under pressure.
-func (r *doctorRun) nodeEvents(_ context.Context, node string) doctor.Result {
+func (r *walker) nodeEvents(_ context.Context, node string) Result {
 	if r.events == nil {
-		return doctor.Skipped("the Events were not listed")
+		return Skipped("the Events were not listed")
 	}
 	n, _ := r.d.Node(node)
 	names := []string{n.Hostname}
@@ -932,41 +985,41 @@ func (r *doctorRun) nodeEvents(_ context.Context, node string) doctor.Result {
 	if owned != nil && owned.Name != n.Hostname {
 		names = append(names, owned.Name)
 	}
-	return doctor.Events(names, r.events, r.since, doctor.ReadySince(owned))
+	return Events(names, r.events, r.since, ReadySince(owned))
 }
 
 // registered checks the node's Node, with the kubelet's last lines when
 // it has none.
-func (r *doctorRun) registered(ctx context.Context, node string) doctor.Result {
+func (r *walker) registered(ctx context.Context, node string) Result {
 	k := r.o.Kubernetes
 	if k == nil || k.Err != nil || k.Link == nil {
-		return doctor.Skipped("the Nodes were not listed")
+		return Skipped("the Nodes were not listed")
 	}
 	n, _ := r.d.Node(node)
 	if _, ok := n.Container(desired.Kubelet); !ok {
-		return doctor.Skipped("no kubelet")
+		return Skipped("no kubelet")
 	}
 	logs := ""
-	if k.Link.Owned[node] == nil && r.s != nil {
-		if cli, err := r.s.tr.Docker(ctx, node); err == nil {
+	if k.Link.Owned[node] == nil && r.rd != nil {
+		if cli, err := r.rd.Engine(ctx, node); err == nil {
 			logs = dockerop.Logs(ctx, cli, desired.Kubelet)
 		}
 	}
-	return doctor.Registered(node, n.Hostname, k.Link, logs)
+	return Registered(node, n.Hostname, k.Link, logs)
 }
 
 // cni checks the network plugin's configuration and pod on the node.
-func (r *doctorRun) cni(ctx context.Context, node string) doctor.Result {
+func (r *walker) cni(ctx context.Context, node string) Result {
 	plugin := r.c.Network.Plugin
 	if plugin == "" || plugin == "none" {
-		return doctor.Skipped("no network plugin")
+		return Skipped("no network plugin")
 	}
 	m := r.machine(ctx, node)
 	switch {
 	case m.skip != "":
-		return doctor.Skipped(m.skip)
+		return Skipped(m.skip)
 	case m.err != nil:
-		return doctor.Failed("a helper container to read the machine", m.err.Error(), "")
+		return Failed("a helper container to read the machine", m.err.Error(), "")
 	}
 	var pods []corev1.Pod
 	if r.pods != nil {
@@ -975,7 +1028,7 @@ func (r *doctorRun) cni(ctx context.Context, node string) doctor.Result {
 			pods = append(pods, r.pods[k.Link.Owned[node].Name]...)
 		}
 	}
-	return doctor.CNI(plugin, m.host.CNI, pods)
+	return CNI(plugin, m.host.CNI, pods)
 }
 
 // argValue is the value of flag in args ("--flag=value"), "" without it.

@@ -1,4 +1,4 @@
-package reconcile
+package doctor
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/observe"
 )
 
@@ -62,7 +61,7 @@ func TestWaitProbePods(t *testing.T) {
 	)
 	windows := readyNode("n5", corev1.ConditionTrue)
 	windows.Labels[corev1.LabelOSStable] = "windows"
-	r := &doctorRun{o: &observe.Cluster{
+	r := &walker{o: &observe.Cluster{
 		Kubernetes: &observe.Kubernetes{Link: &observe.Linkage{Owned: map[string]*corev1.Node{
 			"10.0.0.1": readyNode("n1", corev1.ConditionTrue),
 			"10.0.0.2": readyNode("n2", corev1.ConditionTrue),
@@ -108,7 +107,7 @@ func TestNodeWatchSaw(t *testing.T) {
 	node := func(fields ...metav1.ManagedFieldsEntry) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ManagedFields: fields}}
 	}
-	w := &nodeWatch{updates: map[string]*doctor.NodeUpdates{}, last: map[string]map[string]time.Time{}}
+	w := &nodeWatch{updates: map[string]*NodeUpdates{}, last: map[string]map[string]time.Time{}}
 	w.saw("ADDED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(0)}))
 	w.saw("MODIFIED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(1)}))
 	w.saw("MODIFIED", node(metav1.ManagedFieldsEntry{Manager: "kubelet", Time: at(0)}, metav1.ManagedFieldsEntry{Manager: "a", Time: at(1)}, metav1.ManagedFieldsEntry{Manager: "b", Time: at(1)}))

@@ -1,4 +1,4 @@
-package reconcile
+package doctor
 
 import (
 	"context"
@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/dockerop"
-	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/observe"
 )
 
@@ -61,37 +60,37 @@ type podProbe struct {
 }
 
 // podNetwork is the pod-network check of node.
-func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
+func (r *walker) podNetwork(ctx context.Context, node string) Result {
 	if p := r.c.Network.Plugin; p == "" || p == "none" {
-		return doctor.Skipped("no network plugin")
+		return Skipped("no network plugin")
 	}
 	k := r.o.Kubernetes
 	if k == nil || k.Err != nil || k.Link == nil || k.Link.Owned[node] == nil {
-		return doctor.Skipped("the node's Node was not listed")
+		return Skipped("the node's Node was not listed")
 	}
 	self := k.Link.Owned[node].Name
 	if r.probe.created == nil {
-		return doctor.Skipped("the probe was not started")
+		return Skipped("the probe was not started")
 	}
 	p := r.probePods(ctx)
 	switch {
 	case p.err != nil:
-		return doctor.Failed("probe pods on the Ready nodes", p.err.Error(),
+		return Failed("probe pods on the Ready nodes", p.err.Error(),
 			"the API server refused the probe DaemonSet; skip this check (--skip pod-network) where doctor may not create it")
 	case p.missing[self] != "":
-		return doctor.Failed("a probe pod to run on the node", p.missing[self],
+		return Failed("a probe pod to run on the node", p.missing[self],
 			"a pod that cannot start here is what the kubelet's and the network plugin's logs explain (failed to set up sandbox, cni plugin not initialized): see the containers and cni checks, and kubectl -n kube-system describe pod")
 	}
 	if _, ok := p.pods[self]; !ok {
-		return doctor.Skipped("no probe pod was waited for on this node (it was not Ready, or its engine did not answer, when the walk began)")
+		return Skipped("no probe pod was waited for on this node (it was not Ready, or its engine did not answer, when the walk began)")
 	}
-	var peers []doctor.OverlayPeer
+	var peers []OverlayPeer
 	for name, pod := range p.pods {
 		if name != self {
-			peers = append(peers, doctor.OverlayPeer{Node: name, Address: pod.Status.PodIP})
+			peers = append(peers, OverlayPeer{Node: name, Address: pod.Status.PodIP})
 		}
 	}
-	slices.SortFunc(peers, func(a, b doctor.OverlayPeer) int { return strings.Compare(a.Node, b.Node) })
+	slices.SortFunc(peers, func(a, b OverlayPeer) int { return strings.Compare(a.Node, b.Node) })
 	var slow []string
 	for name, why := range p.missing {
 		if name != self {
@@ -100,15 +99,15 @@ func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
 	}
 	slices.Sort(slow)
 	if len(peers) == 0 {
-		return doctor.Skipped("no probe pod runs on another node")
+		return Skipped("no probe pod runs on another node")
 	}
 	h, err := r.pingFromPod(ctx, node, p.pods[self], peers)
 	if err != nil {
-		return doctor.Failed("a helper container in the probe pod's network", err.Error(),
+		return Failed("a helper container in the probe pod's network", err.Error(),
 			"check that the node's Docker engine runs containers (docker run --rm "+r.c.SystemImages.Alpine+" true)")
 	}
-	res := doctor.PodNetwork(peers, h.Overlay, h.OverlayMTU)
-	if res.Level == doctor.Pass && len(slow) > 0 {
+	res := PodNetwork(peers, h.Overlay, h.OverlayMTU)
+	if res.Level == Pass && len(slow) > 0 {
 		res.Found += "; not asked, their probe pod did not run: " + strings.Join(slow, ", ")
 	}
 	return res
@@ -116,12 +115,12 @@ func (r *doctorRun) podNetwork(ctx context.Context, node string) doctor.Result {
 
 // createProbe makes the probe DaemonSet, at the start of the walk so that
 // its pods start while the other checks run.
-func (r *doctorRun) createProbe(ctx context.Context) {
+func (r *walker) createProbe(ctx context.Context) {
 	p := &r.probe
 	defer close(p.created)
 	ctx, cancel := context.WithTimeout(ctx, probeCreate)
 	defer cancel()
-	cs, err := r.s.services().KubeClient(r.set, r.o)
+	cs, err := r.rd.Kube()
 	if err != nil {
 		p.err = err
 		return
@@ -137,7 +136,7 @@ func (r *doctorRun) createProbe(ctx context.Context) {
 
 // probePods waits, once, for a probe pod with an address on every Ready
 // node, or for probeStart.
-func (r *doctorRun) probePods(ctx context.Context) *podProbe {
+func (r *walker) probePods(ctx context.Context) *podProbe {
 	p := &r.probe
 	select {
 	case <-p.created:
@@ -187,7 +186,7 @@ func probeDaemonSet(image string) *appsv1.DaemonSet {
 // waitProbePods waits for a probe pod with an address on every Ready
 // node, for probeStart at most; what it has then is what the checks
 // judge, with why each Ready node has none.
-func (r *doctorRun) waitProbePods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string]string, error) {
+func (r *walker) waitProbePods(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string]string, error) {
 	// The nodes a probe pod is waited for: Linux, Ready, and their engine
 	// answered (a node whose Docker is down stays Ready for a while).
 	var ready []string
@@ -261,8 +260,8 @@ func probeWaiting(pods []corev1.Pod, node string) string {
 
 // pingFromPod pings peers from inside pod, on node, through a helper
 // container that joins the network namespace of the pod's sandbox.
-func (r *doctorRun) pingFromPod(ctx context.Context, node string, pod corev1.Pod, peers []doctor.OverlayPeer) (*doctor.Host, error) {
-	e, err := r.s.docker(ctx, node)
+func (r *walker) pingFromPod(ctx context.Context, node string, pod corev1.Pod, peers []OverlayPeer) (*Host, error) {
+	e, err := r.rd.Engine(ctx, node)
 	if err != nil {
 		return nil, err
 	}
@@ -284,14 +283,14 @@ func (r *doctorRun) pingFromPod(ctx context.Context, node string, pod corev1.Pod
 	for _, p := range peers {
 		addrs = append(addrs, p.Address)
 	}
-	out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", doctor.PodScript}, dockerop.RunOptions{
+	out, err := dockerop.RunOutput(ctx, e, node, img, []string{"sh", "-c", PodScript}, dockerop.RunOptions{
 		NetworkMode: "container:" + list[0].ID,
 		Env:         []string{"PEERS=" + strings.Join(addrs, " "), "DNS=" + r.dnsServer(), "DNS_NAME=" + r.dnsName()},
 	})
 	if err != nil {
 		return nil, err
 	}
-	h, err := doctor.ParseHost(out)
+	h, err := ParseHost(out)
 	if err == nil {
 		r.mu.Lock()
 		r.fromPod[node] = h
@@ -301,7 +300,7 @@ func (r *doctorRun) pingFromPod(ctx context.Context, node string, pod corev1.Pod
 }
 
 // removeProbe deletes the run's probe DaemonSet and its pods.
-func (r *doctorRun) removeProbe(ctx context.Context) {
+func (r *walker) removeProbe(ctx context.Context) {
 	p := &r.probe
 	if p.created == nil {
 		return
@@ -314,12 +313,12 @@ func (r *doctorRun) removeProbe(ctx context.Context) {
 	defer cancel()
 	bg := metav1.DeletePropagationBackground
 	if err := p.cs.AppsV1().DaemonSets(metav1.NamespaceSystem).Delete(ctx, p.ds.Name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-		r.s.opts.Log.Warn("the probe DaemonSet of rigger doctor was not deleted: kubectl -n kube-system delete daemonset "+p.ds.Name, "error", err)
+		r.rd.Log.Warn("the probe DaemonSet of rigger doctor was not deleted: kubectl -n kube-system delete daemonset "+p.ds.Name, "error", err)
 	}
 }
 
 // removeLeftoverProbes deletes the probe DaemonSets of doctors cut short.
-func (r *doctorRun) removeLeftoverProbes(ctx context.Context) {
+func (r *walker) removeLeftoverProbes(ctx context.Context) {
 	cs := r.probe.cs
 	list, err := cs.AppsV1().DaemonSets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: probeLabel + "=" + probeValue})
 	if err != nil {
@@ -344,7 +343,7 @@ type nodeWatch struct {
 	ended time.Time
 	// updates by Node name; managers' last write times, by Node name and
 	// manager, to tell which made an update.
-	updates map[string]*doctor.NodeUpdates
+	updates map[string]*NodeUpdates
 	last    map[string]map[string]time.Time
 	// stop ends the watch before its window (the walk is over).
 	stop context.CancelFunc
@@ -352,15 +351,15 @@ type nodeWatch struct {
 
 // watchNodes watches the Nodes for nodeWatchWindow; nil when the API
 // server was not reached.
-func (r *doctorRun) watchNodes(ctx context.Context) *nodeWatch {
+func (r *walker) watchNodes(ctx context.Context) *nodeWatch {
 	if r.o.Kubernetes == nil || r.o.Kubernetes.Err != nil {
 		return nil
 	}
-	cs, err := r.s.services().KubeClient(r.set, r.o)
+	cs, err := r.rd.Kube()
 	if err != nil {
 		return nil
 	}
-	w := &nodeWatch{done: make(chan struct{}), began: time.Now(), updates: map[string]*doctor.NodeUpdates{}, last: map[string]map[string]time.Time{}}
+	w := &nodeWatch{done: make(chan struct{}), began: time.Now(), updates: map[string]*NodeUpdates{}, last: map[string]map[string]time.Time{}}
 	ctx, cancel := context.WithTimeout(ctx, nodeWatchWindow)
 	wi, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -414,7 +413,7 @@ func (w *nodeWatch) saw(typ string, n *corev1.Node) {
 	}
 	u := w.updates[n.Name]
 	if u == nil {
-		u = &doctor.NodeUpdates{Managers: map[string]int{}}
+		u = &NodeUpdates{Managers: map[string]int{}}
 		w.updates[n.Name] = u
 	}
 	u.Count++
@@ -438,24 +437,24 @@ func (w *nodeWatch) saw(typ string, n *corev1.Node) {
 
 // nodeUpdates is the node-updates check of node: it waits for the end of
 // the watch.
-func (r *doctorRun) nodeUpdates(ctx context.Context, node string) doctor.Result {
+func (r *walker) nodeUpdates(ctx context.Context, node string) Result {
 	k := r.o.Kubernetes
 	if k == nil || k.Err != nil || k.Link == nil || k.Link.Owned[node] == nil {
-		return doctor.Skipped("the node's Node was not listed")
+		return Skipped("the node's Node was not listed")
 	}
 	w := r.nodes
 	if w == nil {
-		return doctor.Skipped("the Nodes could not be watched")
+		return Skipped("the Nodes could not be watched")
 	}
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		return doctor.Skipped("the watch of the Nodes did not end in time")
+		return Skipped("the watch of the Nodes did not end in time")
 	}
 	name := k.Link.Owned[node].Name
-	u := doctor.NodeUpdates{Window: w.ended.Sub(w.began)}
+	u := NodeUpdates{Window: w.ended.Sub(w.began)}
 	if got := w.updates[name]; got != nil {
 		u.Count, u.Managers = got.Count, got.Managers
 	}
-	return doctor.Updates(name, u)
+	return Updates(name, u)
 }
