@@ -14,7 +14,7 @@ import (
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/plan"
-	"github.com/rigger/rigger/reconcile/watch"
+	"github.com/rigger/rigger/watch"
 )
 
 func newApplyCommand() *cobra.Command {

@@ -23,7 +23,7 @@
 //	9       reconcile/kubenode
 //	17      reconcile (TestClusterSandbox)
 //	21      reconcile/registryauth (TestRegistriesSandbox: private_registries)
-//	22      reconcile/gitops (TestChaosSandbox, the chaos suite: make chaos)
+//	22      gitops (TestChaosSandbox, the chaos suite: make chaos)
 //	23      cmd/rigger (TestAgentSandbox: a node reached through the agent tunnel)
 //	24      reconcile/secretsenc (TestEncryptionSandbox: secrets encryption key, rotation)
 //	25      reconcile/certrotate (TestCertRotateSandbox: certificate rotation)

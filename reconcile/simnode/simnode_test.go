@@ -20,7 +20,7 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/health"
-	"github.com/rigger/rigger/reconcile/internal/simnode"
+	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/transport/sshtun"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
-	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )

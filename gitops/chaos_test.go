@@ -25,7 +25,7 @@ import (
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/etcdsnap/s3test"
-	"github.com/rigger/rigger/reconcile/gitops"
+	"github.com/rigger/rigger/gitops"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"

@@ -18,8 +18,8 @@ import (
 
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/gitops"
-	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/spec"
 )
 

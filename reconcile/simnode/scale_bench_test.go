@@ -25,7 +25,7 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/execute"
-	"github.com/rigger/rigger/reconcile/internal/simnode"
+	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"

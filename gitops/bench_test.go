@@ -12,9 +12,9 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 
-	"github.com/rigger/rigger/reconcile/gitops"
-	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
-	"github.com/rigger/rigger/reconcile/gitops/webhook"
+	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/gitrepo"
+	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"

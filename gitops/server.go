@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing/object"
 
-	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
+	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/spec"
 )
 

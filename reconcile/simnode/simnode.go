@@ -30,7 +30,7 @@
 // rigger's transport, Docker client, observe and plan code, and the
 // loopback TCP stack. The simulated end costs CPU and memory in the
 // process that runs it: the benchmarks (BenchmarkScaleSimulated here,
-// BenchmarkServeSimulated in reconcile/gitops) run the nodes in a child
+// BenchmarkServeSimulated in gitops) run the nodes in a child
 // process (StartProcess, Serve), so that the heap they measure is
 // rigger's alone. Plan and Apply are the nodes' part of rigger's plan and
 // apply that they run; Converge gives a node what a plan expects.

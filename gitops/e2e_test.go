@@ -27,8 +27,8 @@ import (
 
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/gitops"
-	"github.com/rigger/rigger/reconcile/gitops/webhook"
+	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
