@@ -22,10 +22,10 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/etcdsnap/s3test"
-	"github.com/rigger/rigger/gitops"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"

@@ -25,10 +25,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/rigger/rigger/internal/testwait"
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/gitops/webhook"
+	"github.com/rigger/rigger/internal/testwait"
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/lock"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"

@@ -5,13 +5,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/doctor"
+	"github.com/rigger/rigger/reconcile/report"
 )
 
 func TestMetricsProblems(t *testing.T) {
 	m := NewMetrics()
-	st := &reconcile.Status{Problems: []doctor.Finding{
+	st := &report.Status{Problems: []doctor.Finding{
 		{Node: "10.0.0.1", Check: doctor.CheckContainers, Level: doctor.Fail},
 		{Node: "10.0.0.2", Check: doctor.CheckContainers, Level: doctor.Fail},
 		{Node: "10.0.0.2", Check: doctor.CheckCertificates, Level: doctor.Warn},
@@ -23,7 +23,7 @@ func TestMetricsProblems(t *testing.T) {
 	if got := testutil.CollectAndCount(m.problems); got != 2 {
 		t.Errorf("%d series, want 2", got)
 	}
-	m.reconciled(outcome{cluster: "c", status: &reconcile.Status{}}, 0)
+	m.reconciled(outcome{cluster: "c", status: &report.Status{}}, 0)
 	if got := testutil.CollectAndCount(m.problems); got != 0 {
 		t.Errorf("%d series left once the problems are gone", got)
 	}

@@ -23,16 +23,18 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/gitops/webhook"
-	"github.com/rigger/rigger/reconcile/simnode"
+	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
+	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/reconcile/report"
+	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 )
@@ -542,7 +544,7 @@ func (s *simSession) RestorePending(context.Context, *reconcile.Lock, etcdsnap.R
 	return nil, nil
 }
 
-func (s *simSession) Plan(ctx context.Context) (*reconcile.Planned, error) {
+func (s *simSession) Plan(ctx context.Context) (*decide.Planned, error) {
 	set, err := pki.Load(s.pkiDir)
 	if err != nil {
 		return nil, err
@@ -551,19 +553,19 @@ func (s *simSession) Plan(ctx context.Context) (*reconcile.Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &reconcile.Planned{Plan: p, Desired: d, Observed: o, PKI: set}, nil
+	return &decide.Planned{Plan: p, Desired: d, Observed: o, PKI: set}, nil
 }
 
-func (s *simSession) Apply(ctx context.Context, _ *reconcile.Lock, pl *reconcile.Planned, o reconcile.ApplyOptions) (*execute.Result, error) {
+func (s *simSession) Apply(ctx context.Context, _ *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*execute.Result, error) {
 	return simnode.Apply(ctx, s.tr, s.c, pl.Desired, pl.Plan, o.Hooks, reconcile.MaxPlanAge)
 }
 
-func (s *simSession) Status(ctx context.Context) (*reconcile.Status, *reconcile.Planned, error) {
+func (s *simSession) Status(ctx context.Context) (*report.Status, *decide.Planned, error) {
 	pl, err := s.Plan(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return reconcile.BuildStatus(pl), pl, nil
+	return pl.Status(), pl, nil
 }
 
 // ScheduledSnapshot: the simulation runs no etcd, so no schedule.

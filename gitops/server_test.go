@@ -16,10 +16,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rigger/rigger/internal/testwait"
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/gitops/gitrepo"
+	"github.com/rigger/rigger/internal/testwait"
+	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/spec"
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/spec"
@@ -17,9 +18,8 @@ type Session interface {
 	Lock(ctx context.Context, command string, wait bool) (*reconcile.Lock, error)
 	RestoreRequest() (*etcdsnap.RestoreRequest, error)
 	RestorePending(ctx context.Context, lk *reconcile.Lock, o etcdsnap.RestoreOptions) (*etcdsnap.RestoreResult, error)
-	Plan(ctx context.Context) (*reconcile.Planned, error)
-	Apply(ctx context.Context, lk *reconcile.Lock, pl *reconcile.Planned, o reconcile.ApplyOptions) (*execute.Result, error)
-	Status(ctx context.Context) (*reconcile.Status, *reconcile.Planned, error)
+	Plan(ctx context.Context) (*decide.Planned, error)
+	Apply(ctx context.Context, lk *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*execute.Result, error)
 	ScheduledSnapshot(ctx context.Context, lk *reconcile.Lock) (*etcdsnap.ScheduledResult, error)
 	Close() error
 }

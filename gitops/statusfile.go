@@ -10,7 +10,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rigger/rigger/internal/clip"
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/report"
+	"github.com/rigger/rigger/reconcile/stall"
 )
 
 // StatusFileName is the file written beside each cluster.yml (or at the
@@ -23,7 +24,7 @@ const statusHeader = "# Written by rigger serve after each reconcile of the clus
 
 // StatusFile is the content of status.yml: what rigger last did to a
 // cluster and what it saw. It holds no secret: the nodes' status is
-// reconcile.Status, which holds none, and errors are rigger's messages,
+// report.Status, which holds none, and errors are rigger's messages,
 // which never carry one.
 type StatusFile struct {
 	APIVersion string `json:"apiVersion"`
@@ -52,7 +53,7 @@ type StatusFile struct {
 	// AgentTunnels are the tunnels of the nodes with transport: agent.
 	AgentTunnels []AgentTunnel `json:"agentTunnels,omitempty"`
 	// Status is what the nodes, etcd and the API server said.
-	Status *reconcile.Status `json:"status,omitempty"`
+	Status *report.Status `json:"status,omitempty"`
 }
 
 // AgentTunnel is the agent tunnel of a node with transport: agent.
@@ -155,7 +156,7 @@ const (
 	conditionUnknown = "Unknown"
 )
 
-// Reasons of the conditions besides the failures' (reconcile.Reason).
+// Reasons of the conditions besides the failures' (stall.Reason).
 const (
 	// ReasonSucceeded: the nodes run what cluster.yml says.
 	ReasonSucceeded = "ReconciliationSucceeded"
@@ -170,7 +171,7 @@ const (
 	ReasonNodesUnreachable = "NodesUnreachable"
 	// ReasonDuplicateCluster: another cluster.yml has the same
 	// cluster_name. Stalls.
-	ReasonDuplicateCluster reconcile.Reason = "DuplicateCluster"
+	ReasonDuplicateCluster stall.Reason = "DuplicateCluster"
 )
 
 // maxText is the longest string status.yml holds, in bytes: errors and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/report"
 )
 
 // maxFuzzInput bounds the fuzzers' inputs: large enough for every shape of
@@ -38,7 +38,7 @@ func statusSeeds(t testing.TB) [][]byte {
 		Drift:         []DriftRepair{{RepairedAt: t0, Node: "10.0.0.1", Component: "kubelet", Action: "replace", Reason: "image changed a → b"}},
 		Snapshots:     &SnapshotStatus{Last: &SnapshotRef{Name: "s", Taken: t0, Size: 1 << 40}, Next: &t0, Removed: []string{"old"}, NotInS3: []string{"s"}, Uploaded: []string{"older"}},
 		Restore:       &RestoreStatus{ID: "1", Snapshot: "s", At: t0},
-		Status: &reconcile.Status{Cluster: "c", ObservedAt: t0, Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true}},
+		Status: &report.Status{Cluster: "c", ObservedAt: t0, Nodes: []report.NodeStatus{{Address: "10.0.0.1", Reachable: true}},
 			Certificates: map[string]time.Time{"kube-ca": t0}}}
 	b, err := f.Marshal()
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/report"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -19,7 +21,7 @@ func TestSameMeaning(t *testing.T) {
 		f := &StatusFile{APIVersion: "rigger.io/v1", Kind: "ClusterStatus", Cluster: "c", ObservedRevision: "abc",
 			LastReconcile: &LastReconcile{Trigger: "change", FinishedAt: t0, Duration: "1s", Steps: 3},
 			Conditions:    []Condition{{Type: ConditionReady, Status: conditionTrue, Reason: "ReconciliationSucceeded", LastTransitionTime: t0}},
-			Status:        &reconcile.Status{Cluster: "c", ObservedAt: t0, Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true}}}}
+			Status:        &report.Status{Cluster: "c", ObservedAt: t0, Nodes: []report.NodeStatus{{Address: "10.0.0.1", Reachable: true}}}}
 		if change != nil {
 			change(f)
 		}
@@ -67,9 +69,9 @@ func TestSameMeaning(t *testing.T) {
 func TestConditions(t *testing.T) {
 	now := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	earlier := now.Add(-time.Hour)
-	inSync := &reconcile.Status{}
-	pending := &reconcile.Status{PendingSteps: 2}
-	unreachable := &reconcile.Status{Nodes: []reconcile.NodeStatus{{Address: "10.0.0.2"}, {Address: "10.0.0.3", Reachable: true}}}
+	inSync := &report.Status{}
+	pending := &report.Status{PendingSteps: 2}
+	unreachable := &report.Status{Nodes: []report.NodeStatus{{Address: "10.0.0.2"}, {Address: "10.0.0.3", Reachable: true}}}
 	type want struct{ ready, reconciling, stalled, reason string }
 	tests := []struct {
 		name string
@@ -126,14 +128,14 @@ func TestStatusBounded(t *testing.T) {
 	const mark = "UNIQUE-ERROR-START"
 	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: func() time.Time { return now },
 		Open: func(*spec.Cluster, reconcile.Options) (Session, error) {
-			return nil, &reconcile.Error{Reason: reconcile.ReasonInvalidSpec, Stalls: true, Err: errors.New(mark + big)}
+			return nil, &stall.Error{Reason: stall.InvalidSpec, Stalls: true, Err: errors.New(mark + big)}
 		}}, workers: map[string]*worker{}}
 	w := &worker{srv: srv, path: "clusters/c/cluster.yml", log: slog.New(slog.DiscardHandler),
 		drift:     []DriftRepair{{RepairedAt: now, Node: "10.0.0.1", Component: "kubelet", Action: "replace", Reason: "env changed: +A=" + big, Error: big}},
 		snapshots: &SnapshotStatus{Error: big}}
 	srv.workers[w.path] = w
 	out := w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(validYML)}, true)
-	out.status = &reconcile.Status{Cluster: "c", Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Error: big}}, KubernetesError: big}
+	out.status = &report.Status{Cluster: "c", Nodes: []report.NodeStatus{{Address: "10.0.0.1", Error: big}}, KubernetesError: big}
 	b, err := w.statusFile(out, "change", now, now).Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -13,13 +13,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
-	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/report"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -227,7 +230,7 @@ type outcome struct {
 	cluster   string
 	suspended bool
 	// stalled is the reason when only a person can make it go on.
-	stalled reconcile.Reason
+	stalled stall.Reason
 	// retry is set when trying again later may succeed (a failure, a lock
 	// held, nodes unreachable); retryIn overrides the backoff.
 	retry   bool
@@ -235,17 +238,17 @@ type outcome struct {
 	err     error
 	steps   int
 	failed  int
-	status  *reconcile.Status
+	status  *report.Status
 }
 
-// fail records err as reconcile.Classify says: a stall, or a retry (a
+// fail records err as stall.Classify says: a stall, or a retry (a
 // held lock after lockHeldRetry, anything else with backoff).
 func (o *outcome) fail(err error) {
 	o.err = err
-	switch reason, stalls := reconcile.Classify(err); {
+	switch reason, stalls := stall.Classify(err); {
 	case stalls:
 		o.stalled = reason
-	case reason == reconcile.ReasonLockHeld:
+	case reason == stall.LockHeld:
 		o.retry, o.retryIn = true, lockHeldRetry
 	default:
 		o.retry = true
@@ -364,15 +367,14 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		out.fail(fmt.Errorf("plan: %w", err))
 		return out
 	}
-	out.status = reconcile.BuildStatus(pl)
+	out.status = pl.Status()
 	if !out.suspended {
 		out = w.apply(ctx, log, s, lk, pl, changed, out)
 	}
 	w.snapshot(ctx, log, s, lk, c)
 	if out.steps > 0 || len(pl.NodeChanges) > 0 {
-		st, _, err := s.Status(ctx)
-		if err == nil {
-			out.status = st
+		if after, err := s.Plan(ctx); err == nil {
+			out.status = after.Status()
 		}
 	}
 	if !out.retry && out.stalled == "" && !pl.Complete() {
@@ -387,7 +389,7 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 // errors, stalls its cluster (InvalidSpec); the other clusters go on.
 func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
 	invalid := func(err error) error {
-		return &reconcile.Error{Reason: reconcile.ReasonInvalidSpec, Stalls: true, Err: err}
+		return &stall.Error{Reason: stall.InvalidSpec, Stalls: true, Err: err}
 	}
 	if ref.Size > spec.MaxFileSize {
 		return nil, invalid(fmt.Errorf("%s: error: the file is larger than %d MiB (%d bytes): move long manifests from addons to files listed in addons_include",
@@ -448,11 +450,11 @@ func (w *worker) includeReader(ref clusterRef) func(entry string, max int64) ([]
 
 // apply carries out the plan; when cluster.yml did not change, what it
 // repairs is drift and is recorded.
-func (w *worker) apply(ctx context.Context, log *slog.Logger, s Session, lk *reconcile.Lock, pl *reconcile.Planned, changed bool, out outcome) outcome {
+func (w *worker) apply(ctx context.Context, log *slog.Logger, s Session, lk *reconcile.Lock, pl *decide.Planned, changed bool, out outcome) outcome {
 	if !pl.Changes() {
 		return out
 	}
-	res, err := s.Apply(ctx, lk, pl, reconcile.ApplyOptions{Hooks: logHooks(log), Pass: func(pass int, pl *reconcile.Planned) {
+	res, err := s.Apply(ctx, lk, pl, reconcile.ApplyOptions{Hooks: logHooks(log), Pass: func(pass int, pl *decide.Planned) {
 		log.Info("planned the next stage", "plan", pass, "steps", len(pl.Plan.Steps), "then", pl.Next())
 	}})
 	if res != nil {
@@ -699,7 +701,7 @@ func conditions(out outcome, revision string, prev []Condition, now time.Time) [
 		set(ConditionReconciling, conditionFalse, ReasonSuspended, "")
 		set(ConditionStalled, conditionFalse, ReasonSuspended, "")
 	case out.err != nil:
-		reason, _ := reconcile.Classify(out.err)
+		reason, _ := stall.Classify(out.err)
 		set(ConditionReady, conditionFalse, string(reason), msg)
 		set(ConditionReconciling, conditionTrue, ReasonRetryScheduled, "rigger tries again by itself")
 		set(ConditionStalled, conditionFalse, ReasonRetryScheduled, "")

@@ -15,12 +15,14 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
@@ -29,8 +31,8 @@ import (
 // when it is nil, what a cluster in sync answers.
 type fakeSession struct {
 	LockFn              func() (*reconcile.Lock, error)
-	PlanFn              func() (*reconcile.Planned, error)
-	ApplyFn             func(pl *reconcile.Planned) (*execute.Result, error)
+	PlanFn              func() (*decide.Planned, error)
+	ApplyFn             func(pl *decide.Planned) (*execute.Result, error)
 	ScheduledSnapshotFn func() (*etcdsnap.ScheduledResult, error)
 
 	applied, closed int
@@ -51,14 +53,16 @@ func (f *fakeSession) RestorePending(context.Context, *reconcile.Lock, etcdsnap.
 	return nil, nil
 }
 
-func (f *fakeSession) Plan(context.Context) (*reconcile.Planned, error) {
-	if f.PlanFn != nil {
+// Plan is PlanFn's plan; once applied, what the nodes look like after an
+// apply: in sync.
+func (f *fakeSession) Plan(context.Context) (*decide.Planned, error) {
+	if f.PlanFn != nil && f.applied == 0 {
 		return f.PlanFn()
 	}
 	return planned(0), nil
 }
 
-func (f *fakeSession) Apply(_ context.Context, _ *reconcile.Lock, pl *reconcile.Planned, _ reconcile.ApplyOptions) (*execute.Result, error) {
+func (f *fakeSession) Apply(_ context.Context, _ *reconcile.Lock, pl *decide.Planned, _ reconcile.ApplyOptions) (*execute.Result, error) {
 	f.applied++
 	if f.ApplyFn != nil {
 		return f.ApplyFn(pl)
@@ -68,12 +72,6 @@ func (f *fakeSession) Apply(_ context.Context, _ *reconcile.Lock, pl *reconcile.
 		res.Done = append(res.Done, execute.Outcome{Step: s})
 	}
 	return res, nil
-}
-
-// Status is what the nodes look like after an apply: in sync.
-func (f *fakeSession) Status(context.Context) (*reconcile.Status, *reconcile.Planned, error) {
-	pl := planned(0)
-	return reconcile.BuildStatus(pl), pl, nil
 }
 
 func (f *fakeSession) ScheduledSnapshot(context.Context, *reconcile.Lock) (*etcdsnap.ScheduledResult, error) {
@@ -87,7 +85,7 @@ func (f *fakeSession) Close() error { f.closed++; return nil }
 
 // planned is a plan of one node with steps kubelet restarts to make and
 // the nodes of unreachable not looked at.
-func planned(steps int, unreachable ...string) *reconcile.Planned {
+func planned(steps int, unreachable ...string) *decide.Planned {
 	p := &plan.Plan{}
 	for range steps {
 		p.Steps = append(p.Steps, plan.Step{Node: "10.0.0.1", Component: desired.Kubelet, Action: plan.Restart, Phase: plan.PhaseWorker, Reason: "container exited"})
@@ -101,7 +99,7 @@ func planned(steps int, unreachable ...string) *reconcile.Planned {
 		o.Nodes[u] = &observe.Node{Address: u}
 		d.Nodes = append(d.Nodes, desired.Node{Address: u})
 	}
-	return &reconcile.Planned{Plan: p, Desired: d, Observed: o}
+	return &decide.Planned{Plan: p, Desired: d, Observed: o}
 }
 
 const validYML = "cluster_name: c\nnodes:\n  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}\n"
@@ -110,8 +108,8 @@ const validYML = "cluster_name: c\nnodes:\n  - {address: 10.0.0.1, user: u, role
 // checks what it decides: stall or retry and when, the conditions, whether
 // it applied, and the drift it recorded.
 func TestAttempt(t *testing.T) {
-	stalled := func(r reconcile.Reason, err error) error { return &reconcile.Error{Reason: r, Stalls: true, Err: err} }
-	retried := func(r reconcile.Reason, err error) error { return &reconcile.Error{Reason: r, Err: err} }
+	stalled := func(r stall.Reason, err error) error { return &stall.Error{Reason: r, Stalls: true, Err: err} }
+	retried := func(r stall.Reason, err error) error { return &stall.Error{Reason: r, Err: err} }
 	type want struct {
 		ready, readyReason string
 		stalled            bool
@@ -138,85 +136,85 @@ func TestAttempt(t *testing.T) {
 		},
 		{
 			name: "a change applied", changed: true,
-			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(2), nil }},
+			session: &fakeSession{PlanFn: func() (*decide.Planned, error) { return planned(2), nil }},
 			want:    want{ready: "True", readyReason: ReasonSucceeded, applied: 1},
 		},
 		{
 			name:    "drift repaired and recorded (cluster.yml unchanged)",
-			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(1), nil }},
+			session: &fakeSession{PlanFn: func() (*decide.Planned, error) { return planned(1), nil }},
 			want:    want{ready: "True", readyReason: ReasonSucceeded, applied: 1, drift: 1},
 		},
 		{
 			name: "suspended: observed, not changed", yml: validYML + "rigger:\n  suspend: true\n", changed: true,
-			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(3), nil }},
+			session: &fakeSession{PlanFn: func() (*decide.Planned, error) { return planned(3), nil }},
 			want:    want{ready: "Unknown", readyReason: ReasonSuspended},
 		},
 		{
 			name: "invalid cluster.yml stalls", yml: "cluster_name: c\nnodez: []\n", session: &fakeSession{},
-			want: want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			want: want{ready: "False", readyReason: string(stall.InvalidSpec), stalled: true},
 		},
 		{
 			name: "a cluster.yml that holds an alias of itself stalls", session: &fakeSession{},
 			yml:     validYML + "services:\n  kube-api:\n    admission_configuration: &a {apiVersion: v1, kind: X, x: *a}\n",
-			want:    want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			want:    want{ready: "False", readyReason: string(stall.InvalidSpec), stalled: true},
 			wantMsg: "clusters/c/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
 		},
 		{
 			name: "a cluster.yml too large to read stalls", session: &fakeSession{}, yml: "-", size: 9 << 20,
-			want:    want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			want:    want{ready: "False", readyReason: string(stall.InvalidSpec), stalled: true},
 			wantMsg: "clusters/c/cluster.yml: error: the file is larger than 8 MiB (9437184 bytes)",
 		},
 		{
 			name: "a cluster.yml not read within ParseTimeout stalls", session: &fakeSession{}, parseTimeout: -1,
-			want:    want{ready: "False", readyReason: string(reconcile.ReasonInvalidSpec), stalled: true},
+			want:    want{ready: "False", readyReason: string(stall.InvalidSpec), stalled: true},
 			wantMsg: "clusters/c/cluster.yml: error: the file was not read within -1ns",
 		},
 		{
 			name: "a damaged state file stalls", session: &fakeSession{},
-			openErr: stalled(reconcile.ReasonStateDamaged, &statedir.DamagedError{Path: "/state/nodes.json", Err: errors.New("unexpected EOF")}),
-			want:    want{ready: "False", readyReason: string(reconcile.ReasonStateDamaged), stalled: true},
+			openErr: stalled(stall.StateDamaged, &statedir.DamagedError{Path: "/state/nodes.json", Err: errors.New("unexpected EOF")}),
+			want:    want{ready: "False", readyReason: string(stall.StateDamaged), stalled: true},
 		},
 		{
 			name: "an unreadable state directory is retried", session: &fakeSession{},
-			openErr: retried(reconcile.ReasonFailed, fs.ErrPermission),
-			want:    want{ready: "False", readyReason: string(reconcile.ReasonFailed), retry: true},
+			openErr: retried(stall.Failed, fs.ErrPermission),
+			want:    want{ready: "False", readyReason: string(stall.Failed), retry: true},
 		},
 		{
 			name: "the lock held by another rigger: later, not with backoff",
 			session: &fakeSession{LockFn: func() (*reconcile.Lock, error) {
-				return nil, retried(reconcile.ReasonLockHeld, &lock.HeldError{Holder: lock.Holder{ID: "rigger apply on laptop (pid 7)"}, Lock: "/state/lock"})
+				return nil, retried(stall.LockHeld, &lock.HeldError{Holder: lock.Holder{ID: "rigger apply on laptop (pid 7)"}, Lock: "/state/lock"})
 			}},
-			want: want{ready: "False", readyReason: string(reconcile.ReasonLockHeld), retry: true, retryIn: lockHeldRetry},
+			want: want{ready: "False", readyReason: string(stall.LockHeld), retry: true, retryIn: lockHeldRetry},
 		},
 		{
 			name:    "a failed plan is retried with backoff",
-			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return nil, errors.New("observe: context deadline exceeded") }},
-			want:    want{ready: "False", readyReason: string(reconcile.ReasonFailed), retry: true},
+			session: &fakeSession{PlanFn: func() (*decide.Planned, error) { return nil, errors.New("observe: context deadline exceeded") }},
+			want:    want{ready: "False", readyReason: string(stall.Failed), retry: true},
 		},
 		{
 			name: "the removal guard stalls", changed: true,
 			session: &fakeSession{
-				PlanFn: func() (*reconcile.Planned, error) { return planned(1), nil },
-				ApplyFn: func(*reconcile.Planned) (*execute.Result, error) {
-					return &execute.Result{}, stalled(reconcile.ReasonRemovalGuard, &reconcile.RemovalGuardError{Removed: []string{"a", "b"}, Total: 3, Limit: "30%"})
+				PlanFn: func() (*decide.Planned, error) { return planned(1), nil },
+				ApplyFn: func(*decide.Planned) (*execute.Result, error) {
+					return &execute.Result{}, stalled(stall.RemovalGuard, &plan.RemovalGuardError{Removed: []string{"a", "b"}, Total: 3, Limit: "30%"})
 				},
 			},
-			want: want{ready: "False", readyReason: string(reconcile.ReasonRemovalGuard), stalled: true, applied: 1},
+			want: want{ready: "False", readyReason: string(stall.RemovalGuard), stalled: true, applied: 1},
 		},
 		{
 			name: "a failed step is retried", changed: true,
 			session: &fakeSession{
-				PlanFn: func() (*reconcile.Planned, error) { return planned(1), nil },
-				ApplyFn: func(pl *reconcile.Planned) (*execute.Result, error) {
+				PlanFn: func() (*decide.Planned, error) { return planned(1), nil },
+				ApplyFn: func(pl *decide.Planned) (*execute.Result, error) {
 					err := errors.New("kubelet not healthy")
 					return &execute.Result{Done: []execute.Outcome{{Step: pl.Plan.Steps[0], Err: err}}}, err
 				},
 			},
-			want: want{ready: "False", readyReason: string(reconcile.ReasonFailed), retry: true, applied: 1},
+			want: want{ready: "False", readyReason: string(stall.Failed), retry: true, applied: 1},
 		},
 		{
 			name:    "an unreachable node: the rest converges, retried",
-			session: &fakeSession{PlanFn: func() (*reconcile.Planned, error) { return planned(0, "10.0.0.2"), nil }},
+			session: &fakeSession{PlanFn: func() (*decide.Planned, error) { return planned(0, "10.0.0.2"), nil }},
 			want:    want{ready: "False", readyReason: ReasonNodesUnreachable, retry: true},
 		},
 		{
@@ -309,12 +307,12 @@ func TestAddonDriftRepaired(t *testing.T) {
 		{Object: addons.ObjectRef{Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "kube-system", Name: "coredns"}, Action: addons.Configure, Summary: "spec.replicas changed"},
 	}}}}
 	sess := &fakeSession{
-		PlanFn: func() (*reconcile.Planned, error) {
+		PlanFn: func() (*decide.Planned, error) {
 			pl := planned(0)
 			pl.Addons = cs
 			return pl, nil
 		},
-		ApplyFn: func(pl *reconcile.Planned) (*execute.Result, error) { return &execute.Result{Addons: pl.Addons}, nil },
+		ApplyFn: func(pl *decide.Planned) (*execute.Result, error) { return &execute.Result{Addons: pl.Addons}, nil },
 	}
 	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: time.Now,
 		Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return sess, nil }}, workers: map[string]*worker{}}

@@ -21,7 +21,7 @@ import (
 func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	sys, err := sysaddons.Render(s.c)
 	if err != nil {
-		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("render the system add-ons: %w", err))
+		return nil, stall.Stalls(stall.InvalidSpec, fmt.Errorf("render the system add-ons: %w", err))
 	}
 	user, err := addons.Fetcher{}.UserAddons(ctx, addons.UserInput{
 		Addons: s.c.Addons, Include: s.c.AddonsInclude, BaseDir: s.opts.ConfigDir, ReadFile: s.opts.ReadInclude,
@@ -29,7 +29,7 @@ func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	var decode *addons.DecodeError
 	switch {
 	case errors.As(err, &decode):
-		return nil, stall.Stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(stall.InvalidSpec, err)
 	case err != nil:
 		return nil, fmt.Errorf("read the user's add-ons: %w", err)
 	}

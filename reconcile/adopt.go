@@ -45,22 +45,22 @@ func (s *Session) Adopt(ctx context.Context, o AdoptOptions) (*rkestate.Taken, e
 	case st != nil:
 	case o.Kubeconfig != "":
 		if st, err = s.rkeStateFromAPI(ctx, o.Kubeconfig); err != nil {
-			return nil, stall.Retries(ReasonFailed, err)
+			return nil, stall.Retries(stall.Failed, err)
 		}
 	default:
 		if st, err = s.rkeStateFromNodes(ctx); err != nil {
-			return nil, stall.Retries(ReasonFailed, err)
+			return nil, stall.Retries(stall.Failed, err)
 		}
 	}
 	if err := st.Check(s.c); err != nil {
-		return nil, stall.Stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(stall.InvalidSpec, err)
 	}
 	t, err := st.Take(s.req, time.Now())
 	if err != nil {
-		return nil, stall.Stalls(ReasonStateDamaged, err)
+		return nil, stall.Stalls(stall.StateDamaged, err)
 	}
 	if err := t.Save(s.opts.StateDir); err != nil {
-		return nil, stall.Stalls(ReasonStateDamaged, err)
+		return nil, stall.Stalls(stall.StateDamaged, err)
 	}
 	s.opts.Log.Info("adopted RKE's PKI", "cluster", s.c.ClusterName, "source", st.Source, "state_dir", s.opts.StateDir)
 	return t, nil

@@ -366,7 +366,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}()
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckContainers}, "etcd exited", "docker logs etcd")
 		// The status of a plan names it too, with the same check.
-		st := reconcile.BuildStatus(a.Plan(ctx, t, c))
+		st := a.Plan(ctx, t, c).Status()
 		if !hasProblem(st.Problems, n3.Address, doctor.CheckContainers, doctor.Fail) {
 			t.Errorf("status problems %+v: no failed containers check of %s", st.Problems, n3.Address)
 		}

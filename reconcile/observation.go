@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/kubenode"
@@ -78,10 +79,10 @@ func (s *Session) Doctor(ctx context.Context, o doctor.RunOptions) ([]doctor.Fin
 		return nil, err
 	}
 	dc := &doctor.Cluster{Spec: s.c, Desired: d, Request: s.req, IgnoreDockerVersion: s.opts.IgnoreDockerVersion, Now: s.opts.Now()}
-	st, err := s.loadState()
+	st, since, err := s.loadState()
 	var rp *pkisource.Resolved
 	if err == nil {
-		dc.Observed, rp, err = s.observe(ctx, st, asked{}, true)
+		dc.Observed, rp, err = s.observe(ctx, decide.Input{Spec: s.c, StateDir: s.opts.StateDir, State: st, Now: dc.Now}, since, true)
 	} else {
 		dc.Observed = s.observeNodes(ctx, true, 0)
 	}

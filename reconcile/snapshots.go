@@ -23,7 +23,7 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 	}
 	d, err := desired.Build(s.c)
 	if err != nil {
-		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+		return nil, stall.Stalls(stall.InvalidSpec, fmt.Errorf("build desired state: %w", err))
 	}
 	ec := s.etcdOps(set, d)
 	if lk != nil {

@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
+	"github.com/rigger/rigger/reconcile/pkisource"
+	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 )
 
@@ -36,8 +38,8 @@ func TestRotateKeyRefuses(t *testing.T) {
 // the stages of a pending rotation.
 func TestRenderEncryption(t *testing.T) {
 	var b strings.Builder
-	renderEncryption(&b, &reconcile.Planned{Encryption: &reconcile.Encryption{
-		Source: reconcile.PKISource{Kind: reconcile.PKIStateDir, From: "/state"},
+	renderEncryption(&b, &decide.Planned{Encryption: &report.Encryption{
+		Source: pkisource.Source{Kind: pkisource.StateDir, From: "/state"},
 		Keys:   []string{"k-abcde"},
 		Op:     &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey},
 		Stages: secretsenc.Stages(secretsenc.KindRotate),
@@ -48,7 +50,7 @@ func TestRenderEncryption(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 	b.Reset()
-	renderEncryption(&b, &reconcile.Planned{})
+	renderEncryption(&b, &decide.Planned{})
 	if b.Len() != 0 {
 		t.Errorf("no generated key: %q", b.String())
 	}

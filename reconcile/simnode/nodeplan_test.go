@@ -15,9 +15,9 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/execute"
-	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/spec"
 )
 

@@ -27,9 +27,9 @@ import (
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
-	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/spec"
 )
 

@@ -25,10 +25,10 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/execute"
-	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 )

@@ -1,29 +1,38 @@
-package reconcile
+package decide
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/observe"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
-	"github.com/rigger/rigger/transport"
 )
 
-// encSession is a session on a two-node cluster (10.0.0.1 controlplane,
-// 10.0.0.2 worker) whose secrets encryption is set by enc; it connects to
-// nothing.
-func encSession(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool, opts ...func(*Options)) (*Session, string) {
+// encNow is the time of the encryption tests' plans.
+var encNow = time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC)
+
+// encCase is a two-node cluster (10.0.0.1 controlplane, 10.0.0.2 worker)
+// whose secrets encryption is set by enc, what its state directory holds
+// and what the command line asks.
+type encCase struct {
+	c         *spec.Cluster
+	st        *State
+	rotateKey bool
+}
+
+// encCluster is the case of enc and cluster.yml's rotate_encryption_key
+// (rotate), with an empty state directory.
+func encCluster(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool) *encCase {
 	t.Helper()
 	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{
 		{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleEtcd, spec.RoleControlPlane}},
@@ -32,17 +41,7 @@ func encSession(t *testing.T, enc *spec.SecretsEncryptionConfig, rotate bool, op
 	c.Services.KubeAPI.SecretsEncryptionConfig = enc
 	c.RotateEncryptionKey = rotate
 	spec.SetDefaults(c)
-	dir := filepath.Join(t.TempDir(), "state")
-	o := Options{StateDir: dir, Transport: struct{ transport.Transport }{},
-		Now: func() time.Time { return time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC) }}
-	for _, f := range opts {
-		f(&o)
-	}
-	s, err := Open(c, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, dir
+	return &encCase{c: c, st: &State{}}
 }
 
 // observed are the two nodes, both reachable, with the controlplane node's
@@ -63,31 +62,28 @@ func observed(file []byte, reachable bool) *observe.Cluster {
 // decides it) with what people are shown of it.
 type resolved struct {
 	*secretsenc.Plan
-	info *Encryption
+	info *report.Encryption
 }
 
-// resolveEncryption decides the generated key of s's plan from its state
-// directory and o; nil when cluster.yml asks for none.
-func resolveEncryption(t *testing.T, s *Session, o *observe.Cluster) (*resolved, error) {
+// resolveEncryption decides the generated key of a plan of s from its
+// state and o (secretsenc.Decide, as Compute decides it); nil when
+// cluster.yml asks for none.
+func resolveEncryption(t *testing.T, s *encCase, o *observe.Cluster) (*resolved, error) {
 	t.Helper()
-	st, err := s.loadState()
-	if err != nil {
-		return nil, err
-	}
-	p, err := secretsenc.Decide(secretsenc.WantOf(s.c, s.opts.StateDir, s.opts.RotateKey, s.opts.Now()), st.key, st.keyRecord, o)
+	p, err := secretsenc.Decide(secretsenc.WantOf(s.c, "/state", s.rotateKey, encNow), s.st.Key, s.st.KeyRecord, o)
 	if p == nil {
 		return nil, err
 	}
-	return &resolved{Plan: p, info: report.EncryptionOf(p, s.opts.StateDir)}, err
+	return &resolved{Plan: p, info: report.EncryptionOf(p, "/state")}, err
 }
 
 func TestResolveEncryptionNewKey(t *testing.T) {
-	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
+	s := encCluster(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
 	r, err := resolveEncryption(t, s, observed(nil, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.info.Source.Kind != PKINew || len(r.info.Keys) != 1 || !r.SaveConfig || r.NewKeyBlocked != nil {
+	if r.info.Source.Kind != pkisource.New || len(r.info.Keys) != 1 || !r.SaveConfig || r.NewKeyBlocked != nil {
 		t.Fatalf("new key: %+v, save %v, blocked %v", r.info, r.SaveConfig, r.NewKeyBlocked)
 	}
 	if op := r.Record.Op; op == nil || op.Kind != secretsenc.KindEncrypt || op.Stage != secretsenc.StageRewrite {
@@ -103,37 +99,35 @@ func TestResolveEncryptionNewKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := &Planned{encryption: r.Plan}
-	var e *Error
-	if err := pl.Blocked(); !errors.As(err, &e) || e.Reason != ReasonNewKeyBlocked || !strings.Contains(err.Error(), "10.0.0.1") {
+	pl := &Planned{Plan: &plan.Plan{}, Staged: operations(&pkisource.Resolved{}, r.Plan), encryption: r.Plan}
+	var e *stall.Error
+	if err := pl.Blocked(); !errors.As(err, &e) || e.Reason != stall.NewKeyBlocked || !strings.Contains(err.Error(), "10.0.0.1") {
 		t.Fatalf("Blocked: %v", err)
 	}
 }
 
 func TestResolveEncryptionFromState(t *testing.T) {
-	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
+	s := encCluster(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
 	cur, err := secretsenc.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := secretsenc.Save(dir, cur); err != nil {
-		t.Fatal(err)
-	}
+	s.st.Key = cur
 	// The node has it, or has none yet: the state's key.
 	for _, file := range [][]byte{cur.Marshal(), nil} {
 		r, err := resolveEncryption(t, s, observed(file, true))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.info.Source.Kind != PKIStateDir || r.SaveConfig || r.Work() || string(r.File) != string(cur.Marshal()) {
+		if r.info.Source.Kind != pkisource.StateDir || r.SaveConfig || r.Work() || string(r.File) != string(cur.Marshal()) {
 			t.Fatalf("state key: %+v save %v work %v", r.info, r.SaveConfig, r.Work())
 		}
 	}
 	// The node holds another key: refused, naming the node, never a key.
 	other, _ := secretsenc.New()
 	_, err = resolveEncryption(t, s, observed(other.Marshal(), true))
-	var e *Error
-	if !errors.As(err, &e) || e.Reason != ReasonStateDamaged || !strings.Contains(err.Error(), "10.0.0.1") ||
+	var e *stall.Error
+	if !errors.As(err, &e) || e.Reason != stall.StateDamaged || !strings.Contains(err.Error(), "10.0.0.1") ||
 		strings.Contains(err.Error(), other.Keys[0].Secret) || strings.Contains(err.Error(), cur.Keys[0].Secret) {
 		t.Fatalf("another key on the node: %v", err)
 	}
@@ -141,12 +135,8 @@ func TestResolveEncryptionFromState(t *testing.T) {
 	// During a rotation the node may hold the configuration before it.
 	n, _ := secretsenc.NewKey(cur.Names())
 	rot := &secretsenc.Config{Keys: []secretsenc.Key{n, cur.Keys[0]}}
-	if err := secretsenc.Save(dir, rot); err != nil {
-		t.Fatal(err)
-	}
-	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true, Op: &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageWriteKey, NewKey: n.Name}}); err != nil {
-		t.Fatal(err)
-	}
+	s.st.Key = rot
+	s.st.KeyRecord = secretsenc.Record{RotateHandled: true, Op: &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageWriteKey, NewKey: n.Name}}
 	r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil {
 		t.Fatalf("a node at the stage before: %v", err)
@@ -176,14 +166,10 @@ func TestResolveEncryptionRotateRequest(t *testing.T) {
 		{"never requested", false, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, tc.rotate)
+			s := encCluster(t, &spec.SecretsEncryptionConfig{Enabled: true}, tc.rotate)
 			cur, _ := secretsenc.New()
-			if err := secretsenc.Save(dir, cur); err != nil {
-				t.Fatal(err)
-			}
-			if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: tc.handled}); err != nil {
-				t.Fatal(err)
-			}
+			s.st.Key = cur
+			s.st.KeyRecord = secretsenc.Record{RotateHandled: tc.handled}
 			r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 			if err != nil {
 				t.Fatal(err)
@@ -221,11 +207,9 @@ func TestEncryptionNotTurnedOff(t *testing.T) {
 		{"RKE's empty file after disabling", nil, false, []byte{}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, dir := encSession(t, tc.enc, false)
+			s := encCluster(t, tc.enc, false)
 			if tc.inState {
-				if err := secretsenc.Save(dir, cur); err != nil {
-					t.Fatal(err)
-				}
+				s.st.Key = cur
 			}
 			r, err := resolveEncryption(t, s, observed(tc.onNode, true))
 			if r != nil {
@@ -237,8 +221,8 @@ func TestEncryptionNotTurnedOff(t *testing.T) {
 				}
 				return
 			}
-			var e *Error
-			if !errors.As(err, &e) || e.Reason != ReasonInvalidSpec || !strings.Contains(err.Error(), tc.want) ||
+			var e *stall.Error
+			if !errors.As(err, &e) || e.Reason != stall.InvalidSpec || !strings.Contains(err.Error(), tc.want) ||
 				!strings.Contains(err.Error(), "enabled: true") || strings.Contains(err.Error(), cur.Keys[0].Secret) {
 				t.Fatalf("got %v, want a refusal naming %q", err, tc.want)
 			}
@@ -272,21 +256,19 @@ func TestCustomConfigKeepsGeneratedKey(t *testing.T) {
 		{"no generated key in the state directory", custom(mine), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true, CustomConfig: tc.config}, false)
+			s := encCluster(t, &spec.SecretsEncryptionConfig{Enabled: true, CustomConfig: tc.config}, false)
 			if tc.inState {
-				if err := secretsenc.Save(dir, cur); err != nil {
-					t.Fatal(err)
-				}
+				s.st.Key = cur
 			}
 			r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 			if r != nil {
 				t.Fatalf("a generated key with custom_config: %+v", r.info)
 			}
-			var e *Error
+			var e *stall.Error
 			switch {
 			case !tc.refused && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.refused && (!errors.As(err, &e) || e.Reason != ReasonInvalidSpec || !strings.Contains(err.Error(), cur.Keys[0].Name) ||
+			case tc.refused && (!errors.As(err, &e) || e.Reason != stall.InvalidSpec || !strings.Contains(err.Error(), cur.Keys[0].Name) ||
 				strings.Contains(err.Error(), cur.Keys[0].Secret)):
 				t.Fatalf("got %v, want a refusal naming key %s, not its secret", err, cur.Keys[0].Name)
 			}
@@ -295,95 +277,39 @@ func TestCustomConfigKeepsGeneratedKey(t *testing.T) {
 }
 
 // TestRotateKeyOption: rigger encrypt rotate-key's request
-// (Options.RotateKey) shows a pending rotation whatever the record of
-// rotate_encryption_key says, and is refused without a generated key.
+// (Asked.RotateKey) shows a pending rotation whatever the record of
+// rotate_encryption_key says (reconcile.Open refuses it without a
+// generated key: TestOpenRefusesRotateKey).
 func TestRotateKeyOption(t *testing.T) {
-	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
+	s := encCluster(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
 	cur, _ := secretsenc.New()
-	if err := secretsenc.Save(dir, cur); err != nil {
-		t.Fatal(err)
-	}
-	if err := secretsenc.SaveRecord(dir, secretsenc.Record{RotateHandled: true}); err != nil {
-		t.Fatal(err)
-	}
+	s.st.Key = cur
+	s.st.KeyRecord = secretsenc.Record{RotateHandled: true}
 	r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil || r.info.Op != nil {
 		t.Fatalf("before the request: op %+v, %v", r.info.Op, err)
 	}
-	s, _ = encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true, func(o *Options) { o.StateDir, o.RotateKey = dir, true })
+	s.rotateKey = true
 	r, err = resolveEncryption(t, s, observed(cur.Marshal(), true))
 	if err != nil || r.info.Op == nil || r.info.Op.Kind != secretsenc.KindRotate {
 		t.Fatalf("after the request: op %+v, %v", r.info.Op, err)
-	}
-	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleControlPlane}}}}
-	spec.SetDefaults(c)
-	if _, err := Open(c, Options{StateDir: t.TempDir(), RotateKey: true}); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
-		t.Fatalf("without encryption: %v", err)
 	}
 }
 
 // TestEncryptionStatusHasNoKey: status.yml and the plan's JSON name the
 // keys, never their secrets.
 func TestEncryptionStatusHasNoKey(t *testing.T) {
-	s, _ := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
+	s := encCluster(t, &spec.SecretsEncryptionConfig{Enabled: true}, true)
 	r, err := resolveEncryption(t, s, observed(nil, true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pl := &Planned{Plan: &plan.Plan{}, Desired: &desired.Cluster{}, Observed: &observe.Cluster{}, Encryption: r.info}
-	b, err := json.Marshal([]any{BuildStatus(pl), pl.Report()})
+	b, err := json.Marshal([]any{pl.Status(), pl.Report()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), r.Cur.Keys[0].Name) || strings.Contains(string(b), r.Cur.Keys[0].Secret) {
 		t.Fatalf("status %s: want the key's name and not its secret", b)
-	}
-}
-
-// TestEncryptionStageEnds: a stage that changes the API servers'
-// configuration ends only when every controlplane node answered, and the
-// record then moves to the next stage; the saved configuration drops the
-// old key only when its last stage ends.
-func TestEncryptionStageEnds(t *testing.T) {
-	s, dir := encSession(t, &spec.SecretsEncryptionConfig{Enabled: true}, false)
-	cur, _ := secretsenc.New()
-	k, _ := secretsenc.NewKey(cur.Names())
-	cur.Keys = append(cur.Keys, k)
-	if err := secretsenc.Save(dir, cur); err != nil {
-		t.Fatal(err)
-	}
-	rec := secretsenc.Record{Op: &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageDropOld, NewKey: k.Name}}
-	if err := secretsenc.SaveRecord(dir, rec); err != nil {
-		t.Fatal(err)
-	}
-	r, err := resolveEncryption(t, s, observed(cur.Marshal(), true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if why := r.Reload(); !strings.Contains(why, string(secretsenc.StageDropOld)) {
-		t.Fatalf("reload at %s: %q, want the API servers to read the file again", secretsenc.StageDropOld, why)
-	}
-	nodes := []desired.Node{{Address: "10.0.0.1", Roles: []string{spec.RoleControlPlane}}, {Address: "10.0.0.2", Roles: []string{spec.RoleWorker}}}
-	planned := func(unreachable ...string) *Planned {
-		p := &plan.Plan{}
-		for _, a := range unreachable {
-			p.Unreachable = append(p.Unreachable, plan.Unreachable{Node: a, Error: "timeout"})
-		}
-		return &Planned{Plan: p, Desired: &desired.Cluster{Nodes: nodes}, encryption: r.Plan}
-	}
-	hooks := execute.Hooks{}
-	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.1"), r.Record, nil, hooks); err == nil || !strings.Contains(err.Error(), "10.0.0.1") {
-		t.Fatalf("stage with the controlplane node unreachable: %v, want an error naming it", err)
-	}
-	if got, _ := secretsenc.LoadRecord(dir); got.Op == nil || got.Op.Stage != secretsenc.StageDropOld {
-		t.Fatalf("record after the failed stage: %+v, want it still at %s", got.Op, secretsenc.StageDropOld)
-	}
-	if err := s.endEncryptionStage(context.Background(), planned("10.0.0.2"), r.Record, nil, hooks); err != nil {
-		t.Fatalf("stage with a worker unreachable: %v", err)
-	}
-	got, _ := secretsenc.LoadRecord(dir)
-	saved, _ := secretsenc.Load(dir)
-	if got.Op != nil || got.LastRotatedKey != k.Name || len(saved.Keys) != 1 || saved.Keys[0].Name != k.Name {
-		t.Fatalf("after the last stage: record %+v, keys %v; want no operation, %s last rotated and alone", got, saved.Names(), k.Name)
 	}
 }

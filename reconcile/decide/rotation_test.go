@@ -1,4 +1,4 @@
-package reconcile
+package decide
 
 import (
 	"bytes"
@@ -9,28 +9,34 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/rigger/rigger/reconcile/certrotate"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
-	"github.com/rigger/rigger/transport"
 )
 
-// rotationCluster is a one-node cluster whose PKI is in the state
-// directory dir (made when it has none).
-func rotationCluster(t *testing.T, dir string, rc *spec.RotateCertificates, cli *pki.Rotation) *Session {
+// rotationCase is a one-node cluster whose state directory is dir, and
+// the rotation the command line asks (nil: none).
+type rotationCase struct {
+	c   *spec.Cluster
+	dir string
+	cli *pki.Rotation
+}
+
+// rotationCluster is the one-node cluster with cluster.yml's
+// rotate_certificates rc, whose PKI is in the state directory dir (made
+// when it has none).
+func rotationCluster(t *testing.T, dir string, rc *spec.RotateCertificates, cli *pki.Rotation) *rotationCase {
 	t.Helper()
 	c := &spec.Cluster{ClusterName: "c", RotateCertificates: rc, Nodes: []spec.Node{{Address: "10.0.0.1", User: "u",
 		Role: []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}}}}
 	spec.SetDefaults(c)
-	s, err := Open(c, Options{StateDir: dir, Transport: struct{ transport.Transport }{}, Rotate: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := pki.Load(dir); err != nil {
-		set, _, err := pki.Ensure(nil, s.req, s.opts.Now())
+		set, _, err := pki.Ensure(nil, pki.RequestFor(c), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,43 +44,44 @@ func rotationCluster(t *testing.T, dir string, rc *spec.RotateCertificates, cli 
 			t.Fatal(err)
 		}
 	}
-	return s
+	return &rotationCase{c: c, dir: dir, cli: cli}
 }
 
-// plannedPKI is the PKI side of a plan of s, the node holding caFile as
-// its kube-ca.pem; no node is reached.
-func plannedPKI(s *Session, caFile []byte) (*Planned, error) {
+// plannedPKI is the PKI side of a plan of s, from its state directory
+// (LoadState), the node holding caFile as its kube-ca.pem; no node is
+// reached.
+func plannedPKI(s *rotationCase, caFile []byte) (*Planned, error) {
 	caPath, _ := pki.NodePath(pki.CACertName)
 	o := &observe.Cluster{Nodes: map[string]*observe.Node{"10.0.0.1": {Address: "10.0.0.1", Reachable: true, FilesRead: true,
 		Files: map[string]string{caPath: observe.FileHash(caFile)}}}}
-	st, err := s.loadState()
+	st, err := LoadState(s.dir)
 	if err != nil {
 		return nil, err
 	}
-	rp, err := s.resolvePKI(st, o, asked{rotate: s.opts.Rotate})
+	rp, err := Credentials(Input{Spec: s.c, StateDir: s.dir, State: st, Observed: o, Asked: Asked{Rotate: s.cli}, Now: time.Now()})
 	if err != nil {
 		return nil, err
 	}
-	return &Planned{Plan: &plan.Plan{}, PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp}, nil
+	return &Planned{Plan: &plan.Plan{}, PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source, pki: rp, Staged: operations(rp, nil)}, nil
 }
 
-// started does what Apply does before the nodes change; it returns the
-// rotation record as saved.
-func started(t *testing.T, s *Session, pl *Planned) certrotate.Record {
+// started does what an apply does before the nodes change; it returns
+// the rotation record as saved.
+func started(t *testing.T, s *rotationCase, pl *Planned) certrotate.Record {
 	t.Helper()
 	if pl.pki.Save {
-		if err := pki.Save(s.opts.StateDir, pl.pki.State); err != nil {
+		if err := pki.Save(s.dir, pl.pki.State); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rec, err := pl.rotation().Start(s.opts.StateDir, s.opts.Now())
+	rec, err := pl.rotation().Start(s.dir, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rec
 }
 
-func mustPlanned(t *testing.T, s *Session, caFile []byte) *Planned {
+func mustPlanned(t *testing.T, s *rotationCase, caFile []byte) *Planned {
 	t.Helper()
 	pl, err := plannedPKI(s, caFile)
 	if err != nil {
@@ -148,7 +155,7 @@ func TestCARotationResumes(t *testing.T) {
 	if r := pl.Rotation(); r == nil || r.Stage != pki.StageFinish || !bytes.Equal(pl.PKI.Trusted(pki.CACertName), newCA) {
 		t.Fatalf("last stage: %+v", r)
 	}
-	if err := pl.rotation().Finish(context.Background(), certrotate.End{Dir: serve.opts.StateDir, Record: started(t, serve, pl)}); err != nil {
+	if err := pl.rotation().Finish(context.Background(), certrotate.End{Dir: serve.dir, Record: started(t, serve, pl)}); err != nil {
 		t.Fatal(err)
 	}
 	if next := pl.Next(); next != "" {
@@ -196,7 +203,7 @@ func TestLeafRotationOnce(t *testing.T) {
 		!bytes.Equal(pl.PKI.Certs[pki.KubeNodeCertName].CertPEM, issued.Certs[pki.KubeNodeCertName].CertPEM) {
 		t.Fatalf("resumed: %+v, changes %v", r, pl.PKIChanges)
 	}
-	if err := pl.rotation().Finish(context.Background(), certrotate.End{Dir: s.opts.StateDir, Record: pl.rotation().Record}); err != nil {
+	if err := pl.rotation().Finish(context.Background(), certrotate.End{Dir: s.dir, Record: pl.rotation().Record}); err != nil {
 		t.Fatal(err)
 	}
 	if pl := mustPlanned(t, rotationCluster(t, dir, kubelet, nil), ca); pl.Rotation() != nil || pl.RotationRecordCleared() {
@@ -251,7 +258,7 @@ func TestPlanReport(t *testing.T) {
 		!slices.Contains(r.Certificates, pki.CACertName) {
 		t.Errorf("certificate_rotation %+v, want the CA rotation from the command line, resumed at %s:\n%s", r, pki.StageTrust, b)
 	}
-	if !got.Changes || got.Certificates.Source != string(PKIStateDir) || got.Certificates.From != dir {
+	if !got.Changes || got.Certificates.Source != string(pkisource.StateDir) || got.Certificates.From != dir {
 		t.Errorf("changes %v, certificates %+v:\n%s", got.Changes, got.Certificates, b)
 	}
 	if _, err := plan.ReadSaved(bytes.NewReader(b)); err != nil {
