@@ -33,7 +33,6 @@ import (
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/reach"
-	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -549,23 +548,11 @@ func (s *simSession) Plan(ctx context.Context) (*decide.Planned, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, o, p, err := simnode.Plan(ctx, s.tr, s.c, set)
-	if err != nil {
-		return nil, err
-	}
-	return &decide.Planned{Plan: p, Desired: d, Observed: o, PKI: set}, nil
+	return simnode.Plan(ctx, s.tr, s.c, set)
 }
 
 func (s *simSession) Apply(ctx context.Context, _ *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*execute.Result, error) {
-	return simnode.Apply(ctx, s.tr, s.c, pl.Desired, pl.Plan, o.Hooks, reconcile.MaxPlanAge)
-}
-
-func (s *simSession) Status(ctx context.Context) (*report.Status, *decide.Planned, error) {
-	pl, err := s.Plan(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pl.Status(), pl, nil
+	return simnode.Apply(ctx, s.tr, s.c, pl, o.Hooks, reconcile.MaxPlanAge)
 }
 
 // ScheduledSnapshot: the simulation runs no etcd, so no schedule.

@@ -268,20 +268,18 @@ func (a *applying) execute(ctx context.Context) error {
 	a.side, a.hooks, say = s.kubeSide(pl, a.cs, timed, stageNetwork)
 	eng, engErr = s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) { say("addon "+addon, msg) })
 	opts := execute.Options{
-		Desired:              pl.Desired,
-		Nodes:                s.docker,
-		Health:               chk,
-		Hooks:                a.hooks,
-		BeforeNode:           a.side.BeforeNode,
-		AfterNode:            a.side.AfterNode,
-		HelperImage:          s.c.SystemImages.Alpine,
-		MaxParallel:          s.c.Rigger.MaxParallel,
-		MaxUnavailableWorker: pl.Budgets.WorkerBatch,
-		WorkersBlocked:       pl.Budgets.WorkersBlocked,
-		ControlPlaneBlocked:  pl.Budgets.ControlPlaneBlocked,
-		MaxPlanAge:           MaxPlanAge,
-		Timeline:             tl,
-		Now:                  s.opts.Now,
+		Desired:     pl.Desired,
+		Nodes:       s.docker,
+		Health:      chk,
+		Hooks:       a.hooks,
+		BeforeNode:  a.side.BeforeNode,
+		AfterNode:   a.side.AfterNode,
+		HelperImage: s.c.SystemImages.Alpine,
+		MaxParallel: s.c.Rigger.MaxParallel,
+		Budgets:     pl.Budgets,
+		MaxPlanAge:  MaxPlanAge,
+		Timeline:    tl,
+		Now:         s.opts.Now,
 		Snapshot: func(ctx context.Context) error {
 			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)
 		},

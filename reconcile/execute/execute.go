@@ -61,13 +61,13 @@ type Options struct {
 	// MaxParallel bounds the nodes worked on at once where order does not
 	// matter (files, removed nodes): rigger.max_parallel.
 	MaxParallel int
-	// WorkersBlocked and ControlPlaneBlocked, when set, stop their phase
-	// before it changes anything, with the reason: the unavailability
-	// budget is used up by nodes already down.
-	WorkersBlocked, ControlPlaneBlocked error
-	// MaxUnavailableWorker is how many worker nodes change at once
-	// (upgrade_strategy.max_unavailable_worker, resolved to a count).
-	MaxUnavailableWorker int
+	// Budgets are the plan's unavailability budgets (plan.ResolveBudgets,
+	// decided with the plan): WorkerBatch is how many worker nodes change
+	// at once (upgrade_strategy.max_unavailable_worker, resolved to a
+	// count; 1 when zero); WorkersBlocked and ControlPlaneBlocked, when
+	// set, stop their phase before it changes anything, with the reason:
+	// the budget is used up by nodes already down.
+	Budgets plan.Budgets
 	// HealthTimeout bounds the wait for one component to become healthy,
 	// and for a container Run started to stay up.
 	HealthTimeout time.Duration
@@ -170,7 +170,7 @@ func (e *StaleError) Error() string {
 //     server (but in an upgrade), controller manager and scheduler
 //     healthy before the next node;
 //  5. workers: the nodes where they are only created all at once, then
-//     batches of MaxUnavailableWorker nodes, each node's kubelet (and
+//     batches of Budgets.WorkerBatch nodes, each node's kubelet (and
 //     nginx-proxy) healthy before the next batch;
 //  6. add-ons (Options.Addons);
 //  7. removed nodes: containers removed and rigger's files cleaned, nodes
@@ -205,8 +205,8 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	if o.MinUptime <= 0 {
 		o.MinUptime = dockerop.MinUptime
 	}
-	if o.MaxUnavailableWorker <= 0 {
-		o.MaxUnavailableWorker = 1
+	if o.Budgets.WorkerBatch <= 0 {
+		o.Budgets.WorkerBatch = 1
 	}
 	start := o.Now()
 	r := &runner{o: o, res: &Result{}}
@@ -238,7 +238,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		{plan.PhaseAPIServer, "API servers of the Kubernetes upgrade, one node at a time, before any other component", r.controlPlane},
 		{plan.PhaseControlPlane, "Control plane, one node at a time (new ones at once)", r.controlPlane},
 		{phaseKubernetes, "Kubernetes objects", r.kubernetes},
-		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time (new ones at once)", o.MaxUnavailableWorker), r.workers},
+		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time (new ones at once)", o.Budgets.WorkerBatch), r.workers},
 		{phaseAddons, "Add-ons", r.addons},
 		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
 	}
@@ -940,13 +940,13 @@ func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) 
 // controlPlane changes one node at a time, after the nodes where it is
 // only created, which start all at once.
 func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
-	return r.rolling(ctx, steps, 1, r.serving(desired.KubeAPIServer), r.o.ControlPlaneBlocked)
+	return r.rolling(ctx, steps, 1, r.serving(desired.KubeAPIServer), r.o.Budgets.ControlPlaneBlocked)
 }
 
-// workers changes MaxUnavailableWorker nodes at once, after the nodes
+// workers changes Budgets.WorkerBatch nodes at once, after the nodes
 // where they are only created, which start all at once.
 func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
-	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.serving(desired.Kubelet), r.o.WorkersBlocked)
+	return r.rolling(ctx, steps, r.o.Budgets.WorkerBatch, r.serving(desired.Kubelet), r.o.Budgets.WorkersBlocked)
 }
 
 // serving counts the nodes of the desired cluster that run component.

@@ -137,7 +137,7 @@ func lastIndex(events []string, prefix string) int {
 var now = time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
 
 func options(d *desired.Cluster, r *recorder) Options {
-	return Options{Desired: d, Health: r, MaxUnavailableWorker: 2, Now: func() time.Time { return now }}
+	return Options{Desired: d, Health: r, Budgets: plan.Budgets{WorkerBatch: 2}, Now: func() time.Time { return now }}
 }
 
 // replacing is the plan of d's nodes from scratch with the control plane
@@ -379,7 +379,7 @@ func TestNotReadyFirst(t *testing.T) {
 	p := replacing(d)
 	r := &recorder{}
 	o := options(d, r)
-	o.MaxUnavailableWorker = 1
+	o.Budgets.WorkerBatch = 1
 	p.First = []string{"10.0.0.7", "10.0.0.3"}
 	if _, err := run(context.Background(), p, o, r.ops()); err != nil {
 		t.Fatal(err)
@@ -548,7 +548,7 @@ func TestCreatesAtOnce(t *testing.T) {
 			o.MaxParallel = tc.maxParallel
 			// Each node's steps of a phase wait until want[phase] nodes
 			// have started theirs: nodes taken one at a time (the control
-			// plane) or two at a time (MaxUnavailableWorker) never get there.
+			// plane) or two at a time (Budgets.WorkerBatch) never get there.
 			var mu sync.Mutex
 			started := map[plan.Phase]map[string]bool{}
 			all := map[plan.Phase]chan struct{}{}

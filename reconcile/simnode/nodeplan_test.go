@@ -61,11 +61,12 @@ func TestPlanOfConvergedNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	d, o, p, err := simnode.Plan(ctx, tr, cl, set)
+	pl, err := simnode.Plan(ctx, tr, cl, set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Unreachable) > 0 || !o.Nodes[c.Nodes[0].Address].Reachable {
+	p := pl.Plan
+	if len(p.Unreachable) > 0 || !pl.Observed.Nodes[c.Nodes[0].Address].Reachable {
 		t.Fatalf("unreachable: %v", p.Unreachable)
 	}
 	perNode := map[string]int{}
@@ -78,11 +79,10 @@ func TestPlanOfConvergedNodes(t *testing.T) {
 
 	// Both converged: an empty plan, carried out.
 	simnode.Converge(c.Nodes[1].Engine, cl, d.Nodes[1])
-	d, _, p, err = simnode.Plan(ctx, tr, cl, set)
-	if err != nil || !p.Empty() {
-		t.Fatalf("plan of the converged nodes: %d steps, %v", len(p.Steps), err)
+	if pl, err = simnode.Plan(ctx, tr, cl, set); err != nil || !pl.Plan.Empty() {
+		t.Fatalf("plan of the converged nodes: %v, %v", pl, err)
 	}
-	if _, err := simnode.Apply(ctx, tr, cl, d, p, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
+	if _, err := simnode.Apply(ctx, tr, cl, pl, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
 		t.Fatalf("apply of an empty plan: %v", err)
 	}
 }

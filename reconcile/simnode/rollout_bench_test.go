@@ -24,7 +24,6 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -78,11 +77,12 @@ func (sc *scaleCluster) rollout(ctx context.Context, b *testing.B) (run, int) {
 
 // rolloutTo is the benchmarked rollout: the nodes' part of `rigger apply`
 // of c, whose only change is the kubelet's flag. A transport built from
-// c, every node observed and the plan computed (as observePlan), the
-// plan checked to replace every node's kubelet and nothing else, the
-// batch size resolved from upgrade_strategy.max_unavailable_worker (its
-// default, 10 %) as Session.apply resolves it, and the plan carried out by
-// execute.Run with rigger's health checker (reach.Services.Checker) over
+// c, every node observed and the plan decided (as observePlan:
+// decide.Compute, the batch size resolved from
+// upgrade_strategy.max_unavailable_worker, its default 10 %, with it), the
+// plan checked to replace every node's kubelet and nothing else, and
+// carried out by execute.Run with the options an apply gives it
+// (simnode.ExecuteOptions) and rigger's health checker (reach.Services.Checker) over
 // the same connections: the nodes in batches (the kubelet is in the
 // worker phase on every node, the control-plane node's too, the first in
 // cluster.yml's order), each node's new kubelet probed on its /healthz
@@ -102,21 +102,12 @@ func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, er
 		return 0, err
 	}
 	defer tr.Close()
-	p, d, err := sc.plan(ctx, c, tr)
+	pl, err := sc.plan(ctx, c, tr)
 	if err != nil {
 		return 0, err
 	}
+	p := pl.Plan
 	if err := rolloutPlan(p, len(c.Nodes)); err != nil {
-		return 0, err
-	}
-	workerBatch, workersBlocked, err := plan.Unavailability(d, p.UnreachableNodes(), spec.RoleWorker,
-		c.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
-	if err != nil {
-		return 0, err
-	}
-	_, cpBlocked, err := plan.Unavailability(d, p.UnreachableNodes(), spec.RoleControlPlane,
-		c.UpgradeStrategy.MaxUnavailableControlplane, "max_unavailable_controlplane")
-	if err != nil {
 		return 0, err
 	}
 	chk, err := reach.Services{Transport: tr, Nodes: c.Nodes, Log: log}.Checker(sc.set)
@@ -124,20 +115,14 @@ func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, er
 		return 0, err
 	}
 	var healthy atomic.Int64
-	res, err := execute.Run(ctx, p, execute.Options{
-		Desired: d, Health: chk, HelperImage: c.SystemImages.Alpine, MaxParallel: c.Rigger.MaxParallel,
-		MaxUnavailableWorker: workerBatch, WorkersBlocked: workersBlocked, ControlPlaneBlocked: cpBlocked,
-		MaxPlanAge: reconcile.MaxPlanAge, MinUptime: rolloutMinUptime,
-		Nodes: func(ctx context.Context, node string) (dockerop.Engine, error) {
-			return tr.Docker(ctx, node)
-		},
-		Hooks: execute.Hooks{Step: func(_, msg string, err error) {
-			if err == nil && strings.HasPrefix(msg, desired.Kubelet+" healthy ") {
-				healthy.Add(1)
-			}
-		}},
-		Kubernetes: func(context.Context) error { return nil },
-	})
+	o := simnode.ExecuteOptions(tr, c, pl, reconcile.MaxPlanAge)
+	o.Health, o.MinUptime = chk, rolloutMinUptime
+	o.Hooks = execute.Hooks{Step: func(_, msg string, err error) {
+		if err == nil && strings.HasPrefix(msg, desired.Kubelet+" healthy ") {
+			healthy.Add(1)
+		}
+	}}
+	res, err := execute.Run(ctx, p, o)
 	if err != nil {
 		return 0, err
 	}
@@ -147,7 +132,7 @@ func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, er
 	if int(healthy.Load()) != len(c.Nodes) {
 		return 0, fmt.Errorf("execute found %d kubelets healthy, want %d: its health checks did not all run", healthy.Load(), len(c.Nodes))
 	}
-	return (len(c.Nodes) + workerBatch - 1) / workerBatch, nil
+	return (len(c.Nodes) + pl.Budgets.WorkerBatch - 1) / pl.Budgets.WorkerBatch, nil
 }
 
 // rolloutPlan checks that p replaces the kubelet of each of its n nodes,
@@ -202,11 +187,11 @@ func (sc *scaleCluster) checkRollout(ctx context.Context, c *spec.Cluster, value
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	p, _, err := sc.plan(ctx, c, tr)
+	pl, err := sc.plan(ctx, c, tr)
 	if err != nil {
 		return err
 	}
-	if !p.Empty() || len(p.Unreachable) > 0 {
+	if p := pl.Plan; !p.Empty() || len(p.Unreachable) > 0 {
 		return fmt.Errorf("the next plan is not a no-op: %d steps (first %+v), unreachable %v", len(p.Steps), firstStep(p), p.Unreachable)
 	}
 	return nil
@@ -327,10 +312,11 @@ func (sc *scaleCluster) rolloutFloorInput() ([][]int, [][]byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	size, _, err := plan.Unavailability(d, nil, spec.RoleWorker, sc.current.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
+	b, err := plan.ResolveBudgets(d, nil, sc.current.UpgradeStrategy)
 	if err != nil {
 		return nil, nil, err
 	}
+	size := b.WorkerBatch
 	nodes := make([]int, len(d.Nodes))
 	for i := range nodes {
 		nodes[i] = i

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -456,7 +457,7 @@ func TestSimulatedNodesProcess(t *testing.T) {
 	}
 }
 
-// desired is what Session.compute decides for the nodes of c
+// desired is what decide.Compute decides for the nodes of c
 // (simnode.Desired).
 func (sc *scaleCluster) desired(c *spec.Cluster) (*desired.Cluster, error) {
 	return simnode.Desired(c, sc.set)
@@ -473,24 +474,23 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 		return nil, err
 	}
 	defer tr.Close()
-	p, d, err := sc.plan(ctx, c, tr)
+	pl, err := sc.plan(ctx, c, tr)
 	if err != nil {
 		return nil, err
 	}
-	if !apply || !p.Empty() {
-		return p, nil
+	if !apply || !pl.Plan.Empty() {
+		return pl.Plan, nil
 	}
-	if _, err := simnode.Apply(ctx, tr, c, d, p, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
+	if _, err := simnode.Apply(ctx, tr, c, pl, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
 		return nil, err
 	}
-	return p, nil
+	return pl.Plan, nil
 }
 
-// plan observes every node of c through tr and computes the plan, as
-// Session.compute does for the nodes (simnode.Plan).
-func (sc *scaleCluster) plan(ctx context.Context, c *spec.Cluster, tr transport.Transport) (*plan.Plan, *desired.Cluster, error) {
-	d, _, p, err := simnode.Plan(ctx, tr, c, sc.set)
-	return p, d, err
+// plan observes every node of c through tr and decides the plan, as
+// rigger plan does for the nodes (simnode.Plan: decide.Compute).
+func (sc *scaleCluster) plan(ctx context.Context, c *spec.Cluster, tr transport.Transport) (*decide.Planned, error) {
+	return simnode.Plan(ctx, tr, c, sc.set)
 }
 
 // floor connects to every node (an SSH handshake, the host key checked
