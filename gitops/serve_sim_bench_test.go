@@ -29,7 +29,6 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/reach"
@@ -551,8 +550,9 @@ func (s *simSession) Plan(ctx context.Context) (*decide.Planned, error) {
 	return simnode.Plan(ctx, s.tr, s.c, set)
 }
 
-func (s *simSession) Apply(ctx context.Context, _ *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*execute.Result, error) {
-	return simnode.Apply(ctx, s.tr, s.c, pl, o.Hooks, reconcile.MaxPlanAge)
+func (s *simSession) Apply(ctx context.Context, _ *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*reconcile.Result, error) {
+	res, err := simnode.Apply(ctx, s.tr, s.c, pl, o.Hooks, reconcile.MaxPlanAge)
+	return &reconcile.Result{Result: *res}, err
 }
 
 // ScheduledSnapshot: the simulation runs no etcd, so no schedule.

@@ -6,7 +6,6 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -19,7 +18,7 @@ type Session interface {
 	RestoreRequest() (*etcdsnap.RestoreRequest, error)
 	RestorePending(ctx context.Context, lk *reconcile.Lock, o etcdsnap.RestoreOptions) (*etcdsnap.RestoreResult, error)
 	Plan(ctx context.Context) (*decide.Planned, error)
-	Apply(ctx context.Context, lk *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*execute.Result, error)
+	Apply(ctx context.Context, lk *reconcile.Lock, pl *decide.Planned, o reconcile.ApplyOptions) (*reconcile.Result, error)
 	ScheduledSnapshot(ctx context.Context, lk *reconcile.Lock) (*etcdsnap.ScheduledResult, error)
 	Close() error
 }

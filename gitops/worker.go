@@ -19,7 +19,6 @@ import (
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/stall"
@@ -551,7 +550,7 @@ func snapshotRef(name string, sc *etcdsnap.Sidecar, taken time.Time, size int64)
 }
 
 // recordDrift keeps the steps a drift check carried out, newest first.
-func (w *worker) recordDrift(cluster string, res *execute.Result) {
+func (w *worker) recordDrift(cluster string, res *reconcile.Result) {
 	at := w.srv.cfg.Now().UTC().Truncate(time.Second)
 	var rec []DriftRepair
 	for _, o := range res.Done {
@@ -579,8 +578,8 @@ func (w *worker) recordDrift(cluster string, res *execute.Result) {
 }
 
 // logHooks turn the executor's progress into log lines.
-func logHooks(log *slog.Logger) execute.Hooks {
-	return execute.Hooks{
+func logHooks(log *slog.Logger) plan.Hooks {
+	return plan.Hooks{
 		Phase: func(p plan.Phase, title string) { log.Info(title, "phase", string(p)) },
 		Step: func(node, msg string, err error) {
 			if err != nil {

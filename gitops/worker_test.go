@@ -32,7 +32,7 @@ import (
 type fakeSession struct {
 	LockFn              func() (*reconcile.Lock, error)
 	PlanFn              func() (*decide.Planned, error)
-	ApplyFn             func(pl *decide.Planned) (*execute.Result, error)
+	ApplyFn             func(pl *decide.Planned) (*reconcile.Result, error)
 	ScheduledSnapshotFn func() (*etcdsnap.ScheduledResult, error)
 
 	applied, closed int
@@ -62,12 +62,12 @@ func (f *fakeSession) Plan(context.Context) (*decide.Planned, error) {
 	return planned(0), nil
 }
 
-func (f *fakeSession) Apply(_ context.Context, _ *reconcile.Lock, pl *decide.Planned, _ reconcile.ApplyOptions) (*execute.Result, error) {
+func (f *fakeSession) Apply(_ context.Context, _ *reconcile.Lock, pl *decide.Planned, _ reconcile.ApplyOptions) (*reconcile.Result, error) {
 	f.applied++
 	if f.ApplyFn != nil {
 		return f.ApplyFn(pl)
 	}
-	res := &execute.Result{}
+	res := &reconcile.Result{}
 	for _, s := range pl.Plan.Steps {
 		res.Done = append(res.Done, execute.Outcome{Step: s})
 	}
@@ -195,8 +195,8 @@ func TestAttempt(t *testing.T) {
 			name: "the removal guard stalls", changed: true,
 			session: &fakeSession{
 				PlanFn: func() (*decide.Planned, error) { return planned(1), nil },
-				ApplyFn: func(*decide.Planned) (*execute.Result, error) {
-					return &execute.Result{}, stalled(stall.RemovalGuard, &plan.RemovalGuardError{Removed: []string{"a", "b"}, Total: 3, Limit: "30%"})
+				ApplyFn: func(*decide.Planned) (*reconcile.Result, error) {
+					return &reconcile.Result{}, stalled(stall.RemovalGuard, &plan.RemovalGuardError{Removed: []string{"a", "b"}, Total: 3, Limit: "30%"})
 				},
 			},
 			want: want{ready: "False", readyReason: string(stall.RemovalGuard), stalled: true, applied: 1},
@@ -205,9 +205,9 @@ func TestAttempt(t *testing.T) {
 			name: "a failed step is retried", changed: true,
 			session: &fakeSession{
 				PlanFn: func() (*decide.Planned, error) { return planned(1), nil },
-				ApplyFn: func(pl *decide.Planned) (*execute.Result, error) {
+				ApplyFn: func(pl *decide.Planned) (*reconcile.Result, error) {
 					err := errors.New("kubelet not healthy")
-					return &execute.Result{Done: []execute.Outcome{{Step: pl.Plan.Steps[0], Err: err}}}, err
+					return &reconcile.Result{Result: execute.Result{Done: []execute.Outcome{{Step: pl.Plan.Steps[0], Err: err}}}}, err
 				},
 			},
 			want: want{ready: "False", readyReason: string(stall.Failed), retry: true, applied: 1},
@@ -312,7 +312,7 @@ func TestAddonDriftRepaired(t *testing.T) {
 			pl.Addons = cs
 			return pl, nil
 		},
-		ApplyFn: func(pl *decide.Planned) (*execute.Result, error) { return &execute.Result{Addons: pl.Addons}, nil },
+		ApplyFn: func(pl *decide.Planned) (*reconcile.Result, error) { return &reconcile.Result{Addons: pl.Addons}, nil },
 	}
 	srv := &Server{cfg: Config{StateDir: t.TempDir(), DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: time.Now,
 		Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return sess, nil }}, workers: map[string]*worker{}}

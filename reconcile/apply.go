@@ -22,13 +22,12 @@ import (
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/staged"
 	"github.com/rigger/rigger/reconcile/statedir"
-	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 )
 
 // ApplyOptions are the choices of one apply.
 type ApplyOptions struct {
-	Hooks execute.Hooks
+	Hooks plan.Hooks
 	// AddonsErrInResult leaves a failure of the add-ons in the result's
 	// AddonsErr instead of returning it: a restore's apply, after which
 	// the add-ons' pods restart on their own once the API servers are
@@ -42,6 +41,16 @@ type ApplyOptions struct {
 	// Pass, when set, is shown each plan Apply makes after the first, for
 	// the next stage of a staged operation (pass counts from 2).
 	Pass func(pass int, pl *decide.Planned)
+}
+
+// Result is what an apply did: what the executor did (execute.Result:
+// each step run, with its error, those not run, the add-ons' failure) and
+// the add-on changes it made.
+type Result struct {
+	execute.Result
+	// Addons are the add-on changes the apply made; nil when its add-ons
+	// phase did not run.
+	Addons *addons.ChangeSet
 }
 
 // MaxPlanAge is how old an observation Apply acts on may be.
@@ -65,9 +74,9 @@ const MaxPlanAge = 15 * time.Minute
 // and carries that plan out, told to ao.Pass: this loop, observe → plan →
 // execute, is the only place where a plan is made again during an apply,
 // for rigger apply and serve alike. A plan is never changed once made.
-func (s *Session) Apply(ctx context.Context, lk *Lock, pl *decide.Planned, ao ApplyOptions) (*execute.Result, error) {
+func (s *Session) Apply(ctx context.Context, lk *Lock, pl *decide.Planned, ao ApplyOptions) (*Result, error) {
 	if lk == nil {
-		return &execute.Result{NotRun: pl.Plan.Steps}, errors.New("apply: the cluster's lock is not held (Session.Lock)")
+		return &Result{Result: execute.Result{NotRun: pl.Plan.Steps}}, errors.New("apply: the cluster's lock is not held (Session.Lock)")
 	}
 	if pl.Teardown {
 		return s.teardown(ctx, pl, ao.Hooks)
@@ -85,7 +94,7 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *decide.Planned, ao Ap
 		if ao.Pass != nil {
 			ao.Pass(pass, pl)
 		}
-		var more *execute.Result
+		var more *Result
 		more, next, err = s.applyOnce(ctx, lk, pl, ao)
 		res = joinResults(res, more)
 	}
@@ -97,7 +106,7 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *decide.Planned, ao Ap
 const maxPasses = 1 + 3 + 4
 
 // joinResults is what two applies in a row did.
-func joinResults(a, b *execute.Result) *execute.Result {
+func joinResults(a, b *Result) *Result {
 	out := *b
 	out.Done = append(slices.Clone(a.Done), b.Done...)
 	out.Duration = a.Duration + b.Duration
@@ -110,8 +119,8 @@ func joinResults(a, b *execute.Result) *execute.Result {
 // applyOnce is Apply of one plan: its phases in order, each titled in the
 // timeline (--timings), until one fails. It reports whether a staged
 // operation's stage ended that another follows.
-func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *decide.Planned, ao ApplyOptions) (*execute.Result, bool, error) {
-	a := &applying{Session: s, lk: lk, pl: pl, ao: ao, res: &execute.Result{NotRun: pl.Plan.Steps}, unlease: func() {}}
+func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *decide.Planned, ao ApplyOptions) (*Result, bool, error) {
+	a := &applying{Session: s, lk: lk, pl: pl, ao: ao, res: &Result{Result: execute.Result{NotRun: pl.Plan.Steps}}, unlease: func() {}}
 	defer func() { a.unlease() }()
 	if ph := ao.Hooks.Phase; ph != nil {
 		for _, op := range pl.Staged {
@@ -142,7 +151,7 @@ type applying struct {
 	pl *decide.Planned
 	ao ApplyOptions
 	// res is what was done: every step not run until the steps ran.
-	res *execute.Result
+	res *Result
 	// cs is the API server's client (nil: no controlplane node was
 	// reachable); unlease gives the cluster's Lease back.
 	cs      kubernetes.Interface
@@ -152,7 +161,7 @@ type applying struct {
 	// side is the Kubernetes side of the nodes, and hooks the apply's
 	// hooks, whose Step calls are serialized with the side's own lines.
 	side  *kubenode.Side
-	hooks execute.Hooks
+	hooks plan.Hooks
 	// next is set when a stage ended that another follows.
 	next bool
 }
@@ -232,80 +241,60 @@ func (a *applying) before(context.Context) error {
 // snapshot before etcd or Kubernetes changes version or members; then it
 // records when the steps ended.
 func (a *applying) execute(ctx context.Context) error {
-	s, pl, tl := a.Session, a.pl, a.opts.Timeline
+	s, pl := a.Session, a.pl
 	chk, err := s.services().Checker(pl.PKI)
 	if err != nil {
 		return err
 	}
-	endPhase := func() {}
-	timed := a.ao.Hooks
-	if tl != nil {
-		timed.Phase = func(p plan.Phase, title string) {
-			endPhase()
-			endPhase = tl.Begin("apply: phase " + string(p))
-			if a.ao.Hooks.Phase != nil {
-				a.ao.Hooks.Phase(p, title)
-			}
-		}
-	}
-	// The network plugin goes in before the workers (kubenode.Side), through
-	// the add-ons' engine, made once the hooks are.
-	var (
-		eng          *addons.Engine
-		engErr       error
-		stageNetwork func(ctx context.Context) error
-	)
+	hooks, endPhase := a.timedHooks()
+	ad := &addonsPhase{Session: s, pl: pl}
+	var stageNetwork func(context.Context) error
 	if pl.AddonWork() {
-		stageNetwork = func(ctx context.Context) error {
-			if engErr != nil {
-				return fmt.Errorf("apply the network plugin: %w", engErr)
-			}
-			_, err := eng.Stage(ctx, sysaddons.Network(pl.AddonsWant))
-			return addons.Refused("apply the network plugin", err)
-		}
+		stageNetwork = ad.stageNetwork
 	}
 	var say func(node, msg string)
-	a.side, a.hooks, say = s.kubeSide(pl, a.cs, timed, stageNetwork)
-	eng, engErr = s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) { say("addon "+addon, msg) })
+	a.side, a.hooks, say = s.kubeSide(pl, a.cs, hooks, stageNetwork)
+	ad.start(say)
 	opts := execute.Options{
-		Desired:     pl.Desired,
-		Nodes:       s.docker,
-		Health:      chk,
-		Hooks:       a.hooks,
-		BeforeNode:  a.side.BeforeNode,
-		AfterNode:   a.side.AfterNode,
-		HelperImage: s.c.SystemImages.Alpine,
-		MaxParallel: s.c.Rigger.MaxParallel,
-		Budgets:     pl.Budgets,
-		MaxPlanAge:  MaxPlanAge,
-		Timeline:    tl,
-		Now:         s.opts.Now,
+		Desired: pl.Desired, Nodes: s.docker, Health: chk, Hooks: a.hooks, Budgets: pl.Budgets,
+		BeforeNode: a.side.BeforeNode, AfterNode: a.side.AfterNode, Kubernetes: a.side.Kubernetes,
+		HelperImage: s.c.SystemImages.Alpine, MaxParallel: s.c.Rigger.MaxParallel,
+		MaxPlanAge: MaxPlanAge, Timeline: s.opts.Timeline, Now: s.opts.Now,
 		Snapshot: func(ctx context.Context) error {
 			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)
 		},
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
 			return s.services().EtcdClient(ctx, pl.PKI, pl.Observed)
 		},
-		Kubernetes: a.side.Kubernetes,
 	}
 	if pl.AddonWork() {
-		opts.Addons = func(ctx context.Context) (*addons.ChangeSet, error) {
-			if engErr != nil {
-				return nil, fmt.Errorf("apply the add-ons: %w", engErr)
-			}
-			if err := a.side.Repair(ctx); err != nil {
-				return nil, fmt.Errorf("before the add-ons: %w", err)
-			}
-			return eng.ApplyAll(ctx, pl.AddonsWant)
-		}
+		opts.Addons = func(ctx context.Context) error { return ad.apply(ctx, a.side.Repair) }
 	}
-	a.res, err = execute.Run(ctx, pl.Plan, opts)
+	res, err := execute.Run(ctx, pl.Plan, opts)
 	endPhase()
+	a.res.Result, a.res.Addons = *res, ad.applied
 	crashpoint.Reach(crashpoint.ApplyExecuted)
 	if werr := s.recordApplied(); werr != nil {
 		err = errors.Join(err, werr)
 	}
 	return err
+}
+
+// timedHooks are the apply's hooks with, under --timings, a span of the
+// timeline for each of the executor's phases, which endPhase ends.
+func (a *applying) timedHooks() (plan.Hooks, func()) {
+	tl, hooks := a.opts.Timeline, a.ao.Hooks
+	end := func() {}
+	if tl != nil {
+		hooks.Phase = func(p plan.Phase, title string) {
+			end()
+			end = tl.Begin("apply: phase " + string(p))
+			if a.ao.Hooks.Phase != nil {
+				a.ao.Hooks.Phase(p, title)
+			}
+		}
+	}
+	return hooks, func() { end() }
 }
 
 // nodes makes the Kubernetes Nodes right once the steps ran, also after an
@@ -362,7 +351,7 @@ func (s *Session) snapshotBeforeChange(ctx context.Context, set *pki.Set, d *des
 }
 
 // teardown carries out a plan of Options.Teardown (decide.Teardown).
-func (s *Session) teardown(ctx context.Context, pl *decide.Planned, hooks execute.Hooks) (*execute.Result, error) {
+func (s *Session) teardown(ctx context.Context, pl *decide.Planned, hooks plan.Hooks) (*Result, error) {
 	res, err := execute.Run(ctx, pl.Plan, execute.Options{
 		Desired:     pl.Desired,
 		Nodes:       s.docker,
@@ -375,7 +364,7 @@ func (s *Session) teardown(ctx context.Context, pl *decide.Planned, hooks execut
 	if err == nil {
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
-	return res, err
+	return &Result{Result: *res}, err
 }
 
 // recordNodes saves, before anything changes, the nodes an apply touches:

@@ -9,8 +9,8 @@ import (
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/dockerop"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 )
 
@@ -19,7 +19,7 @@ import (
 // Step calls are serialized with the side's own progress lines (execute
 // serializes its own calls only), and say, those lines. stageNetwork,
 // when set, puts the network plugin in the cluster before the workers.
-func (s *Session) kubeSide(pl *decide.Planned, cs kubernetes.Interface, h execute.Hooks, stageNetwork func(ctx context.Context) error) (side *kubenode.Side, hooks execute.Hooks, say func(node, msg string)) {
+func (s *Session) kubeSide(pl *decide.Planned, cs kubernetes.Interface, h plan.Hooks, stageNetwork func(ctx context.Context) error) (side *kubenode.Side, hooks plan.Hooks, say func(node, msg string)) {
 	if step := h.Step; step != nil {
 		var mu sync.Mutex
 		h.Step = func(node, msg string, err error) {

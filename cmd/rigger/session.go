@@ -21,7 +21,6 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -370,8 +369,8 @@ func confirm(cmd *cobra.Command, question string) error {
 
 // progressHooks print the executor's progress as k0sctl does: a title per
 // phase and a line per node.
-func progressHooks(w io.Writer) execute.Hooks {
-	return execute.Hooks{
+func progressHooks(w io.Writer) plan.Hooks {
+	return plan.Hooks{
 		Phase: func(_ plan.Phase, title string) { fmt.Fprintf(w, "==> %s\n", title) },
 		Step: func(node, msg string, err error) {
 			if err != nil {
@@ -386,7 +385,7 @@ func progressHooks(w io.Writer) execute.Hooks {
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n        ") }
 
 // renderResult writes the closing summary of an apply or remove.
-func renderResult(w io.Writer, verb string, res *execute.Result, err error) {
+func renderResult(w io.Writer, verb string, res *reconcile.Result, err error) {
 	counts := map[plan.Action]int{}
 	for _, o := range res.Done {
 		if o.Err == nil {

@@ -18,10 +18,10 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
 )
 
 // RestoreOptions are the choices of one Restore.
@@ -38,7 +38,7 @@ type RestoreOptions struct {
 	Checked func(*RestoreCheck) error
 	// Hooks receive the progress of the apply that brings etcd and the
 	// control plane back.
-	Hooks execute.Hooks
+	Hooks plan.Hooks
 }
 
 // RestoreCheck is what the check before a restore found: the snapshot,
@@ -73,9 +73,10 @@ type RestoreResult struct {
 	MovedAside map[string]string
 	// Restored are the etcd nodes whose data directory holds the snapshot.
 	Restored []string
-	// Apply is the result of the apply that recreated etcd and the control
-	// plane; nil when it did not run.
-	Apply *execute.Result
+	// AddonsErr says why the add-ons were not ready after the apply that
+	// recreated etcd and the control plane (Cluster.Reapply); nil when
+	// they were, or it did not run.
+	AddonsErr error
 }
 
 // restoreDirName is the directory, under the etcd data bind, that etcdctl
@@ -545,7 +546,7 @@ type restorer struct {
 	stopped []string
 }
 
-func (r *restorer) run(ctx context.Context, phase func(string), hooks execute.Hooks) error {
+func (r *restorer) run(ctx context.Context, phase func(string), hooks plan.Hooks) error {
 	fail := func(step string, err error) error {
 		return r.failure(step, err)
 	}
@@ -570,8 +571,8 @@ func (r *restorer) run(ctx context.Context, phase func(string), hooks execute.Ho
 		return fail("restore the snapshot", err)
 	}
 	phase("Apply: etcd and the control plane back")
-	res, err := r.cl.Reapply(ctx, hooks)
-	r.res.Apply = res
+	addonsErr, err := r.cl.Reapply(ctx, hooks)
+	r.res.AddonsErr = addonsErr
 	if err != nil {
 		return fail("apply", err)
 	}

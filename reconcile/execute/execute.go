@@ -17,7 +17,6 @@ import (
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/internal/timeline"
-	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
@@ -38,15 +37,6 @@ type Health interface {
 
 var _ Health = (*health.Checker)(nil)
 
-// Hooks receive progress as Run makes it, one call at a time (Run
-// serializes them). Every field may be nil.
-type Hooks struct {
-	// Phase is called when a phase with work starts.
-	Phase func(p plan.Phase, title string)
-	// Step is called when a step or health check on a node ends.
-	Step func(node, message string, err error)
-}
-
 // Options are the settings Run needs besides the plan.
 type Options struct {
 	// Desired is the cluster the plan was computed for: node roles,
@@ -54,7 +44,9 @@ type Options struct {
 	Desired *desired.Cluster
 	Nodes   Nodes
 	Health  Health
-	Hooks   Hooks
+	// Hooks receive progress as Run makes it, one call at a time (Run
+	// serializes them).
+	Hooks plan.Hooks
 	// HelperImage is the image of the helper containers that write and
 	// clean files (system_images.alpine).
 	HelperImage string
@@ -97,8 +89,9 @@ type Options struct {
 	// kubelets' authorization, the network plugin).
 	Kubernetes func(ctx context.Context) error
 	// Addons, when set, runs after the workers: the add-ons applied and
-	// waited for. What it applied is Result.Addons.
-	Addons func(ctx context.Context) (*addons.ChangeSet, error)
+	// waited for (by the caller, which keeps what it applied). Its error
+	// is Result.AddonsErr.
+	Addons func(ctx context.Context) error
 	// MaxPlanAge is how old a plan's observation may be (zero: no limit).
 	MaxPlanAge time.Duration
 	// Now gives the time (nil: time.Now).
@@ -126,9 +119,6 @@ type Outcome struct {
 type Result struct {
 	Done   []Outcome
 	NotRun []plan.Step
-	// Addons are the add-on changes of the add-ons phase; nil when it did
-	// not run.
-	Addons *addons.ChangeSet
 	// AddonsErr is the add-ons phase's failure. It does not stop the run
 	// (the add-ons are not what the rest of the cluster stands on), and
 	// it is not Run's error: the caller joins it to its own.
@@ -302,9 +292,9 @@ func (r *runner) runsEmpty(ph plan.Phase, p *plan.Plan) bool {
 }
 
 func (r *runner) addons(ctx context.Context, _ []plan.Step) error {
-	cs, err := r.o.Addons(ctx)
+	err := r.o.Addons(ctx)
 	r.mu.Lock()
-	r.res.Addons, r.res.AddonsErr = cs, err
+	r.res.AddonsErr = err
 	r.mu.Unlock()
 	if err != nil {
 		r.say("addons", "add-ons applied", err)

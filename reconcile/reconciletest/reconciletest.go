@@ -32,7 +32,6 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/sandbox"
@@ -247,7 +246,7 @@ func (a *Applier) Timed() []Event {
 
 // TryApply plans and applies c under the cluster's lock and returns what
 // happened; only a failed plan fails the test.
-func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (*decide.Planned, *execute.Result, error) {
+func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (*decide.Planned, *reconcile.Result, error) {
 	t.Helper()
 	start := time.Now()
 	sess := a.Session(t, c)
@@ -261,12 +260,12 @@ func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (
 
 // ApplyPlanned applies pl with sess under the cluster's lock, recording
 // the progress lines, and returns what Apply did.
-func (a *Applier) ApplyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *decide.Planned) (*execute.Result, error) {
+func (a *Applier) ApplyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *decide.Planned) (*reconcile.Result, error) {
 	t.Helper()
 	return a.applyPlanned(ctx, t, sess, pl, time.Now())
 }
 
-func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *decide.Planned, start time.Time) (*execute.Result, error) {
+func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *decide.Planned, start time.Time) (*reconcile.Result, error) {
 	t.Helper()
 	a.mu.Lock()
 	a.events, a.timed = nil, nil
@@ -275,7 +274,7 @@ func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcil
 	defer lk.Release()
 	a.step("(lock taken)", time.Since(start), false)
 	o := a.Options
-	o.Hooks = execute.Hooks{Step: func(node, msg string, err error) {
+	o.Hooks = plan.Hooks{Step: func(node, msg string, err error) {
 		line := node + ": " + msg
 		if err != nil {
 			line += ": " + err.Error()

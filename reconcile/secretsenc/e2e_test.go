@@ -16,7 +16,6 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
@@ -152,7 +151,7 @@ func TestEncryptionSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = sess.Apply(stopCtx, lk, pl, reconcile.ApplyOptions{Hooks: execute.Hooks{
+		_, err = sess.Apply(stopCtx, lk, pl, reconcile.ApplyOptions{Hooks: plan.Hooks{
 			Phase: func(_ plan.Phase, title string) {
 				t.Logf("==> %s", title)
 				if strings.Contains(title, string(secretsenc.StageWriteKey)) {

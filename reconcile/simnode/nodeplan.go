@@ -12,6 +12,7 @@ import (
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 )
@@ -69,7 +70,7 @@ func ExecuteOptions(tr transport.Transport, c *spec.Cluster, pl *decide.Planned,
 
 // Apply carries out pl by execute.Run with ExecuteOptions and hooks: the nodes'
 // part of an apply.
-func Apply(ctx context.Context, tr transport.Transport, c *spec.Cluster, pl *decide.Planned, hooks execute.Hooks, maxPlanAge time.Duration) (*execute.Result, error) {
+func Apply(ctx context.Context, tr transport.Transport, c *spec.Cluster, pl *decide.Planned, hooks plan.Hooks, maxPlanAge time.Duration) (*execute.Result, error) {
 	o := ExecuteOptions(tr, c, pl, maxPlanAge)
 	o.Hooks = hooks
 	return execute.Run(ctx, pl.Plan, o)

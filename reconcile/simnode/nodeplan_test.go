@@ -14,8 +14,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/simnode"
 	"github.com/rigger/rigger/spec"
@@ -82,7 +82,7 @@ func TestPlanOfConvergedNodes(t *testing.T) {
 	if pl, err = simnode.Plan(ctx, tr, cl, set); err != nil || !pl.Plan.Empty() {
 		t.Fatalf("plan of the converged nodes: %v, %v", pl, err)
 	}
-	if _, err := simnode.Apply(ctx, tr, cl, pl, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
+	if _, err := simnode.Apply(ctx, tr, cl, pl, plan.Hooks{}, reconcile.MaxPlanAge); err != nil {
 		t.Fatalf("apply of an empty plan: %v", err)
 	}
 }

@@ -117,7 +117,7 @@ func (sc *scaleCluster) rolloutTo(ctx context.Context, c *spec.Cluster) (int, er
 	var healthy atomic.Int64
 	o := simnode.ExecuteOptions(tr, c, pl, reconcile.MaxPlanAge)
 	o.Health, o.MinUptime = chk, rolloutMinUptime
-	o.Hooks = execute.Hooks{Step: func(_, msg string, err error) {
+	o.Hooks = plan.Hooks{Step: func(_, msg string, err error) {
 		if err == nil && strings.HasPrefix(msg, desired.Kubelet+" healthy ") {
 			healthy.Add(1)
 		}

@@ -25,7 +25,6 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
@@ -481,7 +480,7 @@ func (sc *scaleCluster) observePlan(ctx context.Context, apply bool) (*plan.Plan
 	if !apply || !pl.Plan.Empty() {
 		return pl.Plan, nil
 	}
-	if _, err := simnode.Apply(ctx, tr, c, pl, execute.Hooks{}, reconcile.MaxPlanAge); err != nil {
+	if _, err := simnode.Apply(ctx, tr, c, pl, plan.Hooks{}, reconcile.MaxPlanAge); err != nil {
 		return nil, err
 	}
 	return pl.Plan, nil
