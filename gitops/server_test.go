@@ -216,7 +216,7 @@ func TestServerStatusBranchAndDuplicates(t *testing.T) {
 // TestServerHostileClusterStallsAlone follows a real repository with a
 // cluster.yml made to cost memory (an alias inside itself), one larger
 // than rigger reads, one whose plan would be refused (an inline add-on
-// that is not YAML: reconcile.CheckSpec, as every command runs it) and a
+// that is not YAML: decide.CheckSpec, as every command runs it) and a
 // good one: the first three are Stalled with what is wrong, and never
 // reach a session; the good one goes on to its reconcile (its session is
 // opened).

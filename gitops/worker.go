@@ -384,7 +384,7 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 
 // parse reads the cluster.yml of ref within serve's bounds: spec's (size,
 // values, nesting), ParseTimeout, and one file at a time, then makes
-// reconcile.CheckSpec's refusals. A file past one of them, like one with
+// decide.CheckSpec's refusals. A file past one of them, like one with
 // errors, stalls its cluster (InvalidSpec); the other clusters go on.
 func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
 	invalid := func(err error) error {
@@ -416,7 +416,7 @@ func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*
 	}
 	// The refusals a plan would make of the file alone, as every command
 	// makes them before it connects.
-	if err := reconcile.CheckSpec(c, ref.Path).Err(); err != nil {
+	if err := decide.CheckSpec(c, ref.Path).Err(); err != nil {
 		return nil, invalid(err)
 	}
 	return c, nil

@@ -22,7 +22,8 @@
 // Compute does no I/O, takes no context, reads no clock and logs nothing:
 // the scenario table (scenario_test.go) and the simulated-node benchmarks
 // (package simnode) call it as package reconcile does. LoadState reads its
-// records from the state directory, apart.
+// records from the state directory, apart; CheckSpec makes the refusals
+// that follow from cluster.yml alone, before anything is read.
 package decide
 
 import (

@@ -1,4 +1,4 @@
-package reconcile
+package decide
 
 import (
 	"fmt"
@@ -58,7 +58,7 @@ func TestCheckSpec(t *testing.T) {
 // TestCheckSpecExamples: every example cluster passes CheckSpec, as `make
 // demo` validates them.
 func TestCheckSpecExamples(t *testing.T) {
-	files, err := filepath.Glob("../examples/clusters/*/cluster.yml")
+	files, err := filepath.Glob("../../examples/clusters/*/cluster.yml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
 	}

@@ -1,4 +1,4 @@
-package reconcile
+package decide
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/rigger/rigger/spec"
 )
 
-// CheckSpec makes the refusals of Plan that follow from cluster.yml alone,
+// CheckSpec makes the refusals of a plan that follow from cluster.yml alone,
 // so that they are made before any connection: the component containers
 // (desired.Build), the configuration files of a controlplane node and of
 // another (desired.ConfigFiles), the system add-ons (sysaddons.Render) and
