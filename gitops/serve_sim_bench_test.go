@@ -68,14 +68,16 @@ const (
 // cluster.yml read from the repository and parsed by serve, the cluster's
 // lock file taken in its state directory, the SSH transport built from
 // cluster.yml (reach.Transport, host keys checked), every node observed
-// (observe.Observe), the desired state built with each node's certificates,
-// kubeconfigs and config files, the plan computed (simnode.Plan), applied
-// by execute.Run when it has steps (simnode.Apply), and status.yml
+// (observe.Observe), the plan decided as every plan is (decide.Compute,
+// through simnode.Plan: the desired state built with each node's
+// certificates, kubeconfigs and config files), applied by execute.Run when
+// it has steps (simnode.Apply), its status (the plan's Status, the
+// doctor's problems its observation answers included), and status.yml
 // committed and pushed when its meaning changed. Left out, because the
 // simulation runs no etcd and no Kubernetes API: etcd's members, the
 // Kubernetes Nodes, the add-ons' dry run, the cluster's Lease, the etcd
 // snapshot schedule and restores; the PKI is made beforehand and read from
-// disk at each reconcile instead of resolved in the state directory.
+// disk at each reconcile, the only record of a state the decision gets.
 //
 // It measures, in one run:
 //   - settle: the 100 clusters pushed in one commit, until each has

@@ -58,13 +58,14 @@ const scalePairs = 5
 // rigger.max_parallel connections set up at once), observe.Observe of
 // every node (version at connect, container list and the files read through
 // the kubelet's bind mount, at most rigger.max_parallel nodes at once),
-// then what Session.compute does for the nodes: desired.Build, the
-// plan's checks, each node's files (pki.NodeFiles and
-// desired.ConfigFiles) and plan.Compute. Left out, because they read the
-// Kubernetes API and etcd, which the simulation does not run: etcd's
-// members, the Nodes, the add-ons' dry run, the state directory and the
-// PKI's resolution (the PKI is made once, beforehand), the secrets
-// encryption key. A real plan reads those beside the nodes. The no-op
+// then the decision every plan makes (decide.Compute, through
+// simnode.Plan): the PKI resolved from a state holding it (made once,
+// beforehand), desired.Build, the plan's checks, each node's files
+// (pki.NodeFiles and desired.ConfigFiles), plan.Compute and the budgets.
+// Left out, because they read the Kubernetes API and etcd, which the
+// simulation does not run: etcd's members, the Nodes, the add-ons' dry
+// run, and the reading of the state directory. A real plan reads those
+// beside the nodes. The no-op
 // apply is the same, then execute.Run of the (empty) plan through the
 // same connections; the lock, the Lease, the state directory's writes
 // and the Kubernetes side of a real apply are left out.
