@@ -573,53 +573,19 @@ func TestComputeScenarios(t *testing.T) {
 
 		// Where the certificates and the key come from.
 		{
-			name: "a new cluster: no state, nothing on the nodes",
-			build: func(t *testing.T) *scenario {
-				sc := converged(t)
-				sc.st = &State{}
-				for _, n := range sc.o.Nodes {
-					n.Files, n.Containers = nil, nil
-				}
-				sc.o.Etcd = nil
-				return sc
-			},
-			want: []string{
-				"controlplane create kube-apiserver (container missing) ×3",
-				"controlplane create kube-controller-manager (container missing) ×3",
-				"controlplane create kube-scheduler (container missing) ×3",
-				"etcd create etcd (container missing) ×3",
-				"files write-files files (missing: admission.yaml, audit-policy.yaml, etcd-snapshotter.json and 31 more) ×3",
-				"worker create etcd-rolling-snapshots (container missing) ×3",
-				"worker create kube-proxy (container missing) ×3",
-				"worker create kubelet (container missing) ×3",
-				"worker create service-sidekick (container missing) ×3",
+			name:  "a new cluster: no state, nothing on the nodes",
+			build: fresh,
+			want: created(3,
 				"PKI new",
 				"PKI issues 13",
 				"key new",
 				"key encrypt at rewrite-secrets",
-			},
+			),
 		},
 		{
-			name: "a new cluster with a node down: the new CA and key blocked",
-			build: func(t *testing.T) *scenario {
-				sc := converged(t)
-				sc.st = &State{}
-				for _, n := range sc.o.Nodes {
-					n.Files, n.Containers = nil, nil
-				}
-				sc.o.Etcd = nil
-				return sc.down("10.0.0.3")
-			},
-			want: []string{
-				"controlplane create kube-apiserver (container missing) ×2",
-				"controlplane create kube-controller-manager (container missing) ×2",
-				"controlplane create kube-scheduler (container missing) ×2",
-				"etcd create etcd (container missing) ×2",
-				"files write-files files (missing: admission.yaml, audit-policy.yaml, etcd-snapshotter.json and 31 more) ×2",
-				"worker create etcd-rolling-snapshots (container missing) ×2",
-				"worker create kube-proxy (container missing) ×2",
-				"worker create kubelet (container missing) ×2",
-				"worker create service-sidekick (container missing) ×2",
+			name:  "a new cluster with a node down: the new CA and key blocked",
+			build: func(t *testing.T) *scenario { return fresh(t).down("10.0.0.3") },
+			want: created(2,
 				"unreachable: 10.0.0.3",
 				"PKI new",
 				"PKI issues 13",
@@ -629,7 +595,7 @@ func TestComputeScenarios(t *testing.T) {
 				"worker blocked",
 				"worker batch 0",
 				"blocked: NewCABlocked",
-			},
+			),
 		},
 		{
 			name: "the state directory lost: the PKI and key recovered from a node",
@@ -805,54 +771,27 @@ func TestComputeScenarios(t *testing.T) {
 		{
 			name:  "a worker removed",
 			build: func(t *testing.T) *scenario { return removed(t, splitYML, "", "10.0.1.5") },
-			want: []string{
-				"files write-files files (changed: etcd-snapshotter.json) ×1",
-				"removed-nodes remove kube-proxy (node removed from cluster.yml) ×1",
-				"removed-nodes remove kubelet (node removed from cluster.yml) ×1",
-				"removed-nodes remove nginx-proxy (node removed from cluster.yml) ×1",
-				"removed-nodes remove service-sidekick (node removed from cluster.yml) ×1",
-				"worker restart etcd-rolling-snapshots (reads changed files) ×1",
-			},
+			want:  workersRemoved(1),
 		},
 		{
 			name:  "two workers removed: the removal guard",
 			build: func(t *testing.T) *scenario { return removed(t, splitYML, "", "10.0.1.4", "10.0.1.5") },
-			want: []string{
-				"files write-files files (changed: etcd-snapshotter.json) ×1",
-				"removed-nodes remove kube-proxy (node removed from cluster.yml) ×2",
-				"removed-nodes remove kubelet (node removed from cluster.yml) ×2",
-				"removed-nodes remove nginx-proxy (node removed from cluster.yml) ×2",
-				"removed-nodes remove service-sidekick (node removed from cluster.yml) ×2",
-				"worker restart etcd-rolling-snapshots (reads changed files) ×1",
+			want: workersRemoved(2,
 				"blocked: RemovalGuard",
-			},
+			),
 		},
 		{
 			name:  "two workers removed, --allow-removals",
 			build: func(t *testing.T) *scenario { return removed(t, splitYML, "", "10.0.1.4", "10.0.1.5") },
 			asked: func(a *Asked) { a.AllowRemovals = true },
-			want: []string{
-				"files write-files files (changed: etcd-snapshotter.json) ×1",
-				"removed-nodes remove kube-proxy (node removed from cluster.yml) ×2",
-				"removed-nodes remove kubelet (node removed from cluster.yml) ×2",
-				"removed-nodes remove nginx-proxy (node removed from cluster.yml) ×2",
-				"removed-nodes remove service-sidekick (node removed from cluster.yml) ×2",
-				"worker restart etcd-rolling-snapshots (reads changed files) ×1",
-			},
+			want:  workersRemoved(2),
 		},
 		{
 			name: "two workers removed, rigger.max_removed_nodes 2",
 			build: func(t *testing.T) *scenario {
 				return removed(t, splitYML, "rigger: {max_removed_nodes: 2}\n", "10.0.1.4", "10.0.1.5")
 			},
-			want: []string{
-				"files write-files files (changed: etcd-snapshotter.json) ×1",
-				"removed-nodes remove kube-proxy (node removed from cluster.yml) ×2",
-				"removed-nodes remove kubelet (node removed from cluster.yml) ×2",
-				"removed-nodes remove nginx-proxy (node removed from cluster.yml) ×2",
-				"removed-nodes remove service-sidekick (node removed from cluster.yml) ×2",
-				"worker restart etcd-rolling-snapshots (reads changed files) ×1",
-			},
+			want: workersRemoved(2),
 		},
 		{
 			name:  "an etcd node removed",
@@ -1153,6 +1092,44 @@ func removed(t *testing.T, yml, extra string, addrs ...string) *scenario {
 	}
 	sc.c = parse(t, strings.Join(keep, "")+extra)
 	return sc
+}
+
+// fresh is the scenario of a new cluster: no state, nothing on the nodes.
+func fresh(t *testing.T) *scenario {
+	sc := converged(t)
+	sc.st = &State{}
+	for _, n := range sc.o.Nodes {
+		n.Files, n.Containers = nil, nil
+	}
+	sc.o.Etcd = nil
+	return sc
+}
+
+// created are the steps, as summary gives them, of the creation of every
+// component of the scenario's cluster on n nodes, then lines.
+func created(n int, lines ...string) []string {
+	out := []string{"files write-files files (missing: admission.yaml, audit-policy.yaml, etcd-snapshotter.json and 31 more) ×%d"}
+	for _, c := range []string{"controlplane create kube-apiserver", "controlplane create kube-controller-manager", "controlplane create kube-scheduler",
+		"etcd create etcd", "worker create etcd-rolling-snapshots", "worker create kube-proxy", "worker create kubelet", "worker create service-sidekick"} {
+		out = append(out, c+" (container missing) ×%d")
+	}
+	for i := range out {
+		out[i] = fmt.Sprintf(out[i], n)
+	}
+	slices.Sort(out)
+	return append(out, lines...)
+}
+
+// workersRemoved are the steps, as summary gives them, of the removal of
+// n workers of splitYML (their containers, and the snapshots' file of the
+// etcd node, which names the nodes), then lines.
+func workersRemoved(n int, lines ...string) []string {
+	out := []string{"files write-files files (changed: etcd-snapshotter.json) ×1", "worker restart etcd-rolling-snapshots (reads changed files) ×1"}
+	for _, c := range []string{"kube-proxy", "kubelet", "nginx-proxy", "service-sidekick"} {
+		out = append(out, fmt.Sprintf("removed-nodes remove %s (node removed from cluster.yml) ×%d", c, n))
+	}
+	slices.Sort(out)
+	return append(out, lines...)
 }
 
 // staleNode is a Node no machine owns, labelled with address.
