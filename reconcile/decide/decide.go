@@ -54,7 +54,7 @@ type Input struct {
 	Spec *spec.Cluster
 	// StateDir names the state directory, in messages and status.
 	StateDir string
-	// State is what the state directory holds (LoadState).
+	// State is what the state directory holds (LoadState); nil: nothing.
 	State *State
 	// Observed is one read of the cluster: the nodes, etcd's members, the
 	// Nodes (package observe).
@@ -119,6 +119,9 @@ type Addons struct {
 // observing etcd's members and the Nodes needs it.
 func Credentials(in Input) (*pkisource.Resolved, error) {
 	st := in.State
+	if st == nil {
+		st = &State{}
+	}
 	return pkisource.Resolve(pkisource.Input{StateDir: in.StateDir, Req: pki.RequestFor(in.Spec), State: st.PKI,
 		Rotation: st.Rotation, Old: st.Old, New: st.New,
 		AskedYML: certrotate.FromSpec(in.Spec.RotateCertificates), AskedCLI: in.Asked.Rotate, Now: in.Now}, in.Observed)
@@ -139,6 +142,9 @@ func Credentials(in Input) (*pkisource.Resolved, error) {
 // the removal guard and the Nodes' changes. A plan it cannot make is an
 // error; one that must not be applied is Planned.Blocked.
 func Compute(in Input) (*Planned, error) {
+	if in.State == nil {
+		in.State = &State{}
+	}
 	c, o := in.Spec, in.Observed
 	rp := in.PKI
 	if rp == nil {
