@@ -18,9 +18,9 @@ FUZZ_TARGETS := ./spec:FuzzLoad \
 	./sandbox:FuzzParseState \
 	./reconcile/etcdsnap:FuzzParseName \
 	./reconcile/etcdsnap:FuzzParseSidecar \
-	./reconcile/gitops/webhook:FuzzHandler \
-	./reconcile/gitops:FuzzParseStatus \
-	./reconcile/gitops:FuzzSameMeaning \
+	./gitops/webhook:FuzzHandler \
+	./gitops:FuzzParseStatus \
+	./gitops:FuzzSameMeaning \
 	./reconcile/addons:FuzzDecodeManifest \
 	./reconcile/addons:FuzzDecodeInventory \
 	./reconcile/plan:FuzzSpecReason \
@@ -137,16 +137,16 @@ fuzz: ## a short fuzz run of every fuzz target (FUZZTIME each; not part of make 
 .PHONY: chaos
 chaos: prereqs build ## the chaos suite: kill -9, engines stopped, partitions, git away, on a sandbox; prints a table (docs/reliability.md)
 	$(BIN) sandbox images >/dev/null
-	RIGGER_E2E=1 RIGGER_CHAOS=1 $(GO) test -count=1 -timeout 60m -run '^TestChaosSandbox$$' -v ./reconcile/gitops; rc=$$?; $(BIN) sandbox down --name test22 || rc=1; exit $$rc
+	RIGGER_E2E=1 RIGGER_CHAOS=1 $(GO) test -count=1 -timeout 60m -run '^TestChaosSandbox$$' -v ./gitops; rc=$$?; $(BIN) sandbox down --name test22 || rc=1; exit $$rc
 
 .PHONY: bench
 bench: prereqs build ## benchmarks, those against sandbox nodes included (as root)
 	@# BenchmarkUpgrade upgrades to the next minor version: its images, outside the benchmarks' time.
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) >/dev/null
 	@# One package at a time (-p 1): each sandbox benchmark has the machine to itself.
-	@# ./... includes BenchmarkScaleSimulated (reconcile/internal/simnode): up to 1,000
+	@# ./... includes BenchmarkScaleSimulated (reconcile/simnode): up to 1,000
 	@# simulated nodes on 127.0.x.y:22022, in a child process (make bench-scale runs it alone), and
-	@# BenchmarkServeSimulated (reconcile/gitops): one serve following 100 clusters of 3 simulated
+	@# BenchmarkServeSimulated (gitops): one serve following 100 clusters of 3 simulated
 	@# nodes on 127.0.x.y:22322 (make bench-serve runs it alone), and BenchmarkServeHostileNodes: serve
 	@# under every attack of a node at once, nodes on 127.0.x.y:22324 (make bench-hostile runs it alone).
 	@# The raw output goes to $(BENCH_OUT).txt, the tables of docs/BENCHMARKS.md to $(BENCH_OUT).md.
@@ -156,17 +156,17 @@ bench: prereqs build ## benchmarks, those against sandbox nodes included (as roo
 
 .PHONY: bench-scale
 bench-scale: ## observe+plan, a no-op apply and a one-flag rollout of 10 to 1,000 simulated nodes beside their floors (docs/BENCHMARKS.md); no sandbox needed
-	mkdir -p $(dir $(BENCH_OUT)); $(GO) test -p 1 -run '^$$' -bench '^BenchmarkScaleSimulated$$' -benchtime 1x -benchmem -timeout 30m ./reconcile/internal/simnode | tee $(BENCH_OUT)-scale.txt; \
+	mkdir -p $(dir $(BENCH_OUT)); $(GO) test -p 1 -run '^$$' -bench '^BenchmarkScaleSimulated$$' -benchtime 1x -benchmem -timeout 30m ./reconcile/simnode | tee $(BENCH_OUT)-scale.txt; \
 		rc=$${PIPESTATUS[0]}; $(GO) run ./hack/benchtable < $(BENCH_OUT)-scale.txt > $(BENCH_OUT)-scale.md && echo && cat $(BENCH_OUT)-scale.md; exit $$rc
 
 .PHONY: bench-serve
 bench-serve: ## one rigger serve following 100 clusters of simulated nodes: memory, push → reconcile start, drift spread, a slow cluster (docs/BENCHMARKS.md); no sandbox needed
-	mkdir -p $(dir $(BENCH_OUT)); $(GO) test -p 1 -run '^$$' -bench '^BenchmarkServeSimulated$$' -benchtime 1x -benchmem -timeout 30m ./reconcile/gitops | tee $(BENCH_OUT)-serve.txt; \
+	mkdir -p $(dir $(BENCH_OUT)); $(GO) test -p 1 -run '^$$' -bench '^BenchmarkServeSimulated$$' -benchtime 1x -benchmem -timeout 30m ./gitops | tee $(BENCH_OUT)-serve.txt; \
 		rc=$${PIPESTATUS[0]}; $(GO) run ./hack/benchtable < $(BENCH_OUT)-serve.txt > $(BENCH_OUT)-serve.md && echo && cat $(BENCH_OUT)-serve.md; exit $$rc
 
 .PHONY: bench-hostile
 bench-hostile: ## rigger serve's memory under every attack of a hostile node at once, with deploy/'s GOMEMLIMIT (docs/agent.md); no sandbox needed
-	mkdir -p $(dir $(BENCH_OUT)); GOMEMLIMIT=400MiB $(GO) test -p 1 -run '^$$' -bench '^BenchmarkServeHostileNodes$$' -benchtime 1x -timeout 30m ./reconcile/gitops | tee $(BENCH_OUT)-hostile.txt; \
+	mkdir -p $(dir $(BENCH_OUT)); GOMEMLIMIT=400MiB $(GO) test -p 1 -run '^$$' -bench '^BenchmarkServeHostileNodes$$' -benchtime 1x -timeout 30m ./gitops | tee $(BENCH_OUT)-hostile.txt; \
 		rc=$${PIPESTATUS[0]}; $(GO) run ./hack/benchtable < $(BENCH_OUT)-hostile.txt > $(BENCH_OUT)-hostile.md && echo && cat $(BENCH_OUT)-hostile.md; exit $$rc
 
 .PHONY: demo

@@ -1,6 +1,7 @@
 // Package layering checks that rigger's packages import one another only
-// downwards: cmd → reconcile → reconcile/... → {spec, transport}, with
-// internal/... below everything. It reads the import lines of the module's
+// downwards: cmd → gitops → reconcile → reconcile/... → {spec, transport},
+// with internal/... below everything, and some of reconcile's parts in an
+// order among themselves (siblings). It reads the import lines of the module's
 // non-test files with go/parser, so it needs no go tool and takes a moment;
 // what tests import is out of its scope.
 package layering
@@ -37,14 +38,26 @@ var layers = []layer{
 	{
 		name:      "cmd",
 		patterns:  []string{"cmd/..."},
-		mayImport: []string{"reconcile", "reconcile/...", "spec", "transport", "sandbox", "nodeproxy", "internal"},
+		mayImport: []string{"gitops", "watch", "reconcile", "reconcile/...", "spec", "transport", "sandbox", "nodeproxy", "internal"},
 		rule:      "cmd is the top: nothing imports it, and it imports every layer but hack",
+	},
+	{
+		name:      "gitops",
+		patterns:  []string{"gitops", "gitops/..."},
+		mayImport: []string{"reconcile", "reconcile/...", "spec", "transport", "internal"},
+		rule:      "gitops, rigger serve's loop, consumes the engine: it sits below cmd and above reconcile, which never imports it",
+	},
+	{
+		name:      "watch",
+		patterns:  []string{"watch"},
+		mayImport: []string{"internal"},
+		rule:      "watch, the file watcher of rigger apply --watch, is a leaf: it imports nothing of the module but internal/...",
 	},
 	{
 		name:      "reconcile",
 		patterns:  []string{"reconcile"},
 		mayImport: []string{"reconcile/...", "spec", "transport", "internal"},
-		rule:      "the engine sits below cmd and above its parts, spec and transport",
+		rule:      "the engine sits below cmd and gitops and above its parts, spec and transport",
 	},
 	{
 		name:      "reconcile/...",
@@ -90,12 +103,29 @@ var layers = []layer{
 	},
 }
 
+// siblings order reconcile's parts among themselves where the order is
+// meant: each names the parts a part may import (reconcile/internal/...
+// besides), and why. Parts not listed import the others freely, within
+// the layers.
+var siblings = []struct {
+	pkg       string
+	mayImport []string
+	why       string
+}{
+	{"reconcile/execute", []string{"reconcile/desired", "reconcile/dockerop", "reconcile/etcdmember", "reconcile/fanout", "reconcile/health", "reconcile/plan"},
+		"the executor carries out a plan's steps on the nodes, and knows nothing of what its caller injects around them (the add-ons, the Kubernetes side, snapshots, the staged operations)"},
+	{"reconcile/etcdsnap", []string{"reconcile/desired", "reconcile/dockerop", "reconcile/etcdmember", "reconcile/fanout", "reconcile/health", "reconcile/pki", "reconcile/plan", "reconcile/statedir"},
+		"snapshots and restores work on etcd through the nodes' engines; a restore applies the cluster again through Cluster.Reapply, never the executor or the decision itself"},
+	{"reconcile/plan", []string{"reconcile/desired", "reconcile/etcdmember", "reconcile/observe", "reconcile/stall", "reconcile/storedapi"},
+		"the steps are computed from the desired state and the observation alone; what decides around them (package decide) sits above"},
+	{"reconcile/staged", []string{"reconcile/desired", "reconcile/plan"},
+		"staged is the vocabulary every staged operation implements: it names the types its methods take and nothing else"},
+}
+
 // exceptions are the imports against the layers that are meant, each with
 // why. Every one must be in use: one that no package needs any more fails
 // the test, to be removed.
 var exceptions = []struct{ from, to, why string }{
-	{"reconcile/gitops", "reconcile",
-		"gitops is a consumer of the engine, not a part of it: its workers plan and apply through reconcile.Session"},
 	{"reconcile/reconciletest", "reconcile",
 		"reconciletest runs the engine in other packages' tests"},
 	{"reconcile/reconciletest", "sandbox",
@@ -133,8 +163,12 @@ func TestCheck(t *testing.T) {
 		"cmd/rigger":                       {"reconcile", "reconcile/plan", "spec", "transport/sshtun", "sandbox", "nodeproxy", "internal/clip"},
 		"reconcile":                        {"reconcile/plan", "spec", "transport", "internal/clip"},
 		"reconcile/plan":                   {"reconcile/observe", "spec/rkemeta"},
+		"reconcile/execute":                {"reconcile/plan", "reconcile/internal/apiretry"},
+		"reconcile/etcdsnap":               {"reconcile/plan"},
 		"reconcile/observe":                {"transport"},
-		"reconcile/gitops":                 {"reconcile", "reconcile/plan"},
+		"gitops":                           {"reconcile", "reconcile/plan"},
+		"gitops/webhook":                   {"internal/clip"},
+		"watch":                            nil,
 		"reconcile/reconciletest":          {"reconcile", "sandbox", "sandbox/sandboxtest"},
 		"reconcile/internal/apiservertest": {"sandbox"},
 		"spec":                             {"spec/rkemeta", "internal/clip"},
@@ -160,6 +194,12 @@ func TestCheck(t *testing.T) {
 		{"transport imports reconcile", "transport/sshtun", "reconcile/plan", "transport/sshtun imports reconcile/plan: " + ruleOf("transport")},
 		{"transport imports spec", "transport", "spec", "transport imports spec: " + ruleOf("transport")},
 		{"a part imports sandbox", "reconcile/observe", "sandbox", "reconcile/observe imports sandbox: " + ruleOf("reconcile/...")},
+		{"the engine imports gitops", "reconcile", "gitops", "reconcile imports gitops: " + ruleOf("reconcile")},
+		{"a part imports gitops", "reconcile/plan", "gitops/webhook", "reconcile/plan imports gitops/webhook: " + ruleOf("reconcile/...")},
+		{"watch imports the engine", "watch", "reconcile", "watch imports reconcile: " + ruleOf("watch")},
+		{"the executor imports the add-ons", "reconcile/execute", "reconcile/addons", "reconcile/execute imports reconcile/addons: " + siblingRule("reconcile/execute")},
+		{"etcdsnap imports the executor", "reconcile/etcdsnap", "reconcile/execute", "reconcile/etcdsnap imports reconcile/execute: " + siblingRule("reconcile/etcdsnap")},
+		{"plan imports the decision", "reconcile/plan", "reconcile/decide", "reconcile/plan imports reconcile/decide: " + siblingRule("reconcile/plan")},
 		{"the CLI imports hack", "cmd/rigger", "hack/rke-metadata/rkegen", "cmd/rigger imports hack/rke-metadata/rkegen: " + ruleOf("cmd")},
 		{"internal imports a layer above", "internal/clip", "spec", "internal/clip imports spec: " + ruleOf("internal")},
 		{"sandbox imports transport", "sandbox", "transport", "sandbox imports transport: " + ruleOf("sandbox")},
@@ -182,12 +222,21 @@ func TestCheck(t *testing.T) {
 		for p, imps := range valid {
 			g[p] = imps
 		}
-		g["reconcile/gitops"] = []string{"reconcile/plan"}
+		g["reconcile/reconciletest"] = []string{"sandbox", "sandbox/sandboxtest"}
 		v := check(g)
-		if len(v) != 1 || !strings.Contains(v[0], "reconcile/gitops no longer imports reconcile") {
-			t.Errorf("check with gitops no longer importing reconcile = %q, want the exception reported unused", v)
+		if len(v) != 1 || !strings.Contains(v[0], "reconcile/reconciletest no longer imports reconcile") {
+			t.Errorf("check with reconciletest no longer importing reconcile = %q, want the exception reported unused", v)
 		}
 	})
+}
+
+func siblingRule(pkg string) string {
+	for _, s := range siblings {
+		if s.pkg == pkg {
+			return s.why
+		}
+	}
+	panic("no sibling rule of " + pkg)
 }
 
 func ruleOf(name string) string {
@@ -212,6 +261,10 @@ func check(imports map[string][]string) []string {
 			continue
 		}
 		for _, to := range imports[from] {
+			if v := outOfOrder(from, to); v != "" {
+				out = append(out, v)
+				continue
+			}
 			if allowed(l, to) {
 				continue
 			}
@@ -231,6 +284,22 @@ func check(imports map[string][]string) []string {
 		}
 	}
 	return out
+}
+
+// outOfOrder says why from must not import its sibling to (siblings);
+// "" when it may.
+func outOfOrder(from, to string) string {
+	i := slices.IndexFunc(siblings, func(s struct {
+		pkg       string
+		mayImport []string
+		why       string
+	}) bool {
+		return s.pkg == from
+	})
+	if i < 0 || !matches("reconcile/...", to) || matches("reconcile/internal/...", to) || slices.Contains(siblings[i].mayImport, to) {
+		return ""
+	}
+	return fmt.Sprintf("%s imports %s: %s (%s may import of its siblings %s)", from, to, siblings[i].why, from, strings.Join(siblings[i].mayImport, ", "))
 }
 
 func layerOf(pkg string) (layer, bool) {

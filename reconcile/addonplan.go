@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/stall"
@@ -21,7 +22,7 @@ import (
 func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	sys, err := sysaddons.Render(s.c)
 	if err != nil {
-		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("render the system add-ons: %w", err))
+		return nil, stall.Stalls(stall.InvalidSpec, fmt.Errorf("render the system add-ons: %w", err))
 	}
 	user, err := addons.Fetcher{}.UserAddons(ctx, addons.UserInput{
 		Addons: s.c.Addons, Include: s.c.AddonsInclude, BaseDir: s.opts.ConfigDir, ReadFile: s.opts.ReadInclude,
@@ -29,7 +30,7 @@ func (s *Session) desiredAddons(ctx context.Context) ([]addons.Addon, error) {
 	var decode *addons.DecodeError
 	switch {
 	case errors.As(err, &decode):
-		return nil, stall.Stalls(ReasonInvalidSpec, err)
+		return nil, stall.Stalls(stall.InvalidSpec, err)
 	case err != nil:
 		return nil, fmt.Errorf("read the user's add-ons: %w", err)
 	}
@@ -61,4 +62,47 @@ func (s *Session) planAddons(ctx context.Context, set *pki.Set, o *observe.Clust
 		return nil, nil, err
 	}
 	return eng.PlanAll(ctx, want)
+}
+
+// addonsPhase is the add-ons' part of an apply, through one engine made
+// once the apply's hooks are (start): the network plugin put in the
+// cluster before the workers (stageNetwork, through kubenode.Side) and
+// every add-on applied after them (apply, execute.Options.Addons).
+type addonsPhase struct {
+	*Session
+	pl  *decide.Planned
+	eng *addons.Engine
+	err error
+	// applied is what apply changed; nil until it ran.
+	applied *addons.ChangeSet
+}
+
+// start makes the engine, whose progress say receives.
+func (p *addonsPhase) start(say func(node, msg string)) {
+	p.eng, p.err = p.addonEngine(p.pl.PKI, p.pl.Observed, func(addon, msg string) { say("addon "+addon, msg) })
+}
+
+// stageNetwork applies the network plugin, without waiting for it (its
+// pods run once the kubelets do).
+func (p *addonsPhase) stageNetwork(ctx context.Context) error {
+	if p.err != nil {
+		return fmt.Errorf("apply the network plugin: %w", p.err)
+	}
+	_, err := p.eng.Stage(ctx, sysaddons.Network(p.pl.AddonsWant))
+	return addons.Refused("apply the network plugin", err)
+}
+
+// apply applies and waits for every add-on the plan read, once repair has
+// waited for the Nodes that are not Ready, which the add-ons' pods would
+// wait for.
+func (p *addonsPhase) apply(ctx context.Context, repair func(context.Context) error) error {
+	if p.err != nil {
+		return fmt.Errorf("apply the add-ons: %w", p.err)
+	}
+	if err := repair(ctx); err != nil {
+		return fmt.Errorf("before the add-ons: %w", err)
+	}
+	var err error
+	p.applied, err = p.eng.ApplyAll(ctx, p.pl.AddonsWant)
+	return err
 }

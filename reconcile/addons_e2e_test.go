@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
@@ -103,7 +102,7 @@ func testAddons(ctx context.Context, t *testing.T, f *clusterFixture) {
 		if !pl.Changes() || i < 0 {
 			t.Fatalf("plan with %s NotReady: changes %v, Node changes %+v; want a repair of it", n.Hostname, pl.Changes(), pl.NodeChanges)
 		}
-		st := reconcile.BuildStatus(pl)
+		st := pl.Status()
 		for _, ns := range st.Nodes {
 			if ns.Address == n.Address && (ns.KubernetesNode == nil || ns.KubernetesNode.Ready != "False" || !strings.Contains(ns.KubernetesNode.ReadyMessage, "NetworkReady=false")) {
 				t.Errorf("status of %s: %+v; want its Node NotReady with the kubelet's message", n.Address, ns.KubernetesNode)
@@ -162,10 +161,7 @@ spec:
 		if !errors.As(err, &nr) || nr.Object.Name != "broken" || !strings.Contains(err.Error(), "rigger-sandbox/does-not-exist:1") {
 			t.Fatalf("apply of a Deployment whose image does not exist: %v; want a NotReadyError naming it and its pull failure", err)
 		}
-		st, _, err := a.Session(t, broken).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := a.Plan(ctx, t, broken).Status()
 		if st.PendingSteps != 0 {
 			t.Errorf("%d steps pending on the nodes after a failed add-on", st.PendingSteps)
 		}

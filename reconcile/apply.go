@@ -4,33 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/addons"
-	"github.com/rigger/rigger/reconcile/certrotate"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
-	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/staged"
 	"github.com/rigger/rigger/reconcile/statedir"
-	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 )
 
 // ApplyOptions are the choices of one apply.
 type ApplyOptions struct {
-	Hooks execute.Hooks
-	// AllowRemovals lets an apply remove more nodes than
-	// rigger.max_removed_nodes allows.
-	AllowRemovals bool
+	Hooks plan.Hooks
 	// AddonsErrInResult leaves a failure of the add-ons in the result's
 	// AddonsErr instead of returning it: a restore's apply, after which
 	// the add-ons' pods restart on their own once the API servers are
@@ -43,52 +40,63 @@ type ApplyOptions struct {
 	LeaseWaiting func(*lock.HeldError)
 	// Pass, when set, is shown each plan Apply makes after the first, for
 	// the next stage of a staged operation (pass counts from 2).
-	Pass func(pass int, pl *Planned)
+	Pass func(pass int, pl *decide.Planned)
+}
+
+// Result is what an apply did: what the executor did (execute.Result:
+// each step run, with its error, those not run, the add-ons' failure) and
+// the add-on changes it made.
+type Result struct {
+	execute.Result
+	// Addons are the add-on changes the apply made; nil when its add-ons
+	// phase did not run.
+	Addons *addons.ChangeSet
 }
 
 // MaxPlanAge is how old an observation Apply acts on may be.
 const MaxPlanAge = 15 * time.Minute
 
-// Apply carries out pl, from Plan, under the cluster's lock lk (Lock): it
-// takes the cluster's Lease (leaseCluster), saves the PKI to the state
-// directory first (so that a crash never leaves nodes with certificates
-// rigger does not have), records the nodes it touches, runs the plan
-// (execute.Run) with a snapshot before any etcd change, and makes the
-// Kubernetes side of the nodes right (package kubenode). The result lists
-// what was done, also on error. A plan of Options.Teardown removes the
-// cluster from the nodes instead.
+// Apply carries out pl, from Plan, under the cluster's lock lk (Lock), as
+// its phases (applying.phases): it refuses a blocked plan, takes the
+// cluster's Lease (leaseCluster), saves the PKI and each staged
+// operation's records to the state directory first (so that a crash never
+// leaves nodes with certificates or keys rigger does not have), records
+// the nodes it touches, runs the plan (execute.Run) with a snapshot before
+// any etcd change, makes the Kubernetes side of the nodes right (package
+// kubenode) and ends each staged operation's stage. The result lists what
+// was done, also on error. A plan of Options.Teardown removes the cluster
+// from the nodes instead.
 //
-// A staged operation (a CA rotation, pki.CAStages; an operation on the
-// generated secrets encryption key, secretsenc.Stages) moves one stage per
-// plan: the plan carries out the stage its record is at, and its record
-// moves on once the stage is done. When a stage follows (Planned.Next),
-// Apply observes and plans again and carries that plan out, told to
-// ao.Pass: this loop, observe → plan → execute, is the only place where a
-// plan is made again during an apply, for rigger apply and serve alike. A
-// plan is never changed once made.
-func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
+// A staged operation (package staged: a CA rotation, an operation on the
+// generated secrets encryption key) moves one stage per plan: the plan
+// carries out the stage its record is at, and its record moves on once
+// the stage is done. When a stage follows, Apply observes and plans again
+// and carries that plan out, told to ao.Pass: this loop, observe → plan →
+// execute, is the only place where a plan is made again during an apply,
+// for rigger apply and serve alike. A plan is never changed once made.
+func (s *Session) Apply(ctx context.Context, lk *Lock, pl *decide.Planned, ao ApplyOptions) (*Result, error) {
 	if lk == nil {
-		return &execute.Result{NotRun: pl.Plan.Steps}, errors.New("apply: the cluster's lock is not held (Session.Lock)")
+		return &Result{Result: execute.Result{NotRun: pl.Plan.Steps}}, errors.New("apply: the cluster's lock is not held (Session.Lock)")
 	}
-	if pl.teardown {
+	if pl.Teardown {
 		return s.teardown(ctx, pl, ao.Hooks)
 	}
-	res, err := s.applyOnce(ctx, lk, pl, ao)
-	a := asked{rotate: s.opts.Rotate, rotateKey: s.opts.RotateKey}
-	for pass := 2; err == nil && pl.continues(); pass++ {
+	res, next, err := s.applyOnce(ctx, lk, pl, ao)
+	a := s.asked()
+	for pass := 2; err == nil && next; pass++ {
 		if pass > maxPasses {
 			return res, fmt.Errorf("apply: still a stage to carry out after %d plans (%s): run rigger apply again, and report it if it says the same", maxPasses, pl.Next())
 		}
-		a = a.after(pl)
+		a = a.After(pl)
 		if pl, err = s.plan(ctx, a); err != nil {
 			break
 		}
 		if ao.Pass != nil {
 			ao.Pass(pass, pl)
 		}
-		var next *execute.Result
-		next, err = s.applyOnce(ctx, lk, pl, ao)
-		res = joinResults(res, next)
+		var more *Result
+		more, next, err = s.applyOnce(ctx, lk, pl, ao)
+		res = joinResults(res, more)
 	}
 	return res, err
 }
@@ -97,49 +105,8 @@ func (s *Session) Apply(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOpti
 // of a key rotation, one plan each, and the first plan.
 const maxPasses = 1 + 3 + 4
 
-// endEncryptionStage ends the stage of the operation on the secrets
-// encryption key pl carried out (secretsenc.Plan.EndStage), rec being its
-// record as saved before the steps.
-func (s *Session) endEncryptionStage(ctx context.Context, pl *Planned, rec secretsenc.Record, cs kubernetes.Interface, hooks execute.Hooks) error {
-	e := pl.encryption
-	if e == nil || rec.Op == nil {
-		return nil
-	}
-	var down []string
-	for _, a := range pl.Unreachable() {
-		if dn, ok := pl.Desired.Node(a); ok && dn.HasRole(spec.RoleControlPlane) {
-			down = append(down, a)
-		}
-	}
-	rec, err := e.EndStage(ctx, secretsenc.StageEnd{Dir: s.opts.StateDir, Record: rec, Down: down, API: cs, Now: s.opts.Now(),
-		Say: func(msg string, err error) {
-			if hooks.Step != nil {
-				hooks.Step("secrets encryption", msg, err)
-			}
-		},
-		Progress: func(n int) { s.opts.Log.Debug("rewriting Secrets", "cluster", s.c.ClusterName, "rewritten", n) },
-	})
-	if err == nil && rec.Op == nil && rec.LastRotatedKey != "" && rec.LastRotatedKey == e.Record.Op.NewKey {
-		s.opts.Log.Info("secrets encryption key rotated", "cluster", s.c.ClusterName, "key", rec.LastRotatedKey)
-	}
-	return err
-}
-
-// stageTitle says what a stage of a CA rotation does, for people.
-func stageTitle(st pki.CAStage) string {
-	switch st {
-	case pki.StageTrust:
-		return "every component trusts both CAs"
-	case pki.StageIssue:
-		return "every certificate is the new CA's, both CAs trusted"
-	case pki.StageFinish:
-		return "the new CA alone is trusted"
-	}
-	return string(st)
-}
-
 // joinResults is what two applies in a row did.
-func joinResults(a, b *execute.Result) *execute.Result {
+func joinResults(a, b *Result) *Result {
 	out := *b
 	out.Done = append(slices.Clone(a.Done), b.Done...)
 	out.Duration = a.Duration + b.Duration
@@ -149,173 +116,218 @@ func joinResults(a, b *execute.Result) *execute.Result {
 	return &out
 }
 
-// applyOnce is Apply of one plan: its steps, and the end of the stage of
-// each staged operation it carries.
-func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *Planned, ao ApplyOptions) (*execute.Result, error) {
-	notRun := &execute.Result{NotRun: pl.Plan.Steps}
-	tl := s.opts.Timeline
+// applyOnce is Apply of one plan: its phases in order, each titled in the
+// timeline (--timings), until one fails. It reports whether a staged
+// operation's stage ended that another follows.
+func (s *Session) applyOnce(ctx context.Context, lk *Lock, pl *decide.Planned, ao ApplyOptions) (*Result, bool, error) {
+	a := &applying{Session: s, lk: lk, pl: pl, ao: ao, res: &Result{Result: execute.Result{NotRun: pl.Plan.Steps}}, unlease: func() {}}
+	defer func() { a.unlease() }()
 	if ph := ao.Hooks.Phase; ph != nil {
-		if r := pl.Rotation(); r != nil && r.Stage != "" {
-			ph("rotation", fmt.Sprintf("CA rotation, stage %s: %s", r.Stage, stageTitle(r.Stage)))
-		}
-		if e := pl.encryption; e != nil && e.Record.Op != nil {
-			ph("secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", e.Record.Op.Kind, e.Record.Op.Stage, strings.Join(e.Want.Names(), ", ")))
+		for _, op := range pl.Staged {
+			if id, title := op.Title(); title != "" {
+				ph(id, title)
+			}
 		}
 	}
+	var err error
+	for _, p := range a.phases() {
+		end := s.opts.Timeline.Begin("apply: " + p.title)
+		err = p.run(ctx)
+		end()
+		if err != nil {
+			break
+		}
+	}
+	if a.res.AddonsErr != nil && !ao.AddonsErrInResult {
+		err = errors.Join(err, a.res.AddonsErr)
+	}
+	return a.res, a.next, err
+}
+
+// applying is one plan being carried out: what its phases share.
+type applying struct {
+	*Session
+	lk *Lock
+	pl *decide.Planned
+	ao ApplyOptions
+	// res is what was done: every step not run until the steps ran.
+	res *Result
+	// cs is the API server's client (nil: no controlplane node was
+	// reachable); unlease gives the cluster's Lease back.
+	cs      kubernetes.Interface
+	unlease func()
+	// ends end the staged operations' stages (their Before's After).
+	ends []stageEnd
+	// side is the Kubernetes side of the nodes, and hooks the apply's
+	// hooks, whose Step calls are serialized with the side's own lines.
+	side  *kubenode.Side
+	hooks plan.Hooks
+	// next is set when a stage ended that another follows.
+	next bool
+}
+
+// stageEnd is a staged operation and what ends its stage.
+type stageEnd struct {
+	op  staged.Operation
+	end staged.After
+}
+
+// phase is a step of an apply, titled.
+type phase struct {
+	title string
+	run   func(ctx context.Context) error
+}
+
+// phases are what an apply does with its plan, in order; the first that
+// fails ends it.
+func (a *applying) phases() []phase {
+	return []phase{
+		{"refuse a plan that must not be applied", a.refuse},
+		{"take the cluster's Lease", a.lease},
+		{"write the state directory", a.before},
+		{"execute the steps", a.execute},
+		{"the Kubernetes Nodes", a.nodes},
+		{"forget the nodes cleaned", a.forget},
+		{"end the stages", a.end},
+	}
+}
+
+// refuse stops an apply whose context ended or whose plan is blocked
+// (decide.Planned.Blocked: a new CA or key while nodes did not answer, the
+// removal guard).
+func (a *applying) refuse(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return notRun, err
+		return err
 	}
-	if err := pl.Blocked(); err != nil {
-		return notRun, err
-	}
-	if err := plan.CheckRemovals(pl.Plan, len(s.c.Nodes), s.c.Rigger.MaxRemovedNodes, ao.AllowRemovals); err != nil {
-		return notRun, err
-	}
-	cs := s.apiClient(pl)
-	end := tl.Begin("apply: take the cluster's Lease")
-	unlease, err := s.leaseCluster(ctx, cs, lk.command, lock.LeaseOptions{Timing: clusterLeaseTiming, Wait: ao.WaitLease, Waiting: ao.LeaseWaiting})
+	return a.pl.Blocked()
+}
+
+// lease takes the cluster's Lease (leaseCluster) through the API server's
+// client the rest of the apply uses.
+func (a *applying) lease(ctx context.Context) error {
+	a.cs = a.apiClient(a.pl)
+	unlease, err := a.leaseCluster(ctx, a.cs, a.lk.command, lock.LeaseOptions{Timing: clusterLeaseTiming, Wait: a.ao.WaitLease, Waiting: a.ao.LeaseWaiting})
 	if err != nil {
-		return notRun, err
+		return err
 	}
-	end()
-	defer unlease()
+	a.unlease = unlease
 	crashpoint.Reach(crashpoint.ApplyLocked)
-	end = tl.Begin("apply: write the state directory")
-	if r := pl.pki; r != nil && r.Save {
-		if err := pki.Save(s.opts.StateDir, r.State); err != nil {
-			return notRun, fmt.Errorf("save certificates before applying: %w", err)
+	return nil
+}
+
+// before writes the state directory before any node changes: the plan's
+// PKI, each staged operation's records (staged.Operation.Before), and the
+// nodes the apply touches.
+func (a *applying) before(context.Context) error {
+	if set := a.pl.SavePKI; set != nil {
+		if err := pki.Save(a.opts.StateDir, set); err != nil {
+			return fmt.Errorf("save certificates before applying: %w", err)
 		}
 	}
-	var encRec secretsenc.Record
-	if e := pl.encryption; e != nil {
-		if e.Starts {
-			s.opts.Log.Info("rotating the secrets encryption key", "cluster", s.c.ClusterName, "new_key", e.Record.Op.NewKey, "keys", e.Want.Names())
+	start := staged.Start{Dir: a.opts.StateDir, Now: a.opts.Now(), Log: a.log()}
+	for _, op := range a.pl.Staged {
+		end, err := op.Before(start)
+		if err != nil {
+			return err
 		}
-		if encRec, err = e.Save(s.opts.StateDir, s.opts.Now()); err != nil {
-			return notRun, fmt.Errorf("save the secrets encryption key before applying: %w", err)
-		}
+		a.ends = append(a.ends, stageEnd{op, end})
 	}
-	rotRec, err := pl.rotation().Start(s.opts.StateDir, s.opts.Now())
-	if err != nil {
-		return notRun, err
-	}
-	if err := s.recordNodes(); err != nil {
-		return notRun, err
-	}
-	end()
+	return a.recordNodes()
+}
+
+// execute runs the plan's steps (execute.Run), with the Kubernetes side
+// of the nodes (kubenode: cordon, drain, Node Ready, the network plugin
+// before the workers), the add-ons after them, the plan's budgets, and a
+// snapshot before etcd or Kubernetes changes version or members; then it
+// records when the steps ended.
+func (a *applying) execute(ctx context.Context) error {
+	s, pl := a.Session, a.pl
 	chk, err := s.services().Checker(pl.PKI)
 	if err != nil {
-		return notRun, err
+		return err
 	}
-	workerBatch, workersBlocked, err := plan.Unavailability(pl.Desired, pl.Unreachable(), spec.RoleWorker, s.c.UpgradeStrategy.MaxUnavailableWorker, "max_unavailable_worker")
-	if err != nil {
-		return notRun, err
+	hooks, endPhase := a.timedHooks()
+	ad := &addonsPhase{Session: s, pl: pl}
+	var stageNetwork func(context.Context) error
+	if pl.AddonWork() {
+		stageNetwork = ad.stageNetwork
 	}
-	_, cpBlocked, err := plan.Unavailability(pl.Desired, pl.Unreachable(), spec.RoleControlPlane, s.c.UpgradeStrategy.MaxUnavailableControlplane, "max_unavailable_controlplane")
-	if err != nil {
-		return notRun, err
-	}
-	// kubenode: cordon, drain, Node Ready, labels, taints, stale Nodes.
-	endPhase := func() {}
-	timed := ao.Hooks
-	if tl != nil {
-		timed.Phase = func(p plan.Phase, title string) {
-			endPhase()
-			endPhase = tl.Begin("apply: phase " + string(p))
-			if ao.Hooks.Phase != nil {
-				ao.Hooks.Phase(p, title)
-			}
-		}
-	}
-	// The network plugin goes in before the workers (kubenode.Side), through
-	// the add-ons' engine, made once the hooks are.
-	var (
-		eng          *addons.Engine
-		engErr       error
-		stageNetwork func(ctx context.Context) error
-	)
-	if pl.addonWork() {
-		stageNetwork = func(ctx context.Context) error {
-			if engErr != nil {
-				return fmt.Errorf("apply the network plugin: %w", engErr)
-			}
-			_, err := eng.Stage(ctx, sysaddons.Network(pl.addons))
-			return addons.Refused("apply the network plugin", err)
-		}
-	}
-	side, hooks, say := s.kubeSide(pl, cs, timed, stageNetwork)
-	eng, engErr = s.addonEngine(pl.PKI, pl.Observed, func(addon, msg string) { say("addon "+addon, msg) })
+	var say func(node, msg string)
+	a.side, a.hooks, say = s.kubeSide(pl, a.cs, hooks, stageNetwork)
+	ad.start(say)
 	opts := execute.Options{
-		Desired:              pl.Desired,
-		Nodes:                s.docker,
-		Health:               chk,
-		Hooks:                hooks,
-		BeforeNode:           side.BeforeNode,
-		AfterNode:            side.AfterNode,
-		HelperImage:          s.c.SystemImages.Alpine,
-		MaxParallel:          s.c.Rigger.MaxParallel,
-		MaxUnavailableWorker: workerBatch,
-		WorkersBlocked:       workersBlocked,
-		ControlPlaneBlocked:  cpBlocked,
-		MaxPlanAge:           MaxPlanAge,
-		Timeline:             tl,
-		Now:                  s.opts.Now,
+		Desired: pl.Desired, Nodes: s.docker, Health: chk, Hooks: a.hooks, Budgets: pl.Budgets,
+		BeforeNode: a.side.BeforeNode, AfterNode: a.side.AfterNode, Kubernetes: a.side.Kubernetes,
+		HelperImage: s.c.SystemImages.Alpine, MaxParallel: s.c.Rigger.MaxParallel,
+		MaxPlanAge: MaxPlanAge, Timeline: s.opts.Timeline, Now: s.opts.Now,
 		Snapshot: func(ctx context.Context) error {
 			return s.snapshotBeforeChange(ctx, pl.PKI, pl.Desired)
 		},
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
 			return s.services().EtcdClient(ctx, pl.PKI, pl.Observed)
 		},
-		Kubernetes: side.Kubernetes,
 	}
-	if pl.addonWork() {
-		opts.Addons = func(ctx context.Context) (*addons.ChangeSet, error) {
-			if engErr != nil {
-				return nil, fmt.Errorf("apply the add-ons: %w", engErr)
-			}
-			if err := side.Repair(ctx); err != nil {
-				return nil, fmt.Errorf("before the add-ons: %w", err)
-			}
-			return eng.ApplyAll(ctx, pl.addons)
-		}
+	if pl.AddonWork() {
+		opts.Addons = func(ctx context.Context) error { return ad.apply(ctx, a.side.Repair) }
 	}
-	end = tl.Begin("apply: execute the steps")
 	res, err := execute.Run(ctx, pl.Plan, opts)
 	endPhase()
-	end()
+	a.res.Result, a.res.Addons = *res, ad.applied
 	crashpoint.Reach(crashpoint.ApplyExecuted)
 	if werr := s.recordApplied(); werr != nil {
 		err = errors.Join(err, werr)
 	}
-	if err == nil {
-		// kubenode: labels, taints and stale Nodes, also after an empty plan.
-		end = tl.Begin("apply: the Kubernetes Nodes")
-		err = side.Reconcile(ctx)
-		end()
-	}
-	if err == nil {
-		// The removed nodes are clean: the next plan need not look.
-		err = s.forgetNodes(pl.Plan.RemovedNodes)
-	}
-	if err == nil && pl.Complete() {
-		err = pl.rotation().Finish(ctx, certrotate.End{Dir: s.opts.StateDir, Record: rotRec, Trusted: pl.PKI.Trusted(pki.CACertName), API: cs,
-			Say: say, Log: s.opts.Log.With("cluster", s.c.ClusterName)})
-	}
-	if err == nil {
-		end = tl.Begin("apply: end the secrets encryption stage")
-		err = s.endEncryptionStage(ctx, pl, encRec, cs, hooks)
-		end()
-	}
-	if res.AddonsErr != nil && !ao.AddonsErrInResult {
-		err = errors.Join(err, res.AddonsErr)
-	}
-	return res, err
+	return err
 }
+
+// timedHooks are the apply's hooks with, under --timings, a span of the
+// timeline for each of the executor's phases, which endPhase ends.
+func (a *applying) timedHooks() (plan.Hooks, func()) {
+	tl, hooks := a.opts.Timeline, a.ao.Hooks
+	end := func() {}
+	if tl != nil {
+		hooks.Phase = func(p plan.Phase, title string) {
+			end()
+			end = tl.Begin("apply: phase " + string(p))
+			if a.ao.Hooks.Phase != nil {
+				a.ao.Hooks.Phase(p, title)
+			}
+		}
+	}
+	return hooks, func() { end() }
+}
+
+// nodes makes the Kubernetes Nodes right once the steps ran, also after an
+// empty plan (kubenode.Side.Reconcile): the one part of an apply that
+// reads the cluster again (see the package doc).
+func (a *applying) nodes(ctx context.Context) error { return a.side.Reconcile(ctx) }
+
+// forget drops the removed nodes, now clean, from the nodes' record: the
+// next plan need not look at them.
+func (a *applying) forget(context.Context) error { return a.forgetNodes(a.pl.Plan.RemovedNodes) }
+
+// end ends each staged operation's stage (the After its Before returned),
+// in the plan's order, and notes whether one ended that another follows.
+func (a *applying) end(ctx context.Context) error {
+	e := staged.End{Dir: a.opts.StateDir, Now: a.opts.Now(), Desired: a.pl.Desired, Unreachable: a.pl.Unreachable(),
+		API: a.cs, Step: a.hooks.Step, Log: a.log()}
+	for _, st := range a.ends {
+		done, err := st.end(ctx, e)
+		if err != nil {
+			return err
+		}
+		a.next = a.next || done && st.op.Next() != ""
+	}
+	return nil
+}
+
+// log is the session's log of the cluster.
+func (s *Session) log() *slog.Logger { return s.opts.Log.With("cluster", s.c.ClusterName) }
 
 // apiClient is the API server's client for the cluster's Lease and the
 // Kubernetes side of an apply; nil when no controlplane node was
 // reachable.
-func (s *Session) apiClient(pl *Planned) kubernetes.Interface {
+func (s *Session) apiClient(pl *decide.Planned) kubernetes.Interface {
 	cs, err := s.services().KubeClient(pl.PKI, pl.Observed)
 	if err != nil {
 		return nil
@@ -338,16 +350,8 @@ func (s *Session) snapshotBeforeChange(ctx context.Context, set *pki.Set, d *des
 	return nil
 }
 
-// planTeardown observes the nodes and plans the teardown of the cluster
-// (Options.Teardown).
-func (s *Session) planTeardown(ctx context.Context) *Planned {
-	o := s.observeNodes(ctx, false, 0)
-	d := &desired.Cluster{Name: s.c.ClusterName, PrefixPath: s.c.PrefixPath}
-	return &Planned{Plan: plan.Compute(d, o), Desired: d, Observed: o, teardown: true}
-}
-
-// teardown carries out a plan of planTeardown.
-func (s *Session) teardown(ctx context.Context, pl *Planned, hooks execute.Hooks) (*execute.Result, error) {
+// teardown carries out a plan of Options.Teardown (decide.Teardown).
+func (s *Session) teardown(ctx context.Context, pl *decide.Planned, hooks plan.Hooks) (*Result, error) {
 	res, err := execute.Run(ctx, pl.Plan, execute.Options{
 		Desired:     pl.Desired,
 		Nodes:       s.docker,
@@ -360,7 +364,7 @@ func (s *Session) teardown(ctx context.Context, pl *Planned, hooks execute.Hooks
 	if err == nil {
 		err = s.forgetNodes(pl.Plan.RemovedNodes)
 	}
-	return res, err
+	return &Result{Result: *res}, err
 }
 
 // recordNodes saves, before anything changes, the nodes an apply touches:

@@ -46,20 +46,20 @@ func (l *Lock) Release() {
 // Lock takes the cluster's lock, a file in the state directory, for the
 // command named: two rigger processes with the same state directory never
 // change the cluster at once. Without wait, a lock held by another process
-// is an *Error (ReasonLockHeld) around a *lock.HeldError that names the
+// is a *stall.Error (stall.LockHeld) around a *lock.HeldError that names the
 // holder; with wait, Lock waits until it is free or ctx ends. A holder
 // that dies releases the lock with it.
 func (s *Session) Lock(ctx context.Context, command string, wait bool) (*Lock, error) {
 	if err := os.MkdirAll(s.opts.StateDir, 0o700); err != nil {
-		return nil, stall.Retries(ReasonFailed, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
+		return nil, stall.Retries(stall.Failed, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
 	}
 	rel, err := lock.File(ctx, filepath.Join(s.opts.StateDir, LockFileName), lock.Me(command, s.opts.Now()), wait)
 	var held *lock.HeldError
 	switch {
 	case errors.As(err, &held):
-		return nil, stall.Retries(ReasonLockHeld, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
+		return nil, stall.Retries(stall.LockHeld, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
 	case err != nil:
-		return nil, stall.Retries(ReasonFailed, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
+		return nil, stall.Retries(stall.Failed, fmt.Errorf("lock cluster %s: %w", s.c.ClusterName, err))
 	}
 	return &Lock{command: command, release: sync.OnceFunc(func() {
 		if err := rel(); err != nil {
@@ -105,13 +105,13 @@ func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, com
 	var noAnswer *lock.NoAnswerError
 	switch {
 	case errors.As(err, &taken):
-		return nil, stall.Retries(ReasonLockHeld, fmt.Errorf("cluster %s is being changed by another rigger: %w", s.c.ClusterName, err))
+		return nil, stall.Retries(stall.LockHeld, fmt.Errorf("cluster %s is being changed by another rigger: %w", s.c.ClusterName, err))
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("lease cluster %s: %w", s.c.ClusterName, err)
 	case errors.As(err, &noAnswer):
 		return withoutLease("the cluster's API server does not answer (a new cluster, or its control plane down)", noAnswer.Err)
 	case err != nil:
-		return nil, stall.Retries(ReasonFailed, fmt.Errorf("cluster %s: not changed without its %s, which the API server does not give: %w; "+
+		return nil, stall.Retries(stall.Failed, fmt.Errorf("cluster %s: not changed without its %s, which the API server does not give: %w; "+
 			"rigger holds it while it applies so that no other rigger changes the cluster at once: "+
 			"fix what the API server says (the admin certificate's rights to Leases in %s, the API server's health), then apply again",
 			s.c.ClusterName, desc, err, ClusterLeaseNamespace))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/internal/apiservertest"
 	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 )
@@ -125,8 +126,8 @@ func TestLeaseClusterFailsClosed(t *testing.T) {
 				release()
 				t.Fatal("leaseCluster went on without the Lease")
 			}
-			if reason, stalled := Classify(err); reason != ReasonFailed || stalled {
-				t.Errorf("classified %s, stalled %v; want %s, retried", reason, stalled, ReasonFailed)
+			if reason, stalled := stall.Classify(err); reason != stall.Failed || stalled {
+				t.Errorf("classified %s, stalled %v; want %s, retried", reason, stalled, stall.Failed)
 			}
 			for _, want := range tt.refused {
 				if !strings.Contains(err.Error(), want) {
@@ -188,7 +189,7 @@ func TestLeaseClusterOnAPIServer(t *testing.T) {
 		s, _ := leaseSession(t)
 		_, err = s.leaseCluster(t.Context(), cs, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
 		var held *lock.HeldError
-		if reason, _ := Classify(err); !errors.As(err, &held) || reason != ReasonLockHeld || held.Holder.ID != other.ID {
+		if reason, _ := stall.Classify(err); !errors.As(err, &held) || reason != stall.LockHeld || held.Holder.ID != other.ID {
 			t.Fatalf("leaseCluster while %s holds the Lease: %v (%s)", other.ID, err, reason)
 		}
 

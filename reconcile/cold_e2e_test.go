@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -144,7 +144,7 @@ func testInterruptedRemove(ctx context.Context, t *testing.T, a *rt.Applier, s *
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	cleaned := ""
-	_, err = sess.Apply(rctx, lk, pl, reconcile.ApplyOptions{Hooks: execute.Hooks{Step: func(node, msg string, err error) {
+	_, err = sess.Apply(rctx, lk, pl, reconcile.ApplyOptions{Hooks: plan.Hooks{Step: func(node, msg string, err error) {
 		t.Logf("remove: %s: %s (%v)", node, msg, err)
 		if cleaned == "" && err == nil && strings.HasPrefix(msg, "cleaned ") {
 			cleaned = node

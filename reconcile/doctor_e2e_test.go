@@ -59,7 +59,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	walkAll := func(t *testing.T, c *spec.Cluster, skip ...string) []doctor.Finding {
 		t.Helper()
 		began := time.Now()
-		found, err := a.Session(t, c, keysPerNode).Doctor(ctx, reconcile.DoctorOptions{Skip: skip})
+		found, err := a.Session(t, c, keysPerNode).Doctor(ctx, doctor.RunOptions{Skip: skip})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		var found []doctor.Finding
 		rt.Eventually(ctx, t, 2*time.Minute, "a walk that fails nothing", func(ctx context.Context) (bool, error) {
 			var err error
-			if found, err = a.Session(t, c, keysPerNode).Doctor(ctx, reconcile.DoctorOptions{}); err != nil {
+			if found, err = a.Session(t, c, keysPerNode).Doctor(ctx, doctor.RunOptions{}); err != nil {
 				return false, err
 			}
 			for _, fd := range found {
@@ -366,7 +366,7 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		}()
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckContainers}, "etcd exited", "docker logs etcd")
 		// The status of a plan names it too, with the same check.
-		st := reconcile.BuildStatus(a.Plan(ctx, t, c))
+		st := a.Plan(ctx, t, c).Status()
 		if !hasProblem(st.Problems, n3.Address, doctor.CheckContainers, doctor.Fail) {
 			t.Errorf("status problems %+v: no failed containers check of %s", st.Problems, n3.Address)
 		}

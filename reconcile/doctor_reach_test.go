@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/rigger/rigger/reconcile/doctor"
-	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -73,7 +71,7 @@ func TestDoctorPassesOnlyWhatItChecked(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	found, err := s.Doctor(ctx, DoctorOptions{})
+	found, err := s.Doctor(ctx, doctor.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,33 +90,6 @@ func TestDoctorPassesOnlyWhatItChecked(t *testing.T) {
 	for _, name := range []string{doctor.CheckSSHHostKey, doctor.CheckSSHAuth, doctor.CheckDockerSocket, doctor.CheckDockerAPI} {
 		if f, ok := levels[name]; ok && f.Level == doctor.Pass {
 			t.Errorf("%s passed, but was never checked: %+v", name, f)
-		}
-	}
-}
-
-// TestReachPassesOnlyWhatTheErrorProves: a timeout that does not say how
-// far the connection got proves none of the checks before the one it
-// fails; a transport's typed error proves those before its own.
-func TestReachPassesOnlyWhatTheErrorProves(t *testing.T) {
-	c := &spec.Cluster{Nodes: []spec.Node{{Address: "10.0.0.1", Port: "22", User: "rke", Transport: spec.TransportSSH}}}
-	for _, tc := range []struct {
-		name   string
-		err    error
-		passed []string
-	}{
-		{"an untyped timeout", fmt.Errorf("node 10.0.0.1: ask the docker engine its version: %w", context.DeadlineExceeded), nil},
-		{"an engine's error", fmt.Errorf("node 10.0.0.1: list containers: Error response from daemon: boom"),
-			[]string{doctor.CheckAddress, doctor.CheckSSHPort, doctor.CheckSSHHandshake, doctor.CheckSSHHostKey, doctor.CheckSSHAuth, doctor.CheckDockerSocket}},
-	} {
-		r := &doctorRun{c: c, o: &observe.Cluster{Nodes: map[string]*observe.Node{"10.0.0.1": {Address: "10.0.0.1", Err: tc.err}}}}
-		var passed []string
-		for _, name := range doctor.ReachChecks {
-			if r.reach(name, "10.0.0.1").Level == doctor.Pass {
-				passed = append(passed, name)
-			}
-		}
-		if !slices.Equal(passed, tc.passed) {
-			t.Errorf("%s: passed %v, want %v", tc.name, passed, tc.passed)
 		}
 	}
 }

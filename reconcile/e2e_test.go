@@ -19,14 +19,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/reach"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/reconcile/report"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -136,12 +139,12 @@ func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var newCA *reconcile.NewCAError
-		if pl.PKISource.Kind != reconcile.PKINew || !errors.As(pl.Blocked(), &newCA) {
+		var newCA *pkisource.NewCAError
+		if pl.PKISource.Kind != pkisource.New || !errors.As(pl.Blocked(), &newCA) {
 			t.Fatalf("PKI %s, blocked %v", pl.PKISource, pl.Blocked())
 		}
 		_, err = a.ApplyPlanned(ctx, t, sess, pl)
-		if reason, stalled := reconcile.Classify(err); !errors.As(err, &newCA) || reason != reconcile.ReasonNewCABlocked || !stalled {
+		if reason, stalled := stall.Classify(err); !errors.As(err, &newCA) || reason != stall.NewCABlocked || !stalled {
 			t.Fatalf("apply with a node down and no PKI: %v (%s, stalled %v)", err, reason, stalled)
 		}
 		if _, err := os.Stat(filepath.Join(a.StateDir, "kube-ca.pem")); err == nil {
@@ -168,7 +171,7 @@ func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 		default:
 			t.Errorf("kube-proxy on %s was never held back: the fault was not injected", s.Nodes[1].Hostname)
 		}
-		if pl.Plan.Count(plan.Create) != 21 || pl.PKISource.Kind != reconcile.PKINew || !pl.Plan.NewEtcd {
+		if pl.Plan.Count(plan.Create) != 21 || pl.PKISource.Kind != pkisource.New || !pl.Plan.NewEtcd {
 			t.Errorf("fresh plan: %d creates, PKI %s, new etcd %v", pl.Plan.Count(plan.Create), pl.PKISource, pl.Plan.NewEtcd)
 		}
 		if pl.Addons != nil {
@@ -192,10 +195,7 @@ func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 				t.Errorf("%s runs pods with %s, want docker:// (cri-dockerd)", n.Hostname, rt)
 			}
 		}
-		st, _, err := a.Session(t, c).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := a.Plan(ctx, t, c).Status()
 		for _, n := range st.Nodes {
 			// Read from the node: a leaf certificate issued now, for a year.
 			if e := n.CertsExpire; e == nil || time.Until(*e) < 360*24*time.Hour || time.Until(*e) > 366*24*time.Hour {
@@ -212,7 +212,7 @@ func testFromScratch(ctx context.Context, t *testing.T, f *clusterFixture) {
 			}
 		}
 		for _, name := range []string{sysaddons.NetworkPlugin, sysaddons.CoreDNS, sysaddons.MetricsServer} {
-			i := slices.IndexFunc(st.Addons, func(as reconcile.AddonStatus) bool { return as.Name == name })
+			i := slices.IndexFunc(st.Addons, func(as report.AddonStatus) bool { return as.Name == name })
 			if i < 0 || !st.Addons[i].Ready || st.Addons[i].Pending != 0 {
 				t.Errorf("status of %s: %+v (all: %+v)", name, st.Addons, st.Addons)
 			}
@@ -360,7 +360,7 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// the container runs): planned until it does, as Docker's back-off
 		// grows.
 		sess := a.Session(t, c)
-		var pl *reconcile.Planned
+		var pl *decide.Planned
 		rt.Eventually(ctx, t, 2*time.Minute, "a plan that replaces the crash-looping scheduler", func(ctx context.Context) (bool, error) {
 			var err error
 			pl, err = sess.Plan(ctx)
@@ -370,7 +370,7 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		if !strings.HasPrefix(reason, "container restarting (crash loop): exited 1, restarted ") {
 			t.Errorf("reason %q", reason)
 		}
-		st := reconcile.BuildStatus(pl)
+		st := pl.Status()
 		if !hasProblem(st.Problems, n2.Address, doctor.CheckContainers, doctor.Fail) {
 			t.Errorf("status problems %+v: no failed containers check of %s", st.Problems, n2.Address)
 		}
@@ -385,7 +385,7 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// doctor: n2's walk stops at its containers, with the loop's
 		// last lines.
 		rt.Eventually(ctx, t, time.Minute, "doctor finding the scheduler's crash loop", func(ctx context.Context) (bool, error) {
-			found, err := sess.Doctor(ctx, reconcile.DoctorOptions{Nodes: []string{n2.Address}})
+			found, err := sess.Doctor(ctx, doctor.RunOptions{Nodes: []string{n2.Address}})
 			for _, fd := range found {
 				if fd.Level == doctor.Fail {
 					return fd.Check == doctor.CheckContainers && strings.Contains(fd.Found, "kube-scheduler restarting (a crash loop)") &&
@@ -468,7 +468,7 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 		ids := containerIDs(ctx, t, s)
 		applied := time.Now()
 		stop = killRuns(ctx, t, n1, desired.KubeProxy, "", true, func(time.Time) bool { return time.Since(applied) >= 3*time.Second })
-		var once *reconcile.Planned
+		var once *decide.Planned
 		rt.Eventually(ctx, t, time.Minute, "a plan that names n1's kube-proxy started again", func(ctx context.Context) (bool, error) {
 			once = a.Plan(ctx, t, c)
 			return len(once.Plan.Restarted) > 0, nil
@@ -569,7 +569,7 @@ func testEngine(ctx context.Context, t *testing.T, f *clusterFixture) {
 			t.Fatal(err)
 		}
 		pl := a.Plan(ctx, t, c)
-		if pl.PKISource.Kind != reconcile.PKIRecovered || !pl.Plan.Empty() || len(pl.PKIChanges) > 0 {
+		if pl.PKISource.Kind != pkisource.Recovered || !pl.Plan.Empty() || len(pl.PKIChanges) > 0 {
 			t.Fatalf("PKI %s, steps %v, certificates %v; want recovered and nothing to do", pl.PKISource, rt.StepLines(pl.Plan), pl.PKIChanges)
 		}
 		a.Apply(ctx, t, c)

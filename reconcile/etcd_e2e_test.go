@@ -18,6 +18,7 @@ import (
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
 )
@@ -132,13 +133,13 @@ func testEtcdMembership(ctx context.Context, t *testing.T, f *clusterFixture) {
 	t.Run("shrink back to three", func(t *testing.T) {
 		before := etcdIDs()
 		_, _, err := a.TryApply(ctx, t, three)
-		var guard *reconcile.RemovalGuardError
-		if reason, stalled := reconcile.Classify(err); !errors.As(err, &guard) || !strings.Contains(err.Error(), "--allow-removals") ||
-			reason != reconcile.ReasonRemovalGuard || !stalled {
+		var guard *plan.RemovalGuardError
+		if reason, stalled := stall.Classify(err); !errors.As(err, &guard) || !strings.Contains(err.Error(), "--allow-removals") ||
+			reason != stall.RemovalGuard || !stalled {
 			t.Fatalf("removing 2 of 5 nodes without --allow-removals: %v", err)
 		}
-		a.Options.AllowRemovals = true
-		defer func() { a.Options.AllowRemovals = false }()
+		a.AllowRemovals = true
+		defer func() { a.AllowRemovals = false }()
 		pl := a.Apply(ctx, t, three)
 		if got := pl.Plan.Count(plan.RemoveMember); got != 2 {
 			t.Errorf("%d members removed, want 2: %v", got, rt.StepLines(pl.Plan))

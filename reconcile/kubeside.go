@@ -7,9 +7,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/addons"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/dockerop"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 )
 
@@ -18,7 +19,7 @@ import (
 // Step calls are serialized with the side's own progress lines (execute
 // serializes its own calls only), and say, those lines. stageNetwork,
 // when set, puts the network plugin in the cluster before the workers.
-func (s *Session) kubeSide(pl *Planned, cs kubernetes.Interface, h execute.Hooks, stageNetwork func(ctx context.Context) error) (side *kubenode.Side, hooks execute.Hooks, say func(node, msg string)) {
+func (s *Session) kubeSide(pl *decide.Planned, cs kubernetes.Interface, h plan.Hooks, stageNetwork func(ctx context.Context) error) (side *kubenode.Side, hooks plan.Hooks, say func(node, msg string)) {
 	if step := h.Step; step != nil {
 		var mu sync.Mutex
 		h.Step = func(node, msg string, err error) {
@@ -33,7 +34,7 @@ func (s *Session) kubeSide(pl *Planned, cs kubernetes.Interface, h execute.Hooks
 		}
 	}
 	side = kubenode.NewSide(kubenode.SideInput{
-		Client: cs, Cluster: s.c, Plan: pl.Plan, PKI: pl.PKI, Former: s.former, Down: pl.Unreachable(),
+		Client: cs, Cluster: s.c, Plan: pl.Plan, PKI: pl.PKI, Former: s.former, Down: pl.Unreachable(), Delete: kubenode.Deleted(pl.NodeChanges),
 		Logs: func(ctx context.Context, node, component string) string {
 			e, err := s.tr.Docker(ctx, node)
 			if err != nil {

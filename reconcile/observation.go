@@ -3,15 +3,20 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"slices"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/storedapi"
 )
@@ -31,6 +36,76 @@ func (s *Session) observeNodes(ctx context.Context, keep bool, sinceApply time.D
 		FilesImage: s.c.SystemImages.Alpine, FilesDir: desired.KubernetesDir, KeepFiles: keep, SinceApply: sinceApply, Now: s.opts.Now,
 		Timeline: s.opts.Timeline,
 	})
+}
+
+// observeWithPKI reads with the plan's PKI (set) into o, at once, etcd's
+// members (observeEtcd) and the Nodes (observeKubernetes); afterEtcd and
+// afterNodes, when set, run once each is read, alongside the other.
+func (s *Session) observeWithPKI(ctx context.Context, set *pki.Set, o *observe.Cluster, afterEtcd, afterNodes func(context.Context)) {
+	tl := s.opts.Timeline
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		end := tl.Begin("observe etcd's members")
+		s.observeEtcd(ctx, set, o)
+		if afterEtcd != nil {
+			afterEtcd(ctx)
+		}
+		end()
+	})
+	wg.Go(func() {
+		end := tl.Begin("observe the Kubernetes Nodes")
+		s.observeKubernetes(ctx, set, o)
+		end()
+		if afterNodes != nil {
+			afterNodes(ctx)
+		}
+	})
+	wg.Wait()
+}
+
+// Doctor walks the nodes through the path a node takes to join the
+// cluster (doctor.Run) over one read of the cluster, made as a plan makes
+// it (observe, observeWithPKI: the nodes with their files, the PKI, etcd's
+// members and the Nodes), with the connections its checks read more
+// through. It changes nothing, on the nodes or in the state directory. A
+// cluster.yml that does not build is its one finding; a node in o.Nodes
+// that cluster.yml does not have is an error, before anything is read.
+func (s *Session) Doctor(ctx context.Context, o doctor.RunOptions) ([]doctor.Finding, error) {
+	d, err := desired.Build(s.c)
+	if err != nil {
+		return doctor.Unbuilt(err), nil
+	}
+	if _, err := doctor.SelectNodes(d, o.Nodes); err != nil {
+		return nil, err
+	}
+	dc := &doctor.Cluster{Spec: s.c, Desired: d, Request: s.req, IgnoreDockerVersion: s.opts.IgnoreDockerVersion, Now: s.opts.Now()}
+	st, since, err := s.loadState()
+	var rp *pkisource.Resolved
+	if err == nil {
+		dc.Observed, rp, err = s.observe(ctx, decide.Input{Spec: s.c, StateDir: s.opts.StateDir, State: st, Now: dc.Now}, since, true)
+	} else {
+		dc.Observed = s.observeNodes(ctx, true, 0)
+	}
+	dc.PKIErr = err
+	reads := &doctor.Reads{
+		Engine: func(ctx context.Context, node string) (doctor.Engine, error) { return s.tr.Docker(ctx, node) },
+		Dial:   s.tr.Dial,
+		Kube:   func() (kubernetes.Interface, error) { return s.services().KubeClient(dc.PKI, dc.Observed) },
+		PullAuth: func(ref string) (string, error) {
+			pull, err := s.reg.For(ref)
+			return pull.Auth, err
+		},
+		NetworkPlugin: s.networkPluginSelector(), Log: s.opts.Log,
+	}
+	if rp != nil {
+		dc.PKI, dc.NewPKI = rp.Set, rp.Source.Kind == pkisource.New
+	}
+	if dc.PKI != nil && !dc.NewPKI {
+		s.observeWithPKI(ctx, dc.PKI, dc.Observed, nil, nil)
+		reads.Checker, _ = s.services().Checker(dc.PKI)
+	}
+	dc.Reads = reads
+	return doctor.Run(ctx, dc, o)
 }
 
 // observeEtcd reads the etcd cluster's membership into o

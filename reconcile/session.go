@@ -52,6 +52,10 @@ type Options struct {
 	// RKE, Open refuses it for a cluster.yml without a key rigger
 	// generates.
 	RotateKey bool
+	// AllowRemovals lets a plan remove more nodes than
+	// rigger.max_removed_nodes allows (--allow-removals); without it, such
+	// a plan is blocked (decide.Planned.Blocked).
+	AllowRemovals bool
 	// Teardown makes the plan the teardown of the cluster (rigger remove):
 	// every container of the cluster removed and rigger's files cleaned on
 	// every node of cluster.yml and of the last apply. The state directory
@@ -95,7 +99,7 @@ type Session struct {
 
 // Open prepares a reconcile of c, which must be loaded and valid
 // (spec.Load). It reads the state directory and connects to nothing yet.
-// Its errors are *Error values (Classify): a damaged state file stalls, a
+// Its errors are *stall.Error values (stall.Classify): a damaged state file stalls, a
 // state directory that cannot be read is retried.
 func Open(c *spec.Cluster, opts Options) (*Session, error) {
 	if opts.StateDir == "" {
@@ -125,7 +129,7 @@ func Open(c *spec.Cluster, opts Options) (*Session, error) {
 		}
 		tr, err := reach.Transport(c, s.former, opts.Agents, opts.KeysPerNode, answers, opts.Log)
 		if err != nil {
-			return nil, stall.Stalls(ReasonInvalidSpec, err)
+			return nil, stall.Stalls(stall.InvalidSpec, err)
 		}
 		s.tr, s.own = tr, true
 	}

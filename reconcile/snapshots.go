@@ -7,7 +7,7 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/stall"
 )
 
@@ -23,16 +23,17 @@ func (s *Session) Etcd(ctx context.Context, lk *Lock) (*etcdsnap.Cluster, error)
 	}
 	d, err := desired.Build(s.c)
 	if err != nil {
-		return nil, stall.Stalls(ReasonInvalidSpec, fmt.Errorf("build desired state: %w", err))
+		return nil, stall.Stalls(stall.InvalidSpec, fmt.Errorf("build desired state: %w", err))
 	}
 	ec := s.etcdOps(set, d)
 	if lk != nil {
-		ec.Reapply = func(ctx context.Context, hooks execute.Hooks) (*execute.Result, error) {
+		ec.Reapply = func(ctx context.Context, hooks plan.Hooks) (error, error) {
 			pl, err := s.Plan(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("plan: %w", err)
 			}
-			return s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks, AddonsErrInResult: true})
+			res, err := s.Apply(ctx, lk, pl, ApplyOptions{Hooks: hooks, AddonsErrInResult: true})
+			return res.AddonsErr, err
 		}
 		ec.Members = func(ctx context.Context) ([]etcdmember.Member, error) {
 			o := s.observeNodes(ctx, false, 0)

@@ -1,75 +1,33 @@
 package reconcile
 
 import (
-	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/rigger/rigger/reconcile/certrotate"
-	"github.com/rigger/rigger/reconcile/pki"
-	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
 
-// state is what the state directory holds that a plan is decided from,
-// read once, before the nodes are observed.
-type state struct {
-	// pki is the cluster's certificates; nil when the directory has none.
-	pki *pki.Set
-	// rotation is the record of certificate rotations; old and new the
-	// generations of a CA rotation under way (nil when none, or missing).
-	rotation certrotate.Record
-	old, new *pki.Set
-	// key and keyRecord are the generated secrets encryption key (nil when
-	// none) and the record of the operation on it.
-	key       *secretsenc.Config
-	keyRecord secretsenc.Record
-	// recovers is set when the certificates or the key the cluster needs
-	// are missing: the nodes' files are kept when observed, to recover
-	// them from.
-	recovers bool
-	// applied is when the last apply's steps ended; zero when unknown.
-	applied time.Time
-}
-
-// loadState reads the state directory for a plan. Its errors are *Error
-// values: a damaged file stalls.
-func (s *Session) loadState() (*state, error) {
-	dir := s.opts.StateDir
-	st := &state{}
-	var err error
-	var nf *pki.NotFoundError
-	if st.pki, err = pki.Load(dir); err != nil && !errors.As(err, &nf) {
-		return nil, stall.Retries(ReasonFailed, err)
+// loadState reads the state directory for a plan: the records the plan
+// is decided from (decide.LoadState), and how long ago the last apply
+// ended (zero when that is not known). Its errors are *stall.Error values:
+// a damaged file stalls.
+func (s *Session) loadState() (*decide.State, time.Duration, error) {
+	st, err := decide.LoadState(s.opts.StateDir)
+	if err != nil {
+		return nil, 0, err
 	}
-	if st.rotation, err = certrotate.Load(dir); err != nil {
-		return nil, stall.Stalls(ReasonStateDamaged, err)
-	}
-	if a := st.rotation.Active; a != nil && a.Rotation.CA {
-		for sub, set := range map[string]**pki.Set{certrotate.OldDir: &st.old, certrotate.NewDir: &st.new} {
-			if *set, err = pki.Load(filepath.Join(dir, sub)); err != nil {
-				return nil, stall.Stalls(ReasonStateDamaged, fmt.Errorf("resume the CA rotation begun %s: %w; "+
-					"restore %s from a backup: the nodes may run either generation of the CA", a.IssuedAt.Format(time.RFC3339), err, sub))
-			}
-		}
-	}
-	if st.key, err = secretsenc.Load(dir); err != nil {
-		return nil, stall.State(err)
-	}
-	if st.keyRecord, err = secretsenc.LoadRecord(dir); err != nil {
-		return nil, stall.State(err)
-	}
-	st.recovers = st.pki == nil || secretsenc.NeedsContents(secretsenc.WantOf(s.c, dir, false, s.opts.Now()), st.key)
 	var a applied
-	if err := statedir.ReadJSON(dir, appliedFile, &a); err != nil {
-		return nil, stall.Stalls(ReasonStateDamaged, fmt.Errorf("read when the last apply ended: %w; delete it if it is damaged (the next plan then does not say which containers started since)", err))
+	if err := statedir.ReadJSON(s.opts.StateDir, appliedFile, &a); err != nil {
+		return nil, 0, stall.Stalls(stall.StateDamaged, fmt.Errorf("read when the last apply ended: %w; delete it if it is damaged (the next plan then does not say which containers started since)", err))
 	}
-	st.applied = a.FinishedAt
-	return st, nil
+	if a.FinishedAt.IsZero() {
+		return st, 0, nil
+	}
+	return st, max(s.opts.Now().Sub(a.FinishedAt), 0), nil
 }
 
 // appliedFile, in the state directory, says when the last apply's steps
@@ -87,15 +45,6 @@ func (s *Session) recordApplied() error {
 		return fmt.Errorf("save when the apply ended: %w", err)
 	}
 	return nil
-}
-
-// sinceApplied is how long ago the last apply ended (st.applied), zero
-// when that is not known.
-func (s *Session) sinceApplied(st *state) time.Duration {
-	if st.applied.IsZero() {
-		return 0
-	}
-	return max(s.opts.Now().Sub(st.applied), 0)
 }
 
 // nodesFile, in the state directory, lists the nodes of the last apply

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/rigger/rigger/reconcile/reach"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -61,15 +62,15 @@ func TestOpenClassifiesStateErrors(t *testing.T) {
 	tests := []struct {
 		name       string
 		prepare    func(dir string) error
-		wantReason Reason
+		wantReason stall.Reason
 		wantStall  bool
 	}{
 		{"damaged nodes.json", func(dir string) error {
 			return os.WriteFile(filepath.Join(dir, nodesFile), []byte("{"), 0o600)
-		}, ReasonStateDamaged, true},
+		}, stall.StateDamaged, true},
 		{"nodes.json unreadable", func(dir string) error {
 			return os.Mkdir(filepath.Join(dir, nodesFile), 0o700)
-		}, ReasonFailed, false},
+		}, stall.Failed, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +79,7 @@ func TestOpenClassifiesStateErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := Open(c, Options{StateDir: dir, Transport: tr})
-			reason, stalled := Classify(err)
+			reason, stalled := stall.Classify(err)
 			if err == nil || reason != tt.wantReason || stalled != tt.wantStall {
 				t.Errorf("Open: %v, classified %s stalled=%v; want %s stalled=%v", err, reason, stalled, tt.wantReason, tt.wantStall)
 			}
@@ -134,5 +135,16 @@ func TestFormerNodeWithoutKey(t *testing.T) {
 	c.Nodes[0].SSHKeyPath = gone
 	if _, err := Open(c, Options{StateDir: state}); err == nil || !strings.Contains(err.Error(), "node 10.0.0.1") {
 		t.Errorf("Open with a key of cluster.yml gone: %v, want an error naming node 10.0.0.1", err)
+	}
+}
+
+// TestOpenRefusesRotateKey: rigger encrypt rotate-key's request
+// (Options.RotateKey) is refused, before anything is read, for a
+// cluster.yml without a key rigger generates, as RKE refuses it.
+func TestOpenRefusesRotateKey(t *testing.T) {
+	c := &spec.Cluster{ClusterName: "c", Nodes: []spec.Node{{Address: "10.0.0.1", User: "u", Role: []string{spec.RoleControlPlane}}}}
+	spec.SetDefaults(c)
+	if _, err := Open(c, Options{StateDir: t.TempDir(), RotateKey: true}); err == nil || !strings.Contains(err.Error(), "enabled is not true") {
+		t.Fatalf("without encryption: %v", err)
 	}
 }

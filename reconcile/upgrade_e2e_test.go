@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
@@ -99,7 +99,7 @@ func TestUpgradeSandbox(t *testing.T) {
 
 	t.Run("a skipped minor is refused", func(t *testing.T) {
 		_, err := a.Session(t, at("v1.34.4")).Plan(ctx)
-		if reason, _ := reconcile.Classify(err); reason != reconcile.ReasonInvalidSpec || !strings.Contains(err.Error(), "one minor version at a time") {
+		if reason, _ := stall.Classify(err); reason != stall.InvalidSpec || !strings.Contains(err.Error(), "one minor version at a time") {
 			t.Fatalf("plan 1.32 → 1.34: %v (%s)", err, reason)
 		}
 	})
@@ -170,10 +170,7 @@ func TestUpgradeSandbox(t *testing.T) {
 		if slices.ContainsFunc(a.Events(), func(l string) bool { return strings.Contains(l, "replaced kubelet") }) {
 			t.Errorf("a kubelet was upgraded while an API server was not:\n%s", strings.Join(a.Events(), "\n"))
 		}
-		st, _, err := a.Session(t, up).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := a.Plan(ctx, t, up).Status()
 		if k := st.Kubernetes; k == nil || !k.Mixed || k.Upgrade == nil || k.Upgrade.To != "v1.34.4" {
 			t.Errorf("status after the stop: %+v, want mixed versions and the upgrade to v1.34.4", st.Kubernetes)
 		}
@@ -238,10 +235,8 @@ func checkUpgraded(ctx context.Context, t *testing.T, a *rt.Applier, c *spec.Clu
 			t.Errorf("Node %s: kubelet %s, want %s", n.Name, v, version)
 		}
 	}
-	st, pl, err := a.Session(t, c).Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pl := a.Plan(ctx, t, c)
+	st := pl.Status()
 	if e := st.Etcd; e == nil || len(e.Members) != 3 {
 		t.Errorf("etcd after the upgrade: %+v, want the 3 members", st.Etcd)
 	} else {

@@ -126,7 +126,7 @@ func TestAgentSandbox(t *testing.T) {
 		up, err := connected(ctx)
 		return !up, err
 	})
-	found, err := a.Session(t, c).Doctor(ctx, reconcile.DoctorOptions{Nodes: []string{node3.Address}})
+	found, err := a.Session(t, c).Doctor(ctx, doctor.RunOptions{Nodes: []string{node3.Address}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/internal/shellquote"
 	"github.com/rigger/rigger/reconcile"
-	"github.com/rigger/rigger/reconcile/gitops"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/agenttun"

@@ -11,20 +11,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/plan"
-	"github.com/rigger/rigger/reconcile/watch"
+	"github.com/rigger/rigger/watch"
 )
 
 func newApplyCommand() *cobra.Command {
 	var (
-		f             clusterFlags
-		yes           bool
-		planFile      string
-		allowRemovals bool
-		watchFile     bool
-		waitLock      bool
+		f         clusterFlags
+		yes       bool
+		planFile  string
+		watchFile bool
+		waitLock  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "apply",
@@ -91,7 +91,7 @@ cluster.yml could not be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.lockAs, f.waitLock = "apply", waitLock
-			o := applyOnce{flags: f, yes: yes, planFile: planFile, allowRemovals: allowRemovals}
+			o := applyOnce{flags: f, yes: yes, planFile: planFile}
 			if !watchFile {
 				return o.run(cmd)
 			}
@@ -114,7 +114,7 @@ cluster.yml could not be reached.`,
 	f.addTimings(cmd)
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "apply without asking")
 	cmd.Flags().StringVar(&planFile, "plan", "", "carry out this plan (from rigger plan --out); refused if the nodes changed since")
-	cmd.Flags().BoolVar(&allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
+	cmd.Flags().BoolVar(&f.allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows")
 	cmd.Flags().BoolVar(&waitLock, "wait-lock", false, "when another rigger (an apply, or serve) is changing the cluster, wait for it (its lock, then its Lease) instead of refusing")
 	cmd.Flags().BoolVar(&watchFile, "watch", false, "after applying, apply again each time cluster.yml is saved (with --yes)")
 	return cmd
@@ -122,10 +122,9 @@ cluster.yml could not be reached.`,
 
 // applyOnce is one plan and apply of the command.
 type applyOnce struct {
-	flags         clusterFlags
-	yes           bool
-	planFile      string
-	allowRemovals bool
+	flags    clusterFlags
+	yes      bool
+	planFile string
 }
 
 func (o applyOnce) run(cmd *cobra.Command) error {
@@ -175,9 +174,9 @@ func (o applyOnce) run(cmd *cobra.Command) error {
 // --wait-lock's wait for the cluster's Lease told on errOut. The Lease is
 // waited for whether the state directory's lock was free or not.
 func (o applyOnce) applyOptions(out, errOut io.Writer) reconcile.ApplyOptions {
-	return reconcile.ApplyOptions{Hooks: progressHooks(out), AllowRemovals: o.allowRemovals,
+	return reconcile.ApplyOptions{Hooks: progressHooks(out),
 		WaitLease: o.flags.waitLock, LeaseWaiting: leaseWaiting(errOut),
-		Pass: func(pass int, pl *reconcile.Planned) {
+		Pass: func(pass int, pl *decide.Planned) {
 			fmt.Fprintf(out, "\nPlan %d, for the next stage:\n\n", pass)
 			renderPlanned(out, pl)
 			fmt.Fprintln(out)
@@ -232,7 +231,7 @@ func (o applyOnce) restoreFirst(cmd *cobra.Command, s *opened) error {
 
 // unreachableExit is exit status 1 when a node of cluster.yml could not be
 // reached: the cluster did not fully converge.
-func unreachableExit(pl *reconcile.Planned) error {
+func unreachableExit(pl *decide.Planned) error {
 	if pl.Complete() {
 		return nil
 	}

@@ -67,12 +67,11 @@ certificate 30 days before it expires; "rigger cert rotate" reissues them now.`,
 
 func newCertRotateCommand() *cobra.Command {
 	var (
-		f         clusterFlags
-		yes       bool
-		services  []string
-		rotateCA  bool
-		waitLock  bool
-		allowRems bool
+		f        clusterFlags
+		yes      bool
+		services []string
+		rotateCA bool
+		waitLock bool
 	)
 	cmd := &cobra.Command{
 		Use:   "rotate",
@@ -115,7 +114,7 @@ It also applies whatever else cluster.yml changes. See docs/certificates.md.`,
 				return fmt.Errorf("--service: %w", err)
 			}
 			f.lockAs, f.waitLock, f.rotate = "cert rotate", waitLock, &r
-			return applyOnce{flags: f, yes: yes, allowRemovals: allowRems}.run(cmd)
+			return applyOnce{flags: f, yes: yes}.run(cmd)
 		},
 	}
 	f.add(cmd)
@@ -123,6 +122,6 @@ It also applies whatever else cluster.yml changes. See docs/certificates.md.`,
 	cmd.Flags().BoolVar(&rotateCA, "rotate-ca", false, "rotate the CAs too, and every certificate under them (--service is then ignored, as RKE ignores it)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "rotate without asking")
 	cmd.Flags().BoolVar(&waitLock, "wait-lock", false, "when another rigger is changing the cluster, wait for it instead of refusing")
-	cmd.Flags().BoolVar(&allowRems, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows (when cluster.yml removes nodes too)")
+	cmd.Flags().BoolVar(&f.allowRemovals, "allow-removals", false, "remove more nodes than rigger.max_removed_nodes allows (when cluster.yml removes nodes too)")
 	return cmd
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/internal/termsafe"
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/spec"
 )
@@ -75,7 +74,7 @@ included).`,
 				return err
 			}
 			defer s.Close()
-			found, err := s.Doctor(cmd.Context(), reconcile.DoctorOptions{Nodes: nodes, Skip: skip, Since: since})
+			found, err := s.Doctor(cmd.Context(), doctor.RunOptions{Nodes: nodes, Skip: skip, Since: since})
 			if err != nil {
 				return err
 			}
@@ -98,13 +97,13 @@ included).`,
 	addOutputFlag(cmd, &output)
 	cmd.Flags().StringSliceVar(&nodes, "node", nil, "walk only this node (address, internal_address or hostname_override); repeat or separate with commas")
 	cmd.Flags().StringSliceVar(&skip, "skip", nil, "checks not to run, by name (comma-separated); a skipped check does not stop the walk")
-	cmd.Flags().DurationVar(&since, "since", reconcile.DefaultSince, "how far back the Nodes' Events are read (the events check)")
+	cmd.Flags().DurationVar(&since, "since", doctor.DefaultSince, "how far back the Nodes' Events are read (the events check)")
 	return cmd
 }
 
 // checkSkip refuses a --skip name that is not a check's.
 func checkSkip(skip []string) error {
-	names := reconcile.DoctorChecks()
+	names := doctor.CheckNames()
 	for _, s := range skip {
 		if !slices.Contains(names, s) {
 			return fmt.Errorf("--skip %s: no such check; the checks are %s", s, strings.Join(names, ", "))

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/doctor"
 )
 
@@ -116,7 +115,7 @@ func TestDoctorHelpNamesEveryCheck(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, name := range reconcile.DoctorChecks() {
+	for _, name := range doctor.CheckNames() {
 		if !strings.Contains(out, name) {
 			t.Errorf("the help does not name the check %s", name)
 		}

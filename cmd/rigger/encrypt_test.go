@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
+	"github.com/rigger/rigger/reconcile/pkisource"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 )
 
@@ -36,8 +40,8 @@ func TestRotateKeyRefuses(t *testing.T) {
 // the stages of a pending rotation.
 func TestRenderEncryption(t *testing.T) {
 	var b strings.Builder
-	renderEncryption(&b, &reconcile.Planned{Encryption: &reconcile.Encryption{
-		Source: reconcile.PKISource{Kind: reconcile.PKIStateDir, From: "/state"},
+	renderEncryption(&b, &decide.Planned{Encryption: &report.Encryption{
+		Source: pkisource.Source{Kind: pkisource.StateDir, From: "/state"},
 		Keys:   []string{"k-abcde"},
 		Op:     &secretsenc.Op{Kind: secretsenc.KindRotate, Stage: secretsenc.StageAddKey},
 		Stages: secretsenc.Stages(secretsenc.KindRotate),
@@ -48,8 +52,21 @@ func TestRenderEncryption(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 	b.Reset()
-	renderEncryption(&b, &reconcile.Planned{})
+	renderEncryption(&b, &decide.Planned{})
 	if b.Len() != 0 {
 		t.Errorf("no generated key: %q", b.String())
+	}
+}
+
+// TestRenderBlocked: the plan says which rolling phase its budgets stop,
+// and why; a blocked phase without steps is not worth a word.
+func TestRenderBlocked(t *testing.T) {
+	used := errors.New("upgrade_strategy.max_unavailable_worker allows 1 of the 3 worker nodes to be unavailable, and 1 are already (10.0.0.3)")
+	pl := &decide.Planned{Plan: &plan.Plan{Steps: []plan.Step{{Node: "10.0.0.1", Component: "kubelet", Action: plan.Replace, Phase: plan.PhaseWorker}}},
+		Budgets: plan.Budgets{WorkersBlocked: used, ControlPlaneBlocked: used}}
+	var b strings.Builder
+	renderBlocked(&b, pl)
+	if want := "Phase worker blocked, nothing changes there: " + used.Error() + "\n\n"; b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}
 }

@@ -7,18 +7,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/internal/termsafe"
-	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/spec"
 )
 
 // load reads cluster.yml as spec.LoadContext does and, when it has no errors,
-// makes the refusals a plan would make of it (reconcile.CheckSpec), so that
+// makes the refusals a plan would make of it (decide.CheckSpec), so that
 // they come before any connection. err is set when the file cannot be read
 // (diags is then nil) or has errors.
 func load(ctx context.Context, file string) (*spec.Cluster, spec.Diagnostics, error) {
 	c, diags, err := spec.LoadContext(ctx, file)
 	if err == nil {
-		diags = append(diags, reconcile.CheckSpec(c, file)...)
+		diags = append(diags, decide.CheckSpec(c, file)...)
 		err = diags.Err()
 	}
 	return c, diags, err

@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/rigger/rigger/reconcile/gitops"
-	"github.com/rigger/rigger/reconcile/gitops/gitrepo"
-	"github.com/rigger/rigger/reconcile/gitops/webhook"
+	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/gitrepo"
+	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/transport"

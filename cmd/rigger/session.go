@@ -8,8 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,13 +19,15 @@ import (
 
 	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
@@ -46,6 +50,9 @@ type clusterFlags struct {
 	rotateKey bool
 	// teardown plans the removal of the cluster (rigger remove).
 	teardown bool
+	// allowRemovals lets the plan remove more nodes than
+	// rigger.max_removed_nodes allows (--allow-removals).
+	allowRemovals bool
 	// timings prints where the command's time went (--timings), which
 	// timeline records (nil without).
 	timings  bool
@@ -174,7 +181,7 @@ func (f *clusterFlags) open(cmd *cobra.Command) (*opened, error) {
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tl := f.timeline
 	s, err := reconcile.Open(c, reconcile.Options{StateDir: dir, Log: log, ConfigDir: filepath.Dir(f.file), Rotate: f.rotate,
-		RotateKey: f.rotateKey, Teardown: f.teardown, IgnoreDockerVersion: f.ignoreDocker, Timeline: tl,
+		RotateKey: f.rotateKey, Teardown: f.teardown, AllowRemovals: f.allowRemovals, IgnoreDockerVersion: f.ignoreDocker, Timeline: tl,
 		KeysPerNode: f.keysPerNode})
 	if err != nil {
 		return nil, err
@@ -209,8 +216,8 @@ func lockSession(cmd *cobra.Command, s *reconcile.Session, command string, wait 
 }
 
 // renderPlanned writes the plan and where the certificates come from.
-func renderPlanned(w io.Writer, pl *reconcile.Planned) {
-	var newCA *reconcile.NewCAError
+func renderPlanned(w io.Writer, pl *decide.Planned) {
+	var newCA *pkisource.NewCAError
 	if err := pl.Blocked(); errors.As(err, &newCA) {
 		fmt.Fprintf(w, "Certificates: new, for this plan only: %v", err)
 	} else {
@@ -232,6 +239,7 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 		fmt.Fprintf(w, "Warning: %s\n\n", warn)
 	}
 	renderAddonPlan(w, pl)
+	renderBlocked(w, pl)
 	if len(pl.NodeChanges) > 0 {
 		kubenode.RenderPending(w, pl.NodeChanges)
 		fmt.Fprintln(w)
@@ -243,9 +251,24 @@ func renderPlanned(w io.Writer, pl *reconcile.Planned) {
 	pl.Plan.Render(w)
 }
 
+// renderBlocked writes the rolling phases the plan's budgets stop
+// (workers down already) and the removal guard's refusal: what an apply
+// of the plan would stop at.
+func renderBlocked(w io.Writer, pl *decide.Planned) {
+	blocked := pl.Budgets.Blocked(pl.Plan)
+	for _, ph := range slices.Sorted(maps.Keys(blocked)) {
+		fmt.Fprintf(w, "Phase %s blocked, nothing changes there: %v\n\n", ph, blocked[ph])
+	}
+	if err := pl.Blocked(); err != nil {
+		if reason, _ := stall.Classify(err); reason == stall.RemovalGuard {
+			fmt.Fprintf(w, "Blocked: %v\n\n", err)
+		}
+	}
+}
+
 // renderRotation writes the certificate rotation the plan carries out,
 // one that waits for it, and a record that goes.
-func renderRotation(w io.Writer, pl *reconcile.Planned) {
+func renderRotation(w io.Writer, pl *decide.Planned) {
 	if r := pl.Rotation(); r != nil {
 		how := "started now"
 		if r.Resumed {
@@ -278,17 +301,17 @@ func stageNames() []string {
 
 // renderEncryption writes where the generated secrets encryption key comes
 // from, the keys' names (never their secrets) and the stages an apply runs.
-func renderEncryption(w io.Writer, pl *reconcile.Planned) {
+func renderEncryption(w io.Writer, pl *decide.Planned) {
 	e := pl.Encryption
 	if e == nil {
 		return
 	}
-	var newCA *reconcile.NewCAError
-	if err := pl.Blocked(); err != nil && !errors.As(err, &newCA) {
-		fmt.Fprintf(w, "Secrets encryption: new key, for this plan only: %v\n", err)
+	blocked := pl.Blocked()
+	if reason, _ := stall.Classify(blocked); blocked != nil && reason == stall.NewKeyBlocked {
+		fmt.Fprintf(w, "Secrets encryption: new key, for this plan only: %v\n", blocked)
 	} else {
 		source := e.Source.String()
-		if e.Source.Kind == reconcile.PKINew {
+		if e.Source.Kind == pkisource.New {
 			source = "new: no controlplane node has a key yet"
 		}
 		fmt.Fprintf(w, "Secrets encryption: keys %s (%s)", strings.Join(e.Keys, ", "), source)
@@ -316,7 +339,7 @@ func renderEncryption(w io.Writer, pl *reconcile.Planned) {
 }
 
 // renderAddonPlan writes what applying the add-ons would change.
-func renderAddonPlan(w io.Writer, pl *reconcile.Planned) {
+func renderAddonPlan(w io.Writer, pl *decide.Planned) {
 	switch {
 	case pl.AddonsErr != nil:
 		fmt.Fprintf(w, "Add-ons: not planned (%v); apply applies them after the nodes' changes.\n\n", pl.AddonsErr)
@@ -346,8 +369,8 @@ func confirm(cmd *cobra.Command, question string) error {
 
 // progressHooks print the executor's progress as k0sctl does: a title per
 // phase and a line per node.
-func progressHooks(w io.Writer) execute.Hooks {
-	return execute.Hooks{
+func progressHooks(w io.Writer) plan.Hooks {
+	return plan.Hooks{
 		Phase: func(_ plan.Phase, title string) { fmt.Fprintf(w, "==> %s\n", title) },
 		Step: func(node, msg string, err error) {
 			if err != nil {
@@ -362,7 +385,7 @@ func progressHooks(w io.Writer) execute.Hooks {
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n        ") }
 
 // renderResult writes the closing summary of an apply or remove.
-func renderResult(w io.Writer, verb string, res *execute.Result, err error) {
+func renderResult(w io.Writer, verb string, res *reconcile.Result, err error) {
 	counts := map[plan.Action]int{}
 	for _, o := range res.Done {
 		if o.Err == nil {

@@ -338,8 +338,8 @@ func renderRestoreCheck(w io.Writer, chk *etcdsnap.RestoreCheck) {
 func renderRestored(w io.Writer, res *etcdsnap.RestoreResult, took time.Duration) {
 	fmt.Fprintf(w, "\nSnapshot %s restored in %s on %d etcd member(s); etcd and the API servers are healthy.\n",
 		res.Check.Sidecar.Name, took.Round(100*time.Millisecond), len(res.Restored))
-	if res.Apply != nil && res.Apply.AddonsErr != nil {
-		fmt.Fprintf(w, "The add-ons are not ready yet (their pods restart on their own now that the API servers are back; `rigger status` shows them): %v\n", res.Apply.AddonsErr)
+	if res.AddonsErr != nil {
+		fmt.Fprintf(w, "The add-ons are not ready yet (their pods restart on their own now that the API servers are back; `rigger status` shows them): %v\n", res.AddonsErr)
 	}
 	if len(res.MovedAside) > 0 {
 		fmt.Fprintln(w, "The data etcd had before is kept (remove it when you no longer need it):")

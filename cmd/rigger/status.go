@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/internal/termsafe"
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/report"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -50,10 +50,11 @@ Node is Ready and none is stale; 1 otherwise.`,
 				return err
 			}
 			defer s.Close()
-			st, _, err := s.Status(cmd.Context())
+			pl, err := s.Plan(cmd.Context())
 			if err != nil {
 				return err
 			}
+			st := pl.Status()
 			if output == "json" {
 				if err := printJSON(cmd.OutOrStdout(), st); err != nil {
 					return err
@@ -73,11 +74,11 @@ Node is Ready and none is stale; 1 otherwise.`,
 }
 
 // healthy reports whether the cluster is as cluster.yml says and serving.
-func healthy(st *reconcile.Status) bool { return len(notInSync(st)) == 0 }
+func healthy(st *report.Status) bool { return len(notInSync(st)) == 0 }
 
 // notInSync says why the cluster is not as cluster.yml says, or not
 // serving, one reason a line; nothing when it is.
-func notInSync(st *reconcile.Status) []string {
+func notInSync(st *report.Status) []string {
 	var out []string
 	if st.PendingSteps > 0 {
 		out = append(out, fmt.Sprintf("%d change(s) to the containers and files pending: run rigger plan to see them", st.PendingSteps))
@@ -131,13 +132,13 @@ func notInSync(st *reconcile.Status) []string {
 
 // readyText is a Node's Ready condition that is not True: its status, reason
 // and message.
-func readyText(n *reconcile.KubernetesNode) string {
+func readyText(n *report.KubernetesNode) string {
 	return strings.TrimSuffix(strings.TrimSpace(n.Ready+": "+n.ReadyReason+" "+oneLine(n.ReadyMessage)), ":")
 }
 
 // renderVersions says which Kubernetes versions the nodes run, and
 // whether an upgrade is under way or stopped midway.
-func renderVersions(w io.Writer, kv *reconcile.KubernetesVersions) {
+func renderVersions(w io.Writer, kv *report.KubernetesVersions) {
 	if kv == nil {
 		return
 	}
@@ -156,7 +157,7 @@ func renderVersions(w io.Writer, kv *reconcile.KubernetesVersions) {
 	fmt.Fprintln(w)
 }
 
-func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
+func renderStatus(w io.Writer, st *report.Status, now time.Time) {
 	fmt.Fprintf(w, "Cluster %s, observed %s\n\n", st.Cluster, st.ObservedAt.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tHOSTNAME\tROLES\tREACHABLE\tCONTAINERS\tKUBERNETES NODE")
@@ -289,7 +290,7 @@ func renderStatus(w io.Writer, st *reconcile.Status, now time.Time) {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // renderAddons lists the add-ons with their readiness and pending changes.
-func renderAddons(w io.Writer, st *reconcile.Status) {
+func renderAddons(w io.Writer, st *report.Status) {
 	if st.AddonsError != "" {
 		fmt.Fprintf(w, "  ! add-ons: %s\n", oneLine(st.AddonsError))
 	}
@@ -331,7 +332,7 @@ func renderAddons(w io.Writer, st *reconcile.Status) {
 
 // renderNodeLinks lists the Nodes no node of cluster.yml owns, the
 // addresses several Nodes claim and the nodes without a Node.
-func renderNodeLinks(w io.Writer, st *reconcile.Status) {
+func renderNodeLinks(w io.Writer, st *report.Status) {
 	if len(st.StaleNodes) == 0 && len(st.DuplicateNodes) == 0 && len(st.MissingNodes) == 0 && len(st.NodeChanges) == 0 {
 		return
 	}
@@ -353,7 +354,7 @@ func renderNodeLinks(w io.Writer, st *reconcile.Status) {
 
 // renderProblems writes the warnings and failures of doctor's checks that
 // the status answers, each with its fix, and points at rigger doctor.
-func renderProblems(w io.Writer, st *reconcile.Status) {
+func renderProblems(w io.Writer, st *report.Status) {
 	if len(st.Problems) == 0 {
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
@@ -16,8 +15,8 @@ import (
 // TestStatusNodeLinks: stale, duplicate and missing Nodes are shown, and a
 // stale Node makes status exit 1.
 func TestStatusNodeLinks(t *testing.T) {
-	ready := &reconcile.KubernetesNode{Name: "n1", Ready: "True"}
-	st := &reconcile.Status{Cluster: "c", Nodes: []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}}}
+	ready := &report.KubernetesNode{Name: "n1", Ready: "True"}
+	st := &report.Status{Cluster: "c", Nodes: []report.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}}}
 	if !healthy(st) {
 		t.Fatal("a cluster in sync is not healthy")
 	}
@@ -45,7 +44,7 @@ func TestStatusNodeLinks(t *testing.T) {
 // TestStatusCertificateRotation: a rotation under way is shown, with its
 // stage for the CAs.
 func TestStatusCertificateRotation(t *testing.T) {
-	st := &reconcile.Status{Cluster: "c", CertificateRotation: &reconcile.Rotation{
+	st := &report.Status{Cluster: "c", CertificateRotation: &report.Rotation{
 		Rotation: pki.Rotation{CA: true}, From: "command line", Resumed: true, Stage: pki.StageTrust}}
 	var b strings.Builder
 	renderStatus(&b, st, time.Now())
@@ -59,7 +58,7 @@ func TestStatusCertificateRotation(t *testing.T) {
 // TestStatusSecretsEncryption: the generated key's names and an operation
 // under way are shown.
 func TestStatusSecretsEncryption(t *testing.T) {
-	st := &reconcile.Status{Cluster: "c", SecretsEncryption: &reconcile.EncryptionStatus{Keys: []string{"k-new", "k-old"}, Operation: "rotate", Stage: "rewrite-secrets"}}
+	st := &report.Status{Cluster: "c", SecretsEncryption: &report.EncryptionStatus{Keys: []string{"k-new", "k-old"}, Operation: "rotate", Stage: "rewrite-secrets"}}
 	var b strings.Builder
 	renderStatus(&b, st, time.Now())
 	if want := "Secrets encryption: keys k-new, k-old; rotate at stage rewrite-secrets: rigger apply carries it on."; !strings.Contains(b.String(), want) {
@@ -71,24 +70,24 @@ func TestStatusSecretsEncryption(t *testing.T) {
 // says and serving; a cluster without a pending step whose nodes do not
 // answer, or whose Node is NotReady, is not in sync, and says why.
 func TestStatusVerdict(t *testing.T) {
-	ready := &reconcile.KubernetesNode{Name: "n1", Ready: "True"}
-	notReady := &reconcile.KubernetesNode{Name: "n2", Ready: "False", ReadyReason: "KubeletNotReady",
+	ready := &report.KubernetesNode{Name: "n1", Ready: "True"}
+	notReady := &report.KubernetesNode{Name: "n2", Ready: "False", ReadyReason: "KubeletNotReady",
 		ReadyMessage: "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized"}
 	tests := []struct {
 		name  string
-		nodes []reconcile.NodeStatus
+		nodes []report.NodeStatus
 		want  []string
 	}{
-		{"every node answers, every Node Ready", []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}},
+		{"every node answers, every Node Ready", []report.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}},
 			[]string{"In sync with cluster.yml"}},
-		{"no node answers", []reconcile.NodeStatus{{Address: "10.0.0.1"}, {Address: "10.0.0.2"}},
+		{"no node answers", []report.NodeStatus{{Address: "10.0.0.1"}, {Address: "10.0.0.2"}},
 			[]string{"Not in sync with cluster.yml:", "- node 10.0.0.1 does not answer", "- node 10.0.0.2 does not answer"}},
-		{"a Node NotReady", []reconcile.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}, {Address: "10.0.0.2", Reachable: true, KubernetesNode: notReady}},
+		{"a Node NotReady", []report.NodeStatus{{Address: "10.0.0.1", Reachable: true, KubernetesNode: ready}, {Address: "10.0.0.2", Reachable: true, KubernetesNode: notReady}},
 			[]string{"NotReady (False, KubeletNotReady)", "- node 10.0.0.2: Node n2 not Ready (False: KubeletNotReady container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:docker: network plugin is not ready: cni config uninitialized)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := &reconcile.Status{Cluster: "c", Nodes: tt.nodes}
+			st := &report.Status{Cluster: "c", Nodes: tt.nodes}
 			var b strings.Builder
 			renderStatus(&b, st, time.Now())
 			for _, want := range tt.want {
@@ -107,7 +106,7 @@ func TestStatusVerdict(t *testing.T) {
 // as such, with the upgrade the next apply goes on with.
 func TestStatusMixedVersions(t *testing.T) {
 	var b strings.Builder
-	renderVersions(&b, &reconcile.KubernetesVersions{Mixed: true, Upgrade: &plan.Upgrade{From: "v1.32.13", To: "v1.33.13"},
+	renderVersions(&b, &report.KubernetesVersions{Mixed: true, Upgrade: &plan.Upgrade{From: "v1.32.13", To: "v1.33.13"},
 		Running: []report.VersionNodes{{Version: "v1.32.13", Nodes: []string{"10.0.0.3"}}, {Version: "v1.33.13", Nodes: []string{"10.0.0.1", "10.0.0.2"}}}})
 	want := "\nKubernetes: MIXED VERSIONS, v1.32.13 on 10.0.0.3; v1.33.13 on 10.0.0.1, 10.0.0.2: the upgrade to v1.33.13 is under way or stopped midway; rigger apply goes on with it\n"
 	if b.String() != want {

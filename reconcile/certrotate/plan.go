@@ -16,13 +16,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/staged"
 )
 
 // Plan is what a plan does about certificate rotation: the Decision, the
 // rotation it carries out (Active), and for a CA rotation its two
 // generations of certificates. It is decided with the plan's PKI (package
-// pkisource) and not changed afterwards.
+// pkisource) and not changed afterwards. It is the plan's staged operation
+// of the certificates (staged.Operation).
 type Plan struct {
 	// Record is the state directory's record when the plan was made.
 	Record   Record
@@ -38,11 +42,86 @@ type Plan struct {
 	// Fresh is set when the rotation asked for meets a new PKI: there is
 	// nothing to rotate, the request is only recorded.
 	Fresh bool
+	// Set is the plan's PKI, at the stage of a CA rotation: what its
+	// components trust and the certificates a CA rotation restarts.
+	Set *pki.Set
 }
 
-// Next is the stage of a CA rotation that follows the plan's, once it is
-// done; "" when none (no CA rotation, or its last stage).
-func (p *Plan) Next() pki.CAStage {
+var _ staged.Operation = (*Plan)(nil)
+
+// StageTitle says what a stage of a CA rotation does, for people.
+func StageTitle(st pki.CAStage) string {
+	switch st {
+	case pki.StageTrust:
+		return "every component trusts both CAs"
+	case pki.StageIssue:
+		return "every certificate is the new CA's, both CAs trusted"
+	case pki.StageFinish:
+		return "the new CA alone is trusted"
+	}
+	return string(st)
+}
+
+// Title is the phase of the CA rotation's stage the plan carries out; ""
+// for a rotation of leaf certificates, which has one stage.
+func (p *Plan) Title() (plan.Phase, string) {
+	if p == nil || p.Active == nil || p.Active.Stage == "" {
+		return "", ""
+	}
+	st := p.Active.Stage
+	return "rotation", fmt.Sprintf("CA rotation, stage %s: %s", st, StageTitle(st))
+}
+
+// Restarts are the files of node n that hold a certificate the plan
+// rotates (Reload): their components restart.
+func (p *Plan) Restarts(n *desired.Node) map[string]string {
+	out := map[string]string{}
+	for _, f := range p.Reload(n.Files, p.Set) {
+		out[f] = plan.ReasonRotation
+	}
+	return out
+}
+
+// Blocked is nil: a rotation never refuses a plan (a new CA does, which is
+// the plan's PKI's: pkisource.Resolved.NewCA).
+func (p *Plan) Blocked() error { return nil }
+
+// Work reports whether applying the plan rotates certificates or drops
+// the record of a request cluster.yml no longer makes.
+func (p *Plan) Work() bool { return p != nil && (p.Active != nil || p.Decision.ClearRequested) }
+
+// Next is the stage of a CA rotation that follows the plan's, for people;
+// "" when none.
+func (p *Plan) Next() string {
+	st := p.NextStage()
+	if st == "" {
+		return ""
+	}
+	return fmt.Sprintf("CA rotation, stage %s (%s)", st, StageTitle(st))
+}
+
+// Before saves what the plan issued and its record (Start); the After it
+// returns ends the stage (Finish) once every node of cluster.yml runs the
+// plan: with a node left out, the stage is not done and the next plan
+// carries it out again.
+func (p *Plan) Before(s staged.Start) (staged.After, error) {
+	rec, err := p.Start(s.Dir, s.Now)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, e staged.End) (bool, error) {
+		if p == nil || len(e.Unreachable) > 0 {
+			return false, nil
+		}
+		err := p.Finish(ctx, End{Dir: e.Dir, Record: rec, Trusted: p.Set.Trusted(pki.CACertName), API: e.API,
+			Say: func(node, msg string) { e.Say(node, msg, nil) }, Log: e.Log})
+		return err == nil && p.Active != nil, err
+	}, nil
+}
+
+// NextStage is the stage of a CA rotation that follows the plan's, once it
+// is done; "" when none (no CA rotation, or its last stage).
+func (p *Plan) NextStage() pki.CAStage {
 	if p == nil || p.Active == nil || !p.Active.Rotation.CA {
 		return ""
 	}
@@ -86,16 +165,30 @@ func (p *Plan) Start(dir string, now time.Time) (Record, error) {
 	if p == nil {
 		return Record{}, nil
 	}
-	rec, changed := p.Record, false
-	if p.Decision.ClearRequested {
-		rec.Requested, changed = nil, true
-	}
-	if p.SaveGenerations || p.Decision.Issue != nil && p.Old != nil {
+	rec, changed := p.Recorded(now)
+	if p.SavesGenerations() {
 		for sub, set := range map[string]*pki.Set{OldDir: p.Old, NewDir: p.Rotated} {
 			if err := pki.Save(filepath.Join(dir, sub), set); err != nil {
-				return rec, fmt.Errorf("save the certificates of the CA rotation: %w", err)
+				return p.Record, fmt.Errorf("save the certificates of the CA rotation: %w", err)
 			}
 		}
+	}
+	if changed {
+		if err := Save(dir, rec); err != nil {
+			return rec, err
+		}
+	}
+	return rec, nil
+}
+
+// Recorded is the record Start saves at now: the rotation the plan starts
+// Active (Decision.Started), a request of cluster.yml that meets a new PKI
+// recorded as done, one cluster.yml no longer makes dropped. changed
+// reports whether it differs from the plan's Record.
+func (p *Plan) Recorded(now time.Time) (rec Record, changed bool) {
+	rec = p.Record
+	if p.Decision.ClearRequested {
+		rec.Requested, changed = nil, true
 	}
 	switch {
 	case p.Fresh:
@@ -108,12 +201,13 @@ func (p *Plan) Start(dir string, now time.Time) (Record, error) {
 		rec = p.Decision.Started(rec, p.Active.Names, now)
 		changed = true
 	}
-	if changed {
-		if err := Save(dir, rec); err != nil {
-			return rec, err
-		}
-	}
-	return rec, nil
+	return rec, changed
+}
+
+// SavesGenerations reports whether Start saves the two generations of a
+// CA rotation (Old and Rotated): one it starts, or whose sets changed.
+func (p *Plan) SavesGenerations() bool {
+	return p.SaveGenerations || p.Decision.Issue != nil && p.Old != nil
 }
 
 // End is what finishing a plan's stage needs besides the plan.

@@ -140,7 +140,7 @@ func TestWaitUp(t *testing.T) {
 			// until the count begins (it may exit once it finds out).
 			name:   "up before the count begins",
 			states: []container.InspectResponse{state(running, 0, 0, "t1")},
-			count:  15 * time.Second,
+			count:  15*time.Second + 100*time.Millisecond,
 			took:   15*time.Second + upPoll,
 		},
 		{

@@ -7,10 +7,13 @@
 // its own deadline. A node's walk stops at its first failing check: the
 // checks after it are reported as not run, since what they look at
 // depends on it. A check for something the cluster does not use skips
-// itself. The checks themselves are built by package reconcile, which
-// holds what they read (the observation of the cluster, the certificates);
-// the judgements over what was read are the pure functions of this
-// package (Reach, Engine, Host, Certificates, Containers, …), table-tested.
+// itself. Run builds the checks (run.go) over a Cluster: the one read of
+// the cluster package reconcile makes for every plan (the nodes, the
+// certificates, etcd's members, the Nodes), and the connections the checks
+// read more through (Reads; probe.go for the pod network and the Nodes'
+// updates). Problems runs those that the read alone answers, for status.
+// The judgements over what was read are the pure functions of this package
+// (Reach, Host, Certificates, Containers, …), table-tested.
 package doctor
 
 import (

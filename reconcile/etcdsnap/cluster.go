@@ -10,9 +10,9 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -55,9 +55,11 @@ type Cluster struct {
 	Slots func(ctx context.Context) (SlotStore, func(), error)
 
 	// Reapply plans and applies cluster.yml once the restored data is in
-	// place; Members lists the etcd members afterwards. Only Restore uses
-	// them.
-	Reapply func(ctx context.Context, hooks execute.Hooks) (*execute.Result, error)
+	// place, its progress told to hooks, and returns why the add-ons are
+	// not ready yet (nil when they are: their pods restart on their own
+	// once the API servers are back, so it is no error of the apply);
+	// Members lists the etcd members afterwards. Only Restore uses them.
+	Reapply func(ctx context.Context, hooks plan.Hooks) (addonsErr, err error)
 	Members func(ctx context.Context) ([]etcdmember.Member, error)
 }
 

@@ -88,7 +88,7 @@ func (e *etcdSandbox) withS3(folder, secret string) func(*spec.Cluster) {
 
 // shortAddonWait sets addon_job_timeout for the phases that restore. A
 // restore's apply waits for the add-ons to be ready, and when they are not
-// it says so in its result (RestoreResult.Apply.AddonsErr) without
+// it says so in its result (RestoreResult.AddonsErr) without
 // failing: their pods restart by themselves once the API servers are back.
 // After the API servers were down, flannel's pods can stay in crash-loop
 // back-off for longer than the default 45 s (seen under CI load), which a

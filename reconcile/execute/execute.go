@@ -11,16 +11,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/internal/timeline"
-	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
-	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/fanout"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
@@ -38,15 +35,6 @@ type Health interface {
 
 var _ Health = (*health.Checker)(nil)
 
-// Hooks receive progress as Run makes it, one call at a time (Run
-// serializes them). Every field may be nil.
-type Hooks struct {
-	// Phase is called when a phase with work starts.
-	Phase func(p plan.Phase, title string)
-	// Step is called when a step or health check on a node ends.
-	Step func(node, message string, err error)
-}
-
 // Options are the settings Run needs besides the plan.
 type Options struct {
 	// Desired is the cluster the plan was computed for: node roles,
@@ -54,20 +42,22 @@ type Options struct {
 	Desired *desired.Cluster
 	Nodes   Nodes
 	Health  Health
-	Hooks   Hooks
+	// Hooks receive progress as Run makes it, one call at a time (Run
+	// serializes them).
+	Hooks plan.Hooks
 	// HelperImage is the image of the helper containers that write and
 	// clean files (system_images.alpine).
 	HelperImage string
 	// MaxParallel bounds the nodes worked on at once where order does not
 	// matter (files, removed nodes): rigger.max_parallel.
 	MaxParallel int
-	// WorkersBlocked and ControlPlaneBlocked, when set, stop their phase
-	// before it changes anything, with the reason: the unavailability
-	// budget is used up by nodes already down.
-	WorkersBlocked, ControlPlaneBlocked error
-	// MaxUnavailableWorker is how many worker nodes change at once
-	// (upgrade_strategy.max_unavailable_worker, resolved to a count).
-	MaxUnavailableWorker int
+	// Budgets are the plan's unavailability budgets (plan.ResolveBudgets,
+	// decided with the plan): WorkerBatch is how many worker nodes change
+	// at once (upgrade_strategy.max_unavailable_worker, resolved to a
+	// count; 1 when zero); WorkersBlocked and ControlPlaneBlocked, when
+	// set, stop their phase before it changes anything, with the reason:
+	// the budget is used up by nodes already down.
+	Budgets plan.Budgets
 	// HealthTimeout bounds the wait for one component to become healthy,
 	// and for a container Run started to stay up.
 	HealthTimeout time.Duration
@@ -97,8 +87,9 @@ type Options struct {
 	// kubelets' authorization, the network plugin).
 	Kubernetes func(ctx context.Context) error
 	// Addons, when set, runs after the workers: the add-ons applied and
-	// waited for. What it applied is Result.Addons.
-	Addons func(ctx context.Context) (*addons.ChangeSet, error)
+	// waited for (by the caller, which keeps what it applied). Its error
+	// is Result.AddonsErr.
+	Addons func(ctx context.Context) error
 	// MaxPlanAge is how old a plan's observation may be (zero: no limit).
 	MaxPlanAge time.Duration
 	// Now gives the time (nil: time.Now).
@@ -126,9 +117,6 @@ type Outcome struct {
 type Result struct {
 	Done   []Outcome
 	NotRun []plan.Step
-	// Addons are the add-on changes of the add-ons phase; nil when it did
-	// not run.
-	Addons *addons.ChangeSet
 	// AddonsErr is the add-ons phase's failure. It does not stop the run
 	// (the add-ons are not what the rest of the cluster stands on), and
 	// it is not Run's error: the caller joins it to its own.
@@ -170,7 +158,7 @@ func (e *StaleError) Error() string {
 //     server (but in an upgrade), controller manager and scheduler
 //     healthy before the next node;
 //  5. workers: the nodes where they are only created all at once, then
-//     batches of MaxUnavailableWorker nodes, each node's kubelet (and
+//     batches of Budgets.WorkerBatch nodes, each node's kubelet (and
 //     nginx-proxy) healthy before the next batch;
 //  6. add-ons (Options.Addons);
 //  7. removed nodes: containers removed and rigger's files cleaned, nodes
@@ -205,8 +193,8 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	if o.MinUptime <= 0 {
 		o.MinUptime = dockerop.MinUptime
 	}
-	if o.MaxUnavailableWorker <= 0 {
-		o.MaxUnavailableWorker = 1
+	if o.Budgets.WorkerBatch <= 0 {
+		o.Budgets.WorkerBatch = 1
 	}
 	start := o.Now()
 	r := &runner{o: o, res: &Result{}}
@@ -238,7 +226,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 		{plan.PhaseAPIServer, "API servers of the Kubernetes upgrade, one node at a time, before any other component", r.controlPlane},
 		{plan.PhaseControlPlane, "Control plane, one node at a time (new ones at once)", r.controlPlane},
 		{phaseKubernetes, "Kubernetes objects", r.kubernetes},
-		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time (new ones at once)", o.MaxUnavailableWorker), r.workers},
+		{plan.PhaseWorker, fmt.Sprintf("Workers, %d node(s) at a time (new ones at once)", o.Budgets.WorkerBatch), r.workers},
 		{phaseAddons, "Add-ons", r.addons},
 		{plan.PhaseRemovedNodes, "Clean nodes removed from cluster.yml", r.removedNodes},
 	}
@@ -302,9 +290,9 @@ func (r *runner) runsEmpty(ph plan.Phase, p *plan.Plan) bool {
 }
 
 func (r *runner) addons(ctx context.Context, _ []plan.Step) error {
-	cs, err := r.o.Addons(ctx)
+	err := r.o.Addons(ctx)
 	r.mu.Lock()
-	r.res.Addons, r.res.AddonsErr = cs, err
+	r.res.AddonsErr = err
 	r.mu.Unlock()
 	if err != nil {
 		r.say("addons", "add-ons applied", err)
@@ -620,460 +608,4 @@ func (r *runner) start(steps []plan.Step) {
 	r.mu.Lock()
 	r.pending = append(r.pending, steps...)
 	r.mu.Unlock()
-}
-
-// snapshot runs Options.Snapshot once, saying what (done) and what it
-// guards (before). An error stops the run: nothing it guards changed.
-func (r *runner) snapshot(ctx context.Context, done, before string) error {
-	if r.snapshotted || r.o.Snapshot == nil {
-		return nil
-	}
-	r.snapshotted = true
-	err := r.o.Snapshot(ctx)
-	r.say("etcd", done, err)
-	if err != nil {
-		return fmt.Errorf("snapshot before %s (nothing was changed): %w", before, err)
-	}
-	crashpoint.Reach(crashpoint.EtcdSnapshotTaken)
-	return nil
-}
-
-// etcd runs the etcd steps (see Run).
-func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
-	if r.etcdNew {
-		// Every member at once: the first cannot become healthy alone.
-		if err := r.parallel(ctx, steps, -1, func(ctx context.Context, s plan.Step) error { return r.do(ctx, s) }); err != nil {
-			return err
-		}
-		return r.allEtcdHealthy(ctx)
-	}
-	r.start(steps)
-	for _, s := range steps {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if changesEtcd(s) {
-			if err := r.snapshot(ctx, "snapshot before the change", "changing etcd"); err != nil {
-				return err
-			}
-		}
-		if err := r.do(ctx, s); err != nil {
-			return err
-		}
-		if s.Action == plan.AddMember && s.Member.ID != 0 && !createsEtcd(steps, s.Node) {
-			// A learner an earlier apply added (the plan names its ID)
-			// and started: it only needs its vote.
-			if err := r.promoteStarted(ctx, s.Node); err != nil {
-				return err
-			}
-			continue
-		}
-		if s.Component != desired.Etcd || s.Action == plan.Remove {
-			continue
-		}
-		if id, ok := r.learner(s.Node); ok {
-			// The new member votes once it has caught up with the leader.
-			err := r.promote(ctx, id)
-			r.say(s.Node, "etcd member promoted from learner to voter", err)
-			if err != nil {
-				return err
-			}
-		}
-		// A running cluster's next member changes only once this one has
-		// stayed up: two members down lose a three-member quorum.
-		if err := r.waitHealthy(ctx, s.Node, []string{desired.Etcd}, true); err != nil {
-			return err
-		}
-	}
-	return r.allEtcdHealthy(ctx)
-}
-
-// createsEtcd reports whether steps create node's etcd container.
-func createsEtcd(steps []plan.Step, node string) bool {
-	return slices.ContainsFunc(steps, func(s plan.Step) bool {
-		return s.Node == node && s.Component == desired.Etcd && s.Action == plan.Create
-	})
-}
-
-// promoteStarted promotes the learner of node, whose container runs
-// already, once it is healthy.
-func (r *runner) promoteStarted(ctx context.Context, node string) error {
-	id, ok := r.learner(node)
-	if !ok {
-		return nil // a voter already
-	}
-	err := r.promote(ctx, id)
-	r.say(node, "etcd member promoted from learner to voter", err)
-	if err != nil {
-		return err
-	}
-	return r.waitHealthy(ctx, node, []string{desired.Etcd}, true)
-}
-
-// changesEtcd reports whether a step changes a running etcd cluster's
-// membership or replaces one of its members (a new version, new flags).
-func changesEtcd(s plan.Step) bool {
-	return s.Action == plan.AddMember || s.Action == plan.RemoveMember ||
-		s.Component == desired.Etcd && s.Action == plan.Replace
-}
-
-// Membership changes the etcd cluster's members; *etcdmember.Client
-// implements it. Each change goes through the members at via, the first
-// first (etcdmember.Via).
-type Membership interface {
-	Members(ctx context.Context) ([]etcdmember.Member, error)
-	AddLearner(ctx context.Context, via []string, peerURL string) (etcdmember.Member, error)
-	Promote(ctx context.Context, via []string, id uint64) error
-	Remove(ctx context.Context, via []string, id uint64) error
-}
-
-// leavingMembers are the peer URLs of the members steps remove.
-func leavingMembers(steps []plan.Step) []string {
-	var out []string
-	for _, s := range steps {
-		if s.Action == plan.RemoveMember && s.Member != nil {
-			out = append(out, s.Member.PeerURLs...)
-		}
-	}
-	return out
-}
-
-var _ Membership = (*etcdmember.Client)(nil)
-
-// membership connects to etcd once per Run.
-func (r *runner) membership(ctx context.Context) (Membership, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.etcdClient != nil {
-		return r.etcdClient, nil
-	}
-	if r.o.Etcd == nil {
-		return nil, errors.New("etcd membership changes need a connection to etcd, which this run has not")
-	}
-	m, err := r.o.Etcd(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r.etcdClient = m
-	return m, nil
-}
-
-// members is the run's etcd connection and the cluster's members as it
-// lists them now.
-func (r *runner) members(ctx context.Context) (Membership, []etcdmember.Member, error) {
-	m, err := r.membership(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	members, err := m.Members(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, members, nil
-}
-
-func (r *runner) learner(node string) (uint64, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	id, ok := r.learners[node]
-	return id, ok
-}
-
-// addMember adds the step's member as a learner, unless it is a member
-// already (an earlier apply added it and stopped).
-func (r *runner) addMember(ctx context.Context, s plan.Step) error {
-	m, members, err := r.members(ctx)
-	if err != nil {
-		return err
-	}
-	peer := s.Member.PeerURLs[0]
-	added := etcdmember.Find(members, peer)
-	if added == nil {
-		if err := etcdmember.CheckAdd(members, etcdmember.Want{Node: s.Node, Name: s.Member.Name, PeerURL: peer}); err != nil {
-			return err
-		}
-		mem, err := m.AddLearner(ctx, etcdmember.Via(members, 0, r.leaving), peer)
-		if err != nil {
-			return err
-		}
-		crashpoint.Reach(crashpoint.EtcdLearnerAdded)
-		added = &mem
-	}
-	if added.IsLearner {
-		r.mu.Lock()
-		if r.learners == nil {
-			r.learners = map[string]uint64{}
-		}
-		r.learners[s.Node] = added.ID
-		r.mu.Unlock()
-	}
-	return nil
-}
-
-// removeMember removes the step's member if it is still one, and only
-// while the members that stay keep their quorum.
-func (r *runner) removeMember(ctx context.Context, s plan.Step) error {
-	m, members, err := r.members(ctx)
-	if err != nil {
-		return err
-	}
-	target := etcdmember.Find(members, s.Member.PeerURLs[0])
-	if target == nil {
-		return nil // gone already
-	}
-	if err := etcdmember.CheckRemove(members, *target); err != nil {
-		return err
-	}
-	return m.Remove(ctx, etcdmember.Via(members, target.ID, r.leaving), target.ID)
-}
-
-// promote makes the learner id a voting member.
-func (r *runner) promote(ctx context.Context, id uint64) error {
-	m, members, err := r.members(ctx)
-	if err != nil {
-		return err
-	}
-	return m.Promote(ctx, etcdmember.Via(members, id, r.leaving), id)
-}
-
-// joinArgs are the bootstrap flags of a member joining the running
-// cluster: the started members and itself, state existing.
-func (r *runner) joinArgs(ctx context.Context, s plan.Step) ([]string, error) {
-	_, members, err := r.members(ctx)
-	if err != nil {
-		return nil, err
-	}
-	dn, ok := r.o.Desired.Node(s.Node)
-	if !ok {
-		return nil, fmt.Errorf("node %s: not in the desired cluster", s.Node)
-	}
-	w := etcdmember.Want{Node: s.Node, Name: desired.EtcdMemberName(dn.Hostname), PeerURL: desired.EtcdPeerURL(dn.InternalAddress)}
-	return []string{
-		"--initial-cluster=" + etcdmember.InitialCluster(members, w),
-		"--initial-cluster-state=" + desired.InitialClusterExisting,
-		"--initial-cluster-token=" + desired.EtcdClusterToken,
-	}, nil
-}
-
-// allEtcdHealthy waits for every etcd member of the desired cluster on a
-// node the plan could look at (the others are reported as unreachable).
-func (r *runner) allEtcdHealthy(ctx context.Context) error {
-	var errs []error
-	for _, n := range r.o.Desired.Nodes {
-		if _, ok := n.Container(desired.Etcd); !ok || r.unreachable[n.Address] {
-			continue
-		}
-		// A new cluster's members serve nothing yet: the control plane
-		// may start while they are watched.
-		if err := r.waitHealthy(ctx, n.Address, []string{desired.Etcd}, !r.etcdNew); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// byNode groups steps by node, nodes in the order of their first step.
-func byNode(steps []plan.Step) (nodes []string, groups map[string][]plan.Step) {
-	groups = map[string][]plan.Step{}
-	for _, s := range steps {
-		if _, ok := groups[s.Node]; !ok {
-			nodes = append(nodes, s.Node)
-		}
-		groups[s.Node] = append(groups[s.Node], s)
-	}
-	return nodes, groups
-}
-
-// rollingOrder is byNode with the nodes of Plan.First moved to the
-// front, in their order otherwise.
-func (r *runner) rollingOrder(steps []plan.Step) ([]string, map[string][]plan.Step) {
-	nodes, groups := byNode(steps)
-	slices.SortStableFunc(nodes, func(a, b string) int {
-		fa, fb := slices.Contains(r.first, a), slices.Contains(r.first, b)
-		switch {
-		case fa && !fb:
-			return -1
-		case fb && !fa:
-			return 1
-		}
-		return 0
-	})
-	return nodes, groups
-}
-
-// nodeSteps runs one node's steps in order, then waits for the components
-// it created, replaced or restarted to be healthy.
-func (r *runner) nodeSteps(ctx context.Context, node string, steps []plan.Step) error {
-	if f := r.o.BeforeNode; f != nil {
-		end := r.o.Timeline.Begin("apply " + node + ": before its changes (cordon, drain)")
-		err := f(ctx, node, steps)
-		end()
-		if err != nil {
-			r.say(node, "prepare for changes", err)
-			return err
-		}
-	}
-	var touched []string
-	for _, s := range steps {
-		if err := r.do(ctx, s); err != nil {
-			return err
-		}
-		if s.Action != plan.Remove {
-			touched = append(touched, s.Component)
-		}
-	}
-	if err := r.waitHealthy(ctx, node, touched, false); err != nil {
-		return err
-	}
-	if f := r.o.AfterNode; f != nil {
-		end := r.o.Timeline.Begin("apply " + node + ": after its changes (Node Ready, uncordon)")
-		err := f(ctx, node, steps)
-		end()
-		if err != nil {
-			r.say(node, "finish changes", err)
-			return err
-		}
-	}
-	return nil
-}
-
-// controlPlane changes one node at a time, after the nodes where it is
-// only created, which start all at once.
-func (r *runner) controlPlane(ctx context.Context, steps []plan.Step) error {
-	return r.rolling(ctx, steps, 1, r.serving(desired.KubeAPIServer), r.o.ControlPlaneBlocked)
-}
-
-// workers changes MaxUnavailableWorker nodes at once, after the nodes
-// where they are only created, which start all at once.
-func (r *runner) workers(ctx context.Context, steps []plan.Step) error {
-	return r.rolling(ctx, steps, r.o.MaxUnavailableWorker, r.serving(desired.Kubelet), r.o.WorkersBlocked)
-}
-
-// serving counts the nodes of the desired cluster that run component.
-func (r *runner) serving(component string) int {
-	n := 0
-	for _, dn := range r.o.Desired.Nodes {
-		if _, ok := dn.Container(component); ok {
-			n++
-		}
-	}
-	return n
-}
-
-// overlaps reports whether a rolling phase over serving nodes, size at a
-// time, may start a batch while the containers of the one before are
-// still watched on to MinUptime (their components healthy and held): when
-// a component that stops after its turn, in two batches at once, still
-// leaves a node of the role serving. Otherwise each batch waits for the
-// last one's containers to have stayed up; either way, for those of the
-// batch before the last.
-func overlaps(serving, size int) bool { return serving-2*size >= 1 }
-
-// rolling changes the nodes of steps. The nodes whose steps only create
-// missing containers go first, MaxParallel at once: they stop nothing that
-// serves (a new cluster's nodes, a node that joins; RKE too brings a new
-// cluster's control plane and workers up in parallel). The others follow
-// in batches of size (nodes of Plan.First first); a batch finishes before
-// the next starts, and a failed batch stops the phase. A batch starts once
-// the containers the batch before started have stayed up MinUptime, or,
-// where the serving nodes allow it (overlaps), once they are healthy and
-// held, while their watch goes on (one batch's watches overlap the next
-// one's work, no more); a watch that fails meanwhile stops the phase
-// before the next batch. blocked, when set, stops it at once.
-func (r *runner) rolling(ctx context.Context, steps []plan.Step, size, serving int, blocked error) error {
-	r.start(steps)
-	if blocked != nil {
-		return blocked
-	}
-	nodes, groups := r.rollingOrder(steps)
-	var creating, changing []string
-	for _, n := range nodes {
-		if onlyCreates(groups[n]) {
-			creating = append(creating, n)
-		} else {
-			changing = append(changing, n)
-		}
-	}
-	change := func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }
-	if err := fanout.Each(ctx, creating, r.o.MaxParallel, change); err != nil {
-		return err
-	}
-	// The batches whose containers may still be watched when the next
-	// starts: the last one, where overlaps allows it.
-	unsettled := 0
-	if overlaps(serving, size) {
-		unsettled = 1
-	}
-	var done [][]string
-	for batch := range slices.Chunk(changing, size) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if len(done) > unsettled {
-			settle := done[len(done)-1-unsettled]
-			end := r.o.Timeline.Begin("apply: " + strings.Join(settle, ", ") + " up " + r.o.MinUptime.String() + " before the next batch")
-			err := r.settleNodes(ctx, settle)
-			end()
-			if err != nil {
-				return err
-			}
-		}
-		if err := r.failedWatch(); err != nil {
-			return err
-		}
-		if err := fanout.Each(ctx, batch, len(batch), change); err != nil {
-			return err
-		}
-		done = append(done, batch)
-	}
-	return nil
-}
-
-// onlyCreates reports whether steps only create missing containers.
-func onlyCreates(steps []plan.Step) bool {
-	for _, s := range steps {
-		if s.Action != plan.Create {
-			return false
-		}
-	}
-	return true
-}
-
-// removedNodes removes the containers of nodes gone from cluster.yml and
-// cleans their files, MaxParallel nodes at once.
-func (r *runner) removedNodes(ctx context.Context, steps []plan.Step) error {
-	r.start(steps)
-	_, groups := byNode(steps)
-	return fanout.Each(ctx, r.removed, r.o.MaxParallel, func(ctx context.Context, _ int, n string) error { return r.cleanNode(ctx, n, groups[n]) })
-}
-
-func (r *runner) cleanNode(ctx context.Context, node string, steps []plan.Step) error {
-	for _, s := range steps {
-		if err := r.do(ctx, s); err != nil {
-			return err
-		}
-	}
-	err := r.ops.clean(ctx, node)
-	r.say(node, "cleaned "+strings.Join(desired.CleanPaths(r.o.Desired.PrefixPath), ", "), err)
-	return err
-}
-
-func (r *runner) cleanFiles(ctx context.Context, node string) error {
-	e, err := r.o.Nodes(ctx, node)
-	if err != nil {
-		return err
-	}
-	return clean(ctx, e, node, r.o.HelperImage, desired.CleanPaths(r.o.Desired.PrefixPath)...)
-}
-
-// clean empties the directories paths on the node with a one-shot helper
-// container (the directories stay: they may be mount points).
-func clean(ctx context.Context, e dockerop.Engine, node, image string, paths ...string) error {
-	const script = `for d in "$@"; do [ -d "/host$d" ] && find "/host$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +; done; exit 0`
-	binds := make([]string, 0, len(paths))
-	for _, p := range paths {
-		binds = append(binds, p+":/host"+p)
-	}
-	cmd := append([]string{"sh", "-c", script, "clean"}, paths...)
-	return dockerop.Run(ctx, e, node, image, cmd, binds)
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/internal/timeline"
-	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/health"
@@ -137,7 +136,7 @@ func lastIndex(events []string, prefix string) int {
 var now = time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
 
 func options(d *desired.Cluster, r *recorder) Options {
-	return Options{Desired: d, Health: r, MaxUnavailableWorker: 2, Now: func() time.Time { return now }}
+	return Options{Desired: d, Health: r, Budgets: plan.Budgets{WorkerBatch: 2}, Now: func() time.Time { return now }}
 }
 
 // replacing is the plan of d's nodes from scratch with the control plane
@@ -379,7 +378,7 @@ func TestNotReadyFirst(t *testing.T) {
 	p := replacing(d)
 	r := &recorder{}
 	o := options(d, r)
-	o.MaxUnavailableWorker = 1
+	o.Budgets.WorkerBatch = 1
 	p.First = []string{"10.0.0.7", "10.0.0.3"}
 	if _, err := run(context.Background(), p, o, r.ops()); err != nil {
 		t.Fatal(err)
@@ -395,9 +394,8 @@ func TestNotReadyFirst(t *testing.T) {
 }
 
 // TestAddonsPhase: the add-ons go after the workers and before the removed
-// nodes are cleaned; what they changed is in the result; their failure is
-// the result's AddonsErr, not Run's error, and the removed nodes are
-// cleaned all the same.
+// nodes are cleaned; their failure is the result's AddonsErr, not Run's
+// error, and the removed nodes are cleaned all the same.
 func TestAddonsPhase(t *testing.T) {
 	d := build(t, clusterYML)
 	o := empty(d, now)
@@ -406,17 +404,16 @@ func TestAddonsPhase(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		r := &recorder{}
 		opts := options(d, r)
-		want := &addons.ChangeSet{Addons: []addons.AddonChanges{{Name: "rke-network-plugin"}}}
-		opts.Addons = func(context.Context) (*addons.ChangeSet, error) {
+		opts.Addons = func(context.Context) error {
 			r.log("addons")
 			if fail {
-				return want, errors.New("DaemonSet kube-system/kube-flannel not ready")
+				return errors.New("DaemonSet kube-system/kube-flannel not ready")
 			}
-			return want, nil
+			return nil
 		}
 		res, err := run(context.Background(), p, opts, r.ops())
-		if err != nil || (res.AddonsErr != nil) != fail || res.Addons != want {
-			t.Fatalf("fail=%v: err %v, add-ons %+v, add-ons error %v", fail, err, res.Addons, res.AddonsErr)
+		if err != nil || (res.AddonsErr != nil) != fail {
+			t.Fatalf("fail=%v: err %v, add-ons error %v", fail, err, res.AddonsErr)
 		}
 		ev := r.events
 		at := index(ev, "addons")
@@ -548,7 +545,7 @@ func TestCreatesAtOnce(t *testing.T) {
 			o.MaxParallel = tc.maxParallel
 			// Each node's steps of a phase wait until want[phase] nodes
 			// have started theirs: nodes taken one at a time (the control
-			// plane) or two at a time (MaxUnavailableWorker) never get there.
+			// plane) or two at a time (Budgets.WorkerBatch) never get there.
 			var mu sync.Mutex
 			started := map[plan.Phase]map[string]bool{}
 			all := map[plan.Phase]chan struct{}{}

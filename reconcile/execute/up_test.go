@@ -159,7 +159,7 @@ func TestCrashLoopFailsTheRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := &loopEngine{crashing: tc.crashing}
-				o := Options{Desired: d, Health: probes{hang: tc.hang}, MaxUnavailableWorker: 1, Now: time.Now,
+				o := Options{Desired: d, Health: probes{hang: tc.hang}, Budgets: plan.Budgets{WorkerBatch: 1}, Now: time.Now,
 					Nodes: func(context.Context, string) (dockerop.Engine, error) { return e, nil }}
 				began := time.Now()
 				res, err := Run(t.Context(), p, o)
@@ -385,7 +385,7 @@ nodes:
 				if tc.crashAfter > 0 {
 					engines["10.0.0.1"].crashAfter[desired.KubeScheduler] = tc.crashAfter
 				}
-				o := Options{Desired: d, Health: pr, MaxUnavailableWorker: 1, Now: time.Now,
+				o := Options{Desired: d, Health: pr, Budgets: plan.Budgets{WorkerBatch: 1}, Now: time.Now,
 					Nodes: func(_ context.Context, n string) (dockerop.Engine, error) { return engines[n], nil }}
 				began := time.Now()
 				_, err := Run(t.Context(), p, o)

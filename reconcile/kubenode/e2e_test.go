@@ -55,7 +55,7 @@ func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
 func TestNodesSandbox(t *testing.T) {
 	s := sandboxtest.Start(t, sandbox.Options{Subnet: 9, Nodes: 3, Images: true})
 	e := rt.New(t)
-	e.Options.AllowRemovals = true
+	e.AllowRemovals = true
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	n1, n2, n3 := s.Nodes[0], s.Nodes[1], s.Nodes[2]
@@ -102,7 +102,7 @@ func TestNodesSandbox(t *testing.T) {
 			c.Nodes[1].Taints = []spec.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}}
 		})
 		planned := e.Plan(ctx, t, labelled)
-		want := []kubenode.Pending{{Node: n2.Address, Name: n2.Hostname, Change: "label tier=web, taint dedicated=web:NoSchedule"}}
+		want := []kubenode.Pending{{Node: n2.Address, Name: n2.Hostname, Change: "label tier=web, taint dedicated=web:NoSchedule", Action: kubenode.PendingSync}}
 		if !planned.Plan.Empty() || !slices.Equal(planned.NodeChanges, want) {
 			t.Errorf("plan: steps %v, Node changes %+v, want %+v", rt.StepLines(planned.Plan), planned.NodeChanges, want)
 		}
@@ -127,10 +127,7 @@ func TestNodesSandbox(t *testing.T) {
 		if err := cs.CoreV1().Nodes().Delete(ctx, n3.Hostname, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		st, _, err := e.Session(t, c).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := e.Plan(ctx, t, c).Status()
 		if !slices.Equal(st.MissingNodes, []string{n3.Address}) {
 			t.Errorf("status: missing Nodes %v, want %s", st.MissingNodes, n3.Address)
 		}
@@ -150,10 +147,7 @@ func TestNodesSandbox(t *testing.T) {
 		if _, err := cs.CoreV1().Nodes().Create(ctx, ghost, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		st, _, err := e.Session(t, c).Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := e.Plan(ctx, t, c).Status()
 		if len(st.StaleNodes) != 1 || st.StaleNodes[0].Name != "ghost" {
 			t.Errorf("stale Nodes %+v, want ghost", st.StaleNodes)
 		}

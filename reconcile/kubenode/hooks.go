@@ -307,8 +307,10 @@ type Reconciled struct {
 
 // ReconcileOptions are what Reconcile does beyond labels and taints.
 type ReconcileOptions struct {
-	// Policy is rigger.stale_nodes.
-	Policy string
+	// Delete are the stale Nodes the plan deletes (the Pending changes of
+	// Changes that delete, under rigger.stale_nodes: delete), by name:
+	// Reconcile deletes those that are stale still, and no other.
+	Delete []string
 	// Down are the machines the plan could not reach, by address: their
 	// Nodes are not waited for.
 	Down []string
@@ -327,9 +329,9 @@ type ReconcileOptions struct {
 // network plugin's pod recreated where the Node has no pod network: see
 // NoNetwork), and a *NotWorkingError for each one that stays so; each
 // machine's labels and taints; the Nodes an interrupted apply left
-// cordoned (once Ready) uncordoned; and with Policy spec.StaleNodesDelete
-// the stale Nodes cordoned and deleted (with spec.StaleNodesReport they
-// are only in the result).
+// cordoned (once Ready) uncordoned; and the stale Nodes the plan deletes
+// (opts.Delete) cordoned and deleted, when stale still (the others are
+// only in the result).
 func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine, opts ReconcileOptions) (*Reconciled, error) {
 	say := opts.Say
 	if say == nil {
@@ -368,12 +370,15 @@ func Reconcile(ctx context.Context, cs kubernetes.Interface, machines []Machine,
 			say(m.Address, fmt.Sprintf("uncordoned Node %s (cordoned by an earlier apply)", n.Name))
 		}
 	}
-	if opts.Policy == spec.StaleNodesDelete {
+	if len(opts.Delete) > 0 {
 		byName := map[string]*corev1.Node{}
 		for i := range nodes {
 			byName[nodes[i].Name] = &nodes[i]
 		}
 		for _, s := range l.Stale {
+			if !slices.Contains(opts.Delete, s.Name) {
+				continue
+			}
 			if _, err := Cordon(ctx, cs, byName[s.Name]); err != nil {
 				errs = append(errs, err)
 				continue
@@ -398,6 +403,33 @@ type Pending struct {
 	Name string `json:"name"`
 	// Change says what, for people.
 	Change string `json:"change"`
+	// Action is what an apply does: PendingRepair, PendingSync,
+	// PendingUncordon or PendingDelete.
+	Action string `json:"-"`
+}
+
+// What a Pending change does.
+const (
+	// PendingRepair waits for a Node that is not Ready, recreating its
+	// network plugin's pod when it has no pod network.
+	PendingRepair = "repair"
+	// PendingSync sets the Node's labels and taints.
+	PendingSync = "sync"
+	// PendingUncordon uncordons a Node an earlier apply left cordoned.
+	PendingUncordon = "uncordon"
+	// PendingDelete deletes a stale Node (rigger.stale_nodes: delete).
+	PendingDelete = "delete"
+)
+
+// Deleted are the names of the Nodes pending deletes.
+func Deleted(pending []Pending) []string {
+	var out []string
+	for _, p := range pending {
+		if p.Action == PendingDelete {
+			out = append(out, p.Name)
+		}
+	}
+	return out
 }
 
 // Changes are what Reconcile would do to nodes, as Link found them: Nodes
@@ -417,19 +449,19 @@ func Changes(machines []Machine, l *observe.Linkage, policy string, down []strin
 			if NoNetwork(n) {
 				fix = "recreate the network plugin's pod there if it runs without installing the network, and wait for the Node to be Ready"
 			}
-			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "repair: not Ready (" + readyCondition(n) + "): " + fix})
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "repair: not Ready (" + readyCondition(n) + "): " + fix, Action: PendingRepair})
 		}
 		labels, taints := Wanted(m)
 		if c := Diff(n, labels, taints); !c.Empty() {
-			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: c.String()})
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: c.String(), Action: PendingSync})
 		}
 		if _, ours := n.Annotations[AnnotationCordoned]; ours && observe.Ready(n) == string(corev1.ConditionTrue) {
-			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "uncordon (cordoned by an earlier apply)"})
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "uncordon (cordoned by an earlier apply)", Action: PendingUncordon})
 		}
 	}
 	if policy == spec.StaleNodesDelete {
 		for _, s := range l.Stale {
-			out = append(out, Pending{Node: "kubernetes", Name: s.Name, Change: "delete stale Node (" + s.Reason + ")"})
+			out = append(out, Pending{Node: "kubernetes", Name: s.Name, Change: "delete stale Node (" + s.Reason + ")", Action: PendingDelete})
 		}
 	}
 	return out

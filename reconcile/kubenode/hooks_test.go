@@ -44,8 +44,8 @@ func TestDisruptive(t *testing.T) {
 }
 
 // TestReconcile: labels set, a Node left cordoned by rigger uncordoned,
-// one cordoned by someone else kept, and stale Nodes deleted only under
-// stale_nodes: delete.
+// one cordoned by someone else kept, and a stale Node deleted only when
+// the plan deletes it (stale_nodes: delete), never a Node a machine owns.
 func TestReconcile(t *testing.T) {
 	ctx := context.Background()
 	ready := func(n corev1.Node) *corev1.Node { return &n }
@@ -56,10 +56,18 @@ func TestReconcile(t *testing.T) {
 	n2.Spec.Unschedulable = true
 	ghost := ready(node("ghost", "10.0.0.9", "Unknown", 0))
 	ms := machines()[:2]
-	for _, policy := range []string{spec.StaleNodesReport, spec.StaleNodesDelete} {
-		t.Run(policy, func(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		delete      []string
+		wantDeleted bool
+	}{
+		{"stale_nodes: report", nil, false},
+		{"stale_nodes: delete", []string{"ghost"}, true},
+		{"a Node the plan deletes is owned now", []string{"n2"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset(n1.DeepCopy(), n2.DeepCopy(), ghost.DeepCopy())
-			r, err := Reconcile(ctx, cs, ms, ReconcileOptions{Policy: policy})
+			r, err := Reconcile(ctx, cs, ms, ReconcileOptions{Delete: tc.delete})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,8 +79,11 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("n2: unschedulable %v, labels %v", got.Spec.Unschedulable, got.Labels)
 			}
 			_, err = cs.CoreV1().Nodes().Get(ctx, "ghost", metav1.GetOptions{})
-			if deleted := apierrors.IsNotFound(err); deleted != (policy == spec.StaleNodesDelete) || len(r.Linkage.Stale) != 1 {
+			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted || len(r.Linkage.Stale) != 1 {
 				t.Errorf("ghost deleted: %v, stale %v", deleted, r.Linkage.Stale)
+			}
+			if _, err := cs.CoreV1().Nodes().Get(ctx, "n2", metav1.GetOptions{}); err != nil {
+				t.Errorf("n2: %v, want it kept", err)
 			}
 		})
 	}
@@ -180,12 +191,15 @@ func TestChanges(t *testing.T) {
 	ms := machines()[:2]
 	got := Changes(ms, Link(ms, nodes), spec.StaleNodesDelete, nil)
 	want := []Pending{
-		{Node: "10.0.0.2", Name: "n2", Change: "label node-role.kubernetes.io/worker=true"},
-		{Node: "10.0.0.2", Name: "n2", Change: "uncordon (cordoned by an earlier apply)"},
-		{Node: "kubernetes", Name: "ghost", Change: "delete stale Node (its address 10.0.0.9 is not in cluster.yml)"},
+		{Node: "10.0.0.2", Name: "n2", Change: "label node-role.kubernetes.io/worker=true", Action: PendingSync},
+		{Node: "10.0.0.2", Name: "n2", Change: "uncordon (cordoned by an earlier apply)", Action: PendingUncordon},
+		{Node: "kubernetes", Name: "ghost", Change: "delete stale Node (its address 10.0.0.9 is not in cluster.yml)", Action: PendingDelete},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Changes = %+v\nwant %+v", got, want)
+	}
+	if d := Deleted(got); !slices.Equal(d, []string{"ghost"}) {
+		t.Errorf("Deleted = %v, want ghost", d)
 	}
 	if got := Changes(ms, Link(ms, nodes), spec.StaleNodesReport, nil); len(got) != 2 {
 		t.Errorf("with stale_nodes: report: %+v", got)

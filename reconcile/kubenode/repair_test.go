@@ -114,7 +114,7 @@ func TestRepairNodes(t *testing.T) {
 				})
 				var said []string
 				r, err := Reconcile(ctx, cs, machines()[:2], ReconcileOptions{
-					Policy: spec.StaleNodesReport, Down: tt.down, NetworkPlugin: networkSelector,
+					Down: tt.down, NetworkPlugin: networkSelector,
 					Say: func(node, msg string) { mu.Lock(); said = append(said, node+": "+msg); mu.Unlock() },
 				})
 				if got := len(deleted) > 0; got != tt.wantDeleted {

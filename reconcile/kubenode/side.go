@@ -25,6 +25,9 @@ type SideInput struct {
 	Former []spec.Node
 	// Down are the nodes the plan could not look at.
 	Down []string
+	// Delete are the stale Nodes the plan deletes, by name
+	// (ReconcileOptions.Delete).
+	Delete []string
 	// Logs, NetworkPlugin and Say are as in Config.
 	Logs          func(ctx context.Context, node, component string) string
 	NetworkPlugin string
@@ -126,7 +129,7 @@ func (k *Side) Kubernetes(ctx context.Context) error {
 // Reconcile runs after a successful plan, also an empty one: the Nodes of
 // machines that answer and are not Ready repaired and waited for (an error
 // names each one that stays so), labels and taints of every Node, Nodes
-// left cordoned, and stale Nodes (rigger.stale_nodes).
+// left cordoned, and the stale Nodes the plan deletes (Delete).
 func (k *Side) Reconcile(ctx context.Context) error {
 	if k.in.Client == nil {
 		return nil
@@ -146,5 +149,5 @@ func (k *Side) Repair(ctx context.Context) error {
 }
 
 func (k *Side) reconcileOptions() ReconcileOptions {
-	return ReconcileOptions{Policy: k.in.Cluster.Rigger.StaleNodes, Down: k.in.Down, NetworkPlugin: k.in.NetworkPlugin, Say: k.in.Say}
+	return ReconcileOptions{Delete: k.in.Delete, Down: k.in.Down, NetworkPlugin: k.in.NetworkPlugin, Say: k.in.Say}
 }

@@ -115,7 +115,9 @@ type Resolved struct {
 func Resolve(in Input, o *observe.Cluster) (*Resolved, error) {
 	r := &Resolved{Rotation: &certrotate.Plan{Record: in.Rotation, Decision: certrotate.Decide(in.Rotation, in.AskedYML, in.AskedCLI)}}
 	if a := r.Rotation.Decision.Resume; a != nil && a.Rotation.CA {
-		return r, resumeCA(in, r, o)
+		err := resumeCA(in, r, o)
+		r.Rotation.Set = r.Set
+		return r, err
 	}
 	existing := in.State
 	switch {
@@ -147,7 +149,9 @@ func Resolve(in Input, o *observe.Cluster) (*Resolved, error) {
 		return nil, err
 	}
 	r.State, r.Save = r.Set, r.Save || len(r.Changes) > 0
-	return r, issue(in, r, existing)
+	err = issue(in, r, existing)
+	r.Rotation.Set = r.Set
+	return r, err
 }
 
 // resumeCA is the PKI of a plan while a CA rotation is under way: both

@@ -10,6 +10,47 @@ import (
 	"github.com/rigger/rigger/spec"
 )
 
+// Budgets are upgrade_strategy's budgets of a plan resolved against the
+// nodes it could not reach: how many worker nodes change at once, and why
+// the workers' or the control plane's rolling phase must not start (its
+// budget used up by nodes already down; nil: it may). The executor honours
+// them as they are (execute.Options); the plan shows them.
+type Budgets struct {
+	WorkerBatch                         int
+	WorkersBlocked, ControlPlaneBlocked error
+}
+
+// ResolveBudgets resolves u's max_unavailable_worker and
+// max_unavailable_controlplane for the nodes of d (Unavailability), the
+// nodes of unreachable being down already; without an upgrade_strategy,
+// its defaults.
+func ResolveBudgets(d *desired.Cluster, unreachable []string, u *spec.UpgradeStrategy) (Budgets, error) {
+	if u == nil {
+		u = &spec.UpgradeStrategy{MaxUnavailableWorker: spec.DefaultMaxUnavailableWorker, MaxUnavailableControlplane: spec.DefaultMaxUnavailableCP}
+	}
+	var b Budgets
+	var err error
+	if b.WorkerBatch, b.WorkersBlocked, err = Unavailability(d, unreachable, spec.RoleWorker, u.MaxUnavailableWorker, "max_unavailable_worker"); err != nil {
+		return Budgets{}, err
+	}
+	if _, b.ControlPlaneBlocked, err = Unavailability(d, unreachable, spec.RoleControlPlane, u.MaxUnavailableControlplane, "max_unavailable_controlplane"); err != nil {
+		return Budgets{}, err
+	}
+	return b, nil
+}
+
+// Blocked are the rolling phases of p that its budgets stop, each with
+// why, in the order they run: a phase without steps is stopped by nothing.
+func (b Budgets) Blocked(p *Plan) map[Phase]error {
+	out := map[Phase]error{}
+	for ph, err := range map[Phase]error{PhaseControlPlane: b.ControlPlaneBlocked, PhaseWorker: b.WorkersBlocked} {
+		if err != nil && slices.ContainsFunc(p.Steps, func(s Step) bool { return s.Phase == ph }) {
+			out[ph] = err
+		}
+	}
+	return out
+}
+
 // Unavailability resolves an upgrade_strategy budget (value, the field
 // key) for the nodes of d with role: the nodes that may change at once,
 // the budget less those already unavailable (unreachable). When nothing

@@ -51,6 +51,16 @@ const EtcdMemberComponent = "etcd-member"
 // FilesComponent is the Component of a WriteFiles step.
 const FilesComponent = "files"
 
+// Hooks receive the progress of carrying out a plan (package execute,
+// and the apply around it) as it is made, one call at a time. Every field
+// may be nil.
+type Hooks struct {
+	// Phase is called when a phase with work starts.
+	Phase func(p Phase, title string)
+	// Step is called when a step or health check on a node ends.
+	Step func(node, message string, err error)
+}
+
 // Phase is a group of steps the executor runs together, in the order of
 // the constants (see the package doc).
 type Phase string

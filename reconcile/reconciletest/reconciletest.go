@@ -30,8 +30,8 @@ import (
 
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/sandbox"
@@ -136,9 +136,10 @@ func KubeProxyArgs(c *spec.Cluster) *map[string]string { return &c.Services.Kube
 // `rigger apply` user would. Its methods take the (sub)test they run for.
 type Applier struct {
 	StateDir string
-	// Options are those of every Apply (AllowRemovals, …); its Hooks are
-	// the Applier's own.
+	// Options are those of every Apply; its Hooks are the Applier's own.
 	Options reconcile.ApplyOptions
+	// AllowRemovals is every session's (reconcile.Options.AllowRemovals).
+	AllowRemovals bool
 	// Now is the sessions' clock (nil: time.Now).
 	Now func() time.Time
 	// Open opens the sessions (nil: reconcile.Open): rigger serve's, for
@@ -177,7 +178,7 @@ func (a *Applier) Session(t testing.TB, c *spec.Cluster, set ...func(*reconcile.
 	if open == nil {
 		open = reconcile.Open
 	}
-	opts := reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t)}
+	opts := reconcile.Options{StateDir: a.StateDir, Now: a.Now, Log: testLogger(t), AllowRemovals: a.AllowRemovals}
 	for _, f := range set {
 		f(&opts)
 	}
@@ -202,7 +203,7 @@ func (a *Applier) Lock(ctx context.Context, t testing.TB, sess *reconcile.Sessio
 }
 
 // Plan plans c.
-func (a *Applier) Plan(ctx context.Context, t testing.TB, c *spec.Cluster) *reconcile.Planned {
+func (a *Applier) Plan(ctx context.Context, t testing.TB, c *spec.Cluster) *decide.Planned {
 	t.Helper()
 	pl, err := a.Session(t, c).Plan(ctx)
 	if err != nil {
@@ -213,7 +214,7 @@ func (a *Applier) Plan(ctx context.Context, t testing.TB, c *spec.Cluster) *reco
 
 // Apply plans and applies c under the cluster's lock, fails the test when
 // that fails, and returns the plan it applied.
-func (a *Applier) Apply(ctx context.Context, t testing.TB, c *spec.Cluster) *reconcile.Planned {
+func (a *Applier) Apply(ctx context.Context, t testing.TB, c *spec.Cluster) *decide.Planned {
 	t.Helper()
 	pl, res, err := a.TryApply(ctx, t, c)
 	if err != nil {
@@ -245,7 +246,7 @@ func (a *Applier) Timed() []Event {
 
 // TryApply plans and applies c under the cluster's lock and returns what
 // happened; only a failed plan fails the test.
-func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (*reconcile.Planned, *execute.Result, error) {
+func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (*decide.Planned, *reconcile.Result, error) {
 	t.Helper()
 	start := time.Now()
 	sess := a.Session(t, c)
@@ -259,12 +260,12 @@ func (a *Applier) TryApply(ctx context.Context, t testing.TB, c *spec.Cluster) (
 
 // ApplyPlanned applies pl with sess under the cluster's lock, recording
 // the progress lines, and returns what Apply did.
-func (a *Applier) ApplyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *reconcile.Planned) (*execute.Result, error) {
+func (a *Applier) ApplyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *decide.Planned) (*reconcile.Result, error) {
 	t.Helper()
 	return a.applyPlanned(ctx, t, sess, pl, time.Now())
 }
 
-func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *reconcile.Planned, start time.Time) (*execute.Result, error) {
+func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcile.Session, pl *decide.Planned, start time.Time) (*reconcile.Result, error) {
 	t.Helper()
 	a.mu.Lock()
 	a.events, a.timed = nil, nil
@@ -273,7 +274,7 @@ func (a *Applier) applyPlanned(ctx context.Context, t testing.TB, sess *reconcil
 	defer lk.Release()
 	a.step("(lock taken)", time.Since(start), false)
 	o := a.Options
-	o.Hooks = execute.Hooks{Step: func(node, msg string, err error) {
+	o.Hooks = plan.Hooks{Step: func(node, msg string, err error) {
 		line := node + ": " + msg
 		if err != nil {
 			line += ": " + err.Error()

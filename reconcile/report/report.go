@@ -25,7 +25,7 @@ import (
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
-// Input is a plan and what it was computed from, as package reconcile's
+// Input is a plan and what it was computed from, as package decide's
 // Planned holds them.
 type Input struct {
 	Plan     *plan.Plan
@@ -51,6 +51,9 @@ type Input struct {
 	// Changes, Complete and Blocked are the plan's (Planned.Changes, …).
 	Changes, Complete bool
 	Blocked           error
+	// BlockedPhases are the rolling phases the plan's budgets stop before
+	// they change anything (plan.Budgets.Blocked).
+	BlockedPhases map[plan.Phase]error
 }
 
 // Status is what rigger sees of a cluster: its nodes, their containers,
@@ -443,6 +446,10 @@ type PlanReport struct {
 	Complete bool `json:"complete"`
 	// Blocked says why the plan must not be applied (Planned.Blocked).
 	Blocked string `json:"blocked,omitempty"`
+	// BlockedPhases are the rolling phases an apply stops before they
+	// change anything, each with why: upgrade_strategy's budget used up by
+	// nodes already down.
+	BlockedPhases map[plan.Phase]string `json:"blocked_phases,omitempty"`
 	// Certificates are where the PKI comes from and what is issued.
 	Certificates CertificatesReport `json:"certificates"`
 	// CertificateRotation is the rotation an apply carries out;
@@ -491,6 +498,12 @@ func Plan(p Input) *PlanReport {
 	}
 	if p.Blocked != nil {
 		r.Blocked = p.Blocked.Error()
+	}
+	for ph, err := range p.BlockedPhases {
+		if r.BlockedPhases == nil {
+			r.BlockedPhases = map[plan.Phase]string{}
+		}
+		r.BlockedPhases[ph] = err.Error()
 	}
 	if e := p.Encryption; e != nil {
 		r.SecretsEncryption = &EncryptionReport{EncryptionStatus: *encryptionStatus(e), Source: e.Source}

@@ -30,6 +30,7 @@ import (
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/reconcile/rkestate"
 	"github.com/rigger/rigger/reconcile/secretsenc"
@@ -372,7 +373,7 @@ func TestAdoptSandbox(t *testing.T) {
 	if len(pl.PKIChanges) != 0 {
 		t.Errorf("the plan after adopt issues certificates: %+v", pl.PKIChanges)
 	}
-	if e := pl.Encryption; e == nil || e.Source.Kind != reconcile.PKIStateDir || !slices.Equal(e.Keys, rkeKeys.Names()) || e.Op != nil {
+	if e := pl.Encryption; e == nil || e.Source.Kind != pkisource.StateDir || !slices.Equal(e.Keys, rkeKeys.Names()) || e.Op != nil {
 		t.Errorf("the plan after adopt: secrets encryption %+v, want RKE's keys %v from the state directory and nothing to do", e, rkeKeys.Names())
 	}
 	if pl.Observed.Etcd == nil || len(pl.Observed.Etcd.Members) != 3 {

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // FullStateName is the name of the Secret (RKE ≥ 1.3) and of the ConfigMap
@@ -46,4 +47,23 @@ func FromCluster(ctx context.Context, k kubernetes.Interface) (*State, error) {
 		return nil, fmt.Errorf("read %s: it has no key %s", source, FullStateName)
 	}
 	return Parse(source, bytes.NewReader([]byte(s)))
+}
+
+// FromKubeconfig reads RKE's state (FromCluster) through the API server
+// the kubeconfig file names, with its credentials: RKE's
+// kube_config_cluster.yml.
+func FromKubeconfig(ctx context.Context, kubeconfig string) (*State, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig %s: %w", kubeconfig, err)
+	}
+	k, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for kubeconfig %s: %w", kubeconfig, err)
+	}
+	st, err := FromCluster(ctx, k)
+	if err != nil {
+		return nil, fmt.Errorf("RKE's state through the API server of %s: %w", kubeconfig, err)
+	}
+	return st, nil
 }

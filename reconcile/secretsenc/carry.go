@@ -11,6 +11,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/internal/crashpoint"
+	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/staged"
+	"github.com/rigger/rigger/reconcile/stall"
+	"github.com/rigger/rigger/spec"
 )
 
 // Save writes to the state directory dir, before anything changes on the
@@ -19,12 +24,7 @@ import (
 // then the key. It returns the record as saved: a rotation the plan starts
 // gets its start time, now.
 func (p *Plan) Save(dir string, now time.Time) (Record, error) {
-	rec := p.Record
-	if p.Starts {
-		op := *rec.Op
-		op.StartedAt = now.UTC()
-		rec.Op = &op
-	}
+	rec := p.Recorded(now)
 	if p.SaveRecord || p.Starts {
 		if err := SaveRecord(dir, rec); err != nil {
 			return rec, err
@@ -39,6 +39,90 @@ func (p *Plan) Save(dir string, now time.Time) (Record, error) {
 		crashpoint.Reach(crashpoint.EncryptionStageSaved)
 	}
 	return rec, nil
+}
+
+var _ staged.Operation = (*Plan)(nil)
+
+// Title is the phase of the operation's stage the plan carries out; ""
+// when none is under way.
+func (p *Plan) Title() (plan.Phase, string) {
+	if p == nil || p.Record.Op == nil {
+		return "", ""
+	}
+	op := p.Record.Op
+	return "secrets-encryption", fmt.Sprintf("Secrets encryption: %s, stage %s (keys %s)", op.Kind, op.Stage, strings.Join(p.Want.Names(), ", "))
+}
+
+// Restarts is, on a controlplane node, the encryption configuration when
+// the API servers must read it again (Reload).
+func (p *Plan) Restarts(n *desired.Node) map[string]string {
+	if why := p.Reload(); why != "" && n.HasRole(spec.RoleControlPlane) {
+		return map[string]string{path: why}
+	}
+	return nil
+}
+
+// Blocked refuses a new key while nodes that may hold the cluster's did
+// not answer (NewKeyBlocked).
+func (p *Plan) Blocked() error {
+	if p != nil && p.NewKeyBlocked != nil {
+		return stall.Stalls(stall.NewKeyBlocked, p.NewKeyBlocked)
+	}
+	return nil
+}
+
+// Next is the stage that follows the plan's (NextOp), for people; ""
+// when none.
+func (p *Plan) Next() string {
+	op := p.NextOp()
+	if op == nil {
+		return ""
+	}
+	return fmt.Sprintf("secrets encryption %s, stage %s", op.Kind, op.Stage)
+}
+
+// Before saves the key and its record (Save); the After it returns ends
+// the operation's stage (EndStage), with the controlplane nodes the plan
+// could not reach: a stage is done when it ended without an error.
+func (p *Plan) Before(s staged.Start) (staged.After, error) {
+	if p.Starts {
+		s.Log.Info("rotating the secrets encryption key", "new_key", p.Record.Op.NewKey, "keys", p.Want.Names())
+	}
+	rec, err := p.Save(s.Dir, s.Now)
+	if err != nil {
+		return nil, fmt.Errorf("save the secrets encryption key before applying: %w", err)
+	}
+	return func(ctx context.Context, e staged.End) (bool, error) {
+		if rec.Op == nil {
+			return false, nil
+		}
+		var down []string
+		for _, a := range e.Unreachable {
+			if dn, ok := e.Desired.Node(a); ok && dn.HasRole(spec.RoleControlPlane) {
+				down = append(down, a)
+			}
+		}
+		done, err := p.EndStage(ctx, StageEnd{Dir: e.Dir, Record: rec, Down: down, API: e.API, Now: e.Now,
+			Say:      func(msg string, err error) { e.Say("secrets encryption", msg, err) },
+			Progress: func(n int) { e.Log.Debug("rewriting Secrets", "rewritten", n) },
+		})
+		if err == nil && done.Op == nil && done.LastRotatedKey != "" && done.LastRotatedKey == p.Record.Op.NewKey {
+			e.Log.Info("secrets encryption key rotated", "key", done.LastRotatedKey)
+		}
+		return err == nil, err
+	}, nil
+}
+
+// Recorded is the record Save saves at now: the plan's, a rotation it
+// starts with its start time.
+func (p *Plan) Recorded(now time.Time) Record {
+	rec := p.Record
+	if p.Starts {
+		op := *rec.Op
+		op.StartedAt = now.UTC()
+		rec.Op = &op
+	}
+	return rec
 }
 
 // StageEnd is what ending a plan's stage needs besides the plan: the record

@@ -75,7 +75,8 @@ const (
 )
 
 // Plan is the generated key a plan gives the API servers and the stage of
-// the operation on it the plan carries out.
+// the operation on it the plan carries out: the plan's staged operation of
+// the key (staged.Operation, stage.go).
 type Plan struct {
 	// Cur is the configuration the state directory keeps (with the new
 	// key of a rotation the plan starts); Want is the one the API servers
@@ -220,9 +221,9 @@ func (p *Plan) Reload() string {
 	return fmt.Sprintf("secrets encryption %s, stage %s: reads %s again", op.Kind, op.Stage, path)
 }
 
-// Next is the stage that follows the plan's once it is done (the first of
-// a rotation Queued after the plan's operation); nil when none.
-func (p *Plan) Next() *Op {
+// NextOp is the stage that follows the plan's once it is done (the first
+// of a rotation Queued after the plan's operation); nil when none.
+func (p *Plan) NextOp() *Op {
 	if p == nil || p.Record.Op == nil {
 		return nil
 	}

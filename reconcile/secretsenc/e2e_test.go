@@ -16,10 +16,11 @@ import (
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/execute"
+	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/reconcile/secretsenc"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
@@ -115,7 +116,7 @@ func TestEncryptionSandbox(t *testing.T) {
 	var first string
 	if !t.Run("enable", func(t *testing.T) {
 		pl := a.Apply(ctx, t, c)
-		if e := pl.Encryption; e == nil || e.Source.Kind != reconcile.PKINew || e.Op == nil || e.Op.Kind != secretsenc.KindEncrypt {
+		if e := pl.Encryption; e == nil || e.Source.Kind != pkisource.New || e.Op == nil || e.Op.Kind != secretsenc.KindEncrypt {
 			t.Fatalf("plan's encryption: %+v, want a new key and the Secrets rewritten", e)
 		}
 		cfg := stateKey(t)
@@ -150,7 +151,7 @@ func TestEncryptionSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = sess.Apply(stopCtx, lk, pl, reconcile.ApplyOptions{Hooks: execute.Hooks{
+		_, err = sess.Apply(stopCtx, lk, pl, reconcile.ApplyOptions{Hooks: plan.Hooks{
 			Phase: func(_ plan.Phase, title string) {
 				t.Logf("==> %s", title)
 				if strings.Contains(title, string(secretsenc.StageWriteKey)) {
@@ -247,7 +248,7 @@ func TestEncryptionSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = a.Session(t, c).Plan(ctx)
-		if reason, stalled := reconcile.Classify(err); reason != reconcile.ReasonStateDamaged || !stalled || !strings.Contains(err.Error(), n.Address) {
+		if reason, stalled := stall.Classify(err); reason != stall.StateDamaged || !stalled || !strings.Contains(err.Error(), n.Address) {
 			t.Errorf("plan with another key in the state directory: %v (%s)", err, reason)
 		}
 		if strings.Contains(err.Error(), other.Keys[0].Secret) || strings.Contains(err.Error(), want.Keys[0].Secret) {
@@ -262,7 +263,7 @@ func TestEncryptionSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		pl = a.Apply(ctx, t, c)
-		if e := pl.Encryption; e == nil || e.Source.Kind != reconcile.PKIRecovered || e.Source.From != n.Address {
+		if e := pl.Encryption; e == nil || e.Source.Kind != pkisource.Recovered || e.Source.From != n.Address {
 			t.Fatalf("encryption after losing the state directory: %+v, want recovered from %s", e, n.Address)
 		}
 		if !pl.Plan.Empty() {

@@ -2,8 +2,7 @@
 // the words status conditions use, and whether the failure stalls (only a
 // person can make it go on) or is retried. The packages that decide
 // (secretsenc, certrotate, pkisource, …) return their refusals as *Error
-// values; package reconcile re-exports them (reconcile.Error,
-// reconcile.Classify) for status and the gitops loop.
+// values, which status and the gitops loop read with Classify.
 package stall
 
 import (

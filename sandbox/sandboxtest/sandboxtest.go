@@ -13,7 +13,7 @@
 //	Subnet  package
 //	0       the default and demo sandbox (`rigger sandbox up`); no test
 //	1       sandbox (its own tests)
-//	2       transport
+//	2       transport/sshtun (the SSH transport against real sshd and dockerd)
 //	3       reconcile (BenchmarkSandbox)
 //	4       reconcile/etcdsnap (snapshots, restore, schedule, snapshotter: one cluster, TestEtcdSandbox)
 //	5       gitops
@@ -23,13 +23,19 @@
 //	9       reconcile/kubenode
 //	17      reconcile (TestClusterSandbox)
 //	21      reconcile/registryauth (TestRegistriesSandbox: private_registries)
-//	22      reconcile/gitops (TestChaosSandbox, the chaos suite: make chaos)
+//	22      gitops (TestChaosSandbox, the chaos suite: make chaos)
 //	23      cmd/rigger (TestAgentSandbox: a node reached through the agent tunnel)
 //	24      reconcile/secretsenc (TestEncryptionSandbox: secrets encryption key, rotation)
 //	25      reconcile/certrotate (TestCertRotateSandbox: certificate rotation)
 //	27      reconcile/rkestate (TestAdoptSandbox: rigger adopt takes over a cluster RKE laid out)
+//	29      reconcile (TestColdConverges: make test-cold)
+//	36      reconcile (TestUpgradeSandbox: make test-long)
+//	38      reconcile (BenchmarkUpgrade)
+//	39      cmd/rigger (BenchmarkNoop)
+//	41      cmd/rigger (BenchmarkChanges)
 //
-// Take a free number for a new package and add it here. Within one package,
+// Take a free number for a new package and add it here: TestSubnetRegistry
+// checks this table against the tests. Within one package,
 // tests that start sandboxes one after the other may share the number;
 // tests that run in parallel (t.Parallel) may not. They do not run in
 // parallel within a package: on two cores the control planes of a few

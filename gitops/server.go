@@ -1,0 +1,391 @@
+package gitops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/rigger/rigger/gitops/gitrepo"
+	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/transport"
+)
+
+// Defaults of Config.
+const (
+	// DefaultInterval is how often the repository is fetched without a
+	// webhook.
+	DefaultInterval = time.Minute
+	// DefaultDriftInterval is how often each cluster's nodes are checked
+	// against its unchanged cluster.yml (and drift repaired).
+	DefaultDriftInterval = 5 * time.Minute
+	// DefaultMaxConcurrent is how many clusters are reconciled at once.
+	DefaultMaxConcurrent = 4
+	// DefaultParseTimeout is how long reading one cluster.yml may take.
+	// Within spec's bounds it takes a few seconds at most: more is a file
+	// made to cost time, or a machine too loaded to reconcile anyway.
+	DefaultParseTimeout = 30 * time.Second
+	// jitter is the share of Interval by which each poll is moved, so that
+	// many servers do not fetch at the same moment.
+	jitter = 0.1
+	// ClusterFileName is the file that makes a directory a cluster.
+	ClusterFileName = "cluster.yml"
+	// ServeDir is serve's own directory in StateDir (the agent tunnel's
+	// CA and tokens, the clone): no cluster may be named so.
+	ServeDir = "serve"
+	// TrailerKey marks rigger's status commits.
+	TrailerKey = "Rigger-Status"
+)
+
+// Repository is the git repository serve follows (gitrepo.Repo): the
+// server reads cluster.yml files from it and commits status.yml to it.
+type Repository interface {
+	Fetch(ctx context.Context, branch string) (gitrepo.Commit, error)
+	Find(rev, dir, name string, max int64) ([]gitrepo.File, error)
+	ReadFile(rev, path string, max int64) (gitrepo.File, bool, error)
+	LastChange(rev, path string) (string, error)
+	CommitFile(ctx context.Context, c gitrepo.FileCommit) (hash string, changed bool, err error)
+}
+
+var _ Repository = (*gitrepo.Repo)(nil)
+
+// Config is what a Server follows and how.
+type Config struct {
+	Repo Repository
+	// RepoURL names the repository in status.yml (no credentials).
+	RepoURL string
+	// Branch holds the cluster.yml files; Path is the directory searched
+	// for them ("" or "." for the whole repository).
+	Branch, Path string
+	// StatusBranch, when set, receives status.yml commits instead of
+	// Branch (same paths).
+	StatusBranch string
+	// Interval between fetches (DefaultInterval), moved by up to 10%.
+	Interval time.Duration
+	// DriftInterval between drift checks of each cluster
+	// (DefaultDriftInterval).
+	DriftInterval time.Duration
+	// MaxConcurrent bounds the clusters reconciled at once
+	// (DefaultMaxConcurrent).
+	MaxConcurrent int
+	// ParseTimeout bounds the reading of one cluster.yml
+	// (DefaultParseTimeout); a file read no faster stalls its cluster.
+	ParseTimeout time.Duration
+	// StateDir holds one state directory per cluster, named for its
+	// cluster_name, as `rigger apply` lays them out: a CLI apply with the
+	// same base shares the state and the lock.
+	StateDir string
+	// Author signs the status commits.
+	Author object.Signature
+	// Open opens a reconcile session (reconcile.Open when nil; tests
+	// give a transport, or a fake).
+	Open Opener
+	// PendingAgents, when set, lists a cluster's pending agents (agents
+	// of nodes its cluster.yml does not declare with transport: agent)
+	// for its status.yml.
+	PendingAgents func(cluster string) []string
+	// AgentTunnels, when set, gives the tunnel of each of a cluster's
+	// nodes with transport: agent, for its status.yml.
+	AgentTunnels func(cluster string) []AgentTunnel
+	Log          *slog.Logger
+	// Metrics receives what happens (nil: none).
+	Metrics *Metrics
+	// Now gives the time (time.Now when nil).
+	Now func() time.Time
+	// Events, when set, is told what happens, for tests and benchmarks.
+	Events func(Event)
+	// IgnoreDockerVersion skips the check of the nodes' Docker versions
+	// (reconcile.Options.IgnoreDockerVersion): serve's --ignore-docker-version.
+	IgnoreDockerVersion bool
+	// Answers is the pool the weight of every cluster's nodes' Docker
+	// answers is drawn from (reconcile.Options.Answers): one for the
+	// whole server, so that many clusters reconciled at once do not
+	// together take more memory than it bounds. Nil: one of
+	// transport.DefaultAnswerPool.
+	Answers *transport.AnswerPool
+}
+
+// Event is something a Server did, for Config.Events.
+type Event struct {
+	Kind EventKind
+	// Path is the cluster.yml concerned ("" for fetches).
+	Path string
+	// Revision is the commit fetched or reconciled.
+	Revision string
+	// Trigger is why a reconcile runs (start, change, drift-check,
+	// retry, snapshot: status.yml's lastReconcile.trigger).
+	Trigger string
+	// Err is set when the step failed.
+	Err error
+}
+
+// EventKind says what an Event is.
+type EventKind string
+
+// Event kinds.
+const (
+	EventFetched        EventKind = "fetched"
+	EventReconcileStart EventKind = "reconcile-start"
+	EventReconcileEnd   EventKind = "reconcile-end"
+	EventStatusWritten  EventKind = "status-written"
+)
+
+// Server follows a git repository: every cluster.yml under Config.Path is
+// one cluster, reconciled by a worker of its own when its content changes,
+// at every drift check and when a snapshot is due.
+type Server struct {
+	cfg     Config
+	trigger chan struct{}
+	sem     chan struct{}
+	ready   atomic.Bool
+	mu      sync.Mutex
+	workers map[string]*worker // by cluster.yml path
+	wg      sync.WaitGroup
+	// parseMu makes workers read their cluster.yml one at a time: spec
+	// bounds the memory of reading one file, this bounds serve's.
+	parseMu sync.Mutex
+}
+
+// New checks cfg and makes a Server; Run starts it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Repo == nil || cfg.Branch == "" || cfg.StateDir == "" {
+		return nil, errors.New("gitops: a repository, a branch and a state directory are needed")
+	}
+	if cfg.Author.Name == "" || cfg.Author.Email == "" {
+		return nil, errors.New("gitops: the status commits' author needs a name and an email")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.DriftInterval <= 0 {
+		cfg.DriftInterval = DefaultDriftInterval
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.ParseTimeout <= 0 {
+		cfg.ParseTimeout = DefaultParseTimeout
+	}
+	if cfg.Open == nil {
+		cfg.Open = openReconcile
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Events == nil {
+		cfg.Events = func(Event) {}
+	}
+	if cfg.Answers == nil {
+		cfg.Answers = transport.NewAnswerPool(transport.DefaultAnswerPool)
+	}
+	cfg.Path = path.Clean("/" + cfg.Path)[1:]
+	cfg.Repo = &lockedRepo{r: cfg.Repo}
+	return &Server{cfg: cfg, trigger: make(chan struct{}, 1), sem: make(chan struct{}, cfg.MaxConcurrent), workers: map[string]*worker{}}, nil
+}
+
+// Trigger asks for a fetch now (a webhook's push); it never blocks.
+func (s *Server) Trigger() {
+	select {
+	case s.trigger <- struct{}{}:
+	default: // a fetch is already asked for
+	}
+}
+
+// Ready says whether the repository was fetched at least once.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// Run fetches the repository now, then at every interval and on every
+// Trigger, until ctx ends; it then waits for the reconciles under way to
+// stop (they see ctx end between steps). It may be run again after it
+// returned (a replica that leads again), not twice at once.
+func (s *Server) Run(ctx context.Context) error {
+	defer func() {
+		s.wg.Wait()
+		// A later Run (leadership regained) starts the workers again.
+		s.mu.Lock()
+		s.workers = map[string]*worker{}
+		s.mu.Unlock()
+	}()
+	for {
+		s.sync(ctx)
+		wait := time.NewTimer(jittered(s.cfg.Interval))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return nil
+		case <-s.trigger:
+			wait.Stop()
+		case <-wait.C:
+		}
+	}
+}
+
+// jittered is d moved by up to ±10%.
+func jittered(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*2-1)*jitter*float64(d))
+}
+
+// sync fetches the branch and hands each cluster.yml to its worker:
+// workers start for new files and stop for files gone.
+func (s *Server) sync(ctx context.Context) {
+	log := s.cfg.Log
+	head, err := s.cfg.Repo.Fetch(ctx, s.cfg.Branch)
+	s.cfg.Metrics.fetch(err)
+	if err != nil {
+		log.Error("fetch failed; the clusters keep their last revision", "branch", s.cfg.Branch, "err", err)
+		s.cfg.Events(Event{Kind: EventFetched, Err: err})
+		return
+	}
+	files, err := s.cfg.Repo.Find(head.Hash, s.cfg.Path, ClusterFileName, spec.MaxFileSize)
+	if err != nil {
+		log.Error("list cluster files", "revision", head.Hash, "path", s.cfg.Path, "err", err)
+		s.cfg.Events(Event{Kind: EventFetched, Revision: head.Hash, Err: err})
+		return
+	}
+	s.ready.Store(true)
+	log.Debug("fetched", "branch", s.cfg.Branch, "revision", head.Hash, "clusters", len(files))
+	s.cfg.Events(Event{Kind: EventFetched, Revision: head.Hash})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	for _, f := range files {
+		seen[f.Path] = true
+		w := s.workers[f.Path]
+		ref := clusterRef{Path: f.Path, Content: f.Content, Size: f.Size, Blob: f.Blob, Head: head.Hash}
+		if w != nil && w.current().Blob == f.Blob {
+			ref.Revision = w.current().Revision // unchanged: no history walk
+		} else {
+			// The revision of a cluster.yml is the commit that last changed
+			// it: every server names the same one, and status commits after
+			// it do not change it.
+			rev, err := s.cfg.Repo.LastChange(head.Hash, f.Path)
+			if err != nil {
+				log.Warn("find the commit that last changed a cluster.yml", "path", f.Path, "err", err)
+				rev = head.Hash
+			}
+			ref.Revision = rev
+		}
+		if w == nil {
+			w = s.startWorker(ctx, ref)
+			s.workers[f.Path] = w
+		}
+		w.offer(ref)
+	}
+	for p, w := range s.workers {
+		if !seen[p] {
+			log.Warn("cluster.yml is gone from the repository: its cluster is no longer reconciled (its nodes are left as they are)", "path", p)
+			w.stop()
+			delete(s.workers, p)
+		}
+	}
+}
+
+func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &worker{srv: s, path: ref.Path, statusPath: path.Join(path.Dir(ref.Path), StatusFileName),
+		notify: make(chan struct{}, 1), cancel: cancel, log: s.cfg.Log.With("path", ref.Path), latest: ref}
+	if prev := w.readStatus(ctx, ref.Head, true); prev != nil && prev.Source.Blob != "" {
+		// What an earlier run applied: unchanged content is no change.
+		w.applied = clusterRef{Path: w.path, Blob: prev.Source.Blob, Revision: prev.ObservedRevision}
+		w.tried = prev.Source.Blob
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		w.run(wctx)
+	}()
+	return w
+}
+
+// acquire takes one of the MaxConcurrent reconcile slots.
+func (s *Server) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for a reconcile slot: %w", ctx.Err())
+	}
+}
+
+// claim records that path holds the cluster called name; it returns the
+// other cluster.yml files that hold that name too, sorted, and has each of
+// them reconciled again, to be refused as well: of two cluster.yml with one
+// name, neither is the cluster's by being read first.
+func (s *Server) claim(name, p string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	me := s.workers[p]
+	if me != nil {
+		me.name.Store(&name)
+		me.conflicts = map[string]bool{}
+	}
+	var others []string
+	for other, w := range s.workers {
+		if other == p || w.name.Load() == nil || *w.name.Load() != name {
+			continue
+		}
+		others = append(others, other)
+		if me != nil {
+			me.conflicts[other] = true
+		}
+		if !w.conflicts[p] {
+			// Told once: it knows of p from then on.
+			if w.conflicts == nil {
+				w.conflicts = map[string]bool{}
+			}
+			w.conflicts[p] = true
+			w.recheck.Store(true)
+			w.poke()
+		}
+	}
+	slices.Sort(others)
+	return others
+}
+
+// lockedRepo serializes the operations on the repository: the fetches of
+// the server and the status commits of the workers share one clone.
+type lockedRepo struct {
+	mu sync.Mutex
+	r  Repository
+}
+
+func (l *lockedRepo) Fetch(ctx context.Context, branch string) (gitrepo.Commit, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Fetch(ctx, branch)
+}
+
+func (l *lockedRepo) Find(rev, dir, name string, max int64) ([]gitrepo.File, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Find(rev, dir, name, max)
+}
+
+func (l *lockedRepo) ReadFile(rev, p string, max int64) (gitrepo.File, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.ReadFile(rev, p, max)
+}
+
+func (l *lockedRepo) LastChange(rev, p string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.LastChange(rev, p)
+}
+
+func (l *lockedRepo) CommitFile(ctx context.Context, c gitrepo.FileCommit) (string, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.CommitFile(ctx, c)
+}
