@@ -18,5 +18,5 @@ if [ -x "$exe" ] && [ "$(built "$exe")" = "$version" ]; then
 fi
 mkdir -p "$bin"
 echo "install-versitygw: go install github.com/versity/versitygw/cmd/versitygw@$version (about a minute)" >&2
-GOBIN=$bin go install "github.com/versity/versitygw/cmd/versitygw@$version" >&2
+GOGC=${GOGC:-400} GOBIN=$bin go install "github.com/versity/versitygw/cmd/versitygw@$version" >&2
 echo "$exe"

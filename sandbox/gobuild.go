@@ -390,6 +390,13 @@ type goBuildRun struct {
 
 // runGoBuild runs r, reporting how many packages it compiled every
 // goBuildProgressEvery; the error carries the log's last lines.
+// buildGOGC is the garbage collector's target of the compilers and linkers
+// of the sandbox's builds, unless GOGC is set: they allocate much and keep
+// little, and collecting a quarter as often took 15 to 20 % less CPU to
+// build Kubernetes' scheduler or etcd from an empty build cache (1.3 GB
+// at most in one compiler instead of 0.5 GB).
+const buildGOGC = "400"
+
 func runGoBuild(ctx context.Context, r goBuildRun, p *progress) error {
 	if err := os.MkdirAll(filepath.Dir(r.log), 0o755); err != nil {
 		return err
@@ -402,6 +409,9 @@ func runGoBuild(ctx context.Context, r goBuildRun, p *progress) error {
 	cmd := exec.CommandContext(ctx, "go", r.args...)
 	cmd.Dir = r.dir
 	cmd.Env = append(os.Environ(), r.env...)
+	if os.Getenv("GOGC") == "" {
+		cmd.Env = append(cmd.Env, "GOGC="+buildGOGC)
+	}
 	cmd.Stdout = logf
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
