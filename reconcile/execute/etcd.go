@@ -63,7 +63,7 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 		}
 		if id, ok := r.learner(s.Node); ok {
 			// The new member votes once it has caught up with the leader.
-			err := r.promote(ctx, id)
+			err := r.promote(ctx, s.Node, id)
 			r.say(s.Node, "etcd member promoted from learner to voter", err)
 			if err != nil {
 				return err
@@ -92,7 +92,7 @@ func (r *runner) promoteStarted(ctx context.Context, node string) error {
 	if !ok {
 		return nil // a voter already
 	}
-	err := r.promote(ctx, id)
+	err := r.promote(ctx, node, id)
 	r.say(node, "etcd member promoted from learner to voter", err)
 	if err != nil {
 		return err
@@ -217,13 +217,28 @@ func (r *runner) removeMember(ctx context.Context, s plan.Step) error {
 	return m.Remove(ctx, etcdmember.Via(members, target.ID, r.leaving), target.ID)
 }
 
-// promote makes the learner id a voting member.
-func (r *runner) promote(ctx context.Context, id uint64) error {
-	m, members, err := r.members(ctx)
-	if err != nil {
-		return err
+// promote makes the learner id, node's member, a voting member. It stops
+// waiting for the learner to catch up when the run watches node's etcd
+// container and finds it in a crash loop (a member that cannot join: its
+// data directory holds another member's): the crash loop is the error,
+// with etcd's last lines, not the promotion's timeout minutes later.
+func (r *runner) promote(ctx context.Context, node string, id uint64) error {
+	w := r.watch(node, desired.Etcd)
+	if w != nil {
+		w.arm()
 	}
-	return m.Promote(ctx, etcdmember.Via(members, id, r.leaving), id)
+	pctx, cancel := w.untilCrash(ctx)
+	defer cancel()
+	m, members, err := r.members(pctx)
+	if err == nil {
+		err = m.Promote(pctx, etcdmember.Via(members, id, r.leaving), id)
+	}
+	if err != nil && w != nil && ctx.Err() == nil {
+		if werr, done := w.result(); done && werr != nil {
+			return werr
+		}
+	}
+	return err
 }
 
 // joinArgs are the bootstrap flags of a member joining the running

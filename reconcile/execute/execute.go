@@ -564,19 +564,8 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 // probe waits for the target to be healthy, and stops waiting when w (if
 // any) finds its container in a crash loop.
 func (r *runner) probe(ctx context.Context, t health.Target, w *upWatch) error {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := w.untilCrash(ctx)
 	defer cancel()
-	if w != nil {
-		go func() {
-			select {
-			case <-w.done:
-				if w.err != nil {
-					cancel()
-				}
-			case <-ctx.Done():
-			}
-		}()
-	}
 	return r.o.Health.Wait(ctx, t, r.o.HealthTimeout)
 }
 

@@ -66,6 +66,25 @@ func (w *upWatch) waitHeld(ctx context.Context) error {
 	}
 }
 
+// untilCrash returns ctx, canceled too when w (if any) finds its container
+// in a crash loop: what waits on the component (a probe, an etcd
+// promotion) stops then, and the crash loop is why.
+func (w *upWatch) untilCrash(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if w != nil {
+		go func() {
+			select {
+			case <-w.done:
+				if w.err != nil {
+					cancel()
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
+}
+
 // result returns the watch's result if it has one.
 func (w *upWatch) result() (err error, done bool) {
 	select {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/plan"
 )
@@ -412,4 +413,48 @@ nodes:
 			})
 		})
 	}
+}
+
+// slowPromote is a membership whose promotions never complete: a learner
+// that cannot catch up.
+type slowPromote struct{ membersFake }
+
+func (f *slowPromote) Promote(ctx context.Context, _ []string, _ uint64) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestPromotionStopsAtACrashLoop: a learner whose etcd container Docker
+// restarts over and over (a member that cannot join) fails the run with
+// the crash loop and etcd's last lines once the loop is seen, not after
+// the promotion's timeout.
+func TestPromotionStopsAtACrashLoop(t *testing.T) {
+	d := build(t, clusterYML)
+	synctest.Test(t, func(t *testing.T) {
+		learner := etcdmember.Member{Name: "etcd-10.0.0.3", PeerURLs: []string{"https://10.0.0.3:2380"}, IsLearner: true}
+		voter := func(id uint64, host string) etcdmember.Member {
+			return etcdmember.Member{ID: id, Name: "etcd-" + host, PeerURLs: []string{"https://" + host + ":2380"},
+				ClientURLs: []string{"https://" + host + ":2379"}, Healthy: true}
+		}
+		fake := &slowPromote{membersFake{members: []etcdmember.Member{voter(1, "10.0.0.1"), voter(2, "10.0.0.2")}, via: map[string][]string{}}}
+		dn, _ := d.Node("10.0.0.3")
+		dc, _ := dn.Container(desired.Etcd)
+		p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{
+			{Node: "10.0.0.3", Component: plan.EtcdMemberComponent, Action: plan.AddMember, Phase: plan.PhaseEtcd, Member: &learner},
+			{Node: "10.0.0.3", Component: desired.Etcd, Action: plan.Restart, Phase: plan.PhaseEtcd, After: dc, Reason: "test"},
+		}}
+		e := &loopEngine{crashing: map[string]bool{desired.Etcd: true}}
+		o := Options{Desired: d, Health: probes{}, Now: time.Now,
+			Nodes: func(context.Context, string) (dockerop.Engine, error) { return e, nil },
+			Etcd:  func(context.Context) (Membership, error) { return fake, nil }}
+		began := time.Now()
+		_, err := Run(t.Context(), p, o)
+		var crash *dockerop.CrashLoopError
+		if !errors.As(err, &crash) || crash.Container != desired.Etcd || !strings.Contains(err.Error(), "last lines of etcd on 10.0.0.3") {
+			t.Fatalf("error %v, want etcd's crash loop with its last lines", err)
+		}
+		if took := time.Since(began); took > 10*time.Second {
+			t.Errorf("the crash loop stopped the promotion after %s", took)
+		}
+	})
 }
