@@ -20,6 +20,7 @@ import (
 	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
+	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/lock"
@@ -260,7 +261,8 @@ func renderBlocked(w io.Writer, pl *decide.Planned) {
 		fmt.Fprintf(w, "Phase %s blocked, nothing changes there: %v\n\n", ph, blocked[ph])
 	}
 	if err := pl.Blocked(); err != nil {
-		if reason, _ := stall.Classify(err); reason == stall.RemovalGuard {
+		var refused *etcdmember.RefusedError
+		if reason, _ := stall.Classify(err); reason == stall.RemovalGuard || errors.As(err, &refused) {
 			fmt.Fprintf(w, "Blocked: %v\n\n", err)
 		}
 	}

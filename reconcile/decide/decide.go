@@ -188,7 +188,8 @@ func Compute(in Input) (*Planned, error) {
 		Encryption: report.EncryptionOf(re, in.StateDir),
 		Addons:     in.Addons.Changes, AddonHealth: in.Addons.Health, AddonsErr: in.Addons.Err, AddonsWant: in.Addons.Want,
 		pki: rp, encryption: re, spec: c, ignoreDocker: in.Asked.IgnoreDockerVersion,
-		removals: plan.CheckRemovals(p, len(c.Nodes), c.Rigger.MaxRemovedNodes, in.Asked.AllowRemovals),
+		removals:   plan.CheckRemovals(p, len(c.Nodes), c.Rigger.MaxRemovedNodes, in.Asked.AllowRemovals),
+		membership: plan.CheckMembership(p, o),
 	}
 	if rp.Save {
 		pl.SavePKI = rp.State

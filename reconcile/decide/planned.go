@@ -75,8 +75,10 @@ type Planned struct {
 	// their rotation; encryption the plan of the generated key.
 	pki        *pkisource.Resolved
 	encryption *secretsenc.Plan
-	// removals is the removal guard's refusal (plan.CheckRemovals).
-	removals error
+	// removals is the removal guard's refusal (plan.CheckRemovals), and
+	// membership the refusal of an etcd membership change the members as
+	// observed would refuse (plan.CheckMembership).
+	removals, membership error
 	// spec is the cluster.yml the plan is of, and ignoreDocker
 	// Asked.IgnoreDockerVersion, for the problems of status; spec is nil
 	// for a teardown.
@@ -87,8 +89,10 @@ type Planned struct {
 // Blocked says why the plan must not be applied: a new CA while nodes
 // that may hold the cluster's did not answer (a *pkisource.NewCAError in a
 // *stall.Error), a staged operation's refusal (a new secrets encryption
-// key, the same), or more nodes removed than rigger.max_removed_nodes
-// allows without Asked.AllowRemovals (a *plan.RemovalGuardError); nil
+// key, the same), more nodes removed than rigger.max_removed_nodes
+// allows without Asked.AllowRemovals (a *plan.RemovalGuardError), or an
+// etcd membership change the members would refuse (an
+// *etcdmember.RefusedError: a member added while another is down); nil
 // when it may be applied.
 func (p *Planned) Blocked() error {
 	if p.pki != nil && p.pki.NewCA != nil {
@@ -99,7 +103,10 @@ func (p *Planned) Blocked() error {
 			return err
 		}
 	}
-	return p.removals
+	if p.removals != nil {
+		return p.removals
+	}
+	return p.membership
 }
 
 // Changes reports whether applying the plan changes anything: containers,

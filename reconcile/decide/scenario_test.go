@@ -794,6 +794,62 @@ func TestComputeScenarios(t *testing.T) {
 			want: workersRemoved(2),
 		},
 		{
+			// A new member raises the quorum: not while one does not answer.
+			name:  "an etcd node added while a member does not answer",
+			build: func(t *testing.T) *scenario { return etcdAdded(t, "10.0.0.2") },
+			want: []string{
+				"controlplane replace kube-apiserver (args changed: +--etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379,https://10.0.0.4:2379, ---etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379) ×1",
+				"controlplane replace kube-apiserver (args changed: +--etcd-servers=https://10.0.0.2:2379,https://10.0.0.1:2379,https://10.0.0.3:2379,https://10.0.0.4:2379, ---etcd-servers=https://10.0.0.2:2379,https://10.0.0.1:2379,https://10.0.0.3:2379) ×1",
+				"controlplane replace kube-apiserver (args changed: +--etcd-servers=https://10.0.0.3:2379,https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.4:2379, ---etcd-servers=https://10.0.0.3:2379,https://10.0.0.1:2379,https://10.0.0.2:2379) ×1",
+				"etcd add-member etcd-member (new etcd node: joins as a learner, votes once it has caught up) ×1",
+				"etcd create etcd (container missing) ×1",
+				"files write-files files (missing: etcd-snapshotter.json, kube-ca.pem, kube-etcd-10-0-0-4-key.pem and 7 more) ×1",
+				"files write-files files (missing: kube-etcd-10-0-0-4-key.pem, kube-etcd-10-0-0-4.pem; changed: etcd-snapshotter.json) ×3",
+				"worker create etcd-rolling-snapshots (container missing) ×1",
+				"worker create kube-proxy (container missing) ×1",
+				"worker create kubelet (container missing) ×1",
+				"worker create nginx-proxy (container missing) ×1",
+				"worker create service-sidekick (container missing) ×1",
+				"worker restart etcd-rolling-snapshots (reads changed files) ×3",
+				"PKI issues 1",
+				"blocked: ReconciliationFailed",
+			},
+		},
+		{
+			// The dead member goes first, and the new one joins those left.
+			name: "a dead member's node replaced by a new etcd node",
+			build: func(t *testing.T) *scenario {
+				sc := etcdAdded(t, "10.0.0.3")
+				sc.c = parse(t, strings.Replace(etcdAddedYML, "  - {address: 10.0.0.3, user: u, role: [etcd, controlplane, worker]}\n", "", 1))
+				return sc
+			},
+			asked: func(a *Asked) { a.AllowRemovals = true },
+			want: []string{
+				"controlplane replace kube-apiserver (args changed: +--etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.4:2379, ---etcd-servers=https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379) ×1",
+				"controlplane replace kube-apiserver (args changed: +--etcd-servers=https://10.0.0.2:2379,https://10.0.0.1:2379,https://10.0.0.4:2379, ---etcd-servers=https://10.0.0.2:2379,https://10.0.0.1:2379,https://10.0.0.3:2379) ×1",
+				"etcd add-member etcd-member (new etcd node: joins as a learner, votes once it has caught up) ×1",
+				"etcd create etcd (container missing) ×1",
+				"etcd remove-member etcd-member (member etcd-10.0.0.3 https://10.0.0.3:2380 is of no etcd node of cluster.yml (unhealthy: context deadline exceeded)) ×1",
+				"files write-files files (missing: etcd-snapshotter.json, kube-ca.pem, kube-etcd-10-0-0-4-key.pem and 7 more) ×1",
+				"files write-files files (missing: kube-etcd-10-0-0-4-key.pem, kube-etcd-10-0-0-4.pem; changed: etcd-snapshotter.json, kube-apiserver-key.pem, kube-apiserver.pem) ×2",
+				"removed-nodes remove etcd (node removed from cluster.yml) ×1",
+				"removed-nodes remove etcd-rolling-snapshots (node removed from cluster.yml) ×1",
+				"removed-nodes remove kube-apiserver (node removed from cluster.yml) ×1",
+				"removed-nodes remove kube-controller-manager (node removed from cluster.yml) ×1",
+				"removed-nodes remove kube-proxy (node removed from cluster.yml) ×1",
+				"removed-nodes remove kube-scheduler (node removed from cluster.yml) ×1",
+				"removed-nodes remove kubelet (node removed from cluster.yml) ×1",
+				"removed-nodes remove service-sidekick (node removed from cluster.yml) ×1",
+				"worker create etcd-rolling-snapshots (container missing) ×1",
+				"worker create kube-proxy (container missing) ×1",
+				"worker create kubelet (container missing) ×1",
+				"worker create nginx-proxy (container missing) ×1",
+				"worker create service-sidekick (container missing) ×1",
+				"worker restart etcd-rolling-snapshots (reads changed files) ×2",
+				"PKI issues 3",
+			},
+		},
+		{
 			name:  "an etcd node removed",
 			build: func(t *testing.T) *scenario { return removed(t, scenarioYML, "", "10.0.0.3") },
 			asked: func(a *Asked) { a.AllowRemovals = true },
@@ -1091,6 +1147,35 @@ func removed(t *testing.T, yml, extra string, addrs ...string) *scenario {
 		}
 	}
 	sc.c = parse(t, strings.Join(keep, "")+extra)
+	return sc
+}
+
+// etcdAddedYML is scenarioYML with a fourth node, an etcd node.
+const etcdAddedYML = `cluster_name: scenario
+nodes:
+  - {address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}
+  - {address: 10.0.0.2, user: u, role: [etcd, controlplane, worker]}
+  - {address: 10.0.0.3, user: u, role: [etcd, controlplane, worker]}
+  - {address: 10.0.0.4, user: u, role: [etcd]}
+services:
+  kube-api:
+    secrets_encryption_config: {enabled: true}
+`
+
+// etcdAdded is the converged three-node cluster whose cluster.yml adds an
+// etcd node, 10.0.0.4 (reachable, with nothing on it yet), while the
+// members of down do not answer.
+func etcdAdded(t *testing.T, down ...string) *scenario {
+	sc := converged(t)
+	sc.c = parse(t, etcdAddedYML)
+	sc.o.Nodes["10.0.0.4"] = &observe.Node{Address: "10.0.0.4", Reachable: true, FilesRead: true, DockerVersion: scenarioDocker}
+	for i, m := range sc.o.Etcd.Members {
+		for _, a := range down {
+			if strings.Contains(m.PeerURLs[0], "//"+a+":") {
+				sc.o.Etcd.Members[i].Healthy, sc.o.Etcd.Members[i].Error = false, "context deadline exceeded"
+			}
+		}
+	}
 	return sc
 }
 
