@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -43,7 +44,8 @@ func TestColdConverges(t *testing.T) {
 	if err != nil || runs < 1 {
 		t.Skipf("set %s=N (make test-cold) to converge N fresh sandboxes in a row", coldRunsEnv)
 	}
-	stopHog := cpuHog(t)
+	var current atomic.Pointer[sandbox.Sandbox] // the run's, for the hog
+	stopHog := cpuHog(t, current.Load)
 	defer stopHog()
 
 	type result struct {
@@ -79,6 +81,7 @@ func TestColdConverges(t *testing.T) {
 			ctx, cancel := rt.UntilTestDeadline(t)
 			defer cancel()
 			s := sandboxtest.Start(t, sandbox.Options{Subnet: 29, Nodes: 3, Images: true})
+			current.Store(s)
 			a := rt.New(t)
 			c := rt.Cluster(t, s, rt.Roles(3))
 			held := make(chan struct{})
@@ -176,25 +179,135 @@ func testInterruptedRemove(ctx context.Context, t *testing.T, a *rt.Applier, s *
 }
 
 // cpuHog keeps one core busy with another process, as a build or a second
-// test keeps a newcomer's machine busy, for at most an hour; stop ends it
-// (by its pid, also when the test fails).
-func cpuHog(t *testing.T) (stop func()) {
-	cmd := exec.Command("timeout", "3600", "sh", "-c", "while :; do :; done")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+// test keeps a newcomer's machine busy; stop ends it (by its pid, also when
+// the test fails; the kernel kills it if the test's process dies). It runs only while the rest of
+// the machine (all but the hog, this test's process and s's nodes, whose
+// cgroups count their CPU) keeps less than a core busy: beside other
+// tests, which keep the machine busy already, it stops (SIGSTOP) rather
+// than add a core's worth of spinning to them. nodes gives the sandbox of
+// the run under way (nil before the first).
+func cpuHog(t *testing.T, nodes func() *sandbox.Sandbox) (stop func()) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	// Killed with the test's process, whatever ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start the CPU hog: %v", err)
 	}
-	done := false
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var running, paused time.Duration
+		defer func() {
+			t.Logf("CPU hog: spinning %s, stopped %s while the machine's other work kept a core busy", running.Round(time.Second), paused.Round(time.Second))
+		}()
+		const every = 500 * time.Millisecond
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		last := othersCPU(pid, nodes())
+		stopped := false
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now := othersCPU(pid, nodes())
+			busy := now.since(last)
+			last = now
+			switch {
+			case busy >= 1 && !stopped:
+				stopped = syscall.Kill(-pid, syscall.SIGSTOP) == nil
+			case busy < 1 && stopped:
+				stopped = syscall.Kill(-pid, syscall.SIGCONT) != nil
+			}
+			if stopped {
+				paused += every
+			} else {
+				running += every
+			}
+		}
+	}()
+	ended := false
 	stop = func() {
-		if done {
+		if ended {
 			return
 		}
-		done = true
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		ended = true
+		close(done)
+		<-watched
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(-pid, syscall.SIGCONT)
 		_ = cmd.Wait()
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// cpuSample is the machine's busy CPU time but the hog's, this process's
+// and a sandbox's nodes', at a time.
+type cpuSample struct {
+	at   time.Time
+	busy time.Duration
+}
+
+// since is how many cores the sample's CPU kept busy on average since
+// before.
+func (s cpuSample) since(before cpuSample) float64 {
+	if d := s.at.Sub(before.at); d > 0 {
+		return float64(s.busy-before.busy) / float64(d)
+	}
+	return 0
+}
+
+// othersCPU samples the machine's busy CPU (/proc/stat) less that of the
+// hog's process group (pid), this process and the cgroups of s's nodes.
+func othersCPU(pid int, s *sandbox.Sandbox) cpuSample {
+	at := time.Now()
+	busy := machineBusy() - procCPU(pid) - procCPU(os.Getpid())
+	if s != nil {
+		busy -= s.NodesCPU()
+	}
+	return cpuSample{at: at, busy: busy}
+}
+
+// clockTick is the kernel's USER_HZ, the unit of /proc's CPU times.
+const clockTick = 100
+
+// machineBusy is the CPU time every core spent on anything but idling
+// and waiting for I/O since boot.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy int64
+	for i, f := range strings.Fields(line)[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		v, _ := strconv.ParseInt(f, 10, 64)
+		busy += v
+	}
+	return time.Duration(busy) * time.Second / clockTick
+}
+
+// procCPU is the CPU time (user and system) process pid has spent.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	k, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+k) * time.Second / clockTick
 }
 
 func firstLine(s string) string {

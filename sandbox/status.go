@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // NodeStatus is what Status found of one node.
@@ -131,4 +132,23 @@ func (s *Sandbox) Leftovers(ctx context.Context, pids []int) ([]string, error) {
 		}
 	}
 	return left, nil
+}
+
+// NodesCPU is the CPU time the sandbox's nodes have spent: every process
+// of a node (its sshd, engines and containers) is in the node's cgroup,
+// whose cpuacct.usage counts it (cgroup v1; 0 where there is none, as on
+// cgroup v2 hosts, whose cpu.stat the sandbox does not read).
+func (s *Sandbox) NodesCPU() time.Duration {
+	var total time.Duration
+	for _, n := range s.Nodes {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", s.cgroupPath(n), "cpuacct.usage"))
+		if err != nil {
+			continue
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err == nil {
+			total += time.Duration(ns)
+		}
+	}
+	return total
 }
