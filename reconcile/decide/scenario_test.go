@@ -174,6 +174,14 @@ func (sc *scenario) started(pl *Planned) {
 	}
 }
 
+// crashLoop makes Docker restart component on node over and over.
+func crashLoop(sc *scenario, node, component string) {
+	c := sc.o.Nodes[node].Containers[component]
+	code := 255
+	c.State, c.ExitCode, c.RestartCount = "restarting", &code, 2
+	sc.o.Nodes[node].Containers[component] = c
+}
+
 // down makes nodes not answer.
 func (sc *scenario) down(nodes ...string) *scenario {
 	for _, a := range nodes {
@@ -721,6 +729,35 @@ func TestComputeScenarios(t *testing.T) {
 			},
 			want: []string{
 				"controlplane replace kube-apiserver (args changed: +--audit-log-maxage=7, ---audit-log-maxage=30) ×2",
+				"unreachable: 10.0.0.2",
+				"controlplane blocked",
+				"worker batch 0",
+			},
+		},
+		{
+			name: "a crash loop with a node down: a repair takes nothing away, no budget stops it",
+			build: func(t *testing.T) *scenario {
+				sc := converged(t).down("10.0.0.2")
+				crashLoop(sc, "10.0.0.1", desired.KubeControllerManager)
+				return sc
+			},
+			want: []string{
+				"controlplane replace kube-controller-manager (container restarting (crash loop): exited 255, restarted twice) ×1",
+				"unreachable: 10.0.0.2",
+				"worker batch 0",
+			},
+		},
+		{
+			name: "a crash loop and an API server flag changed with a node down: the change blocked",
+			build: func(t *testing.T) *scenario {
+				sc := converged(t).down("10.0.0.2")
+				crashLoop(sc, "10.0.0.1", desired.KubeControllerManager)
+				sc.c.Services.KubeAPI.ExtraArgs = map[string]string{"audit-log-maxage": "7"}
+				return sc
+			},
+			want: []string{
+				"controlplane replace kube-apiserver (args changed: +--audit-log-maxage=7, ---audit-log-maxage=30) ×2",
+				"controlplane replace kube-controller-manager (container restarting (crash loop): exited 255, restarted twice) ×1",
 				"unreachable: 10.0.0.2",
 				"controlplane blocked",
 				"worker batch 0",

@@ -604,3 +604,45 @@ func TestCreatesAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestBlockedPhaseRepairs: a rolling phase its budget stops still repairs
+// the nodes it only repairs (a crash loop), first, and changes no other.
+func TestBlockedPhaseRepairs(t *testing.T) {
+	d := build(t, clusterYML)
+	p := replacing(d)
+	var steps []plan.Step
+	for _, s := range p.Steps {
+		if s.Phase != plan.PhaseControlPlane {
+			steps = append(steps, s)
+			continue
+		}
+		if s.Node == "10.0.0.2" && s.Component == desired.KubeControllerManager {
+			// A crash loop: the container as desired, restarting.
+			s.Before = &observe.Container{Name: s.Component, State: "restarting", SpecHash: s.After.Hash()}
+			steps = append(steps, s)
+		} else if s.Node == "10.0.0.1" {
+			steps = append(steps, s)
+		}
+	}
+	p.Steps = steps
+	r := &recorder{}
+	o := options(d, r)
+	budgetErr := errors.New("max_unavailable_controlplane used up")
+	o.Budgets.ControlPlaneBlocked = budgetErr
+	if _, err := run(context.Background(), p, o, r.ops()); !errors.Is(err, budgetErr) {
+		t.Fatalf("run: %v, want the budget's error", err)
+	}
+	ev := r.events
+	if index(ev, "replace 10.0.0.2 kube-controller-manager") < 0 || index(ev, "healthy 10.0.0.2 kube-controller-manager") < 0 {
+		t.Errorf("the crash loop on 10.0.0.2 was not repaired:\n%s", strings.Join(ev, "\n"))
+	}
+	if i := index(ev, "replace 10.0.0.1"); i >= 0 {
+		t.Errorf("10.0.0.1 changed although the budget stops the phase:\n%s", strings.Join(ev, "\n"))
+	}
+	if i := index(ev, "replace 10.0.0.4"); i >= 0 {
+		t.Errorf("the workers changed after the control plane's phase stopped:\n%s", strings.Join(ev, "\n"))
+	}
+	if got := o.Budgets.Blocked(p); got[plan.PhaseControlPlane] == nil {
+		t.Errorf("Blocked = %v, want the control plane (10.0.0.1's changes)", got)
+	}
+}

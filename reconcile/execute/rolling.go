@@ -107,32 +107,41 @@ func (r *runner) serving(component string) int {
 // batch before the last.
 func overlaps(serving, size int) bool { return serving-2*size >= 1 }
 
-// rolling changes the nodes of steps. The nodes whose steps only create
-// missing containers go first, MaxParallel at once: they stop nothing that
-// serves (a new cluster's nodes, a node that joins; RKE too brings a new
-// cluster's control plane and workers up in parallel). The others follow
+// rolling changes the nodes of steps. The nodes whose steps only repair
+// containers that do not run (plan.Step.Repair), then those whose steps
+// only create missing containers or repair, go first, MaxParallel at
+// once: they stop nothing that serves (a crash loop, a new cluster's
+// nodes, a node that joins; RKE too brings a new cluster's control plane
+// and workers up in parallel). The others follow
 // in batches of size (nodes of Plan.First first); a batch finishes before
 // the next starts, and a failed batch stops the phase. A batch starts once
 // the containers the batch before started have stayed up MinUptime, or,
 // where the serving nodes allow it (overlaps), once they are healthy and
 // held, while their watch goes on (one batch's watches overlap the next
 // one's work, no more); a watch that fails meanwhile stops the phase
-// before the next batch. blocked, when set, stops it at once.
+// before the next batch. blocked, when set, stops it after the nodes it
+// only repairs (plan.Budgets.Blocked).
 func (r *runner) rolling(ctx context.Context, steps []plan.Step, size, serving int, blocked error) error {
 	r.start(steps)
-	if blocked != nil {
-		return blocked
-	}
 	nodes, groups := r.rollingOrder(steps)
-	var creating, changing []string
+	var repairing, creating, changing []string
 	for _, n := range nodes {
-		if onlyCreates(groups[n]) {
+		switch {
+		case !slices.ContainsFunc(groups[n], func(s plan.Step) bool { return !s.Repair() }):
+			repairing = append(repairing, n)
+		case !slices.ContainsFunc(groups[n], func(s plan.Step) bool { return s.Action != plan.Create && !s.Repair() }):
 			creating = append(creating, n)
-		} else {
+		default:
 			changing = append(changing, n)
 		}
 	}
 	change := func(ctx context.Context, _ int, n string) error { return r.nodeSteps(ctx, n, groups[n]) }
+	if err := fanout.Each(ctx, repairing, r.o.MaxParallel, change); err != nil {
+		return err
+	}
+	if blocked != nil && len(creating)+len(changing) > 0 {
+		return blocked
+	}
 	if err := fanout.Each(ctx, creating, r.o.MaxParallel, change); err != nil {
 		return err
 	}
@@ -165,14 +174,4 @@ func (r *runner) rolling(ctx context.Context, steps []plan.Step, size, serving i
 		done = append(done, batch)
 	}
 	return nil
-}
-
-// onlyCreates reports whether steps only create missing containers.
-func onlyCreates(steps []plan.Step) bool {
-	for _, s := range steps {
-		if s.Action != plan.Create {
-			return false
-		}
-	}
-	return true
 }

@@ -40,15 +40,35 @@ func ResolveBudgets(d *desired.Cluster, unreachable []string, u *spec.UpgradeStr
 }
 
 // Blocked are the rolling phases of p that its budgets stop, each with
-// why, in the order they run: a phase without steps is stopped by nothing.
+// why: a phase stops at a node with a step that is not a Repair; the
+// nodes it only repairs still change.
 func (b Budgets) Blocked(p *Plan) map[Phase]error {
 	out := map[Phase]error{}
 	for ph, err := range map[Phase]error{PhaseControlPlane: b.ControlPlaneBlocked, PhaseWorker: b.WorkersBlocked} {
-		if err != nil && slices.ContainsFunc(p.Steps, func(s Step) bool { return s.Phase == ph }) {
+		if err != nil && slices.ContainsFunc(p.Steps, func(s Step) bool { return s.Phase == ph && !s.Repair() }) {
 			out[ph] = err
 		}
 	}
 	return out
+}
+
+// Repair reports whether s brings back a container that does not run (a
+// crash loop, exited, created and never started) as it already is: its
+// spec unchanged. It takes nothing away that serves, so an unavailability
+// budget does not count it, as a PodDisruptionBudget does not count the
+// eviction of a pod that is not ready (Kubernetes' unhealthyPodEvictionPolicy
+// AlwaysAllow): a budget used up by a node down does not keep a crash loop
+// on another node looping.
+func (s Step) Repair() bool {
+	b := s.Before
+	if b == nil || b.State == "running" || b.RKE || (s.Action != Replace && s.Action != Restart) {
+		return false
+	}
+	after := s.AfterHash
+	if s.After != nil {
+		after = s.After.Hash()
+	}
+	return after != "" && b.SpecHash == after
 }
 
 // Unavailability resolves an upgrade_strategy budget (value, the field
