@@ -607,13 +607,7 @@ func repairs(t *testing.T, p *plan.Plan) map[string]bool {
 
 // changes are the step lines (reconciletest.StepLines) of p but its repairs.
 func changes(p *plan.Plan) []string {
-	var out []string
-	for _, s := range p.Steps {
-		if !s.Repair() {
-			out = append(out, s.Node+" "+string(s.Action)+" "+s.Component)
-		}
-	}
-	return out
+	return rt.StepLines(&plan.Plan{Steps: slices.DeleteFunc(slices.Clone(p.Steps), plan.Step.Repair)})
 }
 
 // checkSSHReachesNodes checks that the SSH transport cluster.yml describes
