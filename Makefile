@@ -100,6 +100,9 @@ test: prereqs fmtcheck build rke-render ## every test, with -race and every go v
 	@# tests (docs/testing.md: the budget); bin/test.json keeps the whole stream, every
 	@# subtest's time and log included.
 	$(GO) build -o bin/testtimes ./hack/testtimes
+	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race
+	@# binary (linked dynamically) cannot stand for: it runs here without -race.
+	GOGC=$(BUILDGOGC) CGO_ENABLED=0 $(GO) test -count=1 -run '^TestUpgradeInPlace$$' ./internal/nodebin
 	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
