@@ -55,22 +55,30 @@ func (v *validator) addons(c *Cluster) {
 	v.tolerations("monitoring.tolerations", c.Monitoring.Tolerations)
 
 	cp := &c.CloudProvider
-	for _, cfg := range []struct {
-		name, key string
-		set       bool
-	}{
-		{"aws", "awsCloudProvider", cp.AWSCloudProvider != nil},
-		{"azure", "azureCloudProvider", cp.AzureCloudProvider != nil},
-		{"openstack", "openstackCloudProvider", cp.OpenstackCloudProvider != nil},
-		{"vsphere", "vsphereCloudProvider", cp.VsphereCloudProvider != nil},
-		{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
-	} {
+	for _, cfg := range typedConfigs(cp) {
 		if cfg.set && cp.Name != cfg.name {
 			v.errorf("cloud_provider.name", fmt.Sprintf("Set cloud_provider.name: %s, or remove %s.", cfg.name, cfg.key),
 				"cloud_provider.%s is given but cloud_provider.name is %q", cfg.key, cp.Name)
 		}
 	}
 	v.cloudProvider(c)
+}
+
+// typedConfig is one of cloud_provider's typed configs: the provider name
+// it belongs to, its key, and whether it is given.
+type typedConfig struct {
+	name, key string
+	set       bool
+}
+
+func typedConfigs(cp *CloudProvider) []typedConfig {
+	return []typedConfig{
+		{"aws", "awsCloudProvider", cp.AWSCloudProvider != nil},
+		{"azure", "azureCloudProvider", cp.AzureCloudProvider != nil},
+		{"openstack", "openstackCloudProvider", cp.OpenstackCloudProvider != nil},
+		{"vsphere", "vsphereCloudProvider", cp.VsphereCloudProvider != nil},
+		{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
+	}
 }
 
 // cloudProvider checks cloud_provider as RKE's setCloudProvider does, and
@@ -88,16 +96,7 @@ func (v *validator) cloudProvider(c *Cluster) {
 		}
 		// Typed configs: RKE writes the cloud config file from them, and so
 		// does rigger for azure, openstack and vsphere (desired.cloudConfig).
-		for _, cfg := range []struct {
-			name, key string
-			set       bool
-		}{
-			{"aws", "awsCloudProvider", cp.AWSCloudProvider != nil},
-			{"azure", "azureCloudProvider", cp.AzureCloudProvider != nil},
-			{"openstack", "openstackCloudProvider", cp.OpenstackCloudProvider != nil},
-			{"vsphere", "vsphereCloudProvider", cp.VsphereCloudProvider != nil},
-			{"harvester", "harvesterCloudProvider", cp.HarvesterCloudProvider != nil},
-		} {
+		for _, cfg := range typedConfigs(cp) {
 			switch {
 			case cfg.set && cp.Name == cfg.name && (cfg.name == "aws" || cfg.name == "harvester"):
 				v.errorf("cloud_provider."+cfg.key, "Give the provider's cloud config file inline in cloud_provider.customCloudProvider instead (keeping name: "+cfg.name+").",
