@@ -30,7 +30,9 @@ const (
 // RKE_KUBELET_CRIDOCKERD=true it starts cri-dockerd with the kubelet's pod
 // infra image and CRI endpoint (the socket cri-dockerd serves), the CNI
 // network plugin on /etc/cni/net.d and /opt/cni/bin and the streaming
-// server on 127.0.0.1:10010 (CRIDOCKERD_STREAM_SERVER_ADDRESS and _PORT),
+// server on 127.0.0.1:10010 (CRIDOCKERD_STREAM_SERVER_ADDRESS and _PORT,
+// expanded unquoted as rke-tools does, so that words after the port reach
+// cri-dockerd too),
 // then the kubelet with --cgroup-driver from the engine, and ends when
 // either ends, so that the container restarts. rke-tools sleeps 10 s before
 // starting the kubelet; this one starts it as soon as cri-dockerd answers
@@ -150,9 +152,12 @@ set -- "$@" --cgroup-driver="$CGROUPDRIVER"
 socket=${ENDPOINT#unix://}
 $bb rm -f "$socket"
 set -x
+# The address and port are expanded unquoted, as rke-tools' entrypoint
+# expands them: from Kubernetes 1.35 rigger passes the pause image after
+# the port (the kubelet has no --pod-infra-container-image any more).
 ` + rkeToolsCRIDockerd + ` --network-plugin=cni --cni-conf-dir=/etc/cni/net.d --cni-bin-dir=/opt/cni/bin $PAUSE \
 	--container-runtime-endpoint="$ENDPOINT" \
-	--streaming-bind-addr="${CRIDOCKERD_STREAM_SERVER_ADDRESS:-127.0.0.1}:${CRIDOCKERD_STREAM_SERVER_PORT:-10010}" $EXTRA &
+	--streaming-bind-addr=${CRIDOCKERD_STREAM_SERVER_ADDRESS:-127.0.0.1}:${CRIDOCKERD_STREAM_SERVER_PORT:-10010} $EXTRA &
 { set +x; } 2>/dev/null
 cri=$!
 

@@ -46,7 +46,7 @@ func TestRKEToolsEntrypointCRIDockerd(t *testing.T) {
 		rkeToolsCRIDockerd + " --network-plugin=cni --cni-conf-dir=/etc/cni/net.d --cni-bin-dir=/opt/cni/bin $PAUSE",
 		`--container-runtime-endpoint="$ENDPOINT"`,
 		`--pod-infra-container-image=*) PAUSE=$a`,
-		`--streaming-bind-addr="${CRIDOCKERD_STREAM_SERVER_ADDRESS:-127.0.0.1}:${CRIDOCKERD_STREAM_SERVER_PORT:-10010}"`,
+		`--streaming-bind-addr=${CRIDOCKERD_STREAM_SERVER_ADDRESS:-127.0.0.1}:${CRIDOCKERD_STREAM_SERVER_PORT:-10010} $EXTRA &`,
 		`set -- "$@" --cgroup-driver="$CGROUPDRIVER"`,
 		`"$@" &`,
 		`if [ "${RKE_KUBELET_CRIDOCKERD:-}" != true ]; then`,
@@ -57,6 +57,32 @@ func TestRKEToolsEntrypointCRIDockerd(t *testing.T) {
 	}
 	if !strings.HasPrefix(desired.CRIDockerdSocket, "unix://") {
 		t.Errorf("rigger's kubelet endpoint %s: the entrypoint waits for a unix:// socket", desired.CRIDockerdSocket)
+	}
+}
+
+// From Kubernetes 1.35 rigger gives cri-dockerd the pause image after the
+// streaming port (desired: the kubelet has no --pod-infra-container-image
+// any more), which the entrypoint expands unquoted, as rke-tools' does:
+// cri-dockerd gets it as a flag of its own.
+func TestRKEToolsEntrypointPauseAfterPort(t *testing.T) {
+	if _, err := os.Stat(busybox); err != nil {
+		t.Skipf("no %s here", busybox)
+	}
+	start := strings.Index(rkeToolsEntrypointScript, rkeToolsCRIDockerd+" --network-plugin")
+	end := strings.Index(rkeToolsEntrypointScript, "$EXTRA &")
+	if start < 0 || end < start {
+		t.Fatal("entrypoint: no cri-dockerd command line")
+	}
+	line := strings.Replace(rkeToolsEntrypointScript[start:end], rkeToolsCRIDockerd, "args", 1) + "$EXTRA\n"
+	script := `args() { for a in "$@"; do echo "$a"; done; }` + "\nPAUSE= ENDPOINT=unix:///var/run/cri-dockerd.sock EXTRA=\n" +
+		"CRIDOCKERD_STREAM_SERVER_PORT='10010 --pod-infra-container-image=registry.example.com/pause:3.10.1'\n" + line
+	out, err := runScript(t, script)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := strings.Split(strings.TrimSpace(out), "\n")
+	if !slices.Contains(got, "--streaming-bind-addr=127.0.0.1:10010") || got[len(got)-1] != "--pod-infra-container-image=registry.example.com/pause:3.10.1" {
+		t.Errorf("cri-dockerd's arguments:\n%s", out)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/rigger/rigger/spec/riggermeta"
 )
 
 // RKE's defaults, and rigger's for its own keys.
@@ -226,18 +228,23 @@ func setServiceDefaults(s *Services) {
 
 // setImageDefaults fills system_images from the version table and each
 // component's image from system_images. As RKE's setClusterImageDefaults:
-// only a kubernetes_version written exactly as in the table fills them (any
-// other version needs them set, which validation checks), a key the user
-// set is kept, and the images of the table are prefixed with the URL of the
-// first private registry marked is_default.
+// only a kubernetes_version of the table fills them (any other version
+// needs them set, which validation checks), a key the user set is kept,
+// and the images of the table are prefixed with the URL of the first
+// private registry marked is_default. rigger's versions give each
+// Kubernetes component an image of its own (riggermeta.Components), used
+// while system_images.kubernetes is not set: a set one runs all five, as
+// in RKE.
 func setImageDefaults(c *Cluster) {
-	if known, ok := KnownImages(c.KubernetesVersion); ok {
-		for _, r := range c.PrivateRegistries {
-			if r.IsDefault {
-				prefixImages(&known, r.URL)
-				break
-			}
+	registry := ""
+	for _, r := range c.PrivateRegistries {
+		if r.IsDefault {
+			registry = r.URL
+			break
 		}
+	}
+	if known, ok := KnownImages(c.KubernetesVersion); ok {
+		prefixImages(&known, registry)
 		fillZero(reflect.ValueOf(&c.SystemImages).Elem(), reflect.ValueOf(known))
 	}
 	// RKE's setClusterServicesDefaults: "We don't accept per service
@@ -246,11 +253,15 @@ func setImageDefaults(c *Cluster) {
 	im := c.SystemImages
 	s := &c.Services
 	s.Etcd.Image = im.Etcd
-	s.KubeAPI.Image = im.Kubernetes
-	s.KubeController.Image = im.Kubernetes
-	s.Scheduler.Image = im.Kubernetes
-	s.Kubelet.Image = im.Kubernetes
-	s.Kubeproxy.Image = im.Kubernetes
+	component := func(name string) string { return im.Kubernetes }
+	if comps, ok := riggermeta.Components(c.KubernetesVersion); ok && im.Kubernetes == "" {
+		component = func(name string) string { return prefixImage(registry, comps[name]) }
+	}
+	s.KubeAPI.Image = component(riggermeta.KubeAPIServer)
+	s.KubeController.Image = component(riggermeta.KubeControllerManager)
+	s.Scheduler.Image = component(riggermeta.KubeScheduler)
+	s.Kubelet.Image = component(riggermeta.Kubelet)
+	s.Kubeproxy.Image = component(riggermeta.KubeProxy)
 	def(&s.Kubelet.InfraContainerImage, im.PodInfraContainer)
 }
 
@@ -275,15 +286,19 @@ func serviceImages(s *Services) map[string]string {
 
 // prefixImages puts registry/ before every image of im (RKE's d()).
 func prefixImages(im *SystemImages, registry string) {
-	if registry == "" {
-		return
-	}
 	v := reflect.ValueOf(im).Elem()
 	for i := range v.NumField() {
-		if f := v.Field(i); f.String() != "" {
-			f.SetString(registry + "/" + f.String())
-		}
+		f := v.Field(i)
+		f.SetString(prefixImage(registry, f.String()))
 	}
+}
+
+// prefixImage puts registry/ before image, when both are given.
+func prefixImage(registry, image string) string {
+	if registry == "" || image == "" {
+		return image
+	}
+	return registry + "/" + image
 }
 
 // fillZero sets every zero field of struct dst to src's.

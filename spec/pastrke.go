@@ -14,10 +14,6 @@ import (
 // riggermeta): the kubernetes image rigger's table cannot name, the flags
 // later Kubernetes removed, and the retired ingress-nginx.
 
-// HyperkubeRecipe is where rigger's recipe for a kubernetes image with all
-// five components is, for the versions with no public one.
-const HyperkubeRecipe = "deploy/hyperkube"
-
 // serviceComponents are the Kubernetes binaries of the services whose
 // extra_args reach them, by their key under services.
 var serviceComponents = []struct{ key, component string }{
@@ -44,20 +40,48 @@ func componentsMinor(c *Cluster) (int, bool) {
 	return int(sv.Minor), true
 }
 
-// kubernetesImage refuses one of rigger's versions whose table names no
-// kubernetes image (no maintained public image has the five components of
-// that minor version) while system_images.kubernetes is not set.
-func (v *validator) kubernetesImage(c *Cluster) {
-	if !riggermeta.NeedsKubernetesImage(c.KubernetesVersion) || c.SystemImages.Kubernetes != "" {
-		return
+// PinnedKubernetes says, when system_images.kubernetes is set to an image
+// whose tag names another Kubernetes release than kubernetes_version, that
+// every component keeps running the image's: a set image wins, as in RKE,
+// so moving kubernetes_version alone changes nothing, and the user may
+// believe the cluster upgraded. It returns what runs and what to do, or
+// "" when the two agree or the tag names no release.
+func PinnedKubernetes(c *Cluster) (msg, detail string) {
+	image := c.SystemImages.Kubernetes
+	if image == "" {
+		return "", ""
 	}
-	upstream, _, _ := strings.Cut(c.KubernetesVersion, riggermeta.Suffix)
-	v.errorf("system_images.kubernetes",
-		fmt.Sprintf("No maintained public image holds Kubernetes %[1]s's kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy (RKE's hyperkube ends at 1.32), so rigger's table names none. "+
-			"Build one from upstream's release binaries with rigger's recipe, push it to a registry your nodes pull from, and set system_images.kubernetes to it: "+
-			"docker build --build-arg KUBERNETES_VERSION=%[1]s -t registry.example.com/hyperkube:%[1]s %[2]s (docs/versions.md, \"A kubernetes image for 1.36 and later\").",
-			upstream, HyperkubeRecipe),
-		"%s: rigger's table has no kubernetes image for this version; set system_images.kubernetes", c.KubernetesVersion)
+	runs, ok := release(rkemeta.ImageTag(image))
+	want, wok := release(c.KubernetesVersion)
+	if _, known := componentsMinor(c); !ok || !wok || runs == want || !known {
+		return "", "" // an image rigger has no flags for is refused (version)
+	}
+	return fmt.Sprintf("%s runs Kubernetes %s, not the %s of kubernetes_version %s: every component keeps running %s, as the image is set (a set image wins, as in RKE)",
+			image, runs, want, c.KubernetesVersion, runs),
+		fmt.Sprintf("To run the images of %s, remove system_images.kubernetes; to keep an image of your own, set it to one of Kubernetes %s.", c.KubernetesVersion, want)
+}
+
+// release reads the Kubernetes release a version or image tag names:
+// 1.32.13 from v1.32.13-rancher1-3, v1.32.13-rancher1, 1.33.7.1 (CKE's) or
+// v1.35.10-fat; false when it names no major.minor.patch.
+func release(s string) (string, bool) {
+	s = strings.TrimPrefix(s, "v")
+	end := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if end >= 0 {
+		s = s[:end]
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) < 3 || slices.Contains(parts[:3], "") {
+		return "", false
+	}
+	return strings.Join(parts[:3], "."), true
+}
+
+// pinnedKubernetes warns of PinnedKubernetes.
+func (v *validator) pinnedKubernetes(c *Cluster) {
+	if msg, detail := PinnedKubernetes(c); msg != "" {
+		v.warnf("system_images.kubernetes", detail, "%s", msg)
+	}
 }
 
 // removedFlags refuses extra_args and extra_args_array that name a flag

@@ -21,36 +21,45 @@ func TestPastRKEValidation(t *testing.T) {
 		yml   string
 		wants []want // every error and warning, in any order
 	}{
-		{name: "1.33 with CKE's image", yml: "kubernetes_version: v1.33.7-rigger1\n" + noIngress},
-		{name: "1.37 with the user's image", yml: "kubernetes_version: v1.37.2-rigger1\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress},
+		{name: "1.33 of the table", yml: "kubernetes_version: v1.33.13-rigger1\n" + noIngress},
+		{name: "1.37 of the table, no image to build", yml: "kubernetes_version: v1.37.2-rigger2\n" + noIngress},
+		{name: "a newer patch of a minor of the table", yml: "kubernetes_version: v1.36.9\n" + noIngress},
+		{name: "1.37 with the user's image", yml: "kubernetes_version: v1.37.2-rigger2\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress},
 		{
-			name: "1.36 without a kubernetes image",
+			name: "an earlier table's entry",
 			yml:  "kubernetes_version: v1.36.3-rigger1\n" + noIngress,
-			wants: []want{{SeverityError, "system_images.kubernetes", []string{
-				"rigger's table has no kubernetes image", "deploy/hyperkube", "KUBERNETES_VERSION=v1.36.3", "set system_images.kubernetes"}}},
+			wants: []want{{SeverityError, "kubernetes_version", []string{
+				"v1.36.3-rigger1 was an entry of an earlier rigger's table", "write v1.36.3 or v1.36.6-rigger1"}}},
+		},
+		{
+			name: "a pinned image of another release",
+			yml:  "kubernetes_version: v1.34.9-rigger2\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.32.13}\n" + noIngress,
+			wants: []want{{SeverityWarning, "system_images.kubernetes", []string{
+				"registry.example.com/hyperkube:v1.32.13 runs Kubernetes 1.32.13, not the 1.34.9 of kubernetes_version v1.34.9-rigger2",
+				"every component keeps running 1.32.13", "remove system_images.kubernetes"}}},
 		},
 		{
 			name: "ingress-nginx by default on rigger's version",
-			yml:  "kubernetes_version: v1.34.9-rigger1\n",
+			yml:  "kubernetes_version: v1.34.9-rigger2\n",
 			wants: []want{{SeverityError, "ingress.provider", []string{
 				"has no ingress-nginx", "retired upstream in March 2026", "ingress.provider: none", "Gateway API"}}},
 		},
 		{
 			name:  "ingress-nginx with the user's images",
-			yml:   "kubernetes_version: v1.34.9-rigger1\nsystem_images: {ingress: registry.example.com/ingress-nginx/controller:v1.14.5, ingress_backend: registry.example.com/defaultbackend:1.5, ingress_webhook: registry.example.com/kube-webhook-certgen:v1.6.9}\n",
+			yml:   "kubernetes_version: v1.34.9-rigger2\nsystem_images: {ingress: registry.example.com/ingress-nginx/controller:v1.14.5, ingress_backend: registry.example.com/defaultbackend:1.5, ingress_webhook: registry.example.com/kube-webhook-certgen:v1.6.9}\n",
 			wants: []want{{SeverityWarning, "ingress.provider", []string{"retired ingress controller"}}},
 		},
 		{name: "ingress-nginx on RKE's default", yml: ""},
 		{
 			name: "the kubelet's pod-infra-container-image on 1.35",
-			yml:  "kubernetes_version: v1.35.8-rigger1\n" + noIngress + "services: {kubelet: {extra_args: {pod-infra-container-image: registry.example.com/pause:3.10}}}\n",
+			yml:  "kubernetes_version: v1.35.10-rigger1\n" + noIngress + "services: {kubelet: {extra_args: {pod-infra-container-image: registry.example.com/pause:3.10}}}\n",
 			wants: []want{{SeverityError, "services.kubelet.extra_args.pod-infra-container-image", []string{
 				"kubelet of Kubernetes 1.35 has no flag --pod-infra-container-image (removed in 1.35)", "kubernetes#133779", "Remove it from services.kubelet.extra_args"}}},
 		},
-		{name: "the kubelet's pod-infra-container-image on 1.34", yml: "kubernetes_version: v1.34.9-rigger1\n" + noIngress + "services: {kubelet: {extra_args: {pod-infra-container-image: registry.example.com/pause:3.10}}}\n"},
+		{name: "the kubelet's pod-infra-container-image on 1.34", yml: "kubernetes_version: v1.34.9-rigger2\n" + noIngress + "services: {kubelet: {extra_args: {pod-infra-container-image: registry.example.com/pause:3.10}}}\n"},
 		{
 			name: "the API server's cloud-provider on 1.33, written with dashes",
-			yml:  "kubernetes_version: v1.33.7-rigger1\n" + noIngress + "services: {kube-api: {extra_args: {--cloud-provider: external}}}\n",
+			yml:  "kubernetes_version: v1.33.13-rigger1\n" + noIngress + "services: {kube-api: {extra_args: {--cloud-provider: external}}}\n",
 			wants: []want{
 				{SeverityWarning, "services.kube-api.extra_args.--cloud-provider", []string{"starts with a dash"}},
 				{SeverityError, "services.kube-api.extra_args.--cloud-provider", []string{"kube-apiserver of Kubernetes 1.33 has no flag --cloud-provider (removed in 1.33)", "kubernetes#130162"}},
@@ -59,7 +68,7 @@ func TestPastRKEValidation(t *testing.T) {
 		{name: "the API server's cloud-provider on RKE's 1.32", yml: "services: {kube-api: {extra_args: {cloud-provider: external}}}\n"},
 		{
 			name:  "the kubelet's cloud-config in extra_args_array on 1.37",
-			yml:   "kubernetes_version: v1.37.2-rigger1\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress + "services: {kubelet: {extra_args_array: {cloud-config: [/etc/kubernetes/cloud.conf]}}}\n",
+			yml:   "kubernetes_version: v1.37.2-rigger2\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress + "services: {kubelet: {extra_args_array: {cloud-config: [/etc/kubernetes/cloud.conf]}}}\n",
 			wants: []want{{SeverityError, "services.kubelet.extra_args_array.cloud-config", []string{"removed in 1.34", "kubernetes#130161"}}},
 		},
 		{
@@ -68,6 +77,7 @@ func TestPastRKEValidation(t *testing.T) {
 			wants: []want{
 				{SeverityError, "services.kubelet.extra_args.register-schedulable", []string{"kubelet of Kubernetes 1.35 has no flag --register-schedulable (removed in 1.34)"}},
 				{SeverityWarning, "ingress.provider", []string{"retired ingress controller"}},
+				{SeverityWarning, "system_images.kubernetes", []string{"runs Kubernetes 1.35.4, not the 1.32.13 of kubernetes_version"}},
 			},
 		},
 	} {

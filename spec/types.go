@@ -21,7 +21,7 @@ type Cluster struct {
 	Authentication Authentication `json:"authentication,omitempty"`
 	// How the API server authorizes requests.
 	Authorization Authorization `json:"authorization,omitempty"`
-	// Kubernetes version to run, 1.24 or later, written as RKE writes it (`v1.32.3-rancher1-1`). A version of rigger's version table, which is RKE v1.8.14's (`rigger config versions` lists it), fills every `system_images` key left empty; any other version (`v1.31.4`, or `v1.31.5` for RKE's `v1.31.5-rancher1-1`) needs `system_images` set for every component the cluster runs, as in RKE.
+	// Kubernetes version to run, 1.24 or later, written as RKE writes it (`v1.32.3-rancher1-1`). A version of rigger's version table, which is RKE v1.8.14's and then rigger's own from 1.33 to 1.37 (`rigger config versions` lists it), fills every `system_images` key left empty; so does any patch release of 1.33 to 1.37 written as upstream writes it (`v1.35.12`), each Kubernetes component then running upstream's image of it. Any other version (`v1.31.4`, or `v1.31.5` for RKE's `v1.31.5-rancher1-1`) needs `system_images` set for every component the cluster runs, as in RKE.
 	KubernetesVersion string `json:"kubernetes_version,omitempty"`
 	// Container images of the cluster's components. Keys left empty take the image of `kubernetes_version` in the version table, prefixed with the URL of the first private registry marked `is_default`, as in RKE. The components' default flags follow the version the `kubernetes` image's tag names (RKE's rule), so `v1.31.4` runs 1.31's flags whatever `kubernetes_version` says.
 	SystemImages SystemImages `json:"system_images,omitempty"`
@@ -191,7 +191,7 @@ type SystemImages struct {
 	CoreDNSAutoscaler string `json:"coredns_autoscaler,omitempty"`
 	// NodeLocal DNSCache.
 	Nodelocal string `json:"nodelocal,omitempty"`
-	// Image with every Kubernetes binary (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) in /usr/local/bin, as RKE's hyperkube.
+	// Image with every Kubernetes binary (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy) in /usr/local/bin, as RKE's hyperkube. Versions of rigger's own table (1.33 to 1.37) leave it empty and run each component from an image of its own; set, it runs all five, on every version, as in RKE.
 	Kubernetes string `json:"kubernetes,omitempty"`
 	// Flannel.
 	Flannel string `json:"flannel,omitempty"`

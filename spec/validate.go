@@ -128,7 +128,7 @@ func (v *validator) validate(ctx context.Context, c *Cluster) error {
 	for _, check := range []func(*Cluster){
 		v.clusterName, v.version, v.nodes, v.services, v.network, v.auth, v.addons,
 		v.upgradeStrategy, v.registries, v.bastion, v.misc, v.rigger, v.notWritten,
-		v.kubernetesImage, v.removedFlags, v.retiredIngress,
+		v.pinnedKubernetes, v.removedFlags, v.retiredIngress,
 	} {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -161,6 +161,11 @@ func (v *validator) version(c *Cluster) {
 		return
 	}
 	if _, known := KnownImages(c.KubernetesVersion); !known {
+		if instead, retired := riggermeta.Retired(c.KubernetesVersion); retired {
+			v.errorf("kubernetes_version", fmt.Sprintf("rigger's table now runs each component from upstream's own images (docs/versions.md): write %s.", instead),
+				"%s was an entry of an earlier rigger's table, on an image its table no longer names", c.KubernetesVersion)
+			return
+		}
 		if missing, first := missingImages(c); len(missing) > 0 {
 			v.errorf("kubernetes_version", versionDetail(c.KubernetesVersion, missing),
 				"%s is an unsupported Kubernetes version and system images are not populated: %s", c.KubernetesVersion, first)

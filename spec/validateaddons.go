@@ -130,7 +130,7 @@ var inTreeRemoved = map[string]int{"openstack": 26, "azure": 30, "vsphere": 30}
 func (v *validator) inTreeCloudProvider(c *Cluster) {
 	cp := &c.CloudProvider
 	removed, ok := inTreeRemoved[cp.Name]
-	if !ok || c.SystemImages.Kubernetes == "" {
+	if !ok {
 		return
 	}
 	_, series, err := riggermeta.ServiceOptionsFor(c.KubernetesVersion, c.SystemImages.Kubernetes)

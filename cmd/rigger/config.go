@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/blang/semver"
 	"github.com/spf13/cobra"
 
 	"github.com/rigger/rigger/spec"
@@ -74,13 +77,20 @@ serves to its subscribers only; those versions are marked "extended life"
 registry that serves them (private_registries) or set system_images.kubernetes.
 
 After RKE's table (Kubernetes 1.32), rigger keeps its own: one version per
-minor version from 1.33 on, spelled v1.33.7-rigger1 (the upstream version, then
--rigger and the entry's revision), marked "rigger's" ("table": "rigger" with
--o json; RKE's are "table": "rke"), with images a user can pull from public
-registries (docs/versions.md names the source of each). Where no public image
-holds the five Kubernetes components, the version names no kubernetes image
-(marked so; "needs_kubernetes_image": true): build one with deploy/hyperkube and
-set system_images.kubernetes.
+minor version from 1.33 on, upstream's newest patch release when rigger was
+released, spelled v1.35.10-rigger1 (the upstream version, then -rigger and the
+entry's revision), marked "rigger's" ("table": "rigger" with -o json; RKE's are
+"table": "rke"). Each Kubernetes component runs an image of its own, listed
+under components: upstream's registry.k8s.io images for kube-apiserver,
+kube-controller-manager, kube-scheduler and kube-proxy, and Talos'
+ghcr.io/siderolabs/kubelet (upstream's kubelet binary) for the kubelet; a
+system_images.kubernetes that is set runs all five instead, as in RKE. Any
+other patch release of those minor versions, written as upstream writes it
+(v1.35.12), takes the images of the same rule: a patch released after rigger
+needs no new rigger. docs/versions.md names the source of every image.
+
+Each version is marked with upstream's end of life of its minor version, and
+the list ends with the newest patch release of each minor version rigger runs.
 
 Give versions as arguments to show only those.`,
 		Example: `  rigger config versions v1.32.3-rancher1-1
@@ -95,7 +105,7 @@ Give versions as arguments to show only those.`,
 			}
 			w := cmd.OutOrStdout()
 			if output == outputJSON {
-				return printJSON(w, versionsJSON{RKEVersion: rkemeta.RKEVersion, Default: spec.DefaultKubernetesVersion, Versions: list})
+				return printJSON(w, versionsJSON{RKEVersion: rkemeta.RKEVersion, Default: spec.DefaultKubernetesVersion, Versions: list, Minors: minorsOf(list)})
 			}
 			for i, v := range list {
 				if i > 0 {
@@ -111,13 +121,27 @@ Give versions as arguments to show only those.`,
 				if v.Table == tableRigger {
 					mark += " (rigger's: past RKE's table)"
 				}
-				if v.NeedsKubernetesImage {
-					mark += " (no public kubernetes image: build one with " + spec.HyperkubeRecipe + " and set system_images.kubernetes)"
-				}
+				mark += endOfLifeMark(v.EndOfLife, v.PastEndOfLife)
 				fmt.Fprintf(w, "%s%s\n", v.Version, mark)
 				for _, im := range v.images {
 					fmt.Fprintf(w, "  %s: %s\n", im[0], im[1])
 				}
+				if len(v.Components) > 0 {
+					fmt.Fprintln(w, "  components:")
+					for _, c := range slices.Sorted(maps.Keys(v.Components)) {
+						fmt.Fprintf(w, "    %s: %s\n", c, v.Components[c])
+					}
+				}
+			}
+			if len(args) == 0 {
+				fmt.Fprintln(w, "\nThe newest patch release of each minor version:")
+				for _, m := range minorsOf(list) {
+					fmt.Fprintf(w, "  1.%d: %s%s\n", m.Minor, m.Newest, endOfLifeMark(m.EndOfLife, m.PastEndOfLife))
+				}
+				vs := riggermeta.Versions()
+				newest, _ := rkemeta.ParseVersion(vs[len(vs)-1])
+				fmt.Fprintf(w, "Another patch release of 1.%d to 1.%d, written as upstream writes it (v1.%d.%d), runs with the images of the same rule.\n",
+					riggermeta.FirstMinor, riggermeta.LastMinor, newest.Minor, newest.Patch+1)
 			}
 			return nil
 		},
@@ -133,6 +157,70 @@ type versionsJSON struct {
 	// Default is the kubernetes_version of a cluster.yml that sets none.
 	Default  string        `json:"default"`
 	Versions []versionJSON `json:"versions"`
+	// Minors are the newest versions of each minor version listed.
+	Minors []minorJSON `json:"minors"`
+}
+
+// minorJSON is a minor version's newest version of the table.
+type minorJSON struct {
+	Minor         int    `json:"minor"`
+	Newest        string `json:"newest"`
+	EndOfLife     string `json:"end_of_life,omitempty"`
+	PastEndOfLife bool   `json:"past_end_of_life"`
+}
+
+// today is the day end-of-life marks are judged by (a variable for tests).
+var today = func() string { return time.Now().UTC().Format(time.DateOnly) }
+
+// endOfLife returns upstream's end of life of a version's minor version
+// and whether it has passed.
+func endOfLife(version string) (string, bool) {
+	sv, err := rkemeta.ParseVersion(version)
+	if err != nil || sv.Major != 1 {
+		return "", false
+	}
+	d, ok := riggermeta.EndOfLife(int(sv.Minor))
+	if !ok {
+		return "", false
+	}
+	return d, d < today()
+}
+
+// endOfLifeMark is the text mark of an end of life.
+func endOfLifeMark(day string, past bool) string {
+	switch {
+	case day == "":
+		return ""
+	case past:
+		return " (past end of life: " + day + ")"
+	}
+	return " (supported upstream until " + day + ")"
+}
+
+// minorsOf returns the newest version of each minor version in list,
+// oldest minor first.
+func minorsOf(list []versionJSON) []minorJSON {
+	var out []minorJSON
+	newest := map[int]semver.Version{}
+	for _, v := range list {
+		sv, err := rkemeta.ParseVersion(v.Version)
+		if err != nil {
+			continue
+		}
+		m := minorJSON{Minor: int(sv.Minor), Newest: v.Version, EndOfLife: v.EndOfLife, PastEndOfLife: v.PastEndOfLife}
+		i := slices.IndexFunc(out, func(o minorJSON) bool { return o.Minor == m.Minor })
+		switch {
+		case i < 0:
+			out = append(out, m)
+		case sv.GT(newest[m.Minor]):
+			out[i] = m
+		default:
+			continue
+		}
+		newest[m.Minor] = sv
+	}
+	slices.SortFunc(out, func(a, b minorJSON) int { return a.Minor - b.Minor })
+	return out
 }
 
 type versionJSON struct {
@@ -145,9 +233,13 @@ type versionJSON struct {
 	// Table is the table the version comes from: tableRKE (RKE's, as RKE
 	// wrote it) or tableRigger (rigger's own, past RKE's end).
 	Table string `json:"table"`
-	// NeedsKubernetesImage: the version names no kubernetes image (no
-	// public one exists); system_images.kubernetes must be set.
-	NeedsKubernetesImage bool `json:"needs_kubernetes_image,omitempty"`
+	// Components are the images of the Kubernetes components, by name,
+	// for rigger's versions (their system_images.kubernetes is empty).
+	Components map[string]string `json:"components,omitempty"`
+	// EndOfLife is upstream's end of life of the version's minor version
+	// (YYYY-MM-DD), and PastEndOfLife whether it is over.
+	EndOfLife     string `json:"end_of_life,omitempty"`
+	PastEndOfLife bool   `json:"past_end_of_life"`
 	// SystemImages are the images, by their system_images key.
 	SystemImages map[string]string `json:"system_images"`
 	images       [][2]string       // SystemImages in the order of the schema
@@ -165,8 +257,11 @@ func knownVersions(names []string) ([]versionJSON, error) {
 	versions := spec.KubernetesVersions()
 	if len(names) > 0 {
 		for _, n := range names {
-			if slices.Contains(versions, n) {
+			if slices.Contains(versions, n) || riggermeta.IsRigger(n) {
 				continue
+			}
+			if instead, ok := riggermeta.Retired(n); ok {
+				return nil, fmt.Errorf("%s was an entry of an earlier rigger's table, whose images rigger's table no longer names: write %s", n, instead)
 			}
 			var near []string
 			for _, v := range versions {
@@ -187,8 +282,9 @@ func knownVersions(names []string) ([]versionJSON, error) {
 		v := versionJSON{Version: name, Default: name == spec.DefaultKubernetesVersion, ExtendedLife: rkemeta.ExtendedLife(name), Table: tableRKE, SystemImages: map[string]string{}}
 		if riggermeta.IsRigger(name) {
 			v.Table = tableRigger
-			v.NeedsKubernetesImage = riggermeta.NeedsKubernetesImage(name)
+			v.Components, _ = riggermeta.Components(name)
 		}
+		v.EndOfLife, v.PastEndOfLife = endOfLife(name)
 		rv, rt := reflect.ValueOf(im), reflect.TypeFor[spec.SystemImages]()
 		for i := range rt.NumField() {
 			key, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")

@@ -184,7 +184,7 @@ func Compute(in Input) (*Planned, error) {
 	pl := &Planned{
 		Plan: p, Desired: d, Observed: o, Budgets: budgets,
 		PKI: rp.Set, PKIChanges: rp.Changes, PKISource: rp.Source,
-		Warnings: append(etcdWarnings(c), plan.StoredAPIWarnings(o)...), Staged: ops,
+		Warnings: append(specWarnings(c), plan.StoredAPIWarnings(o)...), Staged: ops,
 		Encryption: report.EncryptionOf(re, in.StateDir),
 		Addons:     in.Addons.Changes, AddonHealth: in.Addons.Health, AddonsErr: in.Addons.Err, AddonsWant: in.Addons.Want,
 		pki: rp, encryption: re, spec: c, ignoreDocker: in.Asked.IgnoreDockerVersion,
@@ -258,15 +258,21 @@ func nodeFiles(c *spec.Cluster, req pki.Request, set *pki.Set, enc *secretsenc.P
 	return files, nil
 }
 
-// etcdWarnings are what the cluster's etcd layout is worth a word about.
-func etcdWarnings(c *spec.Cluster) []string {
+// specWarnings are what cluster.yml is worth a word about in every plan:
+// the etcd layout, and a kubernetes image set to another release than
+// kubernetes_version (so that a plan that changes nothing says why).
+func specWarnings(c *spec.Cluster) []string {
 	var want []etcdmember.Want
 	for _, n := range c.Nodes {
 		if slices.Contains(n.Role, spec.RoleEtcd) {
 			want = append(want, etcdmember.Want{Node: n.Address})
 		}
 	}
-	return etcdmember.Warnings(want)
+	out := etcdmember.Warnings(want)
+	if msg, detail := spec.PinnedKubernetes(c); msg != "" {
+		out = append(out, "system_images.kubernetes "+msg+". "+detail)
+	}
+	return out
 }
 
 // Teardown is the plan of the teardown of cluster c (rigger remove), from

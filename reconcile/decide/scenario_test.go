@@ -1048,7 +1048,7 @@ func TestComputeScenarios(t *testing.T) {
 			name: "a minor skipped",
 			build: func(t *testing.T) *scenario {
 				sc := convergedYML(t, scenarioYML+"kubernetes_version: v1.31.14-rancher1-1\n")
-				sc.c = parse(t, scenarioYML+"kubernetes_version: v1.33.7-rigger1\ningress: {provider: none}\n")
+				sc.c = parse(t, scenarioYML+"kubernetes_version: v1.33.13-rigger1\ningress: {provider: none}\n")
 				return sc
 			},
 			wantErr: "1.33", wantReason: stall.InvalidSpec,

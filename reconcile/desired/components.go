@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"cmp"
 	"encoding/base64"
 	"maps"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/registryauth"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/riggermeta"
 )
 
 // Settings of RKE's cluster/plan.go that do not depend on cluster.yml. The
@@ -23,6 +25,12 @@ const (
 	controlplaneTaint = "node-role.kubernetes.io/controlplane=true:NoSchedule"
 	// rbacMode is the authorization.mode that turns on Node,RBAC.
 	rbacMode = "rbac"
+	// podInfraFlag is the kubelet's flag for the pause image, until 1.35.
+	podInfraFlag = "pod-infra-container-image"
+	// CRIDockerdStreamPort is the port of cri-dockerd's streaming server
+	// when cri_dockerd_stream_server_port is not set: rke-tools'
+	// entrypoint's default.
+	CRIDockerdStreamPort = "10010"
 	// envCRIDockerd tells RKE's kubelet entrypoint to start cri-dockerd.
 	envCRIDockerd = "RKE_KUBELET_CRIDOCKERD=true"
 	// EnvKubeletDockerConfig and EnvKubeletDockerFile are RKE's: with
@@ -170,6 +178,7 @@ func (b *builder) cloudProvider(f flags) {
 // spec hashes.
 func (b *builder) kubeComponent(name string, s spec.BaseService, f flags, env, binds []string) Container {
 	f.dropRemoved(name, b.rel.minor)
+	f.featureGates(name, b.rel.minor)
 	entrypoint := binDir + name
 	if b.rel.pastRKE() {
 		entrypoint = name
@@ -325,14 +334,14 @@ func (b *builder) kubelet(h *host) Container {
 	kubeletDir := hostPath(b.prefix, KubeletDir)
 	f := flags{}
 	for k, v := range map[string]string{
-		"client-ca-file":            certPath(CertCA),
-		"cluster-dns":               s.ClusterDNSServer,
-		"cluster-domain":            s.ClusterDomain,
-		"fail-swap-on":              strconv.FormatBool(s.FailSwapOn),
-		"hostname-override":         h.hostname,
-		"kubeconfig":                configPath(CertNode),
-		"pod-infra-container-image": s.InfraContainerImage,
-		"root-dir":                  kubeletDir,
+		"client-ca-file":    certPath(CertCA),
+		"cluster-dns":       s.ClusterDNSServer,
+		"cluster-domain":    s.ClusterDomain,
+		"fail-swap-on":      strconv.FormatBool(s.FailSwapOn),
+		"hostname-override": h.hostname,
+		"kubeconfig":        configPath(CertNode),
+		podInfraFlag:        s.InfraContainerImage,
+		"root-dir":          kubeletDir,
 	} {
 		f.set(k, v)
 	}
@@ -366,8 +375,18 @@ func (b *builder) kubelet(h *host) Container {
 		if a := b.c.CRIDockerdStreamServerAddress; a != "" {
 			env = append(env, "CRIDOCKERD_STREAM_SERVER_ADDRESS="+a)
 		}
-		if p := b.c.CRIDockerdStreamServerPort; p != "" {
-			env = append(env, "CRIDOCKERD_STREAM_SERVER_PORT="+p)
+		port := b.c.CRIDockerdStreamServerPort
+		if _, gone := riggermeta.Removed(Kubelet, podInfraFlag, b.rel.minor); gone {
+			// From 1.35 the kubelet has no --pod-infra-container-image,
+			// where rke-tools' entrypoint finds the pause image it gives
+			// cri-dockerd. The entrypoint expands the port unquoted
+			// into cri-dockerd's command line, after
+			// --streaming-bind-addr=<address>:, so the pause image is
+			// passed there (docs/versions.md).
+			port = cmp.Or(port, CRIDockerdStreamPort) + " --" + podInfraFlag + "=" + s.InfraContainerImage
+		}
+		if port != "" {
+			env = append(env, "CRIDOCKERD_STREAM_SERVER_PORT="+port)
 		}
 		if strings.Contains(b.c.Services.KubeController.ClusterCIDR, ",") {
 			env = append(env, "RKE_KUBELET_CRIDOCKERD_DUALSTACK=true")

@@ -3,6 +3,7 @@ package desired
 import (
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rigger/rigger/spec"
@@ -57,6 +58,37 @@ func (f flags) dropRemoved(component string, minor int) {
 			delete(f, k)
 		}
 	}
+}
+
+// featureGates merges the gates rigger sets on a component of Kubernetes
+// 1.minor (riggermeta.FeatureGates) into its --feature-gates, each unless
+// the flag names that gate already (the cluster's extra_args win).
+func (f flags) featureGates(component string, minor int) {
+	const name = "feature-gates"
+	for _, g := range riggermeta.FeatureGates() {
+		if g.Component != component || minor < g.Minor {
+			continue
+		}
+		gate := g.Gate + "=" + strconv.FormatBool(g.Enabled)
+		v := f[name]
+		switch {
+		case len(v) == 0 || v[len(v)-1] == "":
+			f.set(name, gate)
+		case !slices.ContainsFunc(v, func(s string) bool { return namesGate(s, g.Gate) }):
+			v[len(v)-1] += "," + gate
+		}
+	}
+}
+
+// namesGate reports whether a --feature-gates value (A=true,B=false) sets
+// gate.
+func namesGate(value, gate string) bool {
+	for kv := range strings.SplitSeq(value, ",") {
+		if k, _, _ := strings.Cut(kv, "="); strings.TrimSpace(k) == gate {
+			return true
+		}
+	}
+	return false
 }
 
 // appendValue appends suffix to the single value of a flag that is set,

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,16 +31,8 @@ func loadAt(t testing.TB, name, version, extra string) *spec.Cluster {
 }
 
 // pastRKEExtra is what a cluster.yml on rigger's versions needs beyond the
-// example: no ingress-nginx (retired), and for the versions without a
-// public kubernetes image, one of the user's.
-func pastRKEExtra(version string) string {
-	extra := "ingress: {provider: none}\n"
-	if riggermeta.NeedsKubernetesImage(version) {
-		upstream, _, _ := strings.Cut(version, riggermeta.Suffix)
-		extra += "system_images: {kubernetes: registry.example.com/hyperkube:" + upstream + "}\n"
-	}
-	return extra
-}
+// example: no ingress-nginx (retired).
+const pastRKEExtra = "ingress: {provider: none}\n"
 
 // minorOfVersion reads 35 from v1.35.8-rigger1.
 func minorOfVersion(t testing.TB, version string) int {
@@ -59,13 +52,14 @@ func TestPastRKEContainers(t *testing.T) {
 	for _, version := range riggermeta.Versions() {
 		t.Run(version, func(t *testing.T) {
 			minor := minorOfVersion(t, version)
-			c := loadAt(t, "three-role", version, pastRKEExtra(version)+
+			c := loadAt(t, "three-role", version, pastRKEExtra+
 				"cloud_provider: {name: external}\nenable_cri_dockerd: true\n")
 			d, err := Build(c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want, _ := riggermeta.Images(version)
+			comps, _ := riggermeta.Components(version)
 			seen := map[string]bool{}
 			for _, n := range d.Nodes {
 				for _, ct := range n.Containers {
@@ -81,8 +75,23 @@ func TestPastRKEContainers(t *testing.T) {
 					if !slices.Contains(kube, ct.Name) {
 						continue
 					}
-					if ct.Image != c.SystemImages.Kubernetes {
-						t.Errorf("%s %s: image %s, want %s", n.Address, ct.Name, ct.Image, c.SystemImages.Kubernetes)
+					if ct.Image != comps[ct.Name] {
+						t.Errorf("%s %s: image %s, want %s", n.Address, ct.Name, ct.Image, comps[ct.Name])
+					}
+					for _, g := range riggermeta.FeatureGates() {
+						gate := g.Gate + "=" + strconv.FormatBool(g.Enabled)
+						if set := namesGate(args["feature-gates"], g.Gate); g.Component == ct.Name && set != (minor >= g.Minor) ||
+							set && !strings.Contains(args["feature-gates"], gate) {
+							t.Errorf("%s %s at 1.%d: --feature-gates=%q, want %s from 1.%d", n.Address, ct.Name, minor, args["feature-gates"], gate, g.Minor)
+						}
+					}
+					if ct.Name == Kubelet {
+						// From 1.35 the pause image reaches cri-dockerd
+						// through rke-tools' expansion of the port.
+						wantEnv := "CRIDOCKERD_STREAM_SERVER_PORT=10010 --pod-infra-container-image=" + want.PodInfraContainer
+						if got := slices.Contains(ct.Env, wantEnv); got != (minor >= 35) {
+							t.Errorf("%s kubelet at 1.%d: env %q, want %q from 1.35", n.Address, minor, ct.Env, wantEnv)
+						}
 					}
 					switch {
 					case ct.Name == Kubelet:
@@ -124,8 +133,8 @@ func TestPastRKEContainers(t *testing.T) {
 // rigger's versions (1.35, where the kubelet loses
 // --pod-infra-container-image and gains --fail-cgroupv1=false).
 func TestPastRKEGolden(t *testing.T) {
-	const version = "v1.35.8-rigger1"
-	d, err := Build(loadAt(t, "three-role", version, pastRKEExtra(version)))
+	const version = "v1.35.10-rigger1"
+	d, err := Build(loadAt(t, "three-role", version, pastRKEExtra))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,5 +177,49 @@ func TestRKEReleasesUnchanged(t *testing.T) {
 				t.Errorf("kubelet of RKE's table gained --fail-cgroupv1: %q", kubeletArgs)
 			}
 		})
+	}
+}
+
+// TestPinnedKubernetesImage: a system_images.kubernetes that is set runs
+// all five components, on rigger's versions as on RKE's.
+func TestPinnedKubernetesImage(t *testing.T) {
+	const image = "registry.example.com/hyperkube:v1.36.6"
+	d, err := Build(loadAt(t, "three-role", "v1.36.6-rigger1", pastRKEExtra+"system_images: {kubernetes: "+image+"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range d.Nodes {
+		for _, ct := range n.Containers {
+			if slices.Contains([]string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet, KubeProxy}, ct.Name) && ct.Image != image {
+				t.Errorf("%s %s: image %s, want the one set, %s", n.Address, ct.Name, ct.Image, image)
+			}
+		}
+	}
+}
+
+// TestFeatureGatesMerge: rigger's gates join the cluster's own
+// --feature-gates, and a gate the cluster names itself is left as it is.
+func TestFeatureGatesMerge(t *testing.T) {
+	for _, tc := range []struct{ extra, want string }{
+		{"", "ExtendWebSocketsToKubelet=false"},
+		{"services: {kube-api: {extra_args: {feature-gates: \"A=true\"}}}\n", "A=true,ExtendWebSocketsToKubelet=false"},
+		{"services: {kube-api: {extra_args: {feature-gates: \"A=true, ExtendWebSocketsToKubelet=true\"}}}\n", "A=true, ExtendWebSocketsToKubelet=true"},
+	} {
+		d, err := Build(loadAt(t, "three-role", "v1.37.2-rigger2", pastRKEExtra+tc.extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, n := range d.Nodes {
+			if api, ok := n.Container(KubeAPIServer); ok {
+				found = true
+				if !slices.Contains(api.Args, "--feature-gates="+tc.want) {
+					t.Errorf("with %q: kube-apiserver %q, want --feature-gates=%s", tc.extra, api.Args, tc.want)
+				}
+			}
+		}
+		if !found {
+			t.Fatal("no kube-apiserver rendered")
+		}
 	}
 }

@@ -159,7 +159,7 @@ func TestCheckSkippedMinor(t *testing.T) {
 		{
 			name: "RKE's 1.32 to rigger's 1.34, CKE's tag", running: hyperkubeAt("v1.32.13-rancher1"), desired: kubeImage("ghcr.io/cybozu/kubernetes:1.34.9.1"),
 			want: []SkippedMinor{{"10.0.0.1", "v1.32.13-rancher1", "1.34.9.1"}, {"10.0.0.2", "v1.32.13-rancher1", "1.34.9.1"}},
-			next: "v1.33.7-rigger1",
+			next: "v1.33.13-rigger1",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,9 +20,6 @@ func TestPastRKEManifests(t *testing.T) {
 					yml := "nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]\n" +
 						"kubernetes_version: " + version + "\ningress: {provider: none}\n" +
 						"network: {plugin: " + plugin + "}\ndns: {provider: " + dns + ", nodelocal: {ip_address: 169.254.20.10}}\n"
-					if riggermeta.NeedsKubernetesImage(version) {
-						yml += "system_images: {kubernetes: registry.example.com/hyperkube:mine}\n"
-					}
 					c, diags := spec.Parse([]byte(yml), "cluster.yml")
 					if diags.HasErrors() {
 						t.Fatal(diags)

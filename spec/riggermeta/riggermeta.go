@@ -3,13 +3,19 @@
 // answer from both tables:
 //
 //   - rigger's versions, one per minor version after 1.32 (Versions),
-//     spelled v1.33.7-rigger1: the upstream Kubernetes version the
-//     kubernetes image runs, then `-rigger` and the revision of the entry;
-//   - their images (Images): images a user can pull today, each from a
-//     source named in docs/versions.md; an entry whose minor version has no
-//     maintained public image with all five components names no kubernetes
-//     image, and the cluster must set system_images.kubernetes (recipe in
-//     deploy/hyperkube);
+//     spelled v1.35.10-rigger1: upstream's newest patch release of the
+//     minor when the table was written, then `-rigger` and the revision of
+//     the entry; any other patch release of those minor versions, spelled
+//     as upstream spells it (v1.35.12), is rigger's too, its images derived
+//     by the same rule (Resolve);
+//   - their images (Images, Components): upstream's own images of the
+//     control-plane components and kube-proxy (registry.k8s.io), Talos'
+//     image of upstream's kubelet binary (ghcr.io/siderolabs/kubelet), and
+//     etcd, pause and CoreDNS as kubeadm pairs them with each minor, each
+//     source named in docs/versions.md; system_images.kubernetes stays
+//     empty, and a cluster that sets it runs that one image for all five,
+//     as in RKE;
+//   - upstream's end of life of each minor version (EndOfLife);
 //   - their components' default flags (ServiceOptions): RKE's options of
 //     1.32 with each flag a later minor version removed taken out and the
 //     settings it needs added (RemovedFlags, AddedFlags);
@@ -26,14 +32,13 @@ package riggermeta
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rigger/rigger/spec/rkemeta"
 )
 
-// Suffix marks rigger's versions: v1.33.7-rigger1.
+// Suffix marks rigger's versions: v1.35.10-rigger1.
 const Suffix = "-rigger"
 
 // BaseSeries is the series of RKE's table whose default flags and
@@ -65,25 +70,80 @@ const (
 	metricsServer = "registry.k8s.io/metrics-server/metrics-server:v0.7.2"
 )
 
-// entry is one of rigger's versions with what differs from baseVersion's
-// images.
-type entry struct {
-	version    string
-	etcd       string
-	kubernetes string // "" where no maintained public image exists
-	pause      string // kubeadm's PauseVersion of the minor
-	coreDNS    string // kubeadm's CoreDNSVersion of the minor
+// Where the components' images come from (docs/versions.md).
+const (
+	// UpstreamRegistry publishes, signed, kube-apiserver,
+	// kube-controller-manager, kube-scheduler and kube-proxy for every
+	// patch release: registry.k8s.io/<component>:v1.35.10.
+	UpstreamRegistry = "registry.k8s.io"
+	// KubeletRepository is Talos' image of upstream's kubelet binary
+	// (upstream publishes no kubelet image): its -fat variant, on
+	// Kubernetes' debian-base, has the shell, mount, nsenter, iptables and
+	// nftables that rke-tools' kubelet entrypoint and the kubelet run.
+	KubeletRepository = "ghcr.io/siderolabs/kubelet"
+	// KubeletVariant is the tag suffix of that variant.
+	KubeletVariant = "-fat"
+)
+
+// minorEntry is one minor version of rigger's table.
+type minorEntry struct {
+	minor int
+	// patch is upstream's newest patch release of the minor when the
+	// table was written: the entry's version.
+	patch int
+	// revision is rigger's revision of the entry: a change of its images
+	// other than the patch release gets the next one.
+	revision int
+	etcd     string
+	pause    string // kubeadm's PauseVersion of the minor
+	coreDNS  string // kubeadm's CoreDNSVersion of the minor
 }
 
-// entries returns rigger's versions, oldest first.
-func entries() []entry {
-	return []entry{
-		{"v1.33.7-rigger1", etcd35, "ghcr.io/cybozu/kubernetes:1.33.7.1", "registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0"},
-		{"v1.34.9-rigger1", etcd36, "ghcr.io/cybozu/kubernetes:1.34.9.1", "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.12.1"},
-		{"v1.35.8-rigger1", etcd36, "ghcr.io/cybozu/kubernetes:1.35.8.1", "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.13.1"},
-		{"v1.36.3-rigger1", etcd36, "", "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.2"},
-		{"v1.37.2-rigger1", etcd37, "", "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.6"},
+// entries returns rigger's minor versions, oldest first.
+func entries() []minorEntry {
+	return []minorEntry{
+		{33, 13, 1, etcd35, "registry.k8s.io/pause:3.10", "registry.k8s.io/coredns/coredns:v1.12.0"},
+		{34, 9, 2, etcd36, "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.12.1"},
+		{35, 10, 1, etcd36, "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.13.1"},
+		{36, 6, 1, etcd36, "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.2"},
+		{37, 2, 2, etcd37, "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.6"},
 	}
+}
+
+// upstream is the entry's upstream version: v1.35.10.
+func (e minorEntry) upstream() string { return fmt.Sprintf("v1.%d.%d", e.minor, e.patch) }
+
+// version is the entry's spelling in the table: v1.35.10-rigger1.
+func (e minorEntry) version() string { return e.upstream() + Suffix + strconv.Itoa(e.revision) }
+
+// retired are the spellings earlier tables gave, with the image each named
+// for kubernetes, so that a cluster.yml still naming one is told what
+// replaced it (Retired).
+var retired = map[string]string{
+	"v1.33.7-rigger1": "ghcr.io/cybozu/kubernetes:1.33.7.1",
+	"v1.34.9-rigger1": "ghcr.io/cybozu/kubernetes:1.34.9.1",
+	"v1.35.8-rigger1": "ghcr.io/cybozu/kubernetes:1.35.8.1",
+	"v1.36.3-rigger1": "",
+	"v1.37.2-rigger1": "",
+}
+
+// Retired reports whether version is a spelling an earlier table of
+// rigger's gave, and what to write instead: the upstream version it ran
+// (whose images the rule now derives) and the table's entry of its minor.
+func Retired(version string) (instead string, ok bool) {
+	if _, ok := retired[version]; !ok {
+		return "", false
+	}
+	upstream, _, _ := strings.Cut(version, Suffix)
+	for _, e := range entries() {
+		if strings.HasPrefix(upstream, fmt.Sprintf("v1.%d.", e.minor)) {
+			if e.upstream() == upstream {
+				return e.version(), true
+			}
+			return upstream + " or " + e.version(), true
+		}
+	}
+	return upstream, true
 }
 
 // Versions returns rigger's own versions, oldest first.
@@ -91,7 +151,7 @@ func Versions() []string {
 	es := entries()
 	out := make([]string, len(es))
 	for i, e := range es {
-		out[i] = e.version
+		out[i] = e.version()
 	}
 	return out
 }
@@ -100,27 +160,68 @@ func Versions() []string {
 // oldest first.
 func AllVersions() []string { return append(rkemeta.Versions(), Versions()...) }
 
-// IsRigger reports whether version is one of rigger's own versions.
-func IsRigger(version string) bool {
-	return slices.ContainsFunc(entries(), func(e entry) bool { return e.version == version })
+// Resolve finds a kubernetes_version in rigger's table: an entry as the
+// table spells it (v1.35.10-rigger1), or any patch release of one of the
+// table's minor versions as upstream spells it (v1.35.12, v1.35.3), so that
+// a patch upstream publishes after rigger's release runs without a new
+// rigger. It returns the upstream version the components run (v1.35.10).
+func Resolve(version string) (upstream string, ok bool) {
+	_, upstream, ok = resolve(version)
+	return upstream, ok
 }
 
-// Images returns the images of one of rigger's versions, spelled exactly
-// as Versions spells it. Its Kubernetes is empty where no public image
-// exists (NeedsKubernetesImage).
+func resolve(version string) (minorEntry, string, bool) {
+	for _, e := range entries() {
+		if e.version() == version {
+			return e, e.upstream(), true
+		}
+	}
+	major, rest, ok := strings.Cut(version, ".")
+	if !ok || major != "v1" {
+		return minorEntry{}, "", false
+	}
+	minor, patch, ok := strings.Cut(rest, ".")
+	if !ok || !decimal(minor) || !decimal(patch) {
+		return minorEntry{}, "", false
+	}
+	for _, e := range entries() {
+		if strconv.Itoa(e.minor) == minor {
+			return e, version, true
+		}
+	}
+	return minorEntry{}, "", false
+}
+
+// decimal reports whether s is a number as semver writes one: digits, no
+// leading zero.
+func decimal(s string) bool {
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return false
+	}
+	return strings.Trim(s, "0123456789") == ""
+}
+
+// IsRigger reports whether version is one of rigger's own versions, an
+// entry of the table or a patch release of one of its minor versions.
+func IsRigger(version string) bool {
+	_, ok := Resolve(version)
+	return ok
+}
+
+// Images returns the images of one of rigger's versions (Resolve). Its
+// Kubernetes is empty: each component has an image of its own
+// (Components).
 func Images(version string) (rkemeta.SystemImages, bool) {
-	es := entries()
-	i := slices.IndexFunc(es, func(e entry) bool { return e.version == version })
-	if i < 0 {
+	e, _, ok := resolve(version)
+	if !ok {
 		return rkemeta.SystemImages{}, false
 	}
-	e := es[i]
 	im, ok := rkemeta.Images(baseVersion)
 	if !ok {
 		panic("riggermeta: RKE's table has no " + baseVersion)
 	}
 	im.Etcd = e.etcd
-	im.Kubernetes = e.kubernetes
+	im.Kubernetes = ""
 	im.PodInfraContainer = e.pause
 	im.CoreDNS = e.coreDNS
 	im.Flannel = flannel
@@ -134,6 +235,25 @@ func Images(version string) (rkemeta.SystemImages, bool) {
 	return im, true
 }
 
+// ComponentImages are the images of the five Kubernetes components, by
+// component name (KubeAPIServer, …).
+type ComponentImages map[string]string
+
+// Components returns the image of each Kubernetes component of one of
+// rigger's versions (Resolve): upstream's images of its patch release for
+// all but the kubelet, Talos' for the kubelet.
+func Components(version string) (ComponentImages, bool) {
+	upstream, ok := Resolve(version)
+	if !ok {
+		return nil, false
+	}
+	out := ComponentImages{Kubelet: KubeletRepository + ":" + upstream + KubeletVariant}
+	for _, c := range []string{KubeAPIServer, KubeControllerManager, KubeScheduler, KubeProxy} {
+		out[c] = UpstreamRegistry + "/" + c + ":" + upstream
+	}
+	return out, true
+}
+
 // AllImages returns the images of a version of either table.
 func AllImages(version string) (rkemeta.SystemImages, bool) {
 	if im, ok := rkemeta.Images(version); ok {
@@ -142,12 +262,17 @@ func AllImages(version string) (rkemeta.SystemImages, bool) {
 	return Images(version)
 }
 
-// NeedsKubernetesImage reports whether a version is one of rigger's whose
-// table names no kubernetes image: the cluster must set
-// system_images.kubernetes (deploy/hyperkube builds one).
-func NeedsKubernetesImage(version string) bool {
-	im, ok := Images(version)
-	return ok && im.Kubernetes == ""
+// EndOfLife returns the day upstream ended, or ends, the support of a 1.x
+// minor version (kubernetes.io/releases/patch-releases), YYYY-MM-DD, for
+// the minor versions rigger runs.
+func EndOfLife(minor int) (string, bool) {
+	d, ok := map[int]string{
+		24: "2023-07-28", 25: "2023-10-28", 26: "2024-02-28", 27: "2024-06-28",
+		28: "2024-10-28", 29: "2025-02-28", 30: "2025-06-28", 31: "2025-10-28",
+		32: "2026-02-28", 33: "2026-06-28", 34: "2026-10-27", 35: "2027-02-28",
+		36: "2027-06-28", 37: "2027-10-28",
+	}[minor]
+	return d, ok
 }
 
 // Components, named as their containers and binaries.
@@ -219,6 +344,26 @@ func AddedFlags() []AddedFlag {
 	return []AddedFlag{
 		{Kubelet, "fail-cgroupv1", "false", 35,
 			"from 1.35 the kubelet refuses to start on a cgroup v1 host unless told otherwise (kubernetes#134298); RKE's nodes may be cgroup v1, so rigger keeps them running, as 1.32 did. cgroup v1 is deprecated: move the nodes to cgroup v2 and set it to true in extra_args"},
+	}
+}
+
+// FeatureGate is a feature gate rigger sets on a component from a minor
+// version on, merged into its --feature-gates unless the cluster's
+// extra_args name the gate themselves.
+type FeatureGate struct {
+	Component, Gate string
+	Enabled         bool
+	// Minor is the 1.x minor version from which it is set.
+	Minor int
+	// Why, for people.
+	Why string
+}
+
+// FeatureGates returns the gates rigger sets past RKE's table.
+func FeatureGates() []FeatureGate {
+	return []FeatureGate{
+		{KubeAPIServer, "ExtendWebSocketsToKubelet", false, 36,
+			"from 1.36 the API server forwards kubectl exec, attach and port-forward to the kubelet over WebSockets by default, which cri-dockerd's streaming server does not serve (\"server gave HTTP response to HTTPS client\", Mirantis/cri-dockerd#576): turning the gate off keeps them working through cri-dockerd"},
 	}
 }
 

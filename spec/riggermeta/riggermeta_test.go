@@ -22,8 +22,11 @@ func TestVersions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
 		}
-		if sv.Major != 1 || int(sv.Minor) != FirstMinor+i || !strings.HasSuffix(v, Suffix+"1") {
-			t.Errorf("version %d is %s, want v1.%d.<patch>%s1", i, v, FirstMinor+i, Suffix)
+		if sv.Major != 1 || int(sv.Minor) != FirstMinor+i || !strings.Contains(v, Suffix) {
+			t.Errorf("version %d is %s, want v1.%d.<patch>%s<revision>", i, v, FirstMinor+i, Suffix)
+		}
+		if _, ok := retired[v]; ok {
+			t.Errorf("%s is both an entry and retired", v)
 		}
 		if _, ok := rkemeta.Images(v); ok {
 			t.Errorf("%s is in RKE's table too", v)
@@ -72,15 +75,8 @@ func TestImages(t *testing.T) {
 					t.Errorf("%s: %s = %s, want none", v, name, got)
 				}
 			case "Kubernetes":
-				if (got == "") != NeedsKubernetesImage(v) {
-					t.Errorf("%s: kubernetes %q, NeedsKubernetesImage %v", v, got, NeedsKubernetesImage(v))
-				}
-				if got != "" && !strings.HasPrefix(rkemeta.ImageTag(got), fmt.Sprintf("1.%d.", minor)) {
-					t.Errorf("%s: kubernetes image %s is not of 1.%d", v, got, minor)
-				}
-				// The entry names the upstream version its image runs.
-				if got != "" && !strings.HasPrefix(v, "v"+strings.TrimSuffix(rkemeta.ImageTag(got), ".1")+Suffix) {
-					t.Errorf("%s: kubernetes image %s runs another patch release", v, got)
+				if got != "" {
+					t.Errorf("%s: kubernetes = %s, want none: each component has its own image", v, got)
 				}
 			default:
 				if got == "" && reflect.ValueOf(base).Field(i).String() != "" {
@@ -108,6 +104,20 @@ func TestImages(t *testing.T) {
 		if got, _ := AllImages(v); got != im {
 			t.Errorf("AllImages(%s) differs from Images", v)
 		}
+		// Each component runs upstream's patch release the version
+		// names: registry.k8s.io's own images, Talos' kubelet.
+		comps, ok := Components(v)
+		upstream, _, _ := strings.Cut(v, Suffix)
+		wantComps := ComponentImages{
+			KubeAPIServer:         "registry.k8s.io/kube-apiserver:" + upstream,
+			KubeControllerManager: "registry.k8s.io/kube-controller-manager:" + upstream,
+			KubeScheduler:         "registry.k8s.io/kube-scheduler:" + upstream,
+			KubeProxy:             "registry.k8s.io/kube-proxy:" + upstream,
+			Kubelet:               "ghcr.io/siderolabs/kubelet:" + upstream + "-fat",
+		}
+		if diff := cmp.Diff(wantComps, comps); !ok || diff != "" {
+			t.Errorf("%s: components (-want +got):\n%s", v, diff)
+		}
 	}
 	for _, v := range []string{rkemeta.DefaultVersion, "v1.24.2-rancher1-1"} {
 		want, _ := rkemeta.Images(v)
@@ -115,8 +125,8 @@ func TestImages(t *testing.T) {
 			t.Errorf("AllImages(%s) is not RKE's", v)
 		}
 	}
-	if _, ok := AllImages("v1.33.7"); ok {
-		t.Errorf("AllImages found v1.33.7, spelled otherwise than the table")
+	if _, ok := AllImages("v1.31.5"); ok {
+		t.Errorf("AllImages found v1.31.5, spelled otherwise than RKE's table")
 	}
 }
 
@@ -127,10 +137,11 @@ func TestServiceOptionsFor(t *testing.T) {
 	}{
 		{"RKE's default", rkemeta.DefaultVersion, "rke-extended-life/hyperkube:v1.32.13-rancher1", "v1.32", false},
 		{"RKE's version with an image of 1.31", rkemeta.DefaultVersion, "rancher/hyperkube:v1.31.5-rancher1", "v1.31", false},
-		{"CKE's tag", "v1.33.7-rigger1", "ghcr.io/cybozu/kubernetes:1.33.7.1", "v1.33", false},
-		{"a recipe image", "v1.36.3-rigger1", "registry.example.com/hyperkube:v1.36.3", "v1.36", false},
-		{"a tag without a version", "v1.37.2-rigger1", "registry.example.com/hyperkube:latest", "v1.37", false},
-		{"no image", "v1.34.9-rigger1", "", "v1.34", false},
+		{"CKE's tag", "v1.33.13-rigger1", "ghcr.io/cybozu/kubernetes:1.33.7.1", "v1.33", false},
+		{"a recipe image", "v1.36.6-rigger1", "registry.example.com/hyperkube:v1.36.3", "v1.36", false},
+		{"a tag without a version", "v1.37.2-rigger2", "registry.example.com/hyperkube:latest", "v1.37", false},
+		{"no image", "v1.34.9-rigger2", "", "v1.34", false},
+		{"a patch of the rule", "v1.35.12", "", "v1.35", false},
 		{"an image past RKE on RKE's version", rkemeta.DefaultVersion, "registry.example.com/hyperkube:v1.35.4", "v1.35", false},
 		{"past rigger's table", "v1.38.0", "registry.example.com/hyperkube:v1.38.0", "v1.38", true},
 		{"before 1.24", rkemeta.DefaultVersion, "rancher/hyperkube:v1.23.16-rancher2", "v1.23", true},
@@ -234,5 +245,81 @@ func TestDocker(t *testing.T) {
 	}
 	if got, want := DockerVersions("v1.31.5-rancher1-1"), rkemeta.DockerVersions("v1.31.5-rancher1-1"); !slices.Equal(got, want) {
 		t.Errorf("DockerVersions of RKE's 1.31 = %v, want RKE's %v", got, want)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	for _, tc := range []struct {
+		version, upstream string
+	}{
+		{"v1.35.10-rigger1", "v1.35.10"},
+		{"v1.35.12", "v1.35.12"},
+		{"v1.33.2", "v1.33.2"},
+		{"v1.37.0", "v1.37.0"},
+		{"v1.35.10-rigger7", ""}, // not the table's revision
+		{"v1.35.8-rigger1", ""},  // retired
+		{"v1.38.0", ""},
+		{"v1.32.13", ""}, // RKE's minor
+		{"v1.35", ""},
+		{"v1.35.01", ""},
+		{"v1.35.1-rc.0", ""},
+		{"1.35.10", ""},
+		{"v1.35.x", ""},
+	} {
+		got, ok := Resolve(tc.version)
+		if got != tc.upstream || ok != (tc.upstream != "") {
+			t.Errorf("Resolve(%s) = %q, %v; want %q", tc.version, got, ok, tc.upstream)
+		}
+		if IsRigger(tc.version) != ok {
+			t.Errorf("IsRigger(%s) != Resolve's answer", tc.version)
+		}
+	}
+	// A patch of the rule has its minor's entry's images but its own
+	// components.
+	entry, _ := Images("v1.35.10-rigger1")
+	if im, ok := Images("v1.35.12"); !ok || im != entry {
+		t.Errorf("v1.35.12's images differ from its minor's entry")
+	}
+	if c, _ := Components("v1.35.12"); c[KubeAPIServer] != "registry.k8s.io/kube-apiserver:v1.35.12" || c[Kubelet] != "ghcr.io/siderolabs/kubelet:v1.35.12-fat" {
+		t.Errorf("v1.35.12's components: %v", c)
+	}
+}
+
+func TestRetired(t *testing.T) {
+	for version, want := range map[string]string{
+		"v1.33.7-rigger1": "v1.33.7 or v1.33.13-rigger1",
+		"v1.34.9-rigger1": "v1.34.9-rigger2",
+		"v1.37.2-rigger1": "v1.37.2-rigger2",
+	} {
+		if got, ok := Retired(version); !ok || got != want {
+			t.Errorf("Retired(%s) = %q, %v; want %q", version, got, ok, want)
+		}
+	}
+	for _, v := range append(Versions(), "v1.35.12", rkemeta.DefaultVersion) {
+		if _, ok := Retired(v); ok {
+			t.Errorf("%s is retired", v)
+		}
+	}
+}
+
+func TestEndOfLife(t *testing.T) {
+	prev := ""
+	for minor := rkemeta.MinMinor; minor <= LastMinor; minor++ {
+		d, ok := EndOfLife(minor)
+		if !ok || len(d) != len("2027-02-28") || d <= prev {
+			t.Errorf("EndOfLife(1.%d) = %q, %v: want a day after 1.%d's %s", minor, d, ok, minor-1, prev)
+		}
+		prev = d
+	}
+	if _, ok := EndOfLife(LastMinor + 1); ok {
+		t.Errorf("an end of life for 1.%d, which rigger does not run", LastMinor+1)
+	}
+}
+
+func TestFeatureGates(t *testing.T) {
+	for _, g := range FeatureGates() {
+		if g.Minor < FirstMinor || g.Minor > LastMinor || g.Gate == "" || g.Why == "" {
+			t.Errorf("gate %+v: outside rigger's minors or undocumented", g)
+		}
 	}
 }
