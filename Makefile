@@ -134,6 +134,18 @@ test-long: prereqs build rke-render ## the long sandbox tests: rigger's flags ag
 	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test27 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
+# The whole upgrade road past RKE, one minor at a time (make test-road).
+ROAD_VERSIONS = $(UPGRADE_VERSIONS),v1.35.4,v1.36.3,v1.37.2
+
+.PHONY: test-road
+test-road: prereqs build ## the whole upgrade road under load, RKE's 1.32 to 1.37 one minor at a time, exec, port-forward and logs checked after each step, and rigger's flags against every version's binaries (docs/operations.md)
+	@# Kubernetes 1.35 to 1.37 and etcd 3.7 besides test-long's (about 10 minutes each on a cold cache).
+	$(BIN) sandbox images --kubernetes $(ROAD_VERSIONS) >/dev/null
+	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_ROAD=1 $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 1 -timeout 90m \
+	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox)$$' -v ./reconcile/desired ./reconcile; rc=$$?; \
+	$(BIN) sandbox down --name test36 || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test-road FAILED: see the --- FAIL lines above"; fi; exit $$rc
+
 # How many cold converges `make test-cold` makes in a row (.ci/run makes fewer).
 COLD_RUNS ?= 10
 

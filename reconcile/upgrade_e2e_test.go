@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +60,15 @@ const (
 // upgradeNodePort is the NodePort of the workload's Service.
 const upgradeNodePort = 30036
 
+// EnvRoad makes TestUpgradeSandbox go on from v1.34.4 to the newest minor
+// version, one at a time (roadVersions): make test-road sets it.
+const EnvRoad = "RIGGER_ROAD"
+
+// roadVersions are the upgrades past v1.34.4 that make test-road runs:
+// the sandbox's builds of each minor version up to rigger's newest
+// (sandbox.KubeReleases).
+var roadVersions = []string{"v1.35.4", "v1.36.3", "v1.37.2"}
+
 // TestUpgradeSandbox takes a cluster under load one Kubernetes minor
 // version at a time from RKE's default (v1.32.13, etcd 3.5.16, the
 // sandbox's default) to v1.33.13 (etcd 3.5.35), then to v1.34.4 (etcd
@@ -73,7 +83,12 @@ const upgradeNodePort = 30036
 // logged and bounded.
 func TestUpgradeSandbox(t *testing.T) {
 	sandboxtest.SkipUnlessLong(t)
-	s := sandboxtest.Start(t, sandbox.Options{Subnet: 36, Nodes: 4, Images: true, KubernetesVersions: []string{"v1.33.13", "v1.34.4"}})
+	versions := []string{"v1.33.13", "v1.34.4"}
+	road := os.Getenv(EnvRoad) != ""
+	if road {
+		versions = append(versions, roadVersions...)
+	}
+	s := sandboxtest.Start(t, sandbox.Options{Subnet: 36, Nodes: 4, Images: true, KubernetesVersions: versions})
 	ctx, cancel := rt.UntilTestDeadline(t)
 	defer cancel()
 	a := rt.New(t)
@@ -135,6 +150,7 @@ func TestUpgradeSandbox(t *testing.T) {
 		t.Logf("upgrade to v1.33.13 under load: %s", report)
 		report.check(t, true, maxAPIGap)
 		checkUpgraded(ctx, t, a, up, s.Nodes, "v1.33.13", since)
+		checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
 	})
 
 	t.Run("to v1.34.4, a node partitioned midway", func(t *testing.T) {
@@ -186,7 +202,33 @@ func TestUpgradeSandbox(t *testing.T) {
 		t.Logf("upgrade to v1.34.4, a node partitioned midway: %s", report)
 		report.check(t, false, maxPartitionAPIGap)
 		checkUpgraded(ctx, t, a, up, s.Nodes, "v1.34.4", since)
+		checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
 	})
+	if !road {
+		return
+	}
+
+	// make test-road: on to the newest minor version, one at a time.
+	from := "v1.34.4"
+	for _, version := range roadVersions {
+		ok := t.Run("to "+version, func(t *testing.T) {
+			up := at(version)
+			load := startLoad(ctx, t, a.RESTConfig(ctx, t, c), worker.Address)
+			since := time.Now()
+			pl := a.Apply(ctx, t, up)
+			report := load.stop(t)
+			checkUpgradePlan(t, pl.Plan, from, version)
+			report.nodes = cordoned(a.Timed(), s.Nodes)
+			t.Logf("upgrade to %s under load: %s", version, report)
+			report.check(t, true, maxAPIGap)
+			checkUpgraded(ctx, t, a, up, s.Nodes, version, since)
+			checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
+		})
+		if !ok {
+			return // the next minor needs this one complete
+		}
+		from = version
+	}
 }
 
 // checkUpgradePlan checks that p upgrades from → to in the version skew

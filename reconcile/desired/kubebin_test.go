@@ -77,6 +77,13 @@ func TestFlagsAgainstBinaries(t *testing.T) {
 					}
 					t.Logf("%s %s: rigger passes --%s, which --help does not list (deprecated): a later version may remove it", component, version, name)
 				}
+				// The flag is listed, but a gate it names may not be:
+				// the component parses the gates with its flags.
+				if gates, ok := passed[component]["feature-gates"]; ok {
+					if out, err := runBinary(t, bin, "--feature-gates="+gates, "--version"); err != nil {
+						t.Errorf("%s %s: rigger passes --feature-gates=%s, which %s refuses: %v\n%s", component, version, gates, component, err, out)
+					}
+				}
 			}
 		})
 	}

@@ -1,0 +1,215 @@
+package reconcile_test
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+
+	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/sandbox"
+)
+
+// checkStreams checks what a user does with pods through the API server,
+// each the way kubectl does it (WebSockets first, SPDY when the API server
+// refuses the upgrade), against the workload of startWorkload in ns:
+// `kubectl exec` in a web pod, `kubectl port-forward` to its port 8080 and
+// `kubectl logs -f` of a pod that prints a line a second. They go through
+// the kubelet to cri-dockerd's streaming server, which is what a Kubernetes
+// version can break (docs/versions.md: ExtendWebSocketsToKubelet).
+func checkStreams(ctx context.Context, t *testing.T, cfg *rest.Config, cs kubernetes.Interface) {
+	t.Helper()
+	const ns = "upgrade-load"
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	pod := readyPod(ctx, t, cs, ns, "app=web")
+	t.Run("exec", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		err := execIn(ctx, cfg, cs, ns, pod, []string{"/bin/busybox", "echo", "exec through cri-dockerd"}, &out, &errOut)
+		if err != nil || out.String() != "exec through cri-dockerd\n" {
+			t.Errorf("exec in %s: %v; stdout %q, stderr %q", pod, err, out.String(), errOut.String())
+		}
+	})
+	t.Run("port-forward", func(t *testing.T) {
+		body, err := portForwardGet(ctx, cfg, cs, ns, pod, 8080, "/index.html")
+		if err != nil || body != "ok\n" {
+			t.Errorf("port-forward to %s:8080: %v; body %q", pod, err, body)
+		}
+	})
+	t.Run("logs -f", func(t *testing.T) {
+		ticker := ensureTicker(ctx, t, cs, ns)
+		lines, err := followLogs(ctx, cs, ns, ticker, 2)
+		if err != nil {
+			t.Errorf("logs -f of %s: %v (lines %q)", ticker, err, lines)
+		}
+	})
+}
+
+// readyPod returns a running, ready pod of ns with the labels.
+func readyPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string) string {
+	t.Helper()
+	var name string
+	rt.Eventually(ctx, t, 2*time.Minute, "a ready pod "+selector+" in "+ns, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+				name = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return name
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// upgradeFallback is kubectl's rule for falling back from WebSockets to
+// SPDY: only when the API server refused the upgrade.
+func upgradeFallback(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+}
+
+// execIn runs command in pod's first container, as kubectl exec does.
+func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, command []string, stdout, stderr io.Writer) error {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	if err != nil {
+		return err
+	}
+	sp, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, sp, upgradeFallback)
+	if err != nil {
+		return err
+	}
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+}
+
+// portForwardGet forwards a local port to pod's port, as kubectl
+// port-forward does (SPDY tunnelled over WebSockets first), and GETs path
+// through it.
+func portForwardGet(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, port int, path string) (string, error) {
+	url := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	spdyDialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+	tunnel, err := portforward.NewSPDYOverWebsocketDialer(url, cfg)
+	if err != nil {
+		return "", err
+	}
+	stop, ready := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	pf, err := portforward.NewOnAddresses(portforward.NewFallbackDialer(tunnel, spdyDialer, upgradeFallback),
+		[]string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- pf.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-done:
+		return "", fmt.Errorf("port-forward ended before it was ready: %w", err)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	ports, err := pf.GetPorts()
+	if err != nil || len(ports) != 1 {
+		return "", fmt.Errorf("forwarded ports %v: %v", ports, err)
+	}
+	reqCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", ports[0].Local, path), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return string(body), err
+}
+
+// ensureTicker makes (once) a Deployment whose pod prints a numbered line
+// every second, and returns its ready pod.
+func ensureTicker(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) string {
+	t.Helper()
+	labels := map[string]string{"app": "ticker"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "ticker", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "ticker", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullIfNotPresent,
+					Command: []string{"/bin/busybox", "sh", "-c", `i=0; while true; do echo "tick $i"; i=$((i+1)); /bin/busybox sleep 1; done`},
+				}}},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return readyPod(ctx, t, cs, ns, "app=ticker")
+}
+
+// followLogs follows pod's log, as kubectl logs -f does, until n new lines
+// came (lines printed after it began).
+func followLogs(ctx context.Context, cs kubernetes.Interface, ns, pod string, n int) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	r, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Follow: true, TailLines: &zero}).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var lines []string
+	sc := bufio.NewScanner(r)
+	for len(lines) < n && sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, "tick ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) < n {
+		return lines, fmt.Errorf("the stream ended after %d lines: %w", len(lines), cmp.Or(sc.Err(), ctx.Err(), io.EOF))
+	}
+	return lines, nil
+}
