@@ -386,6 +386,8 @@ type load struct {
 	mu                 sync.Mutex
 	requests, failures int
 	firstFailures      []string
+	lastHTTP           time.Time
+	httpGap            time.Duration
 	apiCalls, apiFails int
 	lastAPI            time.Time
 	apiGap             time.Duration
@@ -396,6 +398,7 @@ type loadReport struct {
 	took               time.Duration
 	requests, failures int
 	firstFailures      []string
+	httpGap            time.Duration
 	apiCalls, apiFails int
 	apiGap             time.Duration
 	nodes              map[string]time.Duration
@@ -407,12 +410,14 @@ func (r loadReport) String() string {
 		nodes = append(nodes, fmt.Sprintf("%s %s", n, d.Round(100*time.Millisecond)))
 	}
 	slices.Sort(nodes)
-	return fmt.Sprintf("took %s; HTTP: %d of %d requests failed; API: %d of %d calls failed, longest gap %s; time cordoned per node: %s",
-		r.took.Round(time.Second), r.failures, r.requests, r.apiFails, r.apiCalls, r.apiGap.Round(100*time.Millisecond), strings.Join(nodes, ", "))
+	return fmt.Sprintf("took %s; HTTP: %d of %d requests failed, longest gap %s; API: %d of %d calls failed, longest gap %s; time cordoned per node: %s",
+		r.took.Round(time.Second), r.failures, r.requests, r.httpGap.Round(100*time.Millisecond), r.apiFails, r.apiCalls, r.apiGap.Round(100*time.Millisecond), strings.Join(nodes, ", "))
 }
 
 // check fails the test when the report is out of bounds: the API gap
-// above maxGap, the failed requests only when service says so.
+// above maxGap; the failed HTTP requests and the longest time without an
+// answer from the Service (as long as the API's may be) only when service
+// says so.
 func (r loadReport) check(t *testing.T, service bool, maxGap time.Duration) {
 	t.Helper()
 	if r.requests < 100 || r.apiCalls < 100 {
@@ -420,6 +425,9 @@ func (r loadReport) check(t *testing.T, service bool, maxGap time.Duration) {
 	}
 	if r.apiGap > maxGap {
 		t.Errorf("the API did not answer for %s, more than %s", r.apiGap, maxGap)
+	}
+	if service && r.httpGap > maxAPIGap {
+		t.Errorf("the Service did not answer for %s, more than %s; the first failures: %s", r.httpGap, maxAPIGap, strings.Join(r.firstFailures, "; "))
 	}
 	if share := float64(r.failures) / float64(max(r.requests, 1)); service && share > maxFailedShare {
 		t.Errorf("%d of %d HTTP requests failed (%.2f%%, more than %.2f%%); the first: %s", r.failures, r.requests,
@@ -446,7 +454,8 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 	httpc := &http.Client{Timeout: clientTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := fmt.Sprintf("http://%s/index.html", net.JoinHostPort(address, fmt.Sprint(upgradeNodePort)))
 	ctx, cancel := context.WithCancel(ctx)
-	l := &load{cancel: cancel, began: time.Now(), lastAPI: time.Now()}
+	now := time.Now()
+	l := &load{cancel: cancel, began: now, lastHTTP: now, lastAPI: now}
 	every := func(f func(context.Context)) {
 		l.wg.Add(1)
 		go func() {
@@ -468,15 +477,19 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 		if ctx.Err() != nil {
 			return
 		}
+		now := time.Now()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.requests++
 		if err != nil {
 			l.failures++
 			if len(l.firstFailures) < 5 {
-				l.firstFailures = append(l.firstFailures, fmt.Sprintf("%s: %v", time.Since(l.began).Round(100*time.Millisecond), err))
+				l.firstFailures = append(l.firstFailures, fmt.Sprintf("%s: %v", now.Sub(l.began).Round(100*time.Millisecond), err))
 			}
+			return
 		}
+		l.httpGap = max(l.httpGap, now.Sub(l.lastHTTP))
+		l.lastHTTP = now
 	})
 	every(func(ctx context.Context) {
 		err := get(ctx, apic, apiURL)
@@ -526,7 +539,7 @@ func (l *load) stop(t *testing.T) loadReport {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return loadReport{took: time.Since(l.began), requests: l.requests, failures: l.failures, firstFailures: l.firstFailures,
-		apiCalls: l.apiCalls, apiFails: l.apiFails, apiGap: max(l.apiGap, time.Since(l.lastAPI))}
+		httpGap: max(l.httpGap, time.Since(l.lastHTTP)), apiCalls: l.apiCalls, apiFails: l.apiFails, apiGap: max(l.apiGap, time.Since(l.lastAPI))}
 }
 
 // cordoned is how long each node was cordoned in an apply, from its
