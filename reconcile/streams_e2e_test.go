@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +28,7 @@ import (
 
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
 
 // checkStreams checks what a user does with pods through the API server,
@@ -212,4 +215,30 @@ func followLogs(ctx context.Context, cs kubernetes.Interface, ns, pod string, n 
 		return lines, fmt.Errorf("the stream ended after %d lines: %w", len(lines), cmp.Or(sc.Err(), ctx.Err(), io.EOF))
 	}
 	return lines, nil
+}
+
+// checkPause checks that the pods' sandboxes on every node run pause, the
+// cluster's system_images.pod_infra_container: cri-dockerd starts them, and
+// from Kubernetes 1.35 the kubelet no longer hands it the image (the
+// sandbox's nodes have no registry to pull cri-dockerd's default from, as
+// an air-gapped node has none).
+func checkPause(ctx context.Context, t *testing.T, nodes []sandbox.Node, pause string) {
+	t.Helper()
+	seen := 0
+	for _, n := range nodes {
+		list, err := sandboxtest.DockerClient(t, n).ContainerList(ctx, container.ListOptions{
+			Filters: filters.NewArgs(filters.Arg("label", "io.kubernetes.docker.type=podsandbox"))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			seen++
+			if c.Image != pause {
+				t.Errorf("%s: pod sandbox %s runs %s, want %s", n.Address, c.Names, c.Image, pause)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no pod sandboxes running on %d nodes", len(nodes))
+	}
 }

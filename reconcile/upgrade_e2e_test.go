@@ -223,6 +223,7 @@ func TestUpgradeSandbox(t *testing.T) {
 			report.check(t, true, maxAPIGap)
 			checkUpgraded(ctx, t, a, up, s.Nodes, version, since)
 			checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
+			checkPause(ctx, t, s.Nodes, up.SystemImages.PodInfraContainer)
 		})
 		if !ok {
 			return // the next minor needs this one complete
