@@ -112,3 +112,17 @@ func TestPastRKEValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestPinnedKubernetesTable: the table's own kubernetes image never counts
+// as pinned to another release, at any version of the table.
+func TestPinnedKubernetesTable(t *testing.T) {
+	for _, version := range KubernetesVersions() {
+		c, diags := Parse([]byte("nodes: [{address: 10.0.0.1, user: rke, role: [etcd, controlplane, worker]}]\ningress: {provider: none}\nkubernetes_version: "+version+"\n"), "cluster.yml")
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v", version, diags)
+		}
+		if msg, _ := PinnedKubernetes(c); msg != "" {
+			t.Errorf("%s: %s", version, msg)
+		}
+	}
+}
