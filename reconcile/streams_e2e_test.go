@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/client-go/transport/spdy"
 
+	"github.com/rigger/rigger/reconcile/internal/podstatus"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -76,7 +77,7 @@ func readyPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, se
 			return false, err
 		}
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podstatus.Ready(&p) {
 				name = p.Name
 				return true, nil
 			}
@@ -84,15 +85,6 @@ func readyPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, se
 		return false, nil
 	})
 	return name
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // upgradeFallback is kubectl's rule for falling back from WebSockets to
