@@ -18,7 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -213,6 +215,7 @@ func TestUpgradeSandbox(t *testing.T) {
 	for _, version := range roadVersions {
 		ok := t.Run("to "+version, func(t *testing.T) {
 			up := at(version)
+			writeStoredAgain(ctx, t, a, c, up)
 			load := startLoad(ctx, t, a.RESTConfig(ctx, t, c), worker.Address)
 			since := time.Now()
 			pl := a.Apply(ctx, t, up)
@@ -229,6 +232,59 @@ func TestUpgradeSandbox(t *testing.T) {
 			return // the next minor needs this one complete
 		}
 		from = version
+	}
+}
+
+// writeStoredAgain does what rigger's refusal of an upgrade says when etcd
+// stores objects at an API version the next minor no longer serves
+// (plan.StoredAPIError): each is written again through the API, read and
+// replaced unchanged at its resource's preferred version, as `kubectl get
+// RESOURCE NAME -o json | kubectl replace -f -` does, so that the running
+// API server stores it at its storage version. The IPAddress of every
+// Service that 1.33 allocated is stored at networking.k8s.io/v1beta1
+// (1.33's storage version), which 1.37 no longer serves; later API
+// servers store it at v1, but only when it is written. Then the plan of
+// up must be refused no more.
+func writeStoredAgain(ctx context.Context, t *testing.T, a *rt.Applier, c, up *spec.Cluster) {
+	t.Helper()
+	_, err := a.Session(t, up).Plan(ctx)
+	var se *plan.StoredAPIError
+	if !errors.As(err, &se) {
+		return
+	}
+	if se.Found.More > 0 {
+		t.Fatalf("more objects than listed: %v", err)
+	}
+	t.Logf("refused, as docs/operations.md says: %v", err)
+	cfg := a.RESTConfig(ctx, t, c)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := a.Client(ctx, t, c).Discovery().ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	preferred := map[string]string{}
+	for _, g := range groups.Groups {
+		preferred[g.Name] = g.PreferredVersion.Version
+	}
+	for _, o := range se.Found.Objects {
+		r := dyn.Resource(schema.GroupVersionResource{Group: o.API.Group, Version: preferred[o.API.Group], Resource: o.API.Resource})
+		var ri dynamic.ResourceInterface = r
+		if o.Namespace != "" {
+			ri = r.Namespace(o.Namespace)
+		}
+		obj, err := ri.Get(ctx, o.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get %s %s: %v", o.API.GroupResource(), o.Name, err)
+		}
+		if _, err := ri.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("replace %s %s: %v", o.API.GroupResource(), o.Name, err)
+		}
+	}
+	if _, err := a.Session(t, up).Plan(ctx); err != nil {
+		t.Fatalf("plan after writing the %d objects again: %v", len(se.Found.Objects), err)
 	}
 }
 
