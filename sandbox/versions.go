@@ -30,15 +30,16 @@ type KubeRelease struct {
 // default first, then the upgrade targets past RKE, one minor at a time.
 // The etcd of 1.33 is a 3.5 release at 3.5.26 or later, so that every member
 // runs one before 1.34's etcd 3.6 (etcd's rule for an upgrade to 3.6), as
-// rigger's table pairs them; 1.37 runs etcd 3.7, as kubeadm's does.
+// rigger's table pairs them.
 var kubeReleases = []KubeRelease{
 	{Kubernetes: KubernetesVersion, Etcd: EtcdVersion},
 	{Kubernetes: "v1.33.13", Etcd: "v3.5.35"},
 	{Kubernetes: "v1.34.4", Etcd: "v3.6.16"},
 	{Kubernetes: "v1.35.4", Etcd: "v3.6.16"},
 	{Kubernetes: "v1.36.3", Etcd: "v3.6.16"},
-	// etcd 3.7 needs every member on 3.6.11 or later first.
-	{Kubernetes: "v1.37.2", Etcd: "v3.7.3"},
+	// 1.37 keeps etcd 3.6, as rigger's table does (3.7 crash-loops on
+	// the v2 entries 3.5 left in the WAL).
+	{Kubernetes: "v1.37.2", Etcd: "v3.6.16"},
 }
 
 // KubeReleases lists the Kubernetes versions the sandbox can build, with

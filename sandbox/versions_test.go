@@ -53,8 +53,9 @@ func TestReleasesToBuild(t *testing.T) {
 	}{
 		{"nothing asked: the default only", nil, []string{"v1.32.13"}, false},
 		{"in release order, once each", []string{"v1.34.4", "v1.32.13", "v1.34.4-rancher1-1"}, []string{"v1.32.13", "v1.34.4"}, false},
-		{"all", []string{"v1.33.13", "v1.34.4"}, []string{"v1.32.13", "v1.33.13", "v1.34.4"}, false},
-		{"unknown", []string{"v1.35.4"}, nil, true},
+		{"the upgrade path", []string{"v1.33.13", "v1.34.4"}, []string{"v1.32.13", "v1.33.13", "v1.34.4"}, false},
+		{"the road", []string{"v1.37.2", "v1.35.4", "v1.33.13", "v1.36.3", "v1.34.4"}, []string{"v1.32.13", "v1.33.13", "v1.34.4", "v1.35.4", "v1.36.3", "v1.37.2"}, false},
+		{"unknown", []string{"v1.38.0"}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
