@@ -105,7 +105,7 @@ func TestConfigVersions(t *testing.T) {
 		got.Versions[0].Table != "rigger" || got.Versions[0].SystemImages["kubernetes"] != "" || !got.Versions[0].PastEndOfLife ||
 		got.Versions[0].Components["kube-apiserver"] != "registry.k8s.io/kube-apiserver:v1.33.13" ||
 		got.Versions[1].Table != "rigger" || got.Versions[1].PastEndOfLife || got.Versions[1].EndOfLife != "2027-10-28" ||
-		got.Versions[1].SystemImages["etcd"] != "registry.k8s.io/etcd:3.7.0-0" ||
+		got.Versions[1].SystemImages["etcd"] != "registry.k8s.io/etcd:3.6.11-0" ||
 		got.Versions[2].Components["kubelet"] != "ghcr.io/siderolabs/kubelet:v1.36.9-fat" || got.Versions[2].SystemImages["etcd"] != "registry.k8s.io/etcd:3.6.11-0" {
 		t.Errorf("rigger's versions -o json: exit %d, %v, %+v", code, err, got)
 	}
