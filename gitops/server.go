@@ -102,6 +102,9 @@ type Config struct {
 	Now func() time.Time
 	// Events, when set, is told what happens, for tests and benchmarks.
 	Events func(Event)
+	// Board, when set, is kept up to date with every cluster's status and
+	// reconciles (the status page, notifications).
+	Board *Board
 	// IgnoreDockerVersion skips the check of the nodes' Docker versions
 	// (reconcile.Options.IgnoreDockerVersion): serve's --ignore-docker-version.
 	IgnoreDockerVersion bool
@@ -287,6 +290,7 @@ func (s *Server) sync(ctx context.Context) {
 			log.Warn("cluster.yml is gone from the repository: its cluster is no longer reconciled (its nodes are left as they are)", "path", p)
 			w.stop()
 			delete(s.workers, p)
+			s.cfg.Board.removed(p)
 		}
 	}
 }

@@ -186,5 +186,6 @@ func (w *worker) readStatus(ctx context.Context, rev string, fetch bool) *Status
 		return nil
 	}
 	w.prev, w.drift, w.snapshots, w.restore = prev, prev.Drift, prev.Snapshots, prev.Restore
+	cfg.Board.known(w.path, prev)
 	return prev
 }

@@ -270,6 +270,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	log := w.log.With("revision", short(ref.Revision), "trigger", cause)
 	log.Info("reconcile starts")
 	cfg.Events(Event{Kind: EventReconcileStart, Path: w.path, Revision: ref.Revision, Trigger: cause})
+	cfg.Board.started(w.path, cause, ref.Revision, start)
 
 	out := w.attempt(ctx, log, ref, changed)
 	end := cfg.Now()
@@ -292,6 +293,8 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	f := w.statusFile(out, cause, start, end)
 	crashpoint.Reach(crashpoint.ServeReconciled)
 	err = w.writeStatus(ctx, f)
+	cfg.Board.finished(w.path, ReconcileRecord{Trigger: cause, Revision: ref.Revision, StartedAt: start, FinishedAt: end,
+		Steps: out.steps, Failed: out.failed, Error: errorText(out.err)}, f)
 	cfg.Events(Event{Kind: EventReconcileEnd, Path: w.path, Revision: ref.Revision, Trigger: cause, Err: out.err})
 	switch {
 	case out.err != nil:

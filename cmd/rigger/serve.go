@@ -214,11 +214,13 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	metrics := gitops.NewMetrics()
+	board := gitops.NewBoard(0)
 	srv, err := gitops.New(gitops.Config{
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
 		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
+		Board: board,
 	})
 	if err != nil {
 		return err

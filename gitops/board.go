@@ -1,0 +1,214 @@
+package gitops
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultBoardHistory is how many reconciles of each cluster a Board
+// keeps when NewBoard is given 0.
+const DefaultBoardHistory = 10
+
+// Board is what serve knows of each cluster now, for its status page and
+// its notifications: the newest status (what status.yml says, committed or
+// not), the reconcile running, and the last reconciles. Watchers are told
+// of every status; subscribers are woken by every change. Nil is a Board
+// that keeps nothing.
+type Board struct {
+	history int
+
+	mu       sync.Mutex
+	clusters map[string]*BoardCluster // by cluster.yml path
+	subs     map[chan struct{}]struct{}
+	watchers []func(StatusUpdate)
+}
+
+// BoardCluster is one cluster on a Board.
+type BoardCluster struct {
+	// Path is the cluster.yml's path in the repository.
+	Path string `json:"path"`
+	// Status is the newest reconcile's status (nil before the first ends).
+	Status *StatusFile `json:"status,omitempty"`
+	// Running is the reconcile under way, if any.
+	Running *RunningReconcile `json:"running,omitempty"`
+	// Reconciles are the last reconciles, newest first.
+	Reconciles []ReconcileRecord `json:"reconciles,omitempty"`
+}
+
+// RunningReconcile is a reconcile under way.
+type RunningReconcile struct {
+	Trigger   string    `json:"trigger"`
+	Revision  string    `json:"revision"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// ReconcileRecord is one reconcile that ended.
+type ReconcileRecord struct {
+	Trigger    string    `json:"trigger"`
+	Revision   string    `json:"revision"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+	// Steps carried out, and failed.
+	Steps  int `json:"steps"`
+	Failed int `json:"failed,omitempty"`
+	// Error is why it did not converge ("" when it did).
+	Error string `json:"error,omitempty"`
+}
+
+// StatusUpdate is a cluster's status after a reconcile, with the one
+// before it (nil for the first this serve saw: the one read back from
+// status.yml, when there was one).
+type StatusUpdate struct {
+	Path       string
+	Prev, Next *StatusFile
+}
+
+// NewBoard makes a Board that keeps history reconciles of each cluster
+// (DefaultBoardHistory when 0).
+func NewBoard(history int) *Board {
+	if history <= 0 {
+		history = DefaultBoardHistory
+	}
+	return &Board{history: history, clusters: map[string]*BoardCluster{}, subs: map[chan struct{}]struct{}{}}
+}
+
+// Watch has f told of every status, in the order they come; f runs on
+// the reconciling worker's goroutine, so it must not block (queue, and
+// work elsewhere).
+func (b *Board) Watch(f func(StatusUpdate)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watchers = append(b.watchers, f)
+}
+
+// Subscribe returns a channel that receives a value after each change
+// (changes in quick succession may wake it once) and a cancel that stops
+// it. The channel is never closed.
+func (b *Board) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	b.mu.Lock()
+	b.subs[ch] = struct{}{}
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.subs, ch)
+		b.mu.Unlock()
+	}
+}
+
+// Clusters is every cluster on the board, by path, copied: the caller may
+// keep it. Statuses are shared and must not be changed.
+func (b *Board) Clusters() []BoardCluster {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]BoardCluster, 0, len(b.clusters))
+	for _, c := range b.clusters {
+		cc := *c
+		if c.Running != nil {
+			r := *c.Running
+			cc.Running = &r
+		}
+		cc.Reconciles = slices.Clone(c.Reconciles)
+		out = append(out, cc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// cluster is path's entry, made when missing; b.mu is held.
+func (b *Board) cluster(path string) *BoardCluster {
+	c := b.clusters[path]
+	if c == nil {
+		c = &BoardCluster{Path: path}
+		b.clusters[path] = c
+	}
+	return c
+}
+
+// known puts status f, read back from status.yml, on the board when the
+// cluster has none yet (a serve that starts shows what the last one
+// reported); watchers are not told.
+func (b *Board) known(path string, f *StatusFile) {
+	if b == nil || f == nil {
+		return
+	}
+	b.mu.Lock()
+	c := b.cluster(path)
+	if c.Status != nil {
+		b.mu.Unlock()
+		return
+	}
+	c.Status = f
+	b.changedLocked()
+	b.mu.Unlock()
+}
+
+// started records a reconcile starting.
+func (b *Board) started(path, trigger, revision string, at time.Time) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cluster(path).Running = &RunningReconcile{Trigger: trigger, Revision: revision, StartedAt: at}
+	b.changedLocked()
+}
+
+// finished records a reconcile's end and its status f, and tells the
+// watchers.
+func (b *Board) finished(path string, rec ReconcileRecord, f *StatusFile) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	c := b.cluster(path)
+	prev := c.Status
+	c.Status, c.Running = f, nil
+	c.Reconciles = append([]ReconcileRecord{rec}, c.Reconciles...)
+	if len(c.Reconciles) > b.history {
+		c.Reconciles = c.Reconciles[:b.history]
+	}
+	watchers := slices.Clone(b.watchers)
+	b.changedLocked()
+	b.mu.Unlock()
+	for _, w := range watchers {
+		w(StatusUpdate{Path: path, Prev: prev, Next: f})
+	}
+}
+
+// removed takes a cluster whose cluster.yml is gone off the board.
+func (b *Board) removed(path string) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.clusters[path]; ok {
+		delete(b.clusters, path)
+		b.changedLocked()
+	}
+}
+
+// changedLocked wakes the subscribers; b.mu is held.
+func (b *Board) changedLocked() {
+	for ch := range b.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // already woken
+		}
+	}
+}
+
+// errorText is err's message for a ReconcileRecord ("" for nil).
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return strings.TrimSpace(err.Error())
+}
