@@ -24,6 +24,7 @@ type Board struct {
 	clusters map[string]*BoardCluster // by cluster.yml path
 	subs     map[chan struct{}]struct{}
 	watchers []func(StatusUpdate)
+	starts   []func(StartUpdate)
 }
 
 // BoardCluster is one cluster on a Board.
@@ -62,8 +63,20 @@ type ReconcileRecord struct {
 // before it (nil for the first this serve saw: the one read back from
 // status.yml, when there was one).
 type StatusUpdate struct {
-	Path       string
+	Path string
+	// Revision is the commit of the cluster.yml the reconcile acted on.
+	// Next.ObservedRevision is the last one acted on to the end: the two
+	// differ while a new revision fails and is retried.
+	Revision   string
 	Prev, Next *StatusFile
+}
+
+// StartUpdate is a reconcile starting, with the cluster's status before it
+// (nil when there is none yet).
+type StartUpdate struct {
+	Path    string
+	Running RunningReconcile
+	Status  *StatusFile
 }
 
 // NewBoard makes a Board that keeps history reconciles of each cluster
@@ -82,6 +95,15 @@ func (b *Board) Watch(f func(StatusUpdate)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.watchers = append(b.watchers, f)
+}
+
+// WatchStarts has f told of every reconcile that starts, in the order
+// they come; like Watch's, f runs on the reconciling worker's goroutine and
+// must not block.
+func (b *Board) WatchStarts(f func(StartUpdate)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.starts = append(b.starts, f)
 }
 
 // Subscribe returns a channel that receives a value after each change
@@ -149,15 +171,22 @@ func (b *Board) known(path string, f *StatusFile) {
 	b.mu.Unlock()
 }
 
-// started records a reconcile starting.
+// started records a reconcile starting, and tells the start watchers.
 func (b *Board) started(path, trigger, revision string, at time.Time) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.cluster(path).Running = &RunningReconcile{Trigger: trigger, Revision: revision, StartedAt: at}
+	c := b.cluster(path)
+	run := RunningReconcile{Trigger: trigger, Revision: revision, StartedAt: at}
+	c.Running = &run
+	status := c.Status
+	watchers := slices.Clone(b.starts)
 	b.changedLocked()
+	b.mu.Unlock()
+	for _, w := range watchers {
+		w(StartUpdate{Path: path, Running: run, Status: status})
+	}
 }
 
 // finished records a reconcile's end and its status f, and tells the
@@ -178,7 +207,7 @@ func (b *Board) finished(path string, rec ReconcileRecord, f *StatusFile) {
 	b.changedLocked()
 	b.mu.Unlock()
 	for _, w := range watchers {
-		w(StatusUpdate{Path: path, Prev: prev, Next: f})
+		w(StatusUpdate{Path: path, Revision: rec.Revision, Prev: prev, Next: f})
 	}
 }
 

@@ -12,6 +12,8 @@ func TestBoard(t *testing.T) {
 	defer cancel()
 	var updates []StatusUpdate
 	b.Watch(func(u StatusUpdate) { updates = append(updates, u) })
+	var starts []StartUpdate
+	b.WatchStarts(func(s StartUpdate) { starts = append(starts, s) })
 
 	read := &StatusFile{Cluster: "read back"}
 	b.known("a/cluster.yml", read)
@@ -25,9 +27,12 @@ func TestBoard(t *testing.T) {
 	if c := b.Clusters(); len(c) != 1 || c[0].Running == nil || c[0].Running.Trigger != "change" || c[0].Status != read {
 		t.Fatalf("after start: %+v", c)
 	}
+	if len(starts) != 1 || starts[0].Running.Revision != "abc" || starts[0].Running.Trigger != "change" || starts[0].Status != read {
+		t.Fatalf("start watchers told %+v", starts)
+	}
 	for i, err := range []error{nil, errors.New("boom"), nil} {
 		f := &StatusFile{Cluster: "a", ObservedRevision: string(rune('0' + i))}
-		b.finished("a/cluster.yml", ReconcileRecord{Trigger: "drift-check", Error: errorText(err), StartedAt: at, FinishedAt: at.Add(time.Second)}, f)
+		b.finished("a/cluster.yml", ReconcileRecord{Trigger: "drift-check", Revision: "rev" + string(rune('0'+i)), Error: errorText(err), StartedAt: at, FinishedAt: at.Add(time.Second)}, f)
 	}
 	b.known("a/cluster.yml", &StatusFile{Cluster: "stale"}) // a status read back never hides a newer one
 	c := b.Clusters()
@@ -37,7 +42,7 @@ func TestBoard(t *testing.T) {
 	if len(c[0].Reconciles) != 2 || c[0].Reconciles[0].Error != "" || c[0].Reconciles[1].Error != "boom" {
 		t.Fatalf("history (newest first, two kept): %+v", c[0].Reconciles)
 	}
-	if len(updates) != 3 || updates[0].Prev != read || updates[1].Prev != updates[0].Next || updates[2].Next.ObservedRevision != "2" {
+	if len(updates) != 3 || updates[0].Prev != read || updates[1].Prev != updates[0].Next || updates[2].Next.ObservedRevision != "2" || updates[2].Revision != "rev2" {
 		t.Fatalf("watchers told %+v", updates)
 	}
 	c[0].Reconciles[0].Trigger = "changed by the caller"

@@ -23,6 +23,7 @@ type Metrics struct {
 	snapshotTime   *prometheus.GaugeVec
 	statusCommits  *prometheus.CounterVec
 	webhookResults *prometheus.CounterVec
+	notifications  *prometheus.CounterVec
 }
 
 // NewMetrics registers rigger's metrics and the Go runtime's.
@@ -50,9 +51,11 @@ func NewMetrics() *Metrics {
 			Help: "status.yml commits, by result (committed, failed)."}, []string{"result"}),
 		webhookResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rigger_webhook_requests_total",
 			Help: "Webhook requests, by provider and result."}, []string{"provider", "result"}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rigger_notifications_total",
+			Help: "Notifications and commit statuses, by target (json, slack, github, gitea, gitlab) and result (sent, failed, dropped)."}, []string{"target", "result"}),
 	}
 	m.reg.MustRegister(m.fetches, m.reconciles, m.duration, m.nodes, m.problems, m.driftRepairs, m.snapshots, m.snapshotTime,
-		m.statusCommits, m.webhookResults, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.statusCommits, m.webhookResults, m.notifications, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -65,6 +68,14 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Webhook(provider, result string) {
 	if m != nil {
 		m.webhookResults.WithLabelValues(provider, result).Inc()
+	}
+}
+
+// Notification counts a notification or commit status request's result
+// (notify.Config.Observe).
+func (m *Metrics) Notification(target, result string) {
+	if m != nil {
+		m.notifications.WithLabelValues(target, result).Inc()
 	}
 }
 

@@ -28,3 +28,18 @@ func TestMetricsProblems(t *testing.T) {
 		t.Errorf("%d series left once the problems are gone", got)
 	}
 }
+
+func TestMetricsNotification(t *testing.T) {
+	m := NewMetrics()
+	m.Notification("slack", "sent")
+	m.Notification("slack", "sent")
+	m.Notification("github", "failed")
+	if got := testutil.ToFloat64(m.notifications.WithLabelValues("slack", "sent")); got != 2 {
+		t.Errorf("slack sent = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.notifications.WithLabelValues("github", "failed")); got != 1 {
+		t.Errorf("github failed = %v, want 1", got)
+	}
+	var none *Metrics
+	none.Notification("json", "sent") // a nil Metrics records nothing
+}
