@@ -26,6 +26,7 @@ import (
 
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/gitops/gitrepo"
+	"github.com/rigger/rigger/gitops/notify"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/statedir"
@@ -58,6 +59,10 @@ type serveOptions struct {
 	agentListen, agentURL            string
 	agentHosts                       []string
 	ignoreDockerVersion              bool
+	notify                           []string
+	notifyFile                       string
+	commitStatus, commitStatusAPI    string
+	commitStatusTokenFile            string
 }
 
 func newServeCommand() *cobra.Command {
@@ -112,6 +117,21 @@ its serving certificate names --agent-host. TLS must reach serve end to end
 each agent node not connected, the docker run line that starts its agent;
 "rigger agent command" prints it with a join token. See docs/agent.md.
 
+Notifications: --notify [json=|slack=]URL (repeatable) and --notify-file
+(one a line, for a mounted Secret) post to webhooks when a cluster's Ready
+condition turns True or False, when it stalls, when a scheduled etcd
+snapshot fails and when one succeeds again after failing: the generic JSON
+payload (json, the default) or Slack's incoming-webhook shape (slack; also
+Mattermost's). The same event is sent at most once in 5 minutes. With
+--commit-status github|gitea|gitlab, serve sets a commit status
+"rigger/<cluster_name>" on the commit of each cluster.yml it reconciles:
+pending when a new revision's reconcile starts, success or failure (from
+the Ready condition) when it ends; the token comes from
+--commit-status-token-file or $RIGGER_COMMIT_STATUS_TOKEN, the API from
+--repo's host unless --commit-status-api gives it. Requests are queued
+(never holding up a reconcile) and retried on 5xx, 429 and network errors;
+webhook URLs are secrets and are logged by host only. See docs/gitops.md.
+
 One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
 refuses, naming the holder), and each apply holds the Lease
@@ -152,6 +172,11 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.agentListen, "agent-listen", "", "address of the agent tunnel's TLS endpoint (e.g. :9443); empty: no agent tunnel")
 	fl.StringSliceVar(&o.agentHosts, "agent-host", nil, "DNS name or IP address agents reach the endpoint at (repeatable): its certificate names them")
 	fl.StringVar(&o.agentURL, "agent-url", "", "the endpoint's base URL as agents dial it (default https://<first --agent-host>:<port of --agent-listen>)")
+	fl.StringArrayVar(&o.notify, "notify", nil, "webhook notified of Ready/Stalled transitions and snapshot failures, as [json=|slack=]URL (repeatable; prefer --notify-file: the URL holds a token)")
+	fl.StringVar(&o.notifyFile, "notify-file", "", "file of webhooks, one [json=|slack=]URL a line (# comments), such as a mounted Secret")
+	fl.StringVar(&o.commitStatus, "commit-status", "", "set commit statuses on the forge for each cluster.yml's commit: github, gitea or gitlab")
+	fl.StringVar(&o.commitStatusAPI, "commit-status-api", "", "the forge API's base URL (default from --repo's host: https://api.github.com, https://host/api/v3, https://host/api/v1 for gitea, https://host/api/v4 for gitlab)")
+	fl.StringVar(&o.commitStatusTokenFile, "commit-status-token-file", "", "file holding the forge token for commit statuses (else $"+notify.EnvCommitStatusToken+")")
 	fl.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -209,12 +234,31 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	notifyCfg, err := o.notifyConfig()
+	if err != nil {
+		return err
+	}
 	repo, err := gitrepo.Open(ctx, o.workdir, o.repo, auth)
 	if err != nil {
 		return err
 	}
 	metrics := gitops.NewMetrics()
 	board := gitops.NewBoard(0)
+	var notifier *notify.Notifier
+	if notifyCfg != nil {
+		notifyCfg.Log, notifyCfg.Observe = log, metrics.Notification
+		notifier = notify.New(*notifyCfg)
+		notifier.Watch(board)
+		hosts := make([]string, 0, len(notifyCfg.Targets))
+		for _, t := range notifyCfg.Targets {
+			hosts = append(hosts, t.Format+" "+t.Host)
+		}
+		args := []any{"webhooks", hosts}
+		if f := notifyCfg.Forge; f != nil {
+			args = append(args, "commit_status", f.Kind, "api", f.API, "project", f.Project)
+		}
+		log.Info("notifications on", args...)
+	}
 	srv, err := gitops.New(gitops.Config{
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
@@ -271,6 +315,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		"listen", ln.Addr().String(), "state_dir", o.stateDir)
 
 	g, gctx := errgroup.WithContext(ctx)
+	if notifier != nil {
+		g.Go(func() error {
+			notifier.Run(gctx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
@@ -356,6 +406,45 @@ func (o *serveOptions) agentEndpoint(log *slog.Logger, answers *transport.Answer
 	log.Info("agent tunnel endpoint listening", "listen", ln.Addr().String(), "url", url+agentPathPrefix+"<cluster_name>",
 		"ca_checksum", store.CA().Checksum())
 	return newAgentEndpoint(store, url, answers, log), ln, tlsConfig, nil
+}
+
+// notifyConfig is what --notify, --notify-file and --commit-status ask
+// for; nil when none is given. No URL or token appears in its errors.
+func (o *serveOptions) notifyConfig() (*notify.Config, error) {
+	var cfg notify.Config
+	for _, s := range o.notify {
+		t, err := notify.ParseTarget(s)
+		if err != nil {
+			return nil, fmt.Errorf("--notify: %w", err)
+		}
+		cfg.Targets = append(cfg.Targets, t)
+	}
+	if o.notifyFile != "" {
+		ts, err := notify.ReadTargets(o.notifyFile)
+		if err != nil {
+			return nil, err
+		}
+		if len(ts) == 0 {
+			return nil, fmt.Errorf("--notify-file %s names no webhook: write one [json=|slack=]URL a line", o.notifyFile)
+		}
+		cfg.Targets = append(cfg.Targets, ts...)
+	}
+	if o.commitStatus == "" && o.commitStatusAPI != "" {
+		return nil, errors.New("--commit-status-api needs --commit-status github, gitea or gitlab")
+	}
+	if o.commitStatus != "" {
+		token, err := secretFrom(o.commitStatusTokenFile, notify.EnvCommitStatusToken)
+		if err != nil {
+			return nil, fmt.Errorf("--commit-status-token-file: %w", err)
+		}
+		if cfg.Forge, err = notify.NewForge(o.commitStatus, o.repo, o.commitStatusAPI, token); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Targets) == 0 && cfg.Forge == nil {
+		return nil, nil
+	}
+	return &cfg, nil
 }
 
 // leaseClient is the Kubernetes client and namespace of the Lease.

@@ -21,6 +21,14 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"log level", []string{"--repo", "file:///nowhere", "--log-level", "loud"}, "give debug, info, warn or error"},
 		{"webhook secret file missing", []string{"--repo", "file:///nowhere", "--webhook-secret-file", dir + "/none"}, "read secret"},
 		{"empty token file", []string{"--repo", "file:///nowhere", "--git-token-file", emptyFile(t, dir)}, "is empty"},
+		{"notify URL without scheme", []string{"--repo", "file:///nowhere", "--notify", "slack=hooks.slack.com/services/T0/B0/s3cret"}, "--notify: not an http(s) URL"},
+		{"notify format", []string{"--repo", "file:///nowhere", "--notify", "teams=https://h.example/s3cret"}, `unknown notification format "teams"`},
+		{"notify file missing", []string{"--repo", "file:///nowhere", "--notify-file", dir + "/none"}, "read --notify-file"},
+		{"notify file empty", []string{"--repo", "file:///nowhere", "--notify-file", emptyFile(t, dir)}, "names no webhook"},
+		{"commit status forge", []string{"--repo", "https://github.com/a/b.git", "--commit-status", "bitbucket"}, "give github, gitea or gitlab"},
+		{"commit status token", []string{"--repo", "https://github.com/a/b.git", "--commit-status", "github", "--commit-status-token-file", dir + "/none"}, "--commit-status-token-file: read secret"},
+		{"commit status of a file repository", []string{"--repo", "file:///nowhere", "--commit-status", "gitea", "--commit-status-token-file", tokenFile(t, dir)}, "cannot be read from --repo"},
+		{"commit status api alone", []string{"--repo", "file:///nowhere", "--commit-status-api", "https://h/api/v1"}, "--commit-status-api needs --commit-status"},
 		{"repository missing", []string{"--repo", "file://" + dir + "/none.git", "--state-dir", dir}, dir + "/none.git"},
 	}
 	for _, tt := range tests {
@@ -28,6 +36,9 @@ func TestServeRefusesBadFlags(t *testing.T) {
 			_, stderr, code := run(t, append([]string{"serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
 			if code == 0 || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr:\n%s\nwant it to say %q", code, stderr, tt.want)
+			}
+			if strings.Contains(stderr, "s3cret") {
+				t.Errorf("stderr shows a webhook URL's secret:\n%s", stderr)
 			}
 		})
 	}
@@ -52,6 +63,15 @@ func TestServeHidesURLCredentials(t *testing.T) {
 	if got := workdirOf(dir, "https://"+token+"@example.com/fleet.git"); got != workdirOf(dir, "https://example.com/fleet.git") {
 		t.Errorf("the token names the clone's directory: %s", got)
 	}
+}
+
+func tokenFile(t *testing.T, dir string) string {
+	t.Helper()
+	p := dir + "/token"
+	if err := os.WriteFile(p, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func emptyFile(t *testing.T, dir string) string {

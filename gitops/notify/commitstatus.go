@@ -74,21 +74,24 @@ func NewForge(kind, repoURL, api, token string) (*Forge, error) {
 		return nil, fmt.Errorf("--commit-status gitlab: --repo's path %q is not group/project", project)
 	}
 	if api == "" {
-		host := ep.Host
+		// An https:// (or http://) repository's API is on its scheme, host
+		// and port; an ssh:// port is git's, and the API is https://.
+		base := "https://" + ep.Host
 		if ep.Protocol == "http" || ep.Protocol == "https" {
+			base = ep.Protocol + "://" + ep.Host
 			if ep.Port != 0 && !(ep.Protocol == "https" && ep.Port == 443) && !(ep.Protocol == "http" && ep.Port == 80) {
-				host = fmt.Sprintf("%s:%d", host, ep.Port)
+				base = fmt.Sprintf("%s:%d", base, ep.Port)
 			}
 		}
 		switch {
-		case kind == ForgeGitHub && host == "github.com":
+		case kind == ForgeGitHub && ep.Host == "github.com":
 			api = "https://api.github.com"
 		case kind == ForgeGitHub:
-			api = "https://" + host + "/api/v3"
+			api = base + "/api/v3"
 		case kind == ForgeGitea:
-			api = "https://" + host + "/api/v1"
+			api = base + "/api/v1"
 		default:
-			api = "https://" + host + "/api/v4"
+			api = base + "/api/v4"
 		}
 	}
 	u, err := url.Parse(api)

@@ -17,6 +17,7 @@ func TestNewForge(t *testing.T) {
 		{ForgeGitHub, "ssh://git@github.com/acme/clusters", "", "https://api.github.com", "acme/clusters", ""},
 		{ForgeGitHub, "https://x-access-token:tok@ghe.example.com/acme/clusters.git", "", "https://ghe.example.com/api/v3", "acme/clusters", ""},
 		{ForgeGitea, "https://gitea.example.com:3000/ops/clusters.git", "", "https://gitea.example.com:3000/api/v1", "ops/clusters", ""},
+		{ForgeGitea, "http://gitea.lan:3000/ops/clusters", "", "http://gitea.lan:3000/api/v1", "ops/clusters", ""},
 		{ForgeGitea, "ssh://git@gitea.example.com:2222/ops/clusters.git", "", "https://gitea.example.com/api/v1", "ops/clusters", ""},
 		{ForgeGitLab, "git@gitlab.example.com:infra/k8s/clusters.git", "", "https://gitlab.example.com/api/v4", "infra/k8s/clusters", ""},
 		{ForgeGitLab, "https://gitlab.com/infra/clusters", "http://127.0.0.1:9/api/v4/", "http://127.0.0.1:9/api/v4", "infra/clusters", ""},
