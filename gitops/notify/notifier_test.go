@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -366,12 +367,38 @@ func TestQueueOverflow(t *testing.T) {
 func TestRetryAfter(t *testing.T) {
 	now := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
 	for h, want := range map[string]time.Duration{
-		"": 0, "120": 2 * time.Minute, "0": 0, "-3": 0, "soon": 0,
+		"": 0, "120": 2 * time.Minute, "0": 0, "-3": 0, "soon": 0, "9227000000": 24 * time.Hour,
 		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
 		now.Add(-time.Hour).Format(http.TimeFormat):       0,
 	} {
 		if got := retryAfter(h, now); got != want {
 			t.Errorf("retryAfter(%q) = %v, want %v", h, got, want)
 		}
+	}
+}
+
+// TestStopLeavesQueue: requests still queued when serve stops are logged,
+// not tried (nor counted as failed).
+func TestStopLeavesQueue(t *testing.T) {
+	srv := newServer(t, nil)
+	tg, _ := ParseTarget(srv.URL + "/secret-path")
+	c, logs := &counts{}, &syncBuffer{}
+	n := New(Config{Targets: []Target{tg}, Observe: c.observe, Log: testLog(logs)})
+	for i := range 3 {
+		n.Updated(gitops.StatusUpdate{Path: fmt.Sprintf("c%d", i), Next: status(fmt.Sprintf("c%d", i), "r", "False", "X", "y", false)})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.Run(ctx) // returns at once: ctx has ended
+	if !strings.Contains(logs.String(), "queued notifications are not sent") || !strings.Contains(logs.String(), "queued=3") {
+		t.Errorf("logs:\n%s", logs)
+	}
+	if len(c.m) != 0 {
+		t.Errorf("counted %v", c.m)
+	}
+	select {
+	case r := <-srv.got:
+		t.Errorf("sent %s after serve stopped", r.Body)
+	default:
 	}
 }

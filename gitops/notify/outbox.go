@@ -104,20 +104,23 @@ func (o *outbox) queued() int {
 	return len(o.items)
 }
 
-// run sends the queued requests until ctx ends.
+// run sends the queued requests until ctx ends; those left then are
+// logged, not sent.
 func (o *outbox) run(ctx context.Context) {
 	for {
+		if ctx.Err() != nil {
+			if n := o.queued(); n > 0 {
+				o.log.Warn("serve stops: queued notifications are not sent", "queued", n)
+			}
+			return
+		}
 		r, ok := o.pop()
 		if !ok {
 			select {
 			case <-ctx.Done():
-				if n := o.queued(); n > 0 {
-					o.log.Warn("serve stops: queued notifications are not sent", "queued", n)
-				}
-				return
 			case <-o.wake:
-				continue
 			}
+			continue
 		}
 		if err := o.send(ctx, r); err != nil {
 			o.observe(o.label, "failed")
@@ -212,6 +215,9 @@ func (d *deliverer) try(ctx context.Context, r request) error {
 	return err
 }
 
+// maxRetryAfter is the longest Retry-After read, in seconds.
+const maxRetryAfter = 24 * 60 * 60
+
 // retryAfter reads a Retry-After header: seconds, or an HTTP date; 0
 // when absent or unreadable.
 func retryAfter(h string, now time.Time) time.Duration {
@@ -220,7 +226,9 @@ func retryAfter(h string, now time.Time) time.Duration {
 		return 0
 	}
 	if s, err := strconv.Atoi(h); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
+		// Past a day it is past any budget: no need to count further
+		// (and a huge number would overflow).
+		return time.Duration(min(s, maxRetryAfter)) * time.Second
 	}
 	if t, err := http.ParseTime(h); err == nil && t.After(now) {
 		return t.Sub(now)
