@@ -36,7 +36,9 @@ FUZZ_TARGETS := ./spec:FuzzLoad \
 	./transport/agenttun:FuzzJoinRequest \
 	./transport/agenttun:FuzzTunnelFrames \
 	./reconcile/rkestate:FuzzParse \
-	./reconcile/secretsenc:FuzzParse
+	./reconcile/secretsenc:FuzzParse \
+	./gitops/notify:FuzzParseTarget \
+	./gitops/notify:FuzzRetryAfter
 # Each new interesting input is minimized for at most this long (Go's default,
 # 60s, spends a short fuzz run minimizing the large seed files instead of fuzzing).
 FUZZMINIMIZE ?= 1s
