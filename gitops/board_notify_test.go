@@ -114,3 +114,81 @@ func TestBoardNotifications(t *testing.T) {
 		t.Fatalf("after the three notifications, got %v: want the sentinel", m)
 	}
 }
+
+// TestServerNotifications follows a real repository whose cluster.yml has
+// a mistake: the webhook is told the cluster stalled, naming the file and
+// line, and the commit that added the file gets a failed commit status;
+// a new commit with another mistake gets its own.
+func TestServerNotifications(t *testing.T) {
+	type got struct {
+		path string
+		body map[string]any
+	}
+	hook, forge := make(chan got, 20), make(chan got, 20)
+	serve := func(ch chan got) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var m map[string]any
+			if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+				t.Errorf("body: %v", err)
+			}
+			ch <- got{r.URL.Path, m}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	hookSrv, forgeSrv := serve(hook), serve(forge)
+	target, _ := notify.ParseTarget(hookSrv.URL + "/hook")
+	f, err := notify.NewForge(notify.ForgeGitHub, "https://github.com/acme/clusters.git", forgeSrv.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	board := gitops.NewBoard(0)
+	n := notify.New(notify.Config{Targets: []notify.Target{target}, Forge: f})
+	n.Watch(board)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	o := newOrigin(t, freePort(t))
+	o.commit(t, "a cluster with a typo", map[string]string{
+		"clusters/bad/cluster.yml": "kubernetes_verison: v1.31.4\nnodes:\n  - {address: 127.0.0.1, user: u, role: [etcd, controlplane, worker]}\n",
+	})
+	o.push(t)
+	first := o.head(t)
+	srv, events := serveClustersWith(t, o, gitops.Config{Board: board})
+	next := func(ch chan got) got {
+		t.Helper()
+		select {
+		case g := <-ch:
+			return g
+		case <-time.After(30 * time.Second):
+			t.Fatal("no request within 30s")
+		}
+		return got{}
+	}
+	h := next(hook)
+	msg, _ := h.body["message"].(string)
+	if h.body["kind"] != "stalled" || h.body["reason"] != "InvalidSpec" || h.body["revision"] != first ||
+		h.body["path"] != "clusters/bad/cluster.yml" || !strings.Contains(msg, "clusters/bad/cluster.yml:1") {
+		t.Errorf("webhook got %v: want stalled, InvalidSpec, revision %s, the file and line", h.body, first)
+	}
+	// cluster.yml names no cluster (it does not parse): the context is its path.
+	g := next(forge)
+	if g.path != "/repos/acme/clusters/statuses/"+first || g.body["state"] != "failure" || g.body["context"] != "rigger/clusters/bad/cluster.yml" {
+		t.Errorf("forge got %s %v: want a failure on %s", g.path, g.body, first)
+	}
+
+	waitEvent(t, events, gitops.EventStatusWritten, 30*time.Second)
+	o.commit(t, "another typo", map[string]string{
+		"clusters/bad/cluster.yml": "kubernetes_version: v1.31.4\nnodez: []\n",
+	})
+	o.push(t)
+	second := o.head(t)
+	srv.Trigger()
+	g = next(forge)
+	if g.path != "/repos/acme/clusters/statuses/"+second || g.body["state"] != "failure" || !strings.Contains(g.body["description"].(string), "InvalidSpec") {
+		t.Errorf("forge got %s %v: want a failure on %s", g.path, g.body, second)
+	}
+}
