@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -66,7 +67,7 @@ func NewForge(kind, repoURL, api, token string) (*Forge, error) {
 	project := strings.TrimSuffix(strings.Trim(ep.Path, "/"), ".git")
 	parts := strings.Split(project, "/")
 	switch {
-	case slicesContainEmpty(parts):
+	case slices.Contains(parts, ""):
 		return nil, fmt.Errorf("--commit-status: --repo's path %q does not name a project", project)
 	case kind != ForgeGitLab && len(parts) != 2:
 		return nil, fmt.Errorf("--commit-status %s: --repo's path %q is not owner/repository", kind, project)
@@ -99,15 +100,6 @@ func NewForge(kind, repoURL, api, token string) (*Forge, error) {
 		return nil, errors.New("--commit-status-api: give the API's base URL, such as https://gitea.example.com/api/v1 (no credentials in it)")
 	}
 	return &Forge{Kind: kind, API: strings.TrimSuffix(api, "/"), Project: project, Token: token}, nil
-}
-
-func slicesContainEmpty(s []string) bool {
-	for _, x := range s {
-		if x == "" {
-			return true
-		}
-	}
-	return false
 }
 
 // EnvCommitStatusToken is the environment variable the forge's token is
