@@ -178,6 +178,12 @@ func (n *Notifier) commitStatusLocked(u gitops.StatusUpdate) {
 	if ok && last == cs {
 		return
 	}
+	if ok && n.cfg.Forge.Kind == ForgeGitLab && last.SHA == cs.SHA && last.Context == cs.Context && last.State == cs.State {
+		// GitLab refuses a status in the state the commit's is in
+		// already ("Cannot transition status"): a new description alone
+		// is not sent.
+		return
+	}
 	if !ok && u.Prev != nil && u.Prev.ObservedRevision == sha {
 		// A serve that starts: status.yml says this was set already.
 		if s, d := readyState(u.Prev); s == state && d == desc {

@@ -402,3 +402,29 @@ func TestStopLeavesQueue(t *testing.T) {
 	default:
 	}
 }
+
+// TestCommitStatusGitLabSameState: GitLab refuses a status in the state the
+// commit's is in already, so a new description alone is not sent to it;
+// GitHub takes it.
+func TestCommitStatusGitLabSameState(t *testing.T) {
+	for kind, want := range map[string][]string{ForgeGitLab: {"failed", "success"}, ForgeGitHub: {"failure", "failure", "success"}} {
+		t.Run(kind, func(t *testing.T) {
+			srv := newServer(t, nil)
+			f, _ := NewForge(kind, "https://forge.example.com/ops/clusters.git", srv.URL, "tok")
+			n := New(Config{Forge: f})
+			run(t, n)
+			a := status("prod", sha1, "False", "NodesUnreachable", "10.0.0.1", false)
+			b := status("prod", sha1, "False", "NodesUnreachable", "10.0.0.2", false)
+			ok := status("prod", sha1, "True", "ReconciliationSucceeded", "fine", false)
+			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Next: a})
+			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Prev: a, Next: b})
+			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Prev: b, Next: ok})
+			for _, w := range want {
+				if got := srv.next(t).fields(t)["state"]; got != w {
+					t.Fatalf("state %v, want %s (all: %v)", got, w, want)
+				}
+			}
+			srv.none(t, n.idle)
+		})
+	}
+}
