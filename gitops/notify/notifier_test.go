@@ -162,7 +162,7 @@ func TestWebhookPayloads(t *testing.T) {
 	if err := json.Unmarshal(s.Body, &p); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(p.Text, "cluster prod is not Ready (NodesUnreachable): node") {
+	if p.Text != "cluster prod is not Ready (NodesUnreachable): node &lt;!channel&gt; &amp; co did not answer" {
 		t.Errorf("slack text %q", p.Text)
 	}
 	if len(p.Blocks) != 2 || p.Blocks[0].Type != "section" || p.Blocks[0].Text == nil || p.Blocks[0].Text.Type != "mrkdwn" ||

@@ -84,7 +84,7 @@ func slackBody(e Event) ([]byte, error) {
 		context = append(context, slackEscape(e.Repository)+" "+slackEscape(e.Branch))
 	}
 	return json.Marshal(slackPayload{
-		Text: text,
+		Text: slackEscape(text), // the fallback is read as mrkdwn too
 		Blocks: []slackBlock{
 			{Type: "section", Text: &slackText{Type: "mrkdwn", Text: section}},
 			{Type: "context", Elements: []slackText{{Type: "mrkdwn", Text: strings.Join(context, " · ")}}},
