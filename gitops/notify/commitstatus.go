@@ -117,6 +117,9 @@ const maxDescription = 140
 type commitStatus struct {
 	SHA, Context, Description string
 	State                     State
+	// reason is Ready's reason, which Description starts with (not sent
+	// apart).
+	reason string
 }
 
 // request is the HTTP request that sets s, in the forge's documented shape.

@@ -160,7 +160,8 @@ func (n *Notifier) firstLocked(e Event, now time.Time) bool {
 
 // commitStatusLocked queues the commit status of a reconcile's end: on the
 // commit of the cluster.yml it acted on, success when Ready is True,
-// failure otherwise, when it differs from the last one set; n.mu is held.
+// failure otherwise, when its state or Ready's reason differs from the
+// last one set; n.mu is held.
 func (n *Notifier) commitStatusLocked(u gitops.StatusUpdate) {
 	if n.forge == nil {
 		return
@@ -173,20 +174,24 @@ func (n *Notifier) commitStatusLocked(u gitops.StatusUpdate) {
 		return
 	}
 	state, desc := readyState(u.Next)
-	cs := commitStatus{SHA: sha, Context: Context(n.nameLocked(u.Path)), State: state, Description: desc}
+	cs := commitStatus{SHA: sha, Context: Context(n.nameLocked(u.Path)), State: state, Description: desc,
+		reason: condition(u.Next, gitops.ConditionReady).Reason}
 	last, ok := n.posted[u.Path]
 	if ok && last == cs {
 		return
 	}
-	if ok && n.cfg.Forge.Kind == ForgeGitLab && last.SHA == cs.SHA && last.Context == cs.Context && last.State == cs.State {
-		// GitLab refuses a status in the state the commit's is in
-		// already ("Cannot transition status"): a new description alone
-		// is not sent.
+	if ok && last.SHA == cs.SHA && last.Context == cs.Context && last.State == cs.State &&
+		(last.reason == cs.reason || n.cfg.Forge.Kind == ForgeGitLab) {
+		// The same state for another message only: not worth a status
+		// (GitHub keeps at most 1000 a commit and context, and each retry
+		// of a failing revision may say it differently). GitLab refuses
+		// a status in the state the commit's is in already ("Cannot
+		// transition status"), whatever its description.
 		return
 	}
 	if !ok && u.Prev != nil && u.Prev.ObservedRevision == sha {
 		// A serve that starts: status.yml says this was set already.
-		if s, d := readyState(u.Prev); s == state && d == desc {
+		if s, _ := readyState(u.Prev); s == state && condition(u.Prev, gitops.ConditionReady).Reason == cs.reason {
 			n.posted[u.Path] = cs
 			return
 		}

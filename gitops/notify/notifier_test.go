@@ -403,10 +403,10 @@ func TestStopLeavesQueue(t *testing.T) {
 	}
 }
 
-// TestCommitStatusGitLabSameState: GitLab refuses a status in the state the
-// commit's is in already, so a new description alone is not sent to it;
-// GitHub takes it.
-func TestCommitStatusGitLabSameState(t *testing.T) {
+// TestCommitStatusSameState: a failure for another message only is not
+// set again, one for another reason is, but not on GitLab, which refuses a
+// status in the state the commit's is in already.
+func TestCommitStatusSameState(t *testing.T) {
 	for kind, want := range map[string][]string{ForgeGitLab: {"failed", "success"}, ForgeGitHub: {"failure", "failure", "success"}} {
 		t.Run(kind, func(t *testing.T) {
 			srv := newServer(t, nil)
@@ -414,10 +414,12 @@ func TestCommitStatusGitLabSameState(t *testing.T) {
 			n := New(Config{Forge: f})
 			run(t, n)
 			a := status("prod", sha1, "False", "NodesUnreachable", "10.0.0.1", false)
-			b := status("prod", sha1, "False", "NodesUnreachable", "10.0.0.2", false)
+			a2 := status("prod", sha1, "False", "NodesUnreachable", "10.0.0.2", false)
+			b := status("prod", sha1, "False", "ApplyFailed", "kubelet did not start", false)
 			ok := status("prod", sha1, "True", "ReconciliationSucceeded", "fine", false)
 			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Next: a})
-			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Prev: a, Next: b})
+			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Prev: a, Next: a2})
+			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Prev: a2, Next: b})
 			n.Updated(gitops.StatusUpdate{Path: "p", Revision: sha1, Prev: b, Next: ok})
 			for _, w := range want {
 				if got := srv.next(t).fields(t)["state"]; got != w {
