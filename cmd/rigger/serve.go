@@ -278,7 +278,8 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 	})
 	mux.Handle("/metrics", guard.Protect(metrics.Handler()))
-	mux.Handle("/", guard.Protect(statuspage.New(board, statuspage.Options{Log: log})))
+	page := statuspage.New(board, statuspage.Options{Log: log})
+	mux.Handle("/", guard.Protect(page))
 	if len(secret) > 0 {
 		h, err := webhook.New(webhook.Config{Secret: []byte(secret), Branch: o.branch, Log: log, Observe: metrics.Webhook,
 			Trigger: func(webhook.Event) { srv.Trigger() }})
@@ -296,6 +297,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w: give another --listen", o.listen, err)
 	}
 	hs := newServeHTTPServer(mux)
+	hs.RegisterOnShutdown(page.Close)
 	scheme := "http"
 	if listenTLS != nil {
 		hs.TLSConfig, ln, scheme = listenTLS, tls.NewListener(ln, listenTLS), "https"

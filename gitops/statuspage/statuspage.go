@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,9 @@ type Handler struct {
 	o       Options
 	mux     *http.ServeMux
 	streams atomic.Int64
+	// closed ends every /events stream (Close).
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // New is the status page of board.
@@ -80,7 +84,7 @@ func New(board Board, o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{board: board, o: o, mux: http.NewServeMux()}
+	h := &Handler{board: board, o: o, mux: http.NewServeMux(), closed: make(chan struct{})}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -92,6 +96,14 @@ func New(board Board, o Options) *Handler {
 	h.mux.HandleFunc("GET /events", h.events)
 	h.mux.HandleFunc("GET /api/clusters", h.clusters)
 	return h
+}
+
+// Close ends the /events streams, and every later one at once: an
+// http.Server's Shutdown waits for connections to be idle, which a stream
+// never is (serve calls Close from RegisterOnShutdown). Browsers connect
+// again by themselves.
+func (h *Handler) Close() {
+	h.closeOnce.Do(func() { close(h.closed) })
 }
 
 // ServeHTTP serves the page with headers that keep it to its own origin:
@@ -179,6 +191,8 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-r.Context().Done():
+			return
+		case <-h.closed:
 			return
 		case <-changed:
 			if !board() {

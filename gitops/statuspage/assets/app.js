@@ -37,6 +37,7 @@
     if (!d) return "—";
     const s = Math.round((d.getTime() - Date.now()) / 1000);
     const a = Math.abs(s);
+    if (a < 5) return "just now";
     let n, u;
     if (a < 60) { n = a; u = "s"; }
     else if (a < 3600) { n = Math.round(a / 60); u = "min"; }
@@ -123,8 +124,8 @@
         (k.mixed ? " — mixed: an upgrade goes on" : ""));
     }
     if (st.kubernetes_error) add("Kubernetes API", el("span", { class: "no" }, st.kubernetes_error));
-    if (f.running) {
-      add("running", "since ", time(f.running.startedAt));
+    if (c.running) {
+      add("running now", c.running.trigger + " of ", el("code", { title: c.running.revision }, short(c.running.revision)), " since ", time(c.running.startedAt));
     }
     return dl;
   }
