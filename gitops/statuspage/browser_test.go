@@ -25,11 +25,13 @@ import (
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/doctor"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/execute"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/report"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -363,4 +365,95 @@ func screenshot(t *testing.T, ctx context.Context, name, also string) {
 		}
 		t.Logf("screenshot: %s", p)
 	}
+}
+
+// richCluster has every part of the status the page shows: failing
+// checks, a node down, a mixed Kubernetes version, etcd, a snapshot,
+// certificates, add-ons, agent tunnels, pending registrations, drift, and
+// reconciles with plans and errors. Its strings hold markup.
+func richCluster(now time.Time) gitops.BoardCluster {
+	soon, later := now.Add(20*24*time.Hour), now.Add(300*24*time.Hour)
+	seen := now.Add(-time.Minute)
+	st := &report.Status{Cluster: "edge", ObservedAt: now, PendingSteps: 2,
+		Nodes: []report.NodeStatus{
+			{Address: "10.0.0.1", Hostname: "cp-1", Roles: []string{"etcd", "controlplane"}, Reachable: true, CertsExpire: &soon,
+				Containers:     []report.ContainerStatus{{Name: "etcd", State: "running", InSync: true}, {Name: "kube-apiserver", State: "restarting", Restarts: 7}},
+				KubernetesNode: &report.KubernetesNode{Name: "cp-1", Ready: "True"}},
+			{Address: "10.0.0.2", Hostname: "edge-1", Roles: []string{"worker"}, Error: "dial tcp 10.0.0.2:22: <b>connection refused</b>",
+				KubernetesNode: &report.KubernetesNode{Name: "edge-1", Ready: "Unknown", ReadyReason: "NodeStatusUnknown", ReadyMessage: "Kubelet stopped posting node status."}},
+		},
+		Certificates: map[string]time.Time{"kube-apiserver": soon, "kube-ca": later},
+		MissingNodes: []string{"10.0.0.3"},
+		Etcd: &report.EtcdStatus{Members: []etcdmember.Member{{ID: 1, Name: "etcd-cp-1", Healthy: true}},
+			Health: map[string]string{"10.0.0.1": "healthy"}},
+		Addons: []report.AddonStatus{{Name: "rke-network-plugin", Objects: 12, Ready: true},
+			{Name: "rke-ingress-controller", Objects: 5, NotReady: []string{"Deployment ingress-nginx/ingress-nginx: 0/1 ready"}, Pending: 1}},
+		Kubernetes: &report.KubernetesVersions{Mixed: true, Running: []report.VersionNodes{{Version: "v1.31.4", Nodes: []string{"10.0.0.2"}},
+			{Version: "v1.32.13", Nodes: []string{"10.0.0.1"}}}},
+		Problems: []doctor.Finding{{Node: "10.0.0.2", Check: "ssh-reachable", Level: doctor.Fail, Expected: "SSH answers on port 22",
+			Found: "connection refused", Fix: "start sshd on the node, or open port 22 from rigger <script>alert(1)</script>"},
+			{Check: "duplicate-nodes", Level: doctor.Warn, Found: "two Nodes claim 10.0.0.4", Fix: "delete the stale one: kubectl delete node old-4"},
+			{Node: "10.0.0.1", Check: "docker", Level: doctor.Pass}},
+	}
+	return gitops.BoardCluster{Path: "clusters/edge/cluster.yml",
+		Running: &gitops.RunningReconcile{Trigger: "drift-check", Revision: "0123456789abcdef0123456789abcdef01234567", StartedAt: now},
+		Status: &gitops.StatusFile{Cluster: "edge", ObservedRevision: "0123456789abcdef0123456789abcdef01234567",
+			Source: gitops.Source{Branch: "main", Path: "clusters/edge/cluster.yml"},
+			Conditions: []gitops.Condition{{Type: "Ready", Status: "False", Reason: "NodesUnreachable", Message: "10.0.0.2 did not answer", LastTransitionTime: now},
+				{Type: "Reconciling", Status: "True", Reason: "RetryScheduled"}, {Type: "Stalled", Status: "False"}},
+			LastReconcile: &gitops.LastReconcile{Trigger: "retry", FinishedAt: now, Duration: "3.2s", Steps: 2, Failed: 1},
+			Snapshots:     &gitops.SnapshotStatus{Last: &gitops.SnapshotRef{Name: "rigger-auto-1", Taken: now.Add(-time.Hour), Size: 5 << 20}, Next: &soon, NotInS3: []string{"rigger-auto-0"}},
+			Restore:       &gitops.RestoreStatus{ID: "r1", Snapshot: "rigger-auto-0", At: now.Add(-48 * time.Hour)},
+			PendingAgents: []string{"10.0.0.9 (host <i>rogue</i>)"},
+			AgentTunnels:  []gitops.AgentTunnel{{Node: "10.0.0.2", Connected: false, LastSeen: &seen}, {Node: "10.0.0.5", Connected: true, Hostname: "edge-5"}},
+			Drift:         []gitops.DriftRepair{{RepairedAt: now, Node: "10.0.0.1", Component: "kubelet", Action: "replace", Reason: "spec changed by hand"}},
+			Status:        st},
+		Reconciles: []gitops.ReconcileRecord{
+			{Trigger: "retry", Revision: "0123456789abcdef", StartedAt: now.Add(-4 * time.Second), FinishedAt: now, Steps: 2, Failed: 1,
+				Error: "10.0.0.2: <img src=x>: connection refused", Plan: []string{"10.0.0.1: replace kubelet (spec changed)", "10.0.0.2: not reachable, nothing planned for it (connection refused)"}},
+			{Trigger: "change", Revision: "fedcba9876543210", StartedAt: now.Add(-time.Hour), FinishedAt: now.Add(-time.Hour)},
+		}}
+}
+
+// TestStatusPageShowsEverything renders a board with every part of the
+// status in Chromium: each part shows, nothing fails in the script,
+// markup in values stays text, and a phone does not scroll sideways.
+func TestStatusPageShowsEverything(t *testing.T) {
+	ctx := browser(t)
+	b := &fakeBoard{}
+	b.set(richCluster(time.Now()))
+	page := statuspage.New(b, statuspage.Options{})
+	hs := httptest.NewServer(page)
+	t.Cleanup(func() { page.Close(); hs.Close() })
+	if err := do(ctx, 30*time.Second, chromedp.Navigate(hs.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the page to show edge", 20*time.Second, `!!document.querySelector('section[data-path="clusters/edge/cluster.yml"] h2')`)
+	text := must(run(ctx, 10*time.Second, chromedp.Evaluate[string](`document.body.textContent`)))(t)
+	for _, want := range []string{
+		"1 cluster(s), 0 ready", "reconciling now (drift-check)", "NodesUnreachable", "10.0.0.2 did not answer",
+		"Failing checks", "10.0.0.2: ssh-reachable", "fix: start sshd on the node, or open port 22 from rigger <script>alert(1)</script>",
+		"duplicate-nodes", "kube-apiserver (7×)", "1/2", "<b>connection refused</b>", "Unknown (NodeStatusUnknown)",
+		"No Kubernetes Node yet: 10.0.0.3", "v1.31.4 (10.0.0.2)", "mixed", "etcd-cp-1", "rigger-auto-1", "5.0 MiB", "rigger-auto-0",
+		"First to expire: kube-apiserver", "all 2 certificates", "rke-ingress-controller", "Deployment ingress-nginx/ingress-nginx: 0/1 ready",
+		"Agent tunnels", "edge-5", "10.0.0.9 (host <i>rogue</i>)", "Drift repaired", "spec changed by hand",
+		"10.0.0.2: <img src=x>: connection refused", "10.0.0.1: replace kubelet (spec changed)", "the plan was empty",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not show %q", want)
+		}
+	}
+	if strings.Contains(text, "ssh-reachable") && strings.Contains(text, `docker — pass`) {
+		t.Error("a check that passed is shown as failing")
+	}
+	if n := must(run(ctx, 5*time.Second, chromedp.Evaluate[int](`document.querySelectorAll("main img, main script, main b, main i").length`)))(t); n != 0 {
+		t.Errorf("values became markup: %d elements", n)
+	}
+	if err := do(ctx, 10*time.Second, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	if must(run(ctx, 10*time.Second, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`)))(t) {
+		t.Error("on a 390 px wide phone the page scrolls sideways")
+	}
+	screenshot(t, ctx, "status-page-everything-phone.png", "")
 }
