@@ -21,6 +21,10 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"log level", []string{"--repo", "file:///nowhere", "--log-level", "loud"}, "give debug, info, warn or error"},
 		{"webhook secret file missing", []string{"--repo", "file:///nowhere", "--webhook-secret-file", dir + "/none"}, "read secret"},
 		{"empty token file", []string{"--repo", "file:///nowhere", "--git-token-file", emptyFile(t, dir)}, "is empty"},
+		{"empty HTTP token file", []string{"--repo", "file:///nowhere", "--http-token-file", emptyFile(t, dir)}, "--http-token-file: read secret"},
+		{"client CA without TLS", []string{"--repo", "file:///nowhere", "--client-ca-file", dir + "/ca.crt"}, "--client-ca-file needs --tls-cert-file"},
+		{"TLS certificate without key", []string{"--repo", "file:///nowhere", "--tls-cert-file", dir + "/tls.crt"}, "give both"},
+		{"TLS files missing", []string{"--repo", "file:///nowhere", "--tls-cert-file", dir + "/tls.crt", "--tls-key-file", dir + "/tls.key"}, "load --tls-cert-file"},
 		{"repository missing", []string{"--repo", "file://" + dir + "/none.git", "--state-dir", dir}, dir + "/none.git"},
 	}
 	for _, tt := range tests {
