@@ -39,6 +39,10 @@ const (
 	// /events stream, so that proxies and browsers keep it open and a
 	// closed one is noticed.
 	DefaultKeepAlive = 25 * time.Second
+	// DefaultMinInterval is the shortest time between two "board" events
+	// of a stream: the changes of a busy serve (many clusters reconciled
+	// at once) come together, at most one event a second.
+	DefaultMinInterval = time.Second
 	// writeTimeout bounds each write to an /events stream: a client that
 	// stops reading is dropped.
 	writeTimeout = 30 * time.Second
@@ -46,8 +50,9 @@ const (
 
 // Options are the settings of New; zero values are the defaults.
 type Options struct {
-	MaxStreams int
-	KeepAlive  time.Duration
+	MaxStreams  int
+	KeepAlive   time.Duration
+	MinInterval time.Duration
 	// Log is told of streams refused; nil logs nothing.
 	Log *slog.Logger
 	// Now is the clock of the snapshots' time (time.Now when nil).
@@ -77,6 +82,9 @@ func New(board Board, o Options) *Handler {
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.MinInterval <= 0 {
+		o.MinInterval = DefaultMinInterval
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -149,8 +157,10 @@ func (h *Handler) clusters(w http.ResponseWriter, _ *http.Request) {
 }
 
 // events is /events: a "board" event with the snapshot at once and after
-// every change of the board, a comment when idle for KeepAlive, until the
-// client goes away or a write takes longer than writeTimeout.
+// the board changed (at most one every MinInterval: the changes in
+// between come together), a comment when idle for KeepAlive, until the
+// client goes away, the handler is closed, or a write takes longer than
+// writeTimeout.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	if n := h.streams.Add(1); n > int64(h.o.MaxStreams) {
 		h.streams.Add(-1)
@@ -186,6 +196,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	if !send([]byte("retry: 3000\n\n")) || !board() {
 		return
 	}
+	last := time.Now()
 	idle := time.NewTimer(h.o.KeepAlive)
 	defer idle.Stop()
 	for {
@@ -195,9 +206,22 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-h.closed:
 			return
 		case <-changed:
+			// Wait out MinInterval since the last event; changes meanwhile
+			// are in the next snapshot.
+			wait := time.NewTimer(time.Until(last.Add(h.o.MinInterval)))
+			select {
+			case <-r.Context().Done():
+				wait.Stop()
+				return
+			case <-h.closed:
+				wait.Stop()
+				return
+			case <-wait.C:
+			}
 			if !board() {
 				return
 			}
+			last = time.Now()
 		case <-idle.C:
 			if !send([]byte(": keep-alive\n\n")) {
 				return

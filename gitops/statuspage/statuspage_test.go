@@ -124,7 +124,7 @@ func readEvent(t *testing.T, r *bufio.Reader) statuspage.Snapshot {
 func TestEvents(t *testing.T) {
 	b := &fakeBoard{}
 	b.set(cluster("a/cluster.yml", "True", "rev1"))
-	srv := httptest.NewServer(statuspage.New(b, statuspage.Options{KeepAlive: 50 * time.Millisecond}))
+	srv := httptest.NewServer(statuspage.New(b, statuspage.Options{KeepAlive: 50 * time.Millisecond, MinInterval: 200 * time.Millisecond}))
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -156,6 +156,19 @@ func TestEvents(t *testing.T) {
 	s = readEvent(t, r)
 	if len(s.Clusters) != 2 || s.Clusters[0].Status.ObservedRevision != "rev2" || s.Clusters[0].Status.Conditions[0].Status != "False" {
 		t.Fatalf("event after the change: %+v", s)
+	}
+	// Changes in quick succession: one event, with the last of them, at
+	// least MinInterval after the one before.
+	sent := time.Now()
+	for _, rev := range []string{"rev3", "rev4", "rev5"} {
+		b.set(cluster("a/cluster.yml", "True", rev))
+	}
+	s = readEvent(t, r)
+	if took := time.Since(sent); took < 150*time.Millisecond {
+		t.Errorf("an event %s after the one before, want at least MinInterval (200ms)", took)
+	}
+	if got := s.Clusters[0].Status.ObservedRevision; got != "rev5" {
+		t.Errorf("the event after three quick changes shows %s, want rev5 (the last)", got)
 	}
 }
 
