@@ -100,7 +100,7 @@ func (g *Guard) Protect(next http.Handler) http.Handler {
 			g.signIn(w, r, q.Get(TokenParam))
 			return
 		}
-		if auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(strings.TrimSpace(auth), g.token) {
+		if auth, ok := bearer(r.Header.Get("Authorization")); ok && equal(auth, g.token) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -111,6 +111,16 @@ func (g *Guard) Protect(next http.Handler) http.Handler {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rigger serve"`)
 		http.Error(w, "this page needs serve's token (--http-token-file or $RIGGER_HTTP_TOKEN): send \"Authorization: Bearer <token>\", or open /?"+TokenParam+"=<token> once in a browser", http.StatusUnauthorized)
 	})
+}
+
+// bearer is the token of an Authorization header of the scheme Bearer
+// (any case, RFC 9110).
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // signedIn sends the browser on to the page it asked for, without the

@@ -76,13 +76,14 @@ func TestToken(t *testing.T) {
 		header []string
 		want   int
 	}{
-		"no token":          {"/", nil, http.StatusUnauthorized},
-		"wrong bearer":      {"/", []string{"Authorization", "Bearer nope"}, http.StatusUnauthorized},
-		"right bearer":      {"/events", []string{"Authorization", "Bearer " + token}, http.StatusOK},
-		"basic is not it":   {"/", []string{"Authorization", "Basic " + token}, http.StatusUnauthorized},
-		"forged cookie":     {"/", []string{"Cookie", httpauth.CookieName + "=" + token}, http.StatusUnauthorized},
-		"wrong query token": {"/?token=nope", nil, http.StatusUnauthorized},
-		"probe":             {"/healthz", nil, http.StatusOK},
+		"no token":             {"/", nil, http.StatusUnauthorized},
+		"wrong bearer":         {"/", []string{"Authorization", "Bearer nope"}, http.StatusUnauthorized},
+		"right bearer":         {"/events", []string{"Authorization", "Bearer " + token}, http.StatusOK},
+		"bearer in lower case": {"/", []string{"Authorization", "bearer " + token}, http.StatusOK},
+		"basic is not it":      {"/", []string{"Authorization", "Basic " + token}, http.StatusUnauthorized},
+		"forged cookie":        {"/", []string{"Cookie", httpauth.CookieName + "=" + token}, http.StatusUnauthorized},
+		"wrong query token":    {"/?token=nope", nil, http.StatusUnauthorized},
+		"probe":                {"/healthz", nil, http.StatusOK},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, body := get(t, c, srv.URL+tc.path, tc.header...)

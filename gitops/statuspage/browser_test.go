@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	corev1 "k8s.io/api/core/v1"
@@ -298,6 +300,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Error("on a 390 px wide phone the page scrolls sideways")
 	}
 	screenshot(t, ctx, "status-page-phone.png", "")
+
+	// Signed out (the cookie gone) while serve shuts its streams: the
+	// page says so instead of retrying for ever.
+	if _, err := chromedp.Call(ctx, network.ClearBrowserCookies, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	page.Close()
+	waitJS(t, ctx, "the page to say it is refused", 20*time.Second, `document.getElementById("live").dataset.state === "refused"`)
 }
 
 // do runs actions in the browser within timeout.

@@ -296,7 +296,18 @@
   function connect() {
     const es = new EventSource("events");
     es.addEventListener("open", () => { live.className = "live on"; live.textContent = "live"; live.dataset.state = "live"; });
-    es.addEventListener("error", () => { live.className = "live off"; live.textContent = "reconnecting…"; live.dataset.state = "reconnecting"; });
+    es.addEventListener("error", () => {
+      live.className = "live off"; live.textContent = "reconnecting…"; live.dataset.state = "reconnecting";
+      // An EventSource does not say why it failed: ask once whether the
+      // page is refused, and say what to do instead of retrying for ever.
+      fetch("api/clusters", { credentials: "same-origin" }).then((r) => {
+        if (r.status === 401 || r.status === 403) {
+          es.close();
+          live.textContent = "signed out"; live.dataset.state = "refused";
+          summary.textContent = "serve refuses this page now: open it again with ?token=<token>, or with a client certificate";
+        }
+      }).catch(() => {});
+    });
     es.addEventListener("board", (ev) => {
       try { render(JSON.parse(ev.data)); } catch (err) { summary.textContent = "cannot show the board: " + err; }
     });
