@@ -205,3 +205,36 @@ func TestAPIClusters(t *testing.T) {
 		t.Errorf("empty board: %s", got)
 	}
 }
+
+// TestEventsOutliveServerTimeouts: a stream lasts longer than the
+// server's ReadTimeout and WriteTimeout (serve's are 30s and 60s).
+func TestEventsOutliveServerTimeouts(t *testing.T) {
+	b := &fakeBoard{}
+	b.set(cluster("a/cluster.yml", "True", "rev1"))
+	srv := httptest.NewUnstartedServer(statuspage.New(b, statuspage.Options{MinInterval: time.Millisecond}))
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/events", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	readEvent(t, r)
+	// Past both timeouts, a change still comes.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		b.set(cluster("a/cluster.yml", "True", "rev1")) // a change a stream must answer: wakes it
+		readEvent(t, r)
+	}
+	b.set(cluster("a/cluster.yml", "False", "rev2"))
+	for {
+		if s := readEvent(t, r); s.Clusters[0].Status.ObservedRevision == "rev2" {
+			break
+		}
+	}
+}
