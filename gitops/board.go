@@ -1,11 +1,15 @@
 package gitops
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rigger/rigger/internal/clip"
+	"github.com/rigger/rigger/reconcile/decide"
 )
 
 // DefaultBoardHistory is how many reconciles of each cluster a Board
@@ -57,6 +61,11 @@ type ReconcileRecord struct {
 	Failed int `json:"failed,omitempty"`
 	// Error is why it did not converge ("" when it did).
 	Error string `json:"error,omitempty"`
+	// Plan is the plan the reconcile computed, one line a step ("node:
+	// action component (reason)"), then one a node it could not reach, at
+	// most maxPlanLines; none when it computed none (a cluster.yml that
+	// did not load, a lock held) or the plan was empty.
+	Plan []string `json:"plan,omitempty"`
 }
 
 // StatusUpdate is a cluster's status after a reconcile, with the one
@@ -234,10 +243,42 @@ func (b *Board) changedLocked() {
 	}
 }
 
-// errorText is err's message for a ReconcileRecord ("" for nil).
+// errorText is err's message for a ReconcileRecord ("" for nil), at most
+// maxText bytes long as in status.yml (clipString).
 func errorText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return strings.TrimSpace(err.Error())
+	return clipString(strings.TrimSpace(err.Error()))
+}
+
+// maxPlanLines is how many lines of a plan a ReconcileRecord keeps; a
+// longer plan ends with a line that says how many were left out.
+const maxPlanLines = 50
+
+// maxPlanLine is the longest line of a plan a ReconcileRecord keeps, in
+// bytes: a reason or an error can quote a node at any length.
+const maxPlanLine = 300
+
+// planLines is pl's plan for people, as rigger plan prints it, one line a
+// step and one a node not reached.
+func planLines(pl *decide.Planned) []string {
+	if pl == nil || pl.Plan == nil {
+		return nil
+	}
+	var lines []string
+	for _, s := range pl.Plan.Steps {
+		lines = append(lines, fmt.Sprintf("%s: %s %s (%s)", s.Node, s.Action, s.Component, strings.Join(strings.Fields(s.Reason), " ")))
+	}
+	for _, u := range pl.Plan.Unreachable {
+		lines = append(lines, fmt.Sprintf("%s: not reachable, nothing planned for it (%s)", u.Node, strings.Join(strings.Fields(u.Error), " ")))
+	}
+	if len(lines) > maxPlanLines {
+		more := len(lines) - maxPlanLines + 1
+		lines = append(lines[:maxPlanLines-1], fmt.Sprintf("… and %d more", more))
+	}
+	for i, l := range lines {
+		lines[i] = clip.Ellipsis(l, maxPlanLine)
+	}
+	return lines
 }

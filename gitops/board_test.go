@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestBoard(t *testing.T) {
@@ -57,5 +59,23 @@ func TestBoard(t *testing.T) {
 	none.started("x", "start", "", at) // a nil board keeps nothing
 	if none.Clusters() != nil {
 		t.Fatal("a nil board has clusters")
+	}
+}
+
+// TestPlanLines: a reconcile's plan is kept as rigger plan prints it, one
+// line a step and one a node not reached, and a long plan is cut with a
+// line that says how much.
+func TestPlanLines(t *testing.T) {
+	got := planLines(planned(1, "10.0.0.9"))
+	want := []string{"10.0.0.1: restart kubelet (container exited)", "10.0.0.9: not reachable, nothing planned for it (connection refused)"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("plan lines (-want +got):\n%s", diff)
+	}
+	long := planLines(planned(maxPlanLines + 10))
+	if len(long) != maxPlanLines || long[maxPlanLines-1] != "… and 11 more" {
+		t.Errorf("a plan of %d steps kept as %d lines ending %q", maxPlanLines+10, len(long), long[len(long)-1])
+	}
+	if planLines(planned(0)) != nil || planLines(nil) != nil {
+		t.Error("an empty plan has lines")
 	}
 }

@@ -224,6 +224,8 @@ type outcome struct {
 	steps   int
 	failed  int
 	status  *report.Status
+	// plan is the plan the reconcile computed, as lines (planLines).
+	plan []string
 }
 
 // fail records err as stall.Classify says: a stall, or a retry (a
@@ -294,7 +296,7 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 	crashpoint.Reach(crashpoint.ServeReconciled)
 	err = w.writeStatus(ctx, f)
 	cfg.Board.finished(w.path, ReconcileRecord{Trigger: cause, Revision: ref.Revision, StartedAt: start, FinishedAt: end,
-		Steps: out.steps, Failed: out.failed, Error: errorText(out.err)}, f)
+		Steps: out.steps, Failed: out.failed, Error: errorText(out.err), Plan: out.plan}, f)
 	cfg.Events(Event{Kind: EventReconcileEnd, Path: w.path, Revision: ref.Revision, Trigger: cause, Err: out.err})
 	switch {
 	case out.err != nil:
@@ -358,7 +360,7 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		out.fail(fmt.Errorf("plan: %w", err))
 		return out
 	}
-	out.status = pl.Status()
+	out.status, out.plan = pl.Status(), planLines(pl)
 	if !out.suspended {
 		out = w.apply(ctx, log, s, lk, pl, changed, out)
 	}

@@ -21,6 +21,7 @@
 #   gcc libc6-dev               cgo and a static libc for flanneld (its udp backend needs cgo), built by the sandbox
 #   docker-registry             a Docker Registry v2 (distribution 2.8.2) behind htpasswd auth on the sandbox's
 #                               bridge, for the private_registries tests (sandboxtest.StartRegistry)
+#   chromium                    headless Chromium: the browser test of serve's status page (gitops/statuspage)
 set -euo pipefail
 
 # file that must exist -> Debian package that provides it
@@ -44,6 +45,7 @@ declare -A want=(
   [/usr/bin/gcc]=gcc
   [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev
   [/usr/bin/docker-registry]=docker-registry
+  [/usr/bin/chromium]=chromium
 )
 
 missing=()

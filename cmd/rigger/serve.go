@@ -27,6 +27,8 @@ import (
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/gitops/notify"
+	"github.com/rigger/rigger/gitops/httpauth"
+	"github.com/rigger/rigger/gitops/statuspage"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/statedir"
@@ -39,6 +41,7 @@ import (
 const (
 	envGitToken      = "RIGGER_GIT_TOKEN"
 	envWebhookSecret = "RIGGER_WEBHOOK_SECRET"
+	envHTTPToken     = "RIGGER_HTTP_TOKEN"
 )
 
 // serveOptions are serve's flags.
@@ -51,6 +54,8 @@ type serveOptions struct {
 	gitUser, gitTokenFile            string
 	webhookSecretFile                string
 	listen                           string
+	httpTokenFile                    string
+	tlsCert, tlsKey, clientCA        string
 	author                           string
 	leaderElect                      bool
 	leaseNamespace, leaseName        string
@@ -104,9 +109,24 @@ serve accepts GitHub, GitLab, Gitea/Forgejo and generic HMAC-SHA256 push
 webhooks at a path derived from the secret (logged at start) and fetches at
 once; every other request is refused.
 
-HTTP (--listen): /healthz (the process runs), /readyz (the repository was
-fetched and, with --leader-elect, this replica leads), /metrics (Prometheus),
-and the webhook.
+HTTP (--listen): / (the status page), /healthz (the process runs), /readyz
+(the repository was fetched and, with --leader-elect, this replica leads),
+/metrics (Prometheus), and the webhook.
+
+Status page (/): every cluster with its conditions, observed revision,
+nodes (reachable, containers in sync, restarting, Kubernetes Node Ready),
+etcd and its last snapshot, certificate expiry, add-ons, agent tunnels and
+pending registrations, rigger doctor's failing checks with their fixes, and
+the last 10 reconciles with their plans and errors. It follows serve live
+(server-sent events at /events; /api/clusters is the same as JSON), needs
+nothing from the internet, and shows what status.yml holds: no secret.
+The page, /events, /api/clusters and /metrics are open to whoever reaches
+--listen unless asked otherwise: with a token in --http-token-file or
+$RIGGER_HTTP_TOKEN they need "Authorization: Bearer <token>" or the cookie
+a browser gets by opening /?token=<token> once; with --tls-cert-file and
+--tls-key-file the listener speaks TLS, and with --client-ca-file they need
+a client certificate signed by that CA (both when both are given). The
+probes and the webhook (checked by its HMAC) stay open.
 
 Agent tunnel (--agent-listen, TLS): nodes declared with "transport: agent"
 run "rigger agent", which dials in to <--agent-url>/agent/<cluster_name>;
@@ -163,7 +183,11 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.gitUser, "git-username", "git", "user name for HTTPS git URLs (a user in the URL wins)")
 	fl.StringVar(&o.gitTokenFile, "git-token-file", "", "file holding the token or password for HTTPS git URLs (else $"+envGitToken+")")
 	fl.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (else $"+envWebhookSecret+"); without one, no webhook is served")
-	fl.StringVar(&o.listen, "listen", ":8080", "address of the HTTP server (health, metrics, webhook)")
+	fl.StringVar(&o.listen, "listen", ":8080", "address of the HTTP server (status page, health, metrics, webhook)")
+	fl.StringVar(&o.httpTokenFile, "http-token-file", "", "file holding the token that the status page and /metrics ask for (else $"+envHTTPToken+"); without one, they are open")
+	fl.StringVar(&o.tlsCert, "tls-cert-file", "", "certificate (PEM) of the HTTP server: with --tls-key-file, --listen speaks TLS")
+	fl.StringVar(&o.tlsKey, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
+	fl.StringVar(&o.clientCA, "client-ca-file", "", "CA certificates (PEM): the status page and /metrics need a client certificate signed by one (needs --tls-cert-file)")
 	fl.StringVar(&o.author, "author", "rigger <rigger@localhost>", `author of the status commits, as "Name <email>"`)
 	fl.BoolVar(&o.leaderElect, "leader-elect", false, "in a Kubernetes cluster: reconcile only while holding a Lease (several replicas may run)")
 	fl.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace)")
@@ -238,6 +262,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	guard, listenTLS, err := o.httpGuard()
+	if err != nil {
+		return err
+	}
 	repo, err := gitrepo.Open(ctx, o.workdir, o.repo, auth)
 	if err != nil {
 		return err
@@ -293,7 +321,9 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 			fmt.Fprintln(w, "ok")
 		}
 	})
-	mux.Handle("/metrics", metrics.Handler())
+	mux.Handle("/metrics", guard.Protect(metrics.Handler()))
+	page := statuspage.New(board, statuspage.Options{Log: log})
+	mux.Handle("/", guard.Protect(page))
 	if len(secret) > 0 {
 		h, err := webhook.New(webhook.Config{Secret: []byte(secret), Branch: o.branch, Log: log, Observe: metrics.Webhook,
 			Trigger: func(webhook.Event) { srv.Trigger() }})
@@ -311,8 +341,15 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w: give another --listen", o.listen, err)
 	}
 	hs := newServeHTTPServer(mux)
+	hs.RegisterOnShutdown(page.Close)
+	scheme := "http"
+	if listenTLS != nil {
+		hs.TLSConfig, ln, scheme = listenTLS, tls.NewListener(ln, listenTLS), "https"
+	}
 	log.Info("rigger serve starts", "repo", repo.URL(), "branch", o.branch, "path", o.path,
 		"listen", ln.Addr().String(), "state_dir", o.stateDir)
+	token, cert := guard.Asks()
+	log.Info("status page", "url", scheme+"://"+ln.Addr().String()+"/", "token", token, "client_certificate", cert)
 
 	g, gctx := errgroup.WithContext(ctx)
 	if notifier != nil {
@@ -370,7 +407,28 @@ const (
 	listenMaxHeader     = 64 << 10
 )
 
-// newServeHTTPServer is the server of --listen: webhook, health, metrics.
+// httpGuard is what the status page and /metrics ask for (--http-token-file
+// or $RIGGER_HTTP_TOKEN, --client-ca-file), and the listener's TLS
+// configuration (nil: plain HTTP).
+func (o *serveOptions) httpGuard() (*httpauth.Guard, *tls.Config, error) {
+	token, err := secretFrom(o.httpTokenFile, envHTTPToken)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--http-token-file: %w", err)
+	}
+	var cfg *tls.Config
+	switch {
+	case o.tlsCert != "" || o.tlsKey != "":
+		if cfg, err = httpauth.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA); err != nil {
+			return nil, nil, err
+		}
+	case o.clientCA != "":
+		return nil, nil, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file: client certificates come with TLS")
+	}
+	return httpauth.New(token, o.clientCA != ""), cfg, nil
+}
+
+// newServeHTTPServer is the server of --listen: status page, webhook,
+// health, metrics.
 func newServeHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: listenHeaderTimeout, ReadTimeout: listenReadTimeout,
 		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: listenMaxHeader}

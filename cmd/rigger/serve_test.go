@@ -29,6 +29,10 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"commit status token", []string{"--repo", "https://github.com/a/b.git", "--commit-status", "github", "--commit-status-token-file", dir + "/none"}, "--commit-status-token-file: read secret"},
 		{"commit status of a file repository", []string{"--repo", "file:///nowhere", "--commit-status", "gitea", "--commit-status-token-file", tokenFile(t, dir)}, "cannot be read from --repo"},
 		{"commit status api alone", []string{"--repo", "file:///nowhere", "--commit-status-api", "https://h/api/v1"}, "--commit-status-api needs --commit-status"},
+		{"empty HTTP token file", []string{"--repo", "file:///nowhere", "--http-token-file", emptyFile(t, dir)}, "--http-token-file: read secret"},
+		{"client CA without TLS", []string{"--repo", "file:///nowhere", "--client-ca-file", dir + "/ca.crt"}, "--client-ca-file needs --tls-cert-file"},
+		{"TLS certificate without key", []string{"--repo", "file:///nowhere", "--tls-cert-file", dir + "/tls.crt"}, "give both"},
+		{"TLS files missing", []string{"--repo", "file:///nowhere", "--tls-cert-file", dir + "/tls.crt", "--tls-key-file", dir + "/tls.key"}, "load --tls-cert-file"},
 		{"repository missing", []string{"--repo", "file://" + dir + "/none.git", "--state-dir", dir}, dir + "/none.git"},
 	}
 	for _, tt := range tests {
