@@ -26,8 +26,8 @@ import (
 
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/gitops/gitrepo"
-	"github.com/rigger/rigger/gitops/notify"
 	"github.com/rigger/rigger/gitops/httpauth"
+	"github.com/rigger/rigger/gitops/notify"
 	"github.com/rigger/rigger/gitops/statuspage"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
