@@ -1,0 +1,301 @@
+package sopsfile
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	"github.com/getsops/sops/v3"
+	"github.com/getsops/sops/v3/aes"
+	sopsage "github.com/getsops/sops/v3/age"
+	"github.com/getsops/sops/v3/config"
+	yamlstore "github.com/getsops/sops/v3/stores/yaml"
+
+	"github.com/rigger/rigger/spec"
+)
+
+// Secret values of plainCluster: none may appear in a diagnostic.
+const (
+	secretKey      = "s3-secret-Qx7vLm2"
+	secretPassword = "registry-pw-9HzT4"
+	secretSSHLine  = "b3BlbnNzaC1rZXktdjEAAAAAsecretmaterial"
+)
+
+// plainCluster has a secret of each kind, a multi-line one first, and an
+// error (port: nope) after it.
+var plainCluster = `cluster_name: sops
+nodes:
+  - address: 10.20.0.11
+    user: rke
+    role:
+      - etcd
+      - controlplane
+      - worker
+    ssh_key: |
+      -----BEGIN OPENSSH PRIVATE KEY-----
+      ` + secretSSHLine + `
+      -----END OPENSSH PRIVATE KEY-----
+    port: nope
+private_registries:
+  - url: registry.internal:5000
+    user: puller
+    password: ` + secretPassword + `
+services:
+  etcd:
+    backup_config:
+      interval_hours: 6
+      s3backupconfig:
+        endpoint: s3.example.com
+        bucket_name: snapshots
+        access_key: AKIAEXAMPLE
+        secret_key: ` + secretKey + `
+`
+
+// encrypt encrypts plain for recipient as `sops encrypt` does (the SOPS
+// library's YAML store, tree encryption and MAC), with encryptedRegex
+// when it is not empty.
+func encrypt(t *testing.T, plain, recipient, encryptedRegex string) []byte {
+	t.Helper()
+	store := yamlstore.NewStore(&config.YAMLStoreConfig{})
+	branches, err := store.LoadPlainFile([]byte(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := sopsage.MasterKeyFromRecipient(recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{
+		KeyGroups: []sops.KeyGroup{{mk}}, EncryptedRegex: encryptedRegex, Version: "3.13.3"}}
+	dataKey, errs := tree.GenerateDataKey()
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cipher := aes.NewCipher()
+	mac, err := tree.Encrypt(dataKey, cipher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree.Metadata.LastModified = time.Now().UTC()
+	if tree.Metadata.MessageAuthenticationCode, err = cipher.Encrypt(mac, dataKey, tree.Metadata.LastModified.Format(time.RFC3339)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := store.EmitEncryptedFile(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func identity(t *testing.T) *age.X25519Identity {
+	t.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// lineOf returns the 1-based line of the first line of data that starts,
+// after blanks, with prefix.
+func lineOf(t *testing.T, data []byte, prefix string) int {
+	t.Helper()
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimLeft(l, " -"), prefix) {
+			return i + 1
+		}
+	}
+	t.Fatalf("no line starts with %q in\n%s", prefix, data)
+	return 0
+}
+
+// noSecrets fails when a diagnostic shows a secret value.
+func noSecrets(t *testing.T, diags spec.Diagnostics) {
+	t.Helper()
+	for _, d := range diags {
+		for _, s := range []string{secretKey, secretPassword, secretSSHLine} {
+			if strings.Contains(d.String(), s) {
+				t.Errorf("diagnostic shows a secret: %s", d)
+			}
+		}
+	}
+}
+
+func TestDecryptKeepsLines(t *testing.T) {
+	id := identity(t)
+	data := encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
+	if bytes.Contains(data, []byte(secretKey)) || !bytes.Contains(data, []byte("10.20.0.11")) {
+		t.Fatalf("the file is not encrypted as asked:\n%s", data)
+	}
+	wantLine := lineOf(t, data, "port: nope")
+	if plainLine := lineOf(t, []byte(plainCluster), "port: nope"); plainLine == wantLine {
+		t.Fatalf("port is on line %d in both files: the test shows nothing", wantLine)
+	}
+	c, diags, err := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{AgeIdentities: []age.Identity{id}}.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecrets(t, diags)
+	var errs []spec.Diagnostic
+	for _, d := range diags {
+		if d.Severity == spec.SeverityError {
+			errs = append(errs, d)
+		}
+		if strings.Contains(d.Summary, "SOPS") {
+			t.Errorf("unexpected SOPS diagnostic with only secrets encrypted: %s", d)
+		}
+	}
+	if len(errs) != 1 || errs[0].Path != "nodes[0].port" || errs[0].Line != wantLine {
+		t.Fatalf("errors %v, want nodes[0].port at line %d of the encrypted file", errs, wantLine)
+	}
+	if c.Services.Etcd.BackupConfig.S3BackupConfig.SecretKey != secretKey || c.PrivateRegistries[0].Password != secretPassword ||
+		!strings.Contains(c.Nodes[0].SSHKey, "\n"+secretSSHLine+"\n") || c.Nodes[0].User != "rke" {
+		t.Errorf("the values are not decrypted: %+v", c)
+	}
+}
+
+// The default of `sops encrypt` encrypts every value: one warning names
+// the fields rigger shows.
+func TestDecryptEverythingWarns(t *testing.T) {
+	id := identity(t)
+	data := encrypt(t, strings.Replace(plainCluster, "port: nope", "port: 22", 1), id.Recipient().String(), "")
+	c, diags, err := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{AgeIdentities: []age.Identity{id}}.Options())
+	if err != nil || diags.Err() != nil {
+		t.Fatalf("ParseWith: %v %v", err, diags)
+	}
+	if c.Nodes[0].Port != "22" && fmt.Sprint(c.Nodes[0].Port) != "22" {
+		t.Errorf("port %v, want 22 (an int decrypted)", c.Nodes[0].Port)
+	}
+	noSecrets(t, diags)
+	var warned []spec.Diagnostic
+	for _, d := range diags {
+		if strings.Contains(d.Summary, "encrypted with SOPS") {
+			warned = append(warned, d)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0].Summary, "nodes[0].address") || strings.Contains(warned[0].Summary, "ssh_key") ||
+		strings.Contains(warned[0].Summary, "secret_key") || !strings.Contains(warned[0].Detail, "--encrypted-regex") {
+		t.Errorf("warnings %v, want one naming the shown fields only", warned)
+	}
+}
+
+func TestDecryptFails(t *testing.T) {
+	id := identity(t)
+	data := encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
+	tampered := bytes.Replace(data, []byte("user: puller"), []byte("user: pullex"), 1)
+	if bytes.Equal(tampered, data) {
+		t.Fatal("nothing tampered")
+	}
+	sopsLine := lineOf(t, data, "sops:")
+	for _, tc := range []struct {
+		name string
+		data []byte
+		ids  []age.Identity
+		want []string
+	}{
+		{"wrong key", data, []age.Identity{identity(t)}, []string{"no key rigger has decrypts", "SOPS_AGE_KEY_FILE"}},
+		{"no key", data, []age.Identity{}, []string{"no key rigger has decrypts"}},
+		{"changed without sops", tampered, []age.Identity{id}, []string{"MAC does not match", "sops cluster.yml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, diags, err := spec.ParseWith(context.Background(), tc.data, "cluster.yml", Decrypter{AgeIdentities: tc.ids}.Options())
+			if err != nil || c != nil {
+				t.Fatalf("ParseWith = %v, %v; want a diagnostic", c, err)
+			}
+			noSecrets(t, diags)
+			if len(diags) != 1 || diags[0].Line != sopsLine || diags[0].File != "cluster.yml" {
+				t.Fatalf("diagnostics %v, want one at the sops: line %d", diags, sopsLine)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(diags[0].String(), w) {
+					t.Errorf("diagnostic %q does not say %q", diags[0], w)
+				}
+			}
+		})
+	}
+}
+
+// The zero Decrypter takes the age identity from SOPS_AGE_KEY_FILE, or
+// SOPS_AGE_KEY, as sops does.
+func TestDecryptKeysFromEnvironment(t *testing.T) {
+	id := identity(t)
+	data := encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
+	keyFile := filepath.Join(t.TempDir(), "keys.txt")
+	if err := os.WriteFile(keyFile, []byte("# test\n"+id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no keys.txt of the machine's user
+	t.Setenv("HOME", t.TempDir())
+	for _, tc := range []struct{ name, env, value string }{
+		{"SOPS_AGE_KEY_FILE", "SOPS_AGE_KEY_FILE", keyFile},
+		{"SOPS_AGE_KEY", "SOPS_AGE_KEY", id.String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			c, diags, err := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{}.Options())
+			if err != nil || c == nil || c.PrivateRegistries[0].Password != secretPassword {
+				t.Fatalf("ParseWith: %v %v", err, diags)
+			}
+		})
+	}
+	t.Run("none", func(t *testing.T) {
+		os.Unsetenv("SOPS_AGE_KEY_FILE")
+		os.Unsetenv("SOPS_AGE_KEY")
+		_, diags, _ := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{}.Options())
+		if diags.Err() == nil {
+			t.Fatal("decrypted without a key")
+		}
+	})
+}
+
+// A file with aliases that expand past maxValues is refused before SOPS's
+// store copies them.
+func TestDecryptAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 8; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	b.WriteString("sops:\n  mac: x\n")
+	done := make(chan spec.Diagnostics, 1)
+	go func() {
+		_, diags, _ := spec.ParseWith(context.Background(), []byte(b.String()), "cluster.yml", Decrypter{}.Options())
+		done <- diags
+	}()
+	select {
+	case diags := <-done:
+		if diags.Err() == nil || !strings.Contains(diags.Err().Error(), "aliases") {
+			t.Errorf("diagnostics %v, want the aliases refused", diags)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the alias bomb was not refused within a minute")
+	}
+}
+
+// TestSOPSOutOfSpec: spec, reconcile and transport never link the SOPS
+// library and its cloud SDKs; this package and its importers do.
+func TestSOPSOutOfSpec(t *testing.T) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool")
+	}
+	out, err := exec.Command(gocmd, "list", "-deps", "../../spec", "../../reconcile", "../../transport/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	if !bytes.Contains(out, []byte("github.com/rigger/rigger/spec\n")) {
+		t.Fatalf("go list does not list spec:\n%s", out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "github.com/getsops/") || strings.HasPrefix(l, "github.com/rigger/rigger/spec/sopsfile") {
+			t.Errorf("spec, reconcile or transport depends on %s", l)
+		}
+	}
+}
