@@ -76,7 +76,7 @@ func decryptSOPS(ctx context.Context, data []byte, root *yaml.Node, file string,
 			return nil, nil
 		}
 		return nil, diag(fmt.Sprintf("cannot decrypt the file with SOPS: %v", err),
-			"rigger decrypts it as `sops decrypt` does: give it a key of the file's key groups (an age identity in the file SOPS_AGE_KEY_FILE names or in SOPS_AGE_KEY; a PGP key in gpg's keyring), and make sure the file was written by sops, not edited by hand (see docs/gitops.md, Secrets in git with SOPS).")
+			"rigger decrypts it as `sops decrypt` does; docs/gitops.md (Secrets in git with SOPS) says where it takes the keys.")
 	}
 	root.Content = append(root.Content[:i:i], root.Content[i+2:]...)
 	encrypted := make(map[*yaml.Node]bool, len(nodes))

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -83,8 +84,9 @@ func (d Decrypter) Decrypt(ctx context.Context, data []byte, root *yaml.Node) (e
 		keyservice.NewCustomLocalClient(localKeys{age: d.AgeIdentities}),
 	}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("no key rigger has decrypts the file's data key; give rigger the age identity of one of the file's recipients "+
-			"(in the file SOPS_AGE_KEY_FILE names, or in SOPS_AGE_KEY), or a PGP key of the file in gpg's keyring: %w", err)
+		return nil, fmt.Errorf("no key rigger has decrypts the file's data key; give rigger the age identity of one of the file's recipients (%s) "+
+			"in the file SOPS_AGE_KEY_FILE names or in SOPS_AGE_KEY, or one of its PGP keys in gpg's keyring (what SOPS says: %s)",
+			recipients(tree.Metadata), userError(err))
 	}
 	cipher := aes.NewCipher()
 	mac, err := tree.Decrypt(key, cipher)
@@ -200,6 +202,34 @@ func fill(n *yaml.Node, v any, path string, top bool, out *[]*yaml.Node) error {
 		*out = append(*out, n)
 	}
 	return nil
+}
+
+// recipients lists the master keys of the file's key groups (public: age
+// recipients, PGP fingerprints, KMS key names).
+func recipients(m sops.Metadata) string {
+	var out []string
+	for _, g := range m.KeyGroups {
+		for _, k := range g {
+			out = append(out, k.TypeToIdentifier()+" "+k.ToString())
+		}
+	}
+	if len(out) == 0 {
+		return "none listed"
+	}
+	return strings.Join(out, ", ")
+}
+
+// ansiEscape matches the colours SOPS puts in its messages.
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+
+// userError is SOPS's own explanation of err, on one line.
+func userError(err error) string {
+	msg := err.Error()
+	var ue sops.UserError
+	if errors.As(err, &ue) {
+		msg = ue.UserError()
+	}
+	return strings.Join(strings.Fields(ansiEscape.ReplaceAllString(msg, "")), " ")
 }
 
 func join(path, key string) string {

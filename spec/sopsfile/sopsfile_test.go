@@ -12,13 +12,9 @@ import (
 	"time"
 
 	"filippo.io/age"
-	"github.com/getsops/sops/v3"
-	"github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/config"
-	yamlstore "github.com/getsops/sops/v3/stores/yaml"
 
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/sopsfile/sopsfiletest"
 )
 
 // Secret values of plainCluster: none may appear in a diagnostic.
@@ -58,42 +54,6 @@ services:
         secret_key: ` + secretKey + `
 `
 
-// encrypt encrypts plain for recipient as `sops encrypt` does (the SOPS
-// library's YAML store, tree encryption and MAC), with encryptedRegex
-// when it is not empty.
-func encrypt(t *testing.T, plain, recipient, encryptedRegex string) []byte {
-	t.Helper()
-	store := yamlstore.NewStore(&config.YAMLStoreConfig{})
-	branches, err := store.LoadPlainFile([]byte(plain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk, err := sopsage.MasterKeyFromRecipient(recipient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{
-		KeyGroups: []sops.KeyGroup{{mk}}, EncryptedRegex: encryptedRegex, Version: "3.13.3"}}
-	dataKey, errs := tree.GenerateDataKey()
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	cipher := aes.NewCipher()
-	mac, err := tree.Encrypt(dataKey, cipher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree.Metadata.LastModified = time.Now().UTC()
-	if tree.Metadata.MessageAuthenticationCode, err = cipher.Encrypt(mac, dataKey, tree.Metadata.LastModified.Format(time.RFC3339)); err != nil {
-		t.Fatal(err)
-	}
-	out, err := store.EmitEncryptedFile(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func identity(t *testing.T) *age.X25519Identity {
 	t.Helper()
 	id, err := age.GenerateX25519Identity()
@@ -130,7 +90,7 @@ func noSecrets(t *testing.T, diags spec.Diagnostics) {
 
 func TestDecryptKeepsLines(t *testing.T) {
 	id := identity(t)
-	data := encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
+	data := sopsfiletest.Encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
 	if bytes.Contains(data, []byte(secretKey)) || !bytes.Contains(data, []byte("10.20.0.11")) {
 		t.Fatalf("the file is not encrypted as asked:\n%s", data)
 	}
@@ -165,7 +125,7 @@ func TestDecryptKeepsLines(t *testing.T) {
 // the fields rigger shows.
 func TestDecryptEverythingWarns(t *testing.T) {
 	id := identity(t)
-	data := encrypt(t, strings.Replace(plainCluster, "port: nope", "port: 22", 1), id.Recipient().String(), "")
+	data := sopsfiletest.Encrypt(t, strings.Replace(plainCluster, "port: nope", "port: 22", 1), id.Recipient().String(), "")
 	c, diags, err := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{AgeIdentities: []age.Identity{id}}.Options())
 	if err != nil || diags.Err() != nil {
 		t.Fatalf("ParseWith: %v %v", err, diags)
@@ -188,12 +148,19 @@ func TestDecryptEverythingWarns(t *testing.T) {
 
 func TestDecryptFails(t *testing.T) {
 	id := identity(t)
-	data := encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
+	data := sopsfiletest.Encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
 	tampered := bytes.Replace(data, []byte("user: puller"), []byte("user: pullex"), 1)
 	if bytes.Equal(tampered, data) {
 		t.Fatal("nothing tampered")
 	}
 	sopsLine := lineOf(t, data, "sops:")
+	// No key of the machine's user or environment.
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for _, env := range []string{"SOPS_AGE_KEY", "SOPS_AGE_KEY_FILE", "SOPS_AGE_KEY_CMD", "SOPS_AGE_SSH_PRIVATE_KEY_FILE"} {
+		t.Setenv(env, "")
+		os.Unsetenv(env)
+	}
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -201,7 +168,7 @@ func TestDecryptFails(t *testing.T) {
 		want []string
 	}{
 		{"wrong key", data, []age.Identity{identity(t)}, []string{"no key rigger has decrypts", "SOPS_AGE_KEY_FILE"}},
-		{"no key", data, []age.Identity{}, []string{"no key rigger has decrypts"}},
+		{"no key", data, nil, []string{"no key rigger has decrypts", "Did not find keys"}},
 		{"changed without sops", tampered, []age.Identity{id}, []string{"MAC does not match", "sops cluster.yml"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,7 +193,7 @@ func TestDecryptFails(t *testing.T) {
 // SOPS_AGE_KEY, as sops does.
 func TestDecryptKeysFromEnvironment(t *testing.T) {
 	id := identity(t)
-	data := encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
+	data := sopsfiletest.Encrypt(t, plainCluster, id.Recipient().String(), spec.SOPSEncryptedRegex)
 	keyFile := filepath.Join(t.TempDir(), "keys.txt")
 	if err := os.WriteFile(keyFile, []byte("# test\n"+id.String()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
