@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -214,4 +216,63 @@ func TestSOPSCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "cannot decrypt the file with SOPS") || !strings.Contains(out, "SOPS_AGE_KEY_FILE") {
 		t.Errorf("validate without the key: exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// encryptWithInlineKey writes yml with the private key of its ssh_key_path
+// inline in each node's ssh_key (ssh_key_path gone), encrypted by the sops
+// CLI at sops for a new age identity with rigger's encrypted_regex, and
+// sets SOPS_AGE_KEY_FILE for t. It returns the file and the key's body
+// lines, which no output may show.
+func encryptWithInlineKey(t *testing.T, sops, yml string) (string, []string) {
+	t.Helper()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.txt")
+	if err := os.WriteFile(keys, []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SOPS_AGE_KEY_FILE", keys)
+	var keyPath string
+	var lines []string
+	for _, l := range strings.Split(yml, "\n") {
+		if p, ok := strings.CutPrefix(l, "ssh_key_path: "); ok {
+			keyPath = strings.TrimSpace(p)
+			continue
+		}
+		lines = append(lines, l)
+	}
+	key, err := os.ReadFile(keyPath)
+	if keyPath == "" || err != nil {
+		t.Fatalf("the cluster.yml has no ssh_key_path to inline (%v):\n%s", err, yml)
+	}
+	inline := strings.Join(lines, "\n")
+	inline = regexp.MustCompile(`(hostname_override: [^,}]+)}`).ReplaceAllString(inline, "$1, ssh_key: "+strconv.Quote(string(key))+"}")
+	if !strings.Contains(inline, "ssh_key: ") {
+		t.Fatalf("no node to give the key to:\n%s", yml)
+	}
+	file := filepath.Join(dir, "cluster.yml")
+	if err := os.WriteFile(file, []byte(inline), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sopscli.Run(t, sops, dir, "-e", "-i", "--age", id.Recipient().String(), "--encrypted-regex", spec.SOPSEncryptedRegex, "cluster.yml")
+	var body []string
+	armoured := strings.Split(strings.TrimSpace(string(key)), "\n")
+	for _, l := range armoured[1 : len(armoured)-1] {
+		if len(l) > 16 {
+			body = append(body, l)
+		}
+	}
+	enc, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range body {
+		if strings.Contains(string(enc), l) {
+			t.Fatalf("sops left the key in the file:\n%s", enc)
+		}
+	}
+	return file, body
 }
