@@ -15,6 +15,7 @@ RIGGER_CACHE ?= /var/cache/rigger
 # runs their seeds and saved inputs as tests, without fuzzing.
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./spec:FuzzLoad \
+	./spec/sopsfile:FuzzDecrypt \
 	./sandbox:FuzzParseState \
 	./reconcile/etcdsnap:FuzzParseName \
 	./reconcile/etcdsnap:FuzzParseSidecar \

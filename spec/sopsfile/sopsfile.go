@@ -66,8 +66,10 @@ func (d Decrypter) Decrypt(ctx context.Context, data []byte, root *yaml.Node) (e
 			encrypted, err = nil, fmt.Errorf("the SOPS library failed on the file (%v)", r)
 		}
 	}()
-	if n := count(root, 0); n > maxValues {
-		return nil, fmt.Errorf("the file has more than %d values once its aliases are expanded; reduce the use of YAML anchors and aliases", maxValues)
+	left := maxValues
+	if count(root, &left); left < 0 {
+		return nil, fmt.Errorf("the file has more than %d values once its aliases are expanded, or an alias inside the value it names; "+
+			"reduce the use of YAML anchors and aliases", maxValues)
 	}
 	store := yamlstore.NewStore(&config.YAMLStoreConfig{})
 	tree, err := store.LoadEncryptedFile(data)
@@ -103,22 +105,23 @@ func (d Decrypter) Decrypt(ctx context.Context, data []byte, root *yaml.Node) (e
 	return encrypted, nil
 }
 
-// count counts the values of n, aliases expanded, up to past maxValues.
-func count(n *yaml.Node, depth int) int {
-	if n == nil || depth > 2*maxValues {
-		return 0
+// count takes one from *left for each value of n, aliases expanded, and
+// stops when *left is below zero: an alias inside the value it names
+// ends there too.
+func count(n *yaml.Node, left *int) {
+	*left--
+	if n == nil || *left < 0 {
+		return
 	}
 	if n.Kind == yaml.AliasNode {
-		return 1 + count(n.Alias, depth+1)
+		count(n.Alias, left)
+		return
 	}
-	total := 1
 	for _, c := range n.Content {
-		total += count(c, depth+1)
-		if total > maxValues {
-			break
+		if count(c, left); *left < 0 {
+			return
 		}
 	}
-	return total
 }
 
 // fill puts the plain values of v (SOPS's decrypted tree) into the

@@ -222,9 +222,16 @@ func TestDecryptKeysFromEnvironment(t *testing.T) {
 	})
 }
 
-// A file with aliases that expand past maxValues is refused before SOPS's
-// store copies them.
+// A file with aliases that expand past maxValues, or an alias inside the
+// value it names, is refused before SOPS's store copies them.
 func TestDecryptAliasBomb(t *testing.T) {
+	t.Run("inside itself", func(t *testing.T) {
+		yml := "cluster_name: x\nservices:\n  kube-api:\n    admission_configuration: &a {apiVersion: v1, kind: X, x: *a}\nsops:\n  mac: x\n"
+		_, diags, _ := spec.ParseWith(context.Background(), []byte(yml), "cluster.yml", Decrypter{}.Options())
+		if diags.Err() == nil || !strings.Contains(diags.Err().Error(), "an alias inside the value it names") {
+			t.Errorf("diagnostics %v, want the alias refused", diags)
+		}
+	})
 	var b strings.Builder
 	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x]\n")
 	for i := 1; i < 8; i++ {
