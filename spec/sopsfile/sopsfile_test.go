@@ -3,6 +3,7 @@ package sopsfile
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/getsops/sops/v3"
+	"github.com/getsops/sops/v3/pgp"
 
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/spec/sopsfile/sopsfiletest"
@@ -271,5 +275,50 @@ func TestSOPSOutOfSpec(t *testing.T) {
 		if strings.HasPrefix(l, "github.com/getsops/") || strings.HasPrefix(l, "github.com/rigger/rigger/spec/sopsfile") {
 			t.Errorf("spec, reconcile or transport depends on %s", l)
 		}
+	}
+}
+
+// TestDecryptPGP: a PGP key group is decrypted as sops does, here from
+// GnuPG's legacy keyrings in GNUPGHOME (no gpg binary needed).
+func TestDecryptPGP(t *testing.T) {
+	entity, err := openpgp.NewEntity("rigger test", "", "rigger@example.test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(t.TempDir(), "gnupg")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var pub, sec bytes.Buffer
+	if err := entity.Serialize(&pub); err != nil {
+		t.Fatal(err)
+	}
+	if err := entity.SerializePrivate(&sec, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"pubring.gpg": pub.Bytes(), "secring.gpg": sec.Bytes()} {
+		if err := os.WriteFile(filepath.Join(home, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("GNUPGHOME", home)
+	fingerprint := strings.ToUpper(hex.EncodeToString(entity.PrimaryKey.Fingerprint))
+	data := sopsfiletest.EncryptFor(t, plainCluster, sops.KeyGroup{pgp.NewMasterKeyFromFingerprint(fingerprint)}, spec.SOPSEncryptedRegex)
+	if !bytes.Contains(data, []byte("fp: "+fingerprint)) {
+		t.Fatalf("the file has no PGP key group:\n%s", data)
+	}
+	c, diags, err := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{}.Options())
+	if err != nil || c == nil || c.PrivateRegistries[0].Password != secretPassword {
+		t.Fatalf("ParseWith: %v %v", err, diags)
+	}
+	// Another GnuPG home, without the key: refused.
+	other := filepath.Join(t.TempDir(), "gnupg")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GNUPGHOME", other)
+	t.Setenv("PATH", "") // no gpg binary to fall back to
+	if _, diags, _ := spec.ParseWith(context.Background(), data, "cluster.yml", Decrypter{}.Options()); diags.Err() == nil {
+		t.Error("decrypted without the PGP key")
 	}
 }

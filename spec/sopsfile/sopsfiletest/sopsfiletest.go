@@ -13,22 +13,29 @@ import (
 	yamlstore "github.com/getsops/sops/v3/stores/yaml"
 )
 
-// Encrypt encrypts plain for recipient as `sops encrypt` does (the SOPS
-// library's YAML store, tree encryption and MAC), with encryptedRegex
-// when it is not empty.
+// Encrypt encrypts plain for the age recipient as `sops encrypt` does
+// (the SOPS library's YAML store, tree encryption and MAC), with
+// encryptedRegex when it is not empty.
 func Encrypt(t testing.TB, plain, recipient, encryptedRegex string) []byte {
+	t.Helper()
+	mk, err := sopsage.MasterKeyFromRecipient(recipient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return EncryptFor(t, plain, sops.KeyGroup{mk}, encryptedRegex)
+}
+
+// EncryptFor is Encrypt for the master keys of group (age, PGP, …), which
+// encrypt the data key as sops does.
+func EncryptFor(t testing.TB, plain string, group sops.KeyGroup, encryptedRegex string) []byte {
 	t.Helper()
 	store := yamlstore.NewStore(&config.YAMLStoreConfig{})
 	branches, err := store.LoadPlainFile([]byte(plain))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk, err := sopsage.MasterKeyFromRecipient(recipient)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tree := sops.Tree{Branches: branches, Metadata: sops.Metadata{
-		KeyGroups: []sops.KeyGroup{{mk}}, EncryptedRegex: encryptedRegex, Version: "3.13.3"}}
+		KeyGroups: []sops.KeyGroup{group}, EncryptedRegex: encryptedRegex, Version: "3.13.3"}}
 	dataKey, errs := tree.GenerateDataKey()
 	if len(errs) > 0 {
 		t.Fatal(errs)
