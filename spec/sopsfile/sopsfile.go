@@ -27,6 +27,7 @@ import (
 	sopsage "github.com/getsops/sops/v3/age"
 	"github.com/getsops/sops/v3/config"
 	"github.com/getsops/sops/v3/keyservice"
+	"github.com/getsops/sops/v3/pgp"
 	yamlstore "github.com/getsops/sops/v3/stores/yaml"
 	yaml "go.yaml.in/yaml/v3"
 
@@ -83,7 +84,7 @@ func (d Decrypter) Decrypt(ctx context.Context, data []byte, root *yaml.Node) (e
 		return nil, err
 	}
 	key, err := tree.Metadata.GetDataKeyWithKeyServices([]keyservice.KeyServiceClient{
-		keyservice.NewCustomLocalClient(localKeys{age: d.AgeIdentities}),
+		keyservice.NewCustomLocalClient(localKeys{ctx: ctx, age: d.AgeIdentities}),
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("no key rigger has decrypts the file's data key; give rigger the age identity of one of the file's recipients (%s) "+
@@ -250,8 +251,12 @@ func pathOr(path string) string {
 }
 
 // localKeys is SOPS's local key service restricted to the keys that need
-// no network, with age identities of its own when given.
+// no network, with age identities of its own when given. It lives for one
+// Decrypt and holds its ctx: SOPS calls the key service with
+// context.Background(), and a gpg that waits (for a passphrase) must end
+// when the caller gives up.
 type localKeys struct {
+	ctx context.Context
 	age []age.Identity
 }
 
@@ -269,7 +274,13 @@ func (k localKeys) Decrypt(ctx context.Context, req *keyservice.DecryptRequest) 
 		}
 		return &keyservice.DecryptResponse{Plaintext: plain}, nil
 	case *keyservice.Key_PgpKey:
-		return keyservice.Server{}.Decrypt(ctx, req)
+		mk := pgp.NewMasterKeyFromFingerprint(key.PgpKey.Fingerprint)
+		mk.EncryptedKey = string(req.Ciphertext)
+		plain, err := mk.DecryptContext(k.ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &keyservice.DecryptResponse{Plaintext: plain}, nil
 	default:
 		return nil, fmt.Errorf("rigger uses only age and PGP keys, which need no network: a %T key is skipped", key)
 	}
