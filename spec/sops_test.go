@@ -150,3 +150,23 @@ func TestSOPSEncryptedRegex(t *testing.T) {
 		t.Errorf("docs/gitops.md does not give the regex %s", SOPSEncryptedRegex)
 	}
 }
+
+// An extra_env entry that is not NAME=value is reported without its value,
+// which is secret.
+func TestExtraEnvErrorsHideValues(t *testing.T) {
+	yml := "nodes: [{address: 10.0.0.1, user: u, role: [etcd, controlplane, worker]}]\n" +
+		"services:\n  kubelet:\n    extra_env: [\"NOEQUALS-s3cr3tA\", \"BAD NAME=s3cr3tB\"]\n"
+	_, diags := Parse([]byte(yml), "cluster.yml")
+	var errs []string
+	for _, d := range diags {
+		if strings.Contains(d.Path, "extra_env") {
+			errs = append(errs, d.String())
+		}
+		if strings.Contains(d.String(), "s3cr3t") {
+			t.Errorf("a diagnostic shows a value of extra_env: %s", d)
+		}
+	}
+	if len(errs) != 2 || !strings.Contains(errs[1], `"BAD NAME"`) {
+		t.Errorf("extra_env diagnostics %q, want two, the second naming the name", errs)
+	}
+}
