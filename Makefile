@@ -15,6 +15,7 @@ RIGGER_CACHE ?= /var/cache/rigger
 # runs their seeds and saved inputs as tests, without fuzzing.
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./spec:FuzzLoad \
+	./spec/sopsfile:FuzzDecrypt \
 	./sandbox:FuzzParseState \
 	./reconcile/etcdsnap:FuzzParseName \
 	./reconcile/etcdsnap:FuzzParseSidecar \
@@ -87,7 +88,7 @@ fmtcheck: ## fail when gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: prereqs fmtcheck build rke-render ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
+test: prereqs fmtcheck build rke-render sops ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
@@ -105,7 +106,7 @@ test: prereqs fmtcheck build rke-render ## every test, with -race and every go v
 	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race
 	@# binary (linked dynamically) cannot stand for: it runs here without -race.
 	GOGC=$(BUILDGOGC) CGO_ENABLED=0 $(GO) test -count=1 -run '^TestUpgradeInPlace$$' ./internal/nodebin
-	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
+	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 # make test TESTSKIP=regexp: the tests (go test -skip) another target of the same run
@@ -126,6 +127,17 @@ BENCH_OUT ?= bin/bench
 .PHONY: rke-render
 rke-render:
 	cd hack/rke-render && $(GO) mod download && GOGC=$(BUILDGOGC) GOFLAGS=-mod=readonly $(GO) build -ldflags='$(TESTLDFLAGS)' -o $(CURDIR)/bin/rke-render .
+
+# The real sops CLI (hack/sops: getsops/sops/v3's cmd/sops from the Go module proxy), for the
+# tests that check that rigger reads what sops writes (RIGGER_SOPS; without it they skip, and
+# fail with RIGGER_E2E=1). Built once into RIGGER_CACHE, named by hack/sops/go.sum's hash, so
+# that a second run, or a fresh clone, does not build it again.
+SOPS_BIN = $(RIGGER_CACHE)/sops/sops-$(shell sha256sum hack/sops/go.sum | cut -c1-16)
+.PHONY: sops
+sops:
+	@test -x $(SOPS_BIN) || { mkdir -p $(RIGGER_CACHE)/sops && cd hack/sops && $(GO) mod download && \
+	  GOGC=$(BUILDGOGC) CGO_ENABLED=0 GOFLAGS=-mod=readonly $(GO) build -trimpath -ldflags '-s -w' -o $(SOPS_BIN).tmp github.com/getsops/sops/v3/cmd/sops && \
+	  mv $(SOPS_BIN).tmp $(SOPS_BIN); }
 
 .PHONY: test-long
 test-long: prereqs build rke-render ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load, an adopted RKE cluster upgraded

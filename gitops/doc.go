@@ -12,6 +12,10 @@
 // (TrailerKey), and never triggers a reconcile itself: a worker acts on
 // the cluster.yml's blob, which a status commit does not change.
 //
+// A cluster.yml encrypted with SOPS is decrypted with Config.Decrypt
+// (package spec/sopsfile, keys where the sops CLI takes them); one that
+// cannot be decrypted stalls its cluster alone (ReasonDecryptionFailed).
+//
 // The subpackages are the git side (gitrepo) and the webhook endpoint
 // that asks for a fetch now (webhook).
 package gitops

@@ -79,6 +79,10 @@ type Config struct {
 	// ParseTimeout bounds the reading of one cluster.yml
 	// (DefaultParseTimeout); a file read no faster stalls its cluster.
 	ParseTimeout time.Duration
+	// Decrypt reads the cluster.yml files encrypted with SOPS
+	// (sopsfile.Decrypter{}.Decrypt, keys where the sops CLI takes them,
+	// when nil).
+	Decrypt spec.Decrypter
 	// StateDir holds one state directory per cluster, named for its
 	// cluster_name, as `rigger apply` lays them out: a CLI apply with the
 	// same base shares the state and the lock.

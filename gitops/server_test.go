@@ -97,7 +97,7 @@ func waitEvent(t testing.TB, events <-chan gitops.Event, kind gitops.EventKind, 
 }
 
 // serveClustersWith is serveClusters with cfg's Open, PendingAgents,
-// AgentTunnels, StateDir and Board.
+// AgentTunnels, StateDir, Board, Decrypt and Log.
 func serveClustersWith(t *testing.T, o *origin, cfg gitops.Config) (*gitops.Server, chan gitops.Event) {
 	t.Helper()
 	repo, err := gitrepo.Open(context.Background(), filepath.Join(t.TempDir(), "clone"), "file://"+o.bare, gitrepo.Auth{})
@@ -113,6 +113,7 @@ func serveClustersWith(t *testing.T, o *origin, cfg gitops.Config) (*gitops.Serv
 		StateDir: stateDir, Interval: time.Hour, DriftInterval: time.Hour, MaxConcurrent: cfg.MaxConcurrent,
 		Author: object.Signature{Name: "rigger-e2e", Email: "rigger-e2e@example.test"},
 		Open:   cfg.Open, PendingAgents: cfg.PendingAgents, AgentTunnels: cfg.AgentTunnels, Board: cfg.Board,
+		Decrypt: cfg.Decrypt, Log: cfg.Log,
 		Events: func(e gitops.Event) { events <- e }})
 	if err != nil {
 		t.Fatal(err)

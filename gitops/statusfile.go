@@ -173,6 +173,11 @@ const (
 	// cluster_name, or the cluster's state directory was made for another
 	// one, or the name is serve's own directory's. Stalls.
 	ReasonDuplicateCluster stall.Reason = "DuplicateCluster"
+	// ReasonDecryptionFailed: the cluster.yml is encrypted with SOPS and
+	// serve cannot decrypt it (no key of its recipients, or its MAC does
+	// not match its values). Stalls: a push of the file, or serve started
+	// again with its key, tries again.
+	ReasonDecryptionFailed stall.Reason = "DecryptionFailed"
 )
 
 // maxText is the longest string status.yml holds, in bytes: errors and

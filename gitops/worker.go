@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	yaml "go.yaml.in/yaml/v3"
+
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
@@ -24,6 +26,7 @@ import (
 	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/sopsfile"
 )
 
 // Retry delays after a failed reconcile: doubling from retryMin, never
@@ -379,7 +382,8 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 // parse reads the cluster.yml of ref within serve's bounds: spec's (size,
 // values, nesting), ParseTimeout, and one file at a time, then makes
 // decide.CheckSpec's refusals. A file past one of them, like one with
-// errors, stalls its cluster (InvalidSpec); the other clusters go on.
+// errors, stalls its cluster (InvalidSpec), and so does one encrypted with
+// SOPS that cannot be decrypted (DecryptionFailed); the other clusters go on.
 func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
 	invalid := func(err error) error {
 		return &stall.Error{Reason: stall.InvalidSpec, Stalls: true, Err: err}
@@ -393,7 +397,16 @@ func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*
 	defer w.srv.parseMu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, diags, err := spec.ParseContext(pctx, ref.Content, ref.Path)
+	decrypt := w.srv.cfg.Decrypt
+	if decrypt == nil {
+		decrypt = sopsfile.Decrypter{}.Decrypt
+	}
+	decryptFailed := false
+	c, diags, err := spec.ParseWith(pctx, ref.Content, ref.Path, spec.Options{Decrypt: func(ctx context.Context, data []byte, root *yaml.Node) ([]*yaml.Node, error) {
+		nodes, err := decrypt(ctx, data, root)
+		decryptFailed = err != nil
+		return nodes, err
+	}})
 	switch {
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("read %s: %w", ref.Path, context.Cause(ctx)) // serve stops
@@ -406,6 +419,9 @@ func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*
 		}
 	}
 	if err := diags.Err(); err != nil {
+		if decryptFailed {
+			return nil, &stall.Error{Reason: ReasonDecryptionFailed, Stalls: true, Err: err}
+		}
 		return nil, invalid(err)
 	}
 	// The refusals a plan would make of the file alone, as every command

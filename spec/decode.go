@@ -63,7 +63,13 @@ type decoder struct {
 	stopped bool
 	err     error
 	keys    map[string][]string // key name -> schema paths where it is valid, for "belongs under" hints
-	structs map[reflect.Type]*structKeys
+	// encrypted holds the nodes whose values were encrypted with SOPS in
+	// the file; shownEncrypted the paths of those decoded outside the
+	// fields rigger never shows (secretDepth counts the open ones).
+	encrypted      map[*yaml.Node]bool
+	secretDepth    int
+	shownEncrypted []string
+	structs        map[reflect.Type]*structKeys
 }
 
 // structKeys are the keys of a struct type, worked out once per decode.
@@ -130,6 +136,9 @@ func (d *decoder) enter(n *yaml.Node, path string) bool {
 	}
 	if d.stopped {
 		return false
+	}
+	if d.encrypted[n] && d.secretDepth == 0 {
+		d.shownEncrypted = append(d.shownEncrypted, path)
 	}
 	d.depth++
 	if n.Anchor != "" {
@@ -376,7 +385,14 @@ func (d *decoder) structValue(n *yaml.Node, v reflect.Value, path string) {
 				"RKE ignores %q", key)
 		}
 		d.pos[fpath] = Pos{p.key.Line, p.key.Column}
+		secret := f.secretness == tagSecret || f.secretness == tagSecretEnv
+		if secret {
+			d.secretDepth++
+		}
 		d.value(p.value, v.FieldByIndex(f.index), fpath)
+		if secret {
+			d.secretDepth--
+		}
 	}
 }
 
@@ -523,10 +539,11 @@ func (d *decoder) keyLocations() map[string][]string {
 
 // field is one key of a struct type.
 type field struct {
-	name   string // the key: the json tag's name
-	index  []int
-	typ    reflect.Type
-	secret bool
+	name  string // the key: the json tag's name
+	index []int
+	typ   reflect.Type
+	// secretness is the field's `rigger` tag (see redact.go).
+	secretness string
 	// alias is another spelling of the key that rigger reads and RKE's
 	// parser drops (tag `alias`): the Kubernetes camel case of a key RKE
 	// reads in lower case, such as tolerationSeconds. A warning says so.
@@ -552,7 +569,7 @@ func fieldsOf(t reflect.Type) map[string]field {
 		if name == "" {
 			name = sf.Name
 		}
-		out[name] = field{name: name, index: sf.Index, typ: sf.Type, secret: secrecy(sf) != "",
+		out[name] = field{name: name, index: sf.Index, typ: sf.Type, secretness: secrecy(sf),
 			alias: sf.Tag.Get("alias"), fold: sf.Tag.Get("match") == "fold"}
 	}
 	return out

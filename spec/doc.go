@@ -8,6 +8,13 @@
 // then applied and the cluster is validated as a whole; every problem is
 // reported at once, before any connection to a node is made.
 //
+// A file encrypted with SOPS (a top-level `sops:` mapping with its `mac`) is
+// read through the Decrypter of LoadWith's and ParseWith's Options, which puts
+// the plain values into the nodes of the encrypted file: diagnostics name its
+// lines, and a warning names the fields rigger shows whose values were
+// encrypted. Package spec/sopsfile provides the Decrypter, so that spec never
+// links the SOPS library; without one such a file is an error.
+//
 // The types carry no runtime state: they say what the user asked for, nothing
 // about what was observed.
 package spec

@@ -36,6 +36,12 @@ func Load(path string) (*Cluster, Diagnostics, error) {
 // LoadContext is Load that stops when ctx ends, reading, decoding or
 // validating; it then returns the cause alone.
 func LoadContext(ctx context.Context, path string) (*Cluster, Diagnostics, error) {
+	return LoadWith(ctx, path, Options{})
+}
+
+// LoadWith is LoadContext with opts: a file encrypted with SOPS is read
+// with opts.Decrypt.
+func LoadWith(ctx context.Context, path string, opts Options) (*Cluster, Diagnostics, error) {
 	if ctx.Err() != nil {
 		return nil, nil, context.Cause(ctx)
 	}
@@ -54,7 +60,7 @@ func LoadContext(ctx context.Context, path string) (*Cluster, Diagnostics, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("read cluster file: %w", err)
 	}
-	c, diags, err := ParseContext(ctx, data, path)
+	c, diags, err := ParseWith(ctx, data, path, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,6 +78,14 @@ func Parse(data []byte, file string) (*Cluster, Diagnostics) {
 // ParseContext is Parse that stops when ctx ends, parsing, decoding or
 // validating; it then returns the cause alone.
 func ParseContext(ctx context.Context, data []byte, file string) (*Cluster, Diagnostics, error) {
+	return ParseWith(ctx, data, file, Options{})
+}
+
+// ParseWith is ParseContext with opts: a file encrypted with SOPS is read
+// with opts.Decrypt, and its diagnostics name the lines of the encrypted
+// file. A warning names the fields rigger shows whose values were
+// encrypted.
+func ParseWith(ctx context.Context, data []byte, file string, opts Options) (*Cluster, Diagnostics, error) {
 	fail := func(line int, detail, format string, args ...any) (*Cluster, Diagnostics, error) {
 		return nil, Diagnostics{{Severity: SeverityError, File: file, Line: line, Summary: fmt.Sprintf(format, args...), Detail: detail}}, nil
 	}
@@ -106,13 +120,23 @@ func ParseContext(ctx context.Context, data []byte, file string) (*Cluster, Diag
 		return fail(root.Line, "A cluster.yml is a mapping of keys such as nodes: and services:.", "expected a mapping at the top level, got %s", kindName(root))
 	}
 
+	encrypted, bad := decryptSOPS(ctx, data, root, file, opts.Decrypt)
+	if ctx.Err() != nil {
+		return nil, nil, context.Cause(ctx)
+	}
+	if bad != nil {
+		return nil, Diagnostics{*bad}, nil
+	}
+
 	var c Cluster
 	var diags collector
 	d := newDecoder(file, &diags, ctx.Err)
+	d.encrypted = encrypted
 	d.value(root, reflect.ValueOf(&c).Elem(), "")
 	if d.err != nil {
 		return nil, nil, context.Cause(ctx)
 	}
+	d.warnShownEncrypted(root)
 	given := serviceImages(&c.Services)
 	noBackupConfig := c.Services.Etcd.BackupConfig == nil
 	SetDefaults(&c)

@@ -57,6 +57,10 @@ Validating a file takes about 100 MB for the program and its add-on templates,
 plus up to about 20 times the file's size (the YAML libraries copy a long text a
 few times over): under 300 MB at the 8 MiB limit.
 
+A cluster.yml may be encrypted with SOPS, as ` + "`sops -e`" + ` writes it: every command decrypts
+it, its diagnostics name the lines of the encrypted file, and the values of the
+secret fields are never shown ([gitops.md](gitops.md#secrets-in-git-with-sops)).
+
 Types: *string*, *bool* (true/false; yes/no/on/off are read too), *int*,
 *duration* (` + "`10s`, `1m30s`" + `), *list*, *map* (key: value), *object*
 (a Kubernetes object given inline, passed on unchanged). A *budget* is a number

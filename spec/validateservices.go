@@ -159,8 +159,13 @@ func (v *validator) baseService(p string, b *BaseService) {
 	}
 	for i, env := range b.ExtraEnv {
 		name, _, ok := strings.Cut(env, "=")
-		if !ok || !envName.MatchString(name) {
-			v.errorf(fmt.Sprintf("%s.extra_env[%d]", p, i), "Write it as NAME=value.", "environment entry %q is not NAME=value", env)
+		// The values are secret (rigger:"secret-env"): an entry without
+		// "=" may be one whole, so only a name before "=" is quoted.
+		switch {
+		case !ok:
+			v.errorf(fmt.Sprintf("%s.extra_env[%d]", p, i), "Write it as NAME=value.", "environment entry has no \"=\": it is not NAME=value (not shown: values here are secret)")
+		case !envName.MatchString(name):
+			v.errorf(fmt.Sprintf("%s.extra_env[%d]", p, i), "Write it as NAME=value.", "environment variable name %q is not one: letters, digits and _, not starting with a digit", name)
 		}
 	}
 }

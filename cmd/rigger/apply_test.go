@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rigger/rigger/internal/sopscli"
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
@@ -126,6 +127,26 @@ func TestCLISandbox(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "No changes") {
 		t.Fatalf("plan after apply: exit %d\n%s", code, out)
 	}
+
+	// The same cluster.yml with the node's SSH key inline, encrypted by the
+	// real sops CLI: plan and apply decrypt it, change nothing, and never
+	// print the key.
+	t.Run("sops", func(t *testing.T) {
+		sops := sopscli.Binary(t)
+		encrypted, keyBody := encryptWithInlineKey(t, sops, yml)
+		for _, cmd := range [][]string{{"plan"}, {"apply", "--yes"}} {
+			out, errOut, code := run(t, append(cmd, "-f", encrypted, "--state-dir", state)...)
+			if code != 0 || !strings.Contains(out, "No changes") {
+				t.Errorf("%s of the encrypted cluster.yml: exit %d\n%s%s", cmd[0], code, out, errOut)
+			}
+			for _, l := range keyBody {
+				if strings.Contains(out+errOut, l) {
+					t.Errorf("%s of the encrypted cluster.yml prints the SSH key:\n%s%s", cmd[0], out, errOut)
+					break
+				}
+			}
+		}
+	})
 
 	// apply --watch: a saved change is applied, an invalid save is
 	// reported and changes nothing, Ctrl-C ends it.

@@ -389,6 +389,17 @@ func TestDeployServe(t *testing.T) {
 		}
 	}
 
+	// The age identities of SOPS-encrypted cluster.yml files, where
+	// SOPS_AGE_KEY_FILE points, from an optional Secret.
+	if f := envValue(c, "SOPS_AGE_KEY_FILE"); f == "" {
+		t.Error("SOPS_AGE_KEY_FILE is not set: serve cannot decrypt cluster.yml files encrypted with SOPS")
+	} else {
+		checkSecretFile(t, pod, c, secrets, "SOPS_AGE_KEY_FILE", f)
+		if _, v := mountOf(pod, c, f); v != nil && v.Secret != nil && (v.Secret.Optional == nil || !*v.Secret.Optional) {
+			t.Errorf("the Secret %s of SOPS_AGE_KEY_FILE is not optional: serve would not start without SOPS", v.Secret.SecretName)
+		}
+	}
+
 	// The secrets serve reads from the environment (its flags' help names
 	// them) come from a Secret of deploy/.
 	envs := secretEnvs(cmd)

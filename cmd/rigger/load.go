@@ -9,14 +9,16 @@ import (
 	"github.com/rigger/rigger/internal/termsafe"
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/spec"
+	"github.com/rigger/rigger/spec/sopsfile"
 )
 
-// load reads cluster.yml as spec.LoadContext does and, when it has no errors,
+// load reads cluster.yml as spec.LoadContext does, decrypting a file
+// encrypted with SOPS (sopsfile, keys where the sops CLI takes them), and, when it has no errors,
 // makes the refusals a plan would make of it (decide.CheckSpec), so that
 // they come before any connection. err is set when the file cannot be read
 // (diags is then nil) or has errors.
 func load(ctx context.Context, file string) (*spec.Cluster, spec.Diagnostics, error) {
-	c, diags, err := spec.LoadContext(ctx, file)
+	c, diags, err := spec.LoadWith(ctx, file, sopsfile.Decrypter{}.Options())
 	if err == nil {
 		diags = append(diags, decide.CheckSpec(c, file)...)
 		err = diags.Err()

@@ -104,6 +104,13 @@ or password in --git-token-file or $RIGGER_GIT_TOKEN, with
 but are never shown or stored (logs, errors, the clone, status.yml); prefer
 the token file, as --repo shows in the process list.
 
+Secrets in cluster.yml: a file encrypted with SOPS (as "sops -e" writes it)
+is decrypted with the age identities in the file $SOPS_AGE_KEY_FILE names, in
+$SOPS_AGE_KEY or in ~/.config/sops/age/keys.txt, or PGP keys as sops finds
+them; cloud KMS and Vault keys are not used. One that cannot be decrypted,
+or whose MAC does not match, stalls its cluster (DecryptionFailed) and the
+others go on. Decrypted secrets are never shown (docs/gitops.md).
+
 Webhooks: with a secret in --webhook-secret-file or $RIGGER_WEBHOOK_SECRET,
 serve accepts GitHub, GitLab, Gitea/Forgejo and generic HMAC-SHA256 push
 webhooks at a path derived from the secret (logged at start) and fetches at
