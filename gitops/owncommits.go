@@ -1,6 +1,10 @@
 package gitops
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/rigger/rigger/gitops/gitrepo"
+)
 
 // rememberedCommits is how many of its own commits serve remembers for
 // OwnCommit (the oldest is forgotten first): more than the status commits
@@ -45,3 +49,7 @@ func (c *commitSet) has(hash string) bool {
 	_, ok := c.hashes[hash]
 	return ok
 }
+
+// IsStatusMessage reports whether a commit message is one of rigger's
+// status commits': it carries the TrailerKey trailer.
+func IsStatusMessage(message string) bool { return gitrepo.IsRiggerCommit(message, TrailerKey) }

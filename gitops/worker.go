@@ -336,6 +336,7 @@ func (w *worker) acquire(ctx context.Context, cause string) (release func(), err
 	select {
 	case <-t.ready:
 	default:
+		w.log.Debug("waiting for a reconcile slot", "trigger", cause, "queue", t.class)
 		w.srv.cfg.Events(Event{Kind: EventReconcileWaiting, Path: w.path, Revision: w.current().Revision, Trigger: cause})
 	}
 	return t.wait(ctx)
