@@ -73,7 +73,8 @@ type Config struct {
 	// (DefaultDriftInterval).
 	DriftInterval time.Duration
 	// MaxConcurrent bounds the clusters reconciled at once
-	// (DefaultMaxConcurrent).
+	// (DefaultMaxConcurrent). A free slot goes to a changed cluster.yml
+	// before the drift checks, retries and snapshots waiting (slots).
 	MaxConcurrent int
 	// ParseTimeout bounds the reading of one cluster.yml
 	// (DefaultParseTimeout); a file read no faster stalls its cluster.
