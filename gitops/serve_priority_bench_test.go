@@ -61,11 +61,7 @@ const (
 // It runs alone (-bench BenchmarkServeSimulatedPriority) or with
 // BenchmarkServeSimulated (make bench-serve).
 func BenchmarkServeSimulatedPriority(b *testing.B) {
-	if lim, err := simnode.RaiseFileLimit(); err != nil {
-		b.Fatal(err)
-	} else if need := uint64(simClusters*simNodesPerClus*4 + 200); lim < need {
-		b.Skipf("the open files limit is %d; %d simulated nodes need about %d", lim, simClusters*simNodesPerClus, need)
-	}
+	needOpenFiles(b)
 	for b.Loop() {
 		benchServePriority(b)
 	}
@@ -129,18 +125,7 @@ func benchServePriority(b *testing.B) {
 
 	// Settle: every cluster reconciled once; each status commit comes
 	// back as a push event.
-	ended := map[string]bool{}
-	from := 0
-	for len(ended) < simClusters {
-		e, next := rec.wait(b, from, 5*time.Minute, "every cluster reconciled once", func(e timedEvent) bool {
-			return e.Kind == gitops.EventReconcileEnd
-		})
-		from = next
-		if e.Err != nil {
-			b.Fatalf("%s: %v", e.Path, e.Err)
-		}
-		ended[e.Path] = true
-	}
+	waitSettled(b, rec)
 
 	// Own commits, then a person's push.
 	if forge.echoed() == 0 {
