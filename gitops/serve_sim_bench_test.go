@@ -94,13 +94,38 @@ const (
 //   - one slow cluster (every Docker request of its nodes 2 s late): the
 //     push → reconcile start of other clusters while it reconciles.
 func BenchmarkServeSimulated(b *testing.B) {
+	needOpenFiles(b)
+	for b.Loop() {
+		benchServeSimulated(b)
+	}
+}
+
+// needOpenFiles raises the open files limit, and skips the benchmark when
+// it stays too low for a fleet's nodes.
+func needOpenFiles(b *testing.B) {
+	b.Helper()
 	if lim, err := simnode.RaiseFileLimit(); err != nil {
 		b.Fatal(err)
 	} else if need := uint64(simClusters*simNodesPerClus*4 + 200); lim < need {
 		b.Skipf("the open files limit is %d; %d simulated nodes need about %d", lim, simClusters*simNodesPerClus, need)
 	}
-	for b.Loop() {
-		benchServeSimulated(b)
+}
+
+// waitSettled waits until each of the fleet's clusters has reconciled
+// once; it fails the benchmark on a reconcile's error.
+func waitSettled(b *testing.B, rec *eventLog) {
+	b.Helper()
+	ended := map[string]bool{}
+	from := 0
+	for len(ended) < simClusters {
+		e, next := rec.wait(b, from, 5*time.Minute, "every cluster reconciled once", func(e timedEvent) bool {
+			return e.Kind == gitops.EventReconcileEnd
+		})
+		from = next
+		if e.Err != nil {
+			b.Fatalf("%s: %v", e.Path, e.Err)
+		}
+		ended[e.Path] = true
 	}
 }
 
@@ -161,18 +186,7 @@ func benchServeSimulated(b *testing.B) {
 	// Settle: every cluster reconciled once.
 	pushed := time.Now()
 	o.push(b)
-	ended := map[string]bool{}
-	from := 0
-	for len(ended) < simClusters {
-		e, next := rec.wait(b, from, 5*time.Minute, "every cluster reconciled once", func(e timedEvent) bool {
-			return e.Kind == gitops.EventReconcileEnd
-		})
-		from = next
-		if e.Err != nil {
-			b.Fatalf("%s: %v", e.Path, e.Err)
-		}
-		ended[e.Path] = true
-	}
+	waitSettled(b, rec)
 	settled := time.Now()
 	settleTook := settled.Sub(pushed)
 	settleHeap := mem.peakHeap()

@@ -3,7 +3,6 @@ package gitops
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"path"
@@ -74,7 +73,8 @@ type Config struct {
 	// (DefaultDriftInterval).
 	DriftInterval time.Duration
 	// MaxConcurrent bounds the clusters reconciled at once
-	// (DefaultMaxConcurrent).
+	// (DefaultMaxConcurrent). A free slot goes to a changed cluster.yml
+	// before the drift checks, retries and snapshots waiting (slots).
 	MaxConcurrent int
 	// ParseTimeout bounds the reading of one cluster.yml
 	// (DefaultParseTimeout); a file read no faster stalls its cluster.
@@ -139,10 +139,13 @@ type EventKind string
 
 // Event kinds.
 const (
-	EventFetched        EventKind = "fetched"
-	EventReconcileStart EventKind = "reconcile-start"
-	EventReconcileEnd   EventKind = "reconcile-end"
-	EventStatusWritten  EventKind = "status-written"
+	EventFetched EventKind = "fetched"
+	// EventReconcileWaiting: a reconcile waits for a slot (all
+	// MaxConcurrent are taken); Trigger is why it is to run.
+	EventReconcileWaiting EventKind = "reconcile-waiting"
+	EventReconcileStart   EventKind = "reconcile-start"
+	EventReconcileEnd     EventKind = "reconcile-end"
+	EventStatusWritten    EventKind = "status-written"
 )
 
 // Server follows a git repository: every cluster.yml under Config.Path is
@@ -151,7 +154,9 @@ const (
 type Server struct {
 	cfg     Config
 	trigger chan struct{}
-	sem     chan struct{}
+	slots   *slots
+	// own are the commits serve made (status.yml), for OwnCommit.
+	own     *commitSet
 	ready   atomic.Bool
 	mu      sync.Mutex
 	workers map[string]*worker // by cluster.yml path
@@ -198,7 +203,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.Path = path.Clean("/" + cfg.Path)[1:]
 	cfg.Repo = &lockedRepo{r: cfg.Repo}
-	return &Server{cfg: cfg, trigger: make(chan struct{}, 1), sem: make(chan struct{}, cfg.MaxConcurrent), workers: map[string]*worker{}}, nil
+	return &Server{cfg: cfg, trigger: make(chan struct{}, 1), slots: newSlots(cfg.MaxConcurrent),
+		own: newCommitSet(rememberedCommits), workers: map[string]*worker{}}, nil
 }
 
 // Trigger asks for a fetch now (a webhook's push); it never blocks.
@@ -314,16 +320,6 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 		w.run(wctx)
 	}()
 	return w
-}
-
-// acquire takes one of the MaxConcurrent reconcile slots.
-func (s *Server) acquire(ctx context.Context) (release func(), err error) {
-	select {
-	case s.sem <- struct{}{}:
-		return func() { <-s.sem }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for a reconcile slot: %w", ctx.Err())
-	}
 }
 
 // claim records that path holds the cluster called name; it returns the

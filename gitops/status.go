@@ -38,6 +38,8 @@ func (w *worker) writeStatus(ctx context.Context, f *StatusFile) error {
 		Message: fmt.Sprintf("rigger: status of %s: Ready %s\n\nObserved revision %s of %s.", name, ready, short(f.ObservedRevision), w.path),
 		Trailer: TrailerKey + ": " + w.path,
 		Author:  author,
+		// Known before the push: its webhook may come before the push returns.
+		Pushing: w.srv.own.add,
 	})
 	if err != nil {
 		cfg.Metrics.statusCommit("failed")

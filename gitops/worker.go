@@ -70,6 +70,9 @@ type worker struct {
 
 	mu     sync.Mutex
 	latest clusterRef
+	// waiting is the ticket of a reconcile waiting for a slot, for offer
+	// to move it ahead when the cluster.yml changes meanwhile.
+	waiting atomic.Pointer[slotTicket]
 
 	// applied is the content last acted on to the end (converged, or
 	// stalled on something only a person can fix); its Revision is the
@@ -91,8 +94,14 @@ type worker struct {
 // is kept.
 func (w *worker) offer(ref clusterRef) {
 	w.mu.Lock()
+	changed := w.latest.Blob != ref.Blob
 	w.latest = ref
 	w.mu.Unlock()
+	if t := w.waiting.Load(); t != nil && changed {
+		// A drift check waiting for a slot reconciles the new content:
+		// it is a change now.
+		w.srv.slots.promote(t, classChange)
+	}
 	select {
 	case w.notify <- struct{}{}:
 	default:
@@ -259,7 +268,7 @@ func retryDelay(out outcome, failures int, drift time.Duration) time.Duration {
 // status.yml, also when it fails.
 func (w *worker) reconcile(ctx context.Context, cause string) {
 	cfg := w.srv.cfg
-	release, err := w.srv.acquire(ctx)
+	release, err := w.acquire(ctx, cause)
 	if err != nil {
 		return
 	}
@@ -313,6 +322,29 @@ func (w *worker) reconcile(ctx context.Context, cause string) {
 			w.retryAt = end.Add(retryMin)
 		}
 	}
+}
+
+// acquire takes one of the MaxConcurrent reconcile slots: content not
+// reconciled yet (a push) before anything serve does on its own (drift
+// checks, retries, snapshots), see slots.
+func (w *worker) acquire(ctx context.Context, cause string) (release func(), err error) {
+	class := classRoutine
+	if w.current().Blob != w.tried {
+		class = classChange
+	}
+	t := w.srv.slots.enqueue(class)
+	w.waiting.Store(t)
+	defer w.waiting.Store(nil)
+	if class != classChange && w.current().Blob != w.tried {
+		w.srv.slots.promote(t, classChange) // offered before waiting was set
+	}
+	select {
+	case <-t.ready:
+	default:
+		w.log.Debug("waiting for a reconcile slot", "trigger", cause, "queue", t.class)
+		w.srv.cfg.Events(Event{Kind: EventReconcileWaiting, Path: w.path, Revision: w.current().Revision, Trigger: cause})
+	}
+	return t.wait(ctx)
 }
 
 // attempt loads the cluster.yml, takes the cluster's lock, plans and

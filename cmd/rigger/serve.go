@@ -116,6 +116,15 @@ serve accepts GitHub, GitLab, Gitea/Forgejo and generic HMAC-SHA256 push
 webhooks at a path derived from the secret (logged at start) and fetches at
 once; every other request is refused.
 
+What serve does first: a webhook push of serve's own status commits (its
+new head is a commit serve made, or every commit the payload lists carries
+the Rigger-Status trailer) is answered 200 at once, without a fetch and
+without spending the rate limit meant for people's pushes. When all
+--max-concurrent slots are taken, a reconcile of a cluster.yml whose content
+changed (a push, a new file) takes the next free slot before the waiting
+drift checks, retries and snapshots; each kind waits in the order it came,
+and after 16 changes in a row a waiting routine reconcile goes next.
+
 HTTP (--listen): / (the status page), /healthz (the process runs), /readyz
 (the repository was fetched and, with --leader-elect, this replica leads),
 /metrics (Prometheus), and the webhook.
@@ -333,7 +342,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	mux.Handle("/", guard.Protect(page))
 	if len(secret) > 0 {
 		h, err := webhook.New(webhook.Config{Secret: []byte(secret), Branch: o.branch, Log: log, Observe: metrics.Webhook,
-			Trigger: func(webhook.Event) { srv.Trigger() }})
+			Trigger: func(webhook.Event) { srv.Trigger() }, Own: srv.OwnCommit, OwnMessage: gitops.IsStatusMessage})
 		if err != nil {
 			return fmt.Errorf("webhook: %w", err)
 		}

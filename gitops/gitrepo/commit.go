@@ -66,6 +66,10 @@ type FileCommit struct {
 	Backoff time.Duration
 	// Log, when set, receives a line for each lost race.
 	Log *slog.Logger
+	// Pushing, when set, is called with the commit's hash before each
+	// push of it: a forge may announce the push (a webhook) before the
+	// push returns.
+	Pushing func(hash string)
 }
 
 // CommitFile writes c.Content to c.Path on c.Branch as one commit on top of
@@ -140,6 +144,9 @@ func (r *Repo) commitOnce(ctx context.Context, c FileCommit) (string, bool, erro
 	}
 	if r.beforePush != nil {
 		r.beforePush()
+	}
+	if c.Pushing != nil {
+		c.Pushing(commit.String())
 	}
 	perr := r.push(ctx, c.Branch, commit, head, exists)
 	if perr == nil {

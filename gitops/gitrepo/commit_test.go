@@ -216,12 +216,23 @@ func TestCommitFileRace(t *testing.T) {
 					humanHash = humanPush(t, bare, branch, human)
 				}
 			}
-			hash, changed, err := r.CommitFile(context.Background(), statusCommit(branch, "clusters/prod/status.yml", "ready: true\n"))
+			c := statusCommit(branch, "clusters/prod/status.yml", "ready: true\n")
+			var announced []string
+			c.Pushing = func(hash string) {
+				if got := strings.TrimSpace(runGit(t, bare, "rev-parse", "-q", "--verify", branch)); got == hash {
+					t.Errorf("Pushing(%s) called after the push", hash)
+				}
+				announced = append(announced, hash)
+			}
+			hash, changed, err := r.CommitFile(context.Background(), c)
 			if err != nil || !changed {
 				t.Fatalf("CommitFile = %s, %v, %v; want a commit", hash, changed, err)
 			}
 			if calls != 2 {
 				t.Errorf("commit built %d times, want 2 (once more after the race)", calls)
+			}
+			if len(announced) != 2 || announced[1] != hash {
+				t.Errorf("Pushing called with %v, want each commit built, the pushed %s last", announced, hash)
 			}
 			log := strings.Fields(runGit(t, bare, "log", "--format=%H", branch))
 			if len(log) == 0 || log[0] != hash {

@@ -39,8 +39,13 @@
 //	     -H "X-Rigger-Signature-256: sha256=$sig" -d "$body" https://rigger.example/hooks/<id>
 //
 // Only pushes to the followed branch trigger a fetch; pushes to other
-// branches, tags and deletions answer 202 "ignored: ...". Requests are
-// authenticated first, then rate limited (default 1 request a second,
+// branches, tags and deletions answer 202 "ignored: ...". A push of
+// rigger's own commits only (its new head is one Config.Own knows, or the
+// payload lists every pushed commit and Config.OwnMessage knows each
+// message) answers 200 "ignored: a push of rigger's own status commit",
+// once authenticated and before the rate limit: it costs no fetch and none
+// of the forge's budget. Requests are authenticated first, then rate
+// limited (default 1 request a second,
 // bursts of 10); an authenticated request over the rate gets 429, and one
 // Trigger comes once the rate allows, for all those refused meanwhile, so
 // that no push is lost (forges do not deliver again). Those that fail

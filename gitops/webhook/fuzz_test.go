@@ -41,15 +41,17 @@ func fuzzParser(f *testing.F, parse func([]byte) (push, error), needRef bool, se
 }
 
 func FuzzParseGitHub(f *testing.F) {
-	fuzzParser(f, parseGitHub, true, githubPush, githubDeleted, githubTag, githubPing)
+	fuzzParser(f, parseGitHub, true, githubPush, githubDeleted, githubTag, githubPing, githubPushOf(ownSHA, ownMsg, humanMsg),
+		`{"ref":"refs/heads/main","commits":[null,{"message":null},{"message":"\n\nRigger-Status: x"}]}`)
 }
 
 func FuzzParseGitLab(f *testing.F) {
-	fuzzParser(f, parseGitLab, true, gitlabPush, gitlabDeleted, gitlabTagPushHook)
+	fuzzParser(f, parseGitLab, true, gitlabPush, gitlabDeleted, gitlabTagPushHook, gitlabPushOf(sha1, 1, ownMsg),
+		`{"ref":"refs/heads/main","commits":[{"message":"x"}],"total_commits_count":-1}`)
 }
 
 func FuzzParseGitea(f *testing.F) {
-	fuzzParser(f, parseGitea, true, giteaPush, giteaDeleted)
+	fuzzParser(f, parseGitea, true, giteaPush, giteaDeleted, giteaPushOf(ownSHA, 2, ownMsg, ownMsg), giteaPushOf(sha1, -1, ownMsg))
 }
 
 func FuzzParseGeneric(f *testing.F) {
@@ -68,16 +70,22 @@ func FuzzHandler(f *testing.F) {
 	f.Add(uint8(4), "", []byte(`{"ref":"refs/heads/main"}`), true, "")
 	f.Add(uint8(4), "", []byte(`{"ref":`), false, "sha256=00")
 	f.Add(uint8(0), "push", []byte(githubPush), false, "sha256=zz")
+	f.Add(uint8(0), "push", []byte(githubPushOf(ownSHA, humanMsg)), true, "")
+	f.Add(uint8(1), "Push Hook", []byte(gitlabPushOf(sha1, 2, ownMsg, ownMsg)), true, "")
+	f.Add(uint8(3), "push", []byte(giteaPushOf(sha1, 1, ownMsg)), true, "")
+	f.Add(uint8(4), "", []byte(`{"ref":"refs/heads/main","after":"`+ownSHA+`"}`), true, "")
 	f.Fuzz(func(t *testing.T, which uint8, event string, body []byte, sign bool, sig string) {
 		var triggered []Event
 		var observed []string
 		h, err := New(Config{
-			Secret:  testSecret,
-			Branch:  "main",
-			Trigger: func(e Event) { triggered = append(triggered, e) },
-			Observe: func(p, r string) { observed = append(observed, r) },
-			MaxBody: 1 << 16,
-			Rate:    rate.Inf,
+			Secret:     testSecret,
+			Branch:     "main",
+			Trigger:    func(e Event) { triggered = append(triggered, e) },
+			Observe:    func(p, r string) { observed = append(observed, r) },
+			MaxBody:    1 << 16,
+			Rate:       rate.Inf,
+			Own:        func(c string) bool { return c == ownSHA },
+			OwnMessage: isStatusMessage,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +128,7 @@ func FuzzHandler(f *testing.F) {
 		}
 		codes := map[string]int{
 			ResultAccepted: 202, ResultIgnored: 202, ResultPing: 200, ResultUnauthorized: 401,
-			ResultForbidden: 403, ResultBadRequest: 400, ResultTooLarge: 413,
+			ResultForbidden: 403, ResultBadRequest: 400, ResultTooLarge: 413, ResultOwn: 200,
 		}
 		want, ok := codes[observed[0]]
 		if !ok || rec.Code != want {

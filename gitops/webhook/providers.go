@@ -185,6 +185,60 @@ type push struct {
 	ref     string // empty only for a generic request that does not say
 	after   string // a commit id, or empty
 	deleted bool
+	// messages are the messages of the pushed commits the payload lists;
+	// complete says whether it lists every pushed commit (forges cap the
+	// list: GitLab at 20, GitHub at 2048).
+	messages []string
+	complete bool
+}
+
+// commit is a pushed commit as GitHub, GitLab, Gitea and Forgejo list it.
+type commit struct {
+	Message string `json:"message"`
+}
+
+// withCommits is p with the pushed commits' messages. total is how many
+// commits were pushed, when the payload says (nil: it does not); limit is
+// the most the forge lists (0: unknown, then total must say).
+func (p push) withCommits(commits []commit, total *int, limit int) push {
+	for _, c := range commits {
+		p.messages = append(p.messages, c.Message)
+	}
+	switch n := len(commits); {
+	case n == 0:
+	case total != nil:
+		p.complete = *total == n
+	case limit > 0:
+		p.complete = n < limit
+	}
+	return p
+}
+
+// The most commits a forge lists in a push payload.
+const (
+	githubMaxCommits = 2048
+	gitlabMaxCommits = 20
+)
+
+// ownWhy says why p is a push of rigger's own commits only, or "" when it
+// is not (or may not be): its new head is one of them (own), or it lists
+// every pushed commit and each carries rigger's trailer (ownMessage).
+func (p push) ownWhy(own, ownMessage func(string) bool) string {
+	if p.deleted {
+		return ""
+	}
+	if own != nil && p.after != "" && own(p.after) {
+		return "its head is a commit rigger made"
+	}
+	if ownMessage == nil || !p.complete {
+		return ""
+	}
+	for _, m := range p.messages {
+		if !ownMessage(m) {
+			return ""
+		}
+	}
+	return "every commit carries rigger's status trailer"
 }
 
 // newPush normalises what a payload said: an all-zero after means the ref
@@ -240,9 +294,10 @@ func decode(what string, body []byte, v any) error {
 // parseGitHub reads a GitHub push event payload.
 func parseGitHub(body []byte) (push, error) {
 	var v struct {
-		Ref     string `json:"ref"`
-		After   string `json:"after"`
-		Deleted bool   `json:"deleted"`
+		Ref     string   `json:"ref"`
+		After   string   `json:"after"`
+		Deleted bool     `json:"deleted"`
+		Commits []commit `json:"commits"`
 	}
 	if err := decode("GitHub", body, &v); err != nil {
 		return push{}, err
@@ -250,16 +305,18 @@ func parseGitHub(body []byte) (push, error) {
 	if v.Ref == "" {
 		return push{}, errNoRef
 	}
-	return newPush(v.Ref, v.After, v.Deleted), nil
+	return newPush(v.Ref, v.After, v.Deleted).withCommits(v.Commits, nil, githubMaxCommits), nil
 }
 
 // parseGitLab reads a GitLab "Push Hook" payload. checkout_sha is the head
 // of the pushed ref; it is null when the ref was deleted.
 func parseGitLab(body []byte) (push, error) {
 	var v struct {
-		Ref         string  `json:"ref"`
-		After       string  `json:"after"`
-		CheckoutSHA *string `json:"checkout_sha"`
+		Ref         string   `json:"ref"`
+		After       string   `json:"after"`
+		CheckoutSHA *string  `json:"checkout_sha"`
+		Commits     []commit `json:"commits"`
+		Total       *int     `json:"total_commits_count"`
 	}
 	if err := decode("GitLab", body, &v); err != nil {
 		return push{}, err
@@ -271,16 +328,18 @@ func parseGitLab(body []byte) (push, error) {
 	if v.CheckoutSHA != nil && *v.CheckoutSHA != "" {
 		after = *v.CheckoutSHA
 	}
-	return newPush(v.Ref, after, false), nil
+	return newPush(v.Ref, after, false).withCommits(v.Commits, v.Total, gitlabMaxCommits), nil
 }
 
 // parseGitea reads a Gitea or Forgejo push payload. They tell a deletion by
 // an all-zero after.
 func parseGitea(body []byte) (push, error) {
 	var v struct {
-		Ref     string `json:"ref"`
-		After   string `json:"after"`
-		Deleted bool   `json:"deleted"`
+		Ref     string   `json:"ref"`
+		After   string   `json:"after"`
+		Deleted bool     `json:"deleted"`
+		Commits []commit `json:"commits"`
+		Total   *int     `json:"total_commits"`
 	}
 	if err := decode("Gitea", body, &v); err != nil {
 		return push{}, err
@@ -288,7 +347,7 @@ func parseGitea(body []byte) (push, error) {
 	if v.Ref == "" {
 		return push{}, errNoRef
 	}
-	return newPush(v.Ref, v.After, v.Deleted), nil
+	return newPush(v.Ref, v.After, v.Deleted).withCommits(v.Commits, v.Total, 0), nil
 }
 
 // parseGeneric reads a generic request's body: empty, or a JSON object

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,22 @@ func TestParse(t *testing.T) {
 		{name: "gitea deleted", parse: parseGitea, body: giteaDeleted, want: push{ref: "refs/heads/main", deleted: true}},
 		{name: "gitea no ref", parse: parseGitea, body: `{"after":"` + sha1 + `"}`, wantErr: true},
 
+		{name: "github commits listed", parse: parseGitHub, body: githubPushOf(sha1, ownMsg, humanMsg),
+			want: push{ref: "refs/heads/main", after: sha1, messages: []string{ownMsg, humanMsg}, complete: true}},
+		{name: "github as many commits as it lists at most", parse: parseGitHub, body: githubPushOf(sha1, make([]string, githubMaxCommits)...),
+			want: push{ref: "refs/heads/main", after: sha1, messages: make([]string, githubMaxCommits)}},
+		{name: "github commits of the wrong type", parse: parseGitHub, body: `{"ref":"refs/heads/main","commits":{"message":"x"}}`, wantErr: true},
+		{name: "gitlab all commits listed", parse: parseGitLab, body: gitlabPushOf(sha1, 1, ownMsg),
+			want: push{ref: "refs/heads/main", after: sha1, messages: []string{ownMsg}, complete: true}},
+		{name: "gitlab fewer listed than pushed", parse: parseGitLab, body: gitlabPushOf(sha1, 30, ownMsg),
+			want: push{ref: "refs/heads/main", after: sha1, messages: []string{ownMsg}}},
+		{name: "gitea all commits listed", parse: parseGitea, body: giteaPushOf(sha1, 2, ownMsg, ownMsg),
+			want: push{ref: "refs/heads/main", after: sha1, messages: []string{ownMsg, ownMsg}, complete: true}},
+		{name: "gitea no total", parse: parseGitea, body: giteaPushOf(sha1, -1, ownMsg),
+			want: push{ref: "refs/heads/main", after: sha1, messages: []string{ownMsg}}},
+		{name: "gitea deleted with commits", parse: parseGitea, body: `{"ref":"refs/heads/main","after":"` + zeroID + `","commits":[{"message":"x"}],"total_commits":1}`,
+			want: push{ref: "refs/heads/main", deleted: true, messages: []string{"x"}, complete: true}},
+
 		{name: "generic empty", parse: parseGeneric, body: ``, want: push{}},
 		{name: "generic blank", parse: parseGeneric, body: " \n", want: push{}},
 		{name: "generic empty object", parse: parseGeneric, body: `{}`, want: push{}},
@@ -60,7 +77,7 @@ func TestParse(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error %v, want an error: %v", err, tt.wantErr)
 			}
-			if err == nil && got != tt.want {
+			if err == nil && !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})

@@ -62,6 +62,10 @@ const (
 	// ResultReplay: an authenticated delivery already received (the same
 	// delivery ID): a replay, answered without spending the forge's budget.
 	ResultReplay = "replay"
+	// ResultOwn: an authenticated push of rigger's own commits only
+	// (Config.Own, Config.OwnMessage): answered 200 without a fetch and
+	// without spending the forge's budget.
+	ResultOwn = "own_commit"
 )
 
 // deliveryHeaders name a delivery's ID, by forge. A request with none (a
@@ -92,6 +96,15 @@ type Config struct {
 	// DefaultRate and DefaultBurst when 0.
 	Rate  rate.Limit
 	Burst int
+	// Own, when set, reports whether a commit id is one rigger itself
+	// made (serve's status commits): a push whose new head is one is
+	// answered ResultOwn.
+	Own func(commit string) bool
+	// OwnMessage, when set, reports whether a commit message is one of
+	// rigger's (it carries the status trailer): a push whose payload
+	// lists every pushed commit, each with such a message, is answered
+	// ResultOwn.
+	OwnMessage func(message string) bool
 	// Observe, when not nil, is called once for each request to the
 	// endpoint's path with the provider (a Provider* constant) and the
 	// result (a Result* constant); for metrics.
@@ -144,6 +157,9 @@ type handler struct {
 	branch  string
 	trigger func(Event)
 	maxBody int64
+	// own and ownMessage tell rigger's own commits (Config.Own,
+	// Config.OwnMessage); nil: none are told.
+	own, ownMessage func(string) bool
 	// limiter is the budget of authenticated requests; rejected that of
 	// requests that fail authentication (or are too large to be).
 	limiter, rejected *rate.Limiter
@@ -226,6 +242,7 @@ func New(cfg Config) (http.Handler, error) {
 		branch:  branch,
 		trigger: cfg.Trigger,
 		maxBody: cfg.MaxBody,
+		own:     cfg.Own, ownMessage: cfg.OwnMessage,
 		observe: cfg.Observe,
 		log:     cfg.Log,
 		seen:    newDeliveries(rememberedDeliveries),
@@ -296,10 +313,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // handle decides the answer to a request to the endpoint's path, in the
-// documented order: method, body size, authentication, rate, event,
-// branch. Authentication comes before the rate: a request that fails it
-// spends the budget of such requests (h.rejected), never that of the
-// forge's (h.limiter).
+// documented order: method, body size, authentication, replay, rigger's
+// own commits, rate, event, branch. Authentication comes before the rate:
+// a request that fails it spends the budget of such requests (h.rejected),
+// never that of the forge's (h.limiter). A push of rigger's own commits
+// spends neither: it is authenticated, and answered without a fetch.
 func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) outcome {
 	if r.Method != http.MethodPost {
 		return outcome{code: http.StatusMethodNotAllowed, result: ResultMethodNotAllowed,
@@ -330,11 +348,20 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 		return h.reject(outcome{code: http.StatusOK, result: ResultReplay,
 			msg: "ignored: this delivery was received already", reason: "replayed delivery"})
 	}
+	kind := p.kind(r.Header)
+	var push push
+	if kind == eventPush {
+		push, err = p.parse(body)
+		if why := push.ownWhy(h.own, h.ownMessage); err == nil && why != "" {
+			return outcome{code: http.StatusOK, result: ResultOwn,
+				msg: "ignored: a push of rigger's own status commit (" + why + "); nothing to fetch", reason: why}
+		}
+	}
 	if o, limited := h.limitedForge(p.name); limited {
 		return o
 	}
 
-	switch p.kind(r.Header) {
+	switch kind {
 	case eventPing:
 		return outcome{code: http.StatusOK, result: ResultPing, msg: "pong"}
 	case eventOther:
@@ -342,7 +369,6 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 			msg: "ignored: not a push event", reason: "event " + p.event(r.Header)}
 	}
 
-	push, err := p.parse(body)
 	if err != nil {
 		return outcome{code: http.StatusBadRequest, result: ResultBadRequest,
 			msg: "bad payload: send the push event as application/json", reason: err.Error()}
