@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/statuspage"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
@@ -80,7 +82,20 @@ func TestServeSandbox(t *testing.T) {
 	origin.push(t)
 
 	stateDir := t.TempDir()
-	a := startServe(t, bin, "a", origin, stateDir, port, true)
+	// serve's notifications of this run, as a webhook receives them.
+	notified := make(chan map[string]any, 16)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&n); err != nil {
+			t.Errorf("a notification that is not JSON: %v", err)
+		}
+		select {
+		case notified <- n:
+		default:
+		}
+	}))
+	defer receiver.Close()
+	a := startServe(t, bin, "a", origin, stateDir, port, true, "--notify", "json="+receiver.URL+"/hook")
 	cli := sandboxtest.DockerClient(t, sb.Nodes[0])
 	ctx := context.Background()
 	var st *gitops.StatusFile
@@ -100,6 +115,29 @@ func TestServeSandbox(t *testing.T) {
 			t.Errorf("/healthz: %v %v", resp, err)
 		} else {
 			resp.Body.Close()
+		}
+		// The status page's data shows what status.yml does: the cluster
+		// Ready at that revision, its node reachable, the reconcile's plan.
+		testwait.For(t, time.Minute, "the status page's data to show the cluster Ready", func() error {
+			var page statuspage.Snapshot
+			if err := getJSON(fmt.Sprintf("http://127.0.0.1:%d/api/clusters", a.port), &page); err != nil {
+				return err
+			}
+			if len(page.Clusters) != 1 || page.Clusters[0].Path != clusterPath || page.Clusters[0].Status == nil {
+				return fmt.Errorf("clusters %+v", page.Clusters)
+			}
+			c := page.Clusters[0]
+			if c.Status.ObservedRevision != first || ready(c.Status) != "True" || c.Status.Status == nil ||
+				len(c.Status.Status.Nodes) != 1 || !c.Status.Status.Nodes[0].Reachable || len(c.Reconciles) == 0 {
+				return fmt.Errorf("cluster %s: revision %s, Ready %s, %d reconciles", c.Path, c.Status.ObservedRevision, ready(c.Status), len(c.Reconciles))
+			}
+			return nil
+		})
+		n := testwait.Recv(t, notified, time.Minute, "the notification that the cluster is Ready", func(n map[string]any) bool {
+			return n["kind"] == "ready"
+		})
+		if n["path"] != clusterPath || n["revision"] != first || n["apiVersion"] != "rigger.io/notification/v1" {
+			t.Errorf("the Ready notification: %v", n)
 		}
 	})
 	if !ok {
@@ -795,4 +833,17 @@ func kubeClient(t testing.TB, kubeconfig string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// getJSON decodes the JSON answer of a GET of url into v.
+func getJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(v)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/internal/ctxwait"
 )
 
 // DedupWindow is how long the same event (cluster, kind, reason, message)
@@ -76,7 +77,7 @@ func New(cfg Config) *Notifier {
 		cfg.Now = time.Now
 	}
 	if cfg.Wait == nil {
-		cfg.Wait = sleep
+		cfg.Wait = ctxwait.Sleep
 	}
 	if cfg.Queue <= 0 {
 		cfg.Queue = DefaultQueue
