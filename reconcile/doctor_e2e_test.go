@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/desired"
@@ -102,6 +103,11 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	// (a network plugin's pod recreated) takes a moment.
 	healthy := func(t *testing.T) {
 		t.Helper()
+		defer func() {
+			if t.Failed() {
+				overlayState(context.WithoutCancel(ctx), t, a.Client(ctx, t, c))
+			}
+		}()
 		var found []doctor.Finding
 		rt.Eventually(ctx, t, 2*time.Minute, "a walk that fails nothing", func(ctx context.Context) (bool, error) {
 			var err error
@@ -694,4 +700,42 @@ func foreignCert(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// overlayState logs what the pod network's overlay is made of, for a
+// failed wait for it: each Node's UID, age, pod subnet and flannel's
+// annotations, and the kube-system pods of the network plugin's
+// DaemonSets with their node, age and restarts.
+func overlayState(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("overlay state: list Nodes: %v", err)
+		return
+	}
+	for _, n := range nodes.Items {
+		var ann []string
+		for k, v := range n.Annotations {
+			if strings.HasPrefix(k, "flannel.alpha.coreos.com/") {
+				ann = append(ann, strings.TrimPrefix(k, "flannel.alpha.coreos.com/")+"="+v)
+			}
+		}
+		slices.Sort(ann)
+		t.Logf("overlay state: Node %s uid %s created %s podCIDR %s flannel %v", n.Name, n.UID, n.CreationTimestamp.UTC().Format(time.TimeOnly), n.Spec.PodCIDR, ann)
+	}
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("overlay state: list pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		if !strings.Contains(p.Name, "flannel") && !strings.Contains(p.Name, "canal") && !strings.Contains(p.Name, "calico") {
+			continue
+		}
+		restarts := int32(0)
+		for _, st := range p.Status.ContainerStatuses {
+			restarts += st.RestartCount
+		}
+		t.Logf("overlay state: pod %s on %s created %s phase %s restarts %d deleting %v", p.Name, p.Spec.NodeName,
+			p.CreationTimestamp.UTC().Format(time.TimeOnly), p.Status.Phase, restarts, p.DeletionTimestamp != nil)
+	}
 }

@@ -230,7 +230,10 @@ func RepairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machin
 // down) that is not Ready, until it is, at most timeout, recreating the
 // network plugin's pod on a Node that has no pod network (networkRepair).
 // The Nodes are waited for together. An error names each Node that is
-// still not Ready, with its Ready condition.
+// still not Ready, with its Ready condition. A Node that is Ready already
+// has the network plugin's pods of an earlier Node of its name recreated
+// (networkRepair.stale): its kubelet may have registered it again before
+// this apply, and Ready says nothing of the overlay.
 func repairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machine, l *observe.Linkage, down []string, repair *networkRepair, timeout time.Duration, say func(node, msg string)) error {
 	type waiting struct {
 		m Machine
@@ -239,7 +242,11 @@ func repairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machin
 	var ws []waiting
 	for _, m := range machines {
 		n := l.Owned[m.Address]
-		if n == nil || slices.Contains(down, m.Address) || observe.Ready(n) == string(corev1.ConditionTrue) {
+		if n == nil || slices.Contains(down, m.Address) {
+			continue
+		}
+		if observe.Ready(n) == string(corev1.ConditionTrue) {
+			repair.stale(ctx, m.Address, n)
 			continue
 		}
 		say(m.Address, fmt.Sprintf("Node %s not Ready (%s): waiting for it", n.Name, readyCondition(n)))

@@ -181,6 +181,33 @@ func TestChangesRepair(t *testing.T) {
 // again by its restarted kubelet) is Ready, the network plugin's pod made
 // for the earlier Node of that name is recreated, once; a pod made after
 // the Node, and the pods of a Node older than RecentNode, are left alone.
+// TestRepairNodesReadyMadeAgain: a Node its kubelet registered again
+// before the apply, Ready already, still has the network plugin's pod of
+// the earlier Node: the repair recreates it without waiting for anything.
+func TestRepairNodesReadyMadeAgain(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	objs := networkObjects(true)
+	pod := objs[1].(*corev1.Pod)
+	pod.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	n1 := node("n1", "10.0.0.1", "True", 0)
+	n2 := node("n2", "10.0.0.2", "True", 0)
+	n2.CreationTimestamp = metav1.NewTime(now.Add(-time.Minute))
+	n2.Spec.PodCIDR = "10.42.0.0/24"
+	cs := fake.NewClientset(append(objs, &n1, &n2)...)
+	var said []string
+	if err := RepairNodes(ctx, cs, machines()[:2], ReconcileOptions{NetworkPlugin: networkSelector,
+		Say: func(node, msg string) { said = append(said, node+": "+msg) }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pod of the earlier Node is still there: %v", err)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "10.0.0.2: the network plugin's pod kube-system/kube-flannel-2 was made for an earlier Node n2") {
+		t.Errorf("said %q", said)
+	}
+}
+
 func TestStalePluginPods(t *testing.T) {
 	now := metav1.Now()
 	for _, tc := range []struct {
