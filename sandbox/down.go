@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -190,19 +191,56 @@ func cgroupDirs(path string) []string {
 
 // cgroupBusyWait is how long a busy cgroup is tried again: a process
 // killed a moment ago stays in its cgroup until its parent reaps it (PID 1
-// here reaps only now and then).
-const cgroupBusyWait = 10 * time.Second
+// here reaps only now and then, later still on a busy machine).
+const cgroupBusyWait = 30 * time.Second
 
 // removeCgroups removes cgroup path and every cgroup below it, in every
 // hierarchy. The processes in them must have ended; a cgroup still busy
-// with one not reaped yet is tried again for up to cgroupBusyWait.
+// is tried again for up to cgroupBusyWait, each process still listed in it
+// killed again (one that a process being killed forked). The error of a
+// cgroup that stays busy lists those processes and their states.
 func removeCgroups(ctx context.Context, path string) error {
 	var err error
 	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cgroupBusyWait, true, func(context.Context) (bool, error) {
 		err = removeCgroupsOnce(path)
-		return !errors.Is(err, unix.EBUSY), nil
+		if !errors.Is(err, unix.EBUSY) {
+			return true, nil
+		}
+		for _, dir := range cgroupDirs(path) {
+			for _, pid := range cgroupProcs(dir) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		return false, nil
 	})
+	if errors.Is(err, unix.EBUSY) {
+		var left []string
+		for _, dir := range cgroupDirs(path) {
+			for _, pid := range cgroupProcs(dir) {
+				left = append(left, fmt.Sprintf("%d (%s)", pid, processState(pid)))
+			}
+		}
+		if len(left) > 0 {
+			slices.Sort(left)
+			err = fmt.Errorf("%w; still in it after %s: %s", err, cgroupBusyWait, strings.Join(slices.Compact(left), ", "))
+		}
+	}
 	return err
+}
+
+// processState is the state letter and name of pid's /proc/<pid>/stat
+// (Z: a zombie its parent has not reaped; D: waiting on I/O), or "gone".
+func processState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "gone"
+	}
+	s := string(b)
+	open, shut := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || shut < open || shut+3 > len(s) {
+		return "unknown"
+	}
+	return s[shut+2:shut+3] + " " + s[open+1:shut]
 }
 
 func removeCgroupsOnce(path string) error {
