@@ -102,11 +102,15 @@ auth:
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start the registry: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// exited is closed when the registry has ended, with waitErr: both the
+	// readiness wait and the cleanup look at it (a registry that ended at
+	// start, its port taken, must not hold the cleanup for ever).
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		<-exited
 		log.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(log.Name())
@@ -120,8 +124,8 @@ auth:
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-done:
-			return false, fmt.Errorf("the registry ended: %v", err)
+		case <-exited:
+			return false, fmt.Errorf("the registry ended: %v", waitErr)
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+r.Host+"/v2/", nil)
