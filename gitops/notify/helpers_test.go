@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // received is one request a test server got.
@@ -76,13 +77,7 @@ func (s *server) next(t *testing.T) received {
 // none checks that no request came, once every queue is empty (idle).
 func (s *server) none(t *testing.T, idle func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !idle() {
-		if time.Now().After(deadline) {
-			t.Fatal("the queues did not empty within 10s")
-		}
-		time.Sleep(time.Millisecond) // polling a condition, with a deadline
-	}
+	testwait.For(t, 10*time.Second, "the queues to empty", idle)
 	select {
 	case r := <-s.got:
 		t.Fatalf("unexpected request %s %s %s", r.Method, r.Path, r.Body)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 const sha1 = "0123456789abcdef0123456789abcdef01234567"
@@ -303,13 +304,7 @@ func TestNetworkErrorHidesURL(t *testing.T) {
 	n := New(Config{Targets: []Target{tg}, Wait: w.wait, Observe: c.observe, Log: testLog(logs)})
 	run(t, n)
 	n.Updated(gitops.StatusUpdate{Path: "p", Next: status("prod", "r", "False", "X", "y", false)})
-	deadline := time.Now().Add(10 * time.Second)
-	for c.get("json/failed") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the request was not given up within 10s")
-		}
-		time.Sleep(time.Millisecond) // polling a condition, with a deadline
-	}
+	testwait.For(t, 10*time.Second, "the request given up", func() bool { return c.get("json/failed") > 0 })
 	if len(w.all()) != MaxTries-1 {
 		t.Errorf("waited %v, want %d retries", w.all(), MaxTries-1)
 	}
