@@ -250,18 +250,7 @@ func TestServerHostileClusterStallsAlone(t *testing.T) {
 		return nil, errors.New("no nodes in this test")
 	})
 
-	written := map[string]bool{}
-	timeout := time.After(60 * time.Second)
-	for len(written) < 4 {
-		select {
-		case e := <-events:
-			if e.Kind == gitops.EventStatusWritten {
-				written[e.Path] = true
-			}
-		case <-timeout:
-			t.Fatalf("status.yml written for %v only", written)
-		}
-	}
+	waitStatusWritten(t, events, 4)
 	for cluster, want := range map[string]string{
 		"bomb":  "clusters/bomb/cluster.yml:6:62: error: services.kube-api.admission_configuration.x: the alias *a is inside the value it names",
 		"big":   "clusters/big/cluster.yml: error: the file is larger than 8 MiB",
@@ -383,5 +372,23 @@ func TestStateDirBoundToItsClusterYML(t *testing.T) {
 	defer mu.Unlock()
 	if len(opened) != 0 {
 		t.Errorf("sessions opened on %v", opened)
+	}
+}
+
+// waitStatusWritten waits up to a minute for status.yml commits of n
+// different clusters.
+func waitStatusWritten(t *testing.T, events <-chan gitops.Event, n int) {
+	t.Helper()
+	written := map[string]bool{}
+	timeout := time.After(60 * time.Second)
+	for len(written) < n {
+		select {
+		case e := <-events:
+			if e.Kind == gitops.EventStatusWritten {
+				written[e.Path] = true
+			}
+		case <-timeout:
+			t.Fatalf("status.yml written for %v only, want %d clusters", written, n)
+		}
 	}
 }

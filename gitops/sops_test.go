@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"filippo.io/age"
 
@@ -83,18 +82,7 @@ func TestServerSOPS(t *testing.T) {
 		},
 	})
 
-	written := map[string]bool{}
-	timeout := time.After(60 * time.Second)
-	for len(written) < 4 {
-		select {
-		case e := <-events:
-			if e.Kind == gitops.EventStatusWritten {
-				written[e.Path] = true
-			}
-		case <-timeout:
-			t.Fatalf("status.yml written for %v only", written)
-		}
-	}
+	waitStatusWritten(t, events, 4)
 	for cluster, want := range map[string]string{
 		"wrongkey": "clusters/wrongkey/cluster.yml:13:1: error: sops: cannot decrypt the file with SOPS: no key rigger has decrypts the file's data key",
 		"tampered": "clusters/tampered/cluster.yml:13:1: error: sops: cannot decrypt the file with SOPS: the file's MAC does not match its values",
