@@ -33,10 +33,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/doctor"
+	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/pki"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
+	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
@@ -350,6 +353,34 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 		restore()
 		restart(ctx, desired.KubeAPIServer)
+		// Its kubelet registers the Node again once its API server serves
+		// the node's names. The plan then names the network plugin's pod
+		// of the Node deleted, if the pod garbage collector has not
+		// deleted it yet (about 40 s after the Node went): a pod listed
+		// after the plan that was made before the Node was there for the
+		// plan too.
+		rt.Eventually(ctx, t, 2*time.Minute, "node3's Node registered again", func(ctx context.Context) (bool, error) {
+			_, err := cs.CoreV1().Nodes().Get(ctx, nodeName(2, n3), metav1.GetOptions{})
+			return err == nil, err
+		})
+		var planned []string
+		for _, p := range a.Plan(ctx, t, c).NodeChanges {
+			if p.Node == n3.Address && strings.Contains(p.Change, "was made for an earlier Node") {
+				planned = append(planned, p.Change)
+			}
+		}
+		made, err := cs.CoreV1().Nodes().Get(ctx, nodeName(2, n3), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale, err := kubenode.StalePluginPods(ctx, cs, addons.LabelAddon+"="+sysaddons.NetworkPlugin, []corev1.Node{*made}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the plan before the apply: %q; stale pods now: %v", planned, stale)
+		if len(planned) == 0 && len(stale) > 0 {
+			t.Errorf("the plan does not name the network plugin's pods %v of the earlier Node %s", stale, made.Name)
+		}
 		// An apply restarts the kubelet of a missing Node, which registers
 		// again, and recreates the network plugin's pod made for the Node
 		// deleted: the Node made again has another pod subnet, and the

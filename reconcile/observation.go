@@ -172,7 +172,8 @@ func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observ
 }
 
 // observeKubernetes lists the Nodes into o and links them to the machines
-// of cluster.yml (observe.Nodes).
+// of cluster.yml (observe.Nodes), and the network plugin's pods made for
+// an earlier Node of a recent Node's name (kubenode.StalePluginPods).
 func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observe.Cluster) {
 	var machines []observe.Machine
 	for _, m := range kubenode.Machines(s.c) {
@@ -185,4 +186,17 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 		}
 		return kubenode.ListNodes(ctx, cs)
 	})
+	k := o.Kubernetes
+	if k.Err != nil || s.networkPluginSelector() == "" {
+		return
+	}
+	cs, err := s.services().KubeClient(set, o)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, observe.NodeListTimeout)
+		defer cancel()
+		k.StalePods, err = kubenode.StalePluginPods(ctx, cs, s.networkPluginSelector(), k.Nodes, s.opts.Now())
+	}
+	if err != nil {
+		s.opts.Log.Debug("the network plugin's pods not looked at", "cluster", s.c.ClusterName, "err", err)
+	}
 }

@@ -195,7 +195,7 @@ func Compute(in Input) (*Planned, error) {
 		pl.SavePKI = rp.State
 	}
 	if k := o.Kubernetes; k != nil && k.Link != nil {
-		pl.NodeChanges = kubenode.Changes(kubenode.Machines(c), k.Link, c.Rigger.StaleNodes, pl.Unreachable())
+		pl.NodeChanges = kubenode.Changes(kubenode.Machines(c), k, c.Rigger.StaleNodes, pl.Unreachable())
 	}
 	return pl, nil
 }

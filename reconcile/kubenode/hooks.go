@@ -411,7 +411,8 @@ type Pending struct {
 // What a Pending change does.
 const (
 	// PendingRepair waits for a Node that is not Ready, recreating its
-	// network plugin's pod when it has no pod network.
+	// network plugin's pod when it has no pod network, and recreates the
+	// plugin's pods of an earlier Node of its name.
 	PendingRepair = "repair"
 	// PendingSync sets the Node's labels and taints.
 	PendingSync = "sync"
@@ -432,13 +433,15 @@ func Deleted(pending []Pending) []string {
 	return out
 }
 
-// Changes are what Reconcile would do to nodes, as Link found them: Nodes
-// of machines that answered (not in down) that are not Ready to repair,
-// labels and taints to set, Nodes an earlier apply left cordoned to
-// uncordon and, with policy spec.StaleNodesDelete, stale Nodes to delete.
-// It is pure.
-func Changes(machines []Machine, l *observe.Linkage, policy string, down []string) []Pending {
+// Changes are what Reconcile would do to nodes, as k found them (Link):
+// Nodes of machines that answered (not in down) that are not Ready, or
+// that have the network plugin's pods of an earlier Node of their name
+// (k.StalePods), to repair, labels and taints to set, Nodes an earlier
+// apply left cordoned to uncordon and, with policy spec.StaleNodesDelete,
+// stale Nodes to delete. It is pure.
+func Changes(machines []Machine, k *observe.Kubernetes, policy string, down []string) []Pending {
 	var out []Pending
+	l := k.Link
 	for _, m := range machines {
 		n := l.Owned[m.Address]
 		if n == nil {
@@ -450,6 +453,11 @@ func Changes(machines []Machine, l *observe.Linkage, policy string, down []strin
 				fix = "recreate the network plugin's pod there if it runs without installing the network, and wait for the Node to be Ready"
 			}
 			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "repair: not Ready (" + readyCondition(n) + "): " + fix, Action: PendingRepair})
+		}
+		if pods := k.StalePods[n.Name]; len(pods) > 0 && !slices.Contains(down, m.Address) {
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Action: PendingRepair,
+				Change: fmt.Sprintf("repair: the network plugin's pod %s was made for an earlier Node of this name (deleted, and registered again): "+
+					"recreate it, so that the node's pod network follows the Node's pod subnet %s", strings.Join(pods, ", "), n.Spec.PodCIDR)})
 		}
 		labels, taints := Wanted(m)
 		if c := Diff(n, labels, taints); !c.Empty() {

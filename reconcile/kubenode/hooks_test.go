@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
 )
@@ -189,7 +190,7 @@ func TestChanges(t *testing.T) {
 	ghost := node("ghost", "10.0.0.9", "Unknown", 0)
 	nodes := []corev1.Node{n1, n2, ghost}
 	ms := machines()[:2]
-	got := Changes(ms, Link(ms, nodes), spec.StaleNodesDelete, nil)
+	got := Changes(ms, &observe.Kubernetes{Link: Link(ms, nodes)}, spec.StaleNodesDelete, nil)
 	want := []Pending{
 		{Node: "10.0.0.2", Name: "n2", Change: "label node-role.kubernetes.io/worker=true", Action: PendingSync},
 		{Node: "10.0.0.2", Name: "n2", Change: "uncordon (cordoned by an earlier apply)", Action: PendingUncordon},
@@ -201,7 +202,7 @@ func TestChanges(t *testing.T) {
 	if d := Deleted(got); !slices.Equal(d, []string{"ghost"}) {
 		t.Errorf("Deleted = %v, want ghost", d)
 	}
-	if got := Changes(ms, Link(ms, nodes), spec.StaleNodesReport, nil); len(got) != 2 {
+	if got := Changes(ms, &observe.Kubernetes{Link: Link(ms, nodes)}, spec.StaleNodesReport, nil); len(got) != 2 {
 		t.Errorf("with stale_nodes: report: %+v", got)
 	}
 }

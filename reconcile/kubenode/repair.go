@@ -111,7 +111,7 @@ func (r *networkRepair) undone(ctx context.Context, n *corev1.Node) ([]corev1.Po
 	if done {
 		return nil, false
 	}
-	pods, err := r.pods(ctx, n.Name)
+	pods, err := pluginPods(ctx, r.cs, r.selector, n.Name)
 	return pods, err == nil
 }
 
@@ -137,13 +137,8 @@ func (r *networkRepair) recreate(ctx context.Context, address string, n *corev1.
 const RecentNode = 10 * time.Minute
 
 // stale recreates the network plugin's pods on Node n of the machine at
-// address that were made before n: pods of an earlier Node of that name
-// (deleted, and registered again by its kubelet), which the DaemonSet keeps
-// because the name is the same. Such a pod configured the node's overlay
-// for the earlier Node's pod subnet, and a Node made again gets another:
-// pods on the node cannot reach those of other nodes until the plugin
-// starts again. Only a Node made in the last RecentNode is looked at; best
-// effort, once per Node.
+// address that were made before n (madeBefore). Only a Node made in the
+// last RecentNode is looked at; best effort, once per Node.
 func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Node) {
 	if r == nil || n == nil || r.now().Sub(n.CreationTimestamp.Time) > RecentNode {
 		return
@@ -153,7 +148,7 @@ func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Nod
 		return
 	}
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || !p.CreationTimestamp.Before(&n.CreationTimestamp) {
+		if !madeBefore(&p, n) {
 			continue
 		}
 		r.recreate(ctx, address, n, &p, fmt.Sprintf("the network plugin's pod %s/%s was made for an earlier Node %s (deleted, and registered again with pod subnet %s): "+
@@ -161,9 +156,47 @@ func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Nod
 	}
 }
 
-// pods are the network plugin's pods on Node name.
-func (r *networkRepair) pods(ctx context.Context, name string) ([]corev1.Pod, error) {
-	dss, err := r.cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: r.selector})
+// madeBefore reports whether the network plugin's pod p on Node n is one
+// of an earlier Node of n's name (deleted, and registered again by its
+// kubelet), which the DaemonSet keeps because the name is the same. Such a
+// pod configured the node's overlay for the earlier Node's pod subnet, and
+// a Node made again gets another: pods on the node cannot reach those of
+// other nodes until the plugin starts again.
+func madeBefore(p *corev1.Pod, n *corev1.Node) bool {
+	return p.DeletionTimestamp == nil && p.CreationTimestamp.Before(&n.CreationTimestamp)
+}
+
+// StalePluginPods are, by Node name, the network plugin's pods (those of
+// the DaemonSets selector selects) made for an earlier Node of the name
+// (madeBefore), as "namespace/name": what an apply recreates
+// (networkRepair.stale), for the plan. Only the Nodes made in the RecentNode
+// before now are looked at, so an older cluster costs no call.
+func StalePluginPods(ctx context.Context, cs kubernetes.Interface, selector string, nodes []corev1.Node, now time.Time) (map[string][]string, error) {
+	var out map[string][]string
+	for i := range nodes {
+		n := &nodes[i]
+		if selector == "" || now.Sub(n.CreationTimestamp.Time) > RecentNode {
+			continue
+		}
+		pods, err := pluginPods(ctx, cs, selector, n.Name)
+		if err != nil {
+			return nil, fmt.Errorf("list the network plugin's pods on Node %s: %w", n.Name, err)
+		}
+		for _, p := range pods {
+			if madeBefore(&p, n) {
+				if out == nil {
+					out = map[string][]string{}
+				}
+				out[n.Name] = append(out[n.Name], p.Namespace+"/"+p.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// pluginPods are the pods on Node name of the DaemonSets selector selects.
+func pluginPods(ctx context.Context, cs kubernetes.Interface, selector, name string) ([]corev1.Pod, error) {
+	dss, err := cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +206,7 @@ func (r *networkRepair) pods(ctx context.Context, name string) ([]corev1.Pod, er
 		if err != nil || sel.Empty() {
 			continue
 		}
-		list, err := r.cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String(), FieldSelector: "spec.nodeName=" + name})
+		list, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String(), FieldSelector: "spec.nodeName=" + name})
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 )
 
@@ -159,7 +160,7 @@ func TestChangesRepair(t *testing.T) {
 		n.Labels, n.Spec.Taints = want, taints
 	}
 	l := Link(ms, []corev1.Node{n1, *n2})
-	got := Changes(ms, l, spec.StaleNodesReport, nil)
+	got := Changes(ms, &observe.Kubernetes{Link: l}, spec.StaleNodesReport, nil)
 	var repairs []Pending
 	for _, p := range got {
 		if strings.HasPrefix(p.Change, "repair:") {
@@ -170,8 +171,27 @@ func TestChangesRepair(t *testing.T) {
 		!strings.Contains(repairs[0].Change, "recreate the network plugin's pod") {
 		t.Errorf("repairs %+v; want one for 10.0.0.2 that names its condition", repairs)
 	}
-	for _, p := range Changes(ms, l, spec.StaleNodesReport, []string{"10.0.0.2"}) {
+	for _, p := range Changes(ms, &observe.Kubernetes{Link: l}, spec.StaleNodesReport, []string{"10.0.0.2"}) {
 		if strings.HasPrefix(p.Change, "repair:") {
+			t.Errorf("a machine that did not answer: %+v", p)
+		}
+	}
+	// A Ready Node with the network plugin's pod of an earlier Node of its
+	// name: the plan says the apply recreates it.
+	n1.Spec.PodCIDR = "10.42.7.0/24"
+	k := &observe.Kubernetes{Link: Link(ms, []corev1.Node{n1}), StalePods: map[string][]string{"n1": {"kube-system/kube-flannel-1"}}}
+	repairs = nil
+	for _, p := range Changes(ms, k, spec.StaleNodesReport, nil) {
+		if p.Action == PendingRepair {
+			repairs = append(repairs, p)
+		}
+	}
+	if len(repairs) != 1 || repairs[0].Node != "10.0.0.1" ||
+		!strings.Contains(repairs[0].Change, "kube-system/kube-flannel-1 was made for an earlier Node") || !strings.Contains(repairs[0].Change, "10.42.7.0/24") {
+		t.Errorf("repairs %+v; want the stale pod's on 10.0.0.1", repairs)
+	}
+	for _, p := range Changes(ms, k, spec.StaleNodesReport, []string{"10.0.0.1"}) {
+		if p.Action == PendingRepair {
 			t.Errorf("a machine that did not answer: %+v", p)
 		}
 	}
@@ -228,13 +248,21 @@ func TestStalePluginPods(t *testing.T) {
 			n2.CreationTimestamp = metav1.NewTime(now.Add(-tc.nodeMade))
 			n2.Spec.PodCIDR = "10.42.3.0/24"
 			cs := fake.NewClientset(append(objs, &n2)...)
+			// The plan sees what the apply recreates.
+			stale, err := StalePluginPods(context.Background(), cs, networkSelector, []corev1.Node{n2}, now.Time)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if planned := len(stale["n2"]) == 1 && stale["n2"][0] == "kube-system/"+pod.Name; planned != tc.wantDeleted || len(stale) > 1 {
+				t.Errorf("StalePluginPods = %v, want the pod: %v", stale, tc.wantDeleted)
+			}
 			var said []string
 			r := newNetworkRepair(cs, networkSelector, func(node, msg string) { said = append(said, msg) })
 			r.now = func() time.Time { return now.Time }
 			for range 2 {
 				r.stale(context.Background(), "10.0.0.2", &n2)
 			}
-			_, err := cs.CoreV1().Pods("kube-system").Get(context.Background(), pod.Name, metav1.GetOptions{})
+			_, err = cs.CoreV1().Pods("kube-system").Get(context.Background(), pod.Name, metav1.GetOptions{})
 			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
 				t.Fatalf("deleted %v, want %v (%v)", deleted, tc.wantDeleted, err)
 			}

@@ -56,6 +56,10 @@ type Kubernetes struct {
 	// Err says why the Nodes could not be listed (then Nodes and Link are
 	// empty): no controlplane node reachable, the API server down.
 	Err error `json:"-"`
+	// StalePods are, by Node name, the network plugin's pods made for an
+	// earlier Node of that name (kubenode.StalePluginPods), as
+	// "namespace/name". Best effort: nil when they could not be listed.
+	StalePods map[string][]string `json:"-"`
 }
 
 // Node is one node as observed.
