@@ -26,6 +26,14 @@ type Board struct {
 
 	mu       sync.Mutex
 	clusters map[string]*BoardCluster // by cluster.yml path
+	// version counts the changes; each cluster's changed is the version of
+	// its last one, and gone has the version at which each path removed
+	// since was removed, the maxGone newest. Since cannot tell the changes
+	// since a version below floor (a removal it forgot).
+	version  uint64
+	changed  map[string]uint64
+	gone     map[string]uint64
+	floor    uint64
 	subs     map[chan struct{}]struct{}
 	watchers []func(StatusUpdate)
 	starts   []func(StartUpdate)
@@ -94,7 +102,8 @@ func NewBoard(history int) *Board {
 	if history <= 0 {
 		history = DefaultBoardHistory
 	}
-	return &Board{history: history, clusters: map[string]*BoardCluster{}, subs: map[chan struct{}]struct{}{}}
+	return &Board{history: history, clusters: map[string]*BoardCluster{}, changed: map[string]uint64{}, gone: map[string]uint64{},
+		subs: map[chan struct{}]struct{}{}}
 }
 
 // Watch has f told of every status, in the order they come; f runs on
@@ -133,22 +142,65 @@ func (b *Board) Subscribe() (<-chan struct{}, func()) {
 // Clusters is every cluster on the board, by path, copied: the caller may
 // keep it. Statuses are shared and must not be changed.
 func (b *Board) Clusters() []BoardCluster {
+	return b.Since(0).Changed
+}
+
+// BoardChanges are a Board's changes since a version (Since).
+type BoardChanges struct {
+	// Version is the board's version now: the one to ask Since next.
+	Version uint64
+	// Full says that Changed is every cluster on the board, and that the
+	// ones not in it are gone: the changes since the version asked about
+	// could not be told (0, or a version older than the board remembers
+	// removals for).
+	Full bool
+	// Changed are the clusters changed (or added) since, by path, copied:
+	// the caller may keep them. Statuses are shared and must not be
+	// changed.
+	Changed []BoardCluster
+	// Removed are the paths of the clusters removed since (never with
+	// Full).
+	Removed []string
+}
+
+// maxGone is how many removals a Board remembers for Since: a follower
+// further behind is sent the whole board.
+const maxGone = 1000
+
+// Since are the board's changes after version v (BoardChanges.Version of
+// an earlier call; 0 for the whole board), so that a follower such as the
+// status page sends only what changed.
+func (b *Board) Since(v uint64) BoardChanges {
 	if b == nil {
-		return nil
+		return BoardChanges{Full: true}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]BoardCluster, 0, len(b.clusters))
-	for _, c := range b.clusters {
+	out := BoardChanges{Version: b.version, Full: v == 0 || v < b.floor || v > b.version}
+	for path, c := range b.clusters {
+		if !out.Full && b.changed[path] <= v {
+			continue
+		}
 		cc := *c
 		if c.Running != nil {
 			r := *c.Running
 			cc.Running = &r
 		}
 		cc.Reconciles = slices.Clone(c.Reconciles)
-		out = append(out, cc)
+		out.Changed = append(out.Changed, cc)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	if out.Changed == nil {
+		out.Changed = []BoardCluster{}
+	}
+	sort.Slice(out.Changed, func(i, j int) bool { return out.Changed[i].Path < out.Changed[j].Path })
+	if !out.Full {
+		for path, at := range b.gone {
+			if at > v {
+				out.Removed = append(out.Removed, path)
+			}
+		}
+		sort.Strings(out.Removed)
+	}
 	return out
 }
 
@@ -176,7 +228,7 @@ func (b *Board) known(path string, f *StatusFile) {
 		return
 	}
 	c.Status = f
-	b.changedLocked()
+	b.changedLocked(path)
 	b.mu.Unlock()
 }
 
@@ -191,7 +243,7 @@ func (b *Board) started(path, trigger, revision string, at time.Time) {
 	c.Running = &run
 	status := c.Status
 	watchers := slices.Clone(b.starts)
-	b.changedLocked()
+	b.changedLocked(path)
 	b.mu.Unlock()
 	for _, w := range watchers {
 		w(StartUpdate{Path: path, Running: run, Status: status})
@@ -213,7 +265,7 @@ func (b *Board) finished(path string, rec ReconcileRecord, f *StatusFile) {
 		c.Reconciles = c.Reconciles[:b.history]
 	}
 	watchers := slices.Clone(b.watchers)
-	b.changedLocked()
+	b.changedLocked(path)
 	b.mu.Unlock()
 	for _, w := range watchers {
 		w(StatusUpdate{Path: path, Revision: rec.Revision, Prev: prev, Next: f})
@@ -227,14 +279,33 @@ func (b *Board) removed(path string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.clusters[path]; ok {
-		delete(b.clusters, path)
-		b.changedLocked()
+	if _, ok := b.clusters[path]; !ok {
+		return
+	}
+	delete(b.clusters, path)
+	b.changedLocked(path)
+	delete(b.changed, path)
+	b.gone[path] = b.version
+	if len(b.gone) > maxGone {
+		// Forget the oldest removal: a follower from before it gets the
+		// whole board.
+		oldest, at := "", b.version
+		for p, v := range b.gone {
+			if v < at {
+				oldest, at = p, v
+			}
+		}
+		delete(b.gone, oldest)
+		b.floor = at
 	}
 }
 
-// changedLocked wakes the subscribers; b.mu is held.
-func (b *Board) changedLocked() {
+// changedLocked records a change of path's cluster and wakes the
+// subscribers; b.mu is held.
+func (b *Board) changedLocked(path string) {
+	b.version++
+	b.changed[path] = b.version
+	delete(b.gone, path)
 	for ch := range b.subs {
 		select {
 		case ch <- struct{}{}:

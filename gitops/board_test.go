@@ -2,6 +2,8 @@ package gitops
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +61,57 @@ func TestBoard(t *testing.T) {
 	none.started("x", "start", "", at) // a nil board keeps nothing
 	if none.Clusters() != nil {
 		t.Fatal("a nil board has clusters")
+	}
+}
+
+// TestBoardSince: a follower that gives the version it last saw gets only
+// the clusters changed or removed since; one too far behind, or new, gets
+// the whole board.
+func TestBoardSince(t *testing.T) {
+	b := NewBoard(0)
+	at := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
+	for _, p := range []string{"a", "b", "c"} {
+		b.started(p, "start", "rev1", at)
+	}
+	all := b.Since(0)
+	if !all.Full || len(all.Changed) != 3 || all.Changed[0].Path != "a" || all.Version == 0 {
+		t.Fatalf("Since(0) = %+v, want the whole board", all)
+	}
+	b.finished("b", ReconcileRecord{Revision: "rev1"}, &StatusFile{Cluster: "b"})
+	b.removed("c")
+	got := b.Since(all.Version)
+	if got.Full || len(got.Changed) != 1 || got.Changed[0].Path != "b" || got.Changed[0].Status.Cluster != "b" ||
+		!slices.Equal(got.Removed, []string{"c"}) || got.Version != all.Version+2 {
+		t.Fatalf("Since(%d) = %+v, want b changed and c removed", all.Version, got)
+	}
+	if now := b.Since(got.Version); now.Full || len(now.Changed) != 0 || len(now.Removed) != 0 {
+		t.Fatalf("nothing changed since %d: %+v", got.Version, now)
+	}
+	// A cluster removed, then back: changed, not removed.
+	b.started("c", "start", "rev2", at)
+	if again := b.Since(got.Version); len(again.Changed) != 1 || again.Changed[0].Path != "c" || len(again.Removed) != 0 {
+		t.Fatalf("a cluster back: %+v", again)
+	}
+	// A version from another board (a restarted serve) is not trusted.
+	if other := b.Since(b.Since(0).Version + 5); !other.Full || len(other.Changed) != 3 {
+		t.Fatalf("a version from the future: %+v", other)
+	}
+
+	// More removals than the board remembers: a follower from before the
+	// forgotten ones gets the whole board, one after them only the news.
+	old := b.Since(0).Version
+	for i := range maxGone + 1 {
+		p := fmt.Sprintf("gone-%d", i)
+		b.started(p, "start", "", at)
+		b.removed(p)
+	}
+	if full := b.Since(old); !full.Full || len(full.Removed) != 0 || len(full.Changed) != 3 {
+		t.Fatalf("a follower from before a forgotten removal: Full %v, %d changed, %d removed", full.Full, len(full.Changed), len(full.Removed))
+	}
+	recent := b.Since(0).Version
+	b.removed("a")
+	if news := b.Since(recent); news.Full || !slices.Equal(news.Removed, []string{"a"}) {
+		t.Fatalf("a follower after the forgotten removals: %+v", news)
 	}
 }
 

@@ -112,7 +112,7 @@ func newRepo(t *testing.T) *repoDir {
 }
 
 // push commits files and pushes them (after taking rigger's status
-// commits); it returns the commit.
+// commits); a file given "" is taken away. It returns the commit.
 func (r *repoDir) push(t *testing.T, files map[string]string) string {
 	t.Helper()
 	if git(t, r.work, "ls-remote", "origin", "main") != "" {
@@ -120,6 +120,10 @@ func (r *repoDir) push(t *testing.T, files map[string]string) string {
 	}
 	for p, content := range files {
 		full := filepath.Join(r.work, p)
+		if content == "" { // taken away
+			git(t, r.work, "rm", "-q", p)
+			continue
+		}
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -286,6 +290,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 		`window.notReloaded === true && document.title !== "owned" && document.querySelectorAll("main img").length === 0`)))(t) {
 		t.Error("the page was reloaded, or made markup of a directory's name")
 	}
+	// The broken cluster taken away: the page drops it and keeps prod
+	// (the events after the first carry only what changed).
+	repo.push(t, map[string]string{"clusters/" + hostileDir + "/cluster.yml": ""})
+	srv.Trigger()
+	waitJS(t, ctx, "the page to drop the cluster taken away and keep prod", 30*time.Second, fmt.Sprintf(
+		`!document.querySelector(%q) && !!document.querySelector(%q) && document.querySelectorAll("main section.cluster").length === 1`, hostile, prod))
 	// The plan of the reader's open reconcile stays open across updates.
 	if !must(run(ctx, 5*time.Second, chromedp.Evaluate[bool](fmt.Sprintf(
 		`document.querySelectorAll(%q).length === 1`, prod+` [data-field="reconciles"] details[open]`))))(t) {

@@ -24,7 +24,7 @@ import (
 // Board is what the page shows and follows: *gitops.Board's methods it
 // calls (a fake in tests).
 type Board interface {
-	Clusters() []gitops.BoardCluster
+	Since(version uint64) gitops.BoardChanges
 	Subscribe() (<-chan struct{}, func())
 }
 
@@ -127,27 +127,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// Snapshot is what the page gets: every cluster on the board, and when.
+// Snapshot is what the page gets: the clusters on the board, and when.
+// On /api/clusters and in the first event of a stream it is the whole
+// board (Full); in the next ones, only the clusters changed since the
+// stream's last event, and the paths of those removed.
 type Snapshot struct {
 	Now      time.Time             `json:"now"`
+	Full     bool                  `json:"full"`
 	Clusters []gitops.BoardCluster `json:"clusters"`
+	Removed  []string              `json:"removed,omitempty"`
 }
 
-func (h *Handler) snapshot() ([]byte, error) {
-	c := h.board.Clusters()
-	if c == nil {
-		c = []gitops.BoardCluster{}
-	}
-	b, err := json.Marshal(Snapshot{Now: h.o.Now().UTC(), Clusters: c})
+// snapshot is the board's changes since version as JSON, and the board's
+// version.
+func (h *Handler) snapshot(since uint64) ([]byte, uint64, error) {
+	c := h.board.Since(since)
+	b, err := json.Marshal(Snapshot{Now: h.o.Now().UTC(), Full: c.Full, Clusters: c.Changed, Removed: c.Removed})
 	if err != nil {
-		return nil, fmt.Errorf("status page: %w", err)
+		return nil, 0, fmt.Errorf("status page: %w", err)
 	}
-	return b, nil
+	return b, c.Version, nil
 }
 
 // clusters is /api/clusters: the board as JSON.
 func (h *Handler) clusters(w http.ResponseWriter, _ *http.Request) {
-	b, err := h.snapshot()
+	b, _, err := h.snapshot(0)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -156,9 +160,9 @@ func (h *Handler) clusters(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// events is /events: a "board" event with the snapshot at once and after
-// the board changed (at most one every MinInterval: the changes in
-// between come together), a comment when idle for KeepAlive, until the
+// events is /events: a "board" event with the whole board at once, and
+// one with what changed after each change (at most one every MinInterval:
+// the changes in between come together), a comment when idle for KeepAlive, until the
 // client goes away, the handler is closed, or a write takes longer than
 // writeTimeout.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
@@ -185,11 +189,17 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush() == nil
 	}
+	// version is the board's as the stream's last event told it: each
+	// event after the first has only what changed since (a serve with
+	// many clusters and pages open would otherwise send every cluster to
+	// every page each second).
+	var version uint64
 	board := func() bool {
-		b, err := h.snapshot()
+		b, v, err := h.snapshot(version)
 		if err != nil {
 			return false
 		}
+		version = v
 		// JSON has no raw newline: one data line.
 		return send(fmt.Appendf(nil, "event: board\ndata: %s\n\n", b))
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,17 +17,24 @@ import (
 	"github.com/rigger/rigger/gitops/statuspage"
 )
 
-// fakeBoard is a board whose clusters the test sets.
+// fakeBoard is a board whose clusters the test sets: set replaces them
+// all (a follower then gets the whole board), put changes one (a follower
+// that saw the version before gets only it).
 type fakeBoard struct {
 	mu       sync.Mutex
 	clusters []gitops.BoardCluster
+	version  uint64
+	put1     *gitops.BoardCluster // what the last change was, when a put
 	subs     []chan struct{}
 }
 
-func (b *fakeBoard) Clusters() []gitops.BoardCluster {
+func (b *fakeBoard) Since(v uint64) gitops.BoardChanges {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]gitops.BoardCluster(nil), b.clusters...)
+	if b.put1 != nil && v == b.version-1 {
+		return gitops.BoardChanges{Version: b.version, Changed: []gitops.BoardCluster{*b.put1}}
+	}
+	return gitops.BoardChanges{Version: b.version, Full: true, Changed: append([]gitops.BoardCluster{}, b.clusters...)}
 }
 
 func (b *fakeBoard) Subscribe() (<-chan struct{}, func()) {
@@ -40,7 +48,20 @@ func (b *fakeBoard) Subscribe() (<-chan struct{}, func()) {
 func (b *fakeBoard) set(c ...gitops.BoardCluster) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.clusters = c
+	b.clusters, b.put1 = c, nil
+	b.changedLocked()
+}
+
+func (b *fakeBoard) put(c gitops.BoardCluster) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.IndexFunc(b.clusters, func(have gitops.BoardCluster) bool { return have.Path == c.Path })
+	b.clusters[i], b.put1 = c, &c
+	b.changedLocked()
+}
+
+func (b *fakeBoard) changedLocked() {
+	b.version++
 	for _, ch := range b.subs {
 		select {
 		case ch <- struct{}{}:
@@ -170,6 +191,15 @@ func TestEvents(t *testing.T) {
 	if got := s.Clusters[0].Status.ObservedRevision; got != "rev5" {
 		t.Errorf("the event after three quick changes shows %s, want rev5 (the last)", got)
 	}
+	if !s.Full {
+		t.Errorf("the board was replaced, the event is not Full: %+v", s)
+	}
+	// One cluster changed: the event has only it.
+	b.put(cluster("a/cluster.yml", "False", "rev6"))
+	s = readEvent(t, r)
+	if s.Full || len(s.Clusters) != 1 || s.Clusters[0].Path != "a/cluster.yml" || s.Clusters[0].Status.ObservedRevision != "rev6" {
+		t.Errorf("the event after one cluster changed: %+v", s)
+	}
 }
 
 // TestEventsLimit: one stream more than MaxStreams is refused with 503.
@@ -201,7 +231,7 @@ func TestAPIClusters(t *testing.T) {
 	h := statuspage.New(b, statuspage.Options{Now: func() time.Time { return time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC) }})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/clusters", nil))
-	if got := strings.TrimSpace(rec.Body.String()); got != `{"now":"2026-12-02T00:00:00Z","clusters":[]}` {
+	if got := strings.TrimSpace(rec.Body.String()); got != `{"now":"2026-12-02T00:00:00Z","full":true,"clusters":[]}` {
 		t.Errorf("empty board: %s", got)
 	}
 }

@@ -282,8 +282,18 @@
       reconciles(c));
   }
 
-  function render(snap) {
-    const cs = snap.clusters || [];
+  // The board as the events told it, by path: the first event of a
+  // stream has every cluster (full), the next ones what changed.
+  const board = new Map();
+
+  function update(snap) {
+    if (snap.full) board.clear();
+    for (const c of snap.clusters || []) board.set(c.path, c);
+    for (const p of snap.removed || []) board.delete(p);
+    render([...board.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0)));
+  }
+
+  function render(cs) {
     const ready = cs.filter((c) => ((c.status || {}).conditions || []).some((x) => x.type === "Ready" && x.status === "True")).length;
     summary.textContent = cs.length + " cluster(s), " + ready + " ready";
     if (!cs.length) {
@@ -309,7 +319,7 @@
       }).catch(() => {});
     });
     es.addEventListener("board", (ev) => {
-      try { render(JSON.parse(ev.data)); } catch (err) { summary.textContent = "cannot show the board: " + err; }
+      try { update(JSON.parse(ev.data)); } catch (err) { summary.textContent = "cannot show the board: " + err; }
     });
   }
   connect();
