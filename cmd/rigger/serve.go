@@ -170,6 +170,20 @@ the Ready condition) when it ends; the token comes from
 (never holding up a reconcile) and retried on 5xx, 429 and network errors;
 webhook URLs are secrets and are logged by host only. See docs/gitops.md.
 
+State in the cluster (--state-backend kubernetes): each cluster's state
+(PKI, records, the secrets encryption key) is kept in Secrets of
+--state-namespace, one per file, labelled rigger.io/cluster=<cluster_name>;
+--state-dir is then a working copy (an emptyDir in a pod), filled from the
+Secrets each time a cluster is taken up. Every write of a state file goes
+to its Secret first, as a compare-and-swap on its resourceVersion: a Secret
+another writer changed since is never overwritten, and the reconcile is
+retried. A cluster without Secrets is an empty state directory (its PKI is
+recovered from the nodes); a working copy with state its cluster has no
+Secret of is refused (import it: "rigger state import"). A file larger than
+a Secret holds (1 MiB) is refused. The agent tunnel's CA and tokens stay in
+<--state-dir>/serve/agent-tunnel. See docs/gitops.md ("State in the
+cluster").
+
 One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
 refuses, naming the holder), and each apply holds the Lease
