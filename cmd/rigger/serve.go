@@ -174,7 +174,7 @@ State in the cluster (--state-backend kubernetes): each cluster's state
 (PKI, records, the secrets encryption key) is kept in Secrets of
 --state-namespace, one per file, labelled rigger.io/cluster=<cluster_name>;
 --state-dir is then a working copy (an emptyDir in a pod), filled from the
-Secrets each time a cluster is taken up. Every write of a state file goes
+Secrets before each reconcile of a cluster. Every write of a state file goes
 to its Secret first, as a compare-and-swap on its resourceVersion: a Secret
 another writer changed since is never overwritten, and the reconcile is
 retried. A cluster without Secrets is an empty state directory (its PKI is

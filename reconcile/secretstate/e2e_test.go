@@ -23,6 +23,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/reconcile/secretstate"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 )
@@ -249,6 +250,9 @@ func testDamagedSecrets(t *testing.T, newStore func(t *testing.T) *secretstate.S
 			if !errors.As(err, &damaged) || !strings.Contains(damaged.Path, s.Namespace+"/"+tc.secret.Name) {
 				t.Fatalf("got %v, want a *statedir.DamagedError naming Secret %s/%s", err, s.Namespace, tc.secret.Name)
 			}
+			if reason, stalls := stall.Classify(err); !stalls || reason != stall.StateDamaged {
+				t.Errorf("a damaged Secret: reason %s, stalls %v; want it to stall, %s", reason, stalls, stall.StateDamaged)
+			}
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the state directory was made though a Secret is damaged: %v", err)
 			}
@@ -373,6 +377,9 @@ func testNoSecrets(t *testing.T, newStore func(t *testing.T) *secretstate.Store)
 	_, err := s.Load(t.Context(), "laptop", laptop)
 	if err == nil || !strings.Contains(err.Error(), "rigger state import") {
 		t.Fatalf("a directory with state and no Secrets: got %v, want a refusal that says to import it", err)
+	}
+	if _, stalls := stall.Classify(err); !stalls {
+		t.Errorf("a directory with state and no Secrets is retried, want it to stall: only a person can import it")
 	}
 	if _, err := pki.Load(laptop); err != nil {
 		t.Errorf("the refused directory's PKI was changed: %v", err)

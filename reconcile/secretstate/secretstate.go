@@ -40,6 +40,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/rigger/rigger/internal/atomicfile"
+	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 )
 
@@ -167,7 +168,7 @@ func checkCluster(name string) error {
 
 // read lists the cluster's Secrets: each file's content and Secret. A
 // Secret that does not hold a state file as rigger writes it is a
-// *statedir.DamagedError naming it.
+// *statedir.DamagedError naming it, which stalls (stall.StateDamaged).
 func (s *Store) read(ctx context.Context, cluster string) (map[string][]byte, map[string]*corev1.Secret, error) {
 	if err := checkCluster(cluster); err != nil {
 		return nil, nil, err
@@ -189,7 +190,7 @@ func (s *Store) read(ctx context.Context, cluster string) (map[string][]byte, ma
 		files[file], secrets[file] = sec.Data[DataKey], sec
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, nil, stall.Stalls(stall.StateDamaged, err)
 	}
 	return files, secrets, nil
 }
@@ -240,13 +241,14 @@ func (c *Cluster) remember(files map[string][]byte, secrets map[string]*corev1.S
 // cluster's Secrets, writes their files into dir, removes the state files
 // dir holds that they do not (the Secrets are the state; the lock file and
 // hidden files stay), and binds dir to the cluster's backend (statedir.Bind),
-// so that statedir's writes under dir reach the Secrets first. Call it each
-// time the cluster is taken up: another writer may have changed the
-// Secrets since.
+// so that statedir's writes under dir reach the Secrets first. Call it
+// before each reconcile of the cluster: another writer may have changed
+// the Secrets since.
 //
-// A cluster without Secrets whose dir holds state files is refused: that
-// state was never imported (rigger state import), and taking it up would
-// keep a CA only this directory has.
+// A cluster without Secrets whose dir holds state files is refused (it
+// stalls, StateDirectoryDamaged): that state was never imported (rigger
+// state import), and taking it up would keep a CA only this directory has.
+// So is a damaged Secret, a *statedir.DamagedError.
 func (s *Store) Load(ctx context.Context, cluster, dir string) (*Cluster, error) {
 	files, secrets, err := s.read(ctx, cluster)
 	if err != nil {
@@ -257,9 +259,9 @@ func (s *Store) Load(ctx context.Context, cluster, dir string) (*Cluster, error)
 		return nil, err
 	}
 	if len(files) == 0 && len(local) > 0 {
-		return nil, fmt.Errorf("the state directory %s of cluster %s holds %d state file(s) (%s) and namespace %s has no state "+
-			"Secret of it: import them first (rigger state import --cluster %s --state-dir %s), or remove them",
-			dir, cluster, len(local), strings.Join(slices.Sorted(maps.Keys(local)), ", "), s.Namespace, cluster, dir)
+		return nil, stall.Stalls(stall.StateDamaged, fmt.Errorf("the state directory %s of cluster %s holds %d state file(s) (%s) "+
+			"and namespace %s has no state Secret of it: import them first (rigger state import --cluster %s --state-dir %s), or remove them",
+			dir, cluster, len(local), strings.Join(slices.Sorted(maps.Keys(local)), ", "), s.Namespace, cluster, dir))
 	}
 	if err := mirror(dir, files, local); err != nil {
 		return nil, fmt.Errorf("fill the state directory %s of cluster %s from its Secrets: %w", dir, cluster, err)
