@@ -19,7 +19,7 @@ import (
 
 	"github.com/rigger/rigger/reconcile/certrotate"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
-	"github.com/rigger/rigger/reconcile/internal/apiservertest"
+	"github.com/rigger/rigger/internal/apiservertest"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/secretsenc"
 	"github.com/rigger/rigger/reconcile/secretstate"

@@ -22,11 +22,10 @@ var fileWriters = map[string][]string{
 // directory bound to a Backend (rigger serve's Secrets), a state file
 // written any other way would be lost with the pod.
 var notStateWriters = map[string]string{
-	"reconcile/lock/file.go":                            "the cluster's lock: the machine's own, never copied (LockFile)",
-	"reconcile/secretstate/secretstate.go":              "the backend itself fills the directory from the Secrets",
-	"reconcile/etcdsnap/s3test/s3test.go":               "a test S3 server's files",
-	"reconcile/reconciletest/reconciletest.go":          "tests' cluster.yml files",
-	"reconcile/internal/apiservertest/apiservertest.go": "a test API server's files",
+	"reconcile/lock/file.go":                   "the cluster's lock: the machine's own, never copied (LockFile)",
+	"reconcile/secretstate/secretstate.go":     "the backend itself fills the directory from the Secrets",
+	"reconcile/etcdsnap/s3test/s3test.go":      "a test S3 server's files",
+	"reconcile/reconciletest/reconciletest.go": "tests' cluster.yml files",
 }
 
 // TestStateWrittenOnlyThroughStatedir: reconcile and gitops write and
