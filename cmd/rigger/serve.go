@@ -587,7 +587,7 @@ const (
 // directory, secretstate.Store.Load for kubernetes.
 func (o *serveOptions) stateStore(log *slog.Logger) (func(ctx context.Context, cluster, dir string) error, error) {
 	switch o.stateBackend {
-	case stateBackendDirectory:
+	case "", stateBackendDirectory:
 		return nil, nil
 	case stateBackendKubernetes:
 	default:

@@ -38,10 +38,13 @@ func TestStateCommandRefusals(t *testing.T) {
 // backend) or kubernetes, which needs --state-dir as its working copy.
 func TestServeStateBackendFlags(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	o := serveOptions{stateBackend: stateBackendDirectory}
-	if load, err := o.stateStore(log); load != nil || err != nil {
-		t.Errorf("directory: got %v, %v; want no backend", load != nil, err)
+	for _, backend := range []string{"", stateBackendDirectory} {
+		o := serveOptions{stateBackend: backend}
+		if load, err := o.stateStore(log); load != nil || err != nil {
+			t.Errorf("--state-backend %q: got %v, %v; want no backend", backend, load != nil, err)
+		}
 	}
+	var o serveOptions
 	o = serveOptions{stateBackend: "etcd"}
 	if _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "give directory or kubernetes") {
 		t.Errorf("an unknown backend: got %v", err)
