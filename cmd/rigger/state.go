@@ -50,17 +50,31 @@ move is not in the other's copy. See docs/gitops.md ("State in the
 cluster").`,
 	}
 	cmd.AddCommand(newStateMoveCommand("import", "Copy a cluster's state directory into Kubernetes Secrets",
+		`Import copies the state directory of cluster --cluster (--state-dir, rigger
+apply's by default) into Secrets of --namespace, one per file, for rigger
+serve --state-backend kubernetes to take the cluster up. It refuses a
+directory without state or whose PKI does not load, and a cluster that has
+state Secrets already unless --force: then they become the directory's (a
+Secret changed meanwhile by another writer is not overwritten). It lists
+the files moved, never their content.`,
 		`  rigger state import --cluster prod --kubeconfig ~/.kube/management.yaml`),
 		newStateMoveCommand("export", "Copy a cluster's state from Kubernetes Secrets into a state directory",
+			`Export copies the state Secrets of cluster --cluster in --namespace into
+the state directory --state-dir (rigger apply's by default), files mode
+0600, for rigger apply to use. It refuses a cluster without state Secrets,
+and a directory that holds state already unless --force: then its state
+files become the Secrets' (its lock stays). It lists the files moved,
+never their content.`,
 			`  rigger state export --cluster prod --state-dir ./prod-state`))
 	return cmd
 }
 
-func newStateMoveCommand(verb, short, example string) *cobra.Command {
+func newStateMoveCommand(verb, short, long, example string) *cobra.Command {
 	var o stateOptions
 	cmd := &cobra.Command{
 		Use:     verb,
 		Short:   short,
+		Long:    long,
 		Example: example,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
