@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -278,7 +279,8 @@ func (s *Store) Load(ctx context.Context, cluster, dir string) (*Cluster, error)
 
 // StateFiles reads the state files of dir, by slash-separated path: every
 // regular file but the cluster's lock and hidden files (an atomic write's
-// temporary file). A missing dir has none.
+// temporary file). A missing dir has none; a file larger than a Secret
+// holds is an error that names it.
 func StateFiles(dir string) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -299,7 +301,7 @@ func StateFiles(dir string) (map[string][]byte, error) {
 		if rel == statedir.LockFile {
 			return nil
 		}
-		b, err := os.ReadFile(p)
+		b, err := readCapped(p)
 		if err != nil {
 			return err
 		}
@@ -310,6 +312,24 @@ func StateFiles(dir string) (map[string][]byte, error) {
 		return nil, fmt.Errorf("read the state directory %s: %w", dir, err)
 	}
 	return files, nil
+}
+
+// readCapped reads the state file p, refusing one larger than a Secret
+// holds without reading it whole.
+func readCapped(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("%s is larger than a Secret holds (1 MiB): rigger writes no such state file; move it away", p)
+	}
+	return b, nil
 }
 
 // mirror makes the state files of dir, which are local, files.
