@@ -87,6 +87,12 @@ type Config struct {
 	// cluster_name, as `rigger apply` lays them out: a CLI apply with the
 	// same base shares the state and the lock.
 	StateDir string
+	// LoadState, when set, keeps each cluster's state elsewhere (Kubernetes
+	// Secrets: secretstate.Store.Load): its directory in StateDir is then a
+	// working copy, filled by LoadState each time the cluster is taken up
+	// and written through by every write of its state. An error stalls the
+	// cluster when only a person can help (stall.Classify), else retries.
+	LoadState func(ctx context.Context, cluster, dir string) error
 	// Author signs the status commits.
 	Author object.Signature
 	// Open opens a reconcile session (reconcile.Open when nil; tests

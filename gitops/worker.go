@@ -359,7 +359,13 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 	out.cluster, out.suspended = c.ClusterName, c.Rigger.Suspend
 	log = log.With("cluster", c.ClusterName)
 	dir := filepath.Join(cfg.StateDir, c.ClusterName)
-	if err := w.claimStateDir(c.ClusterName, dir); err != nil {
+	if err := w.claimStateDir(ctx, c.ClusterName, dir); err != nil {
+		var load *stateLoadError
+		if errors.As(err, &load) {
+			log.Error("cluster's state not loaded", "err", err)
+			out.fail(load.err)
+			return out
+		}
 		// Loud: the keys of a cluster are at stake.
 		log.Error("cluster refused: its cluster_name is not its own", "err", err)
 		out.stalled, out.err = ReasonDuplicateCluster, err
@@ -647,6 +653,13 @@ type Binding struct {
 	Path       string `json:"path"`
 }
 
+// stateLoadError is Config.LoadState's error: it stalls or retries as
+// stall.Classify says, not as a cluster_name that is not the cluster's own.
+type stateLoadError struct{ err error }
+
+func (e *stateLoadError) Error() string { return e.err.Error() }
+func (e *stateLoadError) Unwrap() error { return e.err }
+
 // claimStateDir makes sure the state directory dir, of cluster name, is
 // this cluster.yml's, and binds it to it when it is no cluster.yml's
 // yet. It refuses (a *reconcile.Error that stalls):
@@ -657,7 +670,11 @@ type Binding struct {
 //   - a directory bound to another cluster.yml, which it names: after a
 //     restart of serve, a new cluster.yml that reuses a cluster_name does
 //     not take that cluster's keys, whichever of them serve reads first.
-func (w *worker) claimStateDir(name, dir string) error {
+//
+// With Config.LoadState, it fills dir from the cluster's state before it
+// reads the binding (which is then written through); an error of
+// LoadState is a *stateLoadError.
+func (w *worker) claimStateDir(ctx context.Context, name, dir string) error {
 	cfg := w.srv.cfg
 	if name == ServeDir {
 		return fmt.Errorf("cluster_name %q is the name of rigger serve's own directory in its state directory "+
@@ -667,6 +684,11 @@ func (w *worker) claimStateDir(name, dir string) error {
 		return fmt.Errorf("cluster_name %q is also the name of %s: each cluster.yml needs a cluster_name of its own "+
 			"(its state directory, with its CA and keys, is named for it); neither is reconciled until one is renamed",
 			name, strings.Join(others, " and "))
+	}
+	if cfg.LoadState != nil {
+		if err := cfg.LoadState(ctx, name, dir); err != nil {
+			return &stateLoadError{err}
+		}
 	}
 	want := Binding{Repository: cfg.RepoURL, Path: w.path}
 	var have Binding

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -125,6 +126,8 @@ func TestAttempt(t *testing.T) {
 		changed bool
 		session *fakeSession
 		openErr error
+		// loadErr is Config.LoadState's error, when set.
+		loadErr error
 		// parseTimeout is ParseTimeout, a minute when zero.
 		parseTimeout time.Duration
 		want         want
@@ -177,6 +180,17 @@ func TestAttempt(t *testing.T) {
 		{
 			name: "an unreadable state directory is retried", session: &fakeSession{},
 			openErr: retried(stall.Failed, fs.ErrPermission),
+			want:    want{ready: "False", readyReason: string(stall.Failed), retry: true},
+		},
+		{
+			name: "a damaged state Secret stalls", session: &fakeSession{},
+			loadErr: stalled(stall.StateDamaged, &statedir.DamagedError{Path: "Secret rigger-system/rigger-state-c-nodes-json-0a1b2c3d4e", Err: errors.New("no content")}),
+			want:    want{ready: "False", readyReason: string(stall.StateDamaged), stalled: true},
+			wantMsg: "Secret rigger-system/rigger-state-c-nodes-json-0a1b2c3d4e is damaged",
+		},
+		{
+			name: "state Secrets not read are retried", session: &fakeSession{},
+			loadErr: errors.New("list the state Secrets of cluster c in namespace rigger-system: connection refused"),
 			want:    want{ready: "False", readyReason: string(stall.Failed), retry: true},
 		},
 		{
@@ -241,6 +255,9 @@ func TestAttempt(t *testing.T) {
 					return tt.session, nil
 				},
 			}, workers: map[string]*worker{}}
+			if tt.loadErr != nil {
+				srv.cfg.LoadState = func(context.Context, string, string) error { return tt.loadErr }
+			}
 			w := &worker{srv: srv, path: "clusters/c/cluster.yml", log: slog.New(slog.DiscardHandler)}
 			srv.workers[w.path] = w
 			yml := tt.yml
@@ -268,10 +285,36 @@ func TestAttempt(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s\nerror: %v", diff, out.err)
 			}
-			if tt.openErr == nil && tt.yml == "" && tt.parseTimeout > 0 && tt.session.closed != 1 {
+			if tt.openErr == nil && tt.loadErr == nil && tt.yml == "" && tt.parseTimeout > 0 && tt.session.closed != 1 {
 				t.Errorf("session closed %d times, want once", tt.session.closed)
 			}
 		})
+	}
+}
+
+// TestLoadStateBeforeBinding: with LoadState, a cluster's state is loaded
+// into its state directory before its binding is read, so that the
+// binding of the loaded state (another cluster.yml's, here) is the one
+// checked; and the directory loaded is the cluster's.
+func TestLoadStateBeforeBinding(t *testing.T) {
+	base := t.TempDir()
+	var loaded []string
+	srv := &Server{cfg: Config{
+		StateDir: base, DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: time.Now, RepoURL: "https://git.example.com/ops.git",
+		Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return &fakeSession{}, nil },
+		LoadState: func(_ context.Context, cluster, dir string) error {
+			loaded = append(loaded, cluster+" "+dir)
+			return statedir.WriteJSON(dir, BindingFile, Binding{Repository: "https://git.example.com/ops.git", Path: "clusters/other/cluster.yml"})
+		},
+	}, workers: map[string]*worker{}}
+	w := &worker{srv: srv, path: "clusters/c/cluster.yml", log: slog.New(slog.DiscardHandler)}
+	srv.workers[w.path] = w
+	out := w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(validYML), Size: int64(len(validYML))}, true)
+	if out.stalled != ReasonDuplicateCluster || out.err == nil || !strings.Contains(out.err.Error(), "clusters/other/cluster.yml") {
+		t.Errorf("got stalled %q, %v; want the loaded binding of clusters/other/cluster.yml refused", out.stalled, out.err)
+	}
+	if want := []string{"c " + filepath.Join(base, "c")}; !slices.Equal(loaded, want) {
+		t.Errorf("LoadState called with %q, want %q", loaded, want)
 	}
 }
 

@@ -13,10 +13,11 @@ import (
 
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/stall"
+	"github.com/rigger/rigger/reconcile/statedir"
 )
 
 // LockFileName is the cluster's lock in its state directory.
-const LockFileName = "lock"
+const LockFileName = statedir.LockFile
 
 // The Lease, in the cluster's own API server, that Apply holds while it
 // changes the cluster: rigger processes with different state directories

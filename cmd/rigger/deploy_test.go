@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -165,7 +166,9 @@ func TestDeployManifests(t *testing.T) {
 	}
 	only[*corev1.Namespace](t, objs)
 	only[*corev1.Service](t, objs)
-	only[*corev1.PersistentVolumeClaim](t, objs)
+	if pvcs := all[*corev1.PersistentVolumeClaim](objs); len(pvcs) > 0 {
+		t.Errorf("deploy/ has %d PersistentVolumeClaim(s): the state is in Secrets, and a volume would pin the replicas", len(pvcs))
+	}
 }
 
 // TestDeployKustomization builds deploy/ as `kubectl apply -k` does: every
@@ -221,7 +224,10 @@ func TestDeployKustomization(t *testing.T) {
 	}
 }
 
-func TestDeployRBACOnlyLeases(t *testing.T) {
+// TestDeployRBACOnlyLeasesAndSecrets: rigger's rights are its namespace's
+// Leases (leader election) and Secrets (the clusters' state), with the
+// verbs each needs and no more.
+func TestDeployRBACOnlyLeasesAndSecrets(t *testing.T) {
 	objs := loadDeploy(t)
 	for _, o := range objs {
 		switch o.obj.(type) {
@@ -230,26 +236,36 @@ func TestDeployRBACOnlyLeases(t *testing.T) {
 		}
 	}
 	role := only[*rbacv1.Role](t, objs)
-	if len(role.Rules) == 0 {
-		t.Errorf("Role %s grants nothing: --leader-elect needs leases", role.Name)
+	// What each resource is for, and the verbs that needs.
+	needs := map[string]struct {
+		group, why string
+		verbs      []string
+	}{
+		"leases":  {"coordination.k8s.io", "leader election", []string{"get", "create", "update"}},
+		"secrets": {"", "the state of --state-backend kubernetes (secretstate)", []string{"list", "create", "update", "delete"}},
 	}
-	allowed := []string{"get", "create", "update"}
+	granted := map[string]bool{}
 	for i, r := range role.Rules {
-		if !slices.Equal(r.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(r.Resources, []string{"leases"}) {
-			t.Errorf("Role %s rule %d: groups %v, resources %v: only coordination.k8s.io leases", role.Name, i, r.APIGroups, r.Resources)
+		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) > 0 {
+			t.Errorf("Role %s rule %d: non-resource URLs %v, resource names %v", role.Name, i, r.NonResourceURLs, r.ResourceNames)
 		}
-		if len(r.NonResourceURLs) > 0 {
-			t.Errorf("Role %s rule %d: non-resource URLs %v", role.Name, i, r.NonResourceURLs)
+		if len(r.Resources) != 1 || len(r.APIGroups) != 1 {
+			t.Errorf("Role %s rule %d: groups %v, resources %v: one group and one resource a rule", role.Name, i, r.APIGroups, r.Resources)
+			continue
 		}
-		for _, v := range r.Verbs {
-			if !slices.Contains(allowed, v) {
-				t.Errorf("Role %s rule %d: verb %q, want only %v", role.Name, i, v, allowed)
-			}
+		need, ok := needs[r.Resources[0]]
+		if !ok || r.APIGroups[0] != need.group {
+			t.Errorf("Role %s rule %d: group %q resource %q: rigger needs only %v", role.Name, i, r.APIGroups[0], r.Resources[0], slices.Sorted(maps.Keys(needs)))
+			continue
 		}
-		for _, v := range allowed {
-			if !slices.Contains(r.Verbs, v) {
-				t.Errorf("Role %s rule %d: lacks verb %q that leader election needs", role.Name, i, v)
-			}
+		granted[r.Resources[0]] = true
+		if d := cmp.Diff(need.verbs, r.Verbs); d != "" {
+			t.Errorf("Role %s rule %d: %s verbs, which %s needs (-want +got):\n%s", role.Name, i, r.Resources[0], need.why, d)
+		}
+	}
+	for res, need := range needs {
+		if !granted[res] {
+			t.Errorf("Role %s does not grant %s, which %s needs", role.Name, res, need.why)
 		}
 	}
 
@@ -361,15 +377,25 @@ func TestDeployServe(t *testing.T) {
 		t.Error("--repo is not set")
 	}
 
-	// Mounts: the state directory on the PersistentVolumeClaim, the clone
-	// on a writable volume, git credentials from the git Secret.
-	pvc := only[*corev1.PersistentVolumeClaim](t, objs)
+	// The state in Secrets, the working copy on an emptyDir, the replicas
+	// free to run on any node.
+	if got := str("state-backend"); got != stateBackendKubernetes {
+		t.Errorf("--state-backend %q, want %s: the state would be lost with the pod", got, stateBackendKubernetes)
+	}
+	if got := str("state-namespace"); got != "" && got != d.Namespace {
+		t.Errorf("--state-namespace %q, want the pod's (%s), where the Role grants Secrets", got, d.Namespace)
+	}
+	if pod.Affinity != nil && pod.Affinity.PodAffinity != nil {
+		t.Error("the pods are pinned together (podAffinity): with the state in Secrets nothing needs it")
+	}
+	// Mounts: the state's working copy and the clone on writable volumes,
+	// git credentials from the git Secret.
 	secrets := map[string]*corev1.Secret{}
 	for _, s := range all[*corev1.Secret](objs) {
 		secrets[s.Name] = s
 	}
-	if m, v := mountOf(pod, c, str("state-dir")); v == nil || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name || m.ReadOnly {
-		t.Errorf("--state-dir %s is not on a writable mount of PersistentVolumeClaim %s", str("state-dir"), pvc.Name)
+	if m, v := mountOf(pod, c, str("state-dir")); v == nil || v.EmptyDir == nil || m.ReadOnly {
+		t.Errorf("--state-dir %s is not on a writable emptyDir", str("state-dir"))
 	}
 	if m, v := mountOf(pod, c, str("workdir")); v == nil || v.Secret != nil || m.ReadOnly {
 		t.Errorf("--workdir %s is not on a writable volume", str("workdir"))

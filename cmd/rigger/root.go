@@ -57,6 +57,7 @@ flag's long name in upper case with dashes as underscores (--file: RIGGER_FILE).
 		newKubeconfigCommand(),
 		newCertCommand(),
 		newStatusCommand(),
+		newStateCommand(),
 		newDoctorCommand(),
 		newSnapshotCommand(),
 		newEncryptCommand(),

@@ -31,6 +31,7 @@ import (
 	"github.com/rigger/rigger/gitops/statuspage"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/agenttun"
@@ -60,6 +61,7 @@ type serveOptions struct {
 	leaderElect                      bool
 	leaseNamespace, leaseName        string
 	kubeconfig                       string
+	stateBackend, stateNamespace     string
 	logFormat, logLevel              string
 	agentListen, agentURL            string
 	agentHosts                       []string
@@ -168,6 +170,20 @@ the Ready condition) when it ends; the token comes from
 (never holding up a reconcile) and retried on 5xx, 429 and network errors;
 webhook URLs are secrets and are logged by host only. See docs/gitops.md.
 
+State in the cluster (--state-backend kubernetes): each cluster's state
+(PKI, records, the secrets encryption key) is kept in Secrets of
+--state-namespace, one per file, labelled rigger.io/cluster=<cluster_name>;
+--state-dir is then a working copy (an emptyDir in a pod), filled from the
+Secrets before each reconcile of a cluster. Every write of a state file goes
+to its Secret first, as a compare-and-swap on its resourceVersion: a Secret
+another writer changed since is never overwritten, and the reconcile is
+retried. A cluster without Secrets is an empty state directory (its PKI is
+recovered from the nodes); a working copy with state its cluster has no
+Secret of is refused (import it: "rigger state import"). A file larger than
+a Secret holds (1 MiB) is refused. The agent tunnel's CA and tokens stay in
+<--state-dir>/serve/agent-tunnel. See docs/gitops.md ("State in the
+cluster").
+
 One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
 refuses, naming the holder), and each apply holds the Lease
@@ -193,7 +209,9 @@ cluster, several replicas), only the replica holding the Lease
 	fl.IntVar(&o.maxConcurrent, "max-concurrent", gitops.DefaultMaxConcurrent, "clusters reconciled at once")
 	fl.BoolVar(&o.ignoreDockerVersion, "ignore-docker-version", false, "skip the check of each node's Docker version against RKE's list for the Kubernetes version (rke up's flag: like rke up, rigger ignores cluster.yml's ignore_docker_version)")
 	fl.StringVar(&o.workdir, "workdir", "", "directory of serve's clone of the repository (default: <state-dir>/serve/<hash of --repo>)")
-	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the clusters' state directories, one per cluster_name, never in git (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	fl.StringVar(&o.stateDir, "state-dir", "", "directory of the clusters' state directories, one per cluster_name, never in git (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger); with --state-backend kubernetes, their working copy (required)")
+	fl.StringVar(&o.stateBackend, "state-backend", stateBackendDirectory, "where the clusters' state is kept: directory (--state-dir) or kubernetes (Secrets of --state-namespace)")
+	fl.StringVar(&o.stateNamespace, "state-namespace", "", "namespace of the state Secrets with --state-backend kubernetes (default: the pod's namespace)")
 	fl.StringVar(&o.sshKey, "git-ssh-key", "", "private key for SSH git URLs")
 	fl.StringVar(&o.knownHosts, "git-known-hosts", "", "known_hosts file the git server's host key is checked against (SSH URLs)")
 	fl.StringVar(&o.gitUser, "git-username", "git", "user name for HTTPS git URLs (a user in the URL wins)")
@@ -208,7 +226,7 @@ cluster, several replicas), only the replica holding the Lease
 	fl.BoolVar(&o.leaderElect, "leader-elect", false, "in a Kubernetes cluster: reconcile only while holding a Lease (several replicas may run)")
 	fl.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	fl.StringVar(&o.leaseName, "lease-name", "rigger-serve", "name of the Lease")
-	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (default: the in-cluster service account)")
+	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease and the state Secrets (default: the in-cluster service account)")
 	fl.StringVar(&o.agentListen, "agent-listen", "", "address of the agent tunnel's TLS endpoint (e.g. :9443); empty: no agent tunnel")
 	fl.StringSliceVar(&o.agentHosts, "agent-host", nil, "DNS name or IP address agents reach the endpoint at (repeatable): its certificate names them")
 	fl.StringVar(&o.agentURL, "agent-url", "", "the endpoint's base URL as agents dial it (default https://<first --agent-host>:<port of --agent-listen>)")
@@ -240,6 +258,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	author, err := mail.ParseAddress(o.author)
 	if err != nil {
 		return fmt.Errorf("--author %q: %w: give \"Name <email>\"", o.author, err)
+	}
+	loadState, err := o.stateStore(log)
+	if err != nil {
+		return err
 	}
 	if o.stateDir == "" {
 		d, err := statedir.Default("x")
@@ -308,7 +330,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
 		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
-		Board: board,
+		Board: board, LoadState: loadState,
 	})
 	if err != nil {
 		return err
@@ -523,6 +545,13 @@ func (o *serveOptions) notifyConfig() (*notify.Config, error) {
 
 // leaseClient is the Kubernetes client and namespace of the Lease.
 func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
+	return o.kubeClient("--leader-elect", o.leaseNamespace, "--lease-namespace")
+}
+
+// kubeClient is a client of the cluster serve runs in (or --kubeconfig's)
+// and namespace, else the pod's; errors start with what, the flag that
+// asks for it, and name nsFlag.
+func (o *serveOptions) kubeClient(what, namespace, nsFlag string) (kubernetes.Interface, string, error) {
 	var cfg *rest.Config
 	var err error
 	if o.kubeconfig != "" {
@@ -531,21 +560,57 @@ func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("--leader-elect: %w: run in a pod with a service account, or give --kubeconfig", err)
+		return nil, "", fmt.Errorf("%s: %w: run in a pod with a service account, or give --kubeconfig", what, err)
 	}
-	ns := o.leaseNamespace
+	ns := namespace
 	if ns == "" {
 		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 		if err != nil {
-			return nil, "", fmt.Errorf("--leader-elect: find the pod's namespace: %w: give --lease-namespace", err)
+			return nil, "", fmt.Errorf("%s: find the pod's namespace: %w: give %s", what, err, nsFlag)
 		}
 		ns = strings.TrimSpace(string(b))
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("--leader-elect: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", what, err)
 	}
 	return client, ns, nil
+}
+
+// The values of --state-backend.
+const (
+	stateBackendDirectory  = "directory"
+	stateBackendKubernetes = "kubernetes"
+)
+
+// stateStore is gitops.Config.LoadState for --state-backend: nil for the
+// directory, secretstate.Store.Load for kubernetes.
+func (o *serveOptions) stateStore(log *slog.Logger) (func(ctx context.Context, cluster, dir string) error, error) {
+	switch o.stateBackend {
+	case "", stateBackendDirectory:
+		return nil, nil
+	case stateBackendKubernetes:
+	default:
+		return nil, fmt.Errorf("--state-backend %q: give %s or %s", o.stateBackend, stateBackendDirectory, stateBackendKubernetes)
+	}
+	if o.stateDir == "" {
+		return nil, fmt.Errorf("--state-backend kubernetes: give --state-dir, the working copy of the clusters' state " +
+			"(an emptyDir in a pod; never the state directory of a rigger apply, whose files it replaces with the Secrets')")
+	}
+	client, ns, err := o.kubeClient("--state-backend kubernetes", o.stateNamespace, "--state-namespace")
+	if err != nil {
+		return nil, err
+	}
+	store := &secretstate.Store{Secrets: client.CoreV1().Secrets(ns), Namespace: ns}
+	log.Info("clusters' state kept in Secrets", "namespace", ns, "working_copy", o.stateDir)
+	if o.agentListen != "" {
+		log.Warn("the agent tunnel's CA, tokens and node certificates are kept in the working copy, not in Secrets: "+
+			"keep --state-dir on a volume that outlives the pod, or agents must join again", "dir", filepath.Join(o.stateDir, gitops.ServeDir, "agent-tunnel"))
+	}
+	return func(ctx context.Context, cluster, dir string) error {
+		_, err := store.Load(ctx, cluster, dir)
+		return err
+	}, nil
 }
 
 // secretFrom reads a secret from a file, trimmed of surrounding white

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/staged"
+	"github.com/rigger/rigger/reconcile/statedir"
 )
 
 // Plan is what a plan does about certificate rotation: the Decision, the
@@ -256,7 +256,7 @@ func (p *Plan) Finish(ctx context.Context, e End) error {
 		return err
 	}
 	if done && p.Active.Rotation.CA {
-		if err := os.RemoveAll(filepath.Join(e.Dir, filepath.Dir(OldDir))); err != nil && e.Log != nil {
+		if err := statedir.RemoveAll(e.Dir, filepath.Dir(OldDir)); err != nil && e.Log != nil {
 			e.Log.Warn("CA rotation done, its old certificates not removed from the state directory", "error", err)
 		}
 	}

@@ -200,7 +200,7 @@ func Save(dir string, s *Set) error {
 	}
 	for _, e := range entries {
 		if n := e.Name(); strings.HasSuffix(n, ".pem") && want[n] == nil && e.Type().IsRegular() {
-			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+			if err := statedir.Remove(dir, n); err != nil {
 				return fmt.Errorf("remove stale certificate file: %w", err)
 			}
 		}

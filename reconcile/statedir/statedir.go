@@ -1,7 +1,8 @@
 // Package statedir keeps what rigger stores about a cluster outside git: a
 // directory per cluster (mode 0700) whose files (mode 0600) are replaced
 // atomically and durably — the PKI, the nodes of the last apply, the
-// restores done, the cluster's lock.
+// restores done, the cluster's lock. A directory may be bound to a Backend
+// (Bind) that keeps a copy of its files elsewhere, written through.
 package statedir
 
 import (
@@ -20,6 +21,10 @@ const (
 	dirMode  = 0o700
 	fileMode = 0o600
 )
+
+// LockFile is the cluster's lock (package lock) in its state directory: it
+// belongs to the machine that holds it, and is no state to copy elsewhere.
+const LockFile = "lock"
 
 // Default is where a cluster's state lives unless told otherwise:
 // $XDG_STATE_HOME/rigger/<cluster_name>, or ~/.local/state/rigger/<cluster_name>.
@@ -48,11 +53,17 @@ func Make(dir string) error {
 
 // WriteFile replaces the file name of the state directory dir (made when
 // missing) with b, mode 0600, atomically and durably (atomicfile.Write).
+// Under a directory bound to a Backend, the backend has the file first: a
+// write it refuses changes nothing.
 func WriteFile(dir, name string, b []byte) error {
 	if err := Make(dir); err != nil {
 		return err
 	}
-	return atomicfile.Write(filepath.Join(dir, name), b, fileMode)
+	p := filepath.Join(dir, name)
+	if err := put(p, b); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return atomicfile.Write(p, b, fileMode)
 }
 
 // DamagedError is a state file that was read but does not decode: only a
