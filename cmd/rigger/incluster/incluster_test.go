@@ -2,6 +2,7 @@ package incluster_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -663,21 +664,30 @@ func buildRigger(t *testing.T) string {
 // kubectlVersion is hack/kubectl-build's.
 const kubectlVersion = "v1.32.13"
 
-// buildKubectl returns kubectl, built from hack/kubectl-build into the
-// sandbox's cache once (from a warm Go build cache, a link).
+// buildKubectl returns kubectl: $RIGGER_KUBECTL (make kubectl builds it),
+// else built from hack/kubectl-build into the cache once, where make
+// kubectl puts it (from a warm Go build cache, a link).
 func buildKubectl(t *testing.T) string {
 	t.Helper()
-	cache := os.Getenv("RIGGER_CACHE")
-	if cache == "" {
-		cache = "/var/cache/rigger"
-	}
-	out := filepath.Join(cache, "kubectl", kubectlVersion, "kubectl")
-	if _, err := os.Stat(out); err == nil {
-		return out
+	if k := os.Getenv("RIGGER_KUBECTL"); k != "" {
+		return k
 	}
 	src, err := filepath.Abs("../../../hack/kubectl-build/" + kubectlVersion)
 	if err != nil {
 		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(src, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := os.Getenv("RIGGER_CACHE")
+	if cache == "" {
+		cache = "/var/cache/rigger"
+	}
+	hash := sha256.Sum256(sum)
+	out := filepath.Join(cache, "kubectl", fmt.Sprintf("kubectl-%s-%x", kubectlVersion, hash[:8]))
+	if _, err := os.Stat(out); err == nil {
+		return out
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)

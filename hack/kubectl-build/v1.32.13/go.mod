@@ -1,6 +1,6 @@
-// Module kube-build/v1.32.13 builds the Kubernetes v1.32.13 components that rigger
-// sandbox puts in its hyperkube image. It is kept out of rigger's own module
-// on purpose (k8s.io/kubernetes cannot be a normal dependency): see tools.go.
+// Module kubectl-build/v1.32.13 builds kubectl v1.32.13 for the test that
+// installs rigger serve with `kubectl apply -k`. It is kept out of rigger's own
+// module on purpose (k8s.io/kubernetes cannot be a normal dependency): see tools.go.
 module github.com/rigger/rigger/hack/kubectl-build/v1.32.13
 
 go 1.24.0
