@@ -112,10 +112,11 @@ func TestServeInClusterSandbox(t *testing.T) {
 	}
 	out := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", overlay)
 	t.Logf("kubectl apply -k:\n%s", out)
-	// The namespace asks for the restricted Pod Security Standard's
-	// warnings: the Deployment's pod template meets it.
+	// The namespace enforces the restricted Pod Security Standard and
+	// asks for its warnings: a pod template that does not meet it warns,
+	// and its pods are refused.
 	if strings.Contains(out, "Warning") {
-		t.Errorf("kubectl apply -k warned:\n%s", out)
+		t.Fatalf("kubectl apply -k warned:\n%s", out)
 	}
 	// deploy/ as it is, the command the docs show, checked by the API
 	// server (validation, admission) without a change.
@@ -124,7 +125,7 @@ func TestServeInClusterSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out := run(t, root, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", "deploy/", "--dry-run=server"); strings.Contains(out, "Warning") {
-		t.Errorf("kubectl apply -k deploy/ --dry-run=server warned:\n%s", out)
+		t.Fatalf("kubectl apply -k deploy/ --dry-run=server warned:\n%s", out)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
