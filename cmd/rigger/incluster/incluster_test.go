@@ -63,8 +63,14 @@ const (
 //   - the pods follow a bare repository on node2 over SSH (sshd and git, as
 //     a real git server has them), reconcile the one-node cluster on node2
 //     over SSH and commit status.yml back;
-//   - the pod holding the Lease is deleted: the other replica takes over and
-//     applies the next push.
+//   - the pod holding the Lease is deleted: another pod takes the Lease and
+//     applies the next push;
+//   - node1's Docker engine is stopped, with every container on it, and
+//     started again: the pods come back and apply the push made meanwhile;
+//   - no two pods reconcile at once, by their logs.
+//
+// deploy/ as it is passes `kubectl apply -k deploy/ --dry-run=server`, and
+// no apply prints a Pod Security warning.
 func TestServeInClusterSandbox(t *testing.T) {
 	start := time.Now()
 	phase := func(name string) {
@@ -110,6 +116,12 @@ func TestServeInClusterSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "pods,events", "-o", "wide"))
+			t.Logf("logs:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-l", "app.kubernetes.io/name=rigger", "--tail", "60", "--prefix"))
+		}
+	})
 	out := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", overlay)
 	t.Logf("kubectl apply -k:\n%s", out)
 	// The namespace enforces the restricted Pod Security Standard and
@@ -127,12 +139,6 @@ func TestServeInClusterSandbox(t *testing.T) {
 	if out := run(t, root, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", "deploy/", "--dry-run=server"); strings.Contains(out, "Warning") {
 		t.Fatalf("kubectl apply -k deploy/ --dry-run=server warned:\n%s", out)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pods:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "pods,events", "-o", "wide"))
-			t.Logf("logs:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-l", "app.kubernetes.io/name=rigger", "--tail", "60", "--prefix"))
-		}
-	})
 
 	phase("the first push converges the managed cluster, status committed by a pod")
 	repo.waitStatus(t, "the managed cluster converged at the first push", 12*time.Minute, func(f *gitops.StatusFile) bool {
@@ -613,19 +619,6 @@ func ready(f *gitops.StatusFile) string {
 		}
 	}
 	return ""
-}
-
-// leaseHolder is the holder of deploy/'s Lease.
-func leaseHolder(t *testing.T, cs kubernetes.Interface) string {
-	t.Helper()
-	l, err := cs.CoordinationV1().Leases(namespace).Get(context.Background(), leaseName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the Lease of deploy/: %v", err)
-	}
-	if l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
 
 // buildImage builds rigger's image with the repository's Dockerfile, as
