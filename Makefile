@@ -88,7 +88,7 @@ fmtcheck: ## fail when gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: prereqs fmtcheck build rke-render sops ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
+test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
@@ -106,7 +106,7 @@ test: prereqs fmtcheck build rke-render sops ## every test, with -race and every
 	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race
 	@# binary (linked dynamically) cannot stand for: it runs here without -race.
 	GOGC=$(BUILDGOGC) CGO_ENABLED=0 $(GO) test -count=1 -run '^TestUpgradeInPlace$$' ./internal/nodebin
-	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
+	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 # make test TESTSKIP=regexp: the tests (go test -skip) another target of the same run
@@ -138,6 +138,19 @@ sops:
 	@test -x $(SOPS_BIN) || { mkdir -p $(RIGGER_CACHE)/sops && cd hack/sops && $(GO) mod download && \
 	  GOGC=$(BUILDGOGC) CGO_ENABLED=0 GOFLAGS=-mod=readonly $(GO) build -trimpath -ldflags '-s -w' -o $(SOPS_BIN).tmp github.com/getsops/sops/v3/cmd/sops && \
 	  mv $(SOPS_BIN).tmp $(SOPS_BIN); }
+
+# kubectl (hack/kubectl-build: k8s.io/kubernetes' cmd/kubectl from the Go module proxy), for
+# the test that installs rigger serve in a cluster with `kubectl apply -k` (RIGGER_KUBECTL;
+# without it that test builds it into the same place). Built once into RIGGER_CACHE, named by
+# its go.sum's hash.
+KUBECTL_VERSION = v1.32.13
+KUBECTL_BIN = $(RIGGER_CACHE)/kubectl/kubectl-$(KUBECTL_VERSION)-$(shell sha256sum hack/kubectl-build/$(KUBECTL_VERSION)/go.sum | cut -c1-16)
+.PHONY: kubectl
+kubectl:
+	@test -x $(KUBECTL_BIN) || { mkdir -p $(RIGGER_CACHE)/kubectl && cd hack/kubectl-build/$(KUBECTL_VERSION) && $(GO) mod download && \
+	  GOGC=$(BUILDGOGC) CGO_ENABLED=0 GOWORK=off GOFLAGS='-mod=readonly -buildvcs=false' $(GO) build -trimpath \
+	  -ldflags '-s -w -X k8s.io/component-base/version.gitVersion=$(KUBECTL_VERSION)' -o $(KUBECTL_BIN).tmp k8s.io/kubernetes/cmd/kubectl && \
+	  mv $(KUBECTL_BIN).tmp $(KUBECTL_BIN); }
 
 .PHONY: test-long
 test-long: prereqs build rke-render ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load, an adopted RKE cluster upgraded

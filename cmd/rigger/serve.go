@@ -129,7 +129,14 @@ and after 16 changes in a row a waiting routine reconcile goes next.
 
 HTTP (--listen): / (the status page), /healthz (the process runs), /readyz
 (the repository was fetched and, with --leader-elect, this replica leads),
-/metrics (Prometheus), and the webhook.
+/metrics (Prometheus), and the webhook. serve listens once it has cloned
+--repo (or fetched its clone): a connect to an SSH git server gives up
+after 30 s, and serve then ends with the error.
+
+In a cluster: deploy/ runs serve as a Deployment of two replicas with
+--leader-elect, installed with "kubectl apply -k" of an overlay that names
+the repository, the image and the Secrets (docs/gitops.md, Installing in a
+cluster).
 
 Status page (/): every cluster with its conditions, observed revision,
 nodes (reachable, containers in sync, restarting, Kubernetes Node Ready),

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
@@ -31,7 +32,15 @@ type Auth struct {
 	Username string
 	// Password is the HTTPS basic-auth password, or an access token.
 	Password string
+	// SSHConnectTimeout bounds the TCP connect to an SSH server;
+	// DefaultSSHConnectTimeout when zero. Without it a connect whose
+	// packets go nowhere (a pod started before its node's network rules
+	// were back) would wait for the kernel to give up, minutes later.
+	SSHConnectTimeout time.Duration
 }
+
+// DefaultSSHConnectTimeout is Auth.SSHConnectTimeout's default.
+const DefaultSSHConnectTimeout = 30 * time.Second
 
 // redacted replaces secrets in error text.
 const redacted = "xxxxx"
@@ -125,9 +134,26 @@ func StripURL(raw string) string {
 	return u.String()
 }
 
+// timedKeys is public-key auth whose TCP connect gives up after timeout
+// (go-git bounds its dial by ssh.ClientConfig.Timeout, not by the
+// fetch's context).
+type timedKeys struct {
+	*gitssh.PublicKeys
+	timeout time.Duration
+}
+
+func (k timedKeys) ClientConfig() (*ssh.ClientConfig, error) {
+	c, err := k.PublicKeys.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	c.Timeout = k.timeout
+	return c, nil
+}
+
 // sshAuth builds public-key auth that verifies the server against the
 // known_hosts file.
-func sshAuth(ep *transport.Endpoint, a Auth) (*gitssh.PublicKeys, error) {
+func sshAuth(ep *transport.Endpoint, a Auth) (gitssh.AuthMethod, error) {
 	port := ep.Port
 	if port == 0 {
 		port = 22
@@ -159,7 +185,11 @@ func sshAuth(ep *transport.Endpoint, a Auth) (*gitssh.PublicKeys, error) {
 	}
 	keys.HostKeyCallback = explainHostKey(known, a.KnownHostsFile)
 	keys.HostKeyAlgorithms = knownAlgorithms(known, hostport)
-	return keys, nil
+	timeout := a.SSHConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultSSHConnectTimeout
+	}
+	return timedKeys{PublicKeys: keys, timeout: timeout}, nil
 }
 
 // explainHostKey wraps a knownhosts callback so that its errors name the

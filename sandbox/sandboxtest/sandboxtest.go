@@ -33,6 +33,7 @@
 //	38      reconcile (BenchmarkUpgrade)
 //	39      cmd/rigger (BenchmarkNoop)
 //	41      cmd/rigger (BenchmarkChanges)
+//	44      cmd/rigger/incluster (TestServeInClusterSandbox: serve as pods, deploy/ applied with kubectl; both clusters)
 //
 // Take a free number for a new package and add it here: TestSubnetRegistry
 // checks this table against the tests. Within one package,

@@ -1,0 +1,746 @@
+package incluster_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/internal/testwait"
+	"github.com/rigger/rigger/sandbox"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
+	"github.com/rigger/rigger/spec"
+)
+
+// subnet is this package's sandbox (sandboxtest's table). Both clusters
+// are on it, one node each: the sandbox keeps its subnets apart (nothing
+// is routed between its bridges), as separate sites would be.
+const subnet = 44
+
+const (
+	namespace = "rigger-system"
+	// leaseName is deploy/'s --lease-name.
+	leaseName = "rigger-serve"
+	// image is the tag the test builds the Dockerfile's image under and
+	// the overlay sets: a user's own tag, not the sandbox's rigger/rigger:dev.
+	image = "rigger/rigger:incluster"
+
+	managedPath = "clusters/managed/cluster.yml"
+	statusPath  = "clusters/managed/status.yml"
+	// repoDir is the bare repository on the git node, under root's home.
+	repoDir = "/root/clusters.git"
+	// stateDir is the node path of the state volume the overlay makes (a
+	// hostPath PersistentVolume: the sandbox cluster has no storage class).
+	stateDir = "/opt/rke/rigger-state"
+	// uid is deploy/'s runAsUser, who owns the state volume.
+	uid = 65532
+
+	oneFlag  = `conntrack-max-per-core: "0"`
+	withFlag = oneFlag + "\n      v: \"4\""
+)
+
+// TestServeInClusterSandbox installs rigger serve in a cluster as
+// docs/gitops.md's "Installing in a cluster" tells a user to, and checks
+// that it works as written:
+//   - a management cluster (node1) made by `rigger apply`;
+//   - rigger's image built by the Dockerfile on node1's engine;
+//   - `kubectl apply -k` of an overlay of deploy/ (repository URL, image,
+//     the git and node SSH Secrets with known_hosts, a PersistentVolume);
+//   - the pods follow a bare repository on node2 over SSH (sshd and git, as
+//     a real git server has them), reconcile the one-node cluster on node2
+//     over SSH and commit status.yml back;
+//   - the pod holding the Lease is deleted: another pod takes the Lease and
+//     applies the next push;
+//   - node1's Docker engine is stopped, with every container on it, and
+//     started again: the pods come back and apply the push made meanwhile;
+//   - no two pods reconcile at once, by their logs.
+//
+// deploy/ as it is passes `kubectl apply -k deploy/ --dry-run=server`, and
+// no apply prints a Pod Security warning.
+func TestServeInClusterSandbox(t *testing.T) {
+	start := time.Now()
+	phase := func(name string) {
+		t.Logf("==> %s (%s since start)", name, time.Since(start).Round(time.Second))
+	}
+	bin := buildRigger(t)
+	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 2, Images: true, RiggerBinary: bin})
+	mgmtNode, gitNode := sb.Nodes[0], sb.Nodes[1]
+	kubectl := buildKubectl(t)
+	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+
+	phase("the management cluster, by rigger apply")
+	mgmtYML := sandboxtest.NetworkOnly(strings.Replace(
+		sandboxtest.ClusterYML(t, sb, map[int][]string{0: all}), "cluster_name: sandbox", "cluster_name: management", 1))
+	dir := t.TempDir()
+	mgmtFile := filepath.Join(dir, "management.yml")
+	writeFile(t, mgmtFile, mgmtYML, 0o600)
+	mgmtState := filepath.Join(dir, "state")
+	run(t, dir, bin, "apply", "--yes", "-f", mgmtFile, "--state-dir", mgmtState)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	run(t, dir, bin, "kubeconfig", "-f", mgmtFile, "--state-dir", mgmtState, "--out", kubeconfig)
+	cs := kubeClient(t, kubeconfig)
+
+	phase("rigger's image, by the Dockerfile, on the management node")
+	buildImage(t, bin, mgmtNode)
+
+	phase("the git repository on " + gitNode.Hostname)
+	repo := newRepo(t, gitNode)
+	managedYML := managedCluster(t, sb)
+	repo.commit(t, "add the managed cluster", map[string]string{managedPath: managedYML})
+	repo.push(t)
+	first := repo.head(t)
+
+	phase("kubectl apply -k of an overlay of deploy/")
+	overlay := writeOverlay(t, sb, gitNode)
+	if hostDir := mgmtNode.HostPath(stateDir); hostDir == "" {
+		t.Fatalf("%s is not a directory of node %s's own", stateDir, mgmtNode.Name)
+	} else {
+		if err := os.MkdirAll(hostDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(hostDir, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "pods,events", "-o", "wide"))
+			t.Logf("logs:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-l", "app.kubernetes.io/name=rigger", "--tail", "60", "--prefix"))
+		}
+	})
+	out := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", overlay)
+	t.Logf("kubectl apply -k:\n%s", out)
+	// The namespace enforces the restricted Pod Security Standard and
+	// asks for its warnings: a pod template that does not meet it warns,
+	// and its pods are refused.
+	if strings.Contains(out, "Warning") {
+		t.Fatalf("kubectl apply -k warned:\n%s", out)
+	}
+	// deploy/ as it is, the command the docs show, checked by the API
+	// server (validation, admission) without a change.
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, root, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", "deploy/", "--dry-run=server"); strings.Contains(out, "Warning") {
+		t.Fatalf("kubectl apply -k deploy/ --dry-run=server warned:\n%s", out)
+	}
+
+	phase("the first push converges the managed cluster, status committed by a pod")
+	repo.waitStatus(t, "the managed cluster converged at the first push", 12*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == first && ready(f) == "True"
+	})
+	leader, standby := replicas(t, cs)
+	checkPods(t, cs, leader, standby)
+	if _, err := os.Stat(filepath.Join(mgmtNode.HostPath(stateDir), "managed")); err != nil {
+		t.Errorf("the managed cluster's state is not on the state volume: %v", err)
+	}
+	if msg := repo.git(t, "log", "-1", "--format=%an <%ae>%n%B", "main", "--", statusPath); !strings.Contains(msg, "rigger <rigger@example.com>") ||
+		!strings.Contains(msg, gitops.TrailerKey+": "+managedPath) {
+		t.Errorf("the status commit is not deploy/'s author's, with rigger's trailer:\n%s", msg)
+	}
+
+	phase("the leader's pod deleted: the other replica takes over and applies the next push")
+	// The deleted pod's log, to its end: it is gone with the pod.
+	var deletedLog strings.Builder
+	follow := exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-f", leader)
+	follow.Stdout = &deletedLog
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	followed := make(chan error, 1)
+	go func() { followed <- follow.Wait() }()
+	run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "delete", "pod", leader, "--wait=false")
+	testwait.Recv(t, followed, 2*time.Minute, "the end of the deleted pod's log", func(error) bool { return true })
+	logs := []serveLog{{who: leader, text: deletedLog.String()}}
+	if !strings.Contains(deletedLog.String(), `"msg":"rigger serve stopped"`) {
+		t.Errorf("the deleted pod %s did not stop cleanly; its log:\n%s", leader, deletedLog.String())
+	}
+	repo.pull(t)
+	repo.commit(t, "kube-proxy: log more", map[string]string{managedPath: strings.Replace(managedYML, oneFlag, withFlag, 1)})
+	repo.push(t)
+	change := repo.head(t)
+	repo.waitStatus(t, "the change applied by the new leader", 8*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == change && ready(f) == "True"
+	})
+	proxy, err := sandboxtest.DockerClient(t, gitNode).ContainerInspect(context.Background(), "kube-proxy")
+	if err != nil || !strings.Contains(strings.Join(proxy.Args, " "), "--v=4") {
+		t.Errorf("the change did not reach the managed node's kube-proxy (%v): %v", err, proxy.Args)
+	}
+	// Whichever replica takes the Lease first leads: the standby, or the
+	// pod the Deployment made for the deleted one. It applied the change.
+	var next string
+	testwait.For(t, 2*time.Minute, "a new leader and a standby, the Service on the leader", func() error {
+		l, _, err := roles(cs)
+		if err != nil {
+			return err
+		}
+		if l == leader {
+			return fmt.Errorf("the deleted pod %s leads", l)
+		}
+		next = l
+		return checkService(cs, l)
+	})
+	if logs := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", next); !applied(logs, change) {
+		t.Errorf("the new leader %s did not apply %s; its log:\n%s", next, change, logs)
+	}
+
+	// The pods' logs now: those of their runs that the engine's stop ends
+	// may be gone afterwards.
+	logs = append(logs, podLogs(t, dir, kubectl, kubeconfig, cs, false)...)
+
+	phase("the management node's engine stopped with every container on it, then started: the pods come back and apply the next push")
+	if err := sb.StopService(context.Background(), mgmtNode.Name, sandbox.ServiceDocker); err != nil {
+		t.Fatal(err)
+	}
+	repo.pull(t)
+	repo.commit(t, "kube-proxy: log as before", map[string]string{managedPath: managedYML})
+	repo.push(t)
+	back := repo.head(t)
+	if err := sb.StartService(context.Background(), mgmtNode.Name, sandbox.ServiceDocker); err != nil {
+		t.Fatal(err)
+	}
+	repo.waitStatus(t, "the push made while the management node was down, applied", 8*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == back && ready(f) == "True"
+	})
+	l, _ := replicas(t, cs)
+	if logs := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", l); !applied(logs, back) {
+		t.Errorf("the leader %s did not apply %s; its log:\n%s", l, back, logs)
+	}
+	logs = append(logs, podLogs(t, dir, kubectl, kubeconfig, cs, true)...)
+	checkNoOverlap(t, logs, first, change, back)
+	phase("done")
+}
+
+// serveLog is the JSON log of one run of serve in a pod.
+type serveLog struct{ who, text string }
+
+// podLogs are the logs of every pod's serve, with previous its last run
+// before this one (kubectl logs --previous).
+func podLogs(t *testing.T, dir, kubectl, kubeconfig string, cs kubernetes.Interface, previous bool) []serveLog {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rigger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []serveLog
+	for _, p := range pods.Items {
+		if previous && p.Status.ContainerStatuses[0].RestartCount > 0 {
+			logs = append(logs, serveLog{who: p.Name, text: run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "--previous", p.Name)})
+		}
+		logs = append(logs, serveLog{who: p.Name, text: run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", p.Name)})
+	}
+	return logs
+}
+
+// checkNoOverlap fails when two pods reconciled the managed cluster at
+// once, by their logs ("reconcile starts" to "reconcile done"; a run that
+// ended in a reconcile, to its last line; logs may be given more than
+// once), or when the logs lack the reconcile of one of revisions; it logs
+// who led and reconciled when.
+func checkNoOverlap(t *testing.T, logs []serveLog, revisions ...string) {
+	t.Helper()
+	type span struct {
+		who        string
+		start, end time.Time
+	}
+	var spans []span
+	var story []string
+	seen := map[string]bool{}
+	done := map[string]bool{}
+	for _, l := range logs {
+		var open *span
+		var last time.Time
+		for _, line := range strings.Split(l.text, "\n") {
+			var e struct {
+				Time     time.Time `json:"time"`
+				Msg      string    `json:"msg"`
+				Revision string    `json:"revision"`
+			}
+			if json.Unmarshal([]byte(line), &e) != nil {
+				continue
+			}
+			last = e.Time
+			key := l.who + " " + e.Time.Format(time.RFC3339Nano) + " " + e.Msg
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			if e.Msg == "reconcile done" {
+				done[e.Revision] = true
+			}
+			switch e.Msg {
+			case "Successfully acquired lease", "leading: running", "stopped leading", "rigger serve stopped", "reconcile starts", "reconcile done":
+				story = append(story, fmt.Sprintf("%s %s: %s %s", e.Time.Format("15:04:05.000"), l.who, e.Msg, e.Revision))
+			}
+			switch e.Msg {
+			case "reconcile starts":
+				open = &span{who: l.who, start: e.Time}
+			case "reconcile done":
+				if open != nil {
+					open.end = e.Time
+					spans = append(spans, *open)
+					open = nil
+				}
+			}
+		}
+		if open != nil {
+			open.end = last
+			spans = append(spans, *open)
+		}
+	}
+	slices.Sort(story)
+	t.Logf("the replicas' leases and reconciles:\n%s", strings.Join(story, "\n"))
+	for _, r := range revisions {
+		if !done[r[:12]] {
+			t.Errorf("no reconcile of %s in the pods' logs: they are not all there, and prove nothing", r[:12])
+		}
+	}
+	for i, a := range spans {
+		for _, b := range spans[i+1:] {
+			if a.who != b.who && a.start.Before(b.end) && b.start.Before(a.end) {
+				t.Errorf("%s (%s–%s) and %s (%s–%s) held the cluster at once",
+					a.who, a.start.Format(time.StampMilli), a.end.Format(time.StampMilli),
+					b.who, b.start.Format(time.StampMilli), b.end.Format(time.StampMilli))
+			}
+		}
+	}
+}
+
+// applied says whether a serve log shows a reconcile of revision.
+func applied(log, revision string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg":"reconcile done"`) && strings.Contains(line, `"revision":"`+revision[:12]+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// replicas waits for deploy/'s two pods to settle: one holds the Lease
+// and is Ready, the other stands by, not Ready; it returns their names.
+func replicas(t *testing.T, cs kubernetes.Interface) (leader, standby string) {
+	t.Helper()
+	testwait.For(t, 2*time.Minute, "one leader and one standby", func() error {
+		var err error
+		leader, standby, err = roles(cs)
+		return err
+	})
+	return leader, standby
+}
+
+// roles names the pod that holds the Lease and the other, and fails when
+// they are not exactly deploy/'s two Running replicas, only the leader
+// Ready.
+func roles(cs kubernetes.Interface) (leader, standby string, err error) {
+	ctx := context.Background()
+	l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("the Lease of deploy/: %w", err)
+	}
+	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rigger"})
+	if err != nil {
+		return "", "", err
+	}
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	if len(live) != 2 {
+		return "", "", fmt.Errorf("%d pods, want deploy/'s 2 replicas", len(live))
+	}
+	holder := ""
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	for _, p := range live {
+		if p.Status.Phase != corev1.PodRunning {
+			return "", "", fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
+		}
+		isReady := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				isReady = c.Status == corev1.ConditionTrue
+			}
+		}
+		switch {
+		case strings.Contains(holder, p.Name) && isReady:
+			leader = p.Name
+		case !strings.Contains(holder, p.Name) && !isReady:
+			standby = p.Name
+		default:
+			return "", "", fmt.Errorf("pod %s: Ready %v, the Lease held by %q", p.Name, isReady, holder)
+		}
+	}
+	if leader == "" || standby == "" {
+		return "", "", fmt.Errorf("no leader and standby among the pods, the Lease held by %q", holder)
+	}
+	return leader, standby, nil
+}
+
+// checkPods checks what deploy/ asks of the pods as they run: no restart
+// (the liveness probe and the memory limit let serve be), and the Service
+// sends to the leader only (the readiness probe).
+func checkPods(t *testing.T, cs kubernetes.Interface, leader, standby string) {
+	t.Helper()
+	for _, name := range []string{leader, standby} {
+		p, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount != 0 {
+				t.Errorf("pod %s: container %s restarted %d times (last: %+v)", name, c.Name, c.RestartCount, c.LastTerminationState)
+			}
+		}
+	}
+	if err := checkService(cs, leader); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkService says whether the Service rigger sends to pod leader only.
+func checkService(cs kubernetes.Interface, leader string) error {
+	slices, err := cs.DiscoveryV1().EndpointSlices(namespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=rigger"})
+	if err != nil {
+		return err
+	}
+	var ready []string
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready && e.TargetRef != nil {
+				ready = append(ready, e.TargetRef.Name)
+			}
+		}
+	}
+	if len(ready) != 1 || ready[0] != leader {
+		return fmt.Errorf("the Service rigger sends to %v, want the leader %s only", ready, leader)
+	}
+	return nil
+}
+
+// managedCluster is the cluster.yml of the cluster on node2 as it is in
+// git: the pods find the node's key and host keys where deploy/ mounts the
+// rigger-node-ssh Secret, through cluster.yml's defaults
+// (~/.ssh/id_rsa, ~/.ssh/known_hosts).
+func managedCluster(t *testing.T, sb *sandbox.Sandbox) string {
+	t.Helper()
+	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+	var out []string
+	for _, line := range strings.Split(sandboxtest.ClusterYML(t, sb, map[int][]string{1: all}), "\n") {
+		switch {
+		case strings.HasPrefix(line, "ssh_key_path:"):
+			continue
+		case strings.Contains(line, "known_hosts_file:"):
+			line = "    known_hosts_file: ~/.ssh/known_hosts"
+		case line == "cluster_name: sandbox":
+			line = "cluster_name: managed"
+		}
+		out = append(out, line)
+	}
+	yml := sandboxtest.NetworkOnly(strings.Join(out, "\n"))
+	if !strings.Contains(yml, oneFlag) || !strings.Contains(yml, "~/.ssh/known_hosts") {
+		t.Fatalf("the example cluster.yml changed: %s or known_hosts_file is gone", oneFlag)
+	}
+	return yml
+}
+
+// writeOverlay writes the kustomization a user writes beside deploy/ (as
+// docs/gitops.md shows it) and returns its directory.
+func writeOverlay(t *testing.T, sb *sandbox.Sandbox, gitNode sandbox.Node) string {
+	t.Helper()
+	deploy, err := filepath.Abs("../../../deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// kustomize takes a base by a relative path only.
+	base, err := filepath.Rel(dir, deploy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(sb.KeyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts, err := os.ReadFile(sb.KnownHostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "id_rsa"), string(key), 0o600)
+	writeFile(t, filepath.Join(dir, "known_hosts"), string(knownHosts), 0o644)
+	url := fmt.Sprintf("ssh://root@%s%s", gitNode.Address, repoDir)
+	writeFile(t, filepath.Join(dir, "kustomization.yaml"), `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - `+base+`
+  - state-pv.yaml
+images:
+  - name: rigger/rigger
+    newTag: incluster
+secretGenerator:
+  - name: rigger-git
+    namespace: `+namespace+`
+    files:
+      - ssh-privatekey=id_rsa
+      - known_hosts
+  - name: rigger-node-ssh
+    namespace: `+namespace+`
+    files:
+      - id_rsa
+      - known_hosts
+patches:
+  - target: {kind: Deployment, name: rigger}
+    patch: |
+      - op: test
+        path: /spec/template/spec/containers/0/args/1
+        value: --repo=ssh://git@git.example.com/ops/clusters.git
+      - op: replace
+        path: /spec/template/spec/containers/0/args/1
+        value: --repo=`+url+`
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --interval=10s
+`, 0o644)
+	writeFile(t, filepath.Join(dir, "state-pv.yaml"), `# The state volume: the sandbox cluster has no storage class, so a
+# hostPath volume on the management node, bound to deploy/'s claim.
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: rigger-state
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  claimRef: {namespace: `+namespace+`, name: rigger-state}
+  hostPath: {path: `+stateDir+`}
+`, 0o644)
+	return dir
+}
+
+// repo is a bare repository on a node, reached by the test through the
+// node's directory on the host and by rigger over SSH, and a working clone.
+type repo struct{ bare, work string }
+
+func newRepo(t *testing.T, n sandbox.Node) *repo {
+	t.Helper()
+	bare := n.HostPath(repoDir)
+	if bare == "" {
+		t.Fatalf("%s is not a directory of node %s's own", repoDir, n.Name)
+	}
+	r := &repo{bare: bare, work: filepath.Join(t.TempDir(), "work")}
+	run(t, "/", "git", "init", "-q", "--bare", "-b", "main", r.bare)
+	run(t, "/", "git", "clone", "-q", r.bare, r.work)
+	run(t, r.work, "git", "checkout", "-q", "-b", "main")
+	return r
+}
+
+func (r *repo) git(t *testing.T, args ...string) string {
+	t.Helper()
+	return run(t, r.bare, "git", args...)
+}
+
+func (r *repo) head(t *testing.T) string {
+	t.Helper()
+	return strings.TrimSpace(run(t, r.work, "git", "rev-parse", "HEAD"))
+}
+
+func (r *repo) commit(t *testing.T, msg string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(r.work, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, full, content, 0o644)
+		run(t, r.work, "git", "add", p)
+	}
+	run(t, r.work, "git", "commit", "-q", "-m", msg)
+}
+
+// push pushes main; when rigger pushed a status commit first, it rebases
+// on it and pushes again, as a person would.
+func (r *repo) push(t *testing.T) {
+	t.Helper()
+	for range 5 {
+		cmd := exec.Command("git", "push", "-q", "origin", "main")
+		cmd.Dir = r.work
+		if cmd.Run() == nil {
+			return
+		}
+		r.pull(t)
+	}
+	t.Fatal("git push rejected five times")
+}
+
+func (r *repo) pull(t *testing.T) {
+	t.Helper()
+	run(t, r.work, "git", "pull", "-q", "--rebase", "origin", "main")
+}
+
+// waitStatus waits until main's status.yml satisfies ok.
+func (r *repo) waitStatus(t *testing.T, what string, timeout time.Duration, ok func(*gitops.StatusFile) bool) *gitops.StatusFile {
+	t.Helper()
+	var f *gitops.StatusFile
+	testwait.For(t, timeout, what, func() error {
+		out, err := exec.Command("git", "-C", r.bare, "show", "main:"+statusPath).Output()
+		if err != nil {
+			return fmt.Errorf("git show main:%s: %v", statusPath, err)
+		}
+		if f = gitops.ParseStatus(out); f == nil || !ok(f) {
+			return fmt.Errorf("status.yml is:\n%s", out)
+		}
+		return nil
+	})
+	return f
+}
+
+func ready(f *gitops.StatusFile) string {
+	for _, c := range f.Conditions {
+		if c.Type == gitops.ConditionReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// buildImage builds rigger's image with the repository's Dockerfile, as
+// `make image` does, on node n's engine: the context is bin/rigger and the
+// machine's CA bundle, as make image copies it.
+func buildImage(t *testing.T, bin string, n sandbox.Node) {
+	t.Helper()
+	ctxDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ctxDir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctxDir, "cp", bin, filepath.Join(ctxDir, "bin", "rigger"))
+	run(t, ctxDir, "cp", "/etc/ssl/certs/ca-certificates.crt", filepath.Join(ctxDir, "bin", "ca-certificates.crt"))
+	dockerfile, err := filepath.Abs("../../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("docker", "-H", "unix://"+n.DockerSocket, "build", "-q", "-t", image, "-f", dockerfile, ctxDir)
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker build of the Dockerfile: %v\n%s", err, out)
+	}
+}
+
+// buildRigger compiles the rigger command as `make build` does.
+func buildRigger(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "rigger")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "github.com/rigger/rigger/cmd/rigger")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build rigger: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// kubectlVersion is hack/kubectl-build's.
+const kubectlVersion = "v1.32.13"
+
+// buildKubectl returns kubectl: $RIGGER_KUBECTL (make kubectl builds it),
+// else built from hack/kubectl-build into the cache once, where make
+// kubectl puts it (from a warm Go build cache, a link).
+func buildKubectl(t *testing.T) string {
+	t.Helper()
+	if k := os.Getenv("RIGGER_KUBECTL"); k != "" {
+		return k
+	}
+	src, err := filepath.Abs("../../../hack/kubectl-build/" + kubectlVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(src, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := os.Getenv("RIGGER_CACHE")
+	if cache == "" {
+		cache = "/var/cache/rigger"
+	}
+	hash := sha256.Sum256(sum)
+	out := filepath.Join(cache, "kubectl", fmt.Sprintf("kubectl-%s-%x", kubectlVersion, hash[:8]))
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X k8s.io/component-base/version.gitVersion="+kubectlVersion,
+		"-o", tmp, "k8s.io/kubernetes/cmd/kubectl")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build kubectl in %s: %v\n%s", src, err, msg)
+	}
+	// Another package's build may have got there first: either is kubectl.
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func kubeClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func writeFile(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Human", "GIT_AUTHOR_EMAIL=human@example.test",
+		"GIT_COMMITTER_NAME=Human", "GIT_COMMITTER_EMAIL=human@example.test")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// runQuiet runs a command for the failure log: its output or its error.
+func runQuiet(dir, name string, args ...string) string {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s: %v\n%s", name, err, out)
+	}
+	return string(out)
+}
