@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/rigger/rigger/reconcile/internal/apiservertest"
+	"github.com/rigger/rigger/internal/apiservertest"
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rigger/rigger/reconcile/addons"
-	"github.com/rigger/rigger/reconcile/internal/apiservertest"
+	"github.com/rigger/rigger/internal/apiservertest"
 )
 
 // TestEngineE2E runs the engine against a real API server with its

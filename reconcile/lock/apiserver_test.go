@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/rigger/rigger/reconcile/internal/apiservertest"
+	"github.com/rigger/rigger/internal/apiservertest"
 )
 
 // childLeaseEnv makes the test binary, re-executed, hold the Lease its

@@ -30,6 +30,10 @@ type Holder struct {
 	Boot         string `json:"boot,omitempty"`
 	PIDNamespace string `json:"pidNamespace,omitempty"`
 	Start        uint64 `json:"start,omitempty"`
+	// Address is where the holder answers HTTP (a replica of rigger
+	// serve: its URL for the webhooks other replicas forward); empty
+	// when it does not.
+	Address string `json:"address,omitempty"`
 }
 
 // Me returns the Holder for this process running command, from now on

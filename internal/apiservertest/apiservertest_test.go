@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rigger/rigger/internal/testwait"
-	"github.com/rigger/rigger/reconcile/internal/apiservertest"
+	"github.com/rigger/rigger/internal/apiservertest"
 )
 
 // TestStart starts the API server with the controller manager and checks
