@@ -118,6 +118,26 @@ type Config struct {
 	// together take more memory than it bounds. Nil: one of
 	// transport.DefaultAnswerPool.
 	Answers *transport.AnswerPool
+	// Share, when set, shares the clusters among the replicas of serve
+	// (replicas.Set): this server keeps workers only for the clusters it
+	// campaigns for, and a worker runs only while it holds its cluster's
+	// Lease. Nil: this server reconciles every cluster.
+	Share Sharer
+}
+
+// Sharer shares the clusters among the replicas of serve (replicas.Set).
+type Sharer interface {
+	// ID names this replica (status.yml, metrics, logs).
+	ID() string
+	// Campaigns is told the paths of every cluster.yml and returns those
+	// this replica campaigns for.
+	Campaigns(paths []string) map[string]bool
+	// Hold runs run while this replica holds the Lease of the cluster.yml
+	// at path, until ctx ends; run's context ends when the Lease is lost
+	// or handed over.
+	Hold(ctx context.Context, path string, run func(ctx context.Context)) error
+	// Changed is signalled when Campaigns may answer otherwise.
+	Changed() <-chan struct{}
 }
 
 // Event is something a Server did, for Config.Events.
@@ -230,6 +250,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.workers = map[string]*worker{}
 		s.mu.Unlock()
 	}()
+	var changed <-chan struct{} // replicas came or went: who reconciles what
+	if s.cfg.Share != nil {
+		changed = s.cfg.Share.Changed()
+	}
 	for {
 		s.sync(ctx)
 		wait := time.NewTimer(jittered(s.cfg.Interval))
@@ -238,6 +262,8 @@ func (s *Server) Run(ctx context.Context) error {
 			wait.Stop()
 			return nil
 		case <-s.trigger:
+			wait.Stop()
+		case <-changed:
 			wait.Stop()
 		case <-wait.C:
 		}
@@ -269,12 +295,29 @@ func (s *Server) sync(ctx context.Context) {
 	s.ready.Store(true)
 	log.Debug("fetched", "branch", s.cfg.Branch, "revision", head.Hash, "clusters", len(files))
 	s.cfg.Events(Event{Kind: EventFetched, Revision: head.Hash})
+	var mine map[string]bool // the clusters this replica campaigns for
+	if s.cfg.Share != nil {
+		paths := make([]string, len(files))
+		for i, f := range files {
+			paths[i] = f.Path
+		}
+		mine = s.cfg.Share.Campaigns(paths)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
 	for _, f := range files {
 		seen[f.Path] = true
 		w := s.workers[f.Path]
+		if mine != nil && !mine[f.Path] {
+			if w != nil {
+				log.Info("cluster assigned to another replica: no longer campaigning for it", "path", f.Path, "replica", s.cfg.Share.ID())
+				w.stop()
+				delete(s.workers, f.Path)
+				s.cfg.Board.removed(f.Path)
+			}
+			continue
+		}
 		ref := clusterRef{Path: f.Path, Content: f.Content, Size: f.Size, Blob: f.Blob, Head: head.Hash}
 		if w != nil && w.current().Blob == f.Blob {
 			ref.Revision = w.current().Revision // unchanged: no history walk
@@ -317,7 +360,13 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		w.run(wctx)
+		if s.cfg.Share == nil {
+			w.run(wctx)
+			return
+		}
+		if err := s.cfg.Share.Hold(wctx, w.path, w.held); err != nil {
+			w.log.Error("campaign for the cluster's Lease", "err", err)
+		}
 	}()
 	return w
 }

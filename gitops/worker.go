@@ -124,6 +124,18 @@ func (w *worker) current() clusterRef {
 
 func (w *worker) stop() { w.cancel() }
 
+// held runs the worker while this replica holds the cluster's Lease
+// (Config.Share): it reconciles at once, then as run does, until ctx ends.
+func (w *worker) held(ctx context.Context) {
+	cfg := w.srv.cfg
+	id := cfg.Share.ID()
+	w.log.Info("holding the cluster's Lease: this replica reconciles it", "replica", id)
+	cfg.Metrics.holding(w.path, id, true)
+	w.run(ctx)
+	cfg.Metrics.holding(w.path, id, false)
+	w.log.Info("cluster's Lease given up: another replica may reconcile it", "replica", id, "reason", context.Cause(ctx))
+}
+
 // run reconciles at once (a drift check of what the nodes run now), then
 // whenever the content changes or a timer is due, until ctx ends.
 func (w *worker) run(ctx context.Context) {

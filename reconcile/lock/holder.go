@@ -95,3 +95,7 @@ func (e *HeldError) Error() string {
 	}
 	return msg
 }
+
+// ParseHolder decodes a Holder as a lock file or a Lease's
+// HolderAnnotation holds it.
+func ParseHolder(b []byte) (Holder, error) { return parseHolder(b) }
