@@ -11,8 +11,9 @@ import (
 // replicas (their ids) by rendezvous hashing with bounded loads: clusters,
 // in the order of their own hash, each go to the replica that weighs the
 // most for them (weight: a hash of replica and cluster) among those that
-// hold fewer than ⌈clusters/replicas⌉ yet. So every replica gets its share
-// or one less, every replica that sees the same ids and paths computes the
+// have room yet: ⌊clusters/replicas⌋ each, and one more for the first
+// clusters mod replicas to reach it. So every replica gets ⌊clusters/replicas⌋
+// or ⌈clusters/replicas⌉, every replica that sees the same ids and paths computes the
 // same assignment, and a replica that comes or goes moves few clusters
 // besides its own. No replicas: no assignment. Assign does no I/O.
 func Assign(replicas, clusters []string) map[string]string {
@@ -22,15 +23,19 @@ func Assign(replicas, clusters []string) map[string]string {
 	}
 	replicas = slices.Compact(slices.Sorted(slices.Values(replicas)))
 	clusters = slices.Compact(slices.Sorted(slices.Values(clusters)))
-	capacity := (len(clusters) + len(replicas) - 1) / len(replicas)
+	base, extra := len(clusters)/len(replicas), len(clusters)%len(replicas)
 	load := make(map[string]int, len(replicas))
+	room := func(r string) bool { return load[r] < base || load[r] == base && extra > 0 }
 	order := slices.Clone(clusters)
 	slices.SortFunc(order, func(a, b string) int {
 		return cmp.Or(cmp.Compare(weight("", a), weight("", b)), cmp.Compare(a, b))
 	})
 	for _, c := range order {
 		for _, r := range Ranked(replicas, c) {
-			if load[r] < capacity {
+			if room(r) {
+				if load[r] == base {
+					extra--
+				}
 				out[c] = r
 				load[r]++
 				break
