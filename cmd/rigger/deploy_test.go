@@ -233,7 +233,7 @@ func TestDeployRBACOnlyLeases(t *testing.T) {
 	if len(role.Rules) == 0 {
 		t.Errorf("Role %s grants nothing: --leader-elect needs leases", role.Name)
 	}
-	allowed := []string{"get", "create", "update"}
+	allowed := []string{"get", "list", "create", "update", "delete"}
 	for i, r := range role.Rules {
 		if !slices.Equal(r.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(r.Resources, []string{"leases"}) {
 			t.Errorf("Role %s rule %d: groups %v, resources %v: only coordination.k8s.io leases", role.Name, i, r.APIGroups, r.Resources)
@@ -353,6 +353,16 @@ func TestDeployServe(t *testing.T) {
 	}
 	if v, _ := fl.GetBool("leader-elect"); !v {
 		t.Error("--leader-elect is not set: two replicas would both reconcile")
+	}
+	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Errorf("strategy %q: every replica is ready with its share of the clusters, so a RollingUpdate works", d.Spec.Strategy.Type)
+	}
+	podIP := false
+	for _, e := range c.Env {
+		podIP = podIP || e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	}
+	if !podIP {
+		t.Error("no POD_IP from status.podIP: the other replicas cannot relay webhooks to this one (--advertise-url)")
 	}
 	if got := str("path"); got != "clusters/" {
 		t.Errorf("--path %q, want clusters/", got)
