@@ -608,6 +608,11 @@ func relayClient(listen *tls.Config) *http.Client {
 	}}}
 }
 
+// leaseQPS bounds the requests a second of serve's Lease client: enough
+// for about 200 clusters at the default --lease-retry-period (a renewal
+// and a successor's read every 4 s each).
+const leaseQPS = 100
+
 // leaseClient is the Kubernetes client and namespace of the Lease.
 func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
 	var cfg *rest.Config
@@ -628,6 +633,10 @@ func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
 		}
 		ns = strings.TrimSpace(string(b))
 	}
+	// A Lease per cluster is renewed every --lease-retry-period, and
+	// watched by its successor as often: client-go's default of 5
+	// requests a second would starve them past a few clusters.
+	cfg.QPS, cfg.Burst = leaseQPS, 2*leaseQPS
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("--leader-elect: %w", err)
