@@ -354,6 +354,7 @@ func (s *Set) Campaigns(clusters []string) map[string]bool {
 	defer s.mu.Unlock()
 	now := s.cfg.Timing.Now()
 	s.clusters = slices.Sorted(slices.Values(clusters))
+	s.campaigns = nil // the caller gets them: no Changed for them
 	s.recompute(now)
 	s.campaigns = s.campaignsLocked(now)
 	return maps.Clone(s.campaigns)
