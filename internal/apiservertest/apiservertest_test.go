@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/internal/apiservertest"
+	"github.com/rigger/rigger/internal/testwait"
 )
 
 // TestStart starts the API server with the controller manager and checks

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/internal/apiservertest"
+	"github.com/rigger/rigger/reconcile/addons"
 )
 
 // TestEngineE2E runs the engine against a real API server with its

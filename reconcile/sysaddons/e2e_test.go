@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/internal/apiservertest"
+	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 	"github.com/rigger/rigger/spec"
 )
