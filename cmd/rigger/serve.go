@@ -312,6 +312,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var share *replicas.Set
+	if o.leaderElect {
+		if share, err = o.replicaSet(log, listenTLS != nil); err != nil {
+			return err
+		}
+	}
 	repo, err := gitrepo.Open(ctx, o.workdir, o.repo, auth)
 	if err != nil {
 		return err
@@ -332,12 +338,6 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 			args = append(args, "commit_status", f.Kind, "api", f.API, "project", f.Project)
 		}
 		log.Info("notifications on", args...)
-	}
-	var share *replicas.Set
-	if o.leaderElect {
-		if share, err = o.replicaSet(log, listenTLS != nil); err != nil {
-			return err
-		}
 	}
 	var sharer gitops.Sharer // nil unless shared: an interface holding a nil *Set is not nil
 	if share != nil {
