@@ -128,10 +128,10 @@ type sighting struct {
 	member  Member
 	renewed string
 	at      time.Time
-	// rv and stale are for the garbage collection of crashed replicas'
-	// Leases.
-	rv    string
-	stale bool
+	// name, rv and stale are for the garbage collection of the Leases
+	// of replicas that crashed or gave theirs up without deleting it.
+	name, rv string
+	stale    bool
 }
 
 // New checks cfg and makes a Set.
@@ -254,14 +254,13 @@ func (s *Set) read(ctx context.Context) {
 	s.recompute(now)
 	s.mu.Unlock()
 	for _, g := range gone {
-		name := s.memberLease(g.member.ID)
-		if g.member.ID == "" || g.member.ID == s.cfg.ID {
+		if g.name == s.memberLease(s.cfg.ID) {
 			continue
 		}
-		rv := g.rv
-		err := leases.Delete(rctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		rv := g.rv // only if nobody took it meanwhile
+		err := leases.Delete(rctx, g.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 		if err == nil {
-			s.cfg.Log.Info("deleted the Lease of a replica gone for long", "lease", name, "replica", g.member.ID)
+			s.cfg.Log.Info("deleted the Lease of a replica gone for long", "lease", g.name, "replica", g.member.ID)
 		}
 	}
 }
@@ -270,7 +269,7 @@ func (s *Set) read(ctx context.Context) {
 func sight(l *coordinationv1.Lease, before *sighting, now time.Time) *sighting {
 	r := resourcelock.LeaseSpecToLeaderElectionRecord(&l.Spec)
 	renewed := r.HolderIdentity + "@" + r.RenewTime.UTC().Format(time.RFC3339Nano)
-	sg := &sighting{member: Member{ID: r.HolderIdentity}, renewed: renewed, at: now, rv: l.ResourceVersion}
+	sg := &sighting{member: Member{ID: r.HolderIdentity}, renewed: renewed, at: now, name: l.Name, rv: l.ResourceVersion}
 	if h, err := lock.ParseHolder([]byte(l.Annotations[lock.HolderAnnotation])); err == nil && h.ID == r.HolderIdentity {
 		sg.member.Address = h.Address
 	}
@@ -278,7 +277,9 @@ func sight(l *coordinationv1.Lease, before *sighting, now time.Time) *sighting {
 		sg.at = before.at
 	}
 	last := r.RenewTime.Time
-	sg.stale = r.HolderIdentity == "" || (!last.IsZero() && now.Sub(last) > gcAfter && now.Sub(sg.at) > gcAfter)
+	// Stale: nobody has held it for gcAfter (its renewal unchanged that
+	// long, by the Lease's time and as seen here).
+	sg.stale = now.Sub(sg.at) > gcAfter && (last.IsZero() || now.Sub(last) > gcAfter)
 	return sg
 }
 

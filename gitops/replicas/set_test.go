@@ -135,6 +135,23 @@ func TestSetJudgesReplicas(t *testing.T) {
 	if got := s.Members(); len(got) != 2 || got[0].ID != "a" || got[1].ID != "c" {
 		t.Errorf("members %v, want a and c", got)
 	}
+
+	// An hour later, b's Lease is deleted; a's and c's are kept.
+	clk.add(gcAfter)
+	renew(t, s, "a", clk.Now())
+	renew(t, s, "c", clk.Now())
+	s.read(ctx)
+	leases, err := s.cfg.Client.CoordinationV1().Leases("ns").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, l := range leases.Items {
+		left = append(left, *l.Spec.HolderIdentity)
+	}
+	if slices.Sort(left); !slices.Equal(left, []string{"a", "c"}) {
+		t.Errorf("membership Leases of %v left, want a's and c's: b's, silent for over %s, deleted", left, gcAfter)
+	}
 }
 
 // TestNewRefusesTiming: a lease duration that does not outlast a renew
