@@ -133,9 +133,10 @@ type Sharer interface {
 	// this replica campaigns for.
 	Campaigns(paths []string) map[string]bool
 	// Hold runs run while this replica holds the Lease of the cluster.yml
-	// at path, until ctx ends; run's context ends when the Lease is lost
-	// or handed over.
-	Hold(ctx context.Context, path string, run func(ctx context.Context)) error
+	// at path, until ctx ends; run's context ends when the Lease is lost,
+	// and handOver is closed when the cluster is to go to another replica
+	// once the reconcile under way is over.
+	Hold(ctx context.Context, path string, run func(ctx context.Context, handOver <-chan struct{})) error
 	// Changed is signalled when Campaigns may answer otherwise.
 	Changed() <-chan struct{}
 }
@@ -361,7 +362,7 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	go func() {
 		defer s.wg.Done()
 		if s.cfg.Share == nil {
-			w.run(wctx)
+			w.run(wctx, nil)
 			return
 		}
 		if err := s.cfg.Share.Hold(wctx, w.path, w.held); err != nil {

@@ -125,26 +125,39 @@ func (w *worker) current() clusterRef {
 func (w *worker) stop() { w.cancel() }
 
 // held runs the worker while this replica holds the cluster's Lease
-// (Config.Share): it reconciles at once, then as run does, until ctx ends.
-func (w *worker) held(ctx context.Context) {
+// (Config.Share): it reconciles at once, then as run does, until ctx ends
+// or, between two reconciles, handOver is closed.
+func (w *worker) held(ctx context.Context, handOver <-chan struct{}) {
 	cfg := w.srv.cfg
 	id := cfg.Share.ID()
 	w.log.Info("holding the cluster's Lease: this replica reconciles it", "replica", id)
 	cfg.Metrics.holding(w.path, id, true)
-	w.run(ctx)
+	w.run(ctx, handOver)
 	cfg.Metrics.holding(w.path, id, false)
-	w.log.Info("cluster's Lease given up: another replica may reconcile it", "replica", id, "reason", context.Cause(ctx))
+	reason := "handed over to the replica it is assigned to"
+	if ctx.Err() != nil {
+		reason = context.Cause(ctx).Error()
+	}
+	w.log.Info("cluster's Lease given up: another replica may reconcile it", "replica", id, "reason", reason)
 }
 
 // run reconciles at once (a drift check of what the nodes run now), then
-// whenever the content changes or a timer is due, until ctx ends.
-func (w *worker) run(ctx context.Context) {
+// whenever the content changes or a timer is due, until ctx ends or,
+// between two reconciles, handOver is closed (nil: never).
+func (w *worker) run(ctx context.Context, handOver <-chan struct{}) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		select {
+		case <-handOver: // before anything else that is ready
+			return
+		default:
+		}
 		cause := ""
 		select {
 		case <-ctx.Done():
+			return
+		case <-handOver:
 			return
 		case <-w.notify:
 			recheck := w.recheck.Swap(false)

@@ -190,10 +190,11 @@ live replicas by rendezvous hashing with bounded loads: each gets
 clusters/replicas, rounded down or up, and a replica that comes or goes
 moves few clusters besides its own. A replica campaigns for its clusters and
 for those it would get if their replica were gone; it reconciles one only
-while holding its Lease. A reconcile whose Lease is lost or handed over is
-cancelled (it stops between steps) before another replica can take the
-Lease: --lease-duration must be more than --lease-renew-deadline plus 3
---lease-retry-period. A replica that crashes loses its clusters within
+while holding its Lease. A reconcile whose Lease is lost is cancelled (it
+stops between steps) before another replica can take the Lease, so
+--lease-duration must be more than --lease-renew-deadline plus 3
+--lease-retry-period; a cluster handed over to another replica is given up
+once its reconcile under way is over. A replica that crashes loses its clusters within
 --lease-duration (and a retry period); one that stops (SIGTERM) gives them
 up at once. Every replica is ready (/readyz) once it holds its membership
 Lease and fetched the repository. A webhook may reach any replica: an

@@ -13,8 +13,8 @@
 // gone (Successor), so that it takes them over within a lease duration of
 // a crash; it runs a cluster only while the cluster is its own or the
 // replica it is assigned to no longer renews its membership (Healthy), and
-// hands it over at once otherwise (the run is cancelled, then the Lease
-// given up).
+// hands it over otherwise, as soon as the reconcile under way is over (the
+// Lease is then given up at once).
 package replicas
 
 import (
@@ -388,11 +388,13 @@ func (s *Set) mayRun(path string) (bool, string, <-chan struct{}) {
 
 // Hold campaigns for the Lease of the cluster.yml at path until ctx ends,
 // and runs run while it holds it and mayRun says so. run's context is
-// cancelled when the Lease is lost, when ctx ends, or when the cluster is
-// to be handed over; once run has returned, the Lease is given up at once
-// (the next holder takes it within a retry period) and Hold campaigns
-// again. It returns an error only when it cannot start.
-func (s *Set) Hold(ctx context.Context, path string, run func(ctx context.Context)) error {
+// cancelled when the Lease is lost or ctx ends: run must stop at once.
+// handOver is closed when the cluster is to go to the replica it is
+// assigned to: run returns once the work under way is over (the Lease is
+// still held meanwhile). Once run has returned, the Lease is given up at
+// once (the next holder takes it within a retry period) and Hold
+// campaigns again. It returns an error only when it cannot start.
+func (s *Set) Hold(ctx context.Context, path string, run func(ctx context.Context, handOver <-chan struct{})) error {
 	name := ClusterLease(s.cfg.Group, path)
 	log := s.cfg.Log.With("path", path, "lease", name, "replica", s.cfg.ID)
 	el := lock.NewElectorWith(s.cfg.Client, s.cfg.Namespace, name, s.cfg.ID, lock.ElectorOptions{
@@ -406,12 +408,11 @@ func (s *Set) Hold(ctx context.Context, path string, run func(ctx context.Contex
 			log.Debug("cluster's Lease taken, handed to its replica", "assigned_to", owner)
 			return
 		}
-		rctx, cancel := context.WithCancel(lctx)
-		defer cancel()
+		handOver := make(chan struct{})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			run(rctx)
+			run(lctx, handOver)
 		}()
 		for {
 			select {
@@ -419,8 +420,8 @@ func (s *Set) Hold(ctx context.Context, path string, run func(ctx context.Contex
 				return
 			case <-updated:
 				if ok, owner, updated = s.mayRun(path); !ok {
-					log.Info("handing the cluster over to the replica it is assigned to", "assigned_to", owner)
-					cancel()
+					log.Info("handing the cluster over to the replica it is assigned to, once the reconcile under way is over", "assigned_to", owner)
+					close(handOver)
 					<-done
 					return
 				}
