@@ -2,6 +2,7 @@ package gitops
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,7 +124,14 @@ func runReplica(ctx context.Context, c replicaConfig) error {
 			}
 			recMu.Lock()
 			defer recMu.Unlock()
-			fmt.Fprintf(rec, "%s %s %d %s\n", e.Kind, e.Path, time.Now().UnixNano(), e.Trigger)
+			end := "-"
+			switch {
+			case errors.Is(e.Err, context.Canceled):
+				end = "cancelled"
+			case e.Err != nil:
+				end = "failed"
+			}
+			fmt.Fprintf(rec, "%s %s %d %s %s\n", e.Kind, e.Path, time.Now().UnixNano(), cmp.Or(e.Trigger, "-"), end)
 		}})
 	if err != nil {
 		return err
@@ -260,6 +268,8 @@ func (w *leaseWatcher) takenAt(path string, since time.Time, ids ...string) time
 // as processes sharing nine clusters, and checks, with a watcher of the
 // clusters' Leases and each replica's record of its reconciles:
 //   - the clusters spread three each, each Lease held by a live replica;
+//   - a fourth replica that comes takes its share (two or three each),
+//     the others handing clusters over without cutting a reconcile short;
 //   - a push reaching one replica's webhook is applied by the holder of
 //     the cluster it changed, which another replica is: the webhook was
 //     relayed;
@@ -284,7 +294,7 @@ func TestShareReplicas(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{"serve-a", "serve-b", "serve-c"}
+	ids := []string{"serve-a", "serve-b", "serve-c", "serve-d"}
 	ports := map[string]int{}
 	for _, id := range ids {
 		ports[id] = freeTCPPort(t)
@@ -315,13 +325,16 @@ func TestShareReplicas(t *testing.T) {
 
 	w := watchLeases(ctx, t, client, ns, group)
 	procs := map[string]*replicaProc{}
-	for _, id := range ids {
+	launch := func(id string) {
 		procs[id] = startReplica(t, replicaConfig{Kubeconfig: kubeconfig, Namespace: ns, Group: group, ID: id,
 			Bare: bare, Workdir: filepath.Join(dir, id, "clone"), StateDir: filepath.Join(dir, id, "state"),
 			Record: filepath.Join(dir, id, "record"), Port: ports[id], Secret: secretText,
 			Duration: shareTiming.Duration, RenewDeadline: shareTiming.RenewDeadline, RetryPeriod: shareTiming.RetryPeriod})
 	}
-	live := slices.Clone(ids)
+	live := []string{"serve-a", "serve-b", "serve-c"}
+	for _, id := range live {
+		launch(id)
+	}
 	spread := func(want map[int]bool) func() error {
 		return func() error {
 			h := w.holders()
@@ -371,13 +384,27 @@ func TestShareReplicas(t *testing.T) {
 		})
 	})
 
+	t.Run("a replica that comes takes its share, handed over without cutting a reconcile short", func(t *testing.T) {
+		came := time.Now()
+		launch("serve-d")
+		live = []string{"serve-a", "serve-b", "serve-c", "serve-d"}
+		testwait.For(t, 2*time.Minute, "the nine clusters spread over four replicas", spread(map[int]bool{2: true, 3: true}))
+		for _, p := range procs {
+			for _, r := range p.records(t) {
+				if r.cancelled && r.at.After(came) {
+					t.Errorf("%s: a reconcile of %s cut short at %s, after serve-d came: a hand-over waits for it", p.id, r.path, r.at.Format(time.StampMilli))
+				}
+			}
+		}
+	})
+
 	t.Run("a replica killed with SIGKILL loses its clusters within the lease duration", func(t *testing.T) {
 		victim := procs["serve-c"]
 		mine := heldBy(w.holders(), victim.id)
 		killed := time.Now()
 		victim.signal(t, syscall.SIGKILL)
-		live = []string{"serve-a", "serve-b"}
-		testwait.For(t, 2*time.Minute, "the nine clusters spread over the two live replicas", spread(map[int]bool{4: true, 5: true}))
+		live = []string{"serve-a", "serve-b", "serve-d"}
+		testwait.For(t, 2*time.Minute, "the nine clusters spread over the three live replicas", spread(map[int]bool{3: true}))
 		bound := shareTiming.Duration + 3*shareTiming.RetryPeriod + time.Second
 		for _, p := range mine {
 			took := w.takenAt(p, killed, live...).Sub(killed)
@@ -393,10 +420,10 @@ func TestShareReplicas(t *testing.T) {
 		mine := heldBy(w.holders(), leaving.id)
 		stopped := time.Now()
 		leaving.signal(t, syscall.SIGTERM)
-		live = []string{"serve-a"}
-		testwait.For(t, time.Minute, "the nine clusters held by serve-a", spread(map[int]bool{9: true}))
+		live = []string{"serve-a", "serve-d"}
+		testwait.For(t, time.Minute, "the nine clusters held by serve-a and serve-d", spread(map[int]bool{4: true, 5: true}))
 		for _, p := range mine {
-			took := w.takenAt(p, stopped, "serve-a").Sub(stopped)
+			took := w.takenAt(p, stopped, live...).Sub(stopped)
 			if took >= shareTiming.Duration {
 				t.Errorf("%s taken over %s after its holder was stopped, want sooner than the lease duration %s: handed over, not expired", p, took, shareTiming.Duration)
 			}
@@ -405,9 +432,13 @@ func TestShareReplicas(t *testing.T) {
 			t.Errorf("serve-b stopped with SIGTERM: %v", err)
 		}
 	})
-	procs["serve-a"].signal(t, syscall.SIGTERM)
-	if err := procs["serve-a"].wait(30 * time.Second); err != nil {
-		t.Errorf("serve-a stopped with SIGTERM: %v", err)
+	for _, id := range live {
+		procs[id].signal(t, syscall.SIGTERM)
+	}
+	for _, id := range live {
+		if err := procs[id].wait(30 * time.Second); err != nil {
+			t.Errorf("%s stopped with SIGTERM: %v", id, err)
+		}
 	}
 
 	t.Run("a Lease changes holder only when given up or expired", func(t *testing.T) {
@@ -424,6 +455,11 @@ func TestShareReplicas(t *testing.T) {
 				changes++
 				if quiet := s.acquire.Sub(prev.renew); quiet < shareTiming.Duration-50*time.Millisecond {
 					t.Errorf("%s: %s took it from %s %s after that one's last renewal, within the lease duration %s", s.path, s.holder, prev.holder, quiet, shareTiming.Duration)
+					for _, x := range w.seen {
+						if x.name == s.name && x.at.After(s.at.Add(-10*time.Second)) && !x.at.After(s.at) {
+							t.Logf("  seen %s holder %q renew %s acquire %s", x.at.Format(time.StampMicro), x.holder, x.renew.Format(time.StampMicro), x.acquire.Format(time.StampMicro))
+						}
+					}
 				}
 			}
 			last[s.name] = s
@@ -562,6 +598,8 @@ type reconcileRecord struct {
 	path    string
 	at      time.Time
 	trigger string
+	// cancelled: a reconcile end whose reconcile was cut short.
+	cancelled bool
 }
 
 func (p *replicaProc) records(t *testing.T) []reconcileRecord {
@@ -588,6 +626,9 @@ func (p *replicaProc) records(t *testing.T) []reconcileRecord {
 		r := reconcileRecord{kind: EventKind(fs[0]), path: fs[1], at: time.Unix(0, ns)}
 		if len(fs) > 3 {
 			r.trigger = fs[3]
+		}
+		if len(fs) > 4 {
+			r.cancelled = fs[4] == "cancelled"
 		}
 		out = append(out, r)
 	}
