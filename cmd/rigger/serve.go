@@ -193,7 +193,7 @@ for those it would get if their replica were gone; it reconciles one only
 while holding its Lease. A reconcile whose Lease is lost is cancelled (it
 stops between steps) before another replica can take the Lease, so
 --lease-duration must be more than --lease-renew-deadline plus 3
---lease-retry-period; a cluster handed over to another replica is given up
+--lease-retry-period and a second; a cluster handed over to another replica is given up
 once its reconcile under way is over. A replica that crashes loses its clusters within
 --lease-duration (and a retry period); one that stops (SIGTERM) gives them
 up at once. Every replica is ready (/readyz) once it holds its membership

@@ -55,10 +55,12 @@ const (
 // be renewed for DefaultRenewDeadline (after a last renewal, and at most a
 // DefaultRetryPeriod before the next attempt) is cancelled; another replica
 // takes the Lease over no sooner than DefaultLeaseDuration after the last
-// renewal it saw. The 11 s between the two are the time a cancelled
-// reconcile has to stop (it stops between steps, and its Docker and API
-// calls end with its context). A crashed replica's clusters are taken over
-// within DefaultLeaseDuration plus a retry period.
+// renewal it saw, less up to a second: client-go compares the Lease's
+// record with its times in whole seconds, so a renewal within the second
+// of the one before is not seen as one. The 10 s left between the two are
+// the time a cancelled reconcile has to stop (it stops between steps, and
+// its Docker and API calls end with its context). A crashed replica's
+// clusters are taken over within DefaultLeaseDuration plus a retry period.
 const (
 	DefaultLeaseDuration = 30 * time.Second
 	DefaultRenewDeadline = 15 * time.Second
@@ -86,7 +88,8 @@ type Config struct {
 	Address string
 	// Timing of every Lease; zero fields take DefaultLeaseDuration,
 	// DefaultRenewDeadline and DefaultRetryPeriod. Duration must be more
-	// than RenewDeadline + 3 × RetryPeriod (see Healthy).
+	// than RenewDeadline + 3 × RetryPeriod + 1 s (see Healthy, and the
+	// defaults).
 	Timing lock.LeaseTiming
 	Log    *slog.Logger
 }
@@ -146,8 +149,8 @@ func New(cfg Config) (*Set, error) {
 	if t.Now == nil {
 		t.Now = time.Now
 	}
-	if t.Duration <= t.RenewDeadline+3*t.RetryPeriod {
-		return nil, fmt.Errorf("lease duration %s must be more than the renew deadline %s plus 3 retry periods of %s: "+
+	if t.Duration <= t.RenewDeadline+3*t.RetryPeriod+time.Second {
+		return nil, fmt.Errorf("lease duration %s must be more than the renew deadline %s plus 3 retry periods of %s and a second: "+
 			"a replica that stopped renewing must be judged gone before its Leases expire", t.Duration, t.RenewDeadline, t.RetryPeriod)
 	}
 	if cfg.Log == nil {
