@@ -193,14 +193,14 @@ for those it would get if their replica were gone; it reconciles one only
 while holding its Lease. A reconcile whose Lease is lost is cancelled (it
 stops between steps) before another replica can take the Lease, so
 --lease-duration must be more than --lease-renew-deadline plus 3
---lease-retry-period and a second; a cluster handed over to another replica is given up
-once its reconcile under way is over. A replica that crashes loses its clusters within
---lease-duration (and a retry period); one that stops (SIGTERM) gives them
-up at once. Every replica is ready (/readyz) once it holds its membership
-Lease and fetched the repository. A webhook may reach any replica: an
-accepted push is relayed to the other replicas at --advertise-url (default
-from $POD_IP and --listen's port), which check its signature again and
-fetch. status.yml ("replica"), /metrics (rigger_cluster_lease_held) and the
+--lease-retry-period and a second; a cluster handed over to another
+replica is given up once its reconcile under way is over. A replica that
+crashes loses its clusters within --lease-duration and a few retry periods;
+one that stops (SIGTERM) gives them up at once. Every replica is ready
+(/readyz) once it holds its membership Lease and fetched the repository. A
+webhook may reach any replica: an accepted push is relayed to the other
+replicas at --advertise-url (default from $POD_IP and --listen's port),
+which check its signature again and fetch. status.yml ("replica"), /metrics (rigger_cluster_lease_held) and the
 logs name the replica that holds each cluster.`,
 		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
     --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook

@@ -60,7 +60,8 @@ const (
 // of the one before is not seen as one. The 10 s left between the two are
 // the time a cancelled reconcile has to stop (it stops between steps, and
 // its Docker and API calls end with its context). A crashed replica's
-// clusters are taken over within DefaultLeaseDuration plus a retry period.
+// clusters are taken over within DefaultLeaseDuration plus a few retry
+// periods (the successor polls the Lease every retry period, with jitter).
 const (
 	DefaultLeaseDuration = 30 * time.Second
 	DefaultRenewDeadline = 15 * time.Second
