@@ -181,6 +181,10 @@ type Server struct {
 	ready   atomic.Bool
 	mu      sync.Mutex
 	workers map[string]*worker // by cluster.yml path
+	// leaving are the workers stopped and not yet ended, by path: no
+	// other starts for that path until it has (with Share, both would
+	// hold the cluster's Lease under this replica's one identity).
+	leaving map[string]*worker
 	wg      sync.WaitGroup
 	// parseMu makes workers read their cluster.yml one at a time: spec
 	// bounds the memory of reading one file, this bounds serve's.
@@ -225,7 +229,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Path = path.Clean("/" + cfg.Path)[1:]
 	cfg.Repo = &lockedRepo{r: cfg.Repo}
 	return &Server{cfg: cfg, trigger: make(chan struct{}, 1), slots: newSlots(cfg.MaxConcurrent),
-		own: newCommitSet(rememberedCommits), workers: map[string]*worker{}}, nil
+		own: newCommitSet(rememberedCommits), workers: map[string]*worker{}, leaving: map[string]*worker{}}, nil
 }
 
 // Trigger asks for a fetch now (a webhook's push); it never blocks.
@@ -248,7 +252,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.wg.Wait()
 		// A later Run (leadership regained) starts the workers again.
 		s.mu.Lock()
-		s.workers = map[string]*worker{}
+		s.workers, s.leaving = map[string]*worker{}, map[string]*worker{}
 		s.mu.Unlock()
 	}()
 	var changed <-chan struct{} // replicas came or went: who reconciles what
@@ -312,12 +316,21 @@ func (s *Server) sync(ctx context.Context) {
 		w := s.workers[f.Path]
 		if mine != nil && !mine[f.Path] {
 			if w != nil {
-				log.Info("cluster assigned to another replica: no longer campaigning for it", "path", f.Path, "replica", s.cfg.Share.ID())
-				w.stop()
-				delete(s.workers, f.Path)
+				log.Info("cluster assigned to another replica: no longer campaigning for it, once the reconcile under way is over",
+					"path", f.Path, "replica", s.cfg.Share.ID())
+				w.retire()
+				s.leave(w)
 				s.cfg.Board.removed(f.Path)
 			}
 			continue
+		}
+		if l := s.leaving[f.Path]; w == nil && l != nil {
+			select {
+			case <-l.done:
+				delete(s.leaving, f.Path)
+			default:
+				continue // started at the sync after it ended (it asks for one)
+			}
 		}
 		ref := clusterRef{Path: f.Path, Content: f.Content, Size: f.Size, Blob: f.Blob, Head: head.Hash}
 		if w != nil && w.current().Blob == f.Blob {
@@ -343,7 +356,7 @@ func (s *Server) sync(ctx context.Context) {
 		if !seen[p] {
 			log.Warn("cluster.yml is gone from the repository: its cluster is no longer reconciled (its nodes are left as they are)", "path", p)
 			w.stop()
-			delete(s.workers, p)
+			s.leave(w)
 			s.cfg.Board.removed(p)
 		}
 	}
@@ -352,7 +365,8 @@ func (s *Server) sync(ctx context.Context) {
 func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &worker{srv: s, path: ref.Path, statusPath: path.Join(path.Dir(ref.Path), StatusFileName),
-		notify: make(chan struct{}, 1), cancel: cancel, log: s.cfg.Log.With("path", ref.Path), latest: ref}
+		notify: make(chan struct{}, 1), cancel: cancel, log: s.cfg.Log.With("path", ref.Path), latest: ref,
+		done: make(chan struct{}), retiring: make(chan struct{})}
 	if prev := w.readStatus(ctx, ref.Head, true); prev != nil && prev.Source.Blob != "" {
 		// What an earlier run applied: unchanged content is no change.
 		w.applied = clusterRef{Path: w.path, Blob: prev.Source.Blob, Revision: prev.ObservedRevision}
@@ -361,6 +375,12 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(w.done)
+		defer func() {
+			if ctx.Err() == nil && w.left.Load() {
+				s.Trigger() // a worker for the path may start again
+			}
+		}()
 		if s.cfg.Share == nil {
 			w.run(wctx, nil)
 			return
@@ -370,6 +390,14 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 		}
 	}()
 	return w
+}
+
+// leave moves w from the workers to the leaving ones. Called with s.mu
+// held.
+func (s *Server) leave(w *worker) {
+	w.left.Store(true)
+	delete(s.workers, w.path)
+	s.leaving[w.path] = w
 }
 
 // claim records that path holds the cluster called name; it returns the
