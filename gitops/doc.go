@@ -16,6 +16,8 @@
 // (package spec/sopsfile, keys where the sops CLI takes them); one that
 // cannot be decrypted stalls its cluster alone (ReasonDecryptionFailed).
 //
-// The subpackages are the git side (gitrepo) and the webhook endpoint
-// that asks for a fetch now (webhook).
+// The subpackages are the git side (gitrepo), the webhook endpoint that
+// asks for a fetch now (webhook), and the sharing of the clusters among
+// the replicas of serve in a Kubernetes cluster, a Lease per cluster
+// (replicas, Config.Share).
 package gitops

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -312,24 +311,37 @@ func TestServeSandbox(t *testing.T) {
 	b.stop()
 
 	kubeconfig := writeKubeconfig(t, bin, yml, filepath.Join(stateDir, "sandbox"))
-	t.Run("leader election: one replica reconciles, the other takes over", func(t *testing.T) {
+	t.Run("two replicas: the holder of the cluster's Lease reconciles, the other takes over", func(t *testing.T) {
 		c := startServe(t, bin, "c", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
 		d := startServe(t, bin, "d", origin, stateDir, 0, false, "--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", "kube-system")
-		leader, follower := waitLeader(t, c, d)
-		if follower.count(func(e logEntry) bool { return e.Msg == "reconcile starts" }) != 0 {
-			t.Errorf("serve %s reconciled without leading", follower.name)
+		for _, p := range []*serveProc{c, d} {
+			testwait.For(t, 2*time.Minute, "serve "+p.name+" ready: every replica is, each with its share", func() bool {
+				return p.readyz() == http.StatusOK
+			})
 		}
-		if !leader.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
-			t.Errorf("the leader, serve %s, never reconciled", leader.name)
+		holds := func(e logEntry) bool { return e.Msg == "holding the cluster's Lease: this replica reconciles it" }
+		var holder, other *serveProc
+		testwait.For(t, 2*time.Minute, "a replica holding the cluster's Lease", func() bool {
+			switch {
+			case c.count(holds) > 0:
+				holder, other = c, d
+			case d.count(holds) > 0:
+				holder, other = d, c
+			}
+			return holder != nil
+		})
+		if !holder.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
+			t.Errorf("the holder, serve %s, never reconciled", holder.name)
 		}
-		leader.stop()
-		if got, _ := waitLeader(t, follower); got != follower {
-			t.Fatal("no new leader")
+		holder.stop() // SIGTERM: it gives the Lease up at once
+		if !other.waitLog(time.Minute, holds) {
+			t.Fatalf("serve %s never took the cluster over from the stopped one", other.name)
 		}
-		if !follower.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
-			t.Errorf("the new leader, serve %s, never reconciled", follower.name)
+		if !other.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
+			t.Errorf("the new holder, serve %s, never reconciled", other.name)
 		}
-		follower.stop()
+		other.stop()
+		checkNoOverlap(t, c, d)
 	})
 
 	t.Run("a CLI apply elsewhere is refused while another rigger holds the cluster's Lease", func(t *testing.T) {
@@ -379,34 +391,6 @@ func writeKubeconfig(t testing.TB, bin, yml, state string) string {
 		t.Fatalf("rigger kubeconfig: %v\n%s", err, msg)
 	}
 	return out
-}
-
-// waitLeader waits until exactly one of procs answers /readyz with 200
-// (the others 503) and returns it and one of the others.
-func waitLeader(t testing.TB, procs ...*serveProc) (leader, follower *serveProc) {
-	t.Helper()
-	testwait.For(t, 2*time.Minute, "a replica the leader", func() error {
-		var ready, notReady []*serveProc
-		for _, p := range procs {
-			if p.readyz() == http.StatusOK {
-				ready = append(ready, p)
-			} else {
-				notReady = append(notReady, p)
-			}
-		}
-		if len(ready) > 1 {
-			t.Fatalf("%d replicas ready at once: only the leader may be", len(ready))
-		}
-		if len(ready) == 0 {
-			return errors.New("no replica answers /readyz with 200")
-		}
-		leader, follower = ready[0], nil
-		if len(notReady) > 0 {
-			follower = notReady[0]
-		}
-		return nil
-	})
-	return leader, follower
 }
 
 // ready is the Ready condition's status.

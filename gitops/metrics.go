@@ -24,6 +24,7 @@ type Metrics struct {
 	statusCommits  *prometheus.CounterVec
 	webhookResults *prometheus.CounterVec
 	notifications  *prometheus.CounterVec
+	leaseHeld      *prometheus.GaugeVec
 }
 
 // NewMetrics registers rigger's metrics and the Go runtime's.
@@ -53,9 +54,11 @@ func NewMetrics() *Metrics {
 			Help: "Webhook requests, by provider and result."}, []string{"provider", "result"}),
 		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rigger_notifications_total",
 			Help: "Notifications and commit statuses, by target (json, slack, github, gitea, gitlab) and result (sent, failed, dropped)."}, []string{"target", "result"}),
+		leaseHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rigger_cluster_lease_held",
+			Help: "1 for each cluster.yml (path) whose Lease this replica (its id) holds and reconciles, with --leader-elect."}, []string{"path", "replica"}),
 	}
 	m.reg.MustRegister(m.fetches, m.reconciles, m.duration, m.nodes, m.problems, m.driftRepairs, m.snapshots, m.snapshotTime,
-		m.statusCommits, m.webhookResults, m.notifications, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.statusCommits, m.webhookResults, m.notifications, m.leaseHeld, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -83,6 +86,19 @@ func (m *Metrics) fetch(err error) {
 	if m != nil {
 		m.fetches.WithLabelValues(okOrFailed(err)).Inc()
 	}
+}
+
+// holding records that this replica (id) holds the Lease of the
+// cluster.yml at path, or no longer does.
+func (m *Metrics) holding(path, id string, held bool) {
+	if m == nil {
+		return
+	}
+	if held {
+		m.leaseHeld.WithLabelValues(path, id).Set(1)
+		return
+	}
+	m.leaseHeld.DeleteLabelValues(path, id)
 }
 
 func (m *Metrics) statusCommit(result string) {

@@ -124,6 +124,27 @@ type Config struct {
 	// together take more memory than it bounds. Nil: one of
 	// transport.DefaultAnswerPool.
 	Answers *transport.AnswerPool
+	// Share, when set, shares the clusters among the replicas of serve
+	// (replicas.Set): this server keeps workers only for the clusters it
+	// campaigns for, and a worker runs only while it holds its cluster's
+	// Lease. Nil: this server reconciles every cluster.
+	Share Sharer
+}
+
+// Sharer shares the clusters among the replicas of serve (replicas.Set).
+type Sharer interface {
+	// ID names this replica (status.yml, metrics, logs).
+	ID() string
+	// Campaigns is told the paths of every cluster.yml and returns those
+	// this replica campaigns for.
+	Campaigns(paths []string) map[string]bool
+	// Hold runs run while this replica holds the Lease of the cluster.yml
+	// at path, until ctx ends; run's context ends when the Lease is lost,
+	// and handOver is closed when the cluster is to go to another replica
+	// once the reconcile under way is over.
+	Hold(ctx context.Context, path string, run func(ctx context.Context, handOver <-chan struct{})) error
+	// Changed is signalled when Campaigns may answer otherwise.
+	Changed() <-chan struct{}
 }
 
 // Event is something a Server did, for Config.Events.
@@ -166,6 +187,10 @@ type Server struct {
 	ready   atomic.Bool
 	mu      sync.Mutex
 	workers map[string]*worker // by cluster.yml path
+	// leaving are the workers stopped and not yet ended, by path: no
+	// other starts for that path until it has (with Share, both would
+	// hold the cluster's Lease under this replica's one identity).
+	leaving map[string]*worker
 	wg      sync.WaitGroup
 	// parseMu makes workers read their cluster.yml one at a time: spec
 	// bounds the memory of reading one file, this bounds serve's.
@@ -210,7 +235,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Path = path.Clean("/" + cfg.Path)[1:]
 	cfg.Repo = &lockedRepo{r: cfg.Repo}
 	return &Server{cfg: cfg, trigger: make(chan struct{}, 1), slots: newSlots(cfg.MaxConcurrent),
-		own: newCommitSet(rememberedCommits), workers: map[string]*worker{}}, nil
+		own: newCommitSet(rememberedCommits), workers: map[string]*worker{}, leaving: map[string]*worker{}}, nil
 }
 
 // Trigger asks for a fetch now (a webhook's push); it never blocks.
@@ -233,9 +258,13 @@ func (s *Server) Run(ctx context.Context) error {
 		s.wg.Wait()
 		// A later Run (leadership regained) starts the workers again.
 		s.mu.Lock()
-		s.workers = map[string]*worker{}
+		s.workers, s.leaving = map[string]*worker{}, map[string]*worker{}
 		s.mu.Unlock()
 	}()
+	var changed <-chan struct{} // replicas came or went: who reconciles what
+	if s.cfg.Share != nil {
+		changed = s.cfg.Share.Changed()
+	}
 	for {
 		s.sync(ctx)
 		wait := time.NewTimer(jittered(s.cfg.Interval))
@@ -244,6 +273,8 @@ func (s *Server) Run(ctx context.Context) error {
 			wait.Stop()
 			return nil
 		case <-s.trigger:
+			wait.Stop()
+		case <-changed:
 			wait.Stop()
 		case <-wait.C:
 		}
@@ -275,12 +306,38 @@ func (s *Server) sync(ctx context.Context) {
 	s.ready.Store(true)
 	log.Debug("fetched", "branch", s.cfg.Branch, "revision", head.Hash, "clusters", len(files))
 	s.cfg.Events(Event{Kind: EventFetched, Revision: head.Hash})
+	var mine map[string]bool // the clusters this replica campaigns for
+	if s.cfg.Share != nil {
+		paths := make([]string, len(files))
+		for i, f := range files {
+			paths[i] = f.Path
+		}
+		mine = s.cfg.Share.Campaigns(paths)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
 	for _, f := range files {
 		seen[f.Path] = true
 		w := s.workers[f.Path]
+		if mine != nil && !mine[f.Path] {
+			if w != nil {
+				log.Info("cluster assigned to another replica: no longer campaigning for it, once the reconcile under way is over",
+					"path", f.Path, "replica", s.cfg.Share.ID())
+				w.retire()
+				s.leave(w)
+				s.cfg.Board.removed(f.Path)
+			}
+			continue
+		}
+		if l := s.leaving[f.Path]; w == nil && l != nil {
+			select {
+			case <-l.done:
+				delete(s.leaving, f.Path)
+			default:
+				continue // started at the sync after it ended (it asks for one)
+			}
+		}
 		ref := clusterRef{Path: f.Path, Content: f.Content, Size: f.Size, Blob: f.Blob, Head: head.Hash}
 		if w != nil && w.current().Blob == f.Blob {
 			ref.Revision = w.current().Revision // unchanged: no history walk
@@ -305,7 +362,7 @@ func (s *Server) sync(ctx context.Context) {
 		if !seen[p] {
 			log.Warn("cluster.yml is gone from the repository: its cluster is no longer reconciled (its nodes are left as they are)", "path", p)
 			w.stop()
-			delete(s.workers, p)
+			s.leave(w)
 			s.cfg.Board.removed(p)
 		}
 	}
@@ -314,7 +371,8 @@ func (s *Server) sync(ctx context.Context) {
 func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &worker{srv: s, path: ref.Path, statusPath: path.Join(path.Dir(ref.Path), StatusFileName),
-		notify: make(chan struct{}, 1), cancel: cancel, log: s.cfg.Log.With("path", ref.Path), latest: ref}
+		notify: make(chan struct{}, 1), cancel: cancel, log: s.cfg.Log.With("path", ref.Path), latest: ref,
+		done: make(chan struct{}), retiring: make(chan struct{})}
 	if prev := w.readStatus(ctx, ref.Head, true); prev != nil && prev.Source.Blob != "" {
 		// What an earlier run applied: unchanged content is no change.
 		w.applied = clusterRef{Path: w.path, Blob: prev.Source.Blob, Revision: prev.ObservedRevision}
@@ -323,9 +381,29 @@ func (s *Server) startWorker(ctx context.Context, ref clusterRef) *worker {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		w.run(wctx)
+		defer close(w.done)
+		defer func() {
+			if ctx.Err() == nil && w.left.Load() {
+				s.Trigger() // a worker for the path may start again
+			}
+		}()
+		if s.cfg.Share == nil {
+			w.run(wctx, nil)
+			return
+		}
+		if err := s.cfg.Share.Hold(wctx, w.path, w.held); err != nil {
+			w.log.Error("campaign for the cluster's Lease", "err", err)
+		}
 	}()
 	return w
+}
+
+// leave moves w from the workers to the leaving ones. Called with s.mu
+// held.
+func (s *Server) leave(w *worker) {
+	w.left.Store(true)
+	delete(s.workers, w.path)
+	s.leaving[w.path] = w
 }
 
 // claim records that path holds the cluster called name; it returns the

@@ -68,6 +68,9 @@ func (w *worker) statusFile(out outcome, cause string, start, end time.Time) *St
 	if f.Cluster == "" && w.prev != nil {
 		f.Cluster = w.prev.Cluster
 	}
+	if cfg.Share != nil {
+		f.Replica = cfg.Share.ID()
+	}
 	if cfg.PendingAgents != nil && f.Cluster != "" {
 		f.PendingAgents = cfg.PendingAgents(f.Cluster)
 	}

@@ -34,6 +34,10 @@ type StatusFile struct {
 	Source Source `json:"source"`
 	// ObservedRevision is the commit whose cluster.yml was last acted on.
 	ObservedRevision string `json:"observedRevision,omitempty"`
+	// Replica is the replica of rigger serve that holds the cluster's
+	// Lease and wrote this status (serve --leader-elect: several
+	// replicas share the clusters).
+	Replica string `json:"replica,omitempty"`
 	// Suspended is rigger.suspend: the cluster is observed, not changed.
 	Suspended bool `json:"suspended,omitempty"`
 	// LastReconcile is the last reconcile's trigger, time and result.

@@ -60,6 +60,15 @@ type worker struct {
 	log        *slog.Logger
 	cancel     context.CancelFunc
 	notify     chan struct{}
+	// done is closed when the worker has ended; left is set once the
+	// server no longer counts it among its workers (Server.leave).
+	done chan struct{}
+	left atomic.Bool
+	// retiring is closed by retire; retired is set then, holding while
+	// held runs (see retire).
+	retiring         chan struct{}
+	retired, holding atomic.Bool
+	retireOnce       sync.Once
 	// name is the cluster_name last read (Server.claim).
 	name atomic.Pointer[string]
 	// conflicts are the other cluster.yml files known to have the same
@@ -124,15 +133,64 @@ func (w *worker) current() clusterRef {
 
 func (w *worker) stop() { w.cancel() }
 
+// retire ends the worker once the reconcile under way, if any, is over:
+// at once when it does not hold the cluster's Lease, else between two
+// reconciles (held ends it then). The two sides check each other's flag
+// after setting their own, so that one of them always ends it.
+func (w *worker) retire() {
+	w.retireOnce.Do(func() {
+		w.retired.Store(true)
+		close(w.retiring)
+		if !w.holding.Load() {
+			w.cancel()
+		}
+	})
+}
+
+// held runs the worker while this replica holds the cluster's Lease
+// (Config.Share): it reconciles at once, then as run does, until ctx ends
+// or, between two reconciles, handOver is closed.
+func (w *worker) held(ctx context.Context, handOver <-chan struct{}) {
+	cfg := w.srv.cfg
+	id := cfg.Share.ID()
+	w.log.Info("holding the cluster's Lease: this replica reconciles it", "replica", id)
+	cfg.Metrics.holding(w.path, id, true)
+	w.holding.Store(true)
+	w.run(ctx, handOver)
+	w.holding.Store(false)
+	cfg.Metrics.holding(w.path, id, false)
+	reason := "handed over to the replica it is assigned to"
+	switch {
+	case ctx.Err() != nil:
+		reason = context.Cause(ctx).Error()
+	case w.retired.Load():
+		reason = "assigned to another replica"
+		w.cancel() // the campaign ends too
+	}
+	w.log.Info("cluster's Lease given up: another replica may reconcile it", "replica", id, "reason", reason)
+}
+
 // run reconciles at once (a drift check of what the nodes run now), then
-// whenever the content changes or a timer is due, until ctx ends.
-func (w *worker) run(ctx context.Context) {
+// whenever the content changes or a timer is due, until ctx ends or,
+// between two reconciles, handOver is closed (nil: never).
+func (w *worker) run(ctx context.Context, handOver <-chan struct{}) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		select {
+		case <-handOver: // before anything else that is ready
+			return
+		case <-w.retiring:
+			return
+		default:
+		}
 		cause := ""
 		select {
 		case <-ctx.Done():
+			return
+		case <-handOver:
+			return
+		case <-w.retiring:
 			return
 		case <-w.notify:
 			recheck := w.recheck.Swap(false)

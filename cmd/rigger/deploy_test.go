@@ -21,7 +21,10 @@ import (
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -241,7 +244,7 @@ func TestDeployRBACOnlyLeasesAndSecrets(t *testing.T) {
 		group, why string
 		verbs      []string
 	}{
-		"leases":  {"coordination.k8s.io", "leader election", []string{"get", "create", "update"}},
+		"leases":  {"coordination.k8s.io", "the replicas sharing the clusters (gitops/replicas: a Lease per cluster and per replica)", []string{"get", "list", "create", "update", "delete"}},
 		"secrets": {"", "the state of --state-backend kubernetes (secretstate)", []string{"list", "create", "update", "delete"}},
 	}
 	granted := map[string]bool{}
@@ -369,6 +372,16 @@ func TestDeployServe(t *testing.T) {
 	}
 	if v, _ := fl.GetBool("leader-elect"); !v {
 		t.Error("--leader-elect is not set: two replicas would both reconcile")
+	}
+	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Errorf("strategy %q: every replica is ready with its share of the clusters, so a RollingUpdate works", d.Spec.Strategy.Type)
+	}
+	podIP := false
+	for _, e := range c.Env {
+		podIP = podIP || e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	}
+	if !podIP {
+		t.Error("no POD_IP from status.podIP: the other replicas cannot relay webhooks to this one (--advertise-url)")
 	}
 	if got := str("path"); got != "clusters/" {
 		t.Errorf("--path %q, want clusters/", got)
@@ -597,4 +610,24 @@ func kindName(obj runtime.Object) string {
 		return "?/" + name
 	}
 	return gvks[0].Kind + "/" + name
+}
+
+// TestDeployDisruptionBudget: a drain keeps one replica of the Deployment
+// running (the budget selects its pods and allows fewer than it has), and
+// the replicas spread over the nodes without refusing a one-node cluster.
+func TestDeployDisruptionBudget(t *testing.T) {
+	objs := loadDeploy(t)
+	d := only[*appsv1.Deployment](t, objs)
+	pdb := only[*policyv1.PodDisruptionBudget](t, objs)
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("PodDisruptionBudget %s selects %v (%v), not the Deployment's pods %v", pdb.Name, pdb.Spec.Selector, err, d.Spec.Template.Labels)
+	}
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 || int32(pdb.Spec.MinAvailable.IntValue()) >= *d.Spec.Replicas {
+		t.Errorf("PodDisruptionBudget %s minAvailable %v with %d replicas: want at least 1 and fewer than the replicas, or a drain never ends", pdb.Name, pdb.Spec.MinAvailable, *d.Spec.Replicas)
+	}
+	spread := d.Spec.Template.Spec.TopologySpreadConstraints
+	if len(spread) != 1 || spread[0].TopologyKey != corev1.LabelHostname || spread[0].WhenUnsatisfiable != corev1.ScheduleAnyway {
+		t.Errorf("topologySpreadConstraints %+v: want the replicas spread over hostnames, scheduled anyway on one node", spread)
+	}
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,6 +30,7 @@ import (
 	"github.com/rigger/rigger/gitops/gitrepo"
 	"github.com/rigger/rigger/gitops/httpauth"
 	"github.com/rigger/rigger/gitops/notify"
+	"github.com/rigger/rigger/gitops/replicas"
 	"github.com/rigger/rigger/gitops/statuspage"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
@@ -60,6 +63,9 @@ type serveOptions struct {
 	author                           string
 	leaderElect                      bool
 	leaseNamespace, leaseName        string
+	leaseDuration, leaseRenew        time.Duration
+	leaseRetry                       time.Duration
+	advertiseURL                     string
 	kubeconfig                       string
 	stateBackend, stateNamespace     string
 	logFormat, logLevel              string
@@ -195,9 +201,30 @@ One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
 refuses, naming the holder), and each apply holds the Lease
 kube-system/rigger-apply in the reconciled cluster's API server, which
-riggers with other state directories respect too; with --leader-elect (in a
-cluster, several replicas), only the replica holding the Lease
---lease-namespace/--lease-name reconciles.`,
+riggers with other state directories respect too.
+
+Several replicas (--leader-elect, in a Kubernetes cluster): the replicas
+share the clusters, and each cluster is reconciled by exactly one replica at
+a time, the one holding its Lease <--lease-name>-c-<hash of the path> in
+--lease-namespace. Each replica holds a membership Lease of its own
+(<--lease-name>-r-<hash of its id>, label rigger.io/serve-replica), reads
+the others' every --lease-retry-period, and assigns the clusters over the
+live replicas by rendezvous hashing with bounded loads: each gets
+clusters/replicas, rounded down or up, and a replica that comes or goes
+moves few clusters besides its own. A replica campaigns for its clusters and
+for those it would get if their replica were gone; it reconciles one only
+while holding its Lease. A reconcile whose Lease is lost is cancelled (it
+stops between steps) before another replica can take the Lease, so
+--lease-duration must be more than --lease-renew-deadline plus 3
+--lease-retry-period and a second; a cluster handed over to another
+replica is given up once its reconcile under way is over. A replica that
+crashes loses its clusters within --lease-duration and a few retry periods;
+one that stops (SIGTERM) gives them up at once. Every replica is ready
+(/readyz) once it holds its membership Lease and fetched the repository. A
+webhook may reach any replica: an accepted push is relayed to the other
+replicas at --advertise-url (default from $POD_IP and --listen's port),
+which check its signature again and fetch. status.yml ("replica"), /metrics (rigger_cluster_lease_held) and the
+logs name the replica that holds each cluster.`,
 		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
     --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook
   RIGGER_GIT_TOKEN=$TOKEN rigger serve --repo https://gitea.example/ops/clusters.git --status-branch rigger-status`,
@@ -230,10 +257,14 @@ cluster, several replicas), only the replica holding the Lease
 	fl.StringVar(&o.tlsKey, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	fl.StringVar(&o.clientCA, "client-ca-file", "", "CA certificates (PEM): the status page and /metrics need a client certificate signed by one (needs --tls-cert-file)")
 	fl.StringVar(&o.author, "author", "rigger <rigger@localhost>", `author of the status commits, as "Name <email>"`)
-	fl.BoolVar(&o.leaderElect, "leader-elect", false, "in a Kubernetes cluster: reconcile only while holding a Lease (several replicas may run)")
-	fl.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace)")
-	fl.StringVar(&o.leaseName, "lease-name", "rigger-serve", "name of the Lease")
-	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease and the state Secrets (default: the in-cluster service account)")
+	fl.BoolVar(&o.leaderElect, "leader-elect", false, "in a Kubernetes cluster: share the clusters among the replicas, each cluster reconciled only by the replica holding its Lease")
+	fl.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Leases (default: the pod's namespace)")
+	fl.StringVar(&o.leaseName, "lease-name", "rigger-serve", "prefix of the Leases' names and value of their labels: the replicas that share the clusters")
+	fl.DurationVar(&o.leaseDuration, "lease-duration", replicas.DefaultLeaseDuration, "how long a Lease lasts without renewal: a crashed replica's clusters are taken over after it")
+	fl.DurationVar(&o.leaseRenew, "lease-renew-deadline", replicas.DefaultRenewDeadline, "how long a replica retries renewing a Lease before it stops reconciling the cluster")
+	fl.DurationVar(&o.leaseRetry, "lease-retry-period", replicas.DefaultRetryPeriod, "time between two attempts to take or renew a Lease, and between two reads of the replicas")
+	fl.StringVar(&o.advertiseURL, "advertise-url", "", "URL the other replicas relay webhooks to (default http[s]://$POD_IP:<port of --listen>; none without $POD_IP)")
+	fl.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Leases and the state Secrets (default: the in-cluster service account)")
 	fl.StringVar(&o.agentListen, "agent-listen", "", "address of the agent tunnel's TLS endpoint (e.g. :9443); empty: no agent tunnel")
 	fl.StringSliceVar(&o.agentHosts, "agent-host", nil, "DNS name or IP address agents reach the endpoint at (repeatable): its certificate names them")
 	fl.StringVar(&o.agentURL, "agent-url", "", "the endpoint's base URL as agents dial it (default https://<first --agent-host>:<port of --agent-listen>)")
@@ -311,6 +342,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var share *replicas.Set
+	if o.leaderElect {
+		if share, err = o.replicaSet(log, listenTLS != nil); err != nil {
+			return err
+		}
+	}
 	repo, err := gitrepo.Open(ctx, o.workdir, o.repo, auth)
 	if err != nil {
 		return err
@@ -332,34 +369,27 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 		log.Info("notifications on", args...)
 	}
+	var sharer gitops.Sharer // nil unless shared: an interface holding a nil *Set is not nil
+	if share != nil {
+		sharer = share
+	}
 	srv, err := gitops.New(gitops.Config{
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
 		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
-		Board: board, LoadState: loadState,
+		Board: board, LoadState: loadState, Share: sharer,
 	})
 	if err != nil {
 		return err
-	}
-
-	var leading func() bool
-	var elect func(ctx context.Context, run func(context.Context)) error
-	if o.leaderElect {
-		client, ns, err := o.leaseClient()
-		if err != nil {
-			return err
-		}
-		leader := lock.NewElector(client, ns, o.leaseName, lock.Me("serve", time.Now()).ID, lock.LeaseTiming{}, log)
-		leading, elect = leader.IsLeader, leader.Run
 	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
-		case leading != nil && !leading():
-			http.Error(w, "not the leader: another replica reconciles", http.StatusServiceUnavailable)
+		case share != nil && !share.Member():
+			http.Error(w, "not among the replicas yet: its membership Lease is not held", http.StatusServiceUnavailable)
 		case !srv.Ready():
 			http.Error(w, "the repository has not been fetched yet", http.StatusServiceUnavailable)
 		default:
@@ -370,8 +400,13 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	page := statuspage.New(board, statuspage.Options{Log: log})
 	mux.Handle("/", guard.Protect(page))
 	if len(secret) > 0 {
-		h, err := webhook.New(webhook.Config{Secret: []byte(secret), Branch: o.branch, Log: log, Observe: metrics.Webhook,
-			Trigger: func(webhook.Event) { srv.Trigger() }, Own: srv.OwnCommit, OwnMessage: gitops.IsStatusMessage})
+		wcfg := webhook.Config{Secret: []byte(secret), Branch: o.branch, Log: log, Observe: metrics.Webhook,
+			Trigger: func(webhook.Event) { srv.Trigger() }, Own: srv.OwnCommit, OwnMessage: gitops.IsStatusMessage}
+		if share != nil {
+			client := relayClient(listenTLS)
+			wcfg.Relay = func(path string, h http.Header, body []byte) { share.Relay(ctx, client, path, h, body) }
+		}
+		h, err := webhook.New(wcfg)
 		if err != nil {
 			return fmt.Errorf("webhook: %w", err)
 		}
@@ -429,11 +464,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 				_ = ahs.Shutdown(shut)
 			}
 		}()
-		if elect == nil {
-			return srv.Run(gctx)
-		}
-		return elect(gctx, func(ctx context.Context) { _ = srv.Run(ctx) })
+		return srv.Run(gctx)
 	})
+	if share != nil {
+		g.Go(func() error { return share.Run(gctx) })
+	}
 	err = g.Wait()
 	log.Info("rigger serve stopped")
 	return err
@@ -550,6 +585,64 @@ func (o *serveOptions) notifyConfig() (*notify.Config, error) {
 	return &cfg, nil
 }
 
+// replicaSet is the Set of --leader-elect: this replica among the others,
+// named by lock.Me's id (the pod's name as host), reached at
+// --advertise-url.
+func (o *serveOptions) replicaSet(log *slog.Logger, tls bool) (*replicas.Set, error) {
+	client, ns, err := o.leaseClient()
+	if err != nil {
+		return nil, err
+	}
+	addr := o.advertiseURL
+	if ip := os.Getenv("POD_IP"); addr == "" && ip != "" {
+		_, port, err := net.SplitHostPort(o.listen)
+		if err != nil {
+			return nil, fmt.Errorf("--listen %q: %w: give host:port, or --advertise-url", o.listen, err)
+		}
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		addr = scheme + "://" + net.JoinHostPort(ip, port)
+	}
+	set, err := replicas.New(replicas.Config{Client: client, Namespace: ns, Group: o.leaseName, ID: lock.Me("serve", time.Now()).ID,
+		Address: strings.TrimSuffix(addr, "/"), Log: log,
+		Timing: lock.LeaseTiming{Duration: o.leaseDuration, RenewDeadline: o.leaseRenew, RetryPeriod: o.leaseRetry}})
+	if err != nil {
+		return nil, fmt.Errorf("--leader-elect: %w: change --lease-duration, --lease-renew-deadline or --lease-retry-period", err)
+	}
+	log.Info("sharing the clusters with the other replicas", "replica", set.ID(), "namespace", ns, "lease_name", o.leaseName,
+		"advertise_url", addr, "lease_duration", set.Timing().Duration, "renew_deadline", set.Timing().RenewDeadline,
+		"retry_period", set.Timing().RetryPeriod)
+	return set, nil
+}
+
+// relayClient sends the webhooks relayed to the other replicas. With TLS
+// (listen is the listener's configuration), a replica is trusted when it
+// presents the very certificate this one serves: the replicas share
+// --tls-cert-file, and pod addresses are not in it.
+func relayClient(listen *tls.Config) *http.Client {
+	if listen == nil || len(listen.Certificates) == 0 {
+		return &http.Client{}
+	}
+	own := listen.Certificates[0].Certificate[0]
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // checked by VerifyPeerCertificate: the peer's certificate is ours
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], own) {
+				return errors.New("the replica does not present this replica's certificate (--tls-cert-file)")
+			}
+			return nil
+		},
+	}}}
+}
+
+// leaseQPS bounds the requests a second of serve's Lease client: enough
+// for about 200 clusters at the default --lease-retry-period (a renewal
+// and a successor's read every 4 s each).
+const leaseQPS = 100
+
 // leaseClient is the Kubernetes client and namespace of the Lease.
 func (o *serveOptions) leaseClient() (kubernetes.Interface, string, error) {
 	return o.kubeClient("--leader-elect", o.leaseNamespace, "--lease-namespace")
@@ -577,6 +670,10 @@ func (o *serveOptions) kubeClient(what, namespace, nsFlag string) (kubernetes.In
 		}
 		ns = strings.TrimSpace(string(b))
 	}
+	// A Lease per cluster is renewed every --lease-retry-period, and
+	// watched by its successor as often: client-go's default of 5
+	// requests a second would starve them past a few clusters.
+	cfg.QPS, cfg.Burst = leaseQPS, 2*leaseQPS
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", what, err)

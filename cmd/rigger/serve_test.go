@@ -33,6 +33,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"client CA without TLS", []string{"--repo", "file:///nowhere", "--client-ca-file", dir + "/ca.crt"}, "--client-ca-file needs --tls-cert-file"},
 		{"TLS certificate without key", []string{"--repo", "file:///nowhere", "--tls-cert-file", dir + "/tls.crt"}, "give both"},
 		{"TLS files missing", []string{"--repo", "file:///nowhere", "--tls-cert-file", dir + "/tls.crt", "--tls-key-file", dir + "/tls.key"}, "load --tls-cert-file"},
+		{"lease timing", []string{"--repo", "file:///nowhere", "--leader-elect", "--kubeconfig", kubeconfigFile(t, dir), "--lease-namespace", "rigger",
+			"--lease-duration", "10s", "--lease-renew-deadline", "8s", "--lease-retry-period", "1s"}, "change --lease-duration, --lease-renew-deadline or --lease-retry-period"},
 		{"repository missing", []string{"--repo", "file://" + dir + "/none.git", "--state-dir", dir}, dir + "/none.git"},
 	}
 	for _, tt := range tests {
@@ -85,4 +87,16 @@ func emptyFile(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// kubeconfigFile is a kubeconfig of an API server nobody answers at.
+func kubeconfigFile(t *testing.T, dir string) string {
+	t.Helper()
+	f := dir + "/kubeconfig"
+	cfg := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n" +
+		"users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
+	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

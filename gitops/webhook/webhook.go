@@ -111,7 +111,17 @@ type Config struct {
 	Observe func(provider, result string)
 	// Log receives one line per request; nil discards them.
 	Log *slog.Logger
+	// Relay, when set, is called after Trigger for an accepted push that
+	// was not relayed itself (no RelayedHeader), with the request's path,
+	// headers and body: the replicas of serve pass it to the others, which
+	// check its signature again (replicas.Set.Relay). It must not block.
+	Relay func(path string, header http.Header, body []byte)
 }
+
+// RelayedHeader marks a webhook request that a replica of serve relayed
+// to another (its value: the relaying replica); such a request is
+// authenticated as any other, and never relayed again.
+const RelayedHeader = "X-Rigger-Relayed-By"
 
 // Event is an accepted push.
 type Event struct {
@@ -156,6 +166,7 @@ type handler struct {
 	ref     string // refs/heads/<branch>
 	branch  string
 	trigger func(Event)
+	relay   func(path string, header http.Header, body []byte)
 	maxBody int64
 	// own and ownMessage tell rigger's own commits (Config.Own,
 	// Config.OwnMessage); nil: none are told.
@@ -241,6 +252,7 @@ func New(cfg Config) (http.Handler, error) {
 		ref:     "refs/heads/" + branch,
 		branch:  branch,
 		trigger: cfg.Trigger,
+		relay:   cfg.Relay,
 		maxBody: cfg.MaxBody,
 		own:     cfg.Own, ownMessage: cfg.OwnMessage,
 		observe: cfg.Observe,
@@ -272,6 +284,7 @@ type outcome struct {
 	reason string // for the log only; may name what the payload said, never the secret
 	retry  int    // seconds, for Retry-After
 	event  *Event // set when Trigger is to be called
+	relay  []byte // the body, when Relay is to be called
 }
 
 // ServeHTTP answers a webhook request; see the package documentation.
@@ -285,6 +298,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o := h.handle(w, r, p)
 	if o.event != nil {
 		h.trigger(*o.event)
+	}
+	if o.relay != nil && h.relay != nil && r.Header.Get(RelayedHeader) == "" {
+		h.relay(r.URL.Path, r.Header.Clone(), o.relay)
 	}
 
 	level := slog.LevelInfo
@@ -378,7 +394,7 @@ func (h *handler) handle(w http.ResponseWriter, r *http.Request, p provider) out
 			msg: "ignored: " + why, reason: "ref " + strconv.Quote(push.ref)}
 	}
 	return outcome{code: http.StatusAccepted, result: ResultAccepted, msg: "fetch requested",
-		event: &Event{Provider: p.name, Ref: push.ref, After: push.after}}
+		event: &Event{Provider: p.name, Ref: push.ref, After: push.after}, relay: body}
 }
 
 // reject is o, the answer to a request that was not authenticated, or 429

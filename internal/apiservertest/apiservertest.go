@@ -22,6 +22,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -491,4 +492,32 @@ contexts:
   context: {cluster: test, user: admin}
 current-context: test
 `, host, pk.caCert, pk.token)
+}
+
+// WriteKubeconfig writes a kubeconfig of the administrator into a
+// directory of the test and returns its path, for the processes the test
+// starts.
+func (s *Server) WriteKubeconfig(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+`, s.Config.Host, base64.StdEncoding.EncodeToString(s.Config.TLSClientConfig.CAData), s.Config.BearerToken)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -8,7 +8,8 @@
 //     releases it automatically: the kernel drops the lock with the process.
 //   - Lease and Elector use a coordination.k8s.io Lease in the cluster,
 //     through client-go's leader election: Lease once around one apply,
-//     Elector for the replicas of `rigger serve`. Lease takes over at once
+//     Elector for the replicas of `rigger serve` (gitops/replicas: a
+//     membership Lease per replica, a Lease per cluster). Lease takes over at once
 //     the lease of a holder that crashed on the same machine (Machine.Gone);
 //     one that crashed elsewhere is waited out for the lease's duration.
 //

@@ -24,6 +24,7 @@ type Elector struct {
 	id        string
 	timing    LeaseTiming
 	log       *slog.Logger
+	opts      ElectorOptions
 
 	leading atomic.Bool
 }
@@ -34,6 +35,28 @@ type Elector struct {
 // transitions and client-go's leader election messages.
 func NewElector(client kubernetes.Interface, namespace, name, id string, t LeaseTiming, log *slog.Logger) *Elector {
 	return &Elector{client: client, namespace: namespace, name: name, id: id, timing: t.withDefaults(), log: log}
+}
+
+// ElectorOptions are the choices of NewElectorWith.
+type ElectorOptions struct {
+	// Labels are set on the Lease, so that Leases of one kind can be
+	// listed (the replicas of serve, the Leases of its clusters).
+	Labels map[string]string
+	// Annotations are set on the Lease besides HolderAnnotation, e.g.
+	// what it guards, for people.
+	Annotations map[string]string
+	// Address is recorded in the Holder (Holder.Address).
+	Address string
+	// Command is the Holder's command ("serve" when empty).
+	Command string
+}
+
+// NewElectorWith is NewElector with the Lease's labels, annotations and the
+// holder's address of o.
+func NewElectorWith(client kubernetes.Interface, namespace, name, id string, o ElectorOptions, t LeaseTiming, log *slog.Logger) *Elector {
+	e := NewElector(client, namespace, name, id, t, log)
+	e.opts = o
+	return e
 }
 
 // IsLeader reports whether this replica holds the lease and runs its work.
@@ -50,8 +73,12 @@ func (e *Elector) Run(ctx context.Context, run func(ctx context.Context)) error 
 	desc := fmt.Sprintf("lease %s/%s", e.namespace, e.name)
 	log := e.log.With("lease", e.namespace+"/"+e.name, "id", e.id)
 	klogCtx := klog.NewContext(ctx, logr.FromSlogHandler(log.Handler()))
-	me := Me("serve", e.timing.Now())
-	me.ID, me.Since = e.id, time.Time{} // since: when it leads, the Lease says
+	command := e.opts.Command
+	if command == "" {
+		command = "serve"
+	}
+	me := Me(command, e.timing.Now())
+	me.ID, me.Since, me.Address = e.id, time.Time{}, e.opts.Address // since: when it leads, the Lease says
 	annotation, err := json.Marshal(me)
 	if err != nil {
 		return fmt.Errorf("encode the holder of %s: %w", desc, err)
@@ -75,7 +102,7 @@ func (e *Elector) term(ctx context.Context, annotation string, run func(ctx cont
 	)
 	termCtx, endTerm := context.WithCancel(ctx)
 	defer endTerm()
-	le, err := newElector(e.client, e.namespace, e.name, e.id, annotation, e.timing, func(lctx context.Context) {
+	le, err := newElector(e.client, e.namespace, e.name, e.id, annotation, e.opts.Labels, e.opts.Annotations, e.timing, func(lctx context.Context) {
 		mu.Lock()
 		if over {
 			mu.Unlock()

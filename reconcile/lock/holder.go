@@ -30,6 +30,10 @@ type Holder struct {
 	Boot         string `json:"boot,omitempty"`
 	PIDNamespace string `json:"pidNamespace,omitempty"`
 	Start        uint64 `json:"start,omitempty"`
+	// Address is where the holder answers HTTP (a replica of rigger
+	// serve: its URL for the webhooks other replicas forward); empty
+	// when it does not.
+	Address string `json:"address,omitempty"`
 }
 
 // Me returns the Holder for this process running command, from now on
@@ -91,3 +95,7 @@ func (e *HeldError) Error() string {
 	}
 	return msg
 }
+
+// ParseHolder decodes a Holder as a lock file or a Lease's
+// HolderAnnotation holds it.
+func ParseHolder(b []byte) (Holder, error) { return parseHolder(b) }

@@ -154,7 +154,7 @@ func (e *NoAnswerError) Unwrap() error { return e.Err }
 func Lease(ctx context.Context, client kubernetes.Interface, namespace, name string, h Holder, o LeaseOptions) (held context.Context, release func(), err error) {
 	desc := fmt.Sprintf("lease %s/%s", namespace, name)
 	t := o.Timing.withDefaults()
-	if _, err := newElector(client, namespace, name, h.ID, "", t, func(context.Context) {}); err != nil { // checks t
+	if _, err := newElector(client, namespace, name, h.ID, "", nil, nil, t, func(context.Context) {}); err != nil { // checks t
 		return nil, nil, fmt.Errorf("take %s: %w", desc, err)
 	}
 	m := o.Machine
@@ -382,7 +382,7 @@ func hold(ctx context.Context, client kubernetes.Interface, namespace, name, id,
 	desc := fmt.Sprintf("lease %s/%s", namespace, name)
 	leases := client.CoordinationV1().Leases(namespace)
 	acquired := make(chan context.Context, 1)
-	le, err := newElector(client, namespace, name, id, annotation, t, func(lctx context.Context) {
+	le, err := newElector(client, namespace, name, id, annotation, nil, nil, t, func(lctx context.Context) {
 		acquired <- lctx
 	})
 	if err != nil {
@@ -499,18 +499,20 @@ func namespaceMissing(err error) bool {
 }
 
 // newElector returns a leader elector on the Lease namespace/name for id,
-// writing annotation as HolderAnnotation while id holds it. It never gives
+// writing annotation as HolderAnnotation while id holds it, and labels and
+// annotations (may be nil) with every write. It never gives
 // the lease up by itself (no ReleaseOnCancel: client-go would release it
 // before the work's context is cancelled); callers use releaseLease once
 // the work is over.
-func newElector(client kubernetes.Interface, namespace, name, id, annotation string, t LeaseTiming, started func(context.Context)) (*leaderelection.LeaderElector, error) {
+func newElector(client kubernetes.Interface, namespace, name, id, annotation string, labels, annotations map[string]string, t LeaseTiming, started func(context.Context)) (*leaderelection.LeaderElector, error) {
 	if t.Duration < time.Second {
 		return nil, fmt.Errorf("lease duration %s is under a second, which a Lease cannot record: make it at least 1s", t.Duration)
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Client:     annotatingLeases{LeasesGetter: client.CoordinationV1(), id: id, annotation: annotation},
+		Client:     annotatingLeases{LeasesGetter: client.CoordinationV1(), id: id, annotation: annotation, extra: annotations},
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		Labels:     labels,
 	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:          lock,
@@ -561,11 +563,12 @@ type annotatingLeases struct {
 	coordinationv1client.LeasesGetter
 	id         string
 	annotation string
+	extra      map[string]string
 }
 
 // Leases returns the annotating client of the Leases of namespace.
 func (a annotatingLeases) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return annotatingLeaseClient{LeaseInterface: a.LeasesGetter.Leases(namespace), id: a.id, annotation: a.annotation}
+	return annotatingLeaseClient{LeaseInterface: a.LeasesGetter.Leases(namespace), id: a.id, annotation: a.annotation, extra: a.extra}
 }
 
 // annotatingLeaseClient sets or clears HolderAnnotation on Create and
@@ -574,6 +577,8 @@ type annotatingLeaseClient struct {
 	coordinationv1client.LeaseInterface
 	id         string
 	annotation string
+	// extra are annotations set on every write, whoever holds the lease.
+	extra map[string]string
 }
 
 // Create creates l with the annotation.
@@ -587,9 +592,15 @@ func (c annotatingLeaseClient) Update(ctx context.Context, l *coordinationv1.Lea
 }
 
 // annotate returns a copy of l with the annotation set when c.id holds it,
-// removed otherwise.
+// removed otherwise, and c.extra set.
 func (c annotatingLeaseClient) annotate(l *coordinationv1.Lease) *coordinationv1.Lease {
 	l = l.DeepCopy()
+	if len(c.extra) > 0 && l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	for k, v := range c.extra {
+		l.Annotations[k] = v
+	}
 	if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == c.id {
 		if l.Annotations == nil {
 			l.Annotations = map[string]string{}
