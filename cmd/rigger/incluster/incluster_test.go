@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/replicas"
 	"github.com/rigger/rigger/internal/testwait"
+	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 	"github.com/rigger/rigger/spec"
@@ -42,13 +45,7 @@ const (
 	managedPath = "clusters/managed/cluster.yml"
 	statusPath  = "clusters/managed/status.yml"
 	// repoDir is the bare repository on the git node, under root's home.
-	repoDir = "/root/clusters.git"
-	// stateDir is the node path of the state volume the overlay makes (a
-	// hostPath PersistentVolume: the sandbox cluster has no storage class).
-	stateDir = "/opt/rke/rigger-state"
-	// uid is deploy/'s runAsUser, who owns the state volume.
-	uid = 65532
-
+	repoDir  = "/root/clusters.git"
 	oneFlag  = `conntrack-max-per-core: "0"`
 	withFlag = oneFlag + "\n      v: \"4\""
 )
@@ -59,12 +56,13 @@ const (
 //   - a management cluster (node1) made by `rigger apply`;
 //   - rigger's image built by the Dockerfile on node1's engine;
 //   - `kubectl apply -k` of an overlay of deploy/ (repository URL, image,
-//     the git and node SSH Secrets with known_hosts, a PersistentVolume);
+//     the git and node SSH Secrets with known_hosts; no volume: the state
+//     is in Secrets);
 //   - the pods follow a bare repository on node2 over SSH (sshd and git, as
 //     a real git server has them), reconcile the one-node cluster on node2
 //     over SSH and commit status.yml back;
-//   - the pod holding the Lease is deleted: another pod takes the Lease and
-//     applies the next push;
+//   - both replicas are ready; the pod holding the cluster's Lease is
+//     deleted: the other takes the Lease and applies the next push;
 //   - node1's Docker engine is stopped, with every container on it, and
 //     started again: the pods come back and apply the push made meanwhile;
 //   - no two pods reconcile at once, by their logs.
@@ -106,16 +104,6 @@ func TestServeInClusterSandbox(t *testing.T) {
 
 	phase("kubectl apply -k of an overlay of deploy/")
 	overlay := writeOverlay(t, sb, gitNode)
-	if hostDir := mgmtNode.HostPath(stateDir); hostDir == "" {
-		t.Fatalf("%s is not a directory of node %s's own", stateDir, mgmtNode.Name)
-	} else {
-		if err := os.MkdirAll(hostDir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(hostDir, uid, uid); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("pods:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "pods,events", "-o", "wide"))
@@ -144,17 +132,17 @@ func TestServeInClusterSandbox(t *testing.T) {
 	repo.waitStatus(t, "the managed cluster converged at the first push", 12*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == first && ready(f) == "True"
 	})
-	leader, standby := replicas(t, cs)
+	leader, standby := settled(t, cs)
 	checkPods(t, cs, leader, standby)
-	if _, err := os.Stat(filepath.Join(mgmtNode.HostPath(stateDir), "managed")); err != nil {
-		t.Errorf("the managed cluster's state is not on the state volume: %v", err)
+	if st, err := cs.CoreV1().Secrets(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: secretstate.ClusterLabel + "=managed"}); err != nil || len(st.Items) == 0 {
+		t.Errorf("the managed cluster's state is not in Secrets of %s (%v)", namespace, err)
 	}
 	if msg := repo.git(t, "log", "-1", "--format=%an <%ae>%n%B", "main", "--", statusPath); !strings.Contains(msg, "rigger <rigger@example.com>") ||
 		!strings.Contains(msg, gitops.TrailerKey+": "+managedPath) {
 		t.Errorf("the status commit is not deploy/'s author's, with rigger's trailer:\n%s", msg)
 	}
 
-	phase("the leader's pod deleted: the other replica takes over and applies the next push")
+	phase("the pod holding the cluster deleted: the other replica takes over and applies the next push")
 	// The deleted pod's log, to its end: it is gone with the pod.
 	var deletedLog strings.Builder
 	follow := exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-f", leader)
@@ -181,19 +169,19 @@ func TestServeInClusterSandbox(t *testing.T) {
 	if err != nil || !strings.Contains(strings.Join(proxy.Args, " "), "--v=4") {
 		t.Errorf("the change did not reach the managed node's kube-proxy (%v): %v", err, proxy.Args)
 	}
-	// Whichever replica takes the Lease first leads: the standby, or the
-	// pod the Deployment made for the deleted one. It applied the change.
+	// Whichever replica holds the cluster's Lease now applied the change:
+	// the other one, or the pod the Deployment made for the deleted one.
 	var next string
-	testwait.For(t, 2*time.Minute, "a new leader and a standby, the Service on the leader", func() error {
-		l, _, err := roles(cs)
+	testwait.For(t, 2*time.Minute, "a new holder of the cluster, the Service on both replicas", func() error {
+		l, other, err := roles(cs)
 		if err != nil {
 			return err
 		}
 		if l == leader {
-			return fmt.Errorf("the deleted pod %s leads", l)
+			return fmt.Errorf("the deleted pod %s holds the cluster", l)
 		}
 		next = l
-		return checkService(cs, l)
+		return checkService(cs, l, other)
 	})
 	if logs := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", next); !applied(logs, change) {
 		t.Errorf("the new leader %s did not apply %s; its log:\n%s", next, change, logs)
@@ -217,7 +205,7 @@ func TestServeInClusterSandbox(t *testing.T) {
 	repo.waitStatus(t, "the push made while the management node was down, applied", 8*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == back && ready(f) == "True"
 	})
-	l, _ := replicas(t, cs)
+	l, _ := settled(t, cs)
 	if logs := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", l); !applied(logs, back) {
 		t.Errorf("the leader %s did not apply %s; its log:\n%s", l, back, logs)
 	}
@@ -331,26 +319,36 @@ func applied(log, revision string) bool {
 	return false
 }
 
-// replicas waits for deploy/'s two pods to settle: one holds the Lease
-// and is Ready, the other stands by, not Ready; it returns their names.
-func replicas(t *testing.T, cs kubernetes.Interface) (leader, standby string) {
+// settled waits for deploy/'s two pods to settle, both Running and
+// Ready, one holding the managed cluster's Lease; it returns the holder
+// and the other.
+func settled(t *testing.T, cs kubernetes.Interface) (leader, other string) {
 	t.Helper()
-	testwait.For(t, 2*time.Minute, "one leader and one standby", func() error {
+	testwait.For(t, 2*time.Minute, "two ready replicas, one holding the cluster", func() error {
 		var err error
-		leader, standby, err = roles(cs)
+		leader, other, err = roles(cs)
 		return err
 	})
-	return leader, standby
+	return leader, other
 }
 
-// roles names the pod that holds the Lease and the other, and fails when
-// they are not exactly deploy/'s two Running replicas, only the leader
-// Ready.
-func roles(cs kubernetes.Interface) (leader, standby string, err error) {
+// roles names the pod that holds the managed cluster's Lease and the
+// other, and fails when they are not exactly deploy/'s two Running and
+// Ready replicas.
+func roles(cs kubernetes.Interface) (leader, other string, err error) {
 	ctx := context.Background()
-	l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, leaseName, metav1.GetOptions{})
+	leases, err := cs.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: replicas.LabelCluster + "=" + leaseName})
 	if err != nil {
-		return "", "", fmt.Errorf("the Lease of deploy/: %w", err)
+		return "", "", fmt.Errorf("the Leases of deploy/'s clusters: %w", err)
+	}
+	holder := ""
+	for _, l := range leases.Items {
+		if l.Annotations[replicas.AnnotationPath] == managedPath && l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+	}
+	if holder == "" {
+		return "", "", fmt.Errorf("no holder of %s's Lease among %d cluster Leases", managedPath, len(leases.Items))
 	}
 	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rigger"})
 	if err != nil {
@@ -365,10 +363,6 @@ func roles(cs kubernetes.Interface) (leader, standby string, err error) {
 	if len(live) != 2 {
 		return "", "", fmt.Errorf("%d pods, want deploy/'s 2 replicas", len(live))
 	}
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
 	for _, p := range live {
 		if p.Status.Phase != corev1.PodRunning {
 			return "", "", fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
@@ -379,27 +373,27 @@ func roles(cs kubernetes.Interface) (leader, standby string, err error) {
 				isReady = c.Status == corev1.ConditionTrue
 			}
 		}
-		switch {
-		case strings.Contains(holder, p.Name) && isReady:
+		if !isReady {
+			return "", "", fmt.Errorf("pod %s is not Ready", p.Name)
+		}
+		if strings.Contains(holder, p.Name) {
 			leader = p.Name
-		case !strings.Contains(holder, p.Name) && !isReady:
-			standby = p.Name
-		default:
-			return "", "", fmt.Errorf("pod %s: Ready %v, the Lease held by %q", p.Name, isReady, holder)
+		} else {
+			other = p.Name
 		}
 	}
-	if leader == "" || standby == "" {
-		return "", "", fmt.Errorf("no leader and standby among the pods, the Lease held by %q", holder)
+	if leader == "" || other == "" {
+		return "", "", fmt.Errorf("the cluster's Lease is held by %q, not by one of the pods", holder)
 	}
-	return leader, standby, nil
+	return leader, other, nil
 }
 
 // checkPods checks what deploy/ asks of the pods as they run: no restart
 // (the liveness probe and the memory limit let serve be), and the Service
-// sends to the leader only (the readiness probe).
-func checkPods(t *testing.T, cs kubernetes.Interface, leader, standby string) {
+// sends to both replicas (the readiness probe).
+func checkPods(t *testing.T, cs kubernetes.Interface, pods ...string) {
 	t.Helper()
-	for _, name := range []string{leader, standby} {
+	for _, name := range pods {
 		p, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -410,13 +404,13 @@ func checkPods(t *testing.T, cs kubernetes.Interface, leader, standby string) {
 			}
 		}
 	}
-	if err := checkService(cs, leader); err != nil {
+	if err := checkService(cs, pods...); err != nil {
 		t.Error(err)
 	}
 }
 
-// checkService says whether the Service rigger sends to pod leader only.
-func checkService(cs kubernetes.Interface, leader string) error {
+// checkService says whether the Service rigger sends to exactly pods.
+func checkService(cs kubernetes.Interface, pods ...string) error {
 	slices, err := cs.DiscoveryV1().EndpointSlices(namespace).List(context.Background(),
 		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=rigger"})
 	if err != nil {
@@ -430,8 +424,11 @@ func checkService(cs kubernetes.Interface, leader string) error {
 			}
 		}
 	}
-	if len(ready) != 1 || ready[0] != leader {
-		return fmt.Errorf("the Service rigger sends to %v, want the leader %s only", ready, leader)
+	sort.Strings(ready)
+	want := append([]string(nil), pods...)
+	sort.Strings(want)
+	if strings.Join(ready, " ") != strings.Join(want, " ") {
+		return fmt.Errorf("the Service rigger sends to %v, want %v", ready, want)
 	}
 	return nil
 }
@@ -491,7 +488,6 @@ func writeOverlay(t *testing.T, sb *sandbox.Sandbox, gitNode sandbox.Node) strin
 kind: Kustomization
 resources:
   - `+base+`
-  - state-pv.yaml
 images:
   - name: rigger/rigger
     newTag: incluster
@@ -518,19 +514,6 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/args/-
         value: --interval=10s
-`, 0o644)
-	writeFile(t, filepath.Join(dir, "state-pv.yaml"), `# The state volume: the sandbox cluster has no storage class, so a
-# hostPath volume on the management node, bound to deploy/'s claim.
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: rigger-state
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  claimRef: {namespace: `+namespace+`, name: rigger-state}
-  hostPath: {path: `+stateDir+`}
 `, 0o644)
 	return dir
 }
