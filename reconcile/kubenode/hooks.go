@@ -455,9 +455,13 @@ func Changes(machines []Machine, k *observe.Kubernetes, policy string, down []st
 			out = append(out, Pending{Node: m.Address, Name: n.Name, Change: "repair: not Ready (" + readyCondition(n) + "): " + fix, Action: PendingRepair})
 		}
 		if pods := k.StalePods[n.Name]; len(pods) > 0 && !slices.Contains(down, m.Address) {
+			follows := "the Node made again (no pod subnet assigned yet)"
+			if n.Spec.PodCIDR != "" {
+				follows = "the Node's pod subnet " + n.Spec.PodCIDR
+			}
 			out = append(out, Pending{Node: m.Address, Name: n.Name, Action: PendingRepair,
 				Change: fmt.Sprintf("repair: the network plugin's pod %s was made for an earlier Node of this name (deleted, and registered again): "+
-					"recreate it, so that the node's pod network follows the Node's pod subnet %s", strings.Join(pods, ", "), n.Spec.PodCIDR)})
+					"recreate it, so that the node's pod network follows %s", strings.Join(pods, ", "), follows)})
 		}
 		labels, taints := Wanted(m)
 		if c := Diff(n, labels, taints); !c.Empty() {

@@ -190,6 +190,13 @@ func TestChangesRepair(t *testing.T) {
 		!strings.Contains(repairs[0].Change, "kube-system/kube-flannel-1 was made for an earlier Node") || !strings.Contains(repairs[0].Change, "10.42.7.0/24") {
 		t.Errorf("repairs %+v; want the stale pod's on 10.0.0.1", repairs)
 	}
+	n1.Spec.PodCIDR = "" // not assigned yet
+	k.Link = Link(ms, []corev1.Node{n1})
+	for _, p := range Changes(ms, k, spec.StaleNodesReport, nil) {
+		if p.Action == PendingRepair && !strings.HasSuffix(p.Change, "follows the Node made again (no pod subnet assigned yet)") {
+			t.Errorf("a Node without a pod subnet yet: %q", p.Change)
+		}
+	}
 	for _, p := range Changes(ms, k, spec.StaleNodesReport, []string{"10.0.0.1"}) {
 		if p.Action == PendingRepair {
 			t.Errorf("a machine that did not answer: %+v", p)
