@@ -160,7 +160,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	if err != nil {
 		return nil, err
 	}
-	var kubeDir string // the default release's: pause comes from it
+	var kubeDir, etcdDefault string // the default release's: pause comes from it
 	var versionSpecs []imageSpec
 	for _, r := range releases {
 		dir, err := ensureKubeBinaries(ctx, cache, opts.BuildSource, r.Kubernetes, p)
@@ -173,7 +173,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 		}
 		extra := r.Kubernetes != KubernetesVersion
 		if !extra {
-			kubeDir = dir
+			kubeDir, etcdDefault = dir, etcdDir
 		}
 		hyperkube, err := hyperkubeSpec(ctx, dir, r.Kubernetes, extra)
 		if err != nil {
@@ -216,6 +216,20 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	specs = append(specs, versionSpecs...)
 	specs = append(specs, addons...)
 	specs = append(specs, rkeToolsImageSpec(progs))
+	if opts.RKE {
+		tools, err := rkeToolsStandInSpec(progs, riggerBin, etcdDefault)
+		if err != nil {
+			return nil, err
+		}
+		if opts.Kubectl == "" {
+			return nil, fmt.Errorf("the images of RKE's own rke up need kubectl for its add-on Jobs: give its path (--kubectl, or $RIGGER_KUBECTL: make kubectl builds it)")
+		}
+		hyperkube, err := rkeHyperkubeSpec(ctx, kubeDir, opts.Kubectl)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, tools, hyperkube)
+	}
 	// One writer of the archive cache at a time: test packages run in
 	// parallel, and a new archive replaces the old one of its ref.
 	lock, err := lockFile(ctx, filepath.Join(cache, "images.lock"), func() { p.info("waiting for another build of the image archives") })

@@ -36,6 +36,12 @@ type Options struct {
 	// default release's, e.g. the targets of an upgrade test. Their images
 	// serve no key of Sandbox.SystemImages: VersionImages names them.
 	KubernetesVersions []string
+	// RKE also builds and loads the stand-ins for the images RKE v1.8.14's
+	// own `rke up` runs (RKESystemImages): rke-tools', and hyperkube with
+	// kubectl (Kubectl) for RKE's add-on Jobs.
+	RKE bool
+	// Kubectl is the kubectl binary of the default release, for RKE.
+	Kubectl string
 
 	// RiggerBinary is the static rigger binary put in rigger's image. Empty:
 	// build ./cmd/rigger of the rigger module found above the working

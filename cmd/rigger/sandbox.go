@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -104,7 +105,10 @@ of a minor upgrade, and prints their system_images.`,
 			if !opts.Images {
 				return nil
 			}
-			return printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions)
+			if err := printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions); err != nil {
+				return err
+			}
+			return printRKEImages(cmd.OutOrStdout(), opts.RKE)
 		},
 	}
 	addSandboxNameFlag(cmd, &opts.Name)
@@ -148,7 +152,10 @@ a time. It prints the two system_images entries that run each.`,
 			if err := printSystemImages(cmd.OutOrStdout(), imgs); err != nil {
 				return err
 			}
-			return printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions)
+			if err := printVersionImages(cmd.OutOrStdout(), opts.KubernetesVersions); err != nil {
+				return err
+			}
+			return printRKEImages(cmd.OutOrStdout(), opts.RKE)
 		},
 	}
 	cmd.Flags().StringVar(&opts.RiggerBinary, "rigger-binary", "", "static rigger binary for rigger's image (default: this one if static, else built from the repository)")
@@ -169,7 +176,28 @@ func addSandboxBuildFlags(cmd *cobra.Command, opts *sandbox.Options) {
 	cmd.Flags().StringSliceVar(&opts.KubernetesVersions, "kubernetes", nil,
 		fmt.Sprintf("also build the hyperkube and etcd images of these Kubernetes versions, besides the default %s (etcd %s): %s",
 			sandbox.KubernetesVersion, sandbox.EtcdVersion, strings.Join(others, ", ")))
+	cmd.Flags().BoolVar(&opts.RKE, "rke", false, "also build the stand-ins for the images RKE v1.8.14's own rke up runs (rke-tools', and hyperkube with kubectl for its add-on Jobs) and print the system_images entries that use them")
+	cmd.Flags().StringVar(&opts.Kubectl, "kubectl", os.Getenv("RIGGER_KUBECTL"), "with --rke: kubectl "+sandbox.KubernetesVersion+" for the hyperkube stand-in (make kubectl builds it; default $RIGGER_KUBECTL)")
 	cmd.Flags().StringVar(&opts.BuildSource, "build-src", "", "the hack directory of the rigger repository, with kube-build/<version> and etcd-build/<version> (default: found above the working directory; needed only on a cold cache)")
+}
+
+// printRKEImages writes, with --rke, the system_images entries that make
+// RKE's own rke up run the stand-ins for RKE's images.
+func printRKEImages(w io.Writer, rke bool) error {
+	if !rke {
+		return nil
+	}
+	imgs := sandbox.RKESystemImages()
+	keys := slices.Sorted(maps.Keys(imgs))
+	if _, err := fmt.Fprintf(w, "# for RKE's own rke up, in place of these entries:\n"); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, err := fmt.Fprintf(w, "  %s: %s\n", k, imgs[k]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printVersionImages writes, for each Kubernetes version asked for besides
