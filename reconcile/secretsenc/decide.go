@@ -294,11 +294,14 @@ func checkCustomKeepsKeys(w Want, cur *Config) error {
 // checkSameKeys refuses a state directory whose key is not the one the
 // controlplane nodes hold: applying it would make the Secrets stored
 // encrypted unreadable. A node may hold any configuration of the
-// operation in progress (Accepted).
+// operation in progress (Accepted), as rigger writes it or as RKE's file
+// deployer does (`echo -e "$FILE_DEPLOY"`: the same text and a newline).
 func checkSameKeys(w Want, cur *Config, op *Op, o *observe.Cluster) error {
 	ok := map[string]bool{}
 	for _, c := range Accepted(cur, op) {
-		ok[observe.FileHash(c.Marshal())] = true
+		b := c.Marshal()
+		ok[observe.FileHash(b)] = true
+		ok[observe.FileHash(append(b, '\n'))] = true
 	}
 	for _, a := range addrs(o) {
 		if h, has := o.Nodes[a].Files[path]; has && !ok[h] && h != observe.FileHash(nil) {

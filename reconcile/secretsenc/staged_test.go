@@ -70,3 +70,30 @@ func TestStageEnds(t *testing.T) {
 		t.Fatalf("after the last stage: record %+v, keys %v; want no operation, %s last rotated and alone", got, saved.Names(), k.Name)
 	}
 }
+
+// TestDecideKeepsRKEsFile: a node's encryption.yaml as RKE's file deployer
+// writes it (`echo -e "$FILE_DEPLOY"`: rigger's text and a newline) holds
+// the state directory's key; another key, or another text, does not.
+func TestDecideKeepsRKEsFile(t *testing.T) {
+	dir := t.TempDir()
+	cur, _ := New()
+	other, _ := New()
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	decide := func(file []byte) error {
+		o := &observe.Cluster{Nodes: map[string]*observe.Node{
+			"10.0.0.1": {Address: "10.0.0.1", Reachable: true, Files: map[string]string{desired.EncryptionConfigFile: observe.FileHash(file)}},
+		}}
+		_, err := Decide(Want{Generated: true, Enabled: true, StateDir: dir, Now: now}, cur, Record{}, o)
+		return err
+	}
+	for name, file := range map[string][]byte{"rigger's": cur.Marshal(), "RKE's": append(cur.Marshal(), '\n')} {
+		if err := decide(file); err != nil {
+			t.Errorf("the node's file as %s file deployer writes it: %v", name, err)
+		}
+	}
+	for name, file := range map[string][]byte{"another key": append(other.Marshal(), '\n'), "two newlines": append(cur.Marshal(), '\n', '\n')} {
+		if err := decide(file); err == nil || !strings.Contains(err.Error(), "is not the one node 10.0.0.1 holds") {
+			t.Errorf("the node's file with %s: %v, want it refused", name, err)
+		}
+	}
+}
