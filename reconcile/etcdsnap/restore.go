@@ -98,6 +98,11 @@ const asideInfix = ".before-restore-"
 // from S3, and verified), the sidecar's CA fingerprint is the cluster's,
 // and `etcdctl snapshot status` agrees with the sidecar on every node.
 // A copy present but different from its sidecar is refused, not replaced.
+// A snapshot with no sidecar anywhere (RKE's) is restored from one node's
+// copy (o.FromNode's, else the first etcd node's in cluster.yml order that
+// has one) once it passed etcd's integrity hash; it is fetched to FetchDir
+// on the other nodes, whose own copies are left as they are, and removed
+// there once restored. A zip file (<name>.zip) is refused.
 //
 // Then it stops and removes kube-apiserver on every controlplane node and
 // etcd on every etcd node, moves each etcd data directory aside
