@@ -215,7 +215,7 @@ func (o applyOnce) restoreFirst(cmd *cobra.Command, s *opened) error {
 			if o.yes {
 				return nil
 			}
-			return confirm(cmd, "Restore etcd from "+req.SnapshotName+" as cluster.yml requests (id "+req.ID+")? "+
+			return confirm(cmd, "Restore etcd from "+req.SnapshotName+withoutSidecarNote(chk)+" as cluster.yml requests (id "+req.ID+")? "+
 				"Every write since it was taken is lost, and the API servers are down meanwhile.")
 		},
 	})

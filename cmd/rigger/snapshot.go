@@ -248,8 +248,9 @@ answer (it may still hold the snapshot).`,
 
 func newSnapshotRestoreCommand() *cobra.Command {
 	var (
-		f   clusterFlags
-		yes bool
+		f        clusterFlags
+		yes      bool
+		fromNode string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore NAME",
@@ -264,6 +265,20 @@ its sidecar is refused, not replaced), the sidecar's CA fingerprint is the
 cluster's CA, and etcdctl snapshot status agrees with the sidecar on every
 node.
 
+A snapshot without a sidecar (one RKE took, e.g. rke etcd snapshot-save
+--name NAME, or a file put there by hand) is restored too. Its copies differ
+from node to node (each is its own member's), so one copy is restored on
+every member: that of --from-node, else of the first etcd node of
+cluster.yml that has one. Before anything stops, that copy must pass etcd's
+own integrity hash (the sha256 etcdctl snapshot save appends), checked by
+rigger; a damaged copy is refused, naming the node and the file. It is
+fetched to the other etcd nodes into /opt/rke/etcd-snapshots/.rigger-restore/
+(their own copies of NAME are never written or removed) and removed there
+once restored. Without a sidecar, rigger cannot check which cluster's CA the
+snapshot belongs to: restore it only into the cluster it was taken from. A
+zip file (NAME.zip, as RKE writes them) is refused: unzip it on the node
+first.
+
 Then, after asking (unless --yes), it stops and removes kube-apiserver on
 every controlplane node and etcd on every etcd node, moves each etcd data
 directory aside (/var/lib/etcd/member → member.before-restore-<UTC time>,
@@ -275,7 +290,8 @@ Exit status: 0 when the cluster runs on the snapshot and is healthy; 1
 otherwise. A failure after the first container stopped says what was done on
 each node, where its old data is, and the commands to put it back.`,
 		Example: `  rigger snapshot restore -f cluster.yml rke_etcd_snapshot_2026-11-22T01:30:00Z
-  rigger snapshot restore -f cluster.yml --yes before-upgrade`,
+  rigger snapshot restore -f cluster.yml --yes before-upgrade
+  rigger snapshot restore -f cluster.yml --from-node 10.231.0.12 before-rigger`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -298,12 +314,13 @@ each node, where its old data is, and the commands to put it back.`,
 				Phase:    func(title string) { fmt.Fprintf(w, "==> %s\n", title) },
 				Progress: func(node, msg string) { fmt.Fprintf(w, "    %s: %s\n", node, msg) },
 				Hooks:    progressHooks(w),
+				FromNode: fromNode,
 				Checked: func(chk *etcdsnap.RestoreCheck) error {
 					renderRestoreCheck(w, chk)
 					if yes {
 						return nil
 					}
-					return confirm(cmd, "Restore etcd from "+name+"? Every write since it was taken is lost, and the API servers are down meanwhile.")
+					return confirm(cmd, "Restore etcd from "+name+withoutSidecarNote(chk)+"? Every write since it was taken is lost, and the API servers are down meanwhile.")
 				},
 			})
 			if err != nil {
@@ -315,15 +332,22 @@ each node, where its old data is, and the commands to put it back.`,
 	}
 	f.add(cmd)
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "restore without asking")
+	cmd.Flags().StringVar(&fromNode, "from-node", "", "for a snapshot without a sidecar (RKE's): the etcd node (address) whose copy is restored on every member (default: the first in cluster.yml with one)")
 	return cmd
 }
 
 // renderRestoreCheck writes what the check found and what the restore
 // will do.
 func renderRestoreCheck(w io.Writer, chk *etcdsnap.RestoreCheck) {
-	sc := chk.Sidecar
-	fmt.Fprintf(w, "\nSnapshot %s: taken %s on %s, %d bytes, revision %d, %d keys, etcd %s; verified on %d etcd node(s).\n",
-		sc.Name, sc.TakenAt.UTC().Format(time.DateTime), sc.Node, sc.Size, sc.Revision, sc.TotalKeys, sc.EtcdVersion, len(chk.Members))
+	if sc := chk.Sidecar; sc != nil {
+		fmt.Fprintf(w, "\nSnapshot %s: taken %s on %s, %d bytes, revision %d, %d keys, etcd %s; verified on %d etcd node(s).\n",
+			sc.Name, sc.TakenAt.UTC().Format(time.DateTime), sc.Node, sc.Size, sc.Revision, sc.TotalKeys, sc.EtcdVersion, len(chk.Members))
+	} else {
+		fmt.Fprintf(w, "\nSnapshot %s: taken without rigger (RKE's?): it has no sidecar, so rigger cannot check which cluster's CA it belongs to "+
+			"(restore it only into the cluster it was taken from); restoring %s's copy on every member, verified by etcd's own hash: "+
+			"%d bytes, sha256 %s, revision %d, %d keys.\n",
+			chk.Name, chk.Source, chk.Size, chk.SHA256, chk.Status.Revision, chk.Status.TotalKeys)
+	}
 	fmt.Fprintf(w, "The restore stops the control plane (kube-apiserver, kube-controller-manager, kube-scheduler) on %s and etcd on", strings.Join(chk.ControlPlane, ", "))
 	for i, m := range chk.Members {
 		if i > 0 {
@@ -334,10 +358,19 @@ func renderRestoreCheck(w io.Writer, chk *etcdsnap.RestoreCheck) {
 	fmt.Fprintln(w, ", moves each etcd data directory aside (kept), restores the snapshot on every member and applies cluster.yml.")
 }
 
+// withoutSidecarNote is what the question before a restore adds for a
+// snapshot without a sidecar: "" for one with a sidecar.
+func withoutSidecarNote(chk *etcdsnap.RestoreCheck) string {
+	if chk.Sidecar != nil {
+		return ""
+	}
+	return fmt.Sprintf(", taken without rigger (RKE's?), whose CA cannot be checked, restoring %s's copy, verified by etcd's own hash", chk.Source)
+}
+
 // renderRestored writes the closing summary of a restore.
 func renderRestored(w io.Writer, res *etcdsnap.RestoreResult, took time.Duration) {
 	fmt.Fprintf(w, "\nSnapshot %s restored in %s on %d etcd member(s); etcd and the API servers are healthy.\n",
-		res.Check.Sidecar.Name, took.Round(100*time.Millisecond), len(res.Restored))
+		res.Check.Name, took.Round(100*time.Millisecond), len(res.Restored))
 	if res.AddonsErr != nil {
 		fmt.Fprintf(w, "The add-ons are not ready yet (their pods restart on their own now that the API servers are back; `rigger status` shows them): %v\n", res.AddonsErr)
 	}

@@ -30,7 +30,7 @@ func TestSnapshotRestoreRefusesBadNamesBeforeConnecting(t *testing.T) {
 func TestRenderRestore(t *testing.T) {
 	sc := &etcdsnap.Sidecar{Name: "snap1", Node: "10.0.0.1", TakenAt: time.Date(2026, 11, 22, 1, 30, 0, 0, time.UTC),
 		Size: 2048, Revision: 77, TotalKeys: 12, EtcdVersion: "3.5.16"}
-	chk := &etcdsnap.RestoreCheck{Sidecar: sc, ControlPlane: []string{"10.0.0.1"},
+	chk := &etcdsnap.RestoreCheck{Name: "snap1", Sidecar: sc, ControlPlane: []string{"10.0.0.1"},
 		Members: []etcdsnap.RestoreMember{{Node: "10.0.0.1"}, {Node: "10.0.0.2"}}}
 	var b bytes.Buffer
 	renderRestoreCheck(&b, chk)
@@ -46,5 +46,26 @@ func TestRenderRestore(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestRenderRestoreWithoutSidecar(t *testing.T) {
+	chk := &etcdsnap.RestoreCheck{Name: "before-rigger", Source: "10.0.0.2", Size: 2080, SHA256: "9f2c", ControlPlane: []string{"10.0.0.1"},
+		Status:  etcdsnap.Status{Revision: 77, TotalKeys: 12, Hash: 5},
+		Members: []etcdsnap.RestoreMember{{Node: "10.0.0.1"}, {Node: "10.0.0.2"}}}
+	var b bytes.Buffer
+	renderRestoreCheck(&b, chk)
+	want := "Snapshot before-rigger: taken without rigger (RKE's?): it has no sidecar, so rigger cannot check which cluster's CA it belongs to " +
+		"(restore it only into the cluster it was taken from); restoring 10.0.0.2's copy on every member, verified by etcd's own hash: " +
+		"2080 bytes, sha256 9f2c, revision 77, 12 keys.\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+	if q := withoutSidecarNote(chk); q != ", taken without rigger (RKE's?), whose CA cannot be checked, restoring 10.0.0.2's copy, verified by etcd's own hash" {
+		t.Errorf("question's note %q", q)
+	}
+	chk.Sidecar = &etcdsnap.Sidecar{Name: "before-rigger"}
+	if q := withoutSidecarNote(chk); q != "" {
+		t.Errorf("question's note for a snapshot with a sidecar %q", q)
 	}
 }

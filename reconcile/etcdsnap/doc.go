@@ -7,7 +7,8 @@
 // which the reconcile session makes; nothing here reads cluster.yml or
 // holds a connection of its own. The decisions are pure and table-tested:
 // NextSnapshot (is one due?), Retain (which go), decideRestore (can this
-// snapshot be restored, and from where?).
+// snapshot be restored, and from where? also one without a sidecar, from
+// one node's copy checked by etcd's integrity hash).
 //
 // A snapshot is taken on one healthy member with etcdctl from the etcd
 // image, verified (etcdctl snapshot status, size, sha256), kept under Dir

@@ -27,6 +27,9 @@ import (
 //   - snapshots: save, verify, list, delete, upload to S3 (snapshotPhase);
 //   - restore: a damaged copy refused, a restore stopped half-way and
 //     finished, a snapshot fetched from S3 (restorePhase);
+//   - rke-snapshot: a snapshot without a sidecar, saved by each member as
+//     RKE does, restored from one node's copy; a damaged one refused
+//     (rkeSnapshotPhase);
 //   - schedule: the schedule and retention with a fake clock, then the
 //     restore request of cluster.yml (schedulePhase);
 //   - snapshotter: the etcd-rolling-snapshots container on every etcd
@@ -49,6 +52,7 @@ func TestEtcdSandbox(t *testing.T) {
 	}{
 		{"snapshots", snapshotPhase},
 		{"restore", restorePhase},
+		{"rke-snapshot", rkeSnapshotPhase},
 		{"schedule", schedulePhase},
 		{"snapshotter", snapshotterPhase},
 	} {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 
 	"github.com/rigger/rigger/reconcile/plan"
 )
@@ -23,12 +25,29 @@ type RestoreOptions struct {
 	// Hooks receive the progress of the apply that brings etcd and the
 	// control plane back.
 	Hooks plan.Hooks
+	// FromNode, for a snapshot without a sidecar, is the etcd node whose
+	// copy every member restores (--from-node); "" picks the first etcd
+	// node of cluster.yml with a copy. Refused for a snapshot with one.
+	FromNode string
 }
 
 // RestoreCheck is what the check before a restore found: the snapshot,
 // verified on every etcd node.
 type RestoreCheck struct {
+	Name    string
 	Sidecar *Sidecar
+	// Source is set when the snapshot has no sidecar (Sidecar is nil: it
+	// was taken without rigger, RKE's or by hand, and which cluster's CA
+	// it belongs to cannot be checked): the etcd node whose copy every
+	// member restores, verified by etcd's integrity hash. Size and SHA256
+	// are that copy's, Status is its etcdctl snapshot status.
+	Source string
+	Size   int64
+	SHA256 string
+	Status Status
+	// Files is node → the file its member is restored from: the
+	// snapshot under Dir, or the source's copy fetched to FetchDir.
+	Files map[string]string
 	// Verified are the etcd nodes whose copy had the sidecar's size and
 	// sha256; Fetched those it was copied to (from FetchedFrom), verified.
 	Verified []string
@@ -79,6 +98,11 @@ const asideInfix = ".before-restore-"
 // from S3, and verified), the sidecar's CA fingerprint is the cluster's,
 // and `etcdctl snapshot status` agrees with the sidecar on every node.
 // A copy present but different from its sidecar is refused, not replaced.
+// A snapshot with no sidecar anywhere (RKE's) is restored from one node's
+// copy (o.FromNode's, else the first etcd node's in cluster.yml order that
+// has one) once it passed etcd's integrity hash; it is fetched to FetchDir
+// on the other nodes, whose own copies are left as they are, and removed
+// there once restored. A zip file (<name>.zip) is refused.
 //
 // Then it stops and removes kube-apiserver on every controlplane node and
 // etcd on every etcd node, moves each etcd data directory aside
@@ -100,6 +124,10 @@ func Restore(ctx context.Context, cl *Cluster, name string, o RestoreOptions) (*
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
+	if base, ok := strings.CutSuffix(name, zipSuffix); ok {
+		return nil, fmt.Errorf("snapshot %s is a zip file (as RKE writes them): rigger restores the etcd snapshot file itself; "+
+			"unzip it on the etcd node that has it (cd %s && unzip -j %s) so that %s is the snapshot, then restore %s", name, Dir, name, path.Join(Dir, base), base)
+	}
 	if cl.External {
 		return nil, errors.New("restore a snapshot: services.etcd.external_urls is set: rigger does not run this cluster's etcd")
 	}
@@ -112,18 +140,20 @@ func Restore(ctx context.Context, cl *Cluster, name string, o RestoreOptions) (*
 	}
 
 	phase("Check snapshot " + name + " (nothing is changed)")
-	chk, err := cl.checkRestore(ctx, name, members, progress)
+	chk, err := cl.checkRestore(ctx, name, o.FromNode, members, progress)
 	if err != nil {
 		return nil, fmt.Errorf("restore snapshot %s refused, nothing was stopped: %w", name, err)
 	}
 	res := &RestoreResult{Check: chk, MovedAside: map[string]string{}}
+	err = nil
 	if o.Checked != nil {
-		if err := o.Checked(chk); err != nil {
-			return res, err
-		}
+		err = o.Checked(chk)
 	}
-	if err := ctx.Err(); err != nil {
-		return res, err
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return res, errors.Join(err, cl.removeAllFetched(ctx, chk))
 	}
 	r := &restorer{cl: cl, name: name, chk: chk, members: members, progress: progress, res: res,
 		stamp: cl.Now().UTC().Format("20060102T150405Z")}

@@ -1,7 +1,11 @@
 package etcdsnap
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,14 +73,26 @@ func TestDecideRestore(t *testing.T) {
 	otherCA.PKIFingerprint = "other-ca"
 	otherSum := *sc
 	otherSum.SHA256 = "other"
+	// rke is a copy without a sidecar, as RKE leaves them: each node's
+	// differs (its own member's); hashOK and hashBad after etcd's
+	// integrity hash was checked.
+	rke := func(node string) nodeCopy {
+		return nodeCopy{Node: node, Present: true, Size: 544, SHA256: "sum-" + node}
+	}
+	hashOK := func(c nodeCopy) nodeCopy { c.HashChecked = true; return c }
+	hashBad := func(c nodeCopy) nodeCopy {
+		c.HashChecked, c.HashErr = true, errors.New("etcd's integrity hash at its end is 00…, its data has sha256 11…")
+		return c
+	}
 
 	tests := []struct {
-		name   string
-		copies []nodeCopy
-		s3     *s3Copy
-		haveS3 bool
-		want   *restoreDecision
-		err    string // a part of the error; "" for none
+		name     string
+		copies   []nodeCopy
+		s3       *s3Copy
+		haveS3   bool
+		fromNode string
+		want     *restoreDecision
+		err      string // a part of the error; "" for none
 	}{
 		{
 			name:   "verified everywhere",
@@ -119,9 +135,79 @@ func TestDecideRestore(t *testing.T) {
 			err:    "node n2: the sidecar of snap1: bad json",
 		},
 		{
-			name:   "no sidecar, no s3",
-			copies: []nodeCopy{{Node: "n1", Present: true, Size: 100, SHA256: "x"}},
-			err:    "has no sidecar",
+			name:   "no sidecar: the first node's copy is checked first",
+			copies: []nodeCopy{missing("n1"), rke("n2"), rke("n3")},
+			want:   &restoreDecision{CheckHash: "n2"},
+		},
+		{
+			name:   "no sidecar: the first copy, sent beside every other node's own",
+			copies: []nodeCopy{missing("n1"), hashOK(rke("n2")), rke("n3")},
+			want: &restoreDecision{Source: "n2", Size: 544, SHA256: "sum-n2", Verified: []string{"n2"},
+				Fetch: map[string]string{"n1": "n2", "n3": "n2"}},
+		},
+		{
+			name:     "no sidecar, from-node: that node's copy",
+			copies:   []nodeCopy{hashOK(rke("n1")), rke("n2"), hashOK(rke("n3"))},
+			fromNode: "n3",
+			want: &restoreDecision{Source: "n3", Size: 544, SHA256: "sum-n3", Verified: []string{"n3"},
+				Fetch: map[string]string{"n1": "n3", "n2": "n3"}},
+		},
+		{
+			name:     "no sidecar, from-node not checked yet",
+			copies:   []nodeCopy{hashOK(rke("n1")), rke("n2")},
+			fromNode: "n2",
+			want:     &restoreDecision{CheckHash: "n2"},
+		},
+		{
+			name:     "no sidecar, from-node without a copy",
+			copies:   []nodeCopy{rke("n1"), missing("n2"), rke("n3")},
+			fromNode: "n2",
+			err:      "--from-node n2 has no copy of snap1 (/opt/rke/etcd-snapshots/snap1); the etcd nodes with one: n1, n3",
+		},
+		{
+			name:     "from-node that is no etcd node",
+			copies:   []nodeCopy{rke("n1"), rke("n2")},
+			fromNode: "n9",
+			err:      "--from-node n9 is not an etcd node of cluster.yml (its etcd nodes: n1, n2)",
+		},
+		{
+			name:   "no sidecar, a bad hash: refused, naming the node, the file and --from-node",
+			copies: []nodeCopy{hashBad(rke("n1")), rke("n2"), missing("n3")},
+			err:    "node n1: /opt/rke/etcd-snapshots/snap1 is damaged: etcd's integrity hash at its end is 00…, its data has sha256 11…; restore another node's copy with --from-node (the etcd nodes with one: n2)",
+		},
+		{
+			name:   "no sidecar, the only copy has a bad hash",
+			copies: []nodeCopy{hashBad(rke("n1")), missing("n2")},
+			err:    "is damaged: etcd's integrity hash at its end is 00…, its data has sha256 11…; no other etcd node has a copy",
+		},
+		{
+			name:   "no sidecar on the nodes: s3 is asked for one first",
+			copies: []nodeCopy{rke("n1")},
+			haveS3: true,
+			want:   &restoreDecision{NeedS3: true},
+		},
+		{
+			name:   "no sidecar on the nodes nor in s3",
+			copies: []nodeCopy{hashOK(rke("n1")), missing("n2")},
+			s3:     &s3Copy{Where: "s3://b/snap1"}, haveS3: true,
+			want: &restoreDecision{Source: "n1", Size: 544, SHA256: "sum-n1", Verified: []string{"n1"}, Fetch: map[string]string{"n2": "n1"}},
+		},
+		{
+			name:   "no sidecar, only in s3",
+			copies: []nodeCopy{missing("n1")},
+			s3:     &s3Copy{Where: "s3://b/snap1", Present: true, Size: 544}, haveS3: true,
+			err: "snapshot snap1 is only in s3://b/snap1, without a sidecar",
+		},
+		{
+			name:     "from-node with a sidecar refused",
+			copies:   []nodeCopy{ok("n1"), ok("n2")},
+			fromNode: "n2",
+			err:      "--from-node is for a snapshot rigger did not take: snap1 has a sidecar (from node n1)",
+		},
+		{
+			name:   "only RKE's zip file: unzip it",
+			copies: []nodeCopy{missing("n1"), {Node: "n2", Zipped: true}},
+			err:    "snapshot snap1 is only a zip file, snap1.zip (as RKE writes them), on node n2: rigger restores the etcd snapshot file itself; unzip it on that node (cd /opt/rke/etcd-snapshots && unzip -j snap1.zip)",
 		},
 		{
 			name:   "found nowhere",
@@ -172,7 +258,7 @@ func TestDecideRestore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := decideRestore(name, tt.copies, tt.s3, tt.haveS3, ca)
+			got, err := decideRestore(name, tt.copies, tt.s3, tt.haveS3, ca, tt.fromNode)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want one with %q", err, tt.err)
@@ -248,5 +334,53 @@ func TestOfflineTool(t *testing.T) {
 		if got := offlineTool(image); got != want {
 			t.Errorf("offlineTool(%q) = %q, want %q", image, got, want)
 		}
+	}
+}
+
+func TestVerifyIntegrity(t *testing.T) {
+	// snapshot is a file as etcdctl snapshot save writes it: a database
+	// whose size is a multiple of 512, then its sha256.
+	db := bytes.Repeat([]byte("etcd-db!"), 512)
+	sum := sha256.Sum256(db)
+	snapshot := append(slices.Clone(db), sum[:]...)
+	flipped := func(i int) []byte { b := slices.Clone(snapshot); b[i] ^= 1; return b }
+	var ie *integrityError
+	for _, tt := range []struct {
+		name  string
+		file  []byte
+		size  int64
+		err   string // a part of the error; "" for none
+		isInt bool   // an *integrityError
+	}{
+		{name: "as etcdctl saved it", file: snapshot, size: int64(len(snapshot))},
+		{name: "a byte of the data flipped", file: flipped(100), size: int64(len(snapshot)), err: "its data has sha256", isInt: true},
+		{name: "a byte of the hash flipped", file: flipped(len(snapshot) - 1), size: int64(len(snapshot)), err: "etcd's integrity hash at its end is", isInt: true},
+		{name: "no hash (the bare database)", file: db, size: int64(len(db)), err: "not 32 bytes past a multiple of 512", isInt: true},
+		{name: "truncated", file: snapshot[:len(snapshot)-1], size: int64(len(snapshot) - 1), err: "not 32 bytes past a multiple of 512", isInt: true},
+		{name: "shorter than its size says", file: snapshot[:100], size: int64(len(snapshot)), err: "read: EOF"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := verifyIntegrity(bytes.NewReader(tt.file), tt.size)
+			if tt.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("error %v, want one with %q", err, tt.err)
+			}
+			if got := errors.As(err, &ie); got != tt.isInt {
+				t.Errorf("%v: an integrity error %v, want %v", err, got, tt.isInt)
+			}
+		})
+	}
+}
+
+func TestRestoreRefusesZipBeforeConnecting(t *testing.T) {
+	_, err := Restore(context.Background(), &Cluster{}, "before-rigger.zip", RestoreOptions{})
+	if err == nil || !strings.Contains(err.Error(), "unzip it on the etcd node that has it (cd /opt/rke/etcd-snapshots && unzip -j before-rigger.zip) "+
+		"so that /opt/rke/etcd-snapshots/before-rigger is the snapshot, then restore before-rigger") {
+		t.Errorf("restore of a zip file: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/dockerop"
@@ -16,8 +17,10 @@ import (
 )
 
 // checkRestore is the check before a restore: it changes nothing on the
-// cluster (it may copy a missing snapshot to a node's snapshot directory).
-func (cl *Cluster) checkRestore(ctx context.Context, name string, members []etcdNode, progress func(node, msg string)) (*RestoreCheck, error) {
+// cluster (it may copy a missing snapshot to a node's snapshot directory,
+// or the source's copy of a snapshot without a sidecar to FetchDir).
+// fromNode is RestoreOptions.FromNode.
+func (cl *Cluster) checkRestore(ctx context.Context, name, fromNode string, members []etcdNode, progress func(node, msg string)) (*RestoreCheck, error) {
 	for _, m := range members {
 		if _, _, err := etcdDataBind(m.etcd); err != nil {
 			return nil, fmt.Errorf("node %s: %w", m.node.Address, err)
@@ -34,26 +37,41 @@ func (cl *Cluster) checkRestore(ctx context.Context, name string, members []etcd
 	caSum := sha256.Sum256(cl.PKI.Certs[pki.CACertName].CertPEM)
 	ca := hex.EncodeToString(caSum[:])
 	cfg := cl.s3Config()
-	dec, err := decideRestore(name, copies, nil, cfg != nil, ca)
+	var s3c *s3Copy
 	var store *S3
+	dec, err := decideRestore(name, copies, s3c, cfg != nil, ca, fromNode)
 	if err == nil && dec.NeedS3 {
-		s3c := &s3Copy{}
+		s3c = &s3Copy{}
 		store, s3c.Err = NewS3(cfg)
 		if s3c.Err == nil {
 			s3c.Where = store.Where(name)
 			s3c.Present, s3c.Size, s3c.Sidecar, s3c.Err = cl.findS3Copy(ctx, store, name)
 		}
-		dec, err = decideRestore(name, copies, s3c, true, ca)
+		dec, err = decideRestore(name, copies, s3c, true, ca, fromNode)
+	}
+	if err == nil && dec.CheckHash != "" {
+		i := slices.IndexFunc(copies, func(c nodeCopy) bool { return c.Node == dec.CheckHash })
+		copies[i].HashChecked = true
+		copies[i].HashErr, copies[i].Err = cl.checkIntegrity(ctx, dec.CheckHash, name)
+		dec, err = decideRestore(name, copies, s3c, cfg != nil, ca, fromNode)
 	}
 	if err != nil {
 		return nil, err
 	}
 	sc := dec.Sidecar
-	for _, n := range dec.Verified {
-		progress(n, fmt.Sprintf("%s present, %d bytes, sha256 %s verified", name, sc.Size, sc.SHA256))
+	chk := &RestoreCheck{Name: name, Sidecar: sc, Verified: dec.Verified, FetchedFrom: map[string]string{}, Files: map[string]string{},
+		Members: restoreMembers(members), Source: dec.Source, Size: dec.Size, SHA256: dec.SHA256}
+	for _, m := range members {
+		chk.Files[m.node.Address] = path.Join(Dir, name)
 	}
-
-	chk := &RestoreCheck{Sidecar: sc, Verified: dec.Verified, FetchedFrom: map[string]string{}, Members: restoreMembers(members)}
+	if sc != nil {
+		for _, n := range dec.Verified {
+			progress(n, fmt.Sprintf("%s present, %d bytes, sha256 %s verified", name, sc.Size, sc.SHA256))
+		}
+	} else {
+		progress(dec.Source, fmt.Sprintf("%s present without a sidecar (taken without rigger), %d bytes, sha256 %s, etcd's integrity hash verified: every member restores this copy",
+			name, dec.Size, dec.SHA256))
+	}
 	for _, n := range cl.Desired.Nodes {
 		if _, ok := n.Container(desired.KubeAPIServer); ok {
 			chk.ControlPlane = append(chk.ControlPlane, n.Address)
@@ -65,53 +83,103 @@ func (cl *Cluster) checkRestore(ctx context.Context, name string, members []etcd
 			return nil, fmt.Errorf("a restore stops the API server of every controlplane node: node %s: %w", a, err)
 		}
 	}
-
-	// Fetch the missing copies, verified where they land.
-	side, err := sc.Marshal()
-	if err != nil {
-		return nil, err
+	if err := cl.fetchMissing(ctx, chk, dec, store, members, progress); err != nil {
+		return nil, errors.Join(err, cl.removeAllFetched(ctx, chk))
 	}
-	var fetchErrs []error
+
+	// etcdctl must read it, and agree with the sidecar (or, without one,
+	// with the source's copy), on every node.
+	statuses := make([]Status, len(members))
+	err = fanout.Each(ctx, members, cl.MaxParallel, func(ctx context.Context, i int, m etcdNode) error {
+		st, err := cl.snapshotStatus(ctx, m, chk.Files[m.node.Address])
+		if err != nil {
+			return fmt.Errorf("node %s: %w", m.node.Address, err)
+		}
+		statuses[i] = st
+		return nil
+	})
+	if err == nil {
+		err = agreeStatus(chk, members, statuses, progress)
+	}
+	if err != nil {
+		return nil, errors.Join(err, cl.removeAllFetched(ctx, chk))
+	}
+	return chk, nil
+}
+
+// fetchMissing copies the snapshot where the decision says: a missing copy
+// of a snapshot with a sidecar to the node's Dir (with the sidecar), the
+// source's copy of one without a sidecar to every other node's FetchDir;
+// each verified where it lands.
+func (cl *Cluster) fetchMissing(ctx context.Context, chk *RestoreCheck, dec *restoreDecision, store *S3, members []etcdNode, progress func(node, msg string)) error {
+	name, sc := chk.Name, chk.Sidecar
+	var side []byte
+	if sc != nil {
+		var err error
+		if side, err = sc.Marshal(); err != nil {
+			return err
+		}
+	}
+	var errs []error
 	for _, m := range members {
 		src, ok := dec.Fetch[m.node.Address]
 		if !ok {
 			continue
 		}
 		to, where := m.node.Address, "node "+src
-		if src == fromS3 {
+		var err error
+		switch {
+		case sc == nil:
+			chk.Files[to] = fetchPath(name)
+			err = cl.fetchCopy(ctx, src, to, name, dec.Size, dec.SHA256)
+		case src == fromS3:
 			where = store.Where(name)
 			err = cl.fetchFromS3(ctx, store, to, sc, side)
-		} else {
+		default:
 			err = cl.copySnapshot(ctx, src, to, sc, side)
 		}
 		if err != nil {
-			fetchErrs = append(fetchErrs, fmt.Errorf("node %s: fetch %s from %s: %w", to, name, where, err))
+			errs = append(errs, fmt.Errorf("node %s: fetch %s from %s: %w", to, name, where, err))
 			continue
 		}
 		chk.Fetched = append(chk.Fetched, to)
 		chk.FetchedFrom[to] = where
-		progress(to, fmt.Sprintf("%s was missing: copied from %s, sha256 verified", name, where))
-	}
-	if err := errors.Join(fetchErrs...); err != nil {
-		return nil, err
-	}
-
-	// etcdctl must read it, and agree with the sidecar, on every node.
-	if err := fanout.Each(ctx, members, cl.MaxParallel, func(ctx context.Context, _ int, m etcdNode) error {
-		st, err := cl.snapshotStatus(ctx, m, name)
-		if err == nil && (st.Hash != sc.Hash || st.Revision != sc.Revision || st.TotalKeys != sc.TotalKeys) {
-			err = fmt.Errorf("snapshot status says hash %d, revision %d, %d keys; the sidecar hash %d, revision %d, %d keys",
-				st.Hash, st.Revision, st.TotalKeys, sc.Hash, sc.Revision, sc.TotalKeys)
+		if sc == nil {
+			progress(to, fmt.Sprintf("%s's copy fetched to %s, sha256 verified (this node's own %s, if any, is left as it is)", src, fetchPath(name), path.Join(Dir, name)))
+		} else {
+			progress(to, fmt.Sprintf("%s was missing: copied from %s, sha256 verified", name, where))
 		}
-		if err != nil {
-			return fmt.Errorf("node %s: %w", m.node.Address, err)
+	}
+	return errors.Join(errs...)
+}
+
+// agreeStatus checks etcdctl snapshot status of every member's file
+// (statuses, in members' order) against the sidecar, or, for a snapshot
+// without one, against the source's (the same bytes), and keeps the
+// source's in chk.Status.
+func agreeStatus(chk *RestoreCheck, members []etcdNode, statuses []Status, progress func(node, msg string)) error {
+	want, from := Status{}, "the sidecar"
+	if sc := chk.Sidecar; sc != nil {
+		want = Status{Hash: sc.Hash, Revision: sc.Revision, TotalKeys: sc.TotalKeys}
+	} else {
+		from = "the copy of " + chk.Source
+		for i, m := range members {
+			if m.node.Address == chk.Source {
+				want, chk.Status = statuses[i], statuses[i]
+			}
+		}
+	}
+	var errs []error
+	for i, m := range members {
+		st := statuses[i]
+		if st.Hash != want.Hash || st.Revision != want.Revision || st.TotalKeys != want.TotalKeys {
+			errs = append(errs, fmt.Errorf("node %s: snapshot status of %s says hash %d, revision %d, %d keys; %s hash %d, revision %d, %d keys",
+				m.node.Address, chk.Files[m.node.Address], st.Hash, st.Revision, st.TotalKeys, from, want.Hash, want.Revision, want.TotalKeys))
+			continue
 		}
 		progress(m.node.Address, fmt.Sprintf("snapshot status: revision %d, %d keys, hash %d", st.Revision, st.TotalKeys, st.Hash))
-		return nil
-	}); err != nil {
-		return nil, err
 	}
-	return chk, nil
+	return errors.Join(errs...)
 }
 
 // findCopy stats the snapshot on a node, computes its sha256 there and
@@ -135,6 +203,13 @@ func (cl *Cluster) findCopy(ctx context.Context, node, name string) nodeCopy {
 	case !errors.Is(err, fs.ErrNotExist):
 		c.Err = err
 		return c
+	default:
+		_, err := dockerop.StatFile(ctx, e, node, cl.HelperImage, file+zipSuffix)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			c.Err = err
+			return c
+		}
+		c.Zipped = err == nil
 	}
 	files, err := dockerop.ReadFiles(ctx, e, node, cl.HelperImage, []string{file + SidecarSuffix})
 	if err != nil {
@@ -177,14 +252,15 @@ func (cl *Cluster) fetchFromS3(ctx context.Context, store *S3, to string, sc *Si
 	return cl.placeSnapshot(ctx, to, sc, side, rc, size)
 }
 
-// snapshotStatus runs `etcdctl snapshot status` on the member's copy.
-func (cl *Cluster) snapshotStatus(ctx context.Context, m etcdNode, name string) (Status, error) {
+// snapshotStatus runs `etcdctl snapshot status` on the member's file (a
+// path under Dir).
+func (cl *Cluster) snapshotStatus(ctx context.Context, m etcdNode, file string) (Status, error) {
 	e, err := cl.Engine(ctx, m.node.Address)
 	if err != nil {
 		return Status{}, err
 	}
 	out, err := dockerop.RunOutput(ctx, e, m.node.Address, m.etcd.Image,
-		[]string{offlineTool(m.etcd.Image), "snapshot", "status", path.Join(Dir, name), "-w", "json"},
+		[]string{offlineTool(m.etcd.Image), "snapshot", "status", file, "-w", "json"},
 		dockerop.RunOptions{Binds: []string{Dir + ":" + Dir + ":ro"}, Env: []string{"ETCDCTL_API=3"}})
 	if err != nil {
 		return Status{}, err

@@ -24,6 +24,13 @@ type nodeCopy struct {
 	// SidecarErr when it could not be read.
 	Sidecar    *Sidecar
 	SidecarErr error
+	// Zipped says, when the snapshot file is not there, that <name>.zip
+	// is (RKE's zip file of it).
+	Zipped bool
+	// HashChecked says etcd's integrity hash of the copy was checked
+	// (only a source without a sidecar's is); HashErr is why it failed.
+	HashChecked bool
+	HashErr     error
 }
 
 // s3Copy is what S3 holds of the snapshot, when it was asked.
@@ -49,13 +56,29 @@ type restoreDecision struct {
 	// NeedS3 is set when S3 was not asked and could help (a sidecar or a
 	// copy missing from every node); decide again with it.
 	NeedS3 bool
+
+	// Source is set for a snapshot without a sidecar (Sidecar nil): the
+	// node whose copy every member restores (Fetch sends it to every
+	// other node, to FetchDir: their own copies stay as they are), and
+	// Size and SHA256 are that copy's.
+	Source string
+	Size   int64
+	SHA256 string
+	// CheckHash is set when etcd's integrity hash of that node's copy
+	// must be checked first (nodeCopy.HashChecked); decide again with it.
+	CheckHash string
 }
 
 // decideRestore decides from the copies found on the etcd nodes (in
 // cluster.yml order) and in S3 (nil: not asked, or not configured when
 // haveS3 is false) whether and how the snapshot can be restored. ca is the
-// sha256 of the cluster's CA certificate. It does no I/O.
-func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca string) (*restoreDecision, error) {
+// sha256 of the cluster's CA certificate; fromNode, when set, is the etcd
+// node whose copy of a snapshot without a sidecar is restored
+// (--from-node). It does no I/O.
+func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca, fromNode string) (*restoreDecision, error) {
+	if fromNode != "" && !slices.ContainsFunc(copies, func(c nodeCopy) bool { return c.Node == fromNode }) {
+		return nil, fmt.Errorf("--from-node %s is not an etcd node of cluster.yml (its etcd nodes: %s)", fromNode, strings.Join(copyNodes(copies, nil), ", "))
+	}
 	var errs []error
 	for _, c := range copies {
 		if c.Err != nil {
@@ -94,15 +117,26 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca s
 		case s3 != nil && s3.Sidecar != nil:
 			sc, scFrom = s3.Sidecar, s3.Where
 		case !present && (s3 == nil || !s3.Present):
+			if zipped := copyNodes(copies, func(c nodeCopy) bool { return c.Zipped }); len(zipped) > 0 {
+				return nil, fmt.Errorf("snapshot %s is only a zip file, %s.zip (as RKE writes them), on node %s: rigger restores the etcd snapshot file itself; "+
+					"unzip it on that node (cd %s && unzip -j %s.zip) so that %s is the snapshot, then run restore again",
+					name, name, strings.Join(zipped, ", "), Dir, name, path.Join(Dir, name))
+			}
 			where := "on the etcd nodes"
 			if haveS3 {
 				where += " or in s3"
 			}
 			return nil, fmt.Errorf("no snapshot named %s %s (rigger snapshot list shows them)", name, where)
+		case !present:
+			return nil, fmt.Errorf("snapshot %s is only in %s, without a sidecar (%s.json): rigger restores a snapshot it did not take only from an etcd node's copy; "+
+				"download it to %s on an etcd node and run restore again", name, s3.Where, name, path.Join(Dir, name))
 		default:
-			return nil, fmt.Errorf("snapshot %s has no sidecar (%s.json): rigger restores only snapshots whose size and sha256 it knows, "+
-				"those rigger snapshot save took", name, name)
+			return decideWithoutSidecar(name, copies, fromNode)
 		}
+	}
+	if fromNode != "" {
+		return nil, fmt.Errorf("--from-node is for a snapshot rigger did not take: %s has a sidecar (from %s), and every node's copy is checked against it; "+
+			"run restore without --from-node", name, scFrom)
 	}
 	if sc.Name != name {
 		return nil, fmt.Errorf("the sidecar from %s names snapshot %s, not %s", scFrom, sc.Name, name)
@@ -151,6 +185,53 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca s
 		d.Fetch[n] = src
 	}
 	return d, nil
+}
+
+// decideWithoutSidecar decides the restore of a snapshot that has no
+// sidecar anywhere (one RKE took, or a file put there by hand): nothing
+// says which copy is right, and RKE's copies of one name differ from node to
+// node (each is its own member's), so one copy is the source for every
+// member: fromNode's, else the first node's in cluster.yml order that has
+// one. It must pass etcd's integrity hash before anything else happens; it
+// goes to every other node beside that node's own copy, never over it.
+func decideWithoutSidecar(name string, copies []nodeCopy, fromNode string) (*restoreDecision, error) {
+	have := copyNodes(copies, func(c nodeCopy) bool { return c.Present })
+	src := fromNode
+	if src == "" {
+		src = have[0]
+	} else if !slices.Contains(have, src) {
+		return nil, fmt.Errorf("--from-node %s has no copy of %s (%s); the etcd nodes with one: %s", src, name, path.Join(Dir, name), strings.Join(have, ", "))
+	}
+	c := copies[slices.IndexFunc(copies, func(c nodeCopy) bool { return c.Node == src })]
+	switch {
+	case !c.HashChecked:
+		return &restoreDecision{CheckHash: src}, nil
+	case c.HashErr != nil:
+		others := slices.DeleteFunc(slices.Clone(have), func(n string) bool { return n == src })
+		hint := "no other etcd node has a copy: restore another snapshot"
+		if len(others) > 0 {
+			hint = "restore another node's copy with --from-node (the etcd nodes with one: " + strings.Join(others, ", ") + ")"
+		}
+		return nil, fmt.Errorf("node %s: %s is damaged: %w; %s", src, path.Join(Dir, name), c.HashErr, hint)
+	}
+	d := &restoreDecision{Source: src, Size: c.Size, SHA256: c.SHA256, Verified: []string{src}, Fetch: map[string]string{}}
+	for _, o := range copies {
+		if o.Node != src {
+			d.Fetch[o.Node] = src
+		}
+	}
+	return d, nil
+}
+
+// copyNodes are the nodes of the copies that keep says (all with nil).
+func copyNodes(copies []nodeCopy, keep func(nodeCopy) bool) []string {
+	var out []string
+	for _, c := range copies {
+		if keep == nil || keep(c) {
+			out = append(out, c.Node)
+		}
+	}
+	return out
 }
 
 // restoreMembers are the members of the restored etcd cluster: every etcd

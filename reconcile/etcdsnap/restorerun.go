@@ -155,7 +155,8 @@ func (r *restorer) restore(ctx context.Context, m etcdNode) error {
 			me = rm
 		}
 	}
-	cmd := restoreCommand(m.etcd.Image, path.Join(Dir, r.name), me, r.chk.Members, path.Join(inContainer, restoreDirName))
+	file := r.chk.Files[node]
+	cmd := restoreCommand(m.etcd.Image, file, me, r.chk.Members, path.Join(inContainer, restoreDirName))
 	if _, err := dockerop.RunOutput(ctx, e, node, m.etcd.Image, cmd, dockerop.RunOptions{
 		Binds: []string{host + ":" + inContainer, Dir + ":" + Dir + ":ro"},
 		Env:   []string{"ETCDCTL_API=3"},
@@ -178,6 +179,15 @@ rmdir %[1]s`, tmp, member)
 	r.res.Restored = append(r.res.Restored, node)
 	r.mu.Unlock()
 	r.progress(node, fmt.Sprintf("restored as member %s (%s)", me.Name, me.PeerURL))
+	if file == fetchPath(r.name) {
+		// The source's copy fetched here is not needed any more; the
+		// node's own copy of the snapshot, if any, stays.
+		if err := r.cl.removeFetched(ctx, node, r.name); err != nil {
+			r.progress(node, err.Error())
+		} else {
+			r.progress(node, "removed the fetched copy "+file)
+		}
+	}
 	return nil
 }
 
