@@ -2,7 +2,6 @@ package incluster_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -74,10 +73,10 @@ func TestServeInClusterSandbox(t *testing.T) {
 	phase := func(name string) {
 		t.Logf("==> %s (%s since start)", name, time.Since(start).Round(time.Second))
 	}
-	bin := buildRigger(t)
+	bin := sandboxtest.BuildRigger(t)
 	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 2, Images: true, RiggerBinary: bin})
 	mgmtNode, gitNode := sb.Nodes[0], sb.Nodes[1]
-	kubectl := buildKubectl(t)
+	kubectl := sandboxtest.BuildKubectl(t)
 	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
 
 	phase("the management cluster, by rigger apply")
@@ -624,64 +623,6 @@ func buildImage(t *testing.T, bin string, n sandbox.Node) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("docker build of the Dockerfile: %v\n%s", err, out)
 	}
-}
-
-// buildRigger compiles the rigger command as `make build` does.
-func buildRigger(t *testing.T) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "rigger")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "github.com/rigger/rigger/cmd/rigger")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build rigger: %v\n%s", err, msg)
-	}
-	return out
-}
-
-// kubectlVersion is hack/kubectl-build's.
-const kubectlVersion = "v1.32.13"
-
-// buildKubectl returns kubectl: $RIGGER_KUBECTL (make kubectl builds it),
-// else built from hack/kubectl-build into the cache once, where make
-// kubectl puts it (from a warm Go build cache, a link).
-func buildKubectl(t *testing.T) string {
-	t.Helper()
-	if k := os.Getenv("RIGGER_KUBECTL"); k != "" {
-		return k
-	}
-	src, err := filepath.Abs("../../../hack/kubectl-build/" + kubectlVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := os.ReadFile(filepath.Join(src, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := os.Getenv("RIGGER_CACHE")
-	if cache == "" {
-		cache = "/var/cache/rigger"
-	}
-	hash := sha256.Sum256(sum)
-	out := filepath.Join(cache, "kubectl", fmt.Sprintf("kubectl-%s-%x", kubectlVersion, hash[:8]))
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X k8s.io/component-base/version.gitVersion="+kubectlVersion,
-		"-o", tmp, "k8s.io/kubernetes/cmd/kubectl")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl in %s: %v\n%s", src, err, msg)
-	}
-	// Another package's build may have got there first: either is kubectl.
-	if err := os.Rename(tmp, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func kubeClient(t *testing.T, kubeconfig string) kubernetes.Interface {
