@@ -93,6 +93,11 @@ type Config struct {
 	// and written through by every write of its state. An error stalls the
 	// cluster when only a person can help (stall.Classify), else retries.
 	LoadState func(ctx context.Context, cluster, dir string) error
+	// StateFileAt, when set, names for people where the state file file
+	// (slash separated) of cluster is kept, and how to remove it (with
+	// LoadState: its Secret and the kubectl command). Nil: the file in
+	// StateDir.
+	StateFileAt func(cluster, file string) string
 	// Author signs the status commits.
 	Author object.Signature
 	// Open opens a reconcile session (reconcile.Open when nil; tests
