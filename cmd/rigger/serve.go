@@ -224,7 +224,15 @@ one that stops (SIGTERM) gives them up at once. Every replica is ready
 webhook may reach any replica: an accepted push is relayed to the other
 replicas at --advertise-url (default from $POD_IP and --listen's port),
 which check its signature again and fetch. status.yml ("replica"), /metrics (rigger_cluster_lease_held) and the
-logs name the replica that holds each cluster.`,
+logs name the replica that holds each cluster. Every replica's status page
+and /api/clusters show every cluster of the repository: one another replica
+holds shows that replica and the status.yml it committed, as of this
+replica's last fetch. The Lease of a cluster.yml gone from the repository
+is deleted by a replica whose fetch no longer has it, once nobody holds it
+(given up, or not renewed for --lease-duration). Two cluster.yml with one
+cluster_name held by two replicas: with --state-backend kubernetes the one
+that bound the state first is reconciled and the other refused
+(DuplicateCluster), naming both files.`,
 		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
     --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook
   RIGGER_GIT_TOKEN=$TOKEN rigger serve --repo https://gitea.example/ops/clusters.git --status-branch rigger-status`,
