@@ -327,7 +327,8 @@ func (s *Server) sync(ctx context.Context) {
 		if err != nil {
 			log.Warn("read the clusters' Leases: the status page keeps the holders it showed", "err", err)
 		}
-		defer func() { s.showElsewhere(ctx, head.Hash, paths, holders, err == nil) }()
+		fresh := err == nil
+		defer func() { s.showElsewhere(ctx, head.Hash, paths, holders, fresh) }() // once s.mu is unlocked
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -399,9 +400,11 @@ func (s *Server) showElsewhere(ctx context.Context, head string, paths []string,
 	}
 	me := s.cfg.Share.ID()
 	s.mu.Lock()
-	here := map[string]bool{}
-	for p, w := range s.workers {
-		here[p] = w.holding.Load()
+	here := map[string]bool{} // a reconcile handed over may still run, in leaving
+	for _, ws := range []map[string]*worker{s.workers, s.leaving} {
+		for p, w := range ws {
+			here[p] = here[p] || w.holding.Load()
+		}
 	}
 	s.mu.Unlock()
 	rev, fetched := head, s.cfg.StatusBranch == ""

@@ -132,14 +132,20 @@ func TestRetiredWorkerFinishesItsReconcile(t *testing.T) {
 	defer func() { release(); cancel(); <-ran }()
 
 	pctx := testwait.Recv(t, sess.entered, 30*time.Second, "the first reconcile", func(context.Context) bool { return true })
-	share.set(map[string]bool{})        // assigned to another replica
-	share.set(map[string]bool{p: true}) // and back, while the reconcile runs (taken once the sync before is over)
+	share.set(map[string]bool{}) // assigned to another replica
+	testwait.For(t, 30*time.Second, "the worker leaving", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.leaving[p] != nil
+	})
+	share.set(map[string]bool{}) // received once the sync that retired it is over
+	if cs := board.Clusters(); len(cs) != 1 || cs[0].Elsewhere || cs[0].Running == nil {
+		t.Errorf("the status page shows %+v, want the reconcile under way here (it is handed over once over), not another replica's cluster", cs)
+	}
+	share.set(map[string]bool{p: true}) // and back, while the reconcile runs
 	share.set(map[string]bool{p: true}) // taken once the sync of the one before is over
 	if err := pctx.Err(); err != nil {
 		t.Fatalf("the reconcile under way was cut short when its cluster went to another replica: %v", err)
-	}
-	if cs := board.Clusters(); len(cs) != 1 || cs[0].Elsewhere || cs[0].Running == nil {
-		t.Errorf("the status page shows %+v, want the reconcile under way here, not another replica's cluster", cs)
 	}
 	release()
 	testwait.For(t, 30*time.Second, "a worker holding the cluster again", func() bool {
