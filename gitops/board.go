@@ -37,6 +37,9 @@ type Board struct {
 	subs     map[chan struct{}]struct{}
 	watchers []func(StatusUpdate)
 	starts   []func(StartUpdate)
+	// shownBlob is the blob of the status.yml shown for each cluster
+	// held elsewhere (elsewhere), so that an unchanged one is no change.
+	shownBlob map[string]string
 }
 
 // BoardCluster is one cluster on a Board.
@@ -49,6 +52,16 @@ type BoardCluster struct {
 	Running *RunningReconcile `json:"running,omitempty"`
 	// Reconciles are the last reconciles, newest first.
 	Reconciles []ReconcileRecord `json:"reconciles,omitempty"`
+	// Elsewhere is set for a cluster that another replica of serve
+	// reconciles (several replicas share the clusters, Config.Share):
+	// Status is then its status.yml as that replica committed it, read
+	// from this replica's clone at its last fetch; Reconciles are this
+	// replica's own, from when it held the cluster.
+	Elsewhere bool `json:"elsewhere,omitempty"`
+	// HeldBy is the replica that holds the cluster's Lease when
+	// Elsewhere is set, as this replica last read it ("": none does at
+	// the moment, it is being handed over or taken over).
+	HeldBy string `json:"heldBy,omitempty"`
 }
 
 // RunningReconcile is a reconcile under way.
@@ -103,7 +116,7 @@ func NewBoard(history int) *Board {
 		history = DefaultBoardHistory
 	}
 	return &Board{history: history, clusters: map[string]*BoardCluster{}, changed: map[string]uint64{}, gone: map[string]uint64{},
-		subs: map[chan struct{}]struct{}{}}
+		subs: map[chan struct{}]struct{}{}, shownBlob: map[string]string{}}
 }
 
 // Watch has f told of every status, in the order they come; f runs on
@@ -241,6 +254,7 @@ func (b *Board) started(path, trigger, revision string, at time.Time) {
 	c := b.cluster(path)
 	run := RunningReconcile{Trigger: trigger, Revision: revision, StartedAt: at}
 	c.Running = &run
+	b.here(c)
 	status := c.Status
 	watchers := slices.Clone(b.starts)
 	b.changedLocked(path)
@@ -260,6 +274,7 @@ func (b *Board) finished(path string, rec ReconcileRecord, f *StatusFile) {
 	c := b.cluster(path)
 	prev := c.Status
 	c.Status, c.Running = f, nil
+	b.here(c)
 	c.Reconciles = append([]ReconcileRecord{rec}, c.Reconciles...)
 	if len(c.Reconciles) > b.history {
 		c.Reconciles = c.Reconciles[:b.history]
@@ -269,6 +284,56 @@ func (b *Board) finished(path string, rec ReconcileRecord, f *StatusFile) {
 	b.mu.Unlock()
 	for _, w := range watchers {
 		w(StatusUpdate{Path: path, Revision: rec.Revision, Prev: prev, Next: f})
+	}
+}
+
+// here marks c as reconciled by this replica; b.mu is held.
+func (b *Board) here(c *BoardCluster) {
+	c.Elsewhere, c.HeldBy = false, ""
+	delete(b.shownBlob, c.Path)
+}
+
+// elsewhere shows path's cluster as reconciled by another replica: holder
+// holds its Lease ("" for none), and f is its status.yml as committed
+// (blob: that file's blob, "" for none), which the holder wrote. Nothing
+// changes when neither did; watchers are not told (the holder tells its
+// own).
+func (b *Board) elsewhere(path, holder, blob string, f *StatusFile) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.clusters[path]
+	if c != nil && c.Elsewhere && c.HeldBy == holder && b.shownBlob[path] == blob {
+		return
+	}
+	c = b.cluster(path)
+	c.Elsewhere, c.HeldBy, c.Running = true, holder, nil
+	if blob != b.shownBlob[path] || c.Status == nil {
+		if f != nil {
+			c.Status = f
+		}
+		b.shownBlob[path] = blob
+	}
+	b.changedLocked(path)
+}
+
+// retain takes every cluster whose path is not in paths off the board.
+func (b *Board) retain(paths map[string]bool) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	var gone []string
+	for p := range b.clusters {
+		if !paths[p] {
+			gone = append(gone, p)
+		}
+	}
+	b.mu.Unlock()
+	for _, p := range gone {
+		b.removed(p)
 	}
 }
 
@@ -283,6 +348,7 @@ func (b *Board) removed(path string) {
 		return
 	}
 	delete(b.clusters, path)
+	delete(b.shownBlob, path)
 	b.changedLocked(path)
 	delete(b.changed, path)
 	b.gone[path] = b.version

@@ -93,6 +93,11 @@ type Config struct {
 	// and written through by every write of its state. An error stalls the
 	// cluster when only a person can help (stall.Classify), else retries.
 	LoadState func(ctx context.Context, cluster, dir string) error
+	// StateFileAt, when set, names for people where the state file file
+	// (slash separated) of cluster is kept, and how to remove it (with
+	// LoadState: its Secret and the kubectl command). Nil: the file in
+	// StateDir.
+	StateFileAt func(cluster, file string) string
 	// Author signs the status commits.
 	Author object.Signature
 	// Open opens a reconcile session (reconcile.Open when nil; tests
@@ -145,6 +150,11 @@ type Sharer interface {
 	Hold(ctx context.Context, path string, run func(ctx context.Context, handOver <-chan struct{})) error
 	// Changed is signalled when Campaigns may answer otherwise.
 	Changed() <-chan struct{}
+	// Leases is told the paths of every cluster.yml at the head just
+	// read: it returns the replica holding each one's Lease ("" for
+	// none), and deletes the Leases of cluster.yml files not among them
+	// that nobody holds.
+	Leases(ctx context.Context, paths []string) (holders map[string]string, err error)
 }
 
 // Event is something a Server did, for Config.Events.
@@ -313,6 +323,12 @@ func (s *Server) sync(ctx context.Context) {
 			paths[i] = f.Path
 		}
 		mine = s.cfg.Share.Campaigns(paths)
+		holders, err := s.cfg.Share.Leases(ctx, paths)
+		if err != nil {
+			log.Warn("read the clusters' Leases: the status page keeps the holders it showed", "err", err)
+		}
+		fresh := err == nil
+		defer func() { s.showElsewhere(ctx, head.Hash, paths, holders, fresh) }() // once s.mu is unlocked
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -326,7 +342,6 @@ func (s *Server) sync(ctx context.Context) {
 					"path", f.Path, "replica", s.cfg.Share.ID())
 				w.retire()
 				s.leave(w)
-				s.cfg.Board.removed(f.Path)
 			}
 			continue
 		}
@@ -365,6 +380,52 @@ func (s *Server) sync(ctx context.Context) {
 			s.leave(w)
 			s.cfg.Board.removed(p)
 		}
+	}
+}
+
+// showElsewhere puts on the board (the status page) the clusters of the
+// repository at head that another replica reconciles: each with the
+// replica holding its Lease, as holders says, and its status.yml as
+// committed, which that replica wrote (with StatusBranch, fetched first).
+// A cluster whose Lease this replica holds is its worker's to show. The
+// board keeps what it showed when the Leases could not be read (!fresh).
+func (s *Server) showElsewhere(ctx context.Context, head string, paths []string, holders map[string]string, fresh bool) {
+	at := map[string]bool{}
+	for _, p := range paths {
+		at[p] = true
+	}
+	s.cfg.Board.retain(at)
+	if !fresh || s.cfg.Board == nil {
+		return
+	}
+	me := s.cfg.Share.ID()
+	s.mu.Lock()
+	here := map[string]bool{} // a reconcile handed over may still run, in leaving
+	for _, ws := range []map[string]*worker{s.workers, s.leaving} {
+		for p, w := range ws {
+			here[p] = here[p] || w.holding.Load()
+		}
+	}
+	s.mu.Unlock()
+	rev, fetched := head, s.cfg.StatusBranch == ""
+	for _, p := range paths {
+		holder := holders[p]
+		if here[p] || holder == me {
+			continue
+		}
+		if !fetched {
+			fetched = true
+			rev = s.cfg.StatusBranch
+			if _, err := s.cfg.Repo.Fetch(ctx, s.cfg.StatusBranch); err != nil {
+				s.cfg.Log.Debug("fetch the status branch for the status page", "branch", s.cfg.StatusBranch, "err", err)
+			}
+		}
+		var st *StatusFile
+		f, ok, err := s.cfg.Repo.ReadFile(rev, path.Join(path.Dir(p), StatusFileName), maxStatusFile)
+		if err == nil && ok && f.Content != nil {
+			st = ParseStatus(f.Content)
+		}
+		s.cfg.Board.elsewhere(p, holder, f.Blob, st)
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
@@ -114,7 +115,8 @@ func runReplica(ctx context.Context, c replicaConfig) error {
 	}
 	defer rec.Close()
 	var recMu sync.Mutex
-	srv, err := New(Config{Repo: repo, RepoURL: "file://" + c.Bare, Branch: "main", Path: "clusters",
+	board := NewBoard(0) // the status page's
+	srv, err := New(Config{Board: board, Repo: repo, RepoURL: "file://" + c.Bare, Branch: "main", Path: "clusters",
 		Interval: time.Hour, DriftInterval: time.Second, MaxConcurrent: 9, StateDir: c.StateDir,
 		Author: object.Signature{Name: "rigger", Email: "rigger@example.test"}, Log: log, Share: set,
 		Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return &slowSession{}, nil },
@@ -136,7 +138,12 @@ func runReplica(ctx context.Context, c replicaConfig) error {
 	if err != nil {
 		return err
 	}
-	hook, err := webhook.New(webhook.Config{Secret: []byte(c.Secret), Branch: "main", Log: log,
+	// The test's post-receive hook sends one signed body for every push,
+	// without the new head (a forge names it as "after"), so rigger's own
+	// status commits are not told apart and count against the rate: with
+	// the default rate (a burst of 10, then 1 a second) a person's push
+	// among a burst of them is fetched late, and by serve-a only.
+	hook, err := webhook.New(webhook.Config{Secret: []byte(c.Secret), Branch: "main", Log: log, Rate: 50, Burst: 100,
 		Trigger: func(webhook.Event) { srv.Trigger() }, Own: srv.OwnCommit, OwnMessage: IsStatusMessage,
 		Relay: func(path string, h http.Header, body []byte) { set.Relay(ctx, nil, path, h, body) }})
 	if err != nil {
@@ -144,6 +151,9 @@ func runReplica(ctx context.Context, c replicaConfig) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(webhook.Path([]byte(c.Secret)), hook)
+	mux.HandleFunc("/board", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(board.Clusters())
+	})
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Port))
 	if err != nil {
 		return err
@@ -384,6 +394,36 @@ func TestShareReplicas(t *testing.T) {
 		})
 	})
 
+	t.Run("every replica's page shows every cluster, each held elsewhere with its holder", func(t *testing.T) {
+		check := func() error {
+			h := w.holders()
+			for _, id := range live {
+				cs, err := boardOf(ports[id])
+				if err != nil {
+					return err
+				}
+				if len(cs) != len(paths) {
+					return fmt.Errorf("%s's page shows %d clusters, want %d", id, len(cs), len(paths))
+				}
+				for _, c := range cs {
+					switch {
+					case h[c.Path] == id && c.Elsewhere:
+						return fmt.Errorf("%s's page shows %s, which it holds, as held by %q", id, c.Path, c.HeldBy)
+					case h[c.Path] != id && (!c.Elsewhere || c.HeldBy != h[c.Path]):
+						return fmt.Errorf("%s's page shows %s as elsewhere %v held by %q, want held by %s", id, c.Path, c.Elsewhere, c.HeldBy, h[c.Path])
+					case c.Status == nil || c.Status.Replica != h[c.Path]:
+						return fmt.Errorf("%s's page shows no status.yml of %s written by its holder %s: %+v", id, c.Path, h[c.Path], c.Status)
+					}
+				}
+			}
+			return nil
+		}
+		// Each round, a commit that changes no cluster.yml: every replica
+		// fetches (the webhook is relayed), reads the Leases again and
+		// the status.yml files the holders committed before it.
+		fetched(t, work, 30*time.Second, "every replica's page showing the nine clusters, who holds each, and its status.yml", check)
+	})
+
 	t.Run("a replica that comes takes its share, handed over without cutting a reconcile short", func(t *testing.T) {
 		came := time.Now()
 		launch("serve-d")
@@ -430,6 +470,39 @@ func TestShareReplicas(t *testing.T) {
 		}
 		if err := leaving.wait(30 * time.Second); err != nil {
 			t.Errorf("serve-b stopped with SIGTERM: %v", err)
+		}
+	})
+	t.Run("the Lease of a cluster.yml removed from the repository is deleted", func(t *testing.T) {
+		gone := paths[len(paths)-1]
+		lease := replicas.ClusterLease(group, gone)
+		if _, err := client.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the Lease of %s before its removal: %v", gone, err)
+		}
+		gitRun(t, work, "rm", "-q", gone) // its status.yml stays, and rigger may commit to it meanwhile
+		gitRun(t, work, "commit", "-q", "-m", "remove "+gone)
+		push(t, work)
+		paths = paths[:len(paths)-1]
+		// Given up by its holder at that fetch, deleted at a later fetch
+		// of a replica: more pushes.
+		fetched(t, work, 30*time.Second, "the Lease of "+gone+" deleted, and off every page", func() error {
+			if _, err := client.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the Lease %s is still there (%v)", lease, err)
+			}
+			for _, id := range live {
+				cs, err := boardOf(ports[id])
+				if err != nil {
+					return err
+				}
+				if slices.ContainsFunc(cs, func(c BoardCluster) bool { return c.Path == gone }) {
+					return fmt.Errorf("%s's page still shows %s", id, gone)
+				}
+			}
+			return nil
+		})
+		for _, p := range paths {
+			if _, err := client.CoordinationV1().Leases(ns).Get(ctx, replicas.ClusterLease(group, p), metav1.GetOptions{}); err != nil {
+				t.Errorf("the Lease of %s, still in the repository: %v", p, err)
+			}
 		}
 	})
 	for _, id := range live {
@@ -507,6 +580,52 @@ func TestShareReplicas(t *testing.T) {
 			t.Errorf("%d reconciles recorded, want many more (a drift check every second)", n)
 		}
 	})
+}
+
+// push pushes work's branch, rebased on rigger's status commits that may
+// have come first.
+func push(t *testing.T, work string) {
+	t.Helper()
+	for try := 0; ; try++ {
+		if _, err := gitTry(work, "push", "-q", "origin", "main"); err == nil {
+			return
+		} else if try == 5 {
+			t.Fatal(err)
+		}
+		gitRun(t, work, "pull", "-q", "--rebase", "origin", "main")
+	}
+}
+
+// fetched pushes commits that change no cluster.yml to work's origin, one
+// a round (each makes every replica fetch), until cond holds after one,
+// for at most timeout.
+func fetched(t *testing.T, work string, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for n := 0; ; n++ {
+		writeFile(t, filepath.Join(work, "README.md"), fmt.Sprintf("the clusters (%d)\n", time.Now().UnixNano()))
+		gitRun(t, work, "add", "README.md")
+		gitRun(t, work, "commit", "-q", "-m", "README")
+		push(t, work)
+		var err error
+		if testwait.Until(3*time.Second, 100*time.Millisecond, func() bool { err = cond(); return err == nil }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not so after %s and %d pushes; the last check: %v", what, timeout, n+1, err)
+		}
+	}
+}
+
+// boardOf is the board of the replica on port, as its /board serves it.
+func boardOf(port int) ([]BoardCluster, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/board", port))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var cs []BoardCluster
+	return cs, json.NewDecoder(resp.Body).Decode(&cs)
 }
 
 // heldBy are the paths held by id, sorted.

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,4 +143,111 @@ func digests(files map[string][]byte) map[string]string {
 		out[f] = fmt.Sprintf("%x (%d bytes)", sha256.Sum256(b), len(b))
 	}
 	return out
+}
+
+// TestSameNameOnTwoReplicas runs two servers, as two replicas of serve
+// with the state in Secrets of a real API server (RIGGER_E2E=1), each
+// holding one of two cluster.yml files with one cluster_name: neither sees
+// the other's cluster.yml, so only the state can tell. Both read the
+// Secrets before either binds them (a barrier), and race to bind: exactly
+// one is reconciled, and the other is refused with a message that names
+// both files and the Secret to delete, reconciles nothing, and stays
+// refused; what the Secrets hold is the first one's only.
+func TestSameNameOnTwoReplicas(t *testing.T) {
+	api := apiservertest.Start(t, apiservertest.Options{})
+	client, err := kubernetes.NewForConfig(api.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		ns := fmt.Sprintf("rigger-system-%d", round)
+		if _, err := client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var loaded sync.WaitGroup // the barrier: both have read the Secrets
+		loaded.Add(2)
+		applied := map[string]int{}
+		var mu sync.Mutex
+		replica := func(path string) *worker {
+			store := &secretstate.Store{Secrets: client.CoreV1().Secrets(ns), Namespace: ns}
+			first := true
+			srv := &Server{cfg: Config{
+				StateDir: t.TempDir(), RepoURL: "https://git.example.com/ops.git", DriftInterval: time.Hour, ParseTimeout: time.Minute, Now: time.Now,
+				LoadState: func(ctx context.Context, cluster, dir string) error {
+					_, err := store.Load(ctx, cluster, dir)
+					if first {
+						first = false
+						loaded.Done()
+						loaded.Wait()
+					}
+					return err
+				},
+				StateFileAt: func(cluster, file string) string {
+					return "the Secret " + ns + "/" + secretstate.SecretName(cluster, file)
+				},
+				Open: func(_ *spec.Cluster, opts reconcile.Options) (Session, error) {
+					return &fakeSession{
+						PlanFn: func() (*decide.Planned, error) { return planned(1), nil },
+						ApplyFn: func(pl *decide.Planned) (*reconcile.Result, error) {
+							mu.Lock()
+							applied[path]++
+							mu.Unlock()
+							return &reconcile.Result{}, statedir.WriteJSON(opts.StateDir, "nodes.json", path)
+						},
+					}, nil
+				},
+			}, workers: map[string]*worker{}}
+			w := &worker{srv: srv, path: path, log: slog.New(slog.DiscardHandler)}
+			srv.workers[path] = w
+			return w
+		}
+		paths := []string{"clusters/a/cluster.yml", "clusters/b/cluster.yml"}
+		ws := []*worker{replica(paths[0]), replica(paths[1])}
+		attempt := func(w *worker) outcome {
+			return w.attempt(t.Context(), w.log, clusterRef{Path: w.path, Content: []byte(validYML), Size: int64(len(validYML))}, true)
+		}
+		outs := make([]outcome, 2)
+		var g sync.WaitGroup
+		for i, w := range ws {
+			g.Go(func() { outs[i] = attempt(w) })
+		}
+		g.Wait()
+		won := slices.IndexFunc(outs, func(o outcome) bool { return o.err == nil && o.stalled == "" })
+		if won < 0 || outs[1-won].err == nil {
+			t.Fatalf("round %d: outcomes %+v and %+v, want one reconciled and one refused", round, outs[0], outs[1])
+		}
+		winner, loser := paths[won], paths[1-won]
+		check := func(o outcome) {
+			t.Helper()
+			msg := fmt.Sprint(o.err)
+			if o.stalled != ReasonDuplicateCluster || !strings.Contains(msg, winner) || !strings.Contains(msg, loser) ||
+				!strings.Contains(msg, secretstate.SecretName("c", BindingFile)) || !strings.Contains(msg, "another cluster_name") {
+				t.Errorf("round %d: %s refused as %q: %s; want %s, naming both files, the binding's Secret and what to do",
+					round, loser, o.stalled, msg, ReasonDuplicateCluster)
+			}
+		}
+		check(outs[1-won])
+		check(attempt(ws[1-won])) // and again, the binding now read at once
+		if o := attempt(ws[won]); o.err != nil || o.stalled != "" {
+			t.Errorf("round %d: %s, which bound the state, refused the second time: %v", round, winner, o.err)
+		}
+		mu.Lock()
+		if applied[loser] != 0 || applied[winner] == 0 {
+			t.Errorf("round %d: applies %v, want %s's only", round, applied, winner)
+		}
+		mu.Unlock()
+		dir := t.TempDir()
+		s := &secretstate.Store{Secrets: client.CoreV1().Secrets(ns), Namespace: ns}
+		if _, err := s.Export(t.Context(), "c", dir, false); err != nil {
+			t.Fatal(err)
+		}
+		var b Binding
+		var nodes string
+		if err := statedir.ReadJSON(dir, BindingFile, &b); err != nil || b.Path != winner {
+			t.Errorf("round %d: the binding in the Secrets is %+v (%v), want %s", round, b, err, winner)
+		}
+		if err := statedir.ReadJSON(dir, "nodes.json", &nodes); err != nil || nodes != winner {
+			t.Errorf("round %d: nodes.json in the Secrets is %q (%v), want %s's", round, nodes, err, winner)
+		}
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rigger/rigger/reconcile/etcdsnap"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/report"
+	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
@@ -731,9 +732,13 @@ func (e *stateLoadError) Unwrap() error { return e.err }
 //
 // With Config.LoadState, it fills dir from the cluster's state before it
 // reads the binding (which is then written through); an error of
-// LoadState is a *stateLoadError.
+// LoadState is a *stateLoadError. Replicas of serve that share the
+// clusters hold each cluster.yml apart, so two cluster.yml with one name
+// held by two replicas are not refused by the second rule: the binding,
+// written as a compare-and-swap, refuses the one that did not bind the
+// state first (a replica that loses the race reads the state again), so
+// that only one cluster.yml's reconciles ever write that state.
 func (w *worker) claimStateDir(ctx context.Context, name, dir string) error {
-	cfg := w.srv.cfg
 	if name == ServeDir {
 		return fmt.Errorf("cluster_name %q is the name of rigger serve's own directory in its state directory "+
 			"(the agent tunnel's CA and tokens, the clone of the repository): give the cluster another cluster_name", name)
@@ -743,6 +748,25 @@ func (w *worker) claimStateDir(ctx context.Context, name, dir string) error {
 			"(its state directory, with its CA and keys, is named for it); neither is reconciled until one is renamed",
 			name, strings.Join(others, " and "))
 	}
+	for try := 0; ; try++ {
+		err := w.bindStateDir(ctx, name, dir)
+		var conflict *secretstate.ConflictError
+		if try == 0 && errors.As(err, &conflict) {
+			// Another replica of serve bound it first (two cluster.yml
+			// with one cluster_name, held by different replicas): read
+			// the Secrets again, to be refused by that binding.
+			w.log.Info("state directory bound by another replica meanwhile: reading it again", "cluster", name)
+			continue
+		}
+		return err
+	}
+}
+
+// bindStateDir is claimStateDir's work once the name is this cluster.yml's
+// among those this serve holds: fill dir (LoadState), then check its
+// binding, or bind it.
+func (w *worker) bindStateDir(ctx context.Context, name, dir string) error {
+	cfg := w.srv.cfg
 	if cfg.LoadState != nil {
 		if err := cfg.LoadState(ctx, name, dir); err != nil {
 			return &stateLoadError{err}
@@ -753,14 +777,18 @@ func (w *worker) claimStateDir(ctx context.Context, name, dir string) error {
 	if err := statedir.ReadJSON(dir, BindingFile, &have); err != nil {
 		return fmt.Errorf("read the state directory's %s: %w", BindingFile, err)
 	}
+	where := filepath.Join(dir, BindingFile)
+	if cfg.StateFileAt != nil {
+		where = cfg.StateFileAt(name, BindingFile)
+	}
 	switch {
 	case have == want:
 		return nil
 	case have != Binding{}:
-		return fmt.Errorf("the state directory %s of cluster_name %q was made for %s in %s, not for this cluster.yml (%s in %s): "+
-			"the cluster's CA and keys are that cluster.yml's; give this one another cluster_name. If the cluster's cluster.yml "+
-			"moved here, or the repository moved, remove %s (serve binds the directory to the cluster.yml that uses it next)",
-			dir, name, have.Path, have.Repository, want.Path, want.Repository, filepath.Join(dir, BindingFile))
+		return fmt.Errorf("the state of cluster_name %q was made for %s in %s, not for this cluster.yml (%s in %s): "+
+			"the cluster's CA and keys are that cluster.yml's, which is reconciled with them; give this one another cluster_name. "+
+			"If the cluster's cluster.yml moved here, or the repository moved, remove %s (serve binds the state to the cluster.yml that uses it next)",
+			name, have.Path, have.Repository, want.Path, want.Repository, where)
 	}
 	b, err := json.Marshal(want)
 	if err != nil {

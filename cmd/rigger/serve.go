@@ -224,7 +224,15 @@ one that stops (SIGTERM) gives them up at once. Every replica is ready
 webhook may reach any replica: an accepted push is relayed to the other
 replicas at --advertise-url (default from $POD_IP and --listen's port),
 which check its signature again and fetch. status.yml ("replica"), /metrics (rigger_cluster_lease_held) and the
-logs name the replica that holds each cluster.`,
+logs name the replica that holds each cluster. Every replica's status page
+and /api/clusters show every cluster of the repository: one another replica
+holds shows that replica and the status.yml it committed, as of this
+replica's last fetch. The Lease of a cluster.yml gone from the repository
+is deleted by a replica whose fetch no longer has it, once nobody holds it
+(given up, or not renewed for --lease-duration). Two cluster.yml with one
+cluster_name held by two replicas: with --state-backend kubernetes the one
+that bound the state first is reconciled and the other refused
+(DuplicateCluster), naming both files.`,
 		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
     --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook
   RIGGER_GIT_TOKEN=$TOKEN rigger serve --repo https://gitea.example/ops/clusters.git --status-branch rigger-status`,
@@ -297,7 +305,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--author %q: %w: give \"Name <email>\"", o.author, err)
 	}
-	loadState, err := o.stateStore(log)
+	loadState, stateFileAt, err := o.stateStore(log)
 	if err != nil {
 		return err
 	}
@@ -378,7 +386,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
 		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
-		Board: board, LoadState: loadState, Share: sharer,
+		Board: board, LoadState: loadState, StateFileAt: stateFileAt, Share: sharer,
 	})
 	if err != nil {
 		return err
@@ -687,23 +695,24 @@ const (
 	stateBackendKubernetes = "kubernetes"
 )
 
-// stateStore is gitops.Config.LoadState for --state-backend: nil for the
-// directory, secretstate.Store.Load for kubernetes.
-func (o *serveOptions) stateStore(log *slog.Logger) (func(ctx context.Context, cluster, dir string) error, error) {
+// stateStore is gitops.Config.LoadState and StateFileAt for
+// --state-backend: nil for the directory; secretstate.Store.Load and the
+// state files' Secrets for kubernetes.
+func (o *serveOptions) stateStore(log *slog.Logger) (load func(ctx context.Context, cluster, dir string) error, at func(cluster, file string) string, err error) {
 	switch o.stateBackend {
 	case "", stateBackendDirectory:
-		return nil, nil
+		return nil, nil, nil
 	case stateBackendKubernetes:
 	default:
-		return nil, fmt.Errorf("--state-backend %q: give %s or %s", o.stateBackend, stateBackendDirectory, stateBackendKubernetes)
+		return nil, nil, fmt.Errorf("--state-backend %q: give %s or %s", o.stateBackend, stateBackendDirectory, stateBackendKubernetes)
 	}
 	if o.stateDir == "" {
-		return nil, fmt.Errorf("--state-backend kubernetes: give --state-dir, the working copy of the clusters' state " +
+		return nil, nil, fmt.Errorf("--state-backend kubernetes: give --state-dir, the working copy of the clusters' state " +
 			"(an emptyDir in a pod; never the state directory of a rigger apply, whose files it replaces with the Secrets')")
 	}
 	client, ns, err := o.kubeClient("--state-backend kubernetes", o.stateNamespace, "--state-namespace")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	store := &secretstate.Store{Secrets: client.CoreV1().Secrets(ns), Namespace: ns}
 	log.Info("clusters' state kept in Secrets", "namespace", ns, "working_copy", o.stateDir)
@@ -711,10 +720,15 @@ func (o *serveOptions) stateStore(log *slog.Logger) (func(ctx context.Context, c
 		log.Warn("the agent tunnel's CA, tokens and node certificates are kept in the working copy, not in Secrets: "+
 			"keep --state-dir on a volume that outlives the pod, or agents must join again", "dir", filepath.Join(o.stateDir, gitops.ServeDir, "agent-tunnel"))
 	}
-	return func(ctx context.Context, cluster, dir string) error {
+	load = func(ctx context.Context, cluster, dir string) error {
 		_, err := store.Load(ctx, cluster, dir)
 		return err
-	}, nil
+	}
+	at = func(cluster, file string) string {
+		name := secretstate.SecretName(cluster, file)
+		return fmt.Sprintf("the Secret %s/%s (kubectl -n %s delete secret %s)", ns, name, ns, name)
+	}
+	return load, at, nil
 }
 
 // secretFrom reads a secret from a file, trimmed of surrounding white

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -124,6 +125,16 @@ type Set struct {
 	// replica's own: before, it would see itself alone and campaign for
 	// every cluster.
 	settled bool
+	// clusterSeen are the clusters' Leases as Leases last read them, by
+	// name: how long each stayed unchanged.
+	clusterSeen map[string]leaseSighting
+}
+
+// leaseSighting is a cluster's Lease at a resourceVersion, and when that
+// version was first read here (the local clock).
+type leaseSighting struct {
+	rv string
+	at time.Time
 }
 
 // sighting is a membership Lease as read, and when its renewal was first
@@ -455,3 +466,75 @@ func (q quiet) Handle(ctx context.Context, r slog.Record) error {
 
 func (q quiet) WithAttrs(a []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(a)} }
 func (q quiet) WithGroup(n string) slog.Handler      { return quiet{q.Handler.WithGroup(n)} }
+
+// Leases lists the clusters' Leases of the group and returns the holder of
+// each by the path it guards (its AnnotationPath; "" when none holds it).
+// paths are those of every cluster.yml at the head this replica read: the
+// Lease of a path not among them is deleted when nobody holds it, that is
+// when it was given up (no holder), or when it stayed unchanged (one
+// resourceVersion) for a lease duration as seen here (its holder crashed:
+// a holder renews every retry period). The delete is conditional on that
+// resourceVersion, so a Lease taken or renewed meanwhile (by a replica
+// that read an older head, where the cluster.yml still is, or a newer one,
+// where it is back) is kept, and a Lease deleted under a replica that
+// campaigns for it is made again by its campaign: the Lease of a cluster
+// in the repository at this replica's head is never deleted, and no
+// holder ever loses a Lease to the deletion. A Lease without a path is
+// left alone.
+func (s *Set) Leases(ctx context.Context, paths []string) (map[string]string, error) {
+	t := s.cfg.Timing
+	rctx, cancel := context.WithTimeout(ctx, t.RenewDeadline)
+	defer cancel()
+	leases := s.cfg.Client.CoordinationV1().Leases(s.cfg.Namespace)
+	list, err := leases.List(rctx, metav1.ListOptions{LabelSelector: labels.Set{LabelCluster: s.cfg.Group}.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the clusters' Leases: %w", err)
+	}
+	in := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		in[p] = true
+	}
+	now := t.Now()
+	holders := map[string]string{}
+	type doomed struct{ name, rv, path, holder string }
+	var gone []doomed
+	s.mu.Lock()
+	seen := make(map[string]leaseSighting, len(list.Items))
+	for i := range list.Items {
+		l := &list.Items[i]
+		path := l.Annotations[AnnotationPath]
+		sg := leaseSighting{rv: l.ResourceVersion, at: now}
+		if before, ok := s.clusterSeen[l.Name]; ok && before.rv == sg.rv {
+			sg.at = before.at
+		}
+		seen[l.Name] = sg
+		holder := ""
+		if h := l.Spec.HolderIdentity; h != nil {
+			holder = *h
+		}
+		if path == "" {
+			continue
+		}
+		if in[path] {
+			holders[path] = holder
+			continue
+		}
+		if holder == "" || now.Sub(sg.at) >= t.Duration {
+			gone = append(gone, doomed{l.Name, l.ResourceVersion, path, holder})
+		}
+	}
+	s.clusterSeen = seen
+	s.mu.Unlock()
+	for _, d := range gone {
+		err := leases.Delete(rctx, d.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &d.rv}})
+		switch {
+		case err == nil:
+			s.cfg.Log.Info("deleted the Lease of a cluster.yml gone from the repository", "lease", d.name, "path", d.path, "last_holder", d.holder)
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			// Taken, renewed or deleted meanwhile: looked at again next time.
+		default:
+			s.cfg.Log.Warn("delete the Lease of a cluster.yml gone from the repository; tried again at the next fetch", "lease", d.name, "path", d.path, "err", err)
+		}
+	}
+	return holders, nil
+}

@@ -441,7 +441,10 @@ func richCluster(now time.Time) gitops.BoardCluster {
 func TestStatusPageShowsEverything(t *testing.T) {
 	ctx := browser(t)
 	b := &fakeBoard{}
-	b.set(richCluster(time.Now()))
+	held := gitops.BoardCluster{Path: "clusters/far/cluster.yml", Elsewhere: true, HeldBy: "serve-<b>b</b>",
+		Status: &gitops.StatusFile{Cluster: "far", Replica: "serve-<b>b</b>", Conditions: []gitops.Condition{
+			{Type: gitops.ConditionReady, Status: "True", Reason: "Converged", Message: "the nodes run what cluster.yml says"}}}}
+	b.set(richCluster(time.Now()), held)
 	page := statuspage.New(b, statuspage.Options{})
 	hs := httptest.NewServer(page)
 	t.Cleanup(func() { page.Close(); hs.Close() })
@@ -451,7 +454,8 @@ func TestStatusPageShowsEverything(t *testing.T) {
 	waitJS(t, ctx, "the page to show edge", 20*time.Second, `!!document.querySelector('section[data-path="clusters/edge/cluster.yml"] h2')`)
 	text := must(run(ctx, 10*time.Second, chromedp.Evaluate[string](`document.body.textContent`)))(t)
 	for _, want := range []string{
-		"1 cluster(s), 0 ready", "reconciling now (drift-check)", "NodesUnreachable", "10.0.0.2 did not answer",
+		"2 cluster(s), 1 ready", "reconciled by replica serve-<b>b</b>", "its status as that replica committed it to status.yml",
+		"reconciling now (drift-check)", "NodesUnreachable", "10.0.0.2 did not answer",
 		"Failing checks", "10.0.0.2: ssh-reachable", "fix: start sshd on the node, or open port 22 from rigger <script>alert(1)</script>",
 		"duplicate-nodes", "kube-apiserver (7×)", "1/2", "<b>connection refused</b>", "Unknown (NodeStatusUnknown)",
 		"No Kubernetes Node yet: 10.0.0.3", "v1.31.4 (10.0.0.2)", "mixed", "etcd-cp-1", "rigger-auto-1", "5.0 MiB", "rigger-auto-0",

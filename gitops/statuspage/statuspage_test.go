@@ -234,6 +234,13 @@ func TestAPIClusters(t *testing.T) {
 	if got := strings.TrimSpace(rec.Body.String()); got != `{"now":"2026-12-02T00:00:00Z","full":true,"clusters":[]}` {
 		t.Errorf("empty board: %s", got)
 	}
+	// A cluster another replica holds says so, and which.
+	b.set(gitops.BoardCluster{Path: "far/cluster.yml", Elsewhere: true, HeldBy: "serve-b"})
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/clusters", nil))
+	if got, want := strings.TrimSpace(rec.Body.String()), `{"now":"2026-12-02T00:00:00Z","full":true,"clusters":[{"path":"far/cluster.yml","elsewhere":true,"heldBy":"serve-b"}]}`; got != want {
+		t.Errorf("a cluster held elsewhere:\n got %s\nwant %s", got, want)
+	}
 }
 
 // TestEventsOutliveServerTimeouts: a stream lasts longer than the

@@ -264,12 +264,23 @@
     })));
   }
 
+  // held says which replica of serve reconciles a cluster that this one
+  // does not (several replicas share the clusters), and where its status
+  // comes from.
+  function held(c, f) {
+    if (!c.elsewhere) return f.replica ? el("p", { class: "muted", "data-field": "replica" }, "reconciled by this replica, " + f.replica) : null;
+    return el("p", { class: "message", "data-field": "held-by", "data-held-by": c.heldBy || "" },
+      el("strong", {}, c.heldBy ? "reconciled by replica " + c.heldBy : "no replica holds this cluster's Lease at the moment (handed over, or taken over)"),
+      " — its status as that replica committed it to status.yml, at this replica's last fetch; its reconciles are on that replica's page");
+  }
+
   function cluster(c) {
     const f = c.status || {};
     const st = f.status || {};
     return el("section", { class: "cluster", "data-path": c.path, "data-cluster": f.cluster || "" },
       el("h2", {}, f.cluster || c.path),
       el("div", { class: "path muted mono" }, c.path),
+      held(c, f),
       conditions(f, c.running),
       facts(c),
       problems(st),
