@@ -44,9 +44,17 @@ func TestRestoreCommand(t *testing.T) {
 		"--initial-cluster", "etcd-a=https://192.168.0.1:2380,etcd-c=https://10.0.0.3:2380",
 		"--initial-cluster-token", desired.EtcdClusterToken,
 		"--initial-advertise-peer-urls", "https://10.0.0.3:2380",
-		"--data-dir", "/var/lib/rancher/etcd/rigger-restore"}
+		"--data-dir", "/var/lib/rancher/etcd/rigger-restore",
+		"--bump-revision", restoreBump, "--mark-compacted"}
 	if diff := cmp.Diff(wantCmd, got); diff != "" {
 		t.Errorf("restore command (-want +got):\n%s", diff)
+	}
+	// etcd before 3.5.10 has no --bump-revision.
+	for image, bump := range map[string]bool{"rancher/mirrored-coreos-etcd:v3.5.9": false, "rancher/mirrored-coreos-etcd:v3.4.27": false,
+		"etcd:v3.5.10": true, "etcd:v3.6.16": true, "registry.k8s.io/etcd:3.5.21-0": true, "etcd:latest": true, "etcd": true} {
+		if got := slices.Contains(restoreCommand(image, "f", members[1], members, "d"), "--bump-revision"); got != bump {
+			t.Errorf("restore with %s: --bump-revision %v, want %v", image, got, bump)
+		}
 	}
 	// The member names and peer URLs are those the etcd containers run with.
 	for _, m := range etcdNodes(d) {

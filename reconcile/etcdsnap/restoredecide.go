@@ -259,31 +259,67 @@ func initialCluster(members []RestoreMember) string {
 // `snapshot restore` and `snapshot status`). A tag that is no version
 // gives etcdctl.
 func offlineTool(image string) string {
-	tag := image
-	if i := strings.LastIndexAny(image, ":/"); i >= 0 && image[i] == ':' {
-		tag = image[i+1:]
-	} else {
-		return "etcdctl"
-	}
-	tag, _, _ = strings.Cut(strings.TrimPrefix(tag, "v"), "-")
-	var major, minor int
-	if n, _ := fmt.Sscanf(tag, "%d.%d", &major, &minor); n == 2 && (major > 3 || major == 3 && minor >= 6) {
+	if v, ok := etcdImageVersion(image); ok && atLeast(v, 3, 6, 0) {
 		return "etcdutl"
 	}
 	return "etcdctl"
 }
 
+// etcdImageVersion is the etcd version an image's tag names
+// (v3.5.16-rancher1: 3.5.16), false when it names none.
+func etcdImageVersion(image string) ([3]int, bool) {
+	i := strings.LastIndexAny(image, ":/")
+	if i < 0 || image[i] != ':' {
+		return [3]int{}, false
+	}
+	tag, _, _ := strings.Cut(strings.TrimPrefix(image[i+1:], "v"), "-")
+	var v [3]int
+	if n, _ := fmt.Sscanf(tag, "%d.%d.%d", &v[0], &v[1], &v[2]); n < 2 {
+		return [3]int{}, false
+	}
+	return v, true
+}
+
+// restoreBump is how far a restore moves etcd's revision past the
+// snapshot's, marking the revisions before as compacted (etcd's
+// --bump-revision and --mark-compacted, what Kubernetes' documentation
+// asks of a restore): the revision never goes back, so every watcher the
+// API servers had (the kubelets', the controllers') is told its revision
+// is compacted and lists again, instead of waiting on a revision the
+// restored data reaches only later, or never, as a kubelet that keeps a
+// pod deleted after the snapshot running, or one that never ends a pod
+// deleted after the restore. A billion revisions is far more than a
+// cluster writes between a snapshot and its restore.
+const restoreBump = "1000000000"
+
+// bumpsRevision reports whether the etcd image's restore has
+// --bump-revision: etcd 3.5.10 and later (and a tag that is no version:
+// the newest).
+func bumpsRevision(image string) bool {
+	v, ok := etcdImageVersion(image)
+	return !ok || atLeast(v, 3, 5, 10)
+}
+
+// atLeast reports whether version v is major.minor.patch or later.
+func atLeast(v [3]int, major, minor, patch int) bool {
+	return slices.Compare(v[:], []int{major, minor, patch}) >= 0
+}
+
 // restoreCommand is the command of the etcd image that restores file as
 // member m of members into dataDir (a path in the container, which must
-// not exist).
+// not exist), with the revision bumped where the image can.
 func restoreCommand(image, file string, m RestoreMember, members []RestoreMember, dataDir string) []string {
-	return []string{offlineTool(image), "snapshot", "restore", file,
+	cmd := []string{offlineTool(image), "snapshot", "restore", file,
 		"--name", m.Name,
 		"--initial-cluster", initialCluster(members),
 		"--initial-cluster-token", desired.EtcdClusterToken,
 		"--initial-advertise-peer-urls", m.PeerURL,
 		"--data-dir", dataDir,
 	}
+	if bumpsRevision(image) {
+		cmd = append(cmd, "--bump-revision", restoreBump, "--mark-compacted")
+	}
+	return cmd
 }
 
 // etcdDataBind is the etcd container's bind of its data directory: the
