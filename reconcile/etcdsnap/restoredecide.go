@@ -114,6 +114,7 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca, 
 				name, c.Node, scFrom, c.Sidecar.Size, sc.Size, c.Sidecar.SHA256, sc.SHA256)
 		}
 	}
+	// A copy is the snapshot file, or RKE's zip of it.
 	present := slices.ContainsFunc(copies, func(c nodeCopy) bool { return c.Present || c.Zipped })
 	if sc == nil {
 		switch {
