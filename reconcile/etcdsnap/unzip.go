@@ -98,9 +98,10 @@ func unzipSnapshot(zr io.ReaderAt, size int64, name string, limit int64, w io.Wr
 	defer rc.Close()
 	n := int64(f.UncompressedSize64)
 	h := sha256.New()
-	// archive/zip refuses more bytes than the entry declares and checks
-	// its CRC-32 at the end: read to the end, within the limit.
-	in := io.TeeReader(io.LimitReader(rc, limit), io.MultiWriter(w, h))
+	// archive/zip refuses more bytes than the entry declares (n, at most
+	// limit) and checks its CRC-32 at the end: read to the end, one byte
+	// past n at most.
+	in := io.TeeReader(io.LimitReader(rc, n+1), io.MultiWriter(w, h))
 	err = verifyIntegrity(in, n)
 	if err == nil {
 		var extra int64

@@ -107,6 +107,8 @@ func TestUnzipSnapshot(t *testing.T) {
 		{name: "a directory entry", zip: zipOf(t, zipEntry{"backup/", nil}, zipEntry{"backup/" + name, snap}), err: `the zip file holds "backup/"`},
 		{name: "truncated", zip: good[:len(good)/2], err: "it is not a zip file that can be read (truncated?)"},
 		{name: "its CRC-32 wrong", zip: badCRC, err: `its entry "/backup/before-rigger" is damaged`},
+		{name: "its CRC-32 wrong, exactly at the limit", zip: badCRC, limit: int64(len(snap)), err: `its entry "/backup/before-rigger" is damaged`},
+		{name: "exactly at the limit", zip: good, limit: int64(len(snap))},
 		{name: "the snapshot in it damaged", zip: zipOf(t, zipEntry{"/backup/" + name, damaged}),
 			err: `what its entry "/backup/before-rigger" unpacks to fails etcd's integrity check: etcd's integrity hash at its end is`},
 		{name: "bomb: says it unpacks past the limit", zip: zipOf(t, zipEntry{"/backup/" + name, snap}), limit: 1024,
