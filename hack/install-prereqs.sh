@@ -22,6 +22,8 @@
 #   docker-registry             a Docker Registry v2 (distribution 2.8.2) behind htpasswd auth on the sandbox's
 #                               bridge, for the private_registries tests (sandboxtest.StartRegistry)
 #   chromium                    headless Chromium: the browser test of serve's status page (gitops/statuspage)
+#   zip                         Info-ZIP's zip, copied with its libraries into the sandbox's rke-tools stand-in
+#                               (rigger sandbox up --rke): its rke-etcd-backup zips snapshots as rke-tools does
 set -euo pipefail
 
 # file that must exist -> Debian package that provides it
@@ -46,6 +48,7 @@ declare -A want=(
   [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev
   [/usr/bin/docker-registry]=docker-registry
   [/usr/bin/chromium]=chromium
+  [/usr/bin/zip]=zip
 )
 
 missing=()

@@ -217,7 +217,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	specs = append(specs, addons...)
 	specs = append(specs, rkeToolsImageSpec(progs))
 	if opts.RKE {
-		tools, err := rkeToolsStandInSpec(progs, riggerBin, etcdDefault)
+		tools, err := rkeToolsStandInSpec(ctx, progs, riggerBin, etcdDefault)
 		if err != nil {
 			return nil, err
 		}

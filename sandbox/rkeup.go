@@ -82,9 +82,13 @@ exec /usr/local/bin/rigger nginx-proxy "$@"
 // --creation (default 5m) a snapshot named <RFC 3339 time>_etcd, removing
 // those older than --retention (default 24h), in /backup (RKE binds
 // /opt/rke/etcd-snapshots there), as rke-tools does, from etcdctl's
-// snapshot. rke-tools zips each snapshot (<name>.zip); busybox cannot, so
-// the stand-in keeps them as etcdctl wrote them (<name>), a layout RKE
-// releases before the zips used too.
+// snapshot. As rke-tools' CreateBackup, it zips each snapshot to
+// /backup/<name>.zip (deflated), with /etc/kubernetes/<name>.rkestate when
+// RKE put the cluster's state there (rke etcd snapshot-save does), makes it
+// mode 0600 and removes the files it zipped; rke-tools zips with Go's
+// archive/zip, the stand-in with Debian's zip (rkeZip), whose entries are
+// rke-tools' paths without their leading '/' (backup/<name>: Info-ZIP
+// stores no absolute path).
 const rkeEtcdBackupScript = `#!/bin/sh
 # rke-etcd-backup of the rigger sandbox's stand-in for rancher/rke-tools.
 set -u
@@ -117,13 +121,26 @@ while [ $# -gt 0 ]; do
 done
 save() {
 	tmp=/backup/.$1.part
-	if ETCDCTL_API=3 etcdctl --cacert="$cacert" --cert="$cert" --key="$key" --endpoints="$endpoints" snapshot save "$tmp"; then
-		mv "$tmp" "/backup/$1"
-		echo "rke-etcd-backup: snapshot /backup/$1 saved"
-	else
+	if ! ETCDCTL_API=3 etcdctl --cacert="$cacert" --cert="$cert" --key="$key" --endpoints="$endpoints" snapshot save "$tmp"; then
 		rm -f "$tmp"
 		return 1
 	fi
+	mv "$tmp" "/backup/$1"
+	set -- "$1" "backup/$1"
+	state="etc/kubernetes/$1.rkestate"
+	[ -f "/$state" ] && set -- "$@" "$state"
+	ztmp=/backup/.$1.zip.part
+	rm -f "$ztmp"
+	shift
+	if ! (cd / && zip -q -X "$ztmp" "$@"); then
+		rm -f "$ztmp"
+		echo "rke-etcd-backup: zip of /backup/${1#backup/} failed" >&2
+		return 1
+	fi
+	chmod 600 "$ztmp"
+	mv "$ztmp" "/$1.zip"
+	for f in "$@"; do rm -f "/$f"; done
+	echo "rke-etcd-backup: snapshot /$1.zip saved"
 }
 if [ "$once" = true ]; then
 	save "$name"
@@ -143,12 +160,16 @@ while :; do
 done
 `
 
+// rkeZip is Debian's zip, which the stand-in's rke-etcd-backup zips
+// snapshots with (busybox has no zip).
+const rkeZip = "/usr/bin/zip"
+
 // rkeToolsStandInSpec is RKEToolsStandInImage: busybox's applets as the
 // image's commands (rke-tools' are alpine's, its sh bash), cert-deployer,
 // nginx-proxy (with rigger's binary) and rke-etcd-backup (with etcdctl of
-// etcdDir), and the /opt/rke-tools volume of the sandbox's rke-tools
-// stand-in (entrypoint.sh, cri-dockerd).
-func rkeToolsStandInSpec(progs builtPrograms, riggerBin, etcdDir string) (imageSpec, error) {
+// etcdDir and rkeZip with its libraries), and the /opt/rke-tools volume of
+// the sandbox's rke-tools stand-in (entrypoint.sh, cri-dockerd).
+func rkeToolsStandInSpec(ctx context.Context, progs builtPrograms, riggerBin, etcdDir string) (imageSpec, error) {
 	out, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
 		return imageSpec{}, fmt.Errorf("rke-tools stand-in: list busybox's applets: %w", err)
@@ -165,6 +186,11 @@ func rkeToolsStandInSpec(progs builtPrograms, riggerBin, etcdDir string) (imageS
 		imageFile{content: rkeEtcdBackupScript, dst: rkeToolsDir + "/rke-etcd-backup", mode: 0o755},
 		imageFile{src: etcdDir + "/etcdctl", dst: "/usr/local/bin/etcdctl", mode: 0o755},
 	)
+	zip, err := withLibs(ctx, rkeZip)
+	if err != nil {
+		return imageSpec{}, fmt.Errorf("rke-tools stand-in: %w (install zip: make prereqs)", err)
+	}
+	spec.files = appendNew(spec.files, zip...)
 	spec.dirs = append(spec.dirs, imageDir{"/backup", 0o755})
 	for _, applet := range strings.Fields(string(out)) {
 		if applet == "busybox" {

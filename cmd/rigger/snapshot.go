@@ -275,9 +275,18 @@ rigger; a damaged copy is refused, naming the node and the file. It is
 fetched to the other etcd nodes into /opt/rke/etcd-snapshots/.rigger-restore/
 (their own copies of NAME are never written or removed) and removed there
 once restored. Without a sidecar, rigger cannot check which cluster's CA the
-snapshot belongs to: restore it only into the cluster it was taken from. A
-zip file (NAME.zip, as RKE writes them) is refused: unzip it on the node
-first.
+snapshot belongs to: restore it only into the cluster it was taken from.
+
+RKE's snapshots are zip files (NAME.zip, as rke-tools writes them; rigger
+snapshot list shows them so): restore NAME and restore NAME.zip are the
+same. A node with NAME.zip and no NAME has a copy; when the chosen copy is
+the zip, rigger reads it through the node's Docker API, unzips it on the
+machine it runs on (in $TMPDIR: room for the zip and the snapshot), checks
+it is one snapshot as rke-tools zips it (the entry /backup/NAME, beside RKE's
+cluster state /etc/kubernetes/NAME.rkestate, which is not read; any other
+entry is refused) of at most 8 GiB, checks etcd's integrity hash, and writes
+it to every etcd node's .rigger-restore/, that node's too. The zip files are
+only read: never unzipped in place, overwritten or removed.
 
 Then, after asking (unless --yes), it stops and removes kube-apiserver on
 every controlplane node and etcd on every etcd node, moves each etcd data
@@ -291,7 +300,8 @@ otherwise. A failure after the first container stopped says what was done on
 each node, where its old data is, and the commands to put it back.`,
 		Example: `  rigger snapshot restore -f cluster.yml rke_etcd_snapshot_2026-11-22T01:30:00Z
   rigger snapshot restore -f cluster.yml --yes before-upgrade
-  rigger snapshot restore -f cluster.yml --from-node 10.231.0.12 before-rigger`,
+  rigger snapshot restore -f cluster.yml --from-node 10.231.0.12 before-rigger
+  rigger snapshot restore -f cluster.yml 2026-11-21T19:30:00Z_etcd.zip`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]

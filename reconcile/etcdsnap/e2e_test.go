@@ -28,8 +28,8 @@ import (
 //   - restore: a damaged copy refused, a restore stopped half-way and
 //     finished, a snapshot fetched from S3 (restorePhase);
 //   - rke-snapshot: a snapshot without a sidecar, saved by each member as
-//     RKE does, restored from one node's copy; a damaged one refused
-//     (rkeSnapshotPhase);
+//     RKE does and zipped as rke-tools does, restored from one node's zip;
+//     a damaged file and a damaged zip refused (rkeSnapshotPhase);
 //   - schedule: the schedule and retention with a fake clock, then the
 //     restore request of cluster.yml (schedulePhase);
 //   - snapshotter: the etcd-rolling-snapshots container on every etcd

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 
 	"github.com/rigger/rigger/reconcile/plan"
@@ -102,7 +101,12 @@ const asideInfix = ".before-restore-"
 // copy (o.FromNode's, else the first etcd node's in cluster.yml order that
 // has one) once it passed etcd's integrity hash; it is fetched to FetchDir
 // on the other nodes, whose own copies are left as they are, and removed
-// there once restored. A zip file (<name>.zip) is refused.
+// there once restored. A copy may be RKE's zip file (<name>.zip, on a node
+// without <name>): the source's is read through the node's Docker API,
+// unzipped on this machine (bounded by MaxUnzippedSize, the zip checked to
+// be one snapshot as rke-tools zips it), verified by etcd's integrity hash,
+// and written to FetchDir on every node, the source too; the node's zip
+// files are only read. name may be given as <name>.zip.
 //
 // Then it stops and removes kube-apiserver on every controlplane node and
 // etcd on every etcd node, moves each etcd data directory aside
@@ -124,9 +128,10 @@ func Restore(ctx context.Context, cl *Cluster, name string, o RestoreOptions) (*
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	if base, ok := strings.CutSuffix(name, zipSuffix); ok {
-		return nil, fmt.Errorf("snapshot %s is a zip file (as RKE writes them): rigger restores the etcd snapshot file itself; "+
-			"unzip it on the etcd node that has it (cd %s && unzip -j %s) so that %s is the snapshot, then restore %s", name, Dir, name, path.Join(Dir, base), base)
+	// RKE's zip file <name>.zip is the snapshot <name>, as for rke etcd
+	// snapshot-restore (rigger snapshot list shows the file's name).
+	if base, ok := strings.CutSuffix(name, zipSuffix); ok && base != "" {
+		name = base
 	}
 	if cl.External {
 		return nil, errors.New("restore a snapshot: services.etcd.external_urls is set: rigger does not run this cluster's etcd")

@@ -88,6 +88,14 @@ func TestDecideRestore(t *testing.T) {
 		return nodeCopy{Node: node, Present: true, Size: 544, SHA256: "sum-" + node}
 	}
 	hashOK := func(c nodeCopy) nodeCopy { c.HashChecked = true; return c }
+	// zipped is a node with only RKE's zip file; unzippedOK after it
+	// was unzipped here and passed etcd's integrity hash.
+	zipped := func(node string) nodeCopy { return nodeCopy{Node: node, Zipped: true} }
+	unz := &unzipped{File: "/tmp/rigger-restore-snap1-1", Size: 544, SHA256: "unzipped-n2"}
+	unzippedOK := func(c nodeCopy) nodeCopy {
+		c.HashChecked, c.Unzipped, c.Size, c.SHA256 = true, unz, unz.Size, unz.SHA256
+		return c
+	}
 	hashBad := func(c nodeCopy) nodeCopy {
 		c.HashChecked, c.HashErr = true, errors.New("etcd's integrity hash at its end is 00…, its data has sha256 11…")
 		return c
@@ -170,7 +178,7 @@ func TestDecideRestore(t *testing.T) {
 			name:     "no sidecar, from-node without a copy",
 			copies:   []nodeCopy{rke("n1"), missing("n2"), rke("n3")},
 			fromNode: "n2",
-			err:      "--from-node n2 has no copy of snap1 (/opt/rke/etcd-snapshots/snap1); the etcd nodes with one: n1, n3",
+			err:      "--from-node n2 has no copy of snap1 (/opt/rke/etcd-snapshots/snap1, nor snap1.zip); the etcd nodes with one: n1, n3",
 		},
 		{
 			name:     "from-node that is no etcd node",
@@ -213,9 +221,31 @@ func TestDecideRestore(t *testing.T) {
 			err:      "--from-node is for a snapshot rigger did not take: snap1 has a sidecar (from node n1)",
 		},
 		{
-			name:   "only RKE's zip file: unzip it",
-			copies: []nodeCopy{missing("n1"), {Node: "n2", Zipped: true}},
-			err:    "snapshot snap1 is only a zip file, snap1.zip (as RKE writes them), on node n2: rigger restores the etcd snapshot file itself; unzip it on that node (cd /opt/rke/etcd-snapshots && unzip -j snap1.zip)",
+			name:   "only RKE's zip file: unzipped first",
+			copies: []nodeCopy{missing("n1"), zipped("n2")},
+			want:   &restoreDecision{CheckHash: "n2"},
+		},
+		{
+			name:   "only RKE's zip file, unzipped: sent to every node, its own too",
+			copies: []nodeCopy{missing("n1"), unzippedOK(zipped("n2"))},
+			want:   &restoreDecision{Source: "n2", Size: 544, SHA256: "unzipped-n2", Unzipped: unz, Fetch: map[string]string{"n1": "n2", "n2": "n2"}},
+		},
+		{
+			name:     "a file before a zip file in cluster.yml order",
+			copies:   []nodeCopy{zipped("n1"), hashOK(rke("n2"))},
+			fromNode: "n2",
+			want:     &restoreDecision{Source: "n2", Size: 544, SHA256: "sum-n2", Verified: []string{"n2"}, Fetch: map[string]string{"n1": "n2"}},
+		},
+		{
+			name:   "a zip file that is refused names it",
+			copies: []nodeCopy{hashBad(zipped("n1")), zipped("n2")},
+			err:    "node n1: /opt/rke/etcd-snapshots/snap1.zip is damaged: etcd's integrity hash at its end is 00…, its data has sha256 11…; restore another node's copy with --from-node (the etcd nodes with one: n2)",
+		},
+		{
+			name:     "from-node with neither the file nor its zip",
+			copies:   []nodeCopy{zipped("n1"), missing("n2")},
+			fromNode: "n2",
+			err:      "--from-node n2 has no copy of snap1 (/opt/rke/etcd-snapshots/snap1, nor snap1.zip); the etcd nodes with one: n1",
 		},
 		{
 			name:   "found nowhere",
@@ -385,10 +415,16 @@ func TestVerifyIntegrity(t *testing.T) {
 	}
 }
 
-func TestRestoreRefusesZipBeforeConnecting(t *testing.T) {
-	_, err := Restore(context.Background(), &Cluster{}, "before-rigger.zip", RestoreOptions{})
-	if err == nil || !strings.Contains(err.Error(), "unzip it on the etcd node that has it (cd /opt/rke/etcd-snapshots && unzip -j before-rigger.zip) "+
-		"so that /opt/rke/etcd-snapshots/before-rigger is the snapshot, then restore before-rigger") {
-		t.Errorf("restore of a zip file: %v", err)
+// restore NAME.zip is the restore of NAME: it gets past the name to the
+// cluster's own checks.
+func TestRestoreTakesZipNameAsSnapshot(t *testing.T) {
+	for _, name := range []string{"before-rigger.zip", "before-rigger"} {
+		_, err := Restore(context.Background(), &Cluster{External: true}, name, RestoreOptions{})
+		if err == nil || !strings.Contains(err.Error(), "services.etcd.external_urls is set") {
+			t.Errorf("restore %s: %v, want it past the name to the cluster's checks", name, err)
+		}
+	}
+	if _, err := Restore(context.Background(), &Cluster{External: true}, ".zip", RestoreOptions{}); err == nil || strings.Contains(err.Error(), "external_urls") {
+		t.Errorf("restore .zip: %v, want the name refused", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 
@@ -51,8 +52,17 @@ func (cl *Cluster) checkRestore(ctx context.Context, name, fromNode string, memb
 	}
 	if err == nil && dec.CheckHash != "" {
 		i := slices.IndexFunc(copies, func(c nodeCopy) bool { return c.Node == dec.CheckHash })
-		copies[i].HashChecked = true
-		copies[i].HashErr, copies[i].Err = cl.checkIntegrity(ctx, dec.CheckHash, name)
+		c := &copies[i]
+		c.HashChecked = true
+		if c.Present {
+			c.HashErr, c.Err = cl.checkIntegrity(ctx, dec.CheckHash, name)
+		} else {
+			c.Unzipped, c.HashErr, c.Err = cl.unzipCopy(ctx, dec.CheckHash, name)
+			if c.Unzipped != nil {
+				defer os.Remove(c.Unzipped.File)
+				c.Size, c.SHA256 = c.Unzipped.Size, c.Unzipped.SHA256
+			}
+		}
 		dec, err = decideRestore(name, copies, s3c, cfg != nil, ca, fromNode)
 	}
 	if err != nil {
@@ -68,9 +78,12 @@ func (cl *Cluster) checkRestore(ctx context.Context, name, fromNode string, memb
 		for _, n := range dec.Verified {
 			progress(n, fmt.Sprintf("%s present, %d bytes, sha256 %s verified", name, sc.Size, sc.SHA256))
 		}
-	} else {
+	} else if dec.Unzipped == nil {
 		progress(dec.Source, fmt.Sprintf("%s present without a sidecar (taken without rigger), %d bytes, sha256 %s, etcd's integrity hash verified: every member restores this copy",
 			name, dec.Size, dec.SHA256))
+	} else {
+		progress(dec.Source, fmt.Sprintf("%s%s present without a sidecar (RKE's zip file), unzipped by rigger to %d bytes, sha256 %s, etcd's integrity hash verified: every member restores it (the zip file is left as it is)",
+			name, zipSuffix, dec.Size, dec.SHA256))
 	}
 	for _, n := range cl.Desired.Nodes {
 		if _, ok := n.Container(desired.KubeAPIServer); ok {
@@ -129,6 +142,10 @@ func (cl *Cluster) fetchMissing(ctx context.Context, chk *RestoreCheck, dec *res
 		to, where := m.node.Address, "node "+src
 		var err error
 		switch {
+		case sc == nil && dec.Unzipped != nil:
+			chk.Files[to] = fetchPath(name)
+			where += " (" + name + zipSuffix + ", unzipped)"
+			err = cl.fetchUnzipped(ctx, dec.Unzipped, to, name)
 		case sc == nil:
 			chk.Files[to] = fetchPath(name)
 			err = cl.fetchCopy(ctx, src, to, name, dec.Size, dec.SHA256)
@@ -144,7 +161,9 @@ func (cl *Cluster) fetchMissing(ctx context.Context, chk *RestoreCheck, dec *res
 		}
 		chk.Fetched = append(chk.Fetched, to)
 		chk.FetchedFrom[to] = where
-		if sc == nil {
+		if sc == nil && dec.Unzipped != nil {
+			progress(to, fmt.Sprintf("the snapshot unzipped from %s's %s%s written to %s, sha256 verified (this node's own files of that name are left as they are)", src, name, zipSuffix, fetchPath(name)))
+		} else if sc == nil {
 			progress(to, fmt.Sprintf("%s's copy fetched to %s, sha256 verified (this node's own %s, if any, is left as it is)", src, fetchPath(name), path.Join(Dir, name)))
 		} else {
 			progress(to, fmt.Sprintf("%s was missing: copied from %s, sha256 verified", name, where))

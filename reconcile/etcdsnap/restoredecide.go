@@ -25,8 +25,11 @@ type nodeCopy struct {
 	Sidecar    *Sidecar
 	SidecarErr error
 	// Zipped says, when the snapshot file is not there, that <name>.zip
-	// is (RKE's zip file of it).
-	Zipped bool
+	// is (RKE's zip file of it). Unzipped is set once it was unzipped
+	// here (checked with HashChecked); Size and SHA256 are then the
+	// unzipped snapshot's.
+	Zipped   bool
+	Unzipped *unzipped
 	// HashChecked says etcd's integrity hash of the copy was checked
 	// (only a source without a sidecar's is); HashErr is why it failed.
 	HashChecked bool
@@ -67,6 +70,10 @@ type restoreDecision struct {
 	// CheckHash is set when etcd's integrity hash of that node's copy
 	// must be checked first (nodeCopy.HashChecked); decide again with it.
 	CheckHash string
+	// Unzipped is set when the source's copy is its zip file: the
+	// snapshot unzipped here, which Fetch sends to every node, the
+	// source too.
+	Unzipped *unzipped
 }
 
 // decideRestore decides from the copies found on the etcd nodes (in
@@ -107,7 +114,8 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca, 
 				name, c.Node, scFrom, c.Sidecar.Size, sc.Size, c.Sidecar.SHA256, sc.SHA256)
 		}
 	}
-	present := slices.ContainsFunc(copies, func(c nodeCopy) bool { return c.Present })
+	// A copy is the snapshot file, or RKE's zip of it.
+	present := slices.ContainsFunc(copies, func(c nodeCopy) bool { return c.Present || c.Zipped })
 	if sc == nil {
 		switch {
 		case s3 == nil && haveS3:
@@ -117,11 +125,6 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca, 
 		case s3 != nil && s3.Sidecar != nil:
 			sc, scFrom = s3.Sidecar, s3.Where
 		case !present && (s3 == nil || !s3.Present):
-			if zipped := copyNodes(copies, func(c nodeCopy) bool { return c.Zipped }); len(zipped) > 0 {
-				return nil, fmt.Errorf("snapshot %s is only a zip file, %s.zip (as RKE writes them), on node %s: rigger restores the etcd snapshot file itself; "+
-					"unzip it on that node (cd %s && unzip -j %s.zip) so that %s is the snapshot, then run restore again",
-					name, name, strings.Join(zipped, ", "), Dir, name, path.Join(Dir, name))
-			}
 			where := "on the etcd nodes"
 			if haveS3 {
 				where += " or in s3"
@@ -151,6 +154,8 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca, 
 	for _, c := range copies {
 		switch {
 		case !c.Present:
+			// A zip file beside a sidecar is none of rigger's: the copy
+			// is missing, and fetched beside it.
 			missing = append(missing, c.Node)
 		case c.Size == sc.Size && c.SHA256 == sc.SHA256:
 			d.Verified = append(d.Verified, c.Node)
@@ -193,16 +198,22 @@ func decideRestore(name string, copies []nodeCopy, s3 *s3Copy, haveS3 bool, ca, 
 // node (each is its own member's), so one copy is the source for every
 // member: fromNode's, else the first node's in cluster.yml order that has
 // one. It must pass etcd's integrity hash before anything else happens; it
-// goes to every other node beside that node's own copy, never over it.
+// goes to every other node beside that node's own copy, never over it. A
+// node's copy is its snapshot file, else its zip file (<name>.zip, RKE's):
+// a zipped source is unzipped here and goes to every node, itself too.
 func decideWithoutSidecar(name string, copies []nodeCopy, fromNode string) (*restoreDecision, error) {
-	have := copyNodes(copies, func(c nodeCopy) bool { return c.Present })
+	have := copyNodes(copies, func(c nodeCopy) bool { return c.Present || c.Zipped })
 	src := fromNode
 	if src == "" {
 		src = have[0]
 	} else if !slices.Contains(have, src) {
-		return nil, fmt.Errorf("--from-node %s has no copy of %s (%s); the etcd nodes with one: %s", src, name, path.Join(Dir, name), strings.Join(have, ", "))
+		return nil, fmt.Errorf("--from-node %s has no copy of %s (%s, nor %s%s); the etcd nodes with one: %s", src, name, path.Join(Dir, name), name, zipSuffix, strings.Join(have, ", "))
 	}
 	c := copies[slices.IndexFunc(copies, func(c nodeCopy) bool { return c.Node == src })]
+	file := path.Join(Dir, name)
+	if !c.Present {
+		file += zipSuffix
+	}
 	switch {
 	case !c.HashChecked:
 		return &restoreDecision{CheckHash: src}, nil
@@ -212,11 +223,14 @@ func decideWithoutSidecar(name string, copies []nodeCopy, fromNode string) (*res
 		if len(others) > 0 {
 			hint = "restore another node's copy with --from-node (the etcd nodes with one: " + strings.Join(others, ", ") + ")"
 		}
-		return nil, fmt.Errorf("node %s: %s is damaged: %w; %s", src, path.Join(Dir, name), c.HashErr, hint)
+		return nil, fmt.Errorf("node %s: %s is damaged: %w; %s", src, file, c.HashErr, hint)
 	}
 	d := &restoreDecision{Source: src, Size: c.Size, SHA256: c.SHA256, Verified: []string{src}, Fetch: map[string]string{}}
+	if !c.Present {
+		d.Unzipped, d.Verified = c.Unzipped, nil
+	}
 	for _, o := range copies {
-		if o.Node != src {
+		if o.Node != src || !c.Present {
 			d.Fetch[o.Node] = src
 		}
 	}

@@ -1,8 +1,10 @@
 package etcdsnap_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
@@ -24,9 +27,16 @@ import (
 // (TestEtcdSandbox's phase after restore): each node's etcd member saves
 // one with etcdctl into /opt/rke/etcd-snapshots/<name>, no sidecar, as
 // RKE's rke-etcd-backup does, so the three copies differ. The first node's
-// copy, with a byte flipped, is refused before anything stops; the second
-// node's (--from-node) is restored on every member, and every node's own
-// copy is still there, unchanged. Its keys are under /rigger-rke/.
+// copy, with a byte flipped, is refused before anything stops. Then the
+// copies are zipped as rke-tools zips them (<name>.zip holding
+// /backup/<name>, deflated, the second node's with RKE's
+// /etc/kubernetes/<name>.rkestate beside it; the file removed), but for the
+// third node's file, left as a user who unzipped it would: the first
+// node's zip is refused in turn (what it unpacks to fails etcd's integrity
+// hash), and the second node's (--from-node, restore <name>.zip) is
+// unzipped by rigger and restored on every member. Every node's own zip
+// and file are still there, unchanged, and nothing is unzipped beside them.
+// Its keys are under /rigger-rke/.
 func rkeSnapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	s, a := e.s, e.a
 	c := e.cluster(t, shortAddonWait)
@@ -122,9 +132,39 @@ func rkeSnapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 		t.Errorf("containers changed by a refused restore:\nbefore %v\nafter  %v", idsBefore, after)
 	}
 
-	// The second node's copy, restored on every member.
+	// rke-tools' zips of the first two nodes' copies.
+	zips := map[int][]byte{}
+	for i := range 2 {
+		entries := []rkeZipEntry{{"/backup/" + name, copies[i]}}
+		if i == 1 {
+			entries = append(entries, rkeZipEntry{"/etc/kubernetes/" + name + ".rkestate", []byte(`{"desiredState":{},"currentState":{}}`)})
+		}
+		zips[i] = rkeToolsZip(t, entries...)
+		if err := os.WriteFile(filepath.Join(snapDir(s.Nodes[i]), name+".zip"), zips[i], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(snapDir(s.Nodes[i]), name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checked = false
+	_, err = etcdsnap.Restore(ctx, sess, name, etcdsnap.RestoreOptions{Checked: func(*etcdsnap.RestoreCheck) error { checked = true; return nil }})
+	t.Logf("refused: %v", err)
+	if err == nil || checked || !strings.Contains(err.Error(), "nothing was stopped") ||
+		!strings.Contains(err.Error(), "node "+s.Nodes[0].Address+": "+filepath.Join(etcdsnap.Dir, name)+".zip is damaged: what its entry \"/backup/"+name+"\" unpacks to fails etcd's integrity check") {
+		t.Fatalf("restore of a damaged zip: err %v, checked %v; want it refused before the confirmation, naming node %s and the zip", err, checked, s.Nodes[0].Address)
+	}
+	if after := containerIDs(); !maps.Equal(idsBefore, after) {
+		t.Errorf("containers changed by a refused restore:\nbefore %v\nafter  %v", idsBefore, after)
+	}
+
+	// The second node's zip, unzipped by rigger and restored on every
+	// member, asked for by its file's name.
+	// rigger unzips into $TMPDIR: a directory of this test's own.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
 	var lines []string
-	res, err := etcdsnap.Restore(ctx, sess, name, etcdsnap.RestoreOptions{
+	res, err := etcdsnap.Restore(ctx, sess, name+".zip", etcdsnap.RestoreOptions{
 		FromNode: s.Nodes[1].Address,
 		Phase:    func(title string) { lines = append(lines, "==> "+title) },
 		Progress: func(node, msg string) { lines = append(lines, node+": "+msg) },
@@ -134,9 +174,13 @@ func rkeSnapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	}
 	t.Logf("restore:\n%s", strings.Join(lines, "\n"))
 	chk := res.Check
-	if chk.Sidecar != nil || chk.Source != s.Nodes[1].Address || len(chk.Fetched) != 2 || len(res.Restored) != 3 ||
-		chk.Files[s.Nodes[0].Address] != filepath.Join(etcdsnap.FetchDir, name) || chk.Files[s.Nodes[1].Address] != filepath.Join(etcdsnap.Dir, name) {
-		t.Errorf("check: source %q, fetched to %v, files %v; restored on %v", chk.Source, chk.Fetched, chk.Files, res.Restored)
+	if chk.Name != name || chk.Sidecar != nil || chk.Source != s.Nodes[1].Address || len(chk.Fetched) != 3 || len(res.Restored) != 3 ||
+		chk.Files[s.Nodes[0].Address] != filepath.Join(etcdsnap.FetchDir, name) || chk.Files[s.Nodes[1].Address] != filepath.Join(etcdsnap.FetchDir, name) ||
+		chk.SHA256 != fmt.Sprintf("%x", sha256.Sum256(copies[1])) {
+		t.Errorf("check: name %q, source %q, sha256 %s, fetched to %v, files %v; restored on %v", chk.Name, chk.Source, chk.SHA256, chk.Fetched, chk.Files, res.Restored)
+	}
+	if left, err := os.ReadDir(tmp); err != nil || len(left) > 0 {
+		t.Errorf("the restore left files in $TMPDIR: %v (%v)", left, err)
 	}
 	if got := keys(); !slices.Equal(got, before) {
 		t.Errorf("keys after the restore: %v, want exactly the snapshot's %v", got, before)
@@ -144,12 +188,20 @@ func rkeSnapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 	if _, err := a.Client(ctx, t, c).Discovery().ServerVersion(); err != nil {
 		t.Errorf("API server after the restore: %v", err)
 	}
-	// Every node's own copy is there, unchanged (the first one's damaged
-	// as it was left), no sidecar was made, and the fetched copies are gone.
+	// Every node's own zip or file is there, unchanged (the first one's
+	// damaged as it was left), nothing was unzipped beside a zip, no
+	// sidecar was made, and the fetched copies are gone.
 	for i, n := range s.Nodes {
-		got, err := os.ReadFile(filepath.Join(snapDir(n), name))
-		if err != nil || !bytes.Equal(got, copies[i]) {
-			t.Errorf("%s: its own copy of %s changed or gone (%v)", n.Name, name, err)
+		own, want := name, copies[i]
+		if z, ok := zips[i]; ok {
+			own, want = name+".zip", z
+			if _, err := os.Stat(filepath.Join(snapDir(n), name)); !os.IsNotExist(err) {
+				t.Errorf("%s: %s was unzipped beside its zip (%v)", n.Name, name, err)
+			}
+		}
+		got, err := os.ReadFile(filepath.Join(snapDir(n), own))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: its own %s changed or gone (%v)", n.Name, own, err)
 		}
 		if _, err := os.Stat(filepath.Join(snapDir(n), name+".json")); !os.IsNotExist(err) {
 			t.Errorf("%s: a sidecar was made for %s (%v)", n.Name, name, err)
@@ -158,4 +210,31 @@ func rkeSnapshotPhase(ctx context.Context, t *testing.T, e *etcdSandbox) {
 			t.Errorf("%s: the fetched copy is left behind (%v)", n.Name, err)
 		}
 	}
+}
+
+// rkeZipEntry is one file of a zip rkeToolsZip makes.
+type rkeZipEntry struct {
+	name string
+	data []byte
+}
+
+// rkeToolsZip zips the entries as rke-tools' compressFiles does: each
+// under its full path, deflated, its time the Unix epoch.
+func rkeToolsZip(t *testing.T, entries ...rkeZipEntry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Deflate, Modified: time.Unix(0, 0)})
+		if err == nil {
+			_, err = w.Write(e.data)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
