@@ -160,7 +160,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	if err != nil {
 		return nil, err
 	}
-	var kubeDir, etcdDefault string // the default release's: pause comes from it
+	var kubeDir, etcdDefault string // the default release's: pause (and RKE's stand-ins' etcdctl) come from them
 	var versionSpecs []imageSpec
 	for _, r := range releases {
 		dir, err := ensureKubeBinaries(ctx, cache, opts.BuildSource, r.Kubernetes, p)
@@ -217,12 +217,12 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 	specs = append(specs, addons...)
 	specs = append(specs, rkeToolsImageSpec(progs))
 	if opts.RKE {
+		if opts.Kubectl == "" {
+			return nil, fmt.Errorf("the images of RKE's own rke up need kubectl for its add-on Jobs: give its path (--kubectl, or $RIGGER_KUBECTL: make kubectl builds it)")
+		}
 		tools, err := rkeToolsStandInSpec(ctx, progs, riggerBin, etcdDefault)
 		if err != nil {
 			return nil, err
-		}
-		if opts.Kubectl == "" {
-			return nil, fmt.Errorf("the images of RKE's own rke up need kubectl for its add-on Jobs: give its path (--kubectl, or $RIGGER_KUBECTL: make kubectl builds it)")
 		}
 		hyperkube, err := rkeHyperkubeSpec(ctx, kubeDir, opts.Kubectl)
 		if err != nil {
