@@ -110,7 +110,7 @@ test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race a
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 # make test TESTSKIP=regexp: the tests (go test -skip) another target of the same run
-# runs anyway; .ci/run skips TestAdoptSandbox, which make test-long runs with more.
+# runs anyway.
 TESTSKIP ?=
 
 # The Kubernetes versions past the sandbox's default that `make test-long`
@@ -172,8 +172,8 @@ test-long: prereqs build rke-render rke kubectl ## the long sandbox tests: rigge
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
 	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 1 -timeout 60m \
-	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestAdoptSandbox|TestRKEUpSandbox)$$' -v ./reconcile/desired ./reconcile ./reconcile/rkestate ./cmd/rigger/rkeup; rc=$$?; \
-	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test27 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
+	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestRKEUpSandbox)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup; rc=$$?; \
+	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
 # The whole upgrade road past RKE, one minor at a time (make test-road).

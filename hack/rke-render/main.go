@@ -9,7 +9,7 @@
 //	go run . -config FILE [-empty]                           # `rke config`
 //	go run . -docker < versions                              # Docker check
 //	go run . -registries < query.json                        # registry auth
-//	go run . -rkestate FILE [-plans FILE] [-files FILE] cluster.yml # rke up
+//	go run . -rkestate FILE cluster.yml                      # rke up
 //
 // With -parse, it reads each file with RKE's cluster.ParseConfig and writes
 // what RKE read, as JSON with RKE's json names, to DIR/<name>/config.json,
@@ -36,9 +36,8 @@
 // write (docker.GetKubeletDockerConfig) (registries.go).
 //
 // With -rkestate, it writes the cluster.rkestate `rke up` writes for a
-// cluster.yml (certificates and keys RKE generates, its encryption config),
-// and with -plans RKE's node plans: the containers RKE runs on each node
-// (adopt.go). rigger adopt is tested against them.
+// cluster.yml (certificates and keys RKE generates, its encryption config)
+// (adopt.go). rigger adopt is tested against it.
 //
 // Without these flags it renders the add-ons:
 // For each file it runs what `rke up` runs for the add-ons: RKE's
@@ -95,17 +94,15 @@ func main() {
 	dockerCheck := flag.Bool("docker", false, "read kubernetes_version<TAB>Docker version lines and print RKE's check of each")
 	registries := flag.Bool("registries", false, "read private registries and images (JSON) and print the credentials RKE gives each pull")
 	rkestate := flag.String("rkestate", "", "write the cluster.rkestate `rke up` writes for the one cluster.yml given to this file")
-	plans := flag.String("plans", "", "with -rkestate: write RKE's node plans (containers) to this file as JSON")
-	nodeFiles := flag.String("files", "", "with -rkestate: write the files RKE's cert-deployer writes to each node to this file as JSON")
 	flag.Parse()
 	switch {
 	case *rkestate != "":
 		if flag.NArg() != 1 {
-			fmt.Fprintln(os.Stderr, "usage: rke-render -rkestate FILE [-plans FILE] [-files FILE] cluster.yml")
+			fmt.Fprintln(os.Stderr, "usage: rke-render -rkestate FILE cluster.yml")
 			os.Exit(2)
 		}
 		logrus.SetOutput(io.Discard)
-		if err := rkeUpState(flag.Arg(0), *rkestate, *plans, *nodeFiles); err != nil {
+		if err := rkeUpState(flag.Arg(0), *rkestate); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

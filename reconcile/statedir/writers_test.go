@@ -26,6 +26,8 @@ var notStateWriters = map[string]string{
 	"reconcile/secretstate/secretstate.go":     "the backend itself fills the directory from the Secrets",
 	"reconcile/etcdsnap/s3test/s3test.go":      "a test S3 server's files",
 	"reconcile/reconciletest/reconciletest.go": "tests' cluster.yml files",
+	"reconcile/etcdsnap/unzip.go":              "an RKE snapshot unzipped to a temporary file, removed after the restore",
+	"reconcile/etcdsnap/restorecheck.go":       "removes the temporary file unzip.go made",
 }
 
 // TestStateWrittenOnlyThroughStatedir: reconcile and gitops write and

@@ -27,7 +27,6 @@
 //	23      cmd/rigger (TestAgentSandbox: a node reached through the agent tunnel)
 //	24      reconcile/secretsenc (TestEncryptionSandbox: secrets encryption key, rotation)
 //	25      reconcile/certrotate (TestCertRotateSandbox: certificate rotation)
-//	27      reconcile/rkestate (TestAdoptSandbox: rigger adopt takes over a cluster RKE laid out)
 //	29      reconcile (TestColdConverges: make test-cold)
 //	36      reconcile (TestUpgradeSandbox: make test-long)
 //	38      reconcile (BenchmarkUpgrade)

@@ -27,6 +27,7 @@ import (
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
+	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/sandbox"
 	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
@@ -141,6 +142,7 @@ func TestRKEUpSandbox(t *testing.T) {
 	}
 	waitNodes(ctx, t, cs, "every Node Ready after the takeover", sandbox.KubernetesVersion)
 	checkRiggersContainers(ctx, t, sb)
+	checkRollingSnapshots(ctx, t, sb)
 	checkAddonsTakenOver(ctx, t, cs, addonsBefore)
 
 	phase("the next plan")
@@ -338,6 +340,41 @@ func checkRiggersContainers(ctx context.Context, t *testing.T, sb *sandbox.Sandb
 			}
 		}
 	}
+}
+
+// checkRollingSnapshots checks that the adopted cluster keeps its
+// scheduled snapshots: on every etcd node rigger's etcd-rolling-snapshots,
+// rigger's binary in RKE's rke-tools image, checks the schedule (the
+// snapshot the takeover took before etcd changed is its last; the
+// snapshotter phase of reconcile/etcdsnap's TestEtcdSandbox sees one taken
+// when due).
+func checkRollingSnapshots(ctx context.Context, t *testing.T, sb *sandbox.Sandbox) {
+	t.Helper()
+	clients := map[string]*client.Client{}
+	for _, n := range sb.Nodes {
+		clients[n.Address] = sandboxtest.DockerClient(t, n)
+		info, err := clients[n.Address].ContainerInspect(ctx, desired.EtcdRollingSnapshots)
+		if err != nil {
+			t.Fatalf("node %s: %v", n.Address, err)
+		}
+		if info.Config.Image != sandbox.RKEToolsStandInImage || !slices.Equal(info.Config.Entrypoint, []string{desired.BinaryPath}) {
+			t.Errorf("node %s: %s is not rigger's binary in RKE's %s: image %s, entrypoint %v", n.Address, desired.EtcdRollingSnapshots,
+				sandbox.RKEToolsStandInImage, info.Config.Image, info.Config.Entrypoint)
+		}
+	}
+	testwait.ForContext(ctx, t, 3*time.Minute, "rigger's etcd-rolling-snapshots on every etcd node checks the schedule", func(ctx context.Context) error {
+		for _, n := range sb.Nodes {
+			l := dockerop.Logs(ctx, clients[n.Address], desired.EtcdRollingSnapshots)
+			if strings.Contains(l, "scheduled snapshot failed") {
+				t.Fatalf("node %s: %s failed:\n%s", n.Address, desired.EtcdRollingSnapshots, l)
+			}
+			if !strings.Contains(l, "no scheduled snapshot due") && !strings.Contains(l, "scheduled snapshot taken and verified") &&
+				!strings.Contains(l, "scheduled snapshot not taken here") {
+				return fmt.Errorf("node %s: no check logged yet: %q", n.Address, l)
+			}
+		}
+		return nil
+	})
 }
 
 // startWorkload runs three web servers behind the NodePort Service web
