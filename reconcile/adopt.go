@@ -54,6 +54,7 @@ func (s *Session) Adopt(ctx context.Context, o AdoptOptions) (*rkestate.Taken, e
 	if err := t.Save(s.opts.StateDir); err != nil {
 		return nil, stall.Stalls(stall.StateDamaged, err)
 	}
+	t.ToAdd = st.ToAdd(s.c)
 	s.opts.Log.Info("adopted RKE's PKI", "cluster", s.c.ClusterName, "source", st.Source, "state_dir", s.opts.StateDir)
 	return t, nil
 }

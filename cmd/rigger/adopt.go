@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,9 +38,12 @@ node's /etc/kubernetes/ssl, which holds every certificate and key RKE made
 but the admin's (rigger issues that one, signed by RKE's CA). Each line of
 the output says where it came from.
 
-RKE's state must be of this cluster.yml: the same cluster_name and nodes
-(addresses, roles, internal addresses, hostnames). Adopt the cluster as RKE
-last deployed it, then change cluster.yml with rigger.
+RKE's state must be of this cluster.yml: the same cluster_name, and each
+of its nodes in cluster.yml with the same roles, internal address and
+hostname. Adopt the cluster as RKE last deployed it, then change
+cluster.yml with rigger. A node of cluster.yml that RKE's state lacks is
+one RKE did not provision (rke up drops a node it cannot reach, with a
+warning): adopt lists it, and the next apply adds it.
 
 Then rigger plan shows RKE's containers (same names) being replaced by
 rigger's, node by node with etcd's data and members kept, and rigger apply
@@ -119,6 +123,10 @@ func renderTaken(w io.Writer, t *rkestate.Taken) {
 		fmt.Fprintf(w, "\nSecrets encryption configuration: imported (%s in the state directory).\n", rkestate.EncryptionFile)
 	} else {
 		fmt.Fprintln(w, "\nSecrets encryption: RKE's state has none.")
+	}
+	if len(t.ToAdd) > 0 {
+		fmt.Fprintf(w, "\nIn cluster.yml, not in RKE's state (RKE did not provision them: rke up drops a node it cannot reach, with a warning): %s.\n"+
+			"rigger adds them on the next apply, as nodes added to cluster.yml.\n", strings.Join(t.ToAdd, ", "))
 	}
 	fmt.Fprintln(w, "\nNext: rigger plan -f cluster.yml shows RKE's containers being replaced by rigger's, node by node.")
 }

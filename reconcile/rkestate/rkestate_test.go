@@ -189,7 +189,6 @@ func TestCheck(t *testing.T) {
 		want          []string
 	}{
 		{"another cluster name", strings.Replace(testCluster, "prod", "staging", 1), []string{`cluster_name is "staging" in cluster.yml but "prod"`}},
-		{"a node more", testCluster + "  - {address: 10.0.0.3, user: root, role: [worker]}\n", []string{"node 10.0.0.3 is in cluster.yml but not in cluster.rkestate"}},
 		{"a node less", strings.Replace(testCluster, "  - {address: 10.0.0.2, user: root, role: [worker]}\n", "", 1), []string{"node 10.0.0.2 is in cluster.rkestate but not in cluster.yml"}},
 		{"roles", strings.Replace(testCluster, "role: [worker]}", "role: [worker, controlplane]}", 1), []string{"node 10.0.0.2 has roles controlplane,worker in cluster.yml but worker"}},
 		{"hostname", strings.Replace(testCluster, "hostname_override: node1", "hostname_override: other", 1), []string{"node 10.0.0.1 has hostname_override other in cluster.yml but node1"}},
@@ -372,5 +371,30 @@ func TestParseBounded(t *testing.T) {
 	_, err := parseBytes(t, []byte(`{"currentState":{"rkeConfig":{"nodes":{"a":1}},"certificatesBundle":{"kube-ca":{"certificatePEM":"x"}}}}`))
 	if err == nil || !strings.Contains(err.Error(), "field rkeConfig.nodes is a JSON object, RKE writes an array there") {
 		t.Errorf("nodes as an object: %v", err)
+	}
+}
+
+// TestNodesToAdd: a node of cluster.yml that RKE's state lacks (rke up
+// drops a node it cannot reach, with a warning) is no difference: rigger
+// adds it. A node of the state that cluster.yml lacks still is one.
+func TestNodesToAdd(t *testing.T) {
+	st, err := parseBytes(t, stateJSON(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node3 := testCluster + "  - {address: 10.0.0.3, user: root, role: [worker]}\n"
+	withNode3 := parseCluster(t, node3)
+	if err := st.Check(withNode3); err != nil {
+		t.Errorf("Check of cluster.yml with a node RKE did not provision: %v", err)
+	}
+	if got := st.ToAdd(withNode3); len(got) != 1 || got[0] != "10.0.0.3" {
+		t.Errorf("ToAdd = %v, want [10.0.0.3]", got)
+	}
+	if got := st.ToAdd(parseCluster(t, testCluster)); len(got) != 0 {
+		t.Errorf("ToAdd of the cluster.yml RKE deployed = %v, want none", got)
+	}
+	err = st.Check(parseCluster(t, strings.Replace(node3, "  - {address: 10.0.0.2, user: root, role: [worker]}\n", "", 1)))
+	if err == nil || !strings.Contains(err.Error(), "node 10.0.0.2 is in cluster.rkestate but not in cluster.yml") {
+		t.Errorf("Check of a cluster.yml without a node RKE provisioned: %v", err)
 	}
 }

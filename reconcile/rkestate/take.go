@@ -30,9 +30,12 @@ import (
 const EncryptionFile = "encryption.yaml"
 
 // Check says whether the state is of the cluster c describes: the same
-// cluster_name, and the same nodes (by address) with the same roles,
-// internal addresses and hostnames, which name the etcd members and the
-// certificates. Every difference is listed.
+// cluster_name, and every node of the state in c (by address) with the
+// same roles, internal addresses and hostnames, which name the etcd
+// members and the certificates. A node of c that the state lacks is no
+// difference: RKE did not provision it (rke up drops a node it cannot
+// reach, with a warning), and rigger adds it (ToAdd). Every difference is
+// listed.
 func (st *State) Check(c *spec.Cluster) error {
 	var errs []error
 	if st.ClusterName != "" && st.ClusterName != c.ClusterName {
@@ -47,8 +50,7 @@ func (st *State) Check(c *spec.Cluster) error {
 		ours[n.Address] = true
 		r, ok := theirs[n.Address]
 		if !ok {
-			errs = append(errs, fmt.Errorf("node %s is in cluster.yml but not in %s", clipped(n.Address), st.Source))
-			continue
+			continue // ToAdd
 		}
 		if a, b := sortedRoles(n.Role), sortedRoles(r.Roles); !slices.Equal(a, b) {
 			errs = append(errs, fmt.Errorf("node %s has roles %s in cluster.yml but %s in %s", n.Address,
@@ -74,6 +76,23 @@ func (st *State) Check(c *spec.Cluster) error {
 			st.Source, errors.Join(errs...))
 	}
 	return nil
+}
+
+// ToAdd are the addresses of the nodes of c that the state lacks: RKE did
+// not provision them, and the next apply adds them, as nodes added to
+// cluster.yml.
+func (st *State) ToAdd(c *spec.Cluster) []string {
+	theirs := map[string]bool{}
+	for _, n := range st.Nodes {
+		theirs[n.Address] = true
+	}
+	var add []string
+	for _, n := range c.Nodes {
+		if !theirs[n.Address] {
+			add = append(add, n.Address)
+		}
+	}
+	return add
 }
 
 // maxListed bounds the differences Check lists (and the errors Take
@@ -129,6 +148,9 @@ type Taken struct {
 	Set              *pki.Set
 	Items            []Item
 	EncryptionConfig []byte
+	// ToAdd are the nodes of cluster.yml RKE did not provision
+	// (State.ToAdd): the next apply adds them.
+	ToAdd []string
 }
 
 // Take picks from the state what the cluster of req needs (pki.Request's

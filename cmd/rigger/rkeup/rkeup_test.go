@@ -38,24 +38,29 @@ const subnet = 51
 // upgradeTo is the minor the adopted cluster is taken to.
 const upgradeTo = "v1.33.13"
 
-// TestRKEUpSandbox runs RKE v1.8.14's own `rke up` on three sandbox nodes
-// (every role on each, RKE's defaults but flannel, no ingress and the
-// sandbox's images: the stand-ins of `rigger sandbox images --rke` for
-// rke-tools and for hyperkube's kubectl), with secrets encrypted at rest
-// by the key RKE makes, a workload and a snapshot `rke etcd snapshot-save`
-// takes; then does what docs/migrating-from-rke.md tells a user to:
+// TestRKEUpSandbox runs RKE v1.8.14's own `rke up` on four sandbox nodes
+// (three servers with every role, a worker; RKE's defaults but flannel, no
+// ingress and the sandbox's images: the stand-ins of `rigger sandbox
+// images --rke` for rke-tools and for hyperkube's kubectl), with secrets
+// encrypted at rest by the key RKE makes, the worker unreachable (its sshd
+// stopped: rke up drops it with a warning, provisions the servers and says
+// it finished), a workload and a snapshot `rke etcd snapshot-save` takes;
+// then does what docs/migrating-from-rke.md tells a user to:
 //   - rigger adopt from cluster.rkestate (and, to compare, from the
-//     full-cluster-state Secret and from the nodes: the same CA);
-//   - rigger plan: every RKE container of every node replaced, for adopt;
+//     full-cluster-state Secret and from the nodes: the same CA), which
+//     says the worker will be added;
+//   - rigger plan: every RKE container of every server replaced, for
+//     adopt; the worker's containers created;
 //   - rigger apply, with the API asked through the three API servers and
-//     the workload through the three nodes every 200 ms: no request fails
-//     on all three; the same CA, the same etcd members, the objects made
-//     under RKE kept, a Secret written after stored with RKE's key, every
-//     Node Ready, RKE's etcd-rolling-snapshots replaced by rigger's;
+//     the workload through the three servers every 200 ms: no request
+//     fails on all three; the same CA, the same etcd members, the objects
+//     made under RKE kept, a Secret written after stored with RKE's key,
+//     every Node Ready, the worker's too, RKE's etcd-rolling-snapshots
+//     replaced by rigger's;
 //   - the next plan is empty and rigger doctor passes;
 //   - the snapshot RKE took is restored by rigger (a ConfigMap made after
-//     it gone, one made before it there), and an apply makes the plan
-//     empty again;
+//     it gone, one made before it there; the worker's Node, not in it,
+//     registered again), and an apply makes the plan empty again;
 //   - one minor up (1.32 to 1.33), and the next plan empty.
 //
 // It runs in make test-long. Each phase logs its time from the start:
@@ -67,10 +72,11 @@ func TestRKEUpSandbox(t *testing.T) {
 	bin := sandboxtest.BuildRigger(t)
 	kubectl := sandboxtest.BuildKubectl(t)
 	rke := sandboxtest.BuildRKE(t)
-	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 3, Images: true, RiggerBinary: bin,
+	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 4, Images: true, RiggerBinary: bin,
 		RKE: true, Kubectl: kubectl, KubernetesVersions: []string{upgradeTo}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	servers, worker := sb.Nodes[:3], sb.Nodes[3]
 	dir := t.TempDir()
 	clusterFile := filepath.Join(dir, "cluster.yml")
 	yml := rkeClusterYML(sb)
@@ -79,12 +85,26 @@ func TestRKEUpSandbox(t *testing.T) {
 		return run(t, dir, bin, append(args, "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)...)
 	}
 
-	phase("rke up (RKE " + sandboxtest.RKEVersion + ")")
+	// The worker's sshd is down for rke up: RKE drops it from its state
+	// and from what it deploys, with a warning, brings up the other three
+	// and says it finished.
+	phase("rke up (RKE " + sandboxtest.RKEVersion + "), the worker unreachable")
+	if err := sb.StopService(ctx, worker.Name, sandbox.ServiceSSHD); err != nil {
+		t.Fatal(err)
+	}
 	out := run(t, dir, rke, "up", "--disable-port-check")
 	t.Logf("rke up: %s", lastLine(out))
+	for _, want := range []string{"Failed to set up SSH tunneling for host [" + worker.Address + "]", "Removing host [" + worker.Address + "] from node lists"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("rke up did not warn %q:\n%s", want, out)
+		}
+	}
+	if err := sb.StartService(ctx, worker.Name, sandbox.ServiceSSHD); err != nil {
+		t.Fatal(err)
+	}
 	kubeconfig := filepath.Join(dir, "kube_config_cluster.yml")
 	cs := kubeClient(t, kubeconfig, "")
-	waitNodes(ctx, t, cs, "every Node Ready under RKE", sandbox.KubernetesVersion)
+	waitNodes(ctx, t, cs, "every Node RKE provisioned Ready under RKE", sandbox.KubernetesVersion, servers)
 
 	phase("a workload, a Secret and a snapshot under RKE")
 	startWorkload(ctx, t, cs, kubectl, kubeconfig)
@@ -102,7 +122,11 @@ func TestRKEUpSandbox(t *testing.T) {
 	addonsBefore := addonUIDs(ctx, t, cs)
 
 	phase("rigger adopt")
-	t.Logf("rigger adopt:\n%s", rigger("adopt", "--rkestate", filepath.Join(dir, "cluster.rkestate")))
+	adoptOut := rigger("adopt", "--rkestate", filepath.Join(dir, "cluster.rkestate"))
+	t.Logf("rigger adopt:\n%s", adoptOut)
+	if want := "RKE did not provision them: rke up drops a node it cannot reach, with a warning): " + worker.Address + "."; !strings.Contains(adoptOut, want) {
+		t.Errorf("rigger adopt does not say %q", want)
+	}
 	for _, from := range [][]string{{"--kubeconfig", kubeconfig}, nil} {
 		other := filepath.Join(t.TempDir(), "state")
 		run(t, dir, bin, append([]string{"adopt", "-f", clusterFile, "--state-dir", other, "--known-hosts", sb.KnownHostsPath}, from...)...)
@@ -117,10 +141,10 @@ func TestRKEUpSandbox(t *testing.T) {
 	phase("rigger plan")
 	planText := runCode(t, dir, 2, bin, "plan", "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)
 	t.Logf("the first plan:\n%s", planText)
-	checkFirstPlan(t, dir, bin, clusterFile, sb)
+	checkFirstPlan(t, dir, bin, clusterFile, sb, servers, worker)
 
-	phase("rigger apply, the API and the workload asked throughout")
-	poll := startPolling(ctx, t, kubeconfig, sb)
+	phase("rigger apply, the API and the workload asked throughout; the worker added")
+	poll := startPolling(ctx, t, kubeconfig, servers)
 	applyOut := rigger("apply", "--yes")
 	t.Logf("rigger apply: %s", lastLine(applyOut))
 	poll.stop(t)
@@ -140,9 +164,9 @@ func TestRKEUpSandbox(t *testing.T) {
 	if raw := etcdGet(ctx, t, node1, "/registry/secrets/default/made-under-rigger"); !strings.HasPrefix(raw, "k8s:enc:aescbc:v1:"+encKey+":") {
 		t.Errorf("a Secret written after the takeover is stored as %.40q in etcd, want it encrypted with RKE's key %s", raw, encKey)
 	}
-	waitNodes(ctx, t, cs, "every Node Ready after the takeover", sandbox.KubernetesVersion)
+	waitNodes(ctx, t, cs, "every Node Ready after the takeover, the worker's too", sandbox.KubernetesVersion, sb.Nodes)
 	checkRiggersContainers(ctx, t, sb)
-	checkRollingSnapshots(ctx, t, sb)
+	checkRollingSnapshots(ctx, t, servers)
 	checkAddonsTakenOver(ctx, t, cs, addonsBefore)
 
 	phase("the next plan")
@@ -163,9 +187,12 @@ func TestRKEUpSandbox(t *testing.T) {
 		}
 		return nil
 	})
-	waitNodes(ctx, t, cs, "every Node Ready after the restore", sandbox.KubernetesVersion)
-	// The snapshot is from before the takeover: its add-ons are RKE's.
-	t.Logf("rigger apply: %s", lastLine(rigger("apply", "--yes")))
+	// The snapshot is from before the takeover, and from before the
+	// worker joined: its add-ons are RKE's, and the worker's Node is not
+	// in it (the apply after has its kubelet register it again).
+	waitNodes(ctx, t, cs, "the Nodes of the snapshot Ready after the restore", sandbox.KubernetesVersion, servers)
+	t.Logf("rigger apply after the restore:\n%s", rigger("apply", "--yes"))
+	waitNodes(ctx, t, cs, "every Node Ready after the restore and an apply", sandbox.KubernetesVersion, sb.Nodes)
 	if out := rigger("plan"); !strings.Contains(out, "No changes.") {
 		t.Errorf("the plan after the restore and an apply is not empty:\n%s", out)
 	}
@@ -181,7 +208,7 @@ func TestRKEUpSandbox(t *testing.T) {
 		sandbox.EtcdRef(sandbox.EtcdVersion), images["etcd"]).Replace(yml)+
 		"upgrade_strategy:\n  node_drain_input: {delete_local_data: true}\n")
 	t.Logf("rigger apply: %s", lastLine(rigger("apply", "--yes")))
-	waitNodes(ctx, t, cs, "every Node Ready on "+upgradeTo, upgradeTo)
+	waitNodes(ctx, t, cs, "every Node Ready on "+upgradeTo, upgradeTo, sb.Nodes)
 	if out := rigger("plan"); !strings.Contains(out, "No changes.") {
 		t.Errorf("the plan after the upgrade is not empty:\n%s", out)
 	}
@@ -200,8 +227,12 @@ func rkeClusterYML(sb *sandbox.Sandbox) string {
 	maps.Copy(images, sandbox.RKESystemImages())
 	var b strings.Builder
 	fmt.Fprintf(&b, "cluster_name: rke\nssh_key_path: %s\nnodes:\n", sb.KeyPath)
-	for _, n := range sb.Nodes {
-		fmt.Fprintf(&b, "  - {address: %s, user: %s, role: [controlplane, etcd, worker], hostname_override: %s}\n", n.Address, n.User, n.Hostname)
+	for i, n := range sb.Nodes {
+		roles := "controlplane, etcd, worker"
+		if i >= 3 {
+			roles = "worker"
+		}
+		fmt.Fprintf(&b, "  - {address: %s, user: %s, role: [%s], hostname_override: %s}\n", n.Address, n.User, roles, n.Hostname)
 	}
 	b.WriteString("system_images:\n")
 	for _, k := range slices.Sorted(maps.Keys(images)) {
@@ -229,9 +260,10 @@ rigger:
 	return b.String()
 }
 
-// checkFirstPlan checks the first plan's steps: on every node every one
-// of RKE's containers replaced, for adopt, and nothing removed.
-func checkFirstPlan(t *testing.T, dir, bin, clusterFile string, sb *sandbox.Sandbox) {
+// checkFirstPlan checks the first plan's steps: on every server every one
+// of RKE's containers replaced, for adopt; on the worker RKE did not
+// provision, a worker's containers created; nothing removed.
+func checkFirstPlan(t *testing.T, dir, bin, clusterFile string, sb *sandbox.Sandbox, servers []sandbox.Node, worker sandbox.Node) {
 	t.Helper()
 	out := runCode(t, dir, 2, bin, "plan", "-o", "json", "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)
 	var plan struct {
@@ -242,25 +274,37 @@ func checkFirstPlan(t *testing.T, dir, bin, clusterFile string, sb *sandbox.Sand
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &plan); err != nil {
 		t.Fatalf("plan -o json: %v\n%s", err, out)
 	}
-	want := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "service-sidekick", "kubelet", "kube-proxy", "etcd-rolling-snapshots"}
-	for _, n := range sb.Nodes {
-		var replaced []string
+	steps := func(n sandbox.Node, action string, adopt bool) []string {
+		var components []string
 		for _, s := range plan.Steps {
-			if s.Node != n.Address {
-				continue
-			}
-			switch {
-			case s.Action == "remove":
-				t.Errorf("the first plan removes %s on %s: %s", s.Component, n.Address, s.Reason)
-			case s.Action == "replace" && strings.HasPrefix(s.Reason, "adopt:"):
-				replaced = append(replaced, s.Component)
+			if s.Node == n.Address && s.Action == action && (!adopt || strings.HasPrefix(s.Reason, "adopt:")) {
+				components = append(components, s.Component)
 			}
 		}
+		return components
+	}
+	for _, n := range sb.Nodes {
+		if removed := steps(n, "remove", false); len(removed) > 0 {
+			t.Errorf("the first plan removes %v on %s", removed, n.Address)
+		}
+	}
+	want := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "service-sidekick", "kubelet", "kube-proxy", "etcd-rolling-snapshots"}
+	for _, n := range servers {
+		replaced := steps(n, "replace", true)
 		for _, c := range want {
 			if !slices.Contains(replaced, c) {
 				t.Errorf("the first plan does not replace RKE's %s on %s for adopt (it replaces %v)", c, n.Address, replaced)
 			}
 		}
+	}
+	created := steps(worker, "create", false)
+	for _, c := range []string{"nginx-proxy", "kubelet", "kube-proxy"} {
+		if !slices.Contains(created, c) {
+			t.Errorf("the first plan does not create %s on %s, the worker RKE did not provision (it creates %v)", c, worker.Address, created)
+		}
+	}
+	if replaced := steps(worker, "replace", false); len(replaced) > 0 {
+		t.Errorf("the first plan replaces %v on %s, where RKE made nothing", replaced, worker.Address)
 	}
 }
 
@@ -348,10 +392,10 @@ func checkRiggersContainers(ctx context.Context, t *testing.T, sb *sandbox.Sandb
 // snapshot the takeover took before etcd changed is its last; the
 // snapshotter phase of reconcile/etcdsnap's TestEtcdSandbox sees one taken
 // when due).
-func checkRollingSnapshots(ctx context.Context, t *testing.T, sb *sandbox.Sandbox) {
+func checkRollingSnapshots(ctx context.Context, t *testing.T, etcdNodes []sandbox.Node) {
 	t.Helper()
 	clients := map[string]*client.Client{}
-	for _, n := range sb.Nodes {
+	for _, n := range etcdNodes {
 		clients[n.Address] = sandboxtest.DockerClient(t, n)
 		info, err := clients[n.Address].ContainerInspect(ctx, desired.EtcdRollingSnapshots)
 		if err != nil {
@@ -363,7 +407,7 @@ func checkRollingSnapshots(ctx context.Context, t *testing.T, sb *sandbox.Sandbo
 		}
 	}
 	testwait.ForContext(ctx, t, 3*time.Minute, "rigger's etcd-rolling-snapshots on every etcd node checks the schedule", func(ctx context.Context) error {
-		for _, n := range sb.Nodes {
+		for _, n := range etcdNodes {
 			l := dockerop.Logs(ctx, clients[n.Address], desired.EtcdRollingSnapshots)
 			if strings.Contains(l, "scheduled snapshot failed") {
 				t.Fatalf("node %s: %s failed:\n%s", n.Address, desired.EtcdRollingSnapshots, l)
@@ -443,11 +487,11 @@ type poller struct {
 	failed map[string][]string
 }
 
-func startPolling(ctx context.Context, t *testing.T, kubeconfig string, sb *sandbox.Sandbox) *poller {
+func startPolling(ctx context.Context, t *testing.T, kubeconfig string, servers []sandbox.Node) *poller {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &poller{cancel: cancel, asked: map[string]int{}, failed: map[string][]string{}}
 	var apis []kubernetes.Interface
-	for _, n := range sb.Nodes {
+	for _, n := range servers {
 		apis = append(apis, kubeClient(t, kubeconfig, "https://"+n.Address+":6443"))
 	}
 	p.done.Add(1)
@@ -470,8 +514,8 @@ func startPolling(ctx context.Context, t *testing.T, kubeconfig string, sb *sand
 			p.ask("web", func(i int) error {
 				c, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
-				return exec.CommandContext(c, "curl", "-sf", "-o", "/dev/null", "http://"+sb.Nodes[i].Address+":30080/").Run()
-			}, len(sb.Nodes))
+				return exec.CommandContext(c, "curl", "-sf", "-o", "/dev/null", "http://"+servers[i].Address+":30080/").Run()
+			}, len(servers))
 		}
 	}()
 	return p
@@ -511,17 +555,14 @@ func (p *poller) stop(t *testing.T) {
 }
 
 // waitNodes waits for the three Nodes Ready with kubelet version.
-func waitNodes(ctx context.Context, t *testing.T, cs kubernetes.Interface, what, version string) {
+func waitNodes(ctx context.Context, t *testing.T, cs kubernetes.Interface, what, version string, nodes []sandbox.Node) {
 	t.Helper()
 	testwait.ForContext(ctx, t, 5*time.Minute, what, func(ctx context.Context) error {
-		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if len(nodes.Items) != 3 {
-			return fmt.Errorf("%d Nodes", len(nodes.Items))
-		}
-		for _, n := range nodes.Items {
+		for _, sn := range nodes {
+			n, err := cs.CoreV1().Nodes().Get(ctx, sn.Hostname, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
 			ready := false
 			for _, c := range n.Status.Conditions {
 				ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
