@@ -63,7 +63,7 @@ func TestChaosSandbox(t *testing.T) {
 	sb := sandboxtest.Start(t, sandbox.Options{Subnet: chaosSubnet, Nodes: 3, Images: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
-	c := &chaos{sb: sb, bin: buildRigger(t), a: rt.New(t), dir: t.TempDir()}
+	c := &chaos{sb: sb, bin: sandboxtest.BuildRigger(t), a: rt.New(t), dir: t.TempDir()}
 	c.serveState = filepath.Dir(c.a.StateDir)
 	c.a.StateDir = filepath.Join(c.serveState, "sandbox") // serve's state directory of the cluster "sandbox"
 	defer func() { fmt.Print(c.table()) }()

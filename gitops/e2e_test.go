@@ -65,7 +65,7 @@ const (
 //   - no status commit carries a secret.
 func TestServeSandbox(t *testing.T) {
 	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 1, Images: true})
-	bin := buildRigger(t)
+	bin := sandboxtest.BuildRigger(t)
 	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
 	// The network plugin only, as the other packages' sandbox clusters: the
 	// add-ons engine is the same under serve as under apply, and reconcile's
@@ -401,21 +401,6 @@ func ready(f *gitops.StatusFile) string {
 		}
 	}
 	return ""
-}
-
-// buildRigger compiles the rigger command as `make build` does (static,
-// -trimpath, no symbol table or DWARF, which shortens the link), so that
-// under `make test` every package comes from the build cache `make build`
-// filled and only the link is left.
-func buildRigger(t testing.TB) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "rigger")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "github.com/rigger/rigger/cmd/rigger")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build rigger: %v\n%s", err, msg)
-	}
-	return out
 }
 
 func freePort(t testing.TB) int {

@@ -148,11 +148,7 @@ func riggerBinary(b *testing.B) string {
 	if bin := os.Getenv("RIGGER_BIN"); bin != "" {
 		return bin
 	}
-	bin := filepath.Join(b.TempDir(), "rigger")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return sandboxtest.BuildRigger(b)
 }
 
 // BenchmarkChanges measures a cluster's changes on a fresh 4-node

@@ -25,6 +25,7 @@ import (
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/internal/apiservertest"
 	"github.com/rigger/rigger/internal/testwait"
+	"github.com/rigger/rigger/sandbox/sandboxtest"
 )
 
 // TestServeShared (RIGGER_E2E=1: a real API server) runs two real `rigger
@@ -48,10 +49,7 @@ func TestServeShared(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "rigger")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := sandboxtest.BuildRigger(t)
 
 	dir := t.TempDir()
 	bare, work := filepath.Join(dir, "origin.git"), filepath.Join(dir, "work")

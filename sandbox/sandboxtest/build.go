@@ -9,8 +9,12 @@ import (
 	"testing"
 )
 
-// BuildRigger compiles the rigger command as `make build` does (static),
-// into the test's temporary directory.
+// BuildRigger compiles the rigger command as `make build` does (static,
+// -trimpath, no symbol table or DWARF, which shortens the link), into the
+// test's temporary directory: under `make test` every package comes from the
+// build cache `make build` filled and only the link is left. A test that
+// needs rigger's binary takes it from here, never from a `go build` of its
+// own flags, which on a cold cache compiles the whole module again.
 func BuildRigger(t testing.TB) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "rigger")

@@ -505,13 +505,13 @@ func startPolling(ctx context.Context, t *testing.T, kubeconfig string, servers 
 				return
 			case <-tick.C:
 			}
-			p.ask("api", func(i int) error {
+			p.ask(ctx, "api", func(i int) error {
 				c, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
 				_, err := apis[i].CoreV1().Namespaces().Get(c, "default", metav1.GetOptions{})
 				return err
 			}, len(apis))
-			p.ask("web", func(i int) error {
+			p.ask(ctx, "web", func(i int) error {
 				c, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
 				return exec.CommandContext(c, "curl", "-sf", "-o", "/dev/null", "http://"+servers[i].Address+":30080/").Run()
@@ -521,7 +521,9 @@ func startPolling(ctx context.Context, t *testing.T, kubeconfig string, servers 
 	return p
 }
 
-func (p *poller) ask(what string, try func(int) error, n int) {
+// ask counts one request of what, failed if it fails through all n; one
+// cut short by stop (ctx canceled) is not counted either way.
+func (p *poller) ask(ctx context.Context, what string, try func(int) error, n int) {
 	var errs []string
 	for i := range n {
 		err := try(i)
@@ -529,6 +531,9 @@ func (p *poller) ask(what string, try func(int) error, n int) {
 			p.mu.Lock()
 			p.asked[what]++
 			p.mu.Unlock()
+			return
+		}
+		if ctx.Err() != nil {
 			return
 		}
 		errs = append(errs, err.Error())
