@@ -171,7 +171,7 @@ test-long: prereqs build rke-render rke kubectl ## the long sandbox tests: rigge
 	@# RKE's images, outside the tests' time limits.
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
-	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 1 -timeout 60m \
+	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 2 -timeout 60m \
 	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestRKEUpSandbox)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup; rc=$$?; \
 	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
