@@ -330,15 +330,18 @@ func TestServeSandbox(t *testing.T) {
 			}
 			return holder != nil
 		})
-		if !holder.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
-			t.Errorf("the holder, serve %s, never reconciled", holder.name)
+		// Each replica is stopped only once it has locked the cluster to
+		// reconcile it: checkNoOverlap needs a hold of each to prove anything.
+		locked := func(e logEntry) bool { return e.Msg == "cluster locked" }
+		if !holder.waitLog(time.Minute, locked) {
+			t.Errorf("the holder, serve %s, never locked the cluster to reconcile it", holder.name)
 		}
 		holder.stop() // SIGTERM: it gives the Lease up at once
 		if !other.waitLog(time.Minute, holds) {
 			t.Fatalf("serve %s never took the cluster over from the stopped one", other.name)
 		}
-		if !other.waitLog(time.Minute, func(e logEntry) bool { return e.Msg == "reconcile starts" }) {
-			t.Errorf("the new holder, serve %s, never reconciled", other.name)
+		if !other.waitLog(time.Minute, locked) {
+			t.Errorf("the new holder, serve %s, never locked the cluster to reconcile it", other.name)
 		}
 		other.stop()
 		checkNoOverlap(t, c, d)
