@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,33 +18,48 @@ import (
 )
 
 // The engine store: a Docker data root (its image and overlay2
-// directories) that holds the sandbox's images, made once per machine and
-// set of images by an engine of its own. A new node's /var/lib/docker
-// starts as a copy of it whose layer files are hard links: importing about
-// 700 MB into every node of every sandbox cost 25 to 40 s per sandbox under
-// load, and as much disk writing. The node's engine then owns its copy as
-// if it had imported the images itself (a node that removes an image
-// unlinks its own names only: layers are read-only lower directories of
-// the containers' overlays, never written).
+// directories) that holds the sandbox's images, made once per machine by
+// an engine of its own. A new node's /var/lib/docker starts as a copy of it
+// whose layer files are hard links: importing about 700 MB into every node
+// of every sandbox cost 25 to 40 s per sandbox under load, and as much disk
+// writing. The node's engine then owns its copy as if it had imported the
+// images itself (a node that removes an image unlinks its own names only:
+// layers are read-only lower directories of the containers' overlays, never
+// written).
 //
-// rigger's own image is left out: it changes with every build of rigger,
-// and loadImages imports it (70 MB) into each node as before.
+// The store holds every image the machine's sandboxes have asked for: a
+// sandbox that asks for one the store lacks (another Kubernetes release,
+// RKE's stand-ins) makes a new store with it and every image of the old
+// one whose archive is still the cache's (one per ref: a rebuilt image
+// takes the place of its older content), and the old store goes once no
+// node is being seeded from it. So `make test`'s sandboxes and `make
+// test-long`'s, with two more releases and RKE's images (about 1.1 GB per
+// node to import), all start from one store; an image a node does not use
+// costs it hard links.
+//
+// The images made with rigger's own binary are left out (builtImage.Rigger):
+// they change with every build of rigger, and loadImages imports them (70
+// to 180 MB) into each node as before.
 
 // engineStoreFormat changes when the way the store is made changes, so
 // that stores made before are made anew.
-const engineStoreFormat = "rigger-sandbox-engine/1"
+const engineStoreFormat = "rigger-sandbox-engine/2"
 
 // storeDirs are the parts of a data root the store holds: the image and
 // layer metadata, and the layers. Everything else (networks, containers,
 // the engine's own databases) each node's engine makes for itself.
 var storeDirs = []string{"image", "overlay2"}
 
-// storeImages are the images the store holds: all but rigger's own and
-// the extra releases' (loadImages imports those).
+// storeManifest is the file of a store that lists its images (JSON, the
+// builtImages it imported).
+const storeManifest = "images.json"
+
+// storeImages are the images a store may hold: all but those made with
+// rigger's binary.
 func storeImages(imgs []builtImage) []builtImage {
 	var out []builtImage
 	for _, img := range imgs {
-		if img.Ref != RiggerImage && !img.Extra {
+		if !img.Rigger {
 			out = append(out, img)
 		}
 	}
@@ -51,21 +67,85 @@ func storeImages(imgs []builtImage) []builtImage {
 }
 
 // engineStoreKey names a store by its format, the engine that made it
-// (its layout is the engine's) and every image's ref and content key.
+// (its layout is the engine's) and every image's ref and content key, in
+// any order.
 func engineStoreKey(engineVersion string, imgs []builtImage) string {
+	lines := make([]string, 0, len(imgs))
+	for _, img := range imgs {
+		lines = append(lines, img.Ref+" "+img.Key)
+	}
+	slices.Sort(lines)
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n", engineStoreFormat, strings.TrimSpace(engineVersion))
-	for _, img := range imgs {
-		fmt.Fprintf(h, "%s %s\n", img.Ref, img.Key)
+	for _, l := range lines {
+		fmt.Fprintln(h, l)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:20]
 }
 
-// ensureEngineStore returns the directory of the engine store for imgs in
-// cache, making it when it is not there: an engine of its own (private
-// network and mount namespaces, data root in the cache) imports the
-// images and stops; its image and overlay2 directories become the store.
-// Stores of other image sets are removed.
+// engineStore is a store made by the engine of version.
+type engineStore struct {
+	dir    string
+	images []builtImage
+}
+
+// holds says whether the store has every one of imgs, with the same
+// content.
+func (st engineStore) holds(imgs []builtImage) bool {
+	for _, img := range imgs {
+		if !slices.ContainsFunc(st.images, func(have builtImage) bool { return have.Ref == img.Ref && have.Key == img.Key }) {
+			return false
+		}
+	}
+	return true
+}
+
+// engineStores lists the complete stores in base, newest first: those
+// with a manifest (a store's is written last). A store of another engine
+// version is not listed: its key says so, and it is never chosen.
+func engineStores(base, version string) []engineStore {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return nil
+	}
+	type dated struct {
+		engineStore
+		made time.Time
+	}
+	var found []dated
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), "new-") {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, storeManifest))
+		if err != nil {
+			continue
+		}
+		var imgs []builtImage
+		if json.Unmarshal(b, &imgs) != nil || engineStoreKey(version, imgs) != e.Name() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		found = append(found, dated{engineStore{dir, imgs}, info.ModTime()})
+	}
+	slices.SortFunc(found, func(a, b dated) int { return b.made.Compare(a.made) })
+	out := make([]engineStore, len(found))
+	for i, d := range found {
+		out[i] = d.engineStore
+	}
+	return out
+}
+
+// ensureEngineStore returns the directory of an engine store in cache that
+// holds imgs (but rigger's), making one when none does: an engine of its
+// own (private network and mount namespaces, data root in the cache)
+// imports imgs and the images of the newest store that are still the
+// cache's, and stops; its image and overlay2 directories become the store.
+// The other stores are removed, but for one a node is being seeded from.
 func ensureEngineStore(ctx context.Context, cache string, imgs []builtImage, p *progress) (string, error) {
 	version, err := run(ctx, "dockerd", "--version")
 	if err != nil {
@@ -73,8 +153,16 @@ func ensureEngineStore(ctx context.Context, cache string, imgs []builtImage, p *
 	}
 	imgs = storeImages(imgs)
 	base := filepath.Join(cache, "engine")
-	dir := filepath.Join(base, engineStoreKey(version, imgs))
-	if _, err := os.Stat(dir); err == nil {
+	find := func() (string, []engineStore) {
+		stores := engineStores(base, version)
+		for _, st := range stores {
+			if st.holds(imgs) {
+				return st.dir, stores
+			}
+		}
+		return "", stores
+	}
+	if dir, _ := find(); dir != "" {
 		return dir, nil
 	}
 	lock, err := lockFile(ctx, filepath.Join(cache, "engine.lock"), func() { p.info("waiting for another rigger making the engine store") })
@@ -82,13 +170,13 @@ func ensureEngineStore(ctx context.Context, cache string, imgs []builtImage, p *
 		return "", err
 	}
 	defer lock.unlock()
-	if _, err := os.Stat(dir); err == nil {
+	dir, stores := find()
+	if dir != "" {
 		return dir, nil
 	}
-	// Holding the lock, whatever else is here is an older store or a
-	// half-made one of a run that was killed.
-	if err := os.RemoveAll(base); err != nil {
-		return "", fmt.Errorf("remove old engine stores: %w", err)
+	all := imgs
+	if len(stores) > 0 {
+		all = storeUnion(imgs, stores[0].images)
 	}
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return "", err
@@ -100,7 +188,7 @@ func ensureEngineStore(ctx context.Context, cache string, imgs []builtImage, p *
 	}
 	defer os.RemoveAll(tmp)
 	root := filepath.Join(tmp, "root")
-	if err := importIntoNewEngine(ctx, root, imgs); err != nil {
+	if err := importIntoNewEngine(ctx, root, all); err != nil {
 		return "", fmt.Errorf("engine store: %w", err)
 	}
 	entries, err := os.ReadDir(root)
@@ -119,11 +207,65 @@ func ensureEngineStore(ctx context.Context, cache string, imgs []builtImage, p *
 			return "", fmt.Errorf("engine store: the engine made no %s directory: %w", d, err)
 		}
 	}
+	manifest, err := json.Marshal(all)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(root, storeManifest), manifest, 0o600); err != nil {
+		return "", err
+	}
+	dir = filepath.Join(base, engineStoreKey(version, all))
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
 	if err := os.Rename(root, dir); err != nil {
 		return "", err
 	}
-	p.info("engine store: %d images imported once in %s (%s)", len(imgs), time.Since(start).Round(10*time.Millisecond), dir)
+	p.info("engine store: %d images imported once in %s (%s)", len(all), time.Since(start).Round(10*time.Millisecond), dir)
+	removeEngineStores(base, dir, p)
 	return dir, nil
+}
+
+// storeUnion is what a new store holds: imgs, and the images of the
+// newest store (had) but for those of a ref imgs has (with other content)
+// and those whose archive the cache no longer has (it keeps one per ref).
+func storeUnion(imgs, had []builtImage) []builtImage {
+	all := slices.Clone(imgs)
+	for _, h := range had {
+		if slices.ContainsFunc(all, func(img builtImage) bool { return img.Ref == h.Ref }) {
+			continue
+		}
+		if _, err := os.Stat(h.Archive); err == nil {
+			all = append(all, h)
+		}
+	}
+	return all
+}
+
+// removeEngineStores removes every store in base but keep, with whatever
+// a killed run left, and leaves a store that a node is being seeded from
+// (its lock held shared) to the next store's making.
+func removeEngineStores(base, keep string, p *progress) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		dir := filepath.Join(base, e.Name())
+		if !e.IsDir() || dir == keep {
+			continue
+		}
+		l, ok := tryLockFile(dir + ".lock")
+		if !ok {
+			p.info("engine store %s: a node is being seeded from it; removed with the next store", dir)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			p.info("engine store %s: not removed: %v", dir, err)
+		}
+		_ = os.Remove(dir + ".lock")
+		l.unlock()
+	}
 }
 
 // importIntoNewEngine starts a dockerd on data root root, in network and
@@ -252,9 +394,24 @@ func seedEngine(ctx context.Context, n Node, store string) (bool, error) {
 // every image itself, as loadImages does for whatever a node lacks.
 func (s *Sandbox) seedEngines(ctx context.Context, cache string, imgs []builtImage, p *progress) error {
 	p.phase("Seed every new node's engine with the images")
-	store, err := ensureEngineStore(ctx, cache, imgs, p)
-	if err != nil {
-		return err
+	// The store's lock is held shared while the nodes are seeded: a rigger
+	// making a newer store leaves this one in place meanwhile. One removed
+	// between its choice and the lock is chosen again.
+	var store string
+	for {
+		var err error
+		if store, err = ensureEngineStore(ctx, cache, imgs, p); err != nil {
+			return err
+		}
+		lock, err := lockFileShared(ctx, store+".lock")
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(store); err == nil {
+			defer lock.unlock()
+			break
+		}
+		lock.unlock()
 	}
 	for _, n := range s.Nodes {
 		start := time.Now()

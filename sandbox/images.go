@@ -59,11 +59,10 @@ type builtImage struct {
 	Changes []string // Dockerfile instructions applied on import
 	// SystemImages are the RKE system_images keys this image serves.
 	SystemImages []string
-	// Extra is an image of a Kubernetes release other than the default
-	// (Options.KubernetesVersions): it serves no key of SystemImages, and
-	// the engine store leaves it out, so that asking for it or not does not
-	// make a new store.
-	Extra bool
+	// Rigger says the image holds rigger's own binary, which changes with
+	// every build of rigger: the engine store leaves it out, and each node
+	// imports it.
+	Rigger bool
 }
 
 // imageSpec says what goes into an image.
@@ -74,7 +73,7 @@ type imageSpec struct {
 	links        []imageLink
 	changes      []string
 	systemImages []string
-	extra        bool
+	rigger       bool // holds rigger's binary (builtImage.Rigger)
 }
 
 // imageFile is a file of an image: a copy of src, or content when src is
@@ -204,6 +203,7 @@ func buildImages(ctx context.Context, opts Options, p *progress) ([]builtImage, 
 			dirs:         []imageDir{{"/tmp", 0o1777}},
 			changes:      []string{`ENTRYPOINT ["/usr/local/bin/rigger"]`},
 			systemImages: []string{"nginx_proxy", "cert_downloader"},
+			rigger:       true,
 		},
 		toolsImageSpec(),
 		{
@@ -286,7 +286,6 @@ func hyperkubeSpec(ctx context.Context, kubeDir, version string, extra bool) (im
 		ref:     HyperkubeRef(version),
 		dirs:    []imageDir{{"/tmp", 0o1777}, {"/run", 0o755}, {"/var/lib", 0o755}},
 		changes: []string{"ENV PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		extra:   extra,
 	}
 	if !extra {
 		spec.systemImages = []string{"kubernetes"}
@@ -401,7 +400,6 @@ func etcdImageSpec(ctx context.Context, etcdDir, version string, extra bool) (im
 		ref:     EtcdRef(version),
 		dirs:    []imageDir{{"/tmp", 0o1777}, {"/var/lib/etcd", 0o700}},
 		changes: []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", `CMD ["/usr/local/bin/etcd"]`},
-		extra:   extra,
 	}
 	for _, c := range etcdCommands() {
 		spec.files = append(spec.files, imageFile{src: filepath.Join(etcdDir, c), dst: "/usr/local/bin/" + c, mode: 0o755})
@@ -468,7 +466,7 @@ func buildArchive(dir string, spec imageSpec) (img builtImage, made bool, err er
 		return builtImage{}, false, err
 	}
 	changes := append(append([]string(nil), spec.changes...), fmt.Sprintf("LABEL %s=%s", contentLabel, key))
-	img = builtImage{Ref: spec.ref, Key: key, Changes: changes, SystemImages: spec.systemImages, Extra: spec.extra,
+	img = builtImage{Ref: spec.ref, Key: key, Changes: changes, SystemImages: spec.systemImages, Rigger: spec.rigger,
 		Archive: filepath.Join(dir, archiveName(spec.ref, key))}
 	if _, err := os.Stat(img.Archive); err == nil {
 		return img, false, nil

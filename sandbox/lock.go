@@ -22,6 +22,29 @@ type fileLock struct{ f *os.File }
 // lockFile takes an exclusive flock on path, waiting (and telling who
 // waits, through wait) until it is free or ctx ends.
 func lockFile(ctx context.Context, path string, waiting func()) (*fileLock, error) {
+	return flockFile(ctx, path, unix.LOCK_EX, waiting)
+}
+
+// lockFileShared takes a shared flock on path, waiting until no exclusive
+// one is held or ctx ends.
+func lockFileShared(ctx context.Context, path string) (*fileLock, error) {
+	return flockFile(ctx, path, unix.LOCK_SH, nil)
+}
+
+// tryLockFile takes an exclusive flock on path if nobody holds one.
+func tryLockFile(path string) (*fileLock, bool) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, false
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		f.Close()
+		return nil, false
+	}
+	return &fileLock{f: f}, true
+}
+
+func flockFile(ctx context.Context, path string, how int, waiting func()) (*fileLock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -33,7 +56,7 @@ func lockFile(ctx context.Context, path string, waiting func()) (*fileLock, erro
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return &fileLock{f: f}, nil
 		}

@@ -177,7 +177,7 @@ func rkeToolsStandInSpec(ctx context.Context, progs builtPrograms, riggerBin, et
 	spec := rkeToolsImageSpec(progs)
 	spec.ref = RKEToolsStandInImage
 	spec.systemImages = nil
-	spec.extra = true
+	spec.rigger = true
 	spec.links = nil
 	spec.files = append(spec.files,
 		imageFile{content: certDeployerScript, dst: "/usr/bin/cert-deployer", mode: 0o755},
