@@ -83,7 +83,7 @@ func engineStoreKey(engineVersion string, imgs []builtImage) string {
 	return hex.EncodeToString(h.Sum(nil))[:20]
 }
 
-// engineStore is a store made by the engine of version.
+// engineStore is a complete store: its directory and the images it holds.
 type engineStore struct {
 	dir    string
 	images []builtImage
