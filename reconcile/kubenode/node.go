@@ -160,12 +160,18 @@ type NotReadyError struct {
 	// are none (a network plugin that does not start there keeps a Node
 	// NotReady).
 	Pods []string
+	// ListErr is the last list of the Nodes' error when no Node was
+	// seen: the wait's deadline that cut it short, or the API server's.
+	ListErr error
 }
 
 func (e *NotReadyError) Error() string {
 	var b strings.Builder
 	if e.Node == "" {
 		fmt.Fprintf(&b, "node %s: its kubelet registered no Node within %s", e.Address, e.Waited)
+		if e.ListErr != nil {
+			fmt.Fprintf(&b, " (the last look: %v)", e.ListErr)
+		}
 	} else {
 		fmt.Fprintf(&b, "node %s: Node %s not Ready within %s (Ready: %s)", e.Address, e.Node, e.Waited, e.Ready)
 	}
@@ -264,8 +270,13 @@ func waitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 	e := &NotReadyError{Address: address, Waited: time.Since(began).Round(time.Second)}
 	if last != nil {
 		e.Node, e.Ready = last.Name, observe.Ready(last)
-	} else if lastErr != nil {
+	} else if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("node %s: wait for its Node: %w", address, lastErr)
+	} else {
+		// A look cut short by the wait's own deadline (or the API server's
+		// timeout) says nothing of the Node: the error says none was seen,
+		// with the kubelet's last lines the caller adds.
+		e.ListErr = lastErr
 	}
 	return nil, e
 }
