@@ -55,16 +55,20 @@ dir=$1
 root=$(dirname "$dir")
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
+# The FIFO is held open for writing too: a read never meets its end, which
+# a loop reopening the FIFO would meet between two writers, and then drop
+# what a writer wrote before the close.
+exec 3<> "$dir/control"
 echo "$$" > "$dir/sh.pid"
 echo "$PPID" > "$dir/init.pid"
-while :; do
-	while read -r script; do
-		case $script in
-		"$root"/node*/services/*.sh) ( setsid sh "$script" </dev/null >/dev/null 2>&1 & ) ;;
-		*) echo "rigger sandbox init: ignored $script" >&2 ;;
-		esac
-	done < "$dir/control"
+while read -r script <&3; do
+	case $script in
+	"$root"/node*/services/*.sh) ( setsid sh "$script" </dev/null >/dev/null 2>&1 & ) ;;
+	*) echo "rigger sandbox init: ignored $script" >&2 ;;
+	esac
 done
+echo "rigger sandbox init: reading $dir/control failed" >&2
+exit 1
 `
 
 // runcWrapper is the default runtime of every node's engine and of its
@@ -319,14 +323,19 @@ func (s *Sandbox) tellInit(ctx context.Context, script string) error {
 	if s.initPid() == 0 {
 		return fmt.Errorf("the sandbox init of %s does not run: run `rigger sandbox up --name %s`", s.Name, s.Name)
 	}
-	ctl := filepath.Join(s.initDir(), "control")
+	return writeControl(ctx, filepath.Join(s.initDir(), "control"), script)
+}
+
+// writeControl writes line to the init's control FIFO ctl, in one write
+// (a line shorter than PIPE_BUF is never interleaved with another writer's).
+func writeControl(ctx context.Context, ctl, line string) error {
 	return waitFor(ctx, 10*time.Second, 20*time.Millisecond, "reach the sandbox init", func() error {
 		f, err := os.OpenFile(ctl, os.O_WRONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		_, err = f.WriteString(script + "\n")
+		_, err = f.WriteString(line + "\n")
 		return err
 	})
 }

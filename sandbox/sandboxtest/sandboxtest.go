@@ -119,7 +119,9 @@ func Start(t testing.TB, opts sandbox.Options) *sandbox.Sandbox {
 	var log strings.Builder
 	s, err := sandbox.Up(ctx, opts, &log)
 	if err != nil {
-		t.Fatalf("sandbox up: %v\n%s", err, log.String())
+		// The error last, under the progress that led to it: a failure's
+		// excerpt shows its last lines.
+		t.Fatalf("sandbox up:\n%ssandbox up: %v", log.String(), err)
 	}
 	t.Logf("sandbox up:\n%s", log.String())
 	return s
