@@ -62,7 +62,9 @@ func chromium(t *testing.T) string {
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium(t)),
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900))
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 900),
+		// Its singleton socket's directory goes with the test's, not into /tmp.
+		chromedp.Env("TMPDIR="+t.TempDir()))
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
