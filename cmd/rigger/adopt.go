@@ -43,7 +43,10 @@ of its nodes in cluster.yml with the same roles, internal address and
 hostname. Adopt the cluster as RKE last deployed it, then change
 cluster.yml with rigger. A node of cluster.yml that RKE's state lacks is
 one RKE did not provision (rke up drops a node it cannot reach, with a
-warning): adopt lists it, and the next apply adds it.
+warning): adopt lists it, and the next apply adds it. Read from the nodes,
+RKE's state says only which nodes run etcd and kube-apiserver: a
+cluster.yml that takes the etcd or controlplane role from such a node is
+refused.
 
 Then rigger plan shows RKE's containers (same names) being replaced by
 rigger's, node by node with etcd's data and members kept, and rigger apply

@@ -3,7 +3,9 @@ package rkeup_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -137,6 +139,7 @@ func TestRKEUpSandbox(t *testing.T) {
 	if got := readFile(t, filepath.Join(dir, "state", "kube-ca.pem")); got != caBefore {
 		t.Errorf("the CA adopt imported is not the nodes' kube-ca.pem")
 	}
+	checkOtherClusterYMLRefused(t, dir, bin, sb, yml)
 
 	phase("rigger plan")
 	planText := runCode(t, dir, 2, bin, "plan", "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)
@@ -258,6 +261,46 @@ rigger:
       - {kind: Deployment, namespace: kube-system, name: coredns-autoscaler}
 `)
 	return b.String()
+}
+
+// checkOtherClusterYMLRefused checks that adopt refuses a cluster.yml that
+// is not the one of the last rke up (the third server without etcd and
+// with another hostname), with RKE's state from each source, naming the
+// differences that source can tell (the nodes tell roles, not names) and
+// what to do, and that it leaves no state directory.
+func checkOtherClusterYMLRefused(t *testing.T, dir, bin string, sb *sandbox.Sandbox, yml string) {
+	t.Helper()
+	third := sb.Nodes[2]
+	line := fmt.Sprintf("  - {address: %s, user: %s, role: [controlplane, etcd, worker], hostname_override: %s}\n", third.Address, third.User, third.Hostname)
+	if !strings.Contains(yml, line) {
+		t.Fatalf("no line %q in the cluster.yml", line)
+	}
+	other := filepath.Join(t.TempDir(), "cluster.yml")
+	writeFile(t, other, strings.Replace(yml, line,
+		fmt.Sprintf("  - {address: %s, user: %s, role: [controlplane, worker], hostname_override: renamed}\n", third.Address, third.User), 1))
+	roles := "node " + third.Address + " has roles controlplane,worker in cluster.yml but controlplane,etcd,worker in"
+	name := "node " + third.Address + " has hostname_override renamed in cluster.yml but " + third.Hostname + " in"
+	for _, tt := range []struct {
+		from []string
+		want []string
+	}{
+		{[]string{"--rkestate", filepath.Join(dir, "cluster.rkestate")}, []string{roles, name}},
+		{[]string{"--kubeconfig", filepath.Join(dir, "kube_config_cluster.yml")}, []string{roles, name}},
+		{nil, []string{roles}},
+	} {
+		state := filepath.Join(t.TempDir(), "state")
+		out := runCode(t, dir, 1, bin, append([]string{"adopt", "-f", other, "--state-dir", state, "--known-hosts", sb.KnownHostsPath}, tt.from...)...)
+		for _, want := range append(tt.want, "is not the state of this cluster.yml",
+			"adopt the cluster as RKE last deployed it (the cluster.yml of the last rke up)") {
+			if !strings.Contains(out, want) {
+				t.Errorf("adopt %v of another cluster.yml does not say %q:\n%s", tt.from, want, out)
+			}
+		}
+		if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("adopt %v refused, and left its state directory: %v", tt.from, err)
+		}
+		t.Logf("adopt %v of another cluster.yml: %s", tt.from, strings.TrimSpace(out))
+	}
 }
 
 // checkFirstPlan checks the first plan's steps: on every server every one
