@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
@@ -562,26 +564,47 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 	})
 
 	t.Run("two controllers fighting over a Node", func(t *testing.T) {
-		cs := a.Client(ctx, t, c)
+		// A client of its own, not held back by client-go's default rate
+		// limit (5 a second), which a loaded API server's slow answers
+		// would bring below the check's threshold.
+		cfg := a.RESTConfig(ctx, t, c)
+		cfg.QPS, cfg.Burst = 100, 100
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		name := nodeName(1, n2)
 		// Each sets the label to its own value, as fast as the API server
 		// answers, until the walk is done.
 		fightCtx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		for _, who := range []string{"fighter-a", "fighter-b"} {
+		var (
+			wg     sync.WaitGroup
+			landed [2]atomic.Int64
+		)
+		for i, who := range []string{"fighter-a", "fighter-b"} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				patch := []byte(`{"metadata":{"labels":{"e2e.rigger.io/owner":"` + who + `"}}}`)
 				for fightCtx.Err() == nil {
-					_, _ = cs.CoreV1().Nodes().Patch(fightCtx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: who})
+					if _, err := cs.CoreV1().Nodes().Patch(fightCtx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: who}); err == nil {
+						landed[i].Add(1)
+					}
 					select {
 					case <-fightCtx.Done():
-					case <-time.After(100 * time.Millisecond):
+					case <-time.After(20 * time.Millisecond):
 					}
 				}
 			}()
 		}
+		// The walk watches the Nodes for 3 s from its start: the fight
+		// must be under way by then, each fighter's writes going through.
+		testwait.For(t, time.Minute, "each fighter's first 3 patches of the Node", func() error {
+			if x, y := landed[0].Load(), landed[1].Load(); x < 3 || y < 3 {
+				return fmt.Errorf("%d and %d patches went through", x, y)
+			}
+			return nil
+		})
 		found := walkAll(t, c)
 		stop()
 		wg.Wait()
