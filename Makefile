@@ -123,6 +123,10 @@ TESTSKIP ?=
 # The Kubernetes versions past the sandbox's default that `make test-long`
 # upgrades to, one minor at a time.
 UPGRADE_VERSIONS = v1.33.13,v1.34.4
+
+# The newest minor version's step, which `make test-long` runs too
+# (TestNewestMinorSandbox): the last two of sandbox.KubeReleases.
+NEWEST_VERSIONS = v1.36.3,v1.37.2
 # make bench: which benchmarks (a go test -bench pattern), and where their
 # output and tables go.
 BENCH     ?= .
@@ -173,14 +177,14 @@ rke:
 	  mv $(RKE_BIN).tmp $(RKE_BIN); }
 
 .PHONY: test-long
-test-long: prereqs build rke-render rke kubectl ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load, RKE's own rke up adopted and upgraded
+test-long: prereqs build rke-render rke kubectl ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load (RKE's 1.32 to 1.34, and the newest minor's step), RKE's own rke up adopted and upgraded
 	@# The other Kubernetes versions (about 10 minutes each on a cold cache) and the stand-ins for
 	@# RKE's images, outside the tests' time limits.
-	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
+	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS),$(NEWEST_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
 	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 2 -timeout 60m \
-	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestRKEUpSandbox)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup; rc=$$?; \
-	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
+	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestNewestMinorSandbox|TestRKEUpSandbox)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup; rc=$$?; \
+	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
 # The whole upgrade road past RKE, one minor at a time (make test-road).

@@ -94,24 +94,7 @@ func TestUpgradeSandbox(t *testing.T) {
 	ctx, cancel := rt.UntilTestDeadline(t)
 	defer cancel()
 	a := rt.New(t)
-	// The third node joins etcd after the others, as a learner promoted
-	// to a voting member: etcd before 3.5.26 would lose its promotion in
-	// the upgrade to 3.6 (docs/versions.md).
-	roles := rt.Roles(4, 3)
-	roles[2] = []string{spec.RoleControlPlane, spec.RoleWorker}
-	// The drains of the kubelets' upgrades evict pods with emptyDir
-	// volumes too: metrics-server has one (docs/operations.md).
-	emptyDirs := func(c *spec.Cluster) { c.UpgradeStrategy.DrainInput.DeleteLocalData = true }
-	at := func(k string) *spec.Cluster { return rt.ClusterAt(t, s, roles, k, emptyDirs) }
-	c := at(sandbox.KubernetesVersion)
-	a.Apply(ctx, t, c)
-	roles[2] = append(roles[2], spec.RoleEtcd)
-	c = at(sandbox.KubernetesVersion)
-	if pl := a.Apply(ctx, t, c); pl.Plan.Count(plan.AddMember) != 1 {
-		t.Fatalf("the third etcd member: %v", rt.StepLines(pl.Plan))
-	}
-	cs := a.Client(ctx, t, c)
-	startWorkload(ctx, t, cs, s.Nodes[:3])
+	at, c, cs := upgradeCluster(ctx, t, a, s, sandbox.KubernetesVersion)
 	worker := s.Nodes[3]
 
 	t.Run("a skipped minor is refused", func(t *testing.T) {
@@ -142,17 +125,7 @@ func TestUpgradeSandbox(t *testing.T) {
 	})
 
 	t.Run("to v1.33.13", func(t *testing.T) {
-		up := at("v1.33.13")
-		load := startLoad(ctx, t, a.RESTConfig(ctx, t, c), worker.Address)
-		since := time.Now()
-		pl := a.Apply(ctx, t, up)
-		report := load.stop(t)
-		checkUpgradePlan(t, pl.Plan, "v1.32.13", "v1.33.13")
-		report.nodes = cordoned(a.Timed(), s.Nodes)
-		t.Logf("upgrade to v1.33.13 under load: %s", report)
-		report.check(t, true, maxAPIGap)
-		checkUpgraded(ctx, t, a, up, s.Nodes, "v1.33.13", since)
-		checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
+		upgradeUnderLoad(ctx, t, a, s, c, at("v1.33.13"), sandbox.KubernetesVersion, "v1.33.13", cs)
 	})
 
 	t.Run("to v1.34.4, a node partitioned midway", func(t *testing.T) {
@@ -216,23 +189,61 @@ func TestUpgradeSandbox(t *testing.T) {
 		ok := t.Run("to "+version, func(t *testing.T) {
 			up := at(version)
 			writeStoredAgain(ctx, t, a, c, up)
-			load := startLoad(ctx, t, a.RESTConfig(ctx, t, c), worker.Address)
-			since := time.Now()
-			pl := a.Apply(ctx, t, up)
-			report := load.stop(t)
-			checkUpgradePlan(t, pl.Plan, from, version)
-			report.nodes = cordoned(a.Timed(), s.Nodes)
-			t.Logf("upgrade to %s under load: %s", version, report)
-			report.check(t, true, maxAPIGap)
-			checkUpgraded(ctx, t, a, up, s.Nodes, version, since)
-			checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
-			checkPause(ctx, t, s.Nodes, up.SystemImages.PodInfraContainer)
+			upgradeUnderLoad(ctx, t, a, s, c, up, from, version, cs)
 		})
 		if !ok {
 			return // the next minor needs this one complete
 		}
 		from = version
 	}
+}
+
+// upgradeCluster converges the cluster TestUpgradeSandbox and
+// TestNewestMinorSandbox upgrade, at Kubernetes version k on sandbox s:
+// three nodes with every role, of which the third joins etcd after the
+// others, as a learner promoted to a voting member (etcd before 3.5.26
+// would lose its promotion in the upgrade to 3.6: docs/versions.md), and a
+// worker; with the workload (startWorkload) on the three. It returns the
+// cluster at a version, the cluster at k, and a client of it.
+func upgradeCluster(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox, k string) (at func(string) *spec.Cluster, c *spec.Cluster, cs kubernetes.Interface) {
+	t.Helper()
+	roles := rt.Roles(4, 3)
+	roles[2] = []string{spec.RoleControlPlane, spec.RoleWorker}
+	// The drains of the kubelets' upgrades evict pods with emptyDir
+	// volumes too: metrics-server has one (docs/operations.md).
+	emptyDirs := func(c *spec.Cluster) { c.UpgradeStrategy.DrainInput.DeleteLocalData = true }
+	at = func(v string) *spec.Cluster { return rt.ClusterAt(t, s, roles, v, emptyDirs) }
+	a.Apply(ctx, t, at(k))
+	roles[2] = append(roles[2], spec.RoleEtcd)
+	c = at(k)
+	if pl := a.Apply(ctx, t, c); pl.Plan.Count(plan.AddMember) != 1 {
+		t.Fatalf("the third etcd member: %v", rt.StepLines(pl.Plan))
+	}
+	cs = a.Client(ctx, t, c)
+	startWorkload(ctx, t, cs, s.Nodes[:3])
+	return at, c, cs
+}
+
+// upgradeUnderLoad applies up, at version to, a minor after from, to the cluster
+// c that upgradeCluster made, while the clients of startLoad ask the API
+// and the workload through the worker, and checks it as each step of the
+// road: the version skew policy's order, the longest API gap, the failed
+// requests and each node's time cordoned bounded, every etcd member kept,
+// exec, port-forward and logs -f through cri-dockerd, and the
+// pods' sandboxes on system_images' pause.
+func upgradeUnderLoad(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox, c, up *spec.Cluster, from, to string, cs kubernetes.Interface) {
+	t.Helper()
+	load := startLoad(ctx, t, a.RESTConfig(ctx, t, c), s.Nodes[3].Address)
+	since := time.Now()
+	pl := a.Apply(ctx, t, up)
+	report := load.stop(t)
+	checkUpgradePlan(t, pl.Plan, from, to)
+	report.nodes = cordoned(a.Timed(), s.Nodes)
+	t.Logf("upgrade to %s under load: %s", to, report)
+	report.check(t, true, maxAPIGap)
+	checkUpgraded(ctx, t, a, up, s.Nodes, to, since)
+	checkStreams(ctx, t, a.RESTConfig(ctx, t, up), cs)
+	checkPause(ctx, t, s.Nodes, up.SystemImages.PodInfraContainer)
 }
 
 // writeStoredAgain does what rigger's refusal of an upgrade says when etcd

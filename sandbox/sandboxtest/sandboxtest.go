@@ -34,6 +34,7 @@
 //	41      cmd/rigger (BenchmarkChanges)
 //	44      cmd/rigger/incluster (TestServeInClusterSandbox: serve as pods, deploy/ applied with kubectl; both clusters)
 //	51      cmd/rigger/rkeup (TestRKEUpSandbox: RKE's own rke up, adopted and upgraded: make test-long)
+//	53      reconcile (TestNewestMinorSandbox: the newest minor's step, make test-long)
 //
 // Take a free number for a new package and add it here: TestSubnetRegistry
 // checks this table against the tests. Within one package,
