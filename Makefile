@@ -176,11 +176,15 @@ rke:
 	  -ldflags '-s -w -X main.VERSION=$(RKE_VERSION)' -o $(RKE_BIN).tmp github.com/rancher/rke && \
 	  mv $(RKE_BIN).tmp $(RKE_BIN); }
 
-.PHONY: test-long
-test-long: prereqs build rke-render rke kubectl ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load (RKE's 1.32 to 1.34, and the newest minor's step), RKE's own rke up adopted and upgraded
-	@# The other Kubernetes versions (about 10 minutes each on a cold cache) and the stand-ins for
-	@# RKE's images, outside the tests' time limits.
+# What make test-long needs beyond make test's: the other Kubernetes versions (about 8 minutes
+# each on a cold cache) and the stand-ins for RKE's images. .ci/run builds them beside make test,
+# at the lowest priority, on the cores its tests leave idle.
+.PHONY: long-images
+long-images: prereqs build rke kubectl ## build the images make test-long needs (other Kubernetes versions, RKE's stand-ins) into the cache
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS),$(NEWEST_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
+
+.PHONY: test-long
+test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load (RKE's 1.32 to 1.34, and the newest minor's step), RKE's own rke up adopted and upgraded
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
 	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 2 -timeout 60m \
 	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestNewestMinorSandbox|TestRKEUpSandbox)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup; rc=$$?; \
