@@ -266,6 +266,9 @@ func (a *applying) execute(ctx context.Context) error {
 		Etcd: func(ctx context.Context) (execute.Membership, error) {
 			return s.services().EtcdClient(ctx, pl.PKI, pl.Observed)
 		},
+		WriteAgain: func(ctx context.Context, w plan.WriteAgain) (int, error) {
+			return s.writeAgain(ctx, pl, w)
+		},
 	}
 	if pl.AddonWork() {
 		opts.Addons = func(ctx context.Context) error { return ad.apply(ctx, a.side.Repair) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,10 +148,6 @@ func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observ
 	if len(apis) == 0 {
 		return
 	}
-	prefix := desired.EtcdPathPrefix
-	if p := s.c.Services.KubeAPI.ExtraArgs["etcd-prefix"]; p != "" {
-		prefix = p
-	}
 	ctx, cancel := context.WithTimeout(ctx, storedAPIsTimeout)
 	defer cancel()
 	cli, err := s.services().EtcdClient(ctx, set, o)
@@ -159,10 +156,22 @@ func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observ
 		return
 	}
 	defer cli.Close()
-	found, err := storedapi.Scan(ctx, cli.KV(), prefix, from, to, apis)
+	found, err := storedapi.Scan(ctx, cli.KV(), s.etcdPrefix(), from, to, apis)
 	if err != nil {
 		o.StoredAPIsErr = err
 		return
+	}
+	if len(found.Resources) > 0 {
+		// Which of them the running API servers can write again
+		// (plan.WriteAgain), and which refuse the upgrade.
+		cs, err := s.services().KubeClient(set, o)
+		if err == nil {
+			found.WriteAt, err = storedapi.Served(cs.Discovery(), found.Resources)
+		}
+		if err != nil {
+			o.StoredAPIsErr = fmt.Errorf("ask the API servers which versions of %s they serve: %w", strings.Join(found.Resources, ", "), err)
+			return
+		}
 	}
 	if found.Encrypted > 0 {
 		s.opts.Log.Warn("values encrypted at rest not checked for API versions the upgrade takes away",

@@ -83,6 +83,9 @@ type Server struct {
 	Config *rest.Config
 	// Dir holds the certificates, the token file and the logs.
 	Dir string
+	// EtcdURL is its etcd's client URL (plain HTTP, on 127.0.0.1), for
+	// tests that look at what the API server stored.
+	EtcdURL string
 }
 
 // Start starts etcd and kube-apiserver (and what opts asks for), waits
@@ -140,6 +143,7 @@ func Start(t testing.TB, opts Options) *Server {
 		"--profiling=false",
 		"--allow-privileged=true",
 	)
+	s.EtcdURL = fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	host := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 	s.Config = &rest.Config{
 		Host:            host,

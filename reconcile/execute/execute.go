@@ -79,6 +79,11 @@ type Options struct {
 	// of a running cluster. Its error stops the run before anything it
 	// guards changes.
 	Snapshot func(ctx context.Context) error
+	// WriteAgain writes again every object of one of the plan's
+	// Plan.WriteAgain resources (storedapi.WriteAgain) and returns how
+	// many it wrote. It runs for each of them after the upgrade's
+	// snapshot, before anything changes; its error stops the run there.
+	WriteAgain func(ctx context.Context, w plan.WriteAgain) (int, error)
 	// Etcd connects to the running etcd cluster, for the plan's membership
 	// changes (AddMember, RemoveMember); called at most once, when needed.
 	Etcd func(ctx context.Context) (Membership, error)
@@ -165,8 +170,9 @@ func (e *StaleError) Error() string {
 //     in parallel.
 //
 // A plan with a Kubernetes upgrade takes a snapshot (Options.Snapshot)
-// before anything; otherwise one is taken before etcd's membership or
-// members change.
+// before anything, then writes again the objects its new minor could not
+// read (Options.WriteAgain); otherwise a snapshot is taken before etcd's
+// membership or members change.
 //
 // It stops at the first failure (the nodes of a worker batch finish their
 // own steps) and between steps when ctx ends; a failure of the add-ons is
@@ -233,6 +239,9 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	var err error
 	if p.Upgrade != nil {
 		err = r.snapshot(ctx, "snapshot before the Kubernetes upgrade", "upgrading Kubernetes")
+		if err == nil {
+			err = r.writeAgain(ctx, p.WriteAgain)
+		}
 	}
 	for i, ph := range phases {
 		steps := byPhase[ph.phase]
@@ -268,11 +277,35 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	return r.res, err
 }
 
-// The phases of Options.Kubernetes and Options.Addons; they have no steps.
+// The phases of Options.WriteAgain, Options.Kubernetes and
+// Options.Addons; they have no steps.
 const (
+	phaseWriteAgain plan.Phase = "write-again"
 	phaseKubernetes plan.Phase = "kubernetes"
 	phaseAddons     plan.Phase = "addons"
 )
+
+// writeAgain writes the objects of ws again (Options.WriteAgain), one
+// resource after the other.
+func (r *runner) writeAgain(ctx context.Context, ws []plan.WriteAgain) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	if r.o.Hooks.Phase != nil {
+		r.o.Hooks.Phase(phaseWriteAgain, "Objects written again at their storage version, before the upgrade")
+	}
+	for _, w := range ws {
+		if r.o.WriteAgain == nil {
+			return fmt.Errorf("the plan writes the objects of %s again before the upgrade, and the apply cannot", w.Resource)
+		}
+		n, err := r.o.WriteAgain(ctx, w)
+		r.say("kubernetes", fmt.Sprintf("%s: %d written again through %s", w.Resource, n, w.At), err)
+		if err != nil {
+			return fmt.Errorf("write the objects of %s again before upgrading Kubernetes (no node was changed): %w", w.Resource, err)
+		}
+	}
+	return nil
+}
 
 // runsEmpty reports whether a phase without steps runs: the cleaning of
 // removed nodes that run no container, and the Kubernetes objects of a

@@ -372,6 +372,42 @@ func TestSnapshotBeforeEtcdChange(t *testing.T) {
 	}
 }
 
+// TestWriteAgainBeforeUpgrade: the objects of a plan's WriteAgain are
+// written again after the upgrade's snapshot and before any step, each
+// resource in turn; a failure changes nothing on the nodes.
+func TestWriteAgainBeforeUpgrade(t *testing.T) {
+	d := build(t, clusterYML)
+	etcd, _ := d.Nodes[0].Container(desired.Etcd)
+	p := &plan.Plan{ObservedAt: now, Upgrade: &plan.Upgrade{From: "v1.36.3", To: "v1.37.2"},
+		WriteAgain: []plan.WriteAgain{{Resource: "ipaddresses.networking.k8s.io", At: "networking.k8s.io/v1"}, {Resource: "servicecidrs.networking.k8s.io", At: "networking.k8s.io/v1"}},
+		Steps:      []plan.Step{{Node: "10.0.0.1", Component: desired.Etcd, Action: plan.Replace, Phase: plan.PhaseEtcd, After: etcd}}}
+	for _, fail := range []bool{false, true} {
+		r := &recorder{}
+		o := options(d, r)
+		o.Snapshot = func(context.Context) error { r.log("snapshot"); return nil }
+		o.WriteAgain = func(_ context.Context, w plan.WriteAgain) (int, error) {
+			r.log("write again %s", w.Resource)
+			if fail {
+				return 0, errors.New("list ipaddresses: the server could not find the requested resource")
+			}
+			return 3, nil
+		}
+		res, err := run(context.Background(), p, o, r.ops())
+		want := []string{"snapshot", "write again ipaddresses.networking.k8s.io", "write again servicecidrs.networking.k8s.io", "replace 10.0.0.1 etcd"}
+		if fail {
+			want = want[:2]
+			if err == nil || !strings.Contains(err.Error(), "write the objects of ipaddresses.networking.k8s.io again before upgrading Kubernetes (no node was changed)") || len(res.NotRun) != 1 {
+				t.Errorf("a failed write: error %v, not run %v", err, res.NotRun)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.events[:min(len(r.events), len(want))]; !slices.Equal(got, want) || (fail && len(r.events) != len(want)) {
+			t.Errorf("fail=%v: events %v, want %v first", fail, r.events, want)
+		}
+	}
+}
+
 // TestNotReadyFirst: the nodes of Plan.First change before the others.
 func TestNotReadyFirst(t *testing.T) {
 	d := build(t, clusterYML)

@@ -134,6 +134,9 @@ type Plan struct {
 	// Upgrade is the Kubernetes minor upgrade the plan carries out, nil
 	// when it changes no component's minor version.
 	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// WriteAgain are the resources whose objects the apply writes again
+	// before the upgrade, so that its new minor can read them.
+	WriteAgain []WriteAgain `json:"write_again,omitempty"`
 	// Restarted are the components of cluster.yml running in containers
 	// that started again since the last apply (observe.Container's
 	// StartedSince): not by rigger, and so worth a look, but nothing to
@@ -240,6 +243,9 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 		phases[PhaseEtcd] = withMembership(d, o, phases[PhaseEtcd])
 	}
 	p.Upgrade = upgrade(d, o, p, phases)
+	if p.Upgrade != nil {
+		p.WriteAgain = writeAgain(o.StoredAPIs)
+	}
 	for _, ph := range []Phase{PhaseFiles, PhaseEtcd, PhaseAPIServer, PhaseControlPlane, PhaseWorker} {
 		p.Steps = append(p.Steps, phases[ph]...)
 	}

@@ -41,6 +41,9 @@ func (p *Plan) Render(w io.Writer) {
 	if p.Upgrade != nil {
 		fmt.Fprintf(w, "%s\n\n", p.Upgrade.Describe())
 	}
+	if s := p.DescribeWriteAgain(); s != "" {
+		fmt.Fprintf(w, "%s\n\n", s)
+	}
 	var nodes []string
 	byNode := map[string][]Step{}
 	for _, s := range p.Steps {

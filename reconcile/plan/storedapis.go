@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rigger/rigger/reconcile/desired"
@@ -32,16 +33,83 @@ func UpgradeMinors(d *desired.Cluster, o *observe.Cluster) (from, to int, ok boo
 	return from, to, from >= 0 && to > from
 }
 
+// WriteAgain is a resource of which etcd stores objects at an API
+// version that the minor an upgrade goes to no longer serves, and which
+// the running API servers serve at At. After the upgrade's snapshot and
+// before anything changes, the apply writes every object of it again,
+// unchanged, through At (storedapi.WriteAgain), so that the API servers
+// store each one at its resource's storage version, which the new minor
+// reads: Kubernetes' storage version migration, as
+// kube-storage-version-migrator does it.
+type WriteAgain struct {
+	// Resource is the resource as GroupResource names it
+	// (ipaddresses.networking.k8s.io).
+	Resource string `json:"resource"`
+	// At is the API version it is written through.
+	At string `json:"at"`
+	// Stored are the API versions the upgrade takes away that its listed
+	// objects are stored at, and Objects how many were listed (the scan
+	// lists at most storedapi.MaxListed; the write covers them all).
+	Stored  []string `json:"stored"`
+	Objects int      `json:"objects"`
+}
+
+// writeAgain are the resources of f to write again before the upgrade, in
+// f.Resources' order; none unless every resource found is served
+// (otherwise CheckStoredAPIs refuses the upgrade).
+func writeAgain(f *storedapi.Found) []WriteAgain {
+	if f == nil || !f.Writable() {
+		return nil
+	}
+	var out []WriteAgain
+	for _, r := range f.Resources {
+		w := WriteAgain{Resource: r, At: f.WriteAt[r]}
+		for _, o := range f.Objects {
+			if o.API.GroupResource() != r {
+				continue
+			}
+			w.Objects++
+			if v := o.API.GroupVersion(); !slices.Contains(w.Stored, v) {
+				w.Stored = append(w.Stored, v)
+			}
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// DescribeWriteAgain says what the plan writes again before its upgrade,
+// as Render prints it; empty when nothing.
+func (p *Plan) DescribeWriteAgain() string {
+	if len(p.WriteAgain) == 0 || p.Upgrade == nil {
+		return ""
+	}
+	var each []string
+	for _, w := range p.WriteAgain {
+		stored := fmt.Sprintf("%d stored at %s", w.Objects, strings.Join(w.Stored, ", "))
+		if w.Objects == 0 {
+			stored = fmt.Sprintf("beyond the %d objects the scan lists", storedapi.MaxListed)
+		}
+		each = append(each, fmt.Sprintf("%s (%s) through %s", w.Resource, stored, w.At))
+	}
+	return fmt.Sprintf("Before the upgrade, after its snapshot: every object of %s written again, unchanged, so that the API servers store it "+
+		"at its resource's storage version, which %s reads (storage version migration).", strings.Join(each, "; "), p.Upgrade.To)
+}
+
 // StoredAPIError refuses an upgrade to a Kubernetes minor version that no
-// longer serves an API version etcd still stores objects at: after the
-// upgrade the API servers could not read them.
+// longer serves an API version etcd still stores objects at, when the
+// running API servers serve no version of their resource either: they
+// cannot be written again through the API, and the upgraded API servers
+// could not read them.
 type StoredAPIError struct {
 	Found *storedapi.Found
+	// Objects are those of the resources not served (Found.Unwritable).
+	Objects []storedapi.Object
 }
 
 func (e *StoredAPIError) Error() string {
 	var each []string
-	for _, o := range e.Found.Objects {
+	for _, o := range e.Objects {
 		name := o.Name
 		if o.Namespace != "" {
 			name = o.Namespace + "/" + o.Name
@@ -53,31 +121,33 @@ func (e *StoredAPIError) Error() string {
 		each = append(each, s+", etcd key "+o.Key)
 	}
 	if e.Found.More > 0 {
-		each = append(each, fmt.Sprintf("and %d more", e.Found.More))
+		each = append(each, fmt.Sprintf("and up to %d more", e.Found.More))
 	}
-	return fmt.Sprintf("cluster.yml upgrades Kubernetes from 1.%d to 1.%d, which no longer serves API versions etcd stores objects at: %s. "+
-		"The API servers could not read them after the upgrade. Write each one again while 1.%d runs, so that the API server stores it at "+
-		"its resource's storage version (kubectl get RESOURCE NAME -o json | kubectl replace -f -), or delete it, "+
-		"with etcdctl del KEY where no API version of its resource is served; then apply again",
-		e.Found.From, e.Found.To, strings.Join(each, "; "), e.Found.From)
+	return fmt.Sprintf("cluster.yml upgrades Kubernetes from 1.%d to 1.%d, which no longer serves API versions etcd stores objects at, "+
+		"and the API servers of 1.%d serve no version of their resources, so rigger cannot write them again: %s. "+
+		"The API servers could not read them after the upgrade. Delete each one (etcdctl del KEY), "+
+		"or have the API servers serve a version of its resource (kube-api extra_args runtime-config), so that rigger writes it again; then apply again",
+		e.Found.From, e.Found.To, e.Found.From, strings.Join(each, "; "))
 }
 
 // CheckStoredAPIs returns a *StoredAPIError when o found objects stored
 // at API versions the upgrade it was read for takes away
-// (observe.Cluster.StoredAPIs), an error when etcd could not be read to
-// find out; nil otherwise. Like Compute, it is pure.
+// (observe.Cluster.StoredAPIs) whose resource the running API servers do
+// not serve, an error when etcd could not be read to find out; nil
+// otherwise (the objects of served resources are written again:
+// WriteAgain). Like Compute, it is pure.
 func CheckStoredAPIs(o *observe.Cluster) error {
 	if o == nil || o.StoredAPIs == nil {
 		return nil
 	}
 	if o.StoredAPIsErr != nil {
-		return fmt.Errorf("cluster.yml upgrades Kubernetes from 1.%d to 1.%d, and etcd could not be read for objects stored at API versions 1.%d no longer serves: %w; apply again once etcd answers",
+		return fmt.Errorf("cluster.yml upgrades Kubernetes from 1.%d to 1.%d, and the objects etcd stores at API versions 1.%d no longer serves could not be looked for: %w; apply again once etcd and the API servers answer",
 			o.StoredAPIs.From, o.StoredAPIs.To, o.StoredAPIs.To, o.StoredAPIsErr)
 	}
-	if len(o.StoredAPIs.Objects) == 0 {
+	if o.StoredAPIs.Writable() {
 		return nil
 	}
-	return &StoredAPIError{Found: o.StoredAPIs}
+	return &StoredAPIError{Found: o.StoredAPIs, Objects: o.StoredAPIs.Unwritable()}
 }
 
 // StoredAPIWarnings says, when o found values of the resources an upgrade

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -70,12 +71,26 @@ func TestCheckStoredAPIs(t *testing.T) {
 				{API: api, Key: "/registry/ipaddresses/10.43.0.99", Name: "10.43.0.99"},
 			}}},
 			wants: []string{"from 1.32 to 1.33", "ipaddresses.networking.k8s.io 10.43.0.99 stored at networking.k8s.io/v1alpha1, not served from 1.33",
-				"etcd key /registry/ipaddresses/10.43.0.99", "and 3 more", "kubectl replace", "etcdctl del"},
+				"etcd key /registry/ipaddresses/10.43.0.99", "and up to 3 more", "serve no version of their resources", "etcdctl del", "runtime-config"},
+		},
+		{
+			name: "objects the running API servers can write again",
+			o: &observe.Cluster{StoredAPIs: &storedapi.Found{From: 32, To: 33, More: 3, Objects: []storedapi.Object{
+				{API: api, Key: "/registry/ipaddresses/10.43.0.99", Name: "10.43.0.99"},
+			}, Resources: []string{"ipaddresses.networking.k8s.io"}, WriteAt: map[string]string{"ipaddresses.networking.k8s.io": "networking.k8s.io/v1beta1"}}},
+		},
+		{
+			name: "a resource served, another not: only the other's objects named",
+			o: &observe.Cluster{StoredAPIs: &storedapi.Found{From: 32, To: 33, Objects: []storedapi.Object{
+				{API: api, Key: "/registry/ipaddresses/10.43.0.99", Name: "10.43.0.99"},
+				{API: storedapi.API{Group: "example.com", Version: "v1alpha1", Kind: "Widget", Resource: "widgets", Removed: 33}, Key: "/registry/widgets/ns/w", Namespace: "ns", Name: "w"},
+			}, Resources: []string{"ipaddresses.networking.k8s.io", "widgets.example.com"}, WriteAt: map[string]string{"ipaddresses.networking.k8s.io": "networking.k8s.io/v1beta1"}}},
+			wants: []string{"widgets.example.com ns/w stored at example.com/v1alpha1", "etcd key /registry/widgets/ns/w"},
 		},
 		{
 			name:  "etcd not read",
 			o:     &observe.Cluster{StoredAPIs: &storedapi.Found{From: 32, To: 33}, StoredAPIsErr: errors.New("context deadline exceeded")},
-			wants: []string{"etcd could not be read", "context deadline exceeded", "apply again"},
+			wants: []string{"could not be looked for", "context deadline exceeded", "apply again"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,7 +113,42 @@ func TestCheckStoredAPIs(t *testing.T) {
 					t.Errorf("error %q\nlacks %q", err, w)
 				}
 			}
+			if strings.Contains(tc.name, "only the other's") && strings.Contains(err.Error(), "10.43.0.99") {
+				t.Errorf("error %q names an object that is written again", err)
+			}
 		})
+	}
+}
+
+// TestWriteAgain: a plan that upgrades Kubernetes past an API version
+// etcd stores objects at, whose resources the running API servers serve,
+// writes them again before the upgrade and says so; a plan without an
+// upgrade or with an unservable resource writes nothing.
+func TestWriteAgain(t *testing.T) {
+	api := storedapi.Removed(32, 33)[0]
+	found := &storedapi.Found{From: 32, To: 33, More: 7, Objects: []storedapi.Object{
+		{API: api, Key: "/registry/ipaddresses/10.43.0.99", Name: "10.43.0.99"},
+		{API: api, Key: "/registry/ipaddresses/10.43.0.98", Name: "10.43.0.98"},
+	}, Resources: []string{"ipaddresses.networking.k8s.io"}, WriteAt: map[string]string{"ipaddresses.networking.k8s.io": "networking.k8s.io/v1beta1"}}
+	want := []WriteAgain{{Resource: "ipaddresses.networking.k8s.io", At: "networking.k8s.io/v1beta1", Stored: []string{"networking.k8s.io/v1alpha1"}, Objects: 2}}
+	if got := writeAgain(found); !reflect.DeepEqual(got, want) {
+		t.Errorf("writeAgain = %+v, want %+v", got, want)
+	}
+	p := &Plan{Upgrade: &Upgrade{From: "v1.32.13", To: "v1.33.13"}, WriteAgain: want}
+	var b strings.Builder
+	p.Render(&b)
+	for _, w := range []string{"Before the upgrade, after its snapshot", "ipaddresses.networking.k8s.io (2 stored at networking.k8s.io/v1alpha1) through networking.k8s.io/v1beta1", "which v1.33.13 reads"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("plan %q\nlacks %q", b.String(), w)
+		}
+	}
+	unservable := *found
+	unservable.WriteAt = nil
+	if got := writeAgain(&unservable); got != nil {
+		t.Errorf("writeAgain of an unservable resource = %+v, want none (the upgrade is refused)", got)
+	}
+	if got := writeAgain(nil); got != nil {
+		t.Errorf("writeAgain(nil) = %+v", got)
 	}
 }
 

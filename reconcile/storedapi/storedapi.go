@@ -94,6 +94,41 @@ type Found struct {
 	// resources (as GroupResource does), sorted.
 	Encrypted          int
 	EncryptedResources []string `json:",omitempty"`
+	// Resources are the resources (as GroupResource names them) of every
+	// object found, listed or counted in More, sorted.
+	Resources []string `json:",omitempty"`
+	// WriteAt gives, for each of Resources that the running API servers
+	// serve, the API version (as apiVersion spells it) through which its
+	// objects are written again (WriteAgain); a resource that no version
+	// of theirs serves is not in it (Served).
+	WriteAt map[string]string `json:",omitempty"`
+}
+
+// Unwritable are the listed objects whose resource the running API
+// servers do not serve (not in WriteAt): they cannot be written again
+// through the API.
+func (f *Found) Unwritable() []Object {
+	var out []Object
+	for _, o := range f.Objects {
+		if f.WriteAt[o.API.GroupResource()] == "" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Writable reports whether every resource found is served by the running
+// API servers, so that every object found can be written again.
+func (f *Found) Writable() bool {
+	if len(f.Unwritable()) > 0 {
+		return false
+	}
+	for _, r := range f.Resources {
+		if f.WriteAt[r] == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // sharedStorage are the resources of removed API versions whose objects
@@ -166,6 +201,10 @@ func scanResource(ctx context.Context, kv clientv3.KV, dir string, apis []API, f
 			for _, a := range apis {
 				if a.GroupVersion() != apiVersion || a.Kind != kind {
 					continue
+				}
+				if r := a.GroupResource(); !slices.Contains(f.Resources, r) {
+					f.Resources = append(f.Resources, r)
+					slices.Sort(f.Resources)
 				}
 				if len(f.Objects) == MaxListed {
 					f.More++
