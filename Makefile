@@ -176,9 +176,8 @@ rke:
 	  -ldflags '-s -w -X main.VERSION=$(RKE_VERSION)' -o $(RKE_BIN).tmp github.com/rancher/rke && \
 	  mv $(RKE_BIN).tmp $(RKE_BIN); }
 
-# What make test-long needs beyond make test's: the other Kubernetes versions (about 8 minutes
-# each on a cold cache) and the stand-ins for RKE's images. .ci/run builds them beside make test,
-# at the lowest priority, on the cores its tests leave idle.
+# What make test-long needs beyond make test's: the other Kubernetes versions (about 6 to 10
+# minutes each on a cold cache) and the stand-ins for RKE's images, outside the tests' time limits.
 .PHONY: long-images
 long-images: prereqs build rke kubectl ## build the images make test-long needs (other Kubernetes versions, RKE's stand-ins) into the cache
 	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS),$(NEWEST_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
