@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"k8s.io/client-go/dynamic"
 
@@ -37,13 +36,6 @@ func (s *Session) writeAgain(ctx context.Context, pl *decide.Planned, w plan.Wri
 	if err != nil {
 		return n, err
 	}
-	f := pl.Observed.StoredAPIs
-	var apis []storedapi.API
-	for _, a := range storedapi.Removed(f.From, f.To) {
-		if a.GroupResource() == w.Resource {
-			apis = append(apis, a)
-		}
-	}
 	ctx, cancel := context.WithTimeout(ctx, storedAPIsTimeout)
 	defer cancel()
 	cli, err := s.services().EtcdClient(ctx, pl.PKI, pl.Observed)
@@ -51,17 +43,6 @@ func (s *Session) writeAgain(ctx context.Context, pl *decide.Planned, w plan.Wri
 		return n, fmt.Errorf("read etcd again after writing %d objects of %s: %w", n, w.Resource, err)
 	}
 	defer cli.Close()
-	left, err := storedapi.Scan(ctx, cli.KV(), s.etcdPrefix(), f.From, f.To, apis)
-	if err != nil {
-		return n, fmt.Errorf("read etcd again after writing %d objects of %s: %w", n, w.Resource, err)
-	}
-	if len(left.Objects) > 0 {
-		var keys []string
-		for _, o := range left.Objects {
-			keys = append(keys, o.Key+" at "+o.API.GroupVersion())
-		}
-		return n, fmt.Errorf("%d objects of %s written again through %s, and etcd still stores %d at an API version 1.%d no longer serves: %s",
-			n, w.Resource, w.At, len(left.Objects)+left.More, f.To, strings.Join(keys, ", "))
-	}
-	return n, nil
+	f := pl.Observed.StoredAPIs
+	return n, storedapi.CheckWritten(ctx, cli.KV(), s.etcdPrefix(), f.From, f.To, w.Resource)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -129,4 +131,30 @@ func objectName(obj *unstructured.Unstructured) string {
 		return ns + "/" + obj.GetName()
 	}
 	return obj.GetName()
+}
+
+// CheckWritten reads, through kv, the etcd keys of resource (as
+// GroupResource names it) under prefix, once WriteAgain wrote its objects
+// again, and returns an error naming those still stored at an API version
+// that the upgrade from 1.from to 1.to takes away; nil when none is.
+func CheckWritten(ctx context.Context, kv clientv3.KV, prefix string, from, to int, resource string) error {
+	var apis []API
+	for _, a := range Removed(from, to) {
+		if a.GroupResource() == resource {
+			apis = append(apis, a)
+		}
+	}
+	left, err := Scan(ctx, kv, prefix, from, to, apis)
+	if err != nil {
+		return fmt.Errorf("read etcd again after writing the objects of %s: %w", resource, err)
+	}
+	if len(left.Objects) == 0 {
+		return nil
+	}
+	var keys []string
+	for _, o := range left.Objects {
+		keys = append(keys, o.Key+" at "+o.API.GroupVersion())
+	}
+	return fmt.Errorf("the objects of %s were written again, and etcd still stores %d at an API version 1.%d no longer serves: %s",
+		resource, len(left.Objects)+left.More, to, strings.Join(keys, ", "))
 }

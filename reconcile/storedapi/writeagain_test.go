@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,10 @@ func TestWriteAgainRealAPIServer(t *testing.T) {
 		t.Errorf("served %v, want %v", served, want)
 	}
 
+	// k8s.io/api's table: 1.34 no longer serves the v1beta1 policies.
+	if err := CheckWritten(ctx, etcd.KV, "/registry", 32, 34, resource); err == nil || !strings.Contains(err.Error(), key+" at admissionregistration.k8s.io/v1beta1") {
+		t.Errorf("CheckWritten before writing again: %v, want the key named", err)
+	}
 	dyn, err := dynamic.NewForConfig(s.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +99,9 @@ func TestWriteAgainRealAPIServer(t *testing.T) {
 	}
 	if found, err := Scan(ctx, etcd.KV, "/registry", 32, 99, apis); err != nil || len(found.Objects) != 0 || len(found.Resources) != 0 {
 		t.Errorf("scan after: %+v, %v; want nothing", found, err)
+	}
+	if err := CheckWritten(ctx, etcd.KV, "/registry", 32, 34, resource); err != nil {
+		t.Errorf("CheckWritten after writing again: %v", err)
 	}
 	resp, err := etcd.Get(ctx, key)
 	if err != nil || len(resp.Kvs) != 1 {
