@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"cmp"
@@ -35,8 +36,10 @@ import (
 // checkStreams checks what a user does with pods through the API server,
 // each the way kubectl does it (WebSockets first, SPDY when the API server
 // refuses the upgrade), against the workload of startWorkload in ns:
-// `kubectl exec` in a web pod, `kubectl port-forward` to its port 8080 and
-// `kubectl logs -f` of a pod that prints a line a second. They go through
+// `kubectl exec` in a web pod, `kubectl port-forward` to its port 8080,
+// `kubectl logs -f` of a pod that prints a line a second, `kubectl cp` into
+// that pod and back (tar through exec's stdin and stdout) and `kubectl
+// attach -i` to a pod that echoes its stdin. They go through
 // the kubelet to cri-dockerd's streaming server, which is what a Kubernetes
 // version can break (docs/versions.md: ExtendWebSocketsToKubelet).
 func checkStreams(ctx context.Context, t *testing.T, cfg *rest.Config, cs kubernetes.Interface) {
@@ -63,6 +66,21 @@ func checkStreams(ctx context.Context, t *testing.T, cfg *rest.Config, cs kubern
 		lines, err := followLogs(ctx, cs, ns, ticker, 2)
 		if err != nil {
 			t.Errorf("logs -f of %s: %v (lines %q)", ticker, err, lines)
+		}
+	})
+	t.Run("cp", func(t *testing.T) {
+		ticker := ensureTicker(ctx, t, cs, ns)
+		want := []byte(fmt.Sprintf("copied through cri-dockerd at %s\n", time.Now().Format(time.RFC3339Nano)))
+		got, err := copyThrough(ctx, cfg, cs, ns, ticker, "rigger-cp.txt", want)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("cp into %s and back: %v; got %q, want %q", ticker, err, got, want)
+		}
+	})
+	t.Run("attach", func(t *testing.T) {
+		echo := ensureEcho(ctx, t, cs, ns)
+		const line = "attached through cri-dockerd"
+		if got, err := attachEcho(ctx, cfg, cs, ns, echo, line); err != nil || got != line {
+			t.Errorf("attach to %s: %v; got %q, want %q", echo, err, got, line)
 		}
 	})
 }
@@ -95,8 +113,20 @@ func upgradeFallback(err error) bool {
 
 // execIn runs command in pod's first container, as kubectl exec does.
 func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, command []string, stdout, stderr io.Writer) error {
+	return execWith(ctx, cfg, cs, ns, pod, command, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+}
+
+// execWith runs command in pod's first container with the streams of o,
+// as kubectl exec (and kubectl cp, which runs tar) does.
+func execWith(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, command []string, o remotecommand.StreamOptions) error {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Command: command, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Command: command, Stdin: o.Stdin != nil, Stdout: o.Stdout != nil, Stderr: o.Stderr != nil}, scheme.ParameterCodec)
+	return stream(ctx, cfg, req, o)
+}
+
+// stream runs the exec or attach of req, as kubectl does: WebSockets first,
+// SPDY when the API server refuses the upgrade.
+func stream(ctx context.Context, cfg *rest.Config, req *rest.Request, o remotecommand.StreamOptions) error {
 	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
 	if err != nil {
 		return err
@@ -109,7 +139,103 @@ func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, 
 	if err != nil {
 		return err
 	}
-	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+	return ex.StreamWithContext(ctx, o)
+}
+
+// copyThrough copies a file into pod's /tmp and back out, as kubectl cp
+// does both ways: a tar stream into `tar xf -` on exec's stdin, and out of
+// `tar cf -` on its stdout. It returns what came back.
+func copyThrough(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod, name string, content []byte) ([]byte, error) {
+	var in bytes.Buffer
+	tw := tar.NewWriter(&in)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content))}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(content); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	var errOut bytes.Buffer
+	if err := execWith(ctx, cfg, cs, ns, pod, []string{"/bin/busybox", "tar", "xf", "-", "-C", "/tmp"},
+		remotecommand.StreamOptions{Stdin: &in, Stdout: io.Discard, Stderr: &errOut}); err != nil {
+		return nil, fmt.Errorf("copy into %s: %w (stderr %q)", pod, err, errOut.String())
+	}
+	var out bytes.Buffer
+	errOut.Reset()
+	if err := execWith(ctx, cfg, cs, ns, pod, []string{"/bin/busybox", "tar", "cf", "-", "-C", "/tmp", name},
+		remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
+		return nil, fmt.Errorf("copy out of %s: %w (stderr %q)", pod, err, errOut.String())
+	}
+	tr := tar.NewReader(&out)
+	if _, err := tr.Next(); err != nil {
+		return nil, fmt.Errorf("copy out of %s: %w", pod, err)
+	}
+	return io.ReadAll(io.LimitReader(tr, 1<<20))
+}
+
+// attachEcho attaches to pod's container, which echoes its stdin (cat),
+// as kubectl attach -i does, writes line and returns the first line that
+// comes back.
+func attachEcho(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod, line string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := stream(ctx, cfg, req, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: io.Discard})
+		outW.CloseWithError(cmp.Or(err, io.EOF))
+		done <- err
+	}()
+	got := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Scan()
+		got <- sc.Text()
+	}()
+	if _, err := io.WriteString(inW, line+"\n"); err != nil {
+		return "", err
+	}
+	var answer string
+	select {
+	case answer = <-got:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	// Closing stdin detaches, as kubectl attach does when its input ends
+	// (the container's stdin stays open: stdinOnce is unset).
+	inW.Close()
+	cancel()
+	<-done
+	return answer, nil
+}
+
+// ensureEcho makes (once) a Deployment whose container echoes its stdin,
+// kept open (stdin, not stdinOnce), and returns its ready pod.
+func ensureEcho(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) string {
+	t.Helper()
+	labels := map[string]string{"app": "echo"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "echo", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullIfNotPresent,
+					Command: []string{"/bin/busybox", "cat"}, Stdin: true,
+				}}},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return readyPod(ctx, t, cs, ns, "app=echo")
 }
 
 // portForwardGet forwards a local port to pod's port, as kubectl
