@@ -206,9 +206,11 @@ func TestUpgradeSandbox(t *testing.T) {
 // three nodes with every role, of which the third joins etcd after the
 // others, as a learner promoted to a voting member (etcd before 3.5.26
 // would lose its promotion in the upgrade to 3.6: docs/versions.md), and a
-// worker; with the workload (startWorkload) on the three. It returns the
-// cluster at a version, the cluster at k, and a client of it.
-func upgradeCluster(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox, k string) (at func(string) *spec.Cluster, c *spec.Cluster, cs kubernetes.Interface) {
+// worker; with the workload (startWorkload) on the three. first changes
+// the cluster.yml of that converge (and of the cluster at k it returns),
+// not the others. It returns the cluster at a version, the cluster at k,
+// and a client of it.
+func upgradeCluster(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox, k string, first ...func(*spec.Cluster)) (at func(string) *spec.Cluster, c *spec.Cluster, cs kubernetes.Interface) {
 	t.Helper()
 	roles := rt.Roles(4, 3)
 	roles[2] = []string{spec.RoleControlPlane, spec.RoleWorker}
@@ -216,9 +218,10 @@ func upgradeCluster(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox
 	// volumes too: metrics-server has one (docs/operations.md).
 	emptyDirs := func(c *spec.Cluster) { c.UpgradeStrategy.DrainInput.DeleteLocalData = true }
 	at = func(v string) *spec.Cluster { return rt.ClusterAt(t, s, roles, v, emptyDirs) }
-	a.Apply(ctx, t, at(k))
+	firstAt := func() *spec.Cluster { return rt.ClusterAt(t, s, roles, k, append(first, emptyDirs)...) }
+	a.Apply(ctx, t, firstAt())
 	roles[2] = append(roles[2], spec.RoleEtcd)
-	c = at(k)
+	c = firstAt()
 	if pl := a.Apply(ctx, t, c); pl.Plan.Count(plan.AddMember) != 1 {
 		t.Fatalf("the third etcd member: %v", rt.StepLines(pl.Plan))
 	}

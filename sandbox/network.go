@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -359,7 +360,12 @@ func (s *Sandbox) Partition(ctx context.Context, node string) error {
 	return nil
 }
 
-// Heal undoes Partition.
+// healTimeout bounds the wait for a healed node's sshd to answer.
+const healTimeout = 30 * time.Second
+
+// Heal undoes Partition, and returns once the node's sshd answers again
+// (the host forgets the node's link address while it is cut off, and
+// looks for it again only when asked), within healTimeout.
 func (s *Sandbox) Heal(ctx context.Context, node string) error {
 	n, err := s.nodeByName(node)
 	if err != nil {
@@ -368,5 +374,21 @@ func (s *Sandbox) Heal(ctx context.Context, node string) error {
 	if _, err := run(ctx, "ip", "link", "set", n.Veth, "up"); err != nil {
 		return fmt.Errorf("heal %s: %w", node, err)
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, healTimeout)
+	defer cancel()
+	var d net.Dialer
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort(n.Address, "22"))
+		dcancel()
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("heal %s: its sshd does not answer %s after its link is up: %w", node, healTimeout, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

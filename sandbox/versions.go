@@ -37,9 +37,7 @@ var kubeReleases = []KubeRelease{
 	{Kubernetes: "v1.34.4", Etcd: "v3.6.16"},
 	{Kubernetes: "v1.35.4", Etcd: "v3.6.16"},
 	{Kubernetes: "v1.36.3", Etcd: "v3.6.16"},
-	// 1.37 keeps etcd 3.6, as rigger's table does (3.7 crash-loops on
-	// the v2 entries 3.5 left in the WAL).
-	{Kubernetes: "v1.37.2", Etcd: "v3.6.16"},
+	{Kubernetes: "v1.37.2", Etcd: "v3.7.3"},
 }
 
 // KubeReleases lists the Kubernetes versions the sandbox can build, with
@@ -107,5 +105,13 @@ func releasesToBuild(asked []string) ([]KubeRelease, error) {
 // sandbox images` builds the default's, --kubernetes the others'.
 func KubeBinaries(opts Options, k string) (dir string, built bool) {
 	dir = filepath.Join(opts.cacheDir(), kubeBuild(k).cacheSub, k)
+	return dir, complete(dir)
+}
+
+// EtcdBinaries returns the cache directory that holds etcd, etcdctl and
+// etcdutl of etcd version e (a KubeRelease's Etcd), and whether they were
+// built there.
+func EtcdBinaries(opts Options, e string) (dir string, built bool) {
+	dir = filepath.Join(opts.cacheDir(), etcdBuild(e).cacheSub, e)
 	return dir, complete(dir)
 }

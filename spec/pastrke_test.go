@@ -22,9 +22,9 @@ func TestPastRKEValidation(t *testing.T) {
 		wants []want // every error and warning, in any order
 	}{
 		{name: "1.33 of the table", yml: "kubernetes_version: v1.33.13-rigger1\n" + noIngress},
-		{name: "1.37 of the table, no image to build", yml: "kubernetes_version: v1.37.2-rigger2\n" + noIngress},
+		{name: "1.37 of the table, no image to build", yml: "kubernetes_version: v1.37.2-rigger3\n" + noIngress},
 		{name: "a newer patch of a minor of the table", yml: "kubernetes_version: v1.36.9\n" + noIngress},
-		{name: "1.37 with the user's image", yml: "kubernetes_version: v1.37.2-rigger2\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress},
+		{name: "1.37 with the user's image", yml: "kubernetes_version: v1.37.2-rigger3\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress},
 		{
 			name: "an earlier table's entry",
 			yml:  "kubernetes_version: v1.36.3-rigger1\n" + noIngress,
@@ -68,7 +68,7 @@ func TestPastRKEValidation(t *testing.T) {
 		{name: "the API server's cloud-provider on RKE's 1.32", yml: "services: {kube-api: {extra_args: {cloud-provider: external}}}\n"},
 		{
 			name:  "the kubelet's cloud-config in extra_args_array on 1.37",
-			yml:   "kubernetes_version: v1.37.2-rigger2\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress + "services: {kubelet: {extra_args_array: {cloud-config: [/etc/kubernetes/cloud.conf]}}}\n",
+			yml:   "kubernetes_version: v1.37.2-rigger3\nsystem_images: {kubernetes: registry.example.com/hyperkube:v1.37.2}\n" + noIngress + "services: {kubelet: {extra_args_array: {cloud-config: [/etc/kubernetes/cloud.conf]}}}\n",
 			wants: []want{{SeverityError, "services.kubelet.extra_args_array.cloud-config", []string{"removed in 1.34", "kubernetes#130161"}}},
 		},
 		{

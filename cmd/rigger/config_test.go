@@ -24,7 +24,7 @@ func TestConfigVersions(t *testing.T) {
 		"The newest patch release of each minor version:\n  1.24: v1.24.17-rancher1-1 (past end of life: 2023-07-28)\n",
 		"  1.32: v1.32.13-rancher1-3 (past end of life: 2026-02-28)\n",
 		"  1.34: v1.34.9-rigger2 (past end of life: 2026-10-27)\n  1.35: v1.35.10-rigger1 (supported upstream until 2027-02-28)\n",
-		"  1.37: v1.37.2-rigger2 (supported upstream until 2027-10-28)\n",
+		"  1.37: v1.37.2-rigger3 (supported upstream until 2027-10-28)\n",
 		"written as upstream writes it (v1.37.3), runs with the images of the same rule",
 	} {
 		if !strings.Contains(summary, want) {
@@ -42,7 +42,7 @@ func TestConfigVersions(t *testing.T) {
 		"v1.34.9-rigger2 (rigger's: past RKE's table) (past end of life: 2026-10-27)",
 		"v1.35.10-rigger1 (rigger's: past RKE's table) (supported upstream until 2027-02-28)",
 		"v1.36.6-rigger1 (rigger's: past RKE's table) (supported upstream until 2027-06-28)",
-		"v1.37.2-rigger2 (rigger's: past RKE's table) (supported upstream until 2027-10-28)",
+		"v1.37.2-rigger3 (rigger's: past RKE's table) (supported upstream until 2027-10-28)",
 	}; !slices.Equal(riggers, want) {
 		t.Errorf("marked as rigger's:\n%s\nwant\n%s", strings.Join(riggers, "\n"), strings.Join(want, "\n"))
 	}
@@ -99,17 +99,17 @@ func TestConfigVersions(t *testing.T) {
 		t.Errorf("v1.32.7-rancher1-1 -o json: exit %d, %v, %+v", code, err, got)
 	}
 
-	out, _, code = run(t, "config", "versions", "-o", "json", "v1.33.13-rigger1", "v1.37.2-rigger2", "v1.36.9")
+	out, _, code = run(t, "config", "versions", "-o", "json", "v1.33.13-rigger1", "v1.37.2-rigger3", "v1.36.9")
 	got = versionsJSON{}
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got.Versions) != 3 ||
 		got.Versions[0].Table != "rigger" || got.Versions[0].SystemImages["kubernetes"] != "" || !got.Versions[0].PastEndOfLife ||
 		got.Versions[0].Components["kube-apiserver"] != "registry.k8s.io/kube-apiserver:v1.33.13" ||
 		got.Versions[1].Table != "rigger" || got.Versions[1].PastEndOfLife || got.Versions[1].EndOfLife != "2027-10-28" ||
-		got.Versions[1].SystemImages["etcd"] != "registry.k8s.io/etcd:3.6.11-0" ||
+		got.Versions[1].SystemImages["etcd"] != "registry.k8s.io/etcd:3.7.0-0" ||
 		got.Versions[2].Components["kubelet"] != "ghcr.io/siderolabs/kubelet:v1.36.9-fat" || got.Versions[2].SystemImages["etcd"] != "registry.k8s.io/etcd:3.6.11-0" {
 		t.Errorf("rigger's versions -o json: exit %d, %v, %+v", code, err, got)
 	}
-	if len(got.Minors) != 3 || got.Minors[1].Newest != "v1.36.9" || got.Minors[2].Minor != 37 || got.Minors[2].Newest != "v1.37.2-rigger2" {
+	if len(got.Minors) != 3 || got.Minors[1].Newest != "v1.36.9" || got.Minors[2].Minor != 37 || got.Minors[2].Newest != "v1.37.2-rigger3" {
 		t.Errorf("minors -o json: %+v", got.Minors)
 	}
 	if !strings.Contains(out, `"table": "rigger"`) || !strings.Contains(out, `"past_end_of_life": false`) {

@@ -65,18 +65,7 @@ func TestFlagsAgainstBinaries(t *testing.T) {
 				if _, err := os.Stat(bin); err != nil {
 					t.Fatalf("%s: %v", component, err)
 				}
-				listed := helpFlags(t, bin)
-				for _, name := range slices.Sorted(maps.Keys(passed[component])) {
-					if listed[name] {
-						continue
-					}
-					arg := "--" + name + "=" + passed[component][name]
-					if out, err := runBinary(t, bin, arg, "--version"); err != nil {
-						t.Errorf("%s %s: rigger passes %s, which %s neither lists in --help nor accepts: %v\n%s", component, version, arg, component, err, out)
-						continue
-					}
-					t.Logf("%s %s: rigger passes --%s, which --help does not list (deprecated): a later version may remove it", component, version, name)
-				}
+				checkFlags(t, component, version, bin, passed[component])
 				// The flag is listed, but a gate it names may not be:
 				// the component parses the gates with its flags.
 				if gates, ok := passed[component]["feature-gates"]; ok {
@@ -86,6 +75,41 @@ func TestFlagsAgainstBinaries(t *testing.T) {
 				}
 			}
 		})
+	}
+	// etcd's flags do not follow the Kubernetes version: each etcd the
+	// sandbox built is checked against those of RKE's default.
+	passed := map[string]map[string]string{}
+	for _, r := range sandbox.KubeReleases() {
+		dir, built := sandbox.EtcdBinaries(sandbox.Options{}, r.Etcd)
+		if !built || passed[r.Etcd] != nil {
+			continue
+		}
+		passed[r.Etcd] = map[string]string{}
+		t.Run("etcd "+r.Etcd, func(t *testing.T) {
+			checkFlags(t, Etcd, r.Etcd, filepath.Join(dir, "etcd"), flagsAt(t, sandbox.KubernetesVersion)[Etcd])
+		})
+	}
+}
+
+// checkFlags checks each flag of passed (name → value) against component's
+// binary bin of version: listed by its --help, or accepted by it
+// (deprecated and hidden: logged).
+func checkFlags(t *testing.T, component, version, bin string, passed map[string]string) {
+	t.Helper()
+	if len(passed) == 0 {
+		t.Fatalf("rigger passes %s no flag: nothing to check", component)
+	}
+	listed := helpFlags(t, bin)
+	for _, name := range slices.Sorted(maps.Keys(passed)) {
+		if listed[name] {
+			continue
+		}
+		arg := "--" + name + "=" + passed[name]
+		if out, err := runBinary(t, bin, arg, "--version"); err != nil {
+			t.Errorf("%s %s: rigger passes %s, which %s neither lists in --help nor accepts: %v\n%s", component, version, arg, component, err, out)
+			continue
+		}
+		t.Logf("%s %s: rigger passes --%s, which --help does not list (deprecated): a later version may remove it", component, version, name)
 	}
 }
 

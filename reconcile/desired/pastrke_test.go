@@ -205,7 +205,7 @@ func TestFeatureGatesMerge(t *testing.T) {
 		{"services: {kube-api: {extra_args: {feature-gates: \"A=true\"}}}\n", "A=true,ExtendWebSocketsToKubelet=false"},
 		{"services: {kube-api: {extra_args: {feature-gates: \"A=true, ExtendWebSocketsToKubelet=true\"}}}\n", "A=true, ExtendWebSocketsToKubelet=true"},
 	} {
-		d, err := Build(loadAt(t, "three-role", "v1.37.2-rigger2", pastRKEExtra+tc.extra))
+		d, err := Build(loadAt(t, "three-role", "v1.37.2-rigger3", pastRKEExtra+tc.extra))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -112,24 +110,12 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 // statusTimeout bounds the status request of one member.
 const statusTimeout = 5 * time.Second
 
-// status asks the member at clientURL for its status: its raft applied
-// index when it answers without errors.
+// status asks the member at clientURL for its status (statusOf): its
+// raft applied index when it answers without errors.
 func (c *Client) status(ctx context.Context, clientURL string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-	defer cancel()
-	if u, err := url.Parse(clientURL); err == nil && u.Host != "" {
-		conn, err := c.dial(ctx, u.Host)
-		if err != nil {
-			return 0, err
-		}
-		conn.Close()
-	}
-	st, err := c.c.Status(ctx, clientURL)
-	switch {
-	case err != nil:
+	st, err := c.statusOf(ctx, clientURL)
+	if err != nil {
 		return 0, err
-	case len(st.Errors) > 0:
-		return 0, errors.New(strings.Join(st.Errors, "; "))
 	}
 	return st.RaftAppliedIndex, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/desired"
@@ -46,6 +48,9 @@ func (r *runner) etcd(ctx context.Context, steps []plan.Step) error {
 			if err := r.snapshot(ctx, "snapshot before the change", "changing etcd"); err != nil {
 				return err
 			}
+		}
+		if err := r.snapshotLogs(ctx, s); err != nil {
+			return err
 		}
 		if err := r.do(ctx, s); err != nil {
 			return err
@@ -115,6 +120,33 @@ type Membership interface {
 	AddLearner(ctx context.Context, via []string, peerURL string) (etcdmember.Member, error)
 	Promote(ctx context.Context, via []string, id uint64) error
 	Remove(ctx context.Context, via []string, id uint64) error
+	SnapshotLogs(ctx context.Context, minor string) (etcdmember.LogSnapshots, error)
+}
+
+// snapshotLogs makes every member save a snapshot of its log
+// (Plan.SnapshotEtcdLogs) before s, when s is the first step that moves a
+// member to the minor version that needs it.
+func (r *runner) snapshotLogs(ctx context.Context, s plan.Step) error {
+	sl := r.etcdLogs
+	if sl == nil || s.Component != desired.Etcd || s.Action != plan.Replace || !slices.Contains(sl.Nodes, s.Node) {
+		return nil
+	}
+	r.etcdLogs = nil
+	m, err := r.membership(ctx)
+	if err == nil {
+		var got etcdmember.LogSnapshots
+		got, err = m.SnapshotLogs(ctx, sl.From)
+		msg := fmt.Sprintf("every etcd %s member saved a snapshot of its log before etcd %s (%d written in %s: %s)",
+			sl.From, sl.To, got.Written, got.Took.Round(100*time.Millisecond), strings.Join(got.Members, ", "))
+		if len(got.Skipped) > 0 {
+			msg += "; skipped " + strings.Join(got.Skipped, ", ")
+		}
+		r.say("etcd", msg, err)
+	}
+	if err != nil {
+		return fmt.Errorf("before moving etcd to %s (no member was changed for it): %w", sl.To, err)
+	}
+	return nil
 }
 
 // leavingMembers are the peer URLs of the members steps remove.

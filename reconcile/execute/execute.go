@@ -216,7 +216,7 @@ func run(ctx context.Context, p *plan.Plan, o Options, ops *nodeOps) (*Result, e
 	for _, s := range p.Steps {
 		byPhase[s.Phase] = append(byPhase[s.Phase], s)
 	}
-	r.removed, r.first, r.etcdNew = p.RemovedNodes, p.First, p.NewEtcd
+	r.removed, r.first, r.etcdNew, r.etcdLogs = p.RemovedNodes, p.First, p.NewEtcd, p.SnapshotEtcdLogs
 	r.leaving = leavingMembers(p.Steps)
 	r.unreachable = map[string]bool{}
 	for _, u := range p.Unreachable {
@@ -359,6 +359,9 @@ type runner struct {
 	etcdNew bool
 	// etcdClient is the connection of the membership changes.
 	etcdClient Membership
+	// etcdLogs are the members that save a snapshot of their log before
+	// the first of them moves (Plan.SnapshotEtcdLogs); nil once done.
+	etcdLogs *plan.SnapshotEtcdLogs
 	// learners are the IDs of the members added as learners, by node.
 	learners map[string]uint64
 	// leaving are the peer URLs of the members the plan removes: the

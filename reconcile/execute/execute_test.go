@@ -408,6 +408,54 @@ func TestWriteAgainBeforeUpgrade(t *testing.T) {
 	}
 }
 
+// TestSnapshotEtcdLogsFirst: a plan that moves etcd members to 3.7 makes
+// every member save a snapshot of its log once, after the data's
+// snapshot and before the first of them moves; when that fails, no
+// member moves.
+func TestSnapshotEtcdLogsFirst(t *testing.T) {
+	d := build(t, clusterYML)
+	var steps []plan.Step
+	var nodes []string
+	for _, n := range d.Nodes {
+		if c, ok := n.Container(desired.Etcd); ok {
+			steps = append(steps, plan.Step{Node: n.Address, Component: desired.Etcd, Action: plan.Replace, Phase: plan.PhaseEtcd, After: c})
+			nodes = append(nodes, n.Address)
+		}
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("clusterYML has %d etcd nodes", len(nodes))
+	}
+	p := &plan.Plan{ObservedAt: now, Steps: steps, SnapshotEtcdLogs: &plan.SnapshotEtcdLogs{From: "3.6", To: "3.7", Nodes: nodes}}
+	for _, fail := range []bool{false, true} {
+		r := &recorder{}
+		o := options(d, r)
+		o.Snapshot = func(context.Context) error { r.log("snapshot"); return nil }
+		fake := &membersFake{via: map[string][]string{}, logs: r}
+		if fail {
+			fake.logsErr = errors.New("etcd member etcd-b: has applied entry 9 of 12 after a minute")
+		}
+		o.Etcd = func(context.Context) (Membership, error) { return fake, nil }
+		res, err := run(context.Background(), p, o, r.ops())
+		want := []string{"snapshot", "snapshot logs of 3.6"}
+		if fail {
+			if err == nil || !strings.Contains(err.Error(), "before moving etcd to 3.7 (no member was changed for it): etcd member etcd-b") || len(res.NotRun) != len(steps) {
+				t.Errorf("a failed snapshot of the logs: error %v, not run %v", err, res.NotRun)
+			}
+		} else {
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes {
+				want = append(want, "replace "+n+" etcd")
+			}
+		}
+		got := slices.DeleteFunc(slices.Clone(r.events), func(e string) bool { return strings.HasPrefix(e, "healthy ") })
+		if !slices.Equal(got, want) {
+			t.Errorf("fail=%v: events %v, want %v", fail, got, want)
+		}
+	}
+}
+
 // TestNotReadyFirst: the nodes of Plan.First change before the others.
 func TestNotReadyFirst(t *testing.T) {
 	d := build(t, clusterYML)
@@ -468,6 +516,16 @@ func TestAddonsPhase(t *testing.T) {
 type membersFake struct {
 	members []etcdmember.Member
 	via     map[string][]string
+	// logs records SnapshotLogs' calls with r; logsErr is their error.
+	logs    *recorder
+	logsErr error
+}
+
+func (f *membersFake) SnapshotLogs(_ context.Context, minor string) (etcdmember.LogSnapshots, error) {
+	if f.logs != nil {
+		f.logs.log("snapshot logs of %s", minor)
+	}
+	return etcdmember.LogSnapshots{Members: []string{"etcd-a"}, Written: 10001}, f.logsErr
 }
 
 func (f *membersFake) Members(context.Context) ([]etcdmember.Member, error) { return f.members, nil }

@@ -104,3 +104,61 @@ func CheckEtcdUpgrade(d *desired.Cluster, o *observe.Cluster) error {
 	}
 	return nil
 }
+
+// etcdSnapshotLogsBefore is, for each etcd minor version that cannot apply
+// the entries of a log that older minor versions wrote, the minor version
+// a member moves to it from, whose members must each save a snapshot of
+// their log first (etcdmember.SnapshotLogs): 3.7 cannot apply the entries
+// 3.5 wrote in v2's format, which a 3.6 member replays from its log until
+// its first snapshot after them, and crash-loops.
+var etcdSnapshotLogsBefore = map[string]string{"3.7": "3.6"}
+
+// SnapshotEtcdLogs says which members must save a snapshot of their log
+// before the plan moves any to a new etcd minor version.
+type SnapshotEtcdLogs struct {
+	// From is the minor version the members run ("3.6"), To the one the
+	// plan moves them to ("3.7").
+	From, To string
+	// Nodes are the nodes whose member the plan moves, in cluster.yml
+	// order.
+	Nodes []string
+}
+
+// snapshotEtcdLogs is what the plan's members must do before d moves any
+// of o's from one etcd minor version to the next (etcdSnapshotLogsBefore),
+// nil when it moves none.
+func snapshotEtcdLogs(d *desired.Cluster, o *observe.Cluster) *SnapshotEtcdLogs {
+	var out *SnapshotEtcdLogs
+	for _, dn := range d.Nodes {
+		on := o.Nodes[dn.Address]
+		dc, ok := dn.Container(desired.Etcd)
+		if on == nil || !on.Reachable || !ok {
+			continue
+		}
+		oc, ok := on.Containers[desired.Etcd]
+		if !ok {
+			continue
+		}
+		w, okw := etcdVersion(dc.Image)
+		r, okr := etcdVersion(oc.Image)
+		if !okw || !okr {
+			continue
+		}
+		to, from := fmt.Sprintf("%d.%d", w.Major, w.Minor), fmt.Sprintf("%d.%d", r.Major, r.Minor)
+		if etcdSnapshotLogsBefore[to] != from {
+			continue
+		}
+		if out == nil {
+			out = &SnapshotEtcdLogs{From: from, To: to}
+		}
+		out.Nodes = append(out.Nodes, dn.Address)
+	}
+	return out
+}
+
+// Describe says what the apply does, as Render prints it.
+func (s *SnapshotEtcdLogs) Describe() string {
+	return fmt.Sprintf("Before etcd %s: every etcd %s member saves a snapshot of its log (rigger writes until each has), "+
+		"so that no entry etcd 3.5 wrote, which %s cannot apply, is left to replay when %s restart on %s.",
+		s.To, s.From, s.To, strings.Join(s.Nodes, ", "), s.To)
+}

@@ -137,6 +137,10 @@ type Plan struct {
 	// WriteAgain are the resources whose objects the apply writes again
 	// before the upgrade, so that its new minor can read them.
 	WriteAgain []WriteAgain `json:"write_again,omitempty"`
+	// SnapshotEtcdLogs, when set, are the etcd members the plan moves to
+	// a minor version that cannot apply what an older one left in their
+	// logs: every member saves a snapshot of its log first.
+	SnapshotEtcdLogs *SnapshotEtcdLogs `json:"snapshot_etcd_logs,omitempty"`
 	// Restarted are the components of cluster.yml running in containers
 	// that started again since the last apply (observe.Container's
 	// StartedSince): not by rigger, and so worth a look, but nothing to
@@ -246,6 +250,7 @@ func Compute(d *desired.Cluster, o *observe.Cluster) *Plan {
 	if p.Upgrade != nil {
 		p.WriteAgain = writeAgain(o.StoredAPIs)
 	}
+	p.SnapshotEtcdLogs = snapshotEtcdLogs(d, o)
 	for _, ph := range []Phase{PhaseFiles, PhaseEtcd, PhaseAPIServer, PhaseControlPlane, PhaseWorker} {
 		p.Steps = append(p.Steps, phases[ph]...)
 	}

@@ -44,6 +44,9 @@ func (p *Plan) Render(w io.Writer) {
 	if s := p.DescribeWriteAgain(); s != "" {
 		fmt.Fprintf(w, "%s\n\n", s)
 	}
+	if p.SnapshotEtcdLogs != nil {
+		fmt.Fprintf(w, "%s\n\n", p.SnapshotEtcdLogs.Describe())
+	}
 	var nodes []string
 	byNode := map[string][]Step{}
 	for _, s := range p.Steps {

@@ -160,6 +160,49 @@ func TestCheckEtcdUpgrade(t *testing.T) {
 	}
 }
 
+// TestSnapshotEtcdLogs: a plan that moves etcd members from 3.6 to 3.7
+// has every member save a snapshot of its log first, and says so; from
+// 3.5 to 3.6, or within 3.7, it does not; a member that moved already is
+// not listed again.
+func TestSnapshotEtcdLogs(t *testing.T) {
+	etcdAt := func(image string) func(*spec.Cluster) {
+		return func(c *spec.Cluster) { c.Services.Etcd.Image = image }
+	}
+	for _, tc := range []struct {
+		running, wanted string
+		nodes           []string
+	}{
+		{"registry.k8s.io/etcd:3.6.11-0", "registry.k8s.io/etcd:3.7.0-0", []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}},
+		{"registry.k8s.io/etcd:3.5.27-0", "registry.k8s.io/etcd:3.6.11-0", nil},
+		{"registry.k8s.io/etcd:3.7.0-0", "registry.k8s.io/etcd:3.7.3-0", nil},
+		{"registry.k8s.io/etcd:3.6.11-0", "custom/etcd:latest", nil},
+	} {
+		p := Compute(build(t, baseYML, etcdAt(tc.wanted)), asApplied(build(t, baseYML, etcdAt(tc.running))))
+		switch {
+		case tc.nodes == nil && p.SnapshotEtcdLogs != nil:
+			t.Errorf("%s → %s: %+v", tc.running, tc.wanted, p.SnapshotEtcdLogs)
+		case tc.nodes != nil && (p.SnapshotEtcdLogs == nil || !slices.Equal(p.SnapshotEtcdLogs.Nodes, tc.nodes) || p.SnapshotEtcdLogs.From != "3.6" || p.SnapshotEtcdLogs.To != "3.7"):
+			t.Errorf("%s → %s: %+v, want nodes %v", tc.running, tc.wanted, p.SnapshotEtcdLogs, tc.nodes)
+		}
+	}
+	d := build(t, baseYML, etcdAt("registry.k8s.io/etcd:3.7.0-0"))
+	o := asApplied(build(t, baseYML, etcdAt("registry.k8s.io/etcd:3.6.11-0")))
+	dn, _ := d.Node("10.0.0.1")
+	c, _ := dn.Container(desired.Etcd)
+	oc := o.Nodes["10.0.0.1"].Containers[desired.Etcd]
+	oc.Image, oc.SpecHash, oc.Spec = c.Image, c.Hash(), c.SpecJSON()
+	o.Nodes["10.0.0.1"].Containers[desired.Etcd] = oc
+	p := Compute(d, o)
+	if p.SnapshotEtcdLogs == nil || !slices.Equal(p.SnapshotEtcdLogs.Nodes, []string{"10.0.0.2", "10.0.0.3"}) {
+		t.Fatalf("one member on 3.7 already: %+v", p.SnapshotEtcdLogs)
+	}
+	var out strings.Builder
+	p.Render(&out)
+	if want := "Before etcd 3.7: every etcd 3.6 member saves a snapshot of its log"; !strings.Contains(out.String(), want) {
+		t.Errorf("the plan does not say %q:\n%s", want, out.String())
+	}
+}
+
 // TestUpgradeResumed: an upgrade that stopped after the first node's API
 // server goes on where it stopped, in the same order; From is the oldest
 // version still running.

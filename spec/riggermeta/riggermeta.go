@@ -53,12 +53,15 @@ const baseVersion = rkemeta.DefaultVersion
 // Images of rigger's entries, each named in docs/versions.md with its
 // source.
 const (
+	// kubeadm's etcd of 1.37 (cmd/kubeadm/app/constants of v1.37.2). A
+	// member moved to it from 3.6 before it saved a snapshot of its log
+	// since the cluster left 3.5 crash-loops (etcd 3.7 cannot apply the v2
+	// entries 3.5 wrote): rigger makes every member save one first
+	// (etcdmember.SnapshotLogs, docs/versions.md).
+	etcd37 = "registry.k8s.io/etcd:3.7.0-0"
 	// etcd 3.6.11, promoted to registry.k8s.io by kubernetes/k8s.io#9429
-	// and made kubeadm's etcd of 1.34 to 1.36 by kubernetes#138746. 1.37
-	// keeps it too, where kubeadm pairs 3.7.0: a member moved from 3.6 to
-	// 3.7 soon after the cluster left 3.5 crash-loops (make test-road:
-	// etcd 3.7 cannot apply the v2 entries 3.5 left in its WAL), and
-	// rigger does not take that step yet (docs/versions.md).
+	// and made kubeadm's etcd of 1.34 to 1.36 by kubernetes#138746; 3.7
+	// needs every member on 3.6.11 or later first.
 	etcd36 = "registry.k8s.io/etcd:3.6.11-0"
 	// etcd 3.5.27, promoted by kubernetes/k8s.io#9119: 3.6 needs every
 	// member on 3.5.26 or later first (etcd's zombie-members fix).
@@ -107,7 +110,7 @@ func entries() []minorEntry {
 		{34, 9, 2, etcd36, "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.12.1"},
 		{35, 10, 1, etcd36, "registry.k8s.io/pause:3.10.1", "registry.k8s.io/coredns/coredns:v1.13.1"},
 		{36, 6, 1, etcd36, "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.2"},
-		{37, 2, 2, etcd36, "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.6"},
+		{37, 2, 3, etcd37, "registry.k8s.io/pause:3.10.2", "registry.k8s.io/coredns/coredns:v1.14.6"},
 	}
 }
 
@@ -126,6 +129,7 @@ var retired = map[string]string{
 	"v1.35.8-rigger1": "ghcr.io/cybozu/kubernetes:1.35.8.1",
 	"v1.36.3-rigger1": "",
 	"v1.37.2-rigger1": "",
+	"v1.37.2-rigger2": "",
 }
 
 // Retired reports whether version is a spelling an earlier table of

@@ -90,7 +90,7 @@ func TestImages(t *testing.T) {
 		// etcd follows the minor version, and every step is one etcd
 		// supports: 3.6 only from 3.5.26 on, 3.7 only from 3.6.11 on.
 		ev := etcdVersion(t, im.Etcd)
-		want := map[int]string{33: "3.5.26", 34: "3.6.4", 35: "3.6.6", 36: "3.6.11", 37: "3.6.11"}[minor]
+		want := map[int]string{33: "3.5.26", 34: "3.6.4", 35: "3.6.6", 36: "3.6.11", 37: "3.7.0"}[minor]
 		if ev.LT(semver.MustParse(want)) {
 			t.Errorf("%s: etcd %s, want %s or later", v, ev, want)
 		}
@@ -139,7 +139,7 @@ func TestServiceOptionsFor(t *testing.T) {
 		{"RKE's version with an image of 1.31", rkemeta.DefaultVersion, "rancher/hyperkube:v1.31.5-rancher1", "v1.31", false},
 		{"CKE's tag", "v1.33.13-rigger1", "ghcr.io/cybozu/kubernetes:1.33.7.1", "v1.33", false},
 		{"a recipe image", "v1.36.6-rigger1", "registry.example.com/hyperkube:v1.36.3", "v1.36", false},
-		{"a tag without a version", "v1.37.2-rigger2", "registry.example.com/hyperkube:latest", "v1.37", false},
+		{"a tag without a version", "v1.37.2-rigger3", "registry.example.com/hyperkube:latest", "v1.37", false},
 		{"no image", "v1.34.9-rigger2", "", "v1.34", false},
 		{"a patch of the rule", "v1.35.12", "", "v1.35", false},
 		{"an image past RKE on RKE's version", rkemeta.DefaultVersion, "registry.example.com/hyperkube:v1.35.4", "v1.35", false},
@@ -289,7 +289,7 @@ func TestRetired(t *testing.T) {
 	for version, want := range map[string]string{
 		"v1.33.7-rigger1": "v1.33.7 or v1.33.13-rigger1",
 		"v1.34.9-rigger1": "v1.34.9-rigger2",
-		"v1.37.2-rigger1": "v1.37.2-rigger2",
+		"v1.37.2-rigger1": "v1.37.2-rigger3",
 	} {
 		if got, ok := Retired(version); !ok || got != want {
 			t.Errorf("Retired(%s) = %q, %v; want %q", version, got, ok, want)
