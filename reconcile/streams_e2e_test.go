@@ -218,24 +218,7 @@ func attachEcho(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, 
 // kept open (stdin, not stdinOnce), and returns its ready pod.
 func ensureEcho(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) string {
 	t.Helper()
-	labels := map[string]string{"app": "echo"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "echo", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullIfNotPresent,
-					Command: []string{"/bin/busybox", "cat"}, Stdin: true,
-				}}},
-			},
-		},
-	}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	return readyPod(ctx, t, cs, ns, "app=echo")
+	return ensurePod(ctx, t, cs, ns, corev1.Container{Name: "echo", Command: []string{"/bin/busybox", "cat"}, Stdin: true})
 }
 
 // portForwardGet forwards a local port to pod's port, as kubectl
@@ -291,24 +274,31 @@ func portForwardGet(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfa
 // every second, and returns its ready pod.
 func ensureTicker(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) string {
 	t.Helper()
-	labels := map[string]string{"app": "ticker"}
+	return ensurePod(ctx, t, cs, ns, corev1.Container{Name: "ticker",
+		Command: []string{"/bin/busybox", "sh", "-c", `i=0; while true; do echo "tick $i"; i=$((i+1)); /bin/busybox sleep 1; done`}})
+}
+
+// ensurePod makes (once) a Deployment of one pod in ns, named and
+// labelled (app) for c, which runs on the sandbox's tools image, and
+// returns its ready pod.
+func ensurePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, c corev1.Container) string {
+	t.Helper()
+	labels := map[string]string{"app": c.Name}
+	c.Image, c.ImagePullPolicy = sandbox.ToolsImage, corev1.PullIfNotPresent
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "ticker", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "ticker", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullIfNotPresent,
-					Command: []string{"/bin/busybox", "sh", "-c", `i=0; while true; do echo "tick $i"; i=$((i+1)); /bin/busybox sleep 1; done`},
-				}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{c}},
 			},
 		},
 	}
 	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	return readyPod(ctx, t, cs, ns, "app=ticker")
+	return readyPod(ctx, t, cs, ns, "app="+c.Name)
 }
 
 // followLogs follows pod's log, as kubectl logs -f does, until n new lines

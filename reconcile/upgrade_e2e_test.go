@@ -234,15 +234,18 @@ func upgradeCluster(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox
 // c that upgradeCluster made, while the clients of startLoad ask the API
 // and the workload through the worker, and checks it as each step of the
 // road: the version skew policy's order, the longest API gap, the failed
-// requests and each node's time cordoned bounded, every etcd member kept,
-// exec, port-forward and logs -f through cri-dockerd, and the
-// pods' sandboxes on system_images' pause. It returns the plan applied.
+// requests and each node's time cordoned bounded, a drain held back by a
+// PodDisruptionBudget (holdDrain), every etcd member kept, exec, attach,
+// cp, port-forward and logs -f through cri-dockerd, and the pods'
+// sandboxes on system_images' pause. It returns the plan applied.
 func upgradeUnderLoad(ctx context.Context, t *testing.T, a *rt.Applier, s *sandbox.Sandbox, c, up *spec.Cluster, from, to string, cs kubernetes.Interface) *plan.Plan {
 	t.Helper()
+	held := holdDrain(ctx, t, a, cs)
 	load := startLoad(ctx, t, a.RESTConfig(ctx, t, c), s.Nodes[3].Address)
 	since := time.Now()
 	pl := a.Apply(ctx, t, up)
 	report := load.stop(t)
+	held()
 	checkUpgradePlan(t, pl.Plan, from, to)
 	report.nodes = cordoned(a.Timed(), s.Nodes)
 	t.Logf("upgrade to %s under load: %s", to, report)

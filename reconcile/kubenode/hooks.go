@@ -195,7 +195,9 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		return nil
 	}
 	began := time.Now()
-	evicted, err := Drain(ctx, h.cfg.Client, n.Name, h.cfg.DrainInput, nil)
+	drained, err := Drain(ctx, h.cfg.Client, n.Name, h.cfg.DrainInput, func(pod string, err error) {
+		h.say(node, "draining Node %s: the eviction of %s waits for its PodDisruptionBudget (%v); kubectl's drain tries again every 5 s", n.Name, pod, err)
+	})
 	if err != nil {
 		if cordoned || ours {
 			if fresh, gerr := FindNodes(context.WithoutCancel(ctx), h.cfg.Client, node, m.Hostname); gerr == nil {
@@ -208,7 +210,11 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		}
 		return fmt.Errorf("node %s: %w", node, err)
 	}
-	h.say(node, "drained Node %s: %d pod(s) evicted (%s)", n.Name, evicted, time.Since(began).Round(100*time.Millisecond))
+	msg := fmt.Sprintf("drained Node %s: %d pod(s) evicted (%s)", n.Name, drained.Evicted, time.Since(began).Round(100*time.Millisecond))
+	if held := drained.DescribeHeld(); held != "" {
+		msg += "; " + held
+	}
+	h.say(node, "%s", msg)
 	return nil
 }
 

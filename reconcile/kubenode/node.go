@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,36 +118,82 @@ func Uncordon(ctx context.Context, cs kubernetes.Interface, n *corev1.Node) (boo
 	return true, nil
 }
 
+// Drained is what Drain did.
+type Drained struct {
+	// Evicted is how many pods it evicted or deleted.
+	Evicted int
+	// Held counts, by pod (namespace/name), the evictions a
+	// PodDisruptionBudget refused before the pod could go (kubectl's drain
+	// tries again every 5 s).
+	Held map[string]int
+}
+
 // Drain evicts the pods of the Node (kubectl drain, with
 // upgrade_strategy.node_drain_input's settings), DaemonSets' pods aside
-// when IgnoreDaemonSets. It returns how many pods it evicted or deleted.
+// when IgnoreDaemonSets. held, when set, is called on the first refusal
+// of each pod's eviction by a PodDisruptionBudget: the drain waits for it.
 // The Node should be cordoned first.
-func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.NodeDrainInput, out io.Writer) (int, error) {
-	if out == nil {
-		out = io.Discard
-	}
+func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.NodeDrainInput, held func(pod string, err error)) (Drained, error) {
 	ignoreDS := in.IgnoreDaemonSets == nil || *in.IgnoreDaemonSets
 	timeout := time.Duration(in.Timeout) * time.Second
 	if timeout <= 0 {
 		timeout = time.Duration(spec.DefaultDrainTimeout) * time.Second
 	}
+	var (
+		mu  sync.Mutex
+		out = Drained{Held: map[string]int{}}
+	)
+	watched := evictionsWatched{Interface: cs, refused: func(namespace, pod string, err error) {
+		key := namespace + "/" + pod
+		mu.Lock()
+		out.Held[key]++
+		first := out.Held[key] == 1
+		mu.Unlock()
+		if first && held != nil {
+			held(key, err)
+		}
+	}}
 	// Pods are evicted in parallel.
 	var evicted atomic.Int32
 	h := &drain.Helper{
-		Ctx: ctx, Client: cs, Force: in.Force, GracePeriodSeconds: in.GracePeriod,
+		Ctx: ctx, Client: watched, Force: in.Force, GracePeriodSeconds: in.GracePeriod,
 		IgnoreAllDaemonSets: ignoreDS, DeleteEmptyDirData: in.DeleteLocalData, Timeout: timeout,
-		Out: out, ErrOut: out,
+		Out: io.Discard, ErrOut: io.Discard, EvictErrorRetryDelay: evictRetry,
 		OnPodDeletionOrEvictionFinished: func(_ *corev1.Pod, _ bool, err error) {
 			if err == nil {
 				evicted.Add(1)
 			}
 		},
 	}
-	if err := drain.RunNodeDrain(h, name); err != nil {
-		return int(evicted.Load()), fmt.Errorf("drain Node %s: %w: set upgrade_strategy.node_drain_input (force, delete_local_data, "+
+	err := drain.RunNodeDrain(h, name)
+	mu.Lock()
+	defer mu.Unlock()
+	out.Evicted = int(evicted.Load())
+	if err != nil {
+		if held := out.DescribeHeld(); held != "" {
+			err = fmt.Errorf("%w (%s)", err, held)
+		}
+		return out, fmt.Errorf("drain Node %s: %w: set upgrade_strategy.node_drain_input (force, delete_local_data, "+
 			"timeout) or move those pods, then apply again", name, err)
 	}
-	return int(evicted.Load()), nil
+	return out, nil
+}
+
+// evictRetry is how long the drain waits before it asks again for an
+// eviction a PodDisruptionBudget refused (kubectl's 5 s).
+var evictRetry = 5 * time.Second
+
+// DescribeHeld says which pods' PodDisruptionBudgets held the drain back
+// and how often, "" when none did.
+func (d Drained) DescribeHeld() string {
+	if len(d.Held) == 0 {
+		return ""
+	}
+	var each []string
+	for _, pod := range slices.Sorted(maps.Keys(d.Held)) {
+		each = append(each, fmt.Sprintf("%s %d time(s)", pod, d.Held[pod]))
+	}
+	return "evictions refused by a PodDisruptionBudget until its pods were ready elsewhere: " + strings.Join(each, ", ")
 }
 
 // NotReadyError is a Node that did not become Ready in time.

@@ -72,7 +72,7 @@ func (st *State) Check(c *spec.Cluster) error {
 		if len(errs) > maxListed {
 			errs = append(errs[:maxListed], fmt.Errorf("and %d more differences", len(errs)-maxListed))
 		}
-		return fmt.Errorf("%s is not the state of this cluster.yml: %w; adopt the cluster as RKE last deployed it (the cluster.yml of the last rke up), then change cluster.yml with rigger",
+		return fmt.Errorf("the state read from %s is not that of this cluster.yml: %w; adopt the cluster as RKE last deployed it (the cluster.yml of the last rke up), then change cluster.yml with rigger",
 			st.Source, errors.Join(errs...))
 	}
 	return nil

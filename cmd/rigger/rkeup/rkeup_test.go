@@ -290,7 +290,7 @@ func checkOtherClusterYMLRefused(t *testing.T, dir, bin string, sb *sandbox.Sand
 	} {
 		state := filepath.Join(t.TempDir(), "state")
 		out := runCode(t, dir, 1, bin, append([]string{"adopt", "-f", other, "--state-dir", state, "--known-hosts", sb.KnownHostsPath}, tt.from...)...)
-		for _, want := range append(tt.want, "is not the state of this cluster.yml",
+		for _, want := range append(tt.want, "is not that of this cluster.yml",
 			"adopt the cluster as RKE last deployed it (the cluster.yml of the last rke up)") {
 			if !strings.Contains(out, want) {
 				t.Errorf("adopt %v of another cluster.yml does not say %q:\n%s", tt.from, want, out)
