@@ -18,12 +18,45 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/rigger/rigger/reconcile/pki"
 )
+
+// readAll reads r to its end, at most limit+1 bytes. A reader that says
+// its size (a file, a strings or bytes Reader) is read into one buffer of
+// that size: io.ReadAll's growing buffer would leave about four times the
+// file's bytes for the collector, which a file near the limit makes tens
+// of MiB.
+func readAll(r io.Reader, limit int64) ([]byte, error) {
+	size := int64(-1)
+	switch v := r.(type) {
+	case interface{ Len() int }:
+		size = int64(v.Len())
+	case interface{ Stat() (fs.FileInfo, error) }:
+		if fi, err := v.Stat(); err == nil && fi.Mode().IsRegular() {
+			size = fi.Size()
+		}
+	}
+	lr := io.LimitReader(r, limit+1)
+	if size < 0 || size > limit {
+		return io.ReadAll(lr)
+	}
+	b := make([]byte, size+1)
+	n, err := io.ReadFull(lr, b)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return b[:n], nil
+	case err != nil:
+		return nil, err
+	}
+	// More than the reader said (a file that grew): the rest as it comes.
+	rest, err := io.ReadAll(lr)
+	return append(b, rest...), err
+}
 
 // MaxSize bounds what Parse reads: RKE's state of a cluster of a thousand
 // nodes (two copies of every certificate, a serving certificate per node)
@@ -184,7 +217,7 @@ type certificatePKI struct {
 // deployed (no current state with certificates). Errors name source and the
 // field, never a value.
 func Parse(source string, r io.Reader) (*State, error) {
-	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+	b, err := readAll(r, MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", source, err)
 	}
