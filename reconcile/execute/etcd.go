@@ -1,6 +1,7 @@
 package execute
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -136,8 +137,11 @@ func (r *runner) snapshotLogs(ctx context.Context, s plan.Step) error {
 	if err == nil {
 		var got etcdmember.LogSnapshots
 		got, err = m.SnapshotLogs(ctx, sl.From)
-		msg := fmt.Sprintf("every etcd %s member saved a snapshot of its log before etcd %s (%d written in %s: %s)",
-			sl.From, sl.To, got.Written, got.Took.Round(100*time.Millisecond), strings.Join(got.Members, ", "))
+		msg := fmt.Sprintf("every etcd %s member saved a snapshot of its log before etcd %s", sl.From, sl.To)
+		if err != nil {
+			msg = fmt.Sprintf("the etcd %s members' snapshots of their logs before etcd %s", sl.From, sl.To)
+		}
+		msg += fmt.Sprintf(" (%d written in %s; saved by %s)", got.Written, got.Took.Round(100*time.Millisecond), cmp.Or(strings.Join(got.Members, ", "), "none"))
 		if len(got.Skipped) > 0 {
 			msg += "; skipped " + strings.Join(got.Skipped, ", ")
 		}
