@@ -68,11 +68,11 @@ type LogSnapshots struct {
 // 10,000 writes of a few bytes, and at most logSnapshotMaxWrites.
 // Members that do not answer are skipped: they move to 3.7 only with
 // their nodes, and the apply that moves them calls this again.
-func (c *Client) SnapshotLogs(ctx context.Context, minor string) (LogSnapshots, error) {
+func (c *Client) SnapshotLogs(ctx context.Context, minor string) (out LogSnapshots, err error) {
 	start := time.Now()
+	defer func() { out.Took = time.Since(start) }()
 	ctx, cancel := context.WithTimeout(ctx, logSnapshotTimeout)
 	defer cancel()
-	var out LogSnapshots
 	lctx, lcancel := context.WithTimeout(ctx, c.callTimeout)
 	list, err := c.c.MemberList(lctx)
 	lcancel()
@@ -104,7 +104,6 @@ func (c *Client) SnapshotLogs(ctx context.Context, minor string) (LogSnapshots, 
 		members = append(members, &member{name: name, url: m.ClientURLs[0]})
 	}
 	if len(members) == 0 {
-		out.Took = time.Since(start)
 		return out, nil
 	}
 	// A snapshot that a member saves once it has applied every entry
@@ -157,7 +156,6 @@ func (c *Client) SnapshotLogs(ctx context.Context, minor string) (LogSnapshots, 
 	dctx, dcancel := context.WithTimeout(ctx, c.callTimeout)
 	_, err = c.c.Delete(dctx, LogSnapshotKey)
 	dcancel()
-	out.Took = time.Since(start)
 	if err != nil {
 		return out, fmt.Errorf("delete %s: %w", LogSnapshotKey, err)
 	}
