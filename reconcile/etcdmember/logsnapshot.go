@@ -124,6 +124,14 @@ func (c *Client) SnapshotLogs(ctx context.Context, minor string) (out LogSnapsho
 	if err != nil {
 		return out, err
 	}
+	defer func() {
+		if err != nil && out.Written > 0 {
+			// The key is rigger's own: not left behind by a failure.
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout)
+			_, _ = c.c.Delete(dctx, LogSnapshotKey)
+			dcancel()
+		}
+	}()
 	pending := members
 	for len(pending) > 0 {
 		if out.Written >= logSnapshotMaxWrites {
