@@ -140,14 +140,14 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.No
 		timeout = time.Duration(spec.DefaultDrainTimeout) * time.Second
 	}
 	var (
-		mu  sync.Mutex
-		out = Drained{Held: map[string]int{}}
+		mu      sync.Mutex
+		refused = map[string]int{}
 	)
 	watched := evictionsWatched{Interface: cs, refused: func(namespace, pod string, err error) {
 		key := namespace + "/" + pod
 		mu.Lock()
-		out.Held[key]++
-		first := out.Held[key] == 1
+		refused[key]++
+		first := refused[key] == 1
 		mu.Unlock()
 		if first && held != nil {
 			held(key, err)
@@ -166,9 +166,11 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.No
 		},
 	}
 	err := drain.RunNodeDrain(h, name)
+	// A copy: an eviction still retrying when the drain gave up may count
+	// once more.
 	mu.Lock()
-	defer mu.Unlock()
-	out.Evicted = int(evicted.Load())
+	out := Drained{Evicted: int(evicted.Load()), Held: maps.Clone(refused)}
+	mu.Unlock()
 	if err != nil {
 		if held := out.DescribeHeld(); held != "" {
 			err = fmt.Errorf("%w (%s)", err, held)
