@@ -359,13 +359,19 @@ func (r *walker) watchNodes(ctx context.Context) *nodeWatch {
 	if err != nil {
 		return nil
 	}
-	w := &nodeWatch{done: make(chan struct{}), began: time.Now(), updates: map[string]*NodeUpdates{}, last: map[string]map[string]time.Time{}}
-	ctx, cancel := context.WithTimeout(ctx, nodeWatchWindow)
+	w := &nodeWatch{done: make(chan struct{}), updates: map[string]*NodeUpdates{}, last: map[string]map[string]time.Time{}}
+	// The window starts once the API server has answered the watch: on a
+	// loaded one the answer alone can take most of it, and a fight judged
+	// on the second left would pass.
+	ctx, cancel := context.WithCancel(ctx)
+	window := time.AfterFunc(nodeWatchWindow, cancel)
 	wi, err := cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		cancel()
 		return nil
 	}
+	w.began = time.Now()
+	window.Reset(nodeWatchWindow)
 	w.stop = cancel
 	go func() {
 		defer close(w.done)

@@ -10,7 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/rigger/rigger/reconcile/observe"
 )
@@ -116,5 +119,36 @@ func TestNodeWatchSaw(t *testing.T) {
 	u := w.updates["n1"]
 	if u == nil || u.Count != 3 || u.Managers["a"] != 2 || u.Managers["b"] != 2 || u.Managers["kubelet"] != 0 {
 		t.Errorf("%+v", u)
+	}
+}
+
+// TestWatchNodesWindowAfterAnswer: the window in which the updates are
+// counted starts once the API server has answered the watch, not when it
+// was asked: a loaded API server's slow answer must not shorten it.
+func TestWatchNodesWindowAfterAnswer(t *testing.T) {
+	cs := fake.NewClientset()
+	fw := watch.NewFake()
+	var answered time.Time
+	cs.PrependWatchReactor("nodes", func(k8stesting.Action) (bool, watch.Interface, error) {
+		time.Sleep(nodeWatchWindow / 2) // the API server's slow answer
+		answered = time.Now()
+		return true, fw, nil
+	})
+	r := &walker{o: &observe.Cluster{Kubernetes: &observe.Kubernetes{}}, rd: &Reads{Kube: func() (kubernetes.Interface, error) { return cs, nil }}}
+	w := r.watchNodes(context.Background())
+	if w == nil {
+		t.Fatal("no watch")
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	fw.Add(n)
+	for range 4 {
+		fw.Modify(n)
+	}
+	<-w.done
+	if w.began.Before(answered) || w.ended.Sub(w.began) < nodeWatchWindow {
+		t.Errorf("window %s from %s, answered at %s", w.ended.Sub(w.began), w.began, answered)
+	}
+	if u := w.updates["n1"]; u == nil || u.Count != 4 {
+		t.Errorf("updates %+v", u)
 	}
 }
