@@ -120,13 +120,17 @@ SLOW_PACKAGES = ./reconcile ./reconcile/certrotate ./reconcile/etcdsnap ./cmd/ri
 # runs anyway.
 TESTSKIP ?=
 
-# The Kubernetes versions past the sandbox's default that `make test-long`
-# upgrades to, one minor at a time.
+# The Kubernetes versions past the sandbox's default that TestUpgradeSandbox
+# upgrades to, one minor at a time (make test-road, make bench).
 UPGRADE_VERSIONS = v1.33.13,v1.34.4
 
 # The newest minor version's step, which `make test-long` runs too
 # (TestNewestMinorSandbox): the last two of sandbox.KubeReleases.
 NEWEST_VERSIONS = v1.36.3,v1.37.2
+
+# What make test-long builds: RKE's next minor (TestRKEUpSandbox, and the
+# etcd 3.5 TestNewestMinorSandbox starts on) and the newest minor's step.
+LONG_VERSIONS = v1.33.13,$(NEWEST_VERSIONS)
 # make bench: which benchmarks (a go test -bench pattern), and where their
 # output and tables go.
 BENCH     ?= .
@@ -180,14 +184,14 @@ rke:
 # minutes each on a cold cache) and the stand-ins for RKE's images, outside the tests' time limits.
 .PHONY: long-images
 long-images: prereqs build rke kubectl ## build the images make test-long needs (other Kubernetes versions, RKE's stand-ins) into the cache
-	$(BIN) sandbox images --kubernetes $(UPGRADE_VERSIONS),$(NEWEST_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
+	$(BIN) sandbox images --kubernetes $(LONG_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
 
 .PHONY: test-long
-test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries, Kubernetes upgraded one minor at a time under load (RKE's 1.32 to 1.34, and the newest minor's step), RKE's own rke up adopted and upgraded, etcd 3.5 to 3.7 on one data directory
+test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries built, RKE's own rke up adopted and upgraded to 1.33 under load, the newest minor's step under load (from etcd 3.5), etcd 3.5 to 3.7 on one data directory
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
 	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 2 -timeout 60m \
-	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember; rc=$$?; \
-	$(BIN) sandbox down --name test36 || rc=1; $(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
+	  -run '^(TestFlagsAgainstBinaries|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember; rc=$$?; \
+	$(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
 # The whole upgrade road past RKE, one minor at a time (make test-road).
@@ -195,7 +199,7 @@ ROAD_VERSIONS = $(UPGRADE_VERSIONS),v1.35.4,v1.36.3,v1.37.2
 
 .PHONY: test-road
 test-road: prereqs build ## the whole upgrade road under load, RKE's 1.32 to 1.37 one minor at a time, exec, port-forward and logs checked after each step, and rigger's flags against every version's binaries (docs/operations.md)
-	@# Kubernetes 1.35 besides test-long's versions (about 10 minutes on a cold cache).
+	@# Kubernetes 1.34 and 1.35 besides test-long's versions (about 7 to 10 minutes each on a cold cache).
 	$(BIN) sandbox images --kubernetes $(ROAD_VERSIONS) >/dev/null
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_ROAD=1 $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 1 -timeout 90m \
 	  -run '^(TestFlagsAgainstBinaries|TestUpgradeSandbox)$$' -v ./reconcile/desired ./reconcile; rc=$$?; \

@@ -63,7 +63,10 @@ const upgradeTo = "v1.33.13"
 //   - the snapshot RKE took is restored by rigger (a ConfigMap made after
 //     it gone, one made before it there; the worker's Node, not in it,
 //     registered again), and an apply makes the plan empty again;
-//   - one minor up (1.32 to 1.33), and the next plan empty.
+//   - a skipped minor (1.32 to 1.34) and an object stored at an API
+//     version 1.33 no longer serves refused by rigger plan;
+//   - one minor up (1.32 to 1.33) with the API and the workload asked
+//     throughout, none failing, and the next plan empty.
 //
 // It runs in make test-long. Each phase logs its time from the start:
 // docs/migrating-from-rke.md quotes them.
@@ -83,9 +86,10 @@ func TestRKEUpSandbox(t *testing.T) {
 	clusterFile := filepath.Join(dir, "cluster.yml")
 	yml := rkeClusterYML(sb)
 	writeFile(t, clusterFile, yml)
-	rigger := func(args ...string) string {
-		return run(t, dir, bin, append(args, "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)...)
+	riggerCode := func(code int, args ...string) string {
+		return runCode(t, dir, code, bin, append(args, "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)...)
 	}
+	rigger := func(args ...string) string { return riggerCode(0, args...) }
 
 	// The worker's sshd is down for rke up: RKE drops it from its state
 	// and from what it deploys, with a warning, brings up the other three
@@ -142,7 +146,7 @@ func TestRKEUpSandbox(t *testing.T) {
 	checkOtherClusterYMLRefused(t, dir, bin, sb, yml)
 
 	phase("rigger plan")
-	planText := runCode(t, dir, 2, bin, "plan", "-f", clusterFile, "--state-dir", filepath.Join(dir, "state"), "--known-hosts", sb.KnownHostsPath)
+	planText := riggerCode(2, "plan")
 	t.Logf("the first plan:\n%s", planText)
 	checkFirstPlan(t, dir, bin, clusterFile, sb, servers, worker)
 
@@ -200,22 +204,57 @@ func TestRKEUpSandbox(t *testing.T) {
 		t.Errorf("the plan after the restore and an apply is not empty:\n%s", out)
 	}
 
-	// RKE's metrics-server keeps its certificates in an emptyDir: a drain
-	// must be told it may delete that (RKE's own upgrades do not drain).
-	images, err := sandbox.VersionImages(upgradeTo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	phase("one minor up: " + upgradeTo)
-	writeFile(t, clusterFile, strings.NewReplacer(sandbox.RKEHyperkubeImage, images["kubernetes"],
-		sandbox.EtcdRef(sandbox.EtcdVersion), images["etcd"]).Replace(yml)+
-		"upgrade_strategy:\n  node_drain_input: {delete_local_data: true}\n")
+	phase("upgrades refused: a skipped minor, an object stored at an API version " + upgradeTo + " no longer serves")
+	checkUpgradesRefused(ctx, t, node1, clusterFile, yml, riggerCode)
+
+	phase("one minor up: " + upgradeTo + ", the API and the workload asked throughout")
+	writeFile(t, clusterFile, upgradeYML(t, yml, upgradeTo))
+	poll = startPolling(ctx, t, kubeconfig, servers)
 	t.Logf("rigger apply: %s", lastLine(rigger("apply", "--yes")))
+	poll.stop(t)
 	waitNodes(ctx, t, cs, "every Node Ready on "+upgradeTo, upgradeTo, sb.Nodes)
 	if out := rigger("plan"); !strings.Contains(out, "No changes.") {
 		t.Errorf("the plan after the upgrade is not empty:\n%s", out)
 	}
 	phase("upgraded")
+}
+
+// upgradeYML is the adopted cluster's cluster.yml (yml) on the sandbox's
+// images of Kubernetes version and its etcd. RKE's metrics-server keeps
+// its certificates in an emptyDir: a drain must be told it may delete that
+// (RKE's own upgrades do not drain).
+func upgradeYML(t *testing.T, yml, version string) string {
+	t.Helper()
+	images, err := sandbox.VersionImages(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.NewReplacer(sandbox.RKEHyperkubeImage, images["kubernetes"], sandbox.EtcdRef(sandbox.EtcdVersion), images["etcd"]).Replace(yml) +
+		"upgrade_strategy:\n  node_drain_input: {delete_local_data: true}\n"
+}
+
+// checkUpgradesRefused checks that rigger plan refuses to skip a minor
+// (RKE's 1.32 to 1.34) and to upgrade to upgradeTo while etcd holds an
+// object stored at an API version that version no longer serves (an
+// IPAddress of the alpha API, MultiCIDRServiceAllocator, that a 1.32 API
+// server wrote), naming it, and plans the upgrade once it is gone. It
+// leaves clusterFile on upgradeTo's images.
+func checkUpgradesRefused(ctx context.Context, t *testing.T, etcd *client.Client, clusterFile, yml string, rigger func(code int, args ...string) string) {
+	t.Helper()
+	skipped := "v1.34.4"
+	writeFile(t, clusterFile, upgradeYML(t, yml, skipped))
+	if out := rigger(1, "plan"); !strings.Contains(out, "one minor version at a time") {
+		t.Errorf("plan %s → %s: want it refused, one minor version at a time:\n%s", sandbox.KubernetesVersion, skipped, out)
+	}
+	const key = "/registry/ipaddresses/10.43.0.99"
+	execIn(ctx, t, etcd, "etcd", "etcdctl", "put", key,
+		`{"apiVersion":"networking.k8s.io/v1alpha1","kind":"IPAddress","metadata":{"name":"10.43.0.99"},"spec":{"parentRef":{"resource":"services","namespace":"default","name":"gone"}}}`)
+	writeFile(t, clusterFile, upgradeYML(t, yml, upgradeTo))
+	if out := rigger(1, "plan"); !strings.Contains(out, "ipaddresses.networking.k8s.io 10.43.0.99 stored at networking.k8s.io/v1alpha1") {
+		t.Errorf("plan %s → %s with %s stored at v1alpha1: want it refused naming the object:\n%s", sandbox.KubernetesVersion, upgradeTo, key, out)
+	}
+	execIn(ctx, t, etcd, "etcd", "etcdctl", "del", key)
+	rigger(2, "plan")
 }
 
 // rkeClusterYML is the cluster.yml rke up reads: RKE's defaults but the
