@@ -9,6 +9,7 @@
 package dockerop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -209,8 +210,9 @@ func containerConfig(c *desired.Container, extraArgs []string) (*container.Confi
 // The old one is stopped and renamed first (host ports are freed), then the
 // new one is created and started; if that fails, the new one is removed and
 // the old one is put back and started again, so a failed replace leaves the
-// node as it was. On success the old container is removed.
-func Replace(ctx context.Context, e Engine, node string, c *desired.Container, extraArgs []string) (string, error) {
+// node as it was. On success the old container is removed. The old one
+// gets grace to stop on SIGTERM before it is killed (StopTimeout when 0).
+func Replace(ctx context.Context, e Engine, node string, c *desired.Container, extraArgs []string, grace time.Duration) (string, error) {
 	if err := EnsureImage(ctx, e, node, c.Image); err != nil {
 		return "", err // before anything stops
 	}
@@ -218,7 +220,7 @@ func Replace(ctx context.Context, e Engine, node string, c *desired.Container, e
 	if err := removeIfExists(ctx, e, old); err != nil {
 		return "", fmt.Errorf("node %s: remove %s left by an earlier run: %w", node, old, err)
 	}
-	if err := stop(ctx, e, c.Name); err != nil {
+	if err := stop(ctx, e, c.Name, grace); err != nil {
 		return "", fmt.Errorf("node %s: stop container %s: %w", node, c.Name, err)
 	}
 	if err := e.ContainerRename(ctx, c.Name, old); err != nil {
@@ -245,7 +247,7 @@ func Replace(ctx context.Context, e Engine, node string, c *desired.Container, e
 // Remove stops and removes the container name; a container that is not
 // there is not an error.
 func Remove(ctx context.Context, e Engine, node, name string) error {
-	if err := stop(ctx, e, name); err != nil {
+	if err := stop(ctx, e, name, 0); err != nil {
 		return fmt.Errorf("node %s: stop container %s: %w", node, name, err)
 	}
 	if err := removeIfExists(ctx, e, name); err != nil {
@@ -254,18 +256,24 @@ func Remove(ctx context.Context, e Engine, node, name string) error {
 	return nil
 }
 
-// Restart starts the container name again (stopped first if it runs).
-func Restart(ctx context.Context, e Engine, node, name string) error {
-	timeout := int(StopTimeout / time.Second)
-	if err := e.ContainerRestart(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
+// Restart starts the container name again (stopped first if it runs, with
+// grace to stop as Replace gives it).
+func Restart(ctx context.Context, e Engine, node, name string, grace time.Duration) error {
+	if err := e.ContainerRestart(ctx, name, stopOptions(grace)); err != nil {
 		return fmt.Errorf("node %s: restart container %s: %w", node, name, err)
 	}
 	return nil
 }
 
-func stop(ctx context.Context, e Engine, name string) error {
-	timeout := int(StopTimeout / time.Second)
-	err := e.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout})
+// stopOptions gives a container grace (StopTimeout when 0) to stop on
+// SIGTERM before it is killed.
+func stopOptions(grace time.Duration) container.StopOptions {
+	timeout := int(cmp.Or(grace, StopTimeout) / time.Second)
+	return container.StopOptions{Timeout: &timeout}
+}
+
+func stop(ctx context.Context, e Engine, name string, grace time.Duration) error {
+	err := e.ContainerStop(ctx, name, stopOptions(grace))
 	if err != nil && !errdefs.IsNotFound(err) {
 		return err
 	}

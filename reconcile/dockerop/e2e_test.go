@@ -167,7 +167,7 @@ func TestSandbox(t *testing.T) {
 		}
 		c2 := *c
 		c2.Labels = map[string]string{desired.LabelComponent: "e2e", "v": "2"}
-		id2, err := Replace(ctx, cli, n.Name, &c2, nil)
+		id2, err := Replace(ctx, cli, n.Name, &c2, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestSandbox(t *testing.T) {
 		// A replace whose new container cannot start puts the old one back.
 		bad := c2
 		bad.Entrypoint = []string{"/no/such/binary"}
-		if _, err := Replace(ctx, cli, n.Name, &bad, nil); err == nil {
+		if _, err := Replace(ctx, cli, n.Name, &bad, nil, 0); err == nil {
 			t.Fatal("a replace with an invalid bind succeeded")
 		}
 		insp, err = cli.ContainerInspect(ctx, c.Name)
@@ -193,7 +193,7 @@ func TestSandbox(t *testing.T) {
 			t.Fatalf("after a failed replace: %v, id %s running %v; want the old container %s running", err, insp.ID, insp.State, id2)
 		}
 
-		if err := Restart(ctx, cli, n.Name, c.Name); err != nil {
+		if err := Restart(ctx, cli, n.Name, c.Name, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := Remove(ctx, cli, n.Name, c.Name); err != nil {
@@ -248,7 +248,7 @@ func TestSandbox(t *testing.T) {
 		}
 		t.Logf("%v", err)
 		// Restarted through the API, its count starts again.
-		if err := Restart(ctx, cli, n.Name, "rigger-e2e-crash"); err != nil {
+		if err := Restart(ctx, cli, n.Name, "rigger-e2e-crash", 0); err != nil {
 			t.Fatal(err)
 		}
 		if insp, err := cli.ContainerInspect(ctx, "rigger-e2e-crash"); err != nil || insp.RestartCount > 1 {

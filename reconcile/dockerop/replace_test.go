@@ -2,9 +2,11 @@ package dockerop
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
@@ -40,8 +42,8 @@ func (e *callEngine) ContainerStart(_ context.Context, id string, _ container.St
 	return nil
 }
 
-func (e *callEngine) ContainerStop(_ context.Context, id string, _ container.StopOptions) error {
-	e.add("stop", id)
+func (e *callEngine) ContainerStop(_ context.Context, id string, o container.StopOptions) error {
+	e.add("stop", id, fmt.Sprintf("within %ds", *o.Timeout))
 	return nil
 }
 
@@ -56,18 +58,20 @@ func (e *callEngine) ContainerRemove(_ context.Context, id string, _ container.R
 }
 
 // TestReplaceCalls: a replace inspects the image once (not again before
-// the create), and stops, renames, creates, starts and removes in that
-// order.
+// the create), and stops (within StopTimeout, or the grace given),
+// renames, creates, starts and removes in that order.
 func TestReplaceCalls(t *testing.T) {
-	e := &callEngine{}
-	c := &desired.Container{Name: "kubelet", Image: "hyperkube:v1"}
-	if _, err := Replace(context.Background(), e, "n1", c, nil); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"image inspect hyperkube:v1", "remove kubelet-rigger-old", "stop kubelet", "rename kubelet kubelet-rigger-old",
-		"create kubelet", "start new", "remove kubelet-rigger-old"}
-	if diff := cmp.Diff(want, e.calls); diff != "" {
-		t.Errorf("Replace's calls (-want +got):\n%s", diff)
+	for grace, within := range map[time.Duration]string{0: "30s", 3 * time.Second: "3s"} {
+		e := &callEngine{}
+		c := &desired.Container{Name: "kubelet", Image: "hyperkube:v1"}
+		if _, err := Replace(context.Background(), e, "n1", c, nil, grace); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"image inspect hyperkube:v1", "remove kubelet-rigger-old", "stop kubelet within " + within, "rename kubelet kubelet-rigger-old",
+			"create kubelet", "start new", "remove kubelet-rigger-old"}
+		if diff := cmp.Diff(want, e.calls); diff != "" {
+			t.Errorf("grace %s: Replace's calls (-want +got):\n%s", grace, diff)
+		}
 	}
 }
 

@@ -27,17 +27,7 @@ func TestSnapshotLogsRealEtcd(t *testing.T) {
 	if !strings.HasPrefix(v36, "v3.6.") || !strings.HasPrefix(v37, "v3.7.") {
 		t.Fatalf("the sandbox's newest releases run etcd %s and %s, not 3.6 and 3.7", v36, v37)
 	}
-	bin := func(v string) string {
-		cache := os.Getenv("RIGGER_CACHE")
-		if cache == "" {
-			cache = "/var/cache/rigger"
-		}
-		dir := filepath.Join(cache, "etcd", v)
-		if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
-			t.Fatalf("etcd %s is not built in %s: make long-images builds it", v, dir)
-		}
-		return filepath.Join(dir, "etcd")
-	}
+	bin := func(v string) string { return etcdBinary(t, v) }
 	data := t.TempDir()
 	m := member{t: t, data: filepath.Join(data, "etcd")}
 	m.run(bin(v35), func(c *etcdmember.Client) { m.put(c, "/test/written-by", "3.5") })
@@ -75,6 +65,20 @@ func TestSnapshotLogsRealEtcd(t *testing.T) {
 	})
 }
 
+// etcdBinary is the etcd of version v the sandbox built into its cache.
+func etcdBinary(t *testing.T, v string) string {
+	t.Helper()
+	cache := os.Getenv("RIGGER_CACHE")
+	if cache == "" {
+		cache = "/var/cache/rigger"
+	}
+	dir := filepath.Join(cache, "etcd", v)
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
+		t.Fatalf("etcd %s is not built in %s: rigger sandbox images builds RKE's, make long-images the others", v, dir)
+	}
+	return filepath.Join(dir, "etcd")
+}
+
 // member is one etcd member on 127.0.0.1 with its data in data.
 type member struct {
 	t    *testing.T
@@ -93,17 +97,8 @@ type proc struct {
 // directory; the test's cleanup kills it.
 func (m member) start(bin string) *proc {
 	m.t.Helper()
-	var ports [2]int
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			m.t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	p := &proc{url: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), exited: make(chan error, 1)}
-	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	p := &proc{url: "http://" + freeAddr(m.t), exited: make(chan error, 1)}
+	peer := "http://" + freeAddr(m.t)
 	p.log = fmt.Sprintf("%s-%s.log", m.data, filepath.Base(filepath.Dir(bin)))
 	f, err := os.Create(p.log)
 	if err != nil {

@@ -510,10 +510,10 @@ func (r *runner) startContainer(ctx context.Context, e dockerop.Engine, s plan.S
 		_, err := dockerop.Create(ctx, e, s.Node, s.After, args)
 		return err
 	case plan.Replace:
-		_, err := dockerop.Replace(ctx, e, s.Node, s.After, r.bootstrapArgs(s))
+		_, err := dockerop.Replace(ctx, e, s.Node, s.After, r.bootstrapArgs(s), r.stopGrace(ctx, s))
 		return err
 	case plan.Restart:
-		return dockerop.Restart(ctx, e, s.Node, s.Component)
+		return dockerop.Restart(ctx, e, s.Node, s.Component, r.stopGrace(ctx, s))
 	}
 	return fmt.Errorf("node %s: unknown action %q", s.Node, s.Action)
 }

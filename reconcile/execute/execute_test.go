@@ -519,6 +519,9 @@ type membersFake struct {
 	// logs records SnapshotLogs' calls with r; logsErr is their error.
 	logs    *recorder
 	logsErr error
+	// handOff answers HandOff (nil: handOffErr, or not the leader).
+	handOff    func(peer string) (*etcdmember.Member, error)
+	handOffErr error
 }
 
 func (f *membersFake) SnapshotLogs(_ context.Context, minor string) (etcdmember.LogSnapshots, error) {
@@ -529,6 +532,14 @@ func (f *membersFake) SnapshotLogs(_ context.Context, minor string) (etcdmember.
 }
 
 func (f *membersFake) Members(context.Context) ([]etcdmember.Member, error) { return f.members, nil }
+
+func (f *membersFake) HandOff(_ context.Context, peer string) (*etcdmember.Member, error) {
+	f.via["hand off "+peer] = nil
+	if f.handOff == nil {
+		return nil, f.handOffErr
+	}
+	return f.handOff(peer)
+}
 
 func (f *membersFake) AddLearner(_ context.Context, via []string, peer string) (etcdmember.Member, error) {
 	f.via["add "+peer] = via
@@ -738,5 +749,62 @@ func TestBlockedPhaseRepairs(t *testing.T) {
 	}
 	if got := o.Budgets.Blocked(p); got[plan.PhaseControlPlane] == nil {
 		t.Errorf("Blocked = %v, want the control plane (10.0.0.1's changes)", got)
+	}
+}
+
+// TestStopGrace: an etcd member of a running cluster hands its leadership
+// off before it stops and then gets etcdStopGrace; one that could not hand
+// it off, the only voter, a member of a new cluster and every other
+// component stop as they stop themselves (dockerop.StopTimeout).
+func TestStopGrace(t *testing.T) {
+	d := build(t, clusterYML)
+	var etcdNode string
+	for _, n := range d.Nodes {
+		if _, ok := n.Container(desired.Etcd); ok {
+			etcdNode = n.Address
+			break
+		}
+	}
+	dn, _ := d.Node(etcdNode)
+	peer := desired.EtcdPeerURL(dn.InternalAddress)
+	etcdStep := plan.Step{Node: etcdNode, Component: desired.Etcd, Action: plan.Replace}
+	for _, tc := range []struct {
+		name    string
+		step    plan.Step
+		etcdNew bool
+		handOff func(string) (*etcdmember.Member, error)
+		err     error
+		want    time.Duration
+		said    string
+	}{
+		{name: "the leader", step: etcdStep, want: etcdStopGrace,
+			handOff: func(p string) (*etcdmember.Member, error) {
+				return &etcdmember.Member{ID: 2, Name: "etcd-b", PeerURLs: []string{"https://10.0.0.2:2380"}}, nil
+			}, said: "etcd's leadership handed off to etcd-b https://10.0.0.2:2380 before the member stops"},
+		{name: "a follower", step: etcdStep, want: etcdStopGrace},
+		{name: "the only voter", step: etcdStep, err: etcdmember.ErrNoOtherVoter},
+		{name: "etcd does not answer", step: etcdStep, err: errors.New("context deadline exceeded"),
+			said: "etcd's leadership not handed off (context deadline exceeded): the member stops as etcd stops itself, in up to 30s"},
+		{name: "a new cluster", step: etcdStep, etcdNew: true},
+		{name: "another component", step: plan.Step{Node: etcdNode, Component: desired.KubeAPIServer, Action: plan.Replace}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var said []string
+			fake := &membersFake{via: map[string][]string{}, handOff: tc.handOff, handOffErr: tc.err}
+			o := options(d, &recorder{})
+			o.Etcd = func(context.Context) (Membership, error) { return fake, nil }
+			o.Hooks.Step = func(node, msg string, err error) { said = append(said, msg) }
+			r := &runner{o: o, etcdNew: tc.etcdNew}
+			if got := r.stopGrace(context.Background(), tc.step); got != tc.want {
+				t.Errorf("grace %s, want %s", got, tc.want)
+			}
+			_, asked := fake.via["hand off "+peer]
+			if wantAsked := tc.step.Component == desired.Etcd && !tc.etcdNew; asked != wantAsked {
+				t.Errorf("hand off asked: %v, want %v", asked, wantAsked)
+			}
+			if want := []string{tc.said}; tc.said == "" && len(said) != 0 || tc.said != "" && !slices.Equal(said, want) {
+				t.Errorf("said %q, want %q", said, tc.said)
+			}
+		})
 	}
 }
