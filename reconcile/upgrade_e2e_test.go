@@ -414,8 +414,10 @@ type load struct {
 	lastHTTP           time.Time
 	httpGap            time.Duration
 	apiCalls, apiFails int
+	firstAPIFailures   []string
 	lastAPI            time.Time
 	apiGap             time.Duration
+	apiGapEnd          time.Time
 }
 
 // loadReport is what the clients counted.
@@ -425,8 +427,12 @@ type loadReport struct {
 	firstFailures      []string
 	httpGap            time.Duration
 	apiCalls, apiFails int
+	firstAPIFailures   []string
 	apiGap             time.Duration
-	nodes              map[string]time.Duration
+	// apiGapEnd is when the longest API gap ended (the clients' stop when
+	// it had not).
+	apiGapEnd time.Time
+	nodes     map[string]time.Duration
 }
 
 func (r loadReport) String() string {
@@ -449,7 +455,8 @@ func (r loadReport) check(t *testing.T, service bool, maxGap time.Duration) {
 		t.Errorf("the clients made %d requests and %d API calls: too few to measure", r.requests, r.apiCalls)
 	}
 	if r.apiGap > maxGap {
-		t.Errorf("the API did not answer for %s, more than %s", r.apiGap, maxGap)
+		t.Errorf("the API did not answer for %s, more than %s, until %s; the first failed calls: %s", r.apiGap, maxGap,
+			r.apiGapEnd.Format("15:04:05.0"), strings.Join(r.firstAPIFailures, "; "))
 	}
 	if service && r.httpGap > maxAPIGap {
 		t.Errorf("the Service did not answer for %s, more than %s; the first failures: %s", r.httpGap, maxAPIGap, strings.Join(r.firstFailures, "; "))
@@ -527,9 +534,14 @@ func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, address stri
 		l.apiCalls++
 		if err != nil {
 			l.apiFails++
+			if len(l.firstAPIFailures) < 5 {
+				l.firstAPIFailures = append(l.firstAPIFailures, fmt.Sprintf("%s: %v", now.Format("15:04:05.0"), err))
+			}
 			return
 		}
-		l.apiGap = max(l.apiGap, now.Sub(l.lastAPI))
+		if gap := now.Sub(l.lastAPI); gap > l.apiGap {
+			l.apiGap, l.apiGapEnd = gap, now
+		}
 		l.lastAPI = now
 	})
 	t.Cleanup(func() { cancel(); l.wg.Wait() })
@@ -563,8 +575,13 @@ func (l *load) stop(t *testing.T) loadReport {
 	l.wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadReport{took: time.Since(l.began), requests: l.requests, failures: l.failures, firstFailures: l.firstFailures,
-		httpGap: max(l.httpGap, time.Since(l.lastHTTP)), apiCalls: l.apiCalls, apiFails: l.apiFails, apiGap: max(l.apiGap, time.Since(l.lastAPI))}
+	r := loadReport{took: time.Since(l.began), requests: l.requests, failures: l.failures, firstFailures: l.firstFailures,
+		httpGap: max(l.httpGap, time.Since(l.lastHTTP)), apiCalls: l.apiCalls, apiFails: l.apiFails, firstAPIFailures: l.firstAPIFailures,
+		apiGap: l.apiGap, apiGapEnd: l.apiGapEnd}
+	if now := time.Now(); now.Sub(l.lastAPI) > r.apiGap {
+		r.apiGap, r.apiGapEnd = now.Sub(l.lastAPI), now
+	}
+	return r
 }
 
 // cordoned is how long each node was cordoned in an apply, from its
