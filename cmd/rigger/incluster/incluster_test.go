@@ -168,9 +168,11 @@ func TestServeInClusterSandbox(t *testing.T) {
 	if err != nil || !strings.Contains(strings.Join(proxy.Args, " "), "--v=4") {
 		t.Errorf("the change did not reach the managed node's kube-proxy (%v): %v", err, proxy.Args)
 	}
-	// Whichever replica holds the cluster's Lease now applied the change:
-	// the other one, or the pod the Deployment made for the deleted one.
-	var next string
+	// A live replica holds the cluster, and one of them applied the
+	// change: the other one, or the pod the Deployment made for the
+	// deleted one. Not necessarily the holder: a replica that took the
+	// cluster while the one it is assigned to was away hands it back once
+	// its reconcile is over.
 	testwait.For(t, 2*time.Minute, "a new holder of the cluster, the Service on both replicas", func() error {
 		l, other, err := roles(cs)
 		if err != nil {
@@ -179,16 +181,13 @@ func TestServeInClusterSandbox(t *testing.T) {
 		if l == leader {
 			return fmt.Errorf("the deleted pod %s holds the cluster", l)
 		}
-		next = l
 		return checkService(cs, l, other)
 	})
-	if logs := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", next); !applied(logs, change) {
-		t.Errorf("the new leader %s did not apply %s; its log:\n%s", next, change, logs)
-	}
-
 	// The pods' logs now: those of their runs that the engine's stop ends
 	// may be gone afterwards.
-	logs = append(logs, podLogs(t, dir, kubectl, kubeconfig, cs, false)...)
+	live := podLogs(t, dir, kubectl, kubeconfig, cs, false)
+	checkApplied(t, live, change)
+	logs = append(logs, live...)
 
 	phase("the management node's engine stopped with every container on it, then started: the pods come back and apply the next push")
 	if err := sb.StopService(context.Background(), mgmtNode.Name, sandbox.ServiceDocker); err != nil {
@@ -204,10 +203,12 @@ func TestServeInClusterSandbox(t *testing.T) {
 	repo.waitStatus(t, "the push made while the management node was down, applied", 8*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == back && ready(f) == "True"
 	})
-	l, _ := settled(t, cs)
-	if logs := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", l); !applied(logs, back) {
-		t.Errorf("the leader %s did not apply %s; its log:\n%s", l, back, logs)
-	}
+	settled(t, cs)
+	// The pods' runs since the engine came back: one of them applied the
+	// push (the holder now, or the replica that handed it the cluster).
+	live = podLogs(t, dir, kubectl, kubeconfig, cs, false)
+	checkApplied(t, live, back)
+	logs = append(logs, live...)
 	logs = append(logs, podLogs(t, dir, kubectl, kubeconfig, cs, true)...)
 	checkNoOverlap(t, logs, first, change, back)
 	phase("done")
@@ -308,14 +309,28 @@ func checkNoOverlap(t *testing.T, logs []serveLog, revisions ...string) {
 	}
 }
 
-// applied says whether a serve log shows a reconcile of revision.
-func applied(log, revision string) bool {
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, `"msg":"reconcile done"`) && strings.Contains(line, `"revision":"`+revision[:12]+`"`) {
-			return true
+// checkApplied fails unless one of logs shows a reconcile of revision,
+// and logs who applied it.
+func checkApplied(t *testing.T, logs []serveLog, revision string) {
+	t.Helper()
+	var who []string
+	for _, l := range logs {
+		for _, line := range strings.Split(l.text, "\n") {
+			if strings.Contains(line, `"msg":"reconcile done"`) && strings.Contains(line, `"revision":"`+revision[:12]+`"`) {
+				who = append(who, l.who)
+				break
+			}
 		}
 	}
-	return false
+	if len(who) == 0 {
+		var all []string
+		for _, l := range logs {
+			all = append(all, fmt.Sprintf("--- %s:\n%s", l.who, l.text))
+		}
+		t.Errorf("no live pod applied %s; their logs:\n%s", revision[:12], strings.Join(all, "\n"))
+		return
+	}
+	t.Logf("%s applied by %s", revision[:12], strings.Join(who, ", "))
 }
 
 // settled waits for deploy/'s two pods to settle, both Running and
