@@ -14,6 +14,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/rigger/rigger/gitops/gitrepo"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 )
@@ -123,6 +124,9 @@ type Config struct {
 	// IgnoreDockerVersion skips the check of the nodes' Docker versions
 	// (reconcile.Options.IgnoreDockerVersion): serve's --ignore-docker-version.
 	IgnoreDockerVersion bool
+	// Self is the pod serve runs as, in a Kubernetes cluster
+	// (reconcile.Options.Self); nil when it does not run in a pod.
+	Self *observe.PodRef
 	// Answers is the pool the weight of every cluster's nodes' Docker
 	// answers is drawn from (reconcile.Options.Answers): one for the
 	// whole server, so that many clusters reconciled at once do not

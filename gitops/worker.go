@@ -431,7 +431,8 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 		return out
 	}
 	s, err := cfg.Open(c, reconcile.Options{StateDir: dir, Log: log, Now: cfg.Now,
-		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion, Answers: cfg.Answers})
+		ReadInclude: w.includeReader(ref), IgnoreDockerVersion: cfg.IgnoreDockerVersion, Answers: cfg.Answers,
+		Self: cfg.Self})
 	if err != nil {
 		out.fail(err)
 		return out

@@ -10,6 +10,7 @@ import (
 	"github.com/rigger/rigger/reconcile/decide"
 	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/sysaddons"
 )
@@ -42,7 +43,7 @@ func (s *Session) kubeSide(pl *decide.Planned, cs kubernetes.Interface, h plan.H
 			}
 			return dockerop.Logs(ctx, e, component)
 		},
-		NetworkPlugin: s.networkPluginSelector(), Say: say, StageNetwork: stageNetwork,
+		NetworkPlugin: s.networkPluginSelector(), Say: say, StageNetwork: stageNetwork, Self: selfPod(pl),
 	})
 	return side, h, say
 }
@@ -54,4 +55,13 @@ func (s *Session) networkPluginSelector() string {
 		return ""
 	}
 	return addons.LabelAddon + "=" + sysaddons.NetworkPlugin
+}
+
+// selfPod is rigger's own pod when it runs in the cluster of pl, for the
+// drains to leave; nil otherwise.
+func selfPod(pl *decide.Planned) *observe.Self {
+	if pl.Observed == nil || pl.Observed.Kubernetes == nil {
+		return nil
+	}
+	return pl.Observed.Kubernetes.Self
 }

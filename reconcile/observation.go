@@ -181,8 +181,10 @@ func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observ
 }
 
 // observeKubernetes lists the Nodes into o and links them to the machines
-// of cluster.yml (observe.Nodes), and the network plugin's pods made for
-// an earlier Node of a recent Node's name (kubenode.StalePluginPods).
+// of cluster.yml (observe.Nodes), looks for rigger's own pod in the
+// cluster when rigger runs in one (kubenode.FindSelf), and the network
+// plugin's pods made for an earlier Node of a recent Node's name
+// (kubenode.StalePluginPods).
 func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observe.Cluster) {
 	var machines []observe.Machine
 	for _, m := range kubenode.Machines(s.c) {
@@ -196,7 +198,23 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 		return kubenode.ListNodes(ctx, cs)
 	})
 	k := o.Kubernetes
-	if k.Err != nil || s.networkPluginSelector() == "" {
+	if k.Err != nil {
+		return
+	}
+	if ref := s.opts.Self; ref != nil {
+		cs, err := s.services().KubeClient(set, o)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(ctx, observe.NodeListTimeout)
+			k.Self, err = kubenode.FindSelf(ctx, cs, *ref, k.Link)
+			cancel()
+		}
+		if k.SelfErr = err; err != nil {
+			s.opts.Log.Warn("rigger's own pod not looked for in the cluster", "cluster", s.c.ClusterName, "pod", ref.String(), "err", err)
+		} else if k.Self != nil {
+			s.opts.Log.Debug("rigger runs in the cluster it reconciles", "cluster", s.c.ClusterName, "pod", k.Self.Pod, "node", k.Self.Node)
+		}
+	}
+	if s.networkPluginSelector() == "" {
 		return
 	}
 	cs, err := s.services().KubeClient(set, o)

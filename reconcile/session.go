@@ -8,6 +8,7 @@ import (
 
 	"github.com/rigger/rigger/internal/timeline"
 	"github.com/rigger/rigger/reconcile/dockerop"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/registryauth"
@@ -73,6 +74,12 @@ type Options struct {
 	// (a missing ssh_key_path file) an error of that node's calls, not of
 	// Open: rigger doctor reports it as the node's ssh-auth finding.
 	KeysPerNode bool
+	// Self is the pod rigger runs as when it runs in a Kubernetes cluster
+	// (rigger serve's pods, from the downward API); nil otherwise. When
+	// the cluster reconciled is the one it runs in, its drains leave that
+	// pod be and a plan that removes its node is refused
+	// (plan.CheckSelfRemoval).
+	Self *observe.PodRef
 	// Answers is the pool the weight of the nodes' Docker answers is drawn
 	// from when Transport is nil (transport.AnswerPool): rigger serve
 	// shares one among every cluster. Nil: a pool of

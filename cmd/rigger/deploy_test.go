@@ -376,12 +376,19 @@ func TestDeployServe(t *testing.T) {
 	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
 		t.Errorf("strategy %q: every replica is ready with its share of the clusters, so a RollingUpdate works", d.Spec.Strategy.Type)
 	}
-	podIP := false
+	fields := map[string]string{}
 	for _, e := range c.Env {
-		podIP = podIP || e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fields[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
 	}
-	if !podIP {
+	if fields["POD_IP"] != "status.podIP" {
 		t.Error("no POD_IP from status.podIP: the other replicas cannot relay webhooks to this one (--advertise-url)")
+	}
+	for name, path := range map[string]string{"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "POD_UID": "metadata.uid"} {
+		if fields[name] != path {
+			t.Errorf("no %s from %s: serve cannot tell the cluster it runs in, and would drain itself", name, path)
+		}
 	}
 	if got := str("path"); got != "clusters/" {
 		t.Errorf("--path %q, want clusters/", got)

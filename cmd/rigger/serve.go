@@ -34,6 +34,7 @@ import (
 	"github.com/rigger/rigger/gitops/statuspage"
 	"github.com/rigger/rigger/gitops/webhook"
 	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/transport"
@@ -386,7 +387,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
 		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
-		Board: board, LoadState: loadState, StateFileAt: stateFileAt, Share: sharer,
+		Board: board, LoadState: loadState, StateFileAt: stateFileAt, Share: sharer, Self: selfPod(log),
 	})
 	if err != nil {
 		return err
@@ -763,4 +764,22 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: give text or json", format)
+}
+
+// selfPod is the pod serve runs as, from the downward API's $POD_NAMESPACE,
+// $POD_NAME and $POD_UID (deploy/deployment.yaml sets them): serve then
+// knows a cluster it reconciles from within (reconcile.Options.Self). Nil
+// outside a pod, or when they are not all set.
+func selfPod(log *slog.Logger) *observe.PodRef {
+	ref := observe.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME"), UID: os.Getenv("POD_UID")}
+	switch {
+	case ref == observe.PodRef{}:
+		return nil
+	case ref.Namespace == "" || ref.Name == "" || ref.UID == "":
+		log.Warn("$POD_NAMESPACE, $POD_NAME and $POD_UID are not all set: serve cannot tell a cluster it runs in "+
+			"(its drains would evict serve's own pod); set them from the downward API as deploy/deployment.yaml does",
+			"namespace", ref.Namespace, "name", ref.Name, "uid", ref.UID)
+		return nil
+	}
+	return &ref
 }

@@ -16,8 +16,9 @@
 //     the files and restarts each asks of the nodes;
 //   - the steps (plan.Compute), the unavailability budgets of the rolling
 //     phases (plan.ResolveBudgets), the guard against a truncated
-//     cluster.yml (plan.CheckRemovals) and the Kubernetes Nodes' changes
-//     (kubenode.Changes, stale Nodes deleted included).
+//     cluster.yml (plan.CheckRemovals), the refusal to remove the node
+//     rigger itself runs on (plan.CheckSelfRemoval) and the Kubernetes
+//     Nodes' changes (kubenode.Changes, stale Nodes deleted included).
 //
 // Compute does no I/O, takes no context, reads no clock and logs nothing:
 // the scenario table (scenario_test.go) and the simulated-node benchmarks
@@ -190,6 +191,7 @@ func Compute(in Input) (*Planned, error) {
 		pki: rp, encryption: re, spec: c, ignoreDocker: in.Asked.IgnoreDockerVersion,
 		removals:   plan.CheckRemovals(p, len(c.Nodes), c.Rigger.MaxRemovedNodes, in.Asked.AllowRemovals),
 		membership: plan.CheckMembership(p, o),
+		self:       plan.CheckSelfRemoval(p, o.Kubernetes),
 	}
 	if rp.Save {
 		pl.SavePKI = rp.State

@@ -75,10 +75,11 @@ type Planned struct {
 	// their rotation; encryption the plan of the generated key.
 	pki        *pkisource.Resolved
 	encryption *secretsenc.Plan
-	// removals is the removal guard's refusal (plan.CheckRemovals), and
+	// removals is the removal guard's refusal (plan.CheckRemovals),
 	// membership the refusal of an etcd membership change the members as
-	// observed would refuse (plan.CheckMembership).
-	removals, membership error
+	// observed would refuse (plan.CheckMembership), and self the refusal
+	// to remove the node rigger runs on (plan.CheckSelfRemoval).
+	removals, membership, self error
 	// spec is the cluster.yml the plan is of, and ignoreDocker
 	// Asked.IgnoreDockerVersion, for the problems of status; spec is nil
 	// for a teardown.
@@ -92,8 +93,9 @@ type Planned struct {
 // key, the same), more nodes removed than rigger.max_removed_nodes
 // allows without Asked.AllowRemovals (a *plan.RemovalGuardError), or an
 // etcd membership change the members would refuse (an
-// *etcdmember.RefusedError: a member added while another is down); nil
-// when it may be applied.
+// *etcdmember.RefusedError: a member added while another is down), or the
+// removal of the node rigger runs on (a *plan.SelfRemovalError); nil when
+// it may be applied.
 func (p *Planned) Blocked() error {
 	if p.pki != nil && p.pki.NewCA != nil {
 		return stall.Stalls(stall.NewCABlocked, p.pki.NewCA)
@@ -105,6 +107,9 @@ func (p *Planned) Blocked() error {
 	}
 	if p.removals != nil {
 		return p.removals
+	}
+	if p.self != nil {
+		return p.self
 	}
 	return p.membership
 }

@@ -811,6 +811,25 @@ func TestComputeScenarios(t *testing.T) {
 			want:  workersRemoved(1),
 		},
 		{
+			// rigger serve in this cluster, on the removed node.
+			name: "a worker removed that rigger runs on",
+			build: func(t *testing.T) *scenario {
+				sc := removed(t, splitYML, "", "10.0.1.5")
+				sc.o.Kubernetes = &observe.Kubernetes{Self: &observe.Self{Pod: "rigger-system/rigger-1", Node: "w5", Address: "10.0.1.5"}}
+				return sc
+			},
+			want: workersRemoved(1, "blocked: SelfRemoval"),
+		},
+		{
+			name: "a worker removed, rigger running on another",
+			build: func(t *testing.T) *scenario {
+				sc := removed(t, splitYML, "", "10.0.1.5")
+				sc.o.Kubernetes = &observe.Kubernetes{Self: &observe.Self{Pod: "rigger-system/rigger-1", Node: "w4", Address: "10.0.1.4"}}
+				return sc
+			},
+			want: workersRemoved(1),
+		},
+		{
 			name:  "two workers removed: the removal guard",
 			build: func(t *testing.T) *scenario { return removed(t, splitYML, "", "10.0.1.4", "10.0.1.5") },
 			want: workersRemoved(2,

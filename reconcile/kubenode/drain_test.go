@@ -46,7 +46,7 @@ func TestDrainHeldByBudget(t *testing.T) {
 		return true, nil, cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "app", "web-1")
 	})
 	var told []string
-	got, err := Drain(context.Background(), cs, "n1", spec.NodeDrainInput{Timeout: 30}, func(pod string, err error) {
+	got, err := Drain(context.Background(), cs, "n1", spec.NodeDrainInput{Timeout: 30}, nil, func(pod string, err error) {
 		told = append(told, pod+": "+err.Error())
 	})
 	if err != nil {

@@ -34,6 +34,11 @@ type Config struct {
 	// changes either way.
 	Drain      bool
 	DrainInput spec.NodeDrainInput
+	// Self is rigger's own pod, when it runs in the cluster it applies to
+	// (observe.Kubernetes.Self; nil: it does not): the drains leave it
+	// where it runs (evicted, it would stop the apply half-way, its node
+	// cordoned) and evict its other replicas without their caches (Drain).
+	Self *observe.Self
 	// ReadyTimeout bounds the wait for a Node to be Ready (zero:
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
@@ -195,7 +200,7 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		return nil
 	}
 	began := time.Now()
-	drained, err := Drain(ctx, h.cfg.Client, n.Name, h.cfg.DrainInput, func(pod string, err error) {
+	drained, err := Drain(ctx, h.cfg.Client, n.Name, h.cfg.DrainInput, h.cfg.Self, func(pod string, err error) {
 		h.say(node, "draining Node %s: the eviction of %s waits for its PodDisruptionBudget (%v); kubectl's drain tries again every 5 s", n.Name, pod, err)
 	})
 	if err != nil {
@@ -213,6 +218,9 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 	msg := fmt.Sprintf("drained Node %s: %d pod(s) evicted (%s)", n.Name, drained.Evicted, time.Since(began).Round(100*time.Millisecond))
 	if held := drained.DescribeHeld(); held != "" {
 		msg += "; " + held
+	}
+	if drained.Kept != "" {
+		msg += "; rigger's own pod " + drained.Kept + " left on it: it carries this apply out"
 	}
 	h.say(node, "%s", msg)
 	return nil

@@ -126,14 +126,20 @@ type Drained struct {
 	// PodDisruptionBudget refused before the pod could go (kubectl's drain
 	// tries again every 5 s).
 	Held map[string]int
+	// Kept is rigger's own pod when it was on the Node (namespace/name),
+	// "" otherwise.
+	Kept string
 }
 
 // Drain evicts the pods of the Node (kubectl drain, with
 // upgrade_strategy.node_drain_input's settings), DaemonSets' pods aside
-// when IgnoreDaemonSets. held, when set, is called on the first refusal
-// of each pod's eviction by a PodDisruptionBudget: the drain waits for it.
-// The Node should be cordoned first.
-func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.NodeDrainInput, held func(pod string, err error)) (Drained, error) {
+// when IgnoreDaemonSets. With self (rigger's own pod in this cluster; nil:
+// none), its pod stays (Drained.Kept): it carries the apply out; rigger's
+// other replicas go, their caches with them (evictionsWatched). held, when
+// set, is called on the first refusal of each pod's eviction by a
+// PodDisruptionBudget: the drain waits for it. The Node should be cordoned
+// first.
+func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.NodeDrainInput, self *observe.Self, held func(pod string, err error)) (Drained, error) {
 	ignoreDS := in.IgnoreDaemonSets == nil || *in.IgnoreDaemonSets
 	timeout := time.Duration(in.Timeout) * time.Second
 	if timeout <= 0 {
@@ -155,6 +161,8 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.No
 	}}
 	// Pods are evicted in parallel.
 	var evicted atomic.Int32
+	var kept atomic.Bool
+	watched.self, watched.kept = self, func() { kept.Store(true) }
 	h := &drain.Helper{
 		Ctx: ctx, Client: watched, Force: in.Force, GracePeriodSeconds: in.GracePeriod,
 		IgnoreAllDaemonSets: ignoreDS, DeleteEmptyDirData: in.DeleteLocalData, Timeout: timeout,
@@ -170,6 +178,9 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.No
 	// once more.
 	mu.Lock()
 	out := Drained{Evicted: int(evicted.Load()), Held: maps.Clone(refused)}
+	if kept.Load() {
+		out.Kept = self.Pod
+	}
 	mu.Unlock()
 	if err != nil {
 		if held := out.DescribeHeld(); held != "" {
@@ -372,7 +383,7 @@ func RemoveNode(ctx context.Context, cs kubernetes.Interface, address, hostname 
 			continue
 		}
 		if observe.Ready(n) == string(corev1.ConditionTrue) {
-			if _, err := Drain(ctx, cs, n.Name, in, nil); err != nil {
+			if _, err := Drain(ctx, cs, n.Name, in, nil, nil); err != nil {
 				errs = append(errs, err)
 				continue
 			}

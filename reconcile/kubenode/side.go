@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/spec"
@@ -35,6 +36,8 @@ type SideInput struct {
 	// StageNetwork, when set, puts the network plugin in the cluster
 	// before the workers, whose Nodes become Ready only with it.
 	StageNetwork func(ctx context.Context) error
+	// Self is rigger's own pod in the cluster (Config.Self).
+	Self *observe.Self
 }
 
 // Side is the Kubernetes side of the nodes during one apply: cordon and
@@ -56,7 +59,7 @@ func NewSide(in SideInput) *Side {
 	cfg := Config{
 		Client: in.Client, Machines: Machines(in.Cluster),
 		Drain: u.Drain != nil && *u.Drain,
-		Logs:  in.Logs, Say: in.Say, NetworkPlugin: in.NetworkPlugin,
+		Logs:  in.Logs, Say: in.Say, NetworkPlugin: in.NetworkPlugin, Self: in.Self,
 	}
 	if u.DrainInput != nil {
 		cfg.DrainInput = *u.DrainInput

@@ -60,6 +60,31 @@ type Kubernetes struct {
 	// earlier Node of that name (kubenode.StalePluginPods), as
 	// "namespace/name". Best effort: nil when they could not be listed.
 	StalePods map[string][]string `json:"-"`
+	// Self is rigger's own pod when rigger runs in the cluster it
+	// observes (rigger serve deployed into the cluster it reconciles),
+	// nil otherwise or when it could not be looked up (SelfErr).
+	Self    *Self `json:"-"`
+	SelfErr error `json:"-"`
+}
+
+// PodRef names the pod rigger runs as and the UID it was made with (the
+// downward API's metadata.namespace, metadata.name and metadata.uid): a
+// pod of that name in another cluster is not rigger's.
+type PodRef struct{ Namespace, Name, UID string }
+
+// String is "namespace/name".
+func (r PodRef) String() string { return r.Namespace + "/" + r.Name }
+
+// Self is where rigger's own pod runs in the cluster it reconciles.
+type Self struct {
+	// Pod is "namespace/name".
+	Pod string
+	// Node is the Node the pod runs on, and Address the machine of
+	// cluster.yml that owns it ("" when none does).
+	Node, Address string
+	// Controller is the UID of the pod's controller (its ReplicaSet): the
+	// other pods it controls are rigger's other replicas. "": none.
+	Controller string
 }
 
 // Node is one node as observed.

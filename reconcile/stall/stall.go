@@ -32,6 +32,10 @@ const (
 	// RemovalGuard: the plan removes more nodes than
 	// rigger.max_removed_nodes allows. Stalls.
 	RemovalGuard Reason = "RemovalGuard"
+	// SelfRemoval: the plan removes the node the rigger serve that
+	// reconciles the cluster runs on, inside that cluster. Stalls: a
+	// person moves rigger off the node.
+	SelfRemoval Reason = "SelfRemoval"
 	// LockHeld: another rigger changes the cluster (its lock in the state
 	// directory, or its Lease). Retried later.
 	LockHeld Reason = "LockHeld"

@@ -43,6 +43,10 @@ const (
 
 	managedPath = "clusters/managed/cluster.yml"
 	statusPath  = "clusters/managed/status.yml"
+	// selfPath is the management cluster's own cluster.yml, which the
+	// pods in it reconcile in the last phase.
+	selfPath       = "clusters/management/cluster.yml"
+	selfStatusPath = "clusters/management/status.yml"
 	// repoDir is the bare repository on the git node, under root's home.
 	repoDir  = "/root/clusters.git"
 	oneFlag  = `conntrack-max-per-core: "0"`
@@ -64,7 +68,12 @@ const (
 //     deleted: the other takes the Lease and applies the next push;
 //   - node1's Docker engine is stopped, with every container on it, and
 //     started again: the pods come back and apply the push made meanwhile;
-//   - no two pods reconcile at once, by their logs.
+//   - no two pods reconcile at once, by their logs;
+//   - the management cluster's state imported into the Secrets and its
+//     own cluster.yml pushed: the pods in it reconcile the cluster they run
+//     in, a no-op first, then a change that restarts every control-plane
+//     component on its one node, drained around it with the pod that
+//     applies it left running.
 //
 // deploy/ as it is passes `kubectl apply -k deploy/ --dry-run=server`, and
 // no apply prints a Pod Security warning.
@@ -128,7 +137,7 @@ func TestServeInClusterSandbox(t *testing.T) {
 	}
 
 	phase("the first push converges the managed cluster, status committed by a pod")
-	repo.waitStatus(t, "the managed cluster converged at the first push", 12*time.Minute, func(f *gitops.StatusFile) bool {
+	repo.waitStatus(t, statusPath, "the managed cluster converged at the first push", 12*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == first && ready(f) == "True"
 	})
 	leader, standby := settled(t, cs)
@@ -161,7 +170,7 @@ func TestServeInClusterSandbox(t *testing.T) {
 	repo.commit(t, "kube-proxy: log more", map[string]string{managedPath: strings.Replace(managedYML, oneFlag, withFlag, 1)})
 	repo.push(t)
 	change := repo.head(t)
-	repo.waitStatus(t, "the change applied by the new leader", 8*time.Minute, func(f *gitops.StatusFile) bool {
+	repo.waitStatus(t, statusPath, "the change applied by the new leader", 8*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == change && ready(f) == "True"
 	})
 	proxy, err := sandboxtest.DockerClient(t, gitNode).ContainerInspect(context.Background(), "kube-proxy")
@@ -200,7 +209,7 @@ func TestServeInClusterSandbox(t *testing.T) {
 	if err := sb.StartService(context.Background(), mgmtNode.Name, sandbox.ServiceDocker); err != nil {
 		t.Fatal(err)
 	}
-	repo.waitStatus(t, "the push made while the management node was down, applied", 8*time.Minute, func(f *gitops.StatusFile) bool {
+	repo.waitStatus(t, statusPath, "the push made while the management node was down, applied", 8*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == back && ready(f) == "True"
 	})
 	settled(t, cs)
@@ -210,8 +219,144 @@ func TestServeInClusterSandbox(t *testing.T) {
 	checkApplied(t, live, back)
 	logs = append(logs, live...)
 	logs = append(logs, podLogs(t, dir, kubectl, kubeconfig, cs, true)...)
-	checkNoOverlap(t, logs, first, change, back)
+	checkNoOverlap(t, logs, managedPath, first, change, back)
+
+	phase("the management cluster's own cluster.yml: the pods reconcile the cluster they run in")
+	selfManaged(t, sb, dir, bin, kubectl, kubeconfig, cs, repo, mgmtYML, mgmtState)
 	phase("done")
+}
+
+// selfManaged hands the management cluster (node1, one node of every
+// role, made by rigger apply with mgmtState) to the pods that run in it:
+// its state imported into the Secrets, its cluster.yml pushed. The first
+// reconcile changes nothing; the next restarts etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and the kubelet with a flag
+// each, with upgrade_strategy.drain: the node is drained around its
+// changes, all but the pod applying them, which applies them to the end.
+func selfManaged(t *testing.T, sb *sandbox.Sandbox, dir, bin, kubectl, kubeconfig string, cs kubernetes.Interface, repo *repo, mgmtYML, mgmtState string) {
+	t.Helper()
+	out := run(t, dir, bin, "state", "import", "--cluster", "management", "--state-dir", mgmtState, "--kubeconfig", kubeconfig, "--namespace", namespace)
+	t.Logf("rigger state import:\n%s", out)
+	selfYML := asInGit(t, mgmtYML, "management")
+	repo.pull(t)
+	repo.commit(t, "the management cluster, reconciled from within", map[string]string{selfPath: selfYML})
+	repo.push(t)
+	adopted := repo.head(t)
+	f := repo.waitStatus(t, selfStatusPath, "the management cluster's cluster.yml applied from within", 6*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == adopted && ready(f) == "True"
+	})
+	t.Logf("status.yml of the management cluster at %s: %+v", adopted[:12], f.Conditions)
+	live := podLogs(t, dir, kubectl, kubeconfig, cs, false)
+	checkApplied(t, live, adopted)
+	// The cluster.yml is the one rigger apply applied but for where the
+	// SSH key and host keys are: nothing changes.
+	for _, l := range live {
+		for _, line := range strings.Split(l.text, "\n") {
+			if strings.Contains(line, `"msg":"reconcile done"`) && strings.Contains(line, `"revision":"`+adopted[:12]+`"`) && !strings.Contains(line, `"steps":0`) {
+				t.Errorf("%s changed the cluster it runs in for the cluster.yml it was made with: %s", l.who, line)
+			}
+		}
+	}
+
+	restarts := restartCounts(t, cs)
+	repo.pull(t)
+	repo.commit(t, "management: every control-plane component logs more, the node drained around its changes",
+		map[string]string{selfPath: restartControlPlane(t, selfYML)})
+	repo.push(t)
+	change := repo.head(t)
+	repo.waitStatus(t, selfStatusPath, "the change of the cluster the pods run in, applied", 10*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == change && ready(f) == "True"
+	})
+	docker := sandboxtest.DockerClient(t, sb.Nodes[0])
+	for component, flag := range map[string]string{"etcd": "--log-level=warn", "kube-apiserver": "--v=3",
+		"kube-controller-manager": "--v=3", "kube-scheduler": "--v=3", "kubelet": "--v=3"} {
+		c, err := docker.ContainerInspect(context.Background(), component)
+		if err != nil || !slices.Contains(append(c.Args, c.Config.Cmd...), flag) {
+			t.Errorf("%s on %s does not run with %s (%v): %v", component, sb.Nodes[0].Hostname, flag, err, c.Args)
+		}
+	}
+	settled(t, cs)
+	live = podLogs(t, dir, kubectl, kubeconfig, cs, false)
+	var by string
+	for _, l := range live {
+		if applied(l.text, change) {
+			by = l.who
+		}
+	}
+	if by == "" {
+		checkApplied(t, live, change) // fails, with the logs
+		return
+	}
+	// The pod that applied the change ran through it: it was left on the
+	// node it drained, and not restarted.
+	for _, l := range live {
+		if l.who != by {
+			continue
+		}
+		t.Logf("%s applied %s:\n%s", by, change[:12], progress(l.text, change))
+		if !strings.Contains(l.text, "rigger's own pod "+namespace+"/"+by+" left on it") {
+			t.Errorf("%s applied %s without saying it left itself on the node it drained; its log:\n%s", by, change[:12], l.text)
+		}
+	}
+	if now := restartCounts(t, cs); now[by] != restarts[by] {
+		t.Errorf("%s restarted while it applied %s (%d restarts before, %d after)", by, change[:12], restarts[by], now[by])
+	}
+	if n, err := cs.CoreV1().Nodes().Get(context.Background(), sb.Nodes[0].Hostname, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+		t.Errorf("the management node after the apply: %v, unschedulable %v; want it uncordoned", err, n != nil && n.Spec.Unschedulable)
+	}
+	checkNoOverlap(t, live, selfPath, adopted, change)
+}
+
+// progress is the time and message of each line of log about revision.
+func progress(log, revision string) string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		var e struct {
+			Time     time.Time `json:"time"`
+			Msg      string    `json:"msg"`
+			Revision string    `json:"revision"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Revision == revision[:12] {
+			out = append(out, e.Time.Format("15:04:05.000")+" "+e.Msg)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// restartControlPlane is yml with a flag more for each control-plane
+// component and the kubelet, and the nodes drained around their changes.
+func restartControlPlane(t *testing.T, yml string) string {
+	t.Helper()
+	for old, new := range map[string]string{
+		"services:\n": "upgrade_strategy:\n  drain: true\nservices:\n" +
+			"  kube-api:\n    extra_args:\n      v: \"3\"\n" +
+			"  kube-controller:\n    extra_args:\n      v: \"3\"\n" +
+			"  scheduler:\n    extra_args:\n      v: \"3\"\n",
+		"  etcd:\n":                     "  etcd:\n    extra_args:\n      log-level: warn\n",
+		"  kubelet:\n    extra_args:\n": "  kubelet:\n    extra_args:\n      v: \"3\"\n",
+	} {
+		if strings.Count(yml, old) != 1 {
+			t.Fatalf("the example cluster.yml changed: %q is not there once", old)
+		}
+		yml = strings.Replace(yml, old, new, 1)
+	}
+	return yml
+}
+
+// restartCounts are the restarts of each of deploy/'s pods' container.
+func restartCounts(t *testing.T, cs kubernetes.Interface) map[string]int32 {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rigger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int32{}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			counts[p.Name] += c.RestartCount
+		}
+	}
+	return counts
 }
 
 // serveLog is the JSON log of one run of serve in a pod.
@@ -235,12 +380,12 @@ func podLogs(t *testing.T, dir, kubectl, kubeconfig string, cs kubernetes.Interf
 	return logs
 }
 
-// checkNoOverlap fails when two pods reconciled the managed cluster at
+// checkNoOverlap fails when two pods reconciled the cluster.yml at path at
 // once, by their logs ("reconcile starts" to "reconcile done"; a run that
 // ended in a reconcile, to its last line; logs may be given more than
 // once), or when the logs lack the reconcile of one of revisions; it logs
 // who led and reconciled when.
-func checkNoOverlap(t *testing.T, logs []serveLog, revisions ...string) {
+func checkNoOverlap(t *testing.T, logs []serveLog, path string, revisions ...string) {
 	t.Helper()
 	type span struct {
 		who        string
@@ -258,8 +403,9 @@ func checkNoOverlap(t *testing.T, logs []serveLog, revisions ...string) {
 				Time     time.Time `json:"time"`
 				Msg      string    `json:"msg"`
 				Revision string    `json:"revision"`
+				Path     string    `json:"path"`
 			}
-			if json.Unmarshal([]byte(line), &e) != nil {
+			if json.Unmarshal([]byte(line), &e) != nil || e.Path != "" && e.Path != path {
 				continue
 			}
 			last = e.Time
@@ -309,17 +455,24 @@ func checkNoOverlap(t *testing.T, logs []serveLog, revisions ...string) {
 	}
 }
 
+// applied says whether a serve log shows a reconcile of revision.
+func applied(log, revision string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg":"reconcile done"`) && strings.Contains(line, `"revision":"`+revision[:12]+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkApplied fails unless one of logs shows a reconcile of revision,
 // and logs who applied it.
 func checkApplied(t *testing.T, logs []serveLog, revision string) {
 	t.Helper()
 	var who []string
 	for _, l := range logs {
-		for _, line := range strings.Split(l.text, "\n") {
-			if strings.Contains(line, `"msg":"reconcile done"`) && strings.Contains(line, `"revision":"`+revision[:12]+`"`) {
-				who = append(who, l.who)
-				break
-			}
+		if applied(l.text, revision) {
+			who = append(who, l.who)
 		}
 	}
 	if len(who) == 0 {
@@ -448,27 +601,38 @@ func checkService(cs kubernetes.Interface, pods ...string) error {
 }
 
 // managedCluster is the cluster.yml of the cluster on node2 as it is in
-// git: the pods find the node's key and host keys where deploy/ mounts the
-// rigger-node-ssh Secret, through cluster.yml's defaults
-// (~/.ssh/id_rsa, ~/.ssh/known_hosts).
+// git (asInGit).
 func managedCluster(t *testing.T, sb *sandbox.Sandbox) string {
 	t.Helper()
 	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+	yml := asInGit(t, sandboxtest.NetworkOnly(sandboxtest.ClusterYML(t, sb, map[int][]string{1: all})), "managed")
+	if !strings.Contains(yml, oneFlag) {
+		t.Fatalf("the example cluster.yml changed: %s is gone", oneFlag)
+	}
+	return yml
+}
+
+// asInGit is a cluster.yml of the sandbox as it is in git, named name:
+// the pods find the nodes' key and host keys where deploy/ mounts the
+// rigger-node-ssh Secret, through cluster.yml's defaults (~/.ssh/id_rsa,
+// ~/.ssh/known_hosts).
+func asInGit(t *testing.T, yml, name string) string {
+	t.Helper()
 	var out []string
-	for _, line := range strings.Split(sandboxtest.ClusterYML(t, sb, map[int][]string{1: all}), "\n") {
+	for _, line := range strings.Split(yml, "\n") {
 		switch {
 		case strings.HasPrefix(line, "ssh_key_path:"):
 			continue
 		case strings.Contains(line, "known_hosts_file:"):
 			line = "    known_hosts_file: ~/.ssh/known_hosts"
-		case line == "cluster_name: sandbox":
-			line = "cluster_name: managed"
+		case strings.HasPrefix(line, "cluster_name: "):
+			line = "cluster_name: " + name
 		}
 		out = append(out, line)
 	}
-	yml := sandboxtest.NetworkOnly(strings.Join(out, "\n"))
-	if !strings.Contains(yml, oneFlag) || !strings.Contains(yml, "~/.ssh/known_hosts") {
-		t.Fatalf("the example cluster.yml changed: %s or known_hosts_file is gone", oneFlag)
+	yml = strings.Join(out, "\n")
+	if !strings.Contains(yml, "~/.ssh/known_hosts") {
+		t.Fatal("the example cluster.yml changed: known_hosts_file is gone")
 	}
 	return yml
 }
@@ -592,14 +756,14 @@ func (r *repo) pull(t *testing.T) {
 	run(t, r.work, "git", "pull", "-q", "--rebase", "origin", "main")
 }
 
-// waitStatus waits until main's status.yml satisfies ok.
-func (r *repo) waitStatus(t *testing.T, what string, timeout time.Duration, ok func(*gitops.StatusFile) bool) *gitops.StatusFile {
+// waitStatus waits until main's status.yml at path satisfies ok.
+func (r *repo) waitStatus(t *testing.T, path, what string, timeout time.Duration, ok func(*gitops.StatusFile) bool) *gitops.StatusFile {
 	t.Helper()
 	var f *gitops.StatusFile
 	testwait.For(t, timeout, what, func() error {
-		out, err := exec.Command("git", "-C", r.bare, "show", "main:"+statusPath).Output()
+		out, err := exec.Command("git", "-C", r.bare, "show", "main:"+path).Output()
 		if err != nil {
-			return fmt.Errorf("git show main:%s: %v", statusPath, err)
+			return fmt.Errorf("git show main:%s: %v", path, err)
 		}
 		if f = gitops.ParseStatus(out); f == nil || !ok(f) {
 			return fmt.Errorf("status.yml is:\n%s", out)
