@@ -187,11 +187,12 @@ long-images: prereqs build rke kubectl ## build the images make test-long needs 
 	$(BIN) sandbox images --kubernetes $(LONG_VERSIONS) --rke --kubectl $(KUBECTL_BIN) >/dev/null
 
 .PHONY: test-long
-test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries built, RKE's own rke up adopted and upgraded to 1.33 under load, the newest minor's step under load (from etcd 3.5), etcd 3.5 to 3.7 on one data directory
+test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries built, RKE's own rke up adopted and upgraded to 1.33 under load, the newest minor's step under load (from etcd 3.5), etcd 3.5 to 3.7 on one data directory, serve upgrading the cluster it runs in
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
 	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 2 -timeout 60m \
-	  -run '^(TestFlagsAgainstBinaries|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd)$$' -v ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember; rc=$$?; \
-	$(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; \
+	  -run '^(TestFlagsAgainstBinaries|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd|TestServeUpgradesItsClusterSandbox)$$' -v \
+	  ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember ./cmd/rigger/incluster; rc=$$?; \
+	$(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; $(BIN) sandbox down --name test44 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
 # The whole upgrade road past RKE, one minor at a time (make test-road).

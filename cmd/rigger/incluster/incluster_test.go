@@ -85,56 +85,10 @@ func TestServeInClusterSandbox(t *testing.T) {
 	bin := sandboxtest.BuildRigger(t)
 	sb := sandboxtest.Start(t, sandbox.Options{Subnet: subnet, Nodes: 2, Images: true, RiggerBinary: bin})
 	mgmtNode, gitNode := sb.Nodes[0], sb.Nodes[1]
-	kubectl := sandboxtest.BuildKubectl(t)
-	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
-
-	phase("the management cluster, by rigger apply")
-	mgmtYML := sandboxtest.NetworkOnly(strings.Replace(
-		sandboxtest.ClusterYML(t, sb, map[int][]string{0: all}), "cluster_name: sandbox", "cluster_name: management", 1))
-	dir := t.TempDir()
-	mgmtFile := filepath.Join(dir, "management.yml")
-	writeFile(t, mgmtFile, mgmtYML, 0o600)
-	mgmtState := filepath.Join(dir, "state")
-	run(t, dir, bin, "apply", "--yes", "-f", mgmtFile, "--state-dir", mgmtState)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	run(t, dir, bin, "kubeconfig", "-f", mgmtFile, "--state-dir", mgmtState, "--out", kubeconfig)
-	cs := kubeClient(t, kubeconfig)
-
-	phase("rigger's image, by the Dockerfile, on the management node")
-	buildImage(t, bin, mgmtNode)
-
-	phase("the git repository on " + gitNode.Hostname)
-	repo := newRepo(t, gitNode)
 	managedYML := managedCluster(t, sb)
-	repo.commit(t, "add the managed cluster", map[string]string{managedPath: managedYML})
-	repo.push(t)
+	in := install(t, sb, bin, phase, map[string]string{managedPath: managedYML})
+	dir, kubectl, kubeconfig, cs, repo := in.dir, in.kubectl, in.kubeconfig, in.cs, in.repo
 	first := repo.head(t)
-
-	phase("kubectl apply -k of an overlay of deploy/")
-	overlay := writeOverlay(t, sb, gitNode)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pods:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "pods,events", "-o", "wide"))
-			t.Logf("logs:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-l", "app.kubernetes.io/name=rigger", "--tail", "60", "--prefix"))
-		}
-	})
-	out := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", overlay)
-	t.Logf("kubectl apply -k:\n%s", out)
-	// The namespace enforces the restricted Pod Security Standard and
-	// asks for its warnings: a pod template that does not meet it warns,
-	// and its pods are refused.
-	if strings.Contains(out, "Warning") {
-		t.Fatalf("kubectl apply -k warned:\n%s", out)
-	}
-	// deploy/ as it is, the command the docs show, checked by the API
-	// server (validation, admission) without a change.
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out := run(t, root, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", "deploy/", "--dry-run=server"); strings.Contains(out, "Warning") {
-		t.Fatalf("kubectl apply -k deploy/ --dry-run=server warned:\n%s", out)
-	}
 
 	phase("the first push converges the managed cluster, status committed by a pod")
 	repo.waitStatus(t, statusPath, "the managed cluster converged at the first push", 12*time.Minute, func(f *gitops.StatusFile) bool {
@@ -222,31 +176,38 @@ func TestServeInClusterSandbox(t *testing.T) {
 	checkNoOverlap(t, logs, managedPath, first, change, back)
 
 	phase("the management cluster's own cluster.yml: the pods reconcile the cluster they run in")
-	selfManaged(t, sb, dir, bin, kubectl, kubeconfig, cs, repo, mgmtYML, mgmtState)
+	selfYML := handOver(t, in)
+	change, by := applySelf(t, in, "management: every control-plane component logs more, the node drained around its changes",
+		restartControlPlane(t, selfYML), 10*time.Minute)
+	docker := sandboxtest.DockerClient(t, mgmtNode)
+	for component, flag := range map[string]string{"etcd": "--log-level=warn", "kube-apiserver": "--v=3",
+		"kube-controller-manager": "--v=3", "kube-scheduler": "--v=3", "kubelet": "--v=3"} {
+		c, err := docker.ContainerInspect(context.Background(), component)
+		if err != nil || !slices.Contains(c.Args, flag) {
+			t.Errorf("%s on %s does not run with %s after %s (applied by %s): %v %v", component, mgmtNode.Hostname, flag, change[:12], by, err, c.Args)
+		}
+	}
 	phase("done")
 }
 
-// selfManaged hands the management cluster (node1, one node of every
-// role, made by rigger apply with mgmtState) to the pods that run in it:
-// its state imported into the Secrets, its cluster.yml pushed. The first
-// reconcile changes nothing; the next restarts etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler and the kubelet with a flag
-// each, with upgrade_strategy.drain: the node is drained around its
-// changes, all but the pod applying them, which applies them to the end.
-func selfManaged(t *testing.T, sb *sandbox.Sandbox, dir, bin, kubectl, kubeconfig string, cs kubernetes.Interface, repo *repo, mgmtYML, mgmtState string) {
+// handOver hands the management cluster (node1, made by rigger apply) to
+// the pods that run in it: its state imported into the Secrets, its
+// cluster.yml pushed as it is in git (asInGit), which they apply without a
+// change. It returns that cluster.yml.
+func handOver(t *testing.T, in *installation) string {
 	t.Helper()
-	out := run(t, dir, bin, "state", "import", "--cluster", "management", "--state-dir", mgmtState, "--kubeconfig", kubeconfig, "--namespace", namespace)
+	out := run(t, in.dir, in.bin, "state", "import", "--cluster", "management", "--state-dir", in.mgmtState,
+		"--kubeconfig", in.kubeconfig, "--namespace", namespace)
 	t.Logf("rigger state import:\n%s", out)
-	selfYML := asInGit(t, mgmtYML, "management")
-	repo.pull(t)
-	repo.commit(t, "the management cluster, reconciled from within", map[string]string{selfPath: selfYML})
-	repo.push(t)
-	adopted := repo.head(t)
-	f := repo.waitStatus(t, selfStatusPath, "the management cluster's cluster.yml applied from within", 6*time.Minute, func(f *gitops.StatusFile) bool {
+	selfYML := asInGit(t, in.mgmtYML, "management")
+	in.repo.pull(t)
+	in.repo.commit(t, "the management cluster, reconciled from within", map[string]string{selfPath: selfYML})
+	in.repo.push(t)
+	adopted := in.repo.head(t)
+	in.repo.waitStatus(t, selfStatusPath, "the management cluster's cluster.yml applied from within", 6*time.Minute, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == adopted && ready(f) == "True"
 	})
-	t.Logf("status.yml of the management cluster at %s: %+v", adopted[:12], f.Conditions)
-	live := podLogs(t, dir, kubectl, kubeconfig, cs, false)
+	live := podLogs(t, in.dir, in.kubectl, in.kubeconfig, in.cs, false)
 	checkApplied(t, live, adopted)
 	// The cluster.yml is the one rigger apply applied but for where the
 	// SSH key and host keys are: nothing changes.
@@ -257,27 +218,34 @@ func selfManaged(t *testing.T, sb *sandbox.Sandbox, dir, bin, kubectl, kubeconfi
 			}
 		}
 	}
+	return selfYML
+}
 
-	restarts := restartCounts(t, cs)
-	repo.pull(t)
-	repo.commit(t, "management: every control-plane component logs more, the node drained around its changes",
-		map[string]string{selfPath: restartControlPlane(t, selfYML)})
-	repo.push(t)
-	change := repo.head(t)
-	repo.waitStatus(t, selfStatusPath, "the change of the cluster the pods run in, applied", 10*time.Minute, func(f *gitops.StatusFile) bool {
+// applySelf pushes yml as the management cluster's cluster.yml (handOver
+// first) and waits for the pods in that cluster to apply it. The node is
+// drained around its changes: the pod that applies them says it left
+// itself on the node, is not restarted, and the node ends uncordoned with
+// both replicas ready; no two pods reconcile the cluster at once. It
+// returns the commit and the pod that applied it.
+func applySelf(t *testing.T, in *installation, msg, yml string, timeout time.Duration) (change, by string) {
+	t.Helper()
+	restarts := restartCounts(t, in.cs)
+	in.repo.pull(t)
+	in.repo.commit(t, msg, map[string]string{selfPath: yml})
+	in.repo.push(t)
+	change = in.repo.head(t)
+	in.repo.waitStatus(t, selfStatusPath, "the change of the cluster the pods run in, applied", timeout, func(f *gitops.StatusFile) bool {
 		return f.ObservedRevision == change && ready(f) == "True"
 	})
-	docker := sandboxtest.DockerClient(t, sb.Nodes[0])
-	for component, flag := range map[string]string{"etcd": "--log-level=warn", "kube-apiserver": "--v=3",
-		"kube-controller-manager": "--v=3", "kube-scheduler": "--v=3", "kubelet": "--v=3"} {
-		c, err := docker.ContainerInspect(context.Background(), component)
-		if err != nil || !slices.Contains(append(c.Args, c.Config.Cmd...), flag) {
-			t.Errorf("%s on %s does not run with %s (%v): %v", component, sb.Nodes[0].Hostname, flag, err, c.Args)
+	node := in.sb.Nodes[0].Hostname
+	testwait.For(t, 2*time.Minute, "two ready replicas, the management node uncordoned", func() error {
+		if n, err := in.cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+			return fmt.Errorf("Node %s: %v, unschedulable %v", node, err, n != nil && n.Spec.Unschedulable)
 		}
-	}
-	settled(t, cs)
-	live = podLogs(t, dir, kubectl, kubeconfig, cs, false)
-	var by string
+		_, err := readyPods(in.cs)
+		return err
+	})
+	live := podLogs(t, in.dir, in.kubectl, in.kubeconfig, in.cs, false)
 	for _, l := range live {
 		if applied(l.text, change) {
 			by = l.who
@@ -285,10 +253,8 @@ func selfManaged(t *testing.T, sb *sandbox.Sandbox, dir, bin, kubectl, kubeconfi
 	}
 	if by == "" {
 		checkApplied(t, live, change) // fails, with the logs
-		return
+		return change, ""
 	}
-	// The pod that applied the change ran through it: it was left on the
-	// node it drained, and not restarted.
 	for _, l := range live {
 		if l.who != by {
 			continue
@@ -298,13 +264,11 @@ func selfManaged(t *testing.T, sb *sandbox.Sandbox, dir, bin, kubectl, kubeconfi
 			t.Errorf("%s applied %s without saying it left itself on the node it drained; its log:\n%s", by, change[:12], l.text)
 		}
 	}
-	if now := restartCounts(t, cs); now[by] != restarts[by] {
+	if now := restartCounts(t, in.cs); now[by] != restarts[by] {
 		t.Errorf("%s restarted while it applied %s (%d restarts before, %d after)", by, change[:12], restarts[by], now[by])
 	}
-	if n, err := cs.CoreV1().Nodes().Get(context.Background(), sb.Nodes[0].Hostname, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
-		t.Errorf("the management node after the apply: %v, unschedulable %v; want it uncordoned", err, n != nil && n.Spec.Unschedulable)
-	}
-	checkNoOverlap(t, live, selfPath, adopted, change)
+	checkNoOverlap(t, live, selfPath, change)
+	return change, by
 }
 
 // progress is the time and message of each line of log about revision.
@@ -357,6 +321,80 @@ func restartCounts(t *testing.T, cs kubernetes.Interface) map[string]int32 {
 		}
 	}
 	return counts
+}
+
+// installation is rigger serve installed in a management cluster by
+// install.
+type installation struct {
+	sb                    *sandbox.Sandbox
+	dir, bin, kubectl     string
+	kubeconfig, mgmtState string
+	// mgmtYML is the management cluster's cluster.yml as rigger apply
+	// applied it.
+	mgmtYML string
+	cs      kubernetes.Interface
+	repo    *repo
+}
+
+// install makes the management cluster on node1 (one node of every role)
+// by rigger apply, builds rigger's image by the Dockerfile on it, makes
+// the repository on node2 with files, and installs serve as
+// docs/gitops.md tells a user to (kubectl apply -k of an overlay of
+// deploy/): the pods come up and follow the repository. deploy/ as it is
+// passes a server-side dry run, and no apply warns (Pod Security).
+func install(t *testing.T, sb *sandbox.Sandbox, bin string, phase func(string), files map[string]string) *installation {
+	t.Helper()
+	mgmtNode, gitNode := sb.Nodes[0], sb.Nodes[1]
+	in := &installation{sb: sb, bin: bin, kubectl: sandboxtest.BuildKubectl(t), dir: t.TempDir()}
+	dir, kubectl := in.dir, in.kubectl
+	all := []string{spec.RoleEtcd, spec.RoleControlPlane, spec.RoleWorker}
+
+	phase("the management cluster, by rigger apply")
+	in.mgmtYML = sandboxtest.NetworkOnly(strings.Replace(
+		sandboxtest.ClusterYML(t, sb, map[int][]string{0: all}), "cluster_name: sandbox", "cluster_name: management", 1))
+	mgmtFile := filepath.Join(dir, "management.yml")
+	writeFile(t, mgmtFile, in.mgmtYML, 0o600)
+	in.mgmtState = filepath.Join(dir, "state")
+	run(t, dir, bin, "apply", "--yes", "-f", mgmtFile, "--state-dir", in.mgmtState)
+	in.kubeconfig = filepath.Join(dir, "kubeconfig")
+	run(t, dir, bin, "kubeconfig", "-f", mgmtFile, "--state-dir", in.mgmtState, "--out", in.kubeconfig)
+	in.cs = kubeClient(t, in.kubeconfig)
+	kubeconfig := in.kubeconfig
+
+	phase("rigger's image, by the Dockerfile, on the management node")
+	buildImage(t, bin, mgmtNode)
+
+	phase("the git repository on " + gitNode.Hostname)
+	in.repo = newRepo(t, gitNode)
+	in.repo.commit(t, "the clusters", files)
+	in.repo.push(t)
+
+	phase("kubectl apply -k of an overlay of deploy/")
+	overlay := writeOverlay(t, sb, gitNode)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "pods,events", "-o", "wide"))
+			t.Logf("logs:\n%s", runQuiet(dir, kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "logs", "-l", "app.kubernetes.io/name=rigger", "--tail", "60", "--prefix"))
+		}
+	})
+	out := run(t, dir, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", overlay)
+	t.Logf("kubectl apply -k:\n%s", out)
+	// The namespace enforces the restricted Pod Security Standard and
+	// asks for its warnings: a pod template that does not meet it warns,
+	// and its pods are refused.
+	if strings.Contains(out, "Warning") {
+		t.Fatalf("kubectl apply -k warned:\n%s", out)
+	}
+	// deploy/ as it is, the command the docs show, checked by the API
+	// server (validation, admission) without a change.
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, root, kubectl, "--kubeconfig", kubeconfig, "apply", "-k", "deploy/", "--dry-run=server"); strings.Contains(out, "Warning") {
+		t.Fatalf("kubectl apply -k deploy/ --dry-run=server warned:\n%s", out)
+	}
+	return in
 }
 
 // serveLog is the JSON log of one run of serve in a pod.
@@ -517,22 +555,37 @@ func roles(cs kubernetes.Interface) (leader, other string, err error) {
 	if holder == "" {
 		return "", "", fmt.Errorf("no holder of %s's Lease among %d cluster Leases", managedPath, len(leases.Items))
 	}
-	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rigger"})
+	live, err := readyPods(cs)
 	if err != nil {
 		return "", "", err
 	}
-	var live []corev1.Pod
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
-			live = append(live, p)
+	for _, p := range live {
+		if strings.Contains(holder, p) {
+			leader = p
+		} else {
+			other = p
 		}
 	}
-	if len(live) != 2 {
-		return "", "", fmt.Errorf("%d pods, want deploy/'s 2 replicas", len(live))
+	if leader == "" || other == "" {
+		return "", "", fmt.Errorf("the cluster's Lease is held by %q, not by one of the pods", holder)
 	}
-	for _, p := range live {
+	return leader, other, nil
+}
+
+// readyPods names deploy/'s pods, and fails unless they are its two
+// replicas, Running and Ready.
+func readyPods(cs kubernetes.Interface) ([]string, error) {
+	pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rigger"})
+	if err != nil {
+		return nil, err
+	}
+	var live []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
 		if p.Status.Phase != corev1.PodRunning {
-			return "", "", fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
+			return nil, fmt.Errorf("pod %s is %s", p.Name, p.Status.Phase)
 		}
 		isReady := false
 		for _, c := range p.Status.Conditions {
@@ -541,18 +594,14 @@ func roles(cs kubernetes.Interface) (leader, other string, err error) {
 			}
 		}
 		if !isReady {
-			return "", "", fmt.Errorf("pod %s is not Ready", p.Name)
+			return nil, fmt.Errorf("pod %s is not Ready", p.Name)
 		}
-		if strings.Contains(holder, p.Name) {
-			leader = p.Name
-		} else {
-			other = p.Name
-		}
+		live = append(live, p.Name)
 	}
-	if leader == "" || other == "" {
-		return "", "", fmt.Errorf("the cluster's Lease is held by %q, not by one of the pods", holder)
+	if len(live) != 2 {
+		return nil, fmt.Errorf("%d pods, want deploy/'s 2 replicas", len(live))
 	}
-	return leader, other, nil
+	return live, nil
 }
 
 // checkPods checks what deploy/ asks of the pods as they run: no restart
