@@ -184,7 +184,8 @@ func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observ
 // of cluster.yml (observe.Nodes), looks for rigger's own pod in the
 // cluster when rigger runs in one (kubenode.FindSelf), and the network
 // plugin's pods made for an earlier Node of a recent Node's name
-// (kubenode.StalePluginPods).
+// (kubenode.StalePluginPods) and the pods left outside a recent Node's pod
+// subnets (kubenode.StrandedPods).
 func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observe.Cluster) {
 	var machines []observe.Machine
 	for _, m := range kubenode.Machines(s.c) {
@@ -222,6 +223,9 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 		ctx, cancel := context.WithTimeout(ctx, observe.NodeListTimeout)
 		defer cancel()
 		k.StalePods, err = kubenode.StalePluginPods(ctx, cs, s.networkPluginSelector(), k.Nodes, s.opts.Now())
+		if err == nil && s.nodeSubnets() {
+			k.StrandedPods, err = kubenode.StrandedPods(ctx, cs, k.Nodes, s.opts.Now())
+		}
 	}
 	if err != nil {
 		s.opts.Log.Debug("the network plugin's pods not looked at", "cluster", s.c.ClusterName, "err", err)

@@ -50,6 +50,11 @@ type Config struct {
 	// recreated when the Node has no pod network although the pod runs
 	// (see NoNetwork). "": the cluster has none.
 	NetworkPlugin string
+	// NodeSubnets says the network plugin gives each pod an address of
+	// its Node's pod subnet (flannel, canal): pods left outside it are
+	// made again (networkRepair.strandedPods). Calico's and Weave's own
+	// address management does not follow the Node's subnet.
+	NodeSubnets bool
 	// Say reports progress, one line per call; it may be called from
 	// several goroutines at once. Nil: silent.
 	Say func(node, message string)
@@ -86,7 +91,7 @@ func NewHooks(cfg Config, p *plan.Plan) *Hooks {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
 	return &Hooks{cfg: cfg, upgrade: p.Upgrade, heartbeat: map[string]time.Time{}, wasReady: map[string]bool{},
-		repair: newNetworkRepair(cfg.Client, cfg.NetworkPlugin, func(node, msg string) {
+		repair: newNetworkRepair(cfg.Client, cfg.NetworkPlugin, cfg.NodeSubnets, func(node, msg string) {
 			if cfg.Say != nil {
 				cfg.Say(node, msg)
 			}
@@ -328,9 +333,10 @@ type ReconcileOptions struct {
 	// Down are the machines the plan could not reach, by address: their
 	// Nodes are not waited for.
 	Down []string
-	// NetworkPlugin selects the network plugin's DaemonSets (see
-	// Config.NetworkPlugin).
+	// NetworkPlugin selects the network plugin's DaemonSets, and
+	// NodeSubnets says it follows the Nodes' pod subnets (see Config).
 	NetworkPlugin string
+	NodeSubnets   bool
 	// ReadyTimeout bounds the wait for a Node that is not Ready (zero:
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
@@ -450,7 +456,8 @@ func Deleted(pending []Pending) []string {
 // Changes are what Reconcile would do to nodes, as k found them (Link):
 // Nodes of machines that answered (not in down) that are not Ready, or
 // that have the network plugin's pods of an earlier Node of their name
-// (k.StalePods), to repair, labels and taints to set, Nodes an earlier
+// (k.StalePods) or pods outside their pod subnets (k.StrandedPods), to
+// repair, labels and taints to set, Nodes an earlier
 // apply left cordoned to uncordon and, with policy spec.StaleNodesDelete,
 // stale Nodes to delete. It is pure.
 func Changes(machines []Machine, k *observe.Kubernetes, policy string, down []string) []Pending {
@@ -476,6 +483,11 @@ func Changes(machines []Machine, k *observe.Kubernetes, policy string, down []st
 			out = append(out, Pending{Node: m.Address, Name: n.Name, Action: PendingRepair,
 				Change: fmt.Sprintf("repair: the network plugin's pod %s was made for an earlier Node of this name (deleted, and registered again): "+
 					"recreate it, so that the node's pod network follows %s", strings.Join(pods, ", "), follows)})
+		}
+		if pods := k.StrandedPods[n.Name]; len(pods) > 0 && !slices.Contains(down, m.Address) {
+			out = append(out, Pending{Node: m.Address, Name: n.Name, Action: PendingRepair,
+				Change: fmt.Sprintf("repair: pods outside the Node's pod subnet %s, made before the node's network followed the Node made again: %s: "+
+					"delete those a controller makes again, once the network plugin's pod there is the Node's", n.Spec.PodCIDR, strings.Join(pods, ", "))})
 		}
 		labels, taints := Wanted(m)
 		if c := Diff(n, labels, taints); !c.Empty() {

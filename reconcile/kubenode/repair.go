@@ -51,8 +51,11 @@ type networkRepair struct {
 	// selector selects the network plugin's DaemonSets (the add-on's
 	// label); "" when the cluster has no network plugin.
 	selector string
-	say      func(node, msg string)
-	now      func() time.Time
+	// nodeSubnets: the plugin gives pods addresses of their Node's pod
+	// subnet (Config.NodeSubnets).
+	nodeSubnets bool
+	say         func(node, msg string)
+	now         func() time.Time
 
 	mu sync.Mutex
 	// since is when a Node was first seen without a network while the
@@ -62,11 +65,11 @@ type networkRepair struct {
 	done map[string]bool
 }
 
-func newNetworkRepair(cs kubernetes.Interface, selector string, say func(node, msg string)) *networkRepair {
+func newNetworkRepair(cs kubernetes.Interface, selector string, nodeSubnets bool, say func(node, msg string)) *networkRepair {
 	if selector == "" {
 		return nil
 	}
-	return &networkRepair{cs: cs, selector: selector, say: say, now: time.Now, since: map[string]time.Time{}, done: map[string]bool{}}
+	return &networkRepair{cs: cs, selector: selector, nodeSubnets: nodeSubnets, say: say, now: time.Now, since: map[string]time.Time{}, done: map[string]bool{}}
 }
 
 // check looks at Node n of the machine at address, once per poll of a
@@ -137,8 +140,10 @@ func (r *networkRepair) recreate(ctx context.Context, address string, n *corev1.
 const RecentNode = 10 * time.Minute
 
 // stale recreates the network plugin's pods on Node n of the machine at
-// address that were made before n (madeBefore). Only a Node made in the
-// last RecentNode is looked at; best effort, once per Node.
+// address that were made before n (madeBefore); once they were made for n,
+// and are ready, it deletes the pods stranded outside n's pod subnets
+// (strandedPods), for their controllers to make again. Only a Node made in
+// the last RecentNode is looked at; best effort, once per Node.
 func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Node) {
 	if r == nil || n == nil || r.now().Sub(n.CreationTimestamp.Time) > RecentNode {
 		return
@@ -147,6 +152,7 @@ func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Nod
 	if !ok {
 		return
 	}
+	r.strandedPods(ctx, address, n, pods)
 	for _, p := range pods {
 		if !madeBefore(&p, n) {
 			continue
@@ -256,7 +262,7 @@ func RepairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machin
 	if err != nil {
 		return err
 	}
-	return repairNodes(ctx, cs, machines, Link(machines, nodes), opts.Down, newNetworkRepair(cs, opts.NetworkPlugin, say), opts.ReadyTimeout, say)
+	return repairNodes(ctx, cs, machines, Link(machines, nodes), opts.Down, newNetworkRepair(cs, opts.NetworkPlugin, opts.NodeSubnets, say), opts.ReadyTimeout, say)
 }
 
 // repairNodes waits, for every Node of a machine that answered (not in

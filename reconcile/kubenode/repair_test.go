@@ -264,7 +264,7 @@ func TestStalePluginPods(t *testing.T) {
 				t.Errorf("StalePluginPods = %v, want the pod: %v", stale, tc.wantDeleted)
 			}
 			var said []string
-			r := newNetworkRepair(cs, networkSelector, func(node, msg string) { said = append(said, msg) })
+			r := newNetworkRepair(cs, networkSelector, true, func(node, msg string) { said = append(said, msg) })
 			r.now = func() time.Time { return now.Time }
 			for range 2 {
 				r.stale(context.Background(), "10.0.0.2", &n2)

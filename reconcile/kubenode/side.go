@@ -29,9 +29,10 @@ type SideInput struct {
 	// Delete are the stale Nodes the plan deletes, by name
 	// (ReconcileOptions.Delete).
 	Delete []string
-	// Logs, NetworkPlugin and Say are as in Config.
+	// Logs, NetworkPlugin, NodeSubnets and Say are as in Config.
 	Logs          func(ctx context.Context, node, component string) string
 	NetworkPlugin string
+	NodeSubnets   bool
 	Say           func(node, msg string)
 	// StageNetwork, when set, puts the network plugin in the cluster
 	// before the workers, whose Nodes become Ready only with it.
@@ -59,7 +60,7 @@ func NewSide(in SideInput) *Side {
 	cfg := Config{
 		Client: in.Client, Machines: Machines(in.Cluster),
 		Drain: u.Drain != nil && *u.Drain,
-		Logs:  in.Logs, Say: in.Say, NetworkPlugin: in.NetworkPlugin, Self: in.Self,
+		Logs:  in.Logs, Say: in.Say, NetworkPlugin: in.NetworkPlugin, NodeSubnets: in.NodeSubnets, Self: in.Self,
 	}
 	if u.DrainInput != nil {
 		cfg.DrainInput = *u.DrainInput
@@ -152,5 +153,5 @@ func (k *Side) Repair(ctx context.Context) error {
 }
 
 func (k *Side) reconcileOptions() ReconcileOptions {
-	return ReconcileOptions{Delete: k.in.Delete, Down: k.in.Down, NetworkPlugin: k.in.NetworkPlugin, Say: k.in.Say}
+	return ReconcileOptions{Delete: k.in.Delete, Down: k.in.Down, NetworkPlugin: k.in.NetworkPlugin, NodeSubnets: k.in.NodeSubnets, Say: k.in.Say}
 }

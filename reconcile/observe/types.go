@@ -60,6 +60,10 @@ type Kubernetes struct {
 	// earlier Node of that name (kubenode.StalePluginPods), as
 	// "namespace/name". Best effort: nil when they could not be listed.
 	StalePods map[string][]string `json:"-"`
+	// StrandedPods are, by Node name, the pods of a recent Node whose
+	// address is outside its pod subnets (kubenode.StrandedPods), as
+	// "namespace/name (address)". Best effort, as StalePods.
+	StrandedPods map[string][]string `json:"-"`
 	// Self is rigger's own pod when rigger runs in the cluster it
 	// observes (rigger serve deployed into the cluster it reconciles),
 	// nil otherwise or when it could not be looked up (SelfErr).
