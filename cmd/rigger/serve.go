@@ -233,7 +233,15 @@ is deleted by a replica whose fetch no longer has it, once nobody holds it
 (given up, or not renewed for --lease-duration). Two cluster.yml with one
 cluster_name held by two replicas: with --state-backend kubernetes the one
 that bound the state first is reconciled and the other refused
-(DuplicateCluster), naming both files.`,
+(DuplicateCluster), naming both files.
+
+In the cluster it reconciles (a pod whose $POD_NAMESPACE, $POD_NAME and
+$POD_UID, which deploy/ sets from the downward API, name a pod of that
+cluster): its drains leave its own pod where it runs and evict its other
+replicas without delete_local_data (their emptyDirs are caches), and a plan
+that removes the node it runs on is refused (SelfRemoval), saying how to
+move it off first. See docs/gitops.md ("rigger inside the cluster it
+manages").`,
 		Example: `  rigger serve --repo git@github.com:acme/clusters.git --git-ssh-key ~/.ssh/rigger \
     --git-known-hosts ~/.ssh/known_hosts --path clusters/ --webhook-secret-file /etc/rigger/webhook
   RIGGER_GIT_TOKEN=$TOKEN rigger serve --repo https://gitea.example/ops/clusters.git --status-branch rigger-status`,
