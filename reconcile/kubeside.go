@@ -43,7 +43,7 @@ func (s *Session) kubeSide(pl *decide.Planned, cs kubernetes.Interface, h plan.H
 			}
 			return dockerop.Logs(ctx, e, component)
 		},
-		NetworkPlugin: s.networkPluginSelector(), NodeSubnets: s.nodeSubnets(), Say: say, StageNetwork: stageNetwork, Self: selfPod(pl),
+		NetworkPlugin: s.networkPluginSelector(), NodeSubnets: sysaddons.FollowsNodeSubnets(s.c.Network.Plugin), Say: say, StageNetwork: stageNetwork, Self: selfPod(pl),
 	})
 	return side, h, say
 }
@@ -55,13 +55,6 @@ func (s *Session) networkPluginSelector() string {
 		return ""
 	}
 	return addons.LabelAddon + "=" + sysaddons.NetworkPlugin
-}
-
-// nodeSubnets says the network plugin gives each pod an address of its
-// Node's pod subnet (kubenode.Config.NodeSubnets): flannel, and canal,
-// whose pod network is flannel's.
-func (s *Session) nodeSubnets() bool {
-	return s.c.Network.Plugin == "flannel" || s.c.Network.Plugin == "canal"
 }
 
 // selfPod is rigger's own pod when it runs in the cluster of pl, for the

@@ -20,6 +20,7 @@ import (
 	"github.com/rigger/rigger/reconcile/pkisource"
 	"github.com/rigger/rigger/reconcile/plan"
 	"github.com/rigger/rigger/reconcile/storedapi"
+	"github.com/rigger/rigger/reconcile/sysaddons"
 )
 
 // observeNodes reads the nodes of cluster.yml and those of the last apply
@@ -223,7 +224,7 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 		ctx, cancel := context.WithTimeout(ctx, observe.NodeListTimeout)
 		defer cancel()
 		k.StalePods, err = kubenode.StalePluginPods(ctx, cs, s.networkPluginSelector(), k.Nodes, s.opts.Now())
-		if err == nil && s.nodeSubnets() {
+		if err == nil && sysaddons.FollowsNodeSubnets(s.c.Network.Plugin) {
 			k.StrandedPods, err = kubenode.StrandedPods(ctx, cs, k.Nodes, s.opts.Now())
 		}
 	}

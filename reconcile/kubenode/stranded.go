@@ -13,7 +13,7 @@ import (
 	"github.com/rigger/rigger/reconcile/internal/podstatus"
 )
 
-// stranded are the pods of pods on Node n whose address is outside the
+// stranded are those of pods on Node n whose address is outside the
 // Node's pod subnets (spec.podCIDRs): a Node deleted and registered again
 // gets another subnet, and a pod made before the network plugin followed
 // it keeps an address of the old one, which no route on the node reaches

@@ -103,12 +103,7 @@ func Unavailability(d *desired.Cluster, unreachable []string, role, value, key s
 // removes more nodes than rigger.max_removed_nodes (limit) allows of the
 // nodes (those of cluster.yml, kept, and those removed) needs allow.
 func CheckRemovals(p *Plan, kept int, limit string, allow bool) error {
-	removed := slices.Clone(p.RemovedNodes)
-	for _, u := range p.Unreachable {
-		if u.Removed {
-			removed = append(removed, u.Node)
-		}
-	}
+	removed := removedNodes(p)
 	if len(removed) == 0 || allow {
 		return nil
 	}
@@ -121,6 +116,18 @@ func CheckRemovals(p *Plan, kept int, limit string, allow bool) error {
 		return stall.Stalls(stall.RemovalGuard, &RemovalGuardError{Removed: removed, Total: total, Limit: limit})
 	}
 	return nil
+}
+
+// removedNodes are the nodes p removes: those it reaches and those it
+// does not, by address.
+func removedNodes(p *Plan) []string {
+	removed := slices.Clone(p.RemovedNodes)
+	for _, u := range p.Unreachable {
+		if u.Removed {
+			removed = append(removed, u.Node)
+		}
+	}
+	return removed
 }
 
 // RemovalGuardError is a plan that removes more nodes than

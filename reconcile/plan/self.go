@@ -17,12 +17,7 @@ import (
 // (k.SelfErr), a plan that removes nodes is refused too, to be tried
 // again. Nil when the plan removes no node rigger may run on.
 func CheckSelfRemoval(p *Plan, k *observe.Kubernetes) error {
-	removed := slices.Clone(p.RemovedNodes)
-	for _, u := range p.Unreachable {
-		if u.Removed {
-			removed = append(removed, u.Node)
-		}
-	}
+	removed := removedNodes(p)
 	if len(removed) == 0 || k == nil {
 		return nil
 	}

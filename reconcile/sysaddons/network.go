@@ -21,6 +21,14 @@ const (
 	pluginACI     = "aci"
 )
 
+// FollowsNodeSubnets says network plugin plugin (network.plugin) gives
+// each pod an address of its Node's pod subnet (spec.podCIDR): flannel, and
+// canal, whose pod network is flannel's. Calico and Weave manage addresses
+// of their own.
+func FollowsNodeSubnets(plugin string) bool {
+	return plugin == pluginFlannel || plugin == pluginCanal
+}
+
 // network.options keys RKE reads (cluster/network.go).
 const (
 	optFlannelIface                       = "flannel_iface"
