@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/rigger/rigger/reconcile/health"
+	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport/agenttun"
@@ -94,7 +97,8 @@ process list. See docs/agent.md.`,
 
 // agentApproveOptions are the flags of agent approve.
 type agentApproveOptions struct {
-	file, node, key, stateDir string
+	file, node, key string
+	store           agentStoreFlags
 }
 
 func newAgentApproveCommand() *cobra.Command {
@@ -117,35 +121,78 @@ working. Check with the node's operator that the host and key are theirs
 first: the waiting agent's log shows the start of its key, in the command
 that approves it ("rigger agent approve --node … --key …").
 
-Run it where rigger serve runs, with serve's --state-dir.`,
+Run it where rigger serve runs, with serve's --state-dir; when serve keeps
+its state in Secrets (--state-backend kubernetes), from anywhere with
+--state-backend kubernetes and a kubeconfig of that cluster.`,
 		Example: `  rigger agent approve -f clusters/edge/cluster.yml --state-dir /var/lib/rigger
-  rigger agent approve -f clusters/edge/cluster.yml --state-dir /var/lib/rigger --node 203.0.113.7 --key 3f9a12`,
+  rigger agent approve -f clusters/edge/cluster.yml --state-dir /var/lib/rigger --node 203.0.113.7 --key 3f9a12
+  rigger agent approve -f clusters/edge/cluster.yml --state-backend kubernetes --kubeconfig ~/.kube/management.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := loadCluster(cmd, o.file)
 			if err != nil {
 				return err
 			}
-			return o.run(c, cmd.OutOrStdout())
+			return o.run(cmd.Context(), c, cmd.OutOrStdout())
 		},
 	}
 	addFileFlag(cmd, &o.file)
 	fl := cmd.Flags()
 	fl.StringVar(&o.node, "node", "", "approve the join of this node (its address in cluster.yml); without it, list the joins waiting")
 	fl.StringVar(&o.key, "key", "", "the start of the SHA-256 of the key the join asks for, when several joins of the node wait")
-	fl.StringVar(&o.stateDir, "state-dir", "", "rigger serve's --state-dir (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	o.store.add(fl)
 	return cmd
 }
 
-func (o *agentApproveOptions) run(c *spec.Cluster, out io.Writer) error {
-	if o.stateDir == "" {
-		d, err := statedir.Default("x")
-		if err != nil {
-			return err
+// agentStoreFlags say where rigger serve keeps the agent tunnel's CA and
+// records, for agent command and agent approve.
+type agentStoreFlags struct {
+	stateDir, backend, namespace, kubeconfig string
+}
+
+func (f *agentStoreFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&f.stateDir, "state-dir", "", "rigger serve's --state-dir, with --state-backend directory (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	fl.StringVar(&f.backend, "state-backend", stateBackendDirectory, "rigger serve's --state-backend: directory (the records in --state-dir) or kubernetes (in Secrets of --namespace)")
+	fl.StringVar(&f.namespace, "namespace", defaultStateNamespace, "namespace of rigger serve's Secrets, with --state-backend kubernetes")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster rigger serve runs in, with --state-backend kubernetes (default $KUBECONFIG or ~/.kube/config)")
+}
+
+// open opens the agent tunnel's store where serve keeps it. In Secrets it
+// must hold serve's CA already: a CA made here, before serve moved its
+// directory's into them, would not be the one the agents check.
+func (f *agentStoreFlags) open(ctx context.Context, now time.Time) (*agenttun.Store, error) {
+	switch f.backend {
+	case stateBackendDirectory:
+		if f.stateDir == "" {
+			d, err := statedir.Default("x")
+			if err != nil {
+				return nil, err
+			}
+			f.stateDir = filepath.Dir(d)
 		}
-		o.stateDir = filepath.Dir(d)
+		return agenttun.OpenStore(agentStoreDir(f.stateDir), now)
+	case stateBackendKubernetes:
+	default:
+		return nil, fmt.Errorf("--state-backend %q: give %s or %s", f.backend, stateBackendDirectory, stateBackendKubernetes)
 	}
-	store, err := agenttun.OpenStore(agentStoreDir(o.stateDir), time.Now())
+	secrets, err := stateSecrets(f.kubeconfig, f.namespace)
+	if err != nil {
+		return nil, err
+	}
+	records := &secretstate.AgentRecords{Secrets: secrets, Namespace: f.namespace}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, _, err := records.ReadCA(ctx); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("namespace %s holds no agent tunnel CA (Secret %s): start rigger serve with --agent-listen and "+
+			"--state-backend kubernetes there first (or give the --namespace it runs in)", f.namespace, secretstate.AgentCASecret)
+	} else if err != nil {
+		return nil, err
+	}
+	return agenttun.NewStore(ctx, records, now)
+}
+
+func (o *agentApproveOptions) run(ctx context.Context, c *spec.Cluster, out io.Writer) error {
+	store, err := o.store.open(ctx, time.Now())
 	if err != nil {
 		return err
 	}
@@ -178,8 +225,9 @@ func (o *agentApproveOptions) run(c *spec.Cluster, out io.Writer) error {
 
 // agentCommandOptions are the flags of agent command.
 type agentCommandOptions struct {
-	file, node, server, stateDir, image string
-	ttl                                 time.Duration
+	file, node, server, image string
+	ttl                       time.Duration
+	store                     agentStoreFlags
 }
 
 // DefaultTokenTTL is how long the token agent command issues is valid.
@@ -195,18 +243,21 @@ of cluster.yml declared with "transport: agent": the server URL of its
 cluster, the CA checksum, its addresses, and a join token issued now for
 this node of this cluster alone, valid for one join within --ttl. Run it
 where rigger serve runs, with serve's --state-dir (the token is kept
-there, hashed; serve accepts it at once). The line holds the token: hand it
-over as a secret. A join never replaces the certificate of a node that
+there, hashed; serve accepts it at once), or, when serve keeps its state
+in Secrets, anywhere with --state-backend kubernetes and a kubeconfig.
+The line holds the token: hand it over as a secret. A join never replaces the certificate of a node that
 holds a valid one: such a join waits for "rigger agent approve".`,
 		Example: `  rigger agent command -f clusters/edge/cluster.yml --node 203.0.113.7 \
-    --server https://rigger.example:9443 --state-dir /var/lib/rigger`,
+    --server https://rigger.example:9443 --state-dir /var/lib/rigger
+  rigger agent command -f clusters/edge/cluster.yml --node 203.0.113.7 \
+    --server https://rigger.example:9443 --state-backend kubernetes --kubeconfig ~/.kube/management.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := loadCluster(cmd, o.file)
 			if err != nil {
 				return err
 			}
-			line, err := o.run(c)
+			line, err := o.run(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
@@ -218,13 +269,13 @@ holds a valid one: such a join waits for "rigger agent approve".`,
 	fl := cmd.Flags()
 	fl.StringVar(&o.node, "node", "", "the node's address in cluster.yml")
 	fl.StringVar(&o.server, "server", "", "rigger serve's agent endpoint as nodes reach it (its --agent-url: https://host:port)")
-	fl.StringVar(&o.stateDir, "state-dir", "", "rigger serve's --state-dir (default $XDG_STATE_HOME/rigger or ~/.local/state/rigger)")
+	o.store.add(fl)
 	fl.StringVar(&o.image, "image", "rigger/rigger:"+version, "the agent's image")
 	fl.DurationVar(&o.ttl, "ttl", DefaultTokenTTL, "how long the join token is valid")
 	return cmd
 }
 
-func (o *agentCommandOptions) run(c *spec.Cluster) (string, error) {
+func (o *agentCommandOptions) run(ctx context.Context, c *spec.Cluster) (string, error) {
 	i := slices.IndexFunc(c.Nodes, func(n spec.Node) bool { return n.Address == o.node })
 	switch {
 	case o.node == "":
@@ -239,15 +290,8 @@ func (o *agentCommandOptions) run(c *spec.Cluster) (string, error) {
 	case o.ttl <= 0 || o.ttl > agenttun.MaxTokenTTL:
 		return "", fmt.Errorf("--ttl %s: give a positive duration of at most %s: a token is for one join soon", o.ttl, agenttun.MaxTokenTTL)
 	}
-	if o.stateDir == "" {
-		d, err := statedir.Default("x")
-		if err != nil {
-			return "", err
-		}
-		o.stateDir = filepath.Dir(d)
-	}
 	now := time.Now()
-	store, err := agenttun.OpenStore(agentStoreDir(o.stateDir), now)
+	store, err := o.store.open(ctx, now)
 	if err != nil {
 		return "", err
 	}

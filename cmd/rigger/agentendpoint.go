@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +17,7 @@ import (
 	"github.com/rigger/rigger/gitops"
 	"github.com/rigger/rigger/internal/shellquote"
 	"github.com/rigger/rigger/reconcile"
+	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/agenttun"
@@ -27,6 +32,48 @@ const agentPathPrefix = "/agent/"
 // state directory can be).
 func agentStoreDir(stateDir string) string {
 	return filepath.Join(stateDir, gitops.ServeDir, "agent-tunnel")
+}
+
+// openAgentStore opens the agent tunnel's store: in agentStoreDir(stateDir),
+// or, when records is not nil, in the Secrets it names, shared by serve's
+// replicas. A directory's records (serve kept them there before it kept
+// them in Secrets) are moved into Secrets that hold no CA yet, so that
+// the agents' --ca-checksum, tokens and certificates stay good.
+func openAgentStore(ctx context.Context, stateDir string, records *secretstate.AgentRecords, log *slog.Logger, now time.Time) (*agenttun.Store, error) {
+	if records == nil {
+		return agenttun.OpenStore(agentStoreDir(stateDir), now)
+	}
+	dir := agentStoreDir(stateDir)
+	_, _, err := records.ReadCA(ctx)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && dirHoldsCA(ctx, dir):
+		from, err := agenttun.OpenStore(dir, now)
+		if err != nil {
+			return nil, err
+		}
+		n, err := agenttun.Copy(ctx, from.Backend(), records)
+		if err != nil && !errors.Is(err, agenttun.ErrExists) {
+			return nil, fmt.Errorf("move the agent tunnel's records from %s into %s: %w", dir, records.Where(), err)
+		}
+		log.Info("the agent tunnel's CA and records moved from the state directory into Secrets; the directory's copy is no longer read",
+			"from", dir, "namespace", records.Namespace, "records", n, "ca_checksum", from.CA().Checksum())
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("agent tunnel state: %w", err)
+	}
+	return agenttun.NewStore(ctx, records, now)
+}
+
+// dirHoldsCA says whether the agent tunnel's directory dir holds a CA.
+func dirHoldsCA(ctx context.Context, dir string) bool {
+	if _, err := os.Stat(dir); err != nil {
+		return false
+	}
+	d, err := agenttun.NewDir(dir)
+	if err != nil {
+		return false
+	}
+	_, _, err = d.ReadCA(ctx)
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // agentServerURL is the --server of a cluster's agents.

@@ -50,11 +50,17 @@ func startEndpoint(t *testing.T, stateDir string, log io.Writer) (*agentEndpoint
 // end does).
 func listenEndpoint(t *testing.T, stateDir, listen string, log io.Writer) (e *agentEndpoint, url string, stop func()) {
 	t.Helper()
-	host, _, err := net.SplitHostPort(listen)
+	store, err := agenttun.OpenStore(agentStoreDir(stateDir), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := agenttun.OpenStore(agentStoreDir(stateDir), time.Now())
+	return listenEndpointOn(t, store, listen, log)
+}
+
+// listenEndpointOn is listenEndpoint with store.
+func listenEndpointOn(t *testing.T, store *agenttun.Store, listen string, log io.Writer) (e *agentEndpoint, url string, stop func()) {
+	t.Helper()
+	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,7 +245,7 @@ func TestDeployRBACOnlyLeasesAndSecrets(t *testing.T) {
 		verbs      []string
 	}{
 		"leases":  {"coordination.k8s.io", "the replicas sharing the clusters (gitops/replicas: a Lease per cluster and per replica)", []string{"get", "list", "create", "update", "delete"}},
-		"secrets": {"", "the state of --state-backend kubernetes (secretstate)", []string{"list", "create", "update", "delete"}},
+		"secrets": {"", "the state of --state-backend kubernetes and the agent tunnel's records (secretstate)", []string{"get", "list", "create", "update", "delete"}},
 	}
 	granted := map[string]bool{}
 	for i, r := range role.Rules {

@@ -163,7 +163,8 @@ probes and the webhook (checked by its HMAC) stay open.
 Agent tunnel (--agent-listen, TLS): nodes declared with "transport: agent"
 run "rigger agent", which dials in to <--agent-url>/agent/<cluster_name>;
 only the nodes each cluster.yml declares so are admitted. The endpoint's CA,
-tokens and node certificates are kept in <--state-dir>/serve/agent-tunnel;
+tokens and node certificates are kept in <--state-dir>/serve/agent-tunnel
+(in Secrets with --state-backend kubernetes);
 its serving certificate names --agent-host. TLS must reach serve end to end
 (no proxy that terminates it). serve logs the CA checksum at start and, for
 each agent node not connected, the docker run line that starts its agent;
@@ -194,9 +195,10 @@ another writer changed since is never overwritten, and the reconcile is
 retried. A cluster without Secrets is an empty state directory (its PKI is
 recovered from the nodes); a working copy with state its cluster has no
 Secret of is refused (import it: "rigger state import"). A file larger than
-a Secret holds (1 MiB) is refused. The agent tunnel's CA and tokens stay in
-<--state-dir>/serve/agent-tunnel. See docs/gitops.md ("State in the
-cluster").
+a Secret holds (1 MiB) is refused. The agent tunnel's CA, tokens and node
+certificates are Secrets of that namespace too (rigger-agent-*), moved there
+from <--state-dir>/serve/agent-tunnel at the first start. See docs/gitops.md
+("State in the cluster") and docs/agent.md.
 
 One reconciler per cluster: each reconcile holds the cluster's lock in its
 state directory (a "rigger apply" with the same state directory waits or
@@ -314,7 +316,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--author %q: %w: give \"Name <email>\"", o.author, err)
 	}
-	loadState, stateFileAt, err := o.stateStore(log)
+	state, err := o.stateStore(log)
 	if err != nil {
 		return err
 	}
@@ -331,7 +333,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	// One pool for the Docker answers of every node serve reaches, over
 	// SSH or through an agent.
 	answers := transport.NewAnswerPool(transport.DefaultAnswerPool)
-	agents, agentLn, agentTLS, err := o.agentEndpoint(log, answers)
+	agents, agentLn, agentTLS, err := o.agentEndpoint(ctx, log, answers, state.agentRecords)
 	if err != nil {
 		return err
 	}
@@ -395,7 +397,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
 		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
-		Board: board, LoadState: loadState, StateFileAt: stateFileAt, Share: sharer, Self: selfPod(log),
+		Board: board, LoadState: state.load, StateFileAt: state.at, Share: sharer, Self: selfPod(log),
 	})
 	if err != nil {
 		return err
@@ -531,9 +533,10 @@ func newServeHTTPServer(h http.Handler) *http.Server {
 		WriteTimeout: listenWriteTimeout, IdleTimeout: listenIdleTimeout, MaxHeaderBytes: listenMaxHeader}
 }
 
-// agentEndpoint opens the agent tunnel's store and listener when
-// --agent-listen is given; all nil otherwise.
-func (o *serveOptions) agentEndpoint(log *slog.Logger, answers *transport.AnswerPool) (*agentEndpoint, net.Listener, *tls.Config, error) {
+// agentEndpoint opens the agent tunnel's store (in records when not nil,
+// else in --state-dir) and listener when --agent-listen is given; all nil
+// otherwise.
+func (o *serveOptions) agentEndpoint(ctx context.Context, log *slog.Logger, answers *transport.AnswerPool, records *secretstate.AgentRecords) (*agentEndpoint, net.Listener, *tls.Config, error) {
 	if o.agentListen == "" {
 		return nil, nil, nil, nil
 	}
@@ -541,7 +544,9 @@ func (o *serveOptions) agentEndpoint(log *slog.Logger, answers *transport.Answer
 		return nil, nil, nil, errors.New("--agent-listen needs --agent-host: the DNS names or addresses agents reach serve at")
 	}
 	now := time.Now()
-	store, err := agenttun.OpenStore(agentStoreDir(o.stateDir), now)
+	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	store, err := openAgentStore(openCtx, o.stateDir, records, log, now)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -559,7 +564,7 @@ func (o *serveOptions) agentEndpoint(log *slog.Logger, answers *transport.Answer
 		url = "https://" + net.JoinHostPort(o.agentHosts[0], port)
 	}
 	log.Info("agent tunnel endpoint listening", "listen", ln.Addr().String(), "url", url+agentPathPrefix+"<cluster_name>",
-		"ca_checksum", store.CA().Checksum())
+		"ca_checksum", store.CA().Checksum(), "records", store.Backend().Where())
 	return newAgentEndpoint(store, url, answers, log), ln, tlsConfig, nil
 }
 
@@ -704,40 +709,48 @@ const (
 	stateBackendKubernetes = "kubernetes"
 )
 
-// stateStore is gitops.Config.LoadState and StateFileAt for
-// --state-backend: nil for the directory; secretstate.Store.Load and the
-// state files' Secrets for kubernetes.
-func (o *serveOptions) stateStore(log *slog.Logger) (load func(ctx context.Context, cluster, dir string) error, at func(cluster, file string) string, err error) {
+// serveState is where serve keeps the clusters' state and the agent
+// tunnel's records, as --state-backend says: all nil for the directory.
+type serveState struct {
+	// load and at are gitops.Config.LoadState and StateFileAt.
+	load func(ctx context.Context, cluster, dir string) error
+	at   func(cluster, file string) string
+	// agentRecords keeps the agent tunnel's CA and records.
+	agentRecords *secretstate.AgentRecords
+}
+
+// stateStore is serve's state for --state-backend: secretstate.Store.Load,
+// the state files' Secrets and the agent tunnel's for kubernetes.
+func (o *serveOptions) stateStore(log *slog.Logger) (serveState, error) {
 	switch o.stateBackend {
 	case "", stateBackendDirectory:
-		return nil, nil, nil
+		return serveState{}, nil
 	case stateBackendKubernetes:
 	default:
-		return nil, nil, fmt.Errorf("--state-backend %q: give %s or %s", o.stateBackend, stateBackendDirectory, stateBackendKubernetes)
+		return serveState{}, fmt.Errorf("--state-backend %q: give %s or %s", o.stateBackend, stateBackendDirectory, stateBackendKubernetes)
 	}
 	if o.stateDir == "" {
-		return nil, nil, fmt.Errorf("--state-backend kubernetes: give --state-dir, the working copy of the clusters' state " +
+		return serveState{}, fmt.Errorf("--state-backend kubernetes: give --state-dir, the working copy of the clusters' state " +
 			"(an emptyDir in a pod; never the state directory of a rigger apply, whose files it replaces with the Secrets')")
 	}
 	client, ns, err := o.kubeClient("--state-backend kubernetes", o.stateNamespace, "--state-namespace")
 	if err != nil {
-		return nil, nil, err
+		return serveState{}, err
 	}
-	store := &secretstate.Store{Secrets: client.CoreV1().Secrets(ns), Namespace: ns}
+	secrets := client.CoreV1().Secrets(ns)
+	store := &secretstate.Store{Secrets: secrets, Namespace: ns}
 	log.Info("clusters' state kept in Secrets", "namespace", ns, "working_copy", o.stateDir)
-	if o.agentListen != "" {
-		log.Warn("the agent tunnel's CA, tokens and node certificates are kept in the working copy, not in Secrets: "+
-			"keep --state-dir on a volume that outlives the pod, or agents must join again", "dir", filepath.Join(o.stateDir, gitops.ServeDir, "agent-tunnel"))
-	}
-	load = func(ctx context.Context, cluster, dir string) error {
-		_, err := store.Load(ctx, cluster, dir)
-		return err
-	}
-	at = func(cluster, file string) string {
-		name := secretstate.SecretName(cluster, file)
-		return fmt.Sprintf("the Secret %s/%s (kubectl -n %s delete secret %s)", ns, name, ns, name)
-	}
-	return load, at, nil
+	return serveState{
+		load: func(ctx context.Context, cluster, dir string) error {
+			_, err := store.Load(ctx, cluster, dir)
+			return err
+		},
+		at: func(cluster, file string) string {
+			name := secretstate.SecretName(cluster, file)
+			return fmt.Sprintf("the Secret %s/%s (kubectl -n %s delete secret %s)", ns, name, ns, name)
+		},
+		agentRecords: &secretstate.AgentRecords{Secrets: secrets, Namespace: ns},
+	}, nil
 }
 
 // secretFrom reads a secret from a file, trimmed of surrounding white

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rigger/rigger/reconcile"
@@ -105,13 +106,7 @@ func (o *stateOptions) run(ctx context.Context, out io.Writer, verb string) erro
 	if _, err := os.Stat(dir); verb == "import" && err != nil {
 		return fmt.Errorf("import the state of cluster %s: %w: give its rigger apply's state directory (--state-dir)", o.cluster, err)
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	if err != nil {
-		return fmt.Errorf("reach the cluster of the state Secrets: %w: give --kubeconfig", err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	secrets, err := stateSecrets(o.kubeconfig, o.namespace)
 	if err != nil {
 		return err
 	}
@@ -120,7 +115,7 @@ func (o *stateOptions) run(ctx context.Context, out io.Writer, verb string) erro
 		return fmt.Errorf("%s the state of cluster %s: %w", verb, o.cluster, err)
 	}
 	defer release()
-	store := &secretstate.Store{Secrets: client.CoreV1().Secrets(o.namespace), Namespace: o.namespace}
+	store := &secretstate.Store{Secrets: secrets, Namespace: o.namespace}
 	var m secretstate.Moved
 	var what string
 	if verb == "import" {
@@ -135,4 +130,21 @@ func (o *stateOptions) run(ctx context.Context, out io.Writer, verb string) erro
 	}
 	fmt.Fprintf(out, "%s:\n%s", what, m)
 	return nil
+}
+
+// stateSecrets is the API of the Secrets of namespace, where rigger serve
+// keeps its state, through kubeconfig ($KUBECONFIG or ~/.kube/config when
+// it is empty), for the commands run beside serve.
+func stateSecrets(kubeconfig, namespace string) (corev1client.SecretInterface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reach the cluster of rigger serve's Secrets: %w: give --kubeconfig", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return client.CoreV1().Secrets(namespace), nil
 }

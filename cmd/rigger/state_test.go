@@ -54,21 +54,21 @@ func TestServeStateBackendFlags(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	for _, backend := range []string{"", stateBackendDirectory} {
 		o := serveOptions{stateBackend: backend}
-		if load, _, err := o.stateStore(log); load != nil || err != nil {
-			t.Errorf("--state-backend %q: got %v, %v; want no backend", backend, load != nil, err)
+		if st, err := o.stateStore(log); st.load != nil || err != nil {
+			t.Errorf("--state-backend %q: got %v, %v; want no backend", backend, st.load != nil, err)
 		}
 	}
 	var o serveOptions
 	o = serveOptions{stateBackend: "etcd"}
-	if _, _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "give directory or kubernetes") {
+	if _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "give directory or kubernetes") {
 		t.Errorf("an unknown backend: got %v", err)
 	}
 	o = serveOptions{stateBackend: stateBackendKubernetes}
-	if _, _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "give --state-dir") {
+	if _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "give --state-dir") {
 		t.Errorf("kubernetes without --state-dir: got %v", err)
 	}
 	o = serveOptions{stateBackend: stateBackendKubernetes, stateDir: t.TempDir(), kubeconfig: filepath.Join(t.TempDir(), "none")}
-	if _, _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "--state-backend kubernetes") {
+	if _, err := o.stateStore(log); err == nil || !strings.Contains(err.Error(), "--state-backend kubernetes") {
 		t.Errorf("kubernetes with a kubeconfig that is not there: got %v", err)
 	}
 }

@@ -58,6 +58,7 @@ func TestOnAPIServer(t *testing.T) {
 		{"WriteThroughRoundTrip", testWriteThrough},
 		{"NoSecretsIsAnEmptyDirectory", testNoSecrets},
 		{"ExportImportRoundTrip", testExportImport},
+		{"AgentRecords", func(t *testing.T, newStore func(t *testing.T) *secretstate.Store) { testAgentRecords(t, newStore) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, store) })
 	}

@@ -66,6 +66,7 @@ const (
 	codeHeld        = "held"         // 409: another host holds the node's tunnel; the agent retries
 	codeApproval    = "approval"     // 409: the node holds a valid certificate; the agent retries until an operator approves
 	codeClosed      = "closed"       // 503: the server is shutting down; the agent retries
+	codeUnavailable = "unavailable"  // 503: the server cannot read its records (its Backend) now; the agent retries
 )
 
 // refusal is the JSON body of every refused request.

@@ -57,7 +57,7 @@ func TestJoin(t *testing.T) {
 
 	// At rest: the server keeps the token's hash only, until the join
 	// uses it up; the agent its own key; both mode 0600.
-	tokenFile := filepath.Join(ts.dir, tokensDir, hashToken(ts.token)+".json")
+	tokenFile := filepath.Join(ts.dir, filepath.FromSlash(tokenKey(ts.token)))
 	if _, err := os.Stat(tokenFile); err == nil {
 		t.Errorf("%s is still there: a token joins once", tokenFile)
 	}
@@ -65,14 +65,14 @@ func TestJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokenFile = filepath.Join(ts.dir, tokensDir, hashToken(unused)+".json")
+	tokenFile = filepath.Join(ts.dir, filepath.FromSlash(tokenKey(unused)))
 	filepath.WalkDir(ts.dir, func(p string, d os.DirEntry, err error) error {
 		if b, _ := os.ReadFile(p); strings.Contains(string(b), ts.token) || strings.Contains(string(b), unused) {
 			t.Errorf("%s holds the token", p)
 		}
 		return nil
 	})
-	for _, p := range []string{tokenFile, filepath.Join(ts.dir, stateFile), filepath.Join(ts.dir, caKeyFile),
+	for _, p := range []string{tokenFile, filepath.Join(ts.dir, filepath.FromSlash(nodeKey("c1", "n1"))), filepath.Join(ts.dir, caKeyFile),
 		filepath.Join(cfg.StateDir, agentKeyFile), filepath.Join(cfg.StateDir, agentCertFile)} {
 		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v, want mode 0600", p, err)
@@ -298,11 +298,11 @@ func TestRemovedWhileStoppedRevoked(t *testing.T) {
 	declared := ts.nodes
 	ts.nodes = nil
 	ts.restart() // made before its cluster.yml is read (as serve's are): revokes nothing
-	if ts.srv.store.nodeSerial("c1", "n1") == "" {
+	if s, _ := ts.srv.store.nodeSerial("c1", "n1"); s == "" {
 		t.Fatal("a server made before its cluster.yml was read revoked n1's certificate")
 	}
 	ts.srv.SetNodes(declared[1:]) // cluster.yml read: n1 removed
-	if s := ts.srv.store.nodeSerial("c1", "n1"); s != "" {
+	if s, _ := ts.srv.store.nodeSerial("c1", "n1"); s != "" {
 		t.Errorf("n1's certificate (serial %s) is still valid after a restart without it", s)
 	}
 }

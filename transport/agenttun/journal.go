@@ -114,8 +114,8 @@ type certState struct {
 
 // certState is what the store says of node's certificate.
 func (s *Server) certState(node string) certState {
-	rec, valid := s.store.validCert(s.cluster, node, s.now())
-	if rec.Serial == "" {
+	rec, valid, err := s.store.validCert(s.cluster, node, s.now())
+	if err != nil || rec.Serial == "" {
 		return certState{}
 	}
 	exp := rec.Expires

@@ -182,8 +182,15 @@ func (s *Server) setNodes(nodes []Node, revoke bool) {
 	for _, c := range closers {
 		c()
 	}
-	for _, node := range s.store.nodes(s.cluster) {
-		if _, ok := want[node]; ok || !revoke {
+	if !revoke {
+		return
+	}
+	held, err := s.store.nodes(s.cluster)
+	if err != nil {
+		s.log.Error("find the certificates of nodes removed from cluster.yml, to revoke them", "err", err)
+	}
+	for _, node := range held {
+		if _, ok := want[node]; ok {
 			continue
 		}
 		if err := s.store.revoke(s.cluster, node); err != nil {
@@ -318,6 +325,11 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if ok {
 		rec, err = s.store.checkToken(s.cluster, tok, s.now())
+		if err != nil && !errors.Is(err, errBadToken) {
+			s.log.Error("agent join: read the token's record", "err", err, "remote", r.RemoteAddr)
+			refuse(w, http.StatusServiceUnavailable, codeUnavailable, "the server could not read its join tokens; the agent tries again")
+			return
+		}
 	}
 	badToken := func() {
 		s.refusals.note(r.RemoteAddr)
@@ -379,7 +391,13 @@ func (s *Server) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	// A join never replaces a valid certificate by itself: whoever holds
 	// a token would take the node's traffic and lock its agent out.
-	if held, valid := s.store.validCert(s.cluster, req.Node, s.now()); valid {
+	held, valid, err := s.store.validCert(s.cluster, req.Node, s.now())
+	if err != nil {
+		log.Error("agent join: read the node's certificate record", "err", err)
+		refuse(w, http.StatusServiceUnavailable, codeUnavailable, "the server could not read the node's records; the agent tries again")
+		return
+	}
+	if valid {
 		approved, err := s.store.askApproval(Approval{Cluster: s.cluster, Node: req.Node, Hostname: req.Hostname,
 			Remote: r.RemoteAddr, Key: key, Requested: s.now().UTC()})
 		if !approved {
@@ -500,7 +518,13 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, codeNotYourself, msg)
 		return
 	}
-	if serialString(cert) != s.store.nodeSerial(s.cluster, node) {
+	serial, err := s.store.nodeSerial(s.cluster, node)
+	if err != nil {
+		log.Error("agent tunnel: read the node's certificate record", "err", err)
+		refuse(w, http.StatusServiceUnavailable, codeUnavailable, "the server could not read the node's records; the agent tries again")
+		return
+	}
+	if serialString(cert) != serial {
 		log.Warn("agent tunnel refused: the certificate was replaced or revoked")
 		msg := fmt.Sprintf("the certificate of node %s was replaced or revoked: remove the agent's state directory and join again with a new token", node)
 		s.note(node, JoinStep{Step: StepTunnelRefused, Remote: r.RemoteAddr, Detail: msg})

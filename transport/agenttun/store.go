@@ -1,6 +1,7 @@
 package agenttun
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -18,32 +19,15 @@ import (
 	"time"
 )
 
-// Files of a Store's directory, each mode 0600. Each token is a file of
-// its own in tokensDir, named for its hash, so that `rigger agent command`
-// issues tokens while rigger serve runs; agents.json is written by serve
-// alone.
-const (
-	caCertFile = "ca.pem"
-	caKeyFile  = "ca-key.pem"
-	stateFile  = "agents.json"
-	tokensDir  = "tokens"
-	// approvalsDir holds the joins waiting for an operator's approval
-	// (rigger agent approve), one file each.
-	approvalsDir = "approvals"
-)
-
 // maxApprovals bounds the joins waiting for approval: beyond it a join is
 // refused without being recorded.
 const maxApprovals = 100
-
-// maxTokenFile bounds a token's file when it is read back.
-const maxTokenFile = 4096
 
 // MaxTokenTTL bounds the life of a join token: a token is for one join
 // soon, not a standing credential.
 const MaxTokenTTL = 7 * 24 * time.Hour
 
-// Sweeps of the store's directory: tokens that expired, and joins that
+// Sweeps of the store: tokens that expired, and joins that
 // wait for an approval no agent asks for any more (an agent asks again
 // within a minute) or an approval not used, are removed, at most once in
 // sweepInterval.
@@ -57,30 +41,26 @@ const (
 // leak scanner.
 const tokenPrefix = "rgt_"
 
-// maxStateBytes bounds agents.json when it is read back.
-const maxStateBytes = 16 << 20
-
-// Store keeps what the tunnel servers of one rigger serve must remember
-// across restarts: the CA they share (one TLS endpoint serves every
-// cluster), the join tokens (their SHA-256 only: a token is shown once,
-// when it is issued), each for one cluster, and the serial of each node's
-// current certificate (an older certificate of the node, or one whose node
-// was revoked, is refused). With an empty directory it keeps everything in
-// memory. It is safe for concurrent use.
+// Store keeps what the tunnel servers of rigger serve must remember
+// across restarts, in a Backend shared by every process that uses it
+// (serve's replicas, rigger agent command and approve): the CA they share
+// (one TLS endpoint serves every cluster), the join tokens (their SHA-256
+// only: a token is shown once, when it is issued), each for one node of
+// one cluster, the joins waiting for approval, and the serial of each
+// node's current certificate (an older certificate of the node, or one
+// whose node was revoked, is refused). It reads the Backend at each use,
+// so that what another process wrote counts at once. It is safe for
+// concurrent use.
 type Store struct {
-	dir string
-	ca  *CA
+	b  Backend
+	ca *CA
 
-	mu        sync.Mutex
-	state     storeState
-	memTokens []TokenRecord // without a directory
-	swept     time.Time     // the last sweep
+	mu    sync.Mutex
+	swept time.Time // the last sweep
 }
 
-type storeState struct {
-	// Nodes are keyed by cluster and node: "cluster/node".
-	Nodes map[string]*NodeRecord `json:"nodes"`
-}
+// opTimeout bounds each of a Store's calls to its Backend.
+const opTimeout = 10 * time.Second
 
 // TokenRecord is a join token as the store keeps it.
 type TokenRecord struct {
@@ -96,6 +76,8 @@ type TokenRecord struct {
 
 // NodeRecord is the credential a node holds.
 type NodeRecord struct {
+	Cluster string `json:"cluster,omitempty"`
+	Node    string `json:"node,omitempty"`
 	// Serial is the hex serial of the node's current certificate; only
 	// that certificate is accepted for the node.
 	Serial string    `json:"serial"`
@@ -105,65 +87,72 @@ type NodeRecord struct {
 	Expires time.Time `json:"expires,omitzero"`
 }
 
-// OpenStore reads the store in dir, creating the directory and a new CA
-// when the directory holds none. An empty dir keeps the store in memory.
+// OpenStore is the Store on dir (a Dir backend), made with a new CA when
+// the directory holds none; an empty dir keeps the store in memory.
 func OpenStore(dir string, now time.Time) (*Store, error) {
-	s := &Store{dir: dir, state: storeState{Nodes: map[string]*NodeRecord{}}}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
 	if dir == "" {
-		ca, err := NewCA(now)
-		if err != nil {
-			return nil, err
-		}
-		s.ca = ca
-		return s, nil
+		return NewStore(ctx, &memory{}, now)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("agent tunnel state: %w", err)
+	d, err := NewDir(dir)
+	if err != nil {
+		return nil, err
 	}
-	certPEM, cerr := os.ReadFile(filepath.Join(dir, caCertFile))
-	keyPEM, kerr := os.ReadFile(filepath.Join(dir, caKeyFile))
-	switch {
-	case errors.Is(cerr, fs.ErrNotExist) && errors.Is(kerr, fs.ErrNotExist):
-		ca, err := NewCA(now)
-		if err != nil {
+	if err := d.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return NewStore(ctx, d, now)
+}
+
+// NewStore is the Store on b: it reads b's CA, and makes one when b holds
+// none (the CA another process made meanwhile wins).
+func NewStore(ctx context.Context, b Backend, now time.Time) (*Store, error) {
+	ca, err := readCA(ctx, b)
+	if errors.Is(err, fs.ErrNotExist) {
+		if ca, err = NewCA(now); err != nil {
 			return nil, err
 		}
 		keyPEM, err := ca.KeyPEM()
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFile(filepath.Join(dir, caKeyFile), keyPEM); err != nil {
-			return nil, err
+		switch err := b.CreateCA(ctx, ca.CertPEM(), keyPEM); {
+		case errors.Is(err, ErrExists):
+			ca, err = readCA(ctx, b)
+			if err != nil {
+				return nil, err
+			}
+		case err != nil:
+			return nil, fmt.Errorf("agent tunnel state %s: keep the new CA: %w", b.Where(), err)
 		}
-		if err := writeFile(filepath.Join(dir, caCertFile), ca.CertPEM()); err != nil {
-			return nil, err
-		}
-		s.ca = ca
-	case cerr != nil || kerr != nil:
-		return nil, fmt.Errorf("agent tunnel state %s: the CA is incomplete (%w): restore %s and %s from a backup; "+
-			"a new CA would make every agent's --ca-checksum wrong", dir, errors.Join(cerr, kerr), caCertFile, caKeyFile)
-	default:
-		ca, err := ParseCA(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("agent tunnel state %s: %w", dir, err)
-		}
-		s.ca = ca
+	} else if err != nil {
+		return nil, err
 	}
-	b, err := readCapped(filepath.Join(dir, stateFile), maxStateBytes)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("agent tunnel state: %w", err)
-	default:
-		if err := json.Unmarshal(b, &s.state); err != nil {
-			return nil, fmt.Errorf("agent tunnel state %s: %w", filepath.Join(dir, stateFile), err)
-		}
-		if s.state.Nodes == nil {
-			s.state.Nodes = map[string]*NodeRecord{}
-		}
-	}
+	s := &Store{b: b, ca: ca}
 	s.sweep(now)
 	return s, nil
+}
+
+func readCA(ctx context.Context, b Backend) (*CA, error) {
+	certPEM, keyPEM, err := b.ReadCA(ctx)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil {
+		var ca *CA
+		if ca, err = ParseCA(certPEM, keyPEM); err == nil {
+			return ca, nil
+		}
+	}
+	return nil, fmt.Errorf("agent tunnel state %s: %w; a new CA would make every agent's --ca-checksum wrong", b.Where(), err)
+}
+
+// Backend is where the store keeps what it remembers.
+func (s *Store) Backend() Backend { return s.b }
+
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), opTimeout)
 }
 
 // sweep removes, at most once in sweepInterval, the tokens no join may
@@ -176,18 +165,14 @@ func (s *Store) sweep(now time.Time) {
 		return
 	}
 	s.swept = now
-	s.memTokens = slices.DeleteFunc(s.memTokens, func(r TokenRecord) bool { return !r.usable(now) })
 	s.mu.Unlock()
-	if s.dir == "" {
-		return
-	}
-	sweepDir(filepath.Join(s.dir, tokensDir), func(b []byte) bool {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	s.sweepKind(ctx, kindTokens, func(b []byte) bool {
 		var r TokenRecord
 		return json.Unmarshal(b, &r) != nil || !r.usable(now)
 	})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sweepDir(filepath.Join(s.dir, approvalsDir), func(b []byte) bool {
+	s.sweepKind(ctx, kindApprovals, func(b []byte) bool {
 		var a Approval
 		switch {
 		case json.Unmarshal(b, &a) != nil:
@@ -199,20 +184,16 @@ func (s *Store) sweep(now time.Time) {
 	})
 }
 
-// sweepDir removes the JSON files of dir that gone says are (and those
-// that cannot be read).
-func sweepDir(dir string, gone func([]byte) bool) {
-	entries, err := os.ReadDir(dir)
+// sweepKind removes the records of kind that gone says are (and those
+// that cannot be read); a record changed meanwhile stays.
+func (s *Store) sweepKind(ctx context.Context, kind string, gone func([]byte) bool) {
+	recs, err := s.b.List(ctx, kind)
 	if err != nil {
-		return
+		return // the next sweep tries again
 	}
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if b, err := readCapped(p, maxTokenFile); err != nil || gone(b) {
-			os.Remove(p)
+	for _, r := range recs {
+		if r.Data == nil || gone(r.Data) {
+			s.b.Delete(ctx, r.Key, r.Version)
 		}
 	}
 }
@@ -243,173 +224,156 @@ func (s *Store) IssueToken(cluster, node string, ttl time.Duration, now time.Tim
 	}
 	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 	rec := TokenRecord{SHA256: hashToken(tok), Cluster: cluster, Node: node, Created: now.UTC(), Expires: now.Add(ttl).UTC()}
-	if s.dir == "" {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.memTokens = append(s.memTokens, rec)
-		return tok, nil
-	}
-	b, err := json.Marshal(rec)
+	rb, err := json.Marshal(rec)
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Join(s.dir, tokensDir), 0o700); err != nil {
-		return "", fmt.Errorf("issue a join token: %w", err)
-	}
-	if err := writeFile(filepath.Join(s.dir, tokensDir, rec.SHA256+".json"), b); err != nil {
-		return "", fmt.Errorf("issue a join token: %w", err)
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.b.Put(ctx, tokenKey(tok), rb, ""); err != nil {
+		return "", fmt.Errorf("issue a join token: keep it in %s: %w", s.b.Where(), err)
 	}
 	return tok, nil
 }
+
+// tokenKey is the key of tok's record: its hash.
+func tokenKey(tok string) string { return kindTokens + "/" + hashToken(tok) + ".json" }
 
 // errBadToken is what checkToken returns for every refused token, so that
 // a refusal says nothing about which tokens exist.
 var errBadToken = errors.New("the join token is not valid for this node (unknown, used, expired, or for another node or cluster)")
 
 // checkToken returns the record of tok if it was issued for cluster and
-// has not expired. It does not use the token up: useToken does.
+// has not expired, errBadToken if not, another error when the backend
+// cannot tell. It does not use the token up: useToken does.
 func (s *Store) checkToken(cluster, tok string, now time.Time) (TokenRecord, error) {
 	if !strings.HasPrefix(tok, tokenPrefix) {
 		return TokenRecord{}, errBadToken
 	}
 	s.sweep(now)
+	ctx, cancel := s.ctx()
+	defer cancel()
 	// The hash of a 256-bit secret, looked up in variable time: that
 	// tells an attacker nothing about a token.
-	h := hashToken(tok)
-	var recs []TokenRecord
-	if s.dir == "" {
-		s.mu.Lock()
-		recs = slices.Clone(s.memTokens)
-		s.mu.Unlock()
-	} else {
-		b, err := readCapped(filepath.Join(s.dir, tokensDir, h+".json"), maxTokenFile)
-		if err != nil {
-			return TokenRecord{}, errBadToken
-		}
-		var r TokenRecord
-		if err := json.Unmarshal(b, &r); err != nil {
-			return TokenRecord{}, errBadToken
-		}
-		recs = append(recs, r)
+	rec, err := s.b.Get(ctx, tokenKey(tok))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return TokenRecord{}, errBadToken
+	case err != nil:
+		return TokenRecord{}, fmt.Errorf("read the join token's record in %s: %w", s.b.Where(), err)
 	}
-	for _, r := range recs {
-		// A token without a node or an expiry, or of a life past
-		// MaxTokenTTL (issued by an older rigger), is refused: issue a
-		// new one.
-		if r.SHA256 == h && r.Cluster == cluster && r.usable(now) {
-			return r, nil
-		}
+	var r TokenRecord
+	// A token without a node or an expiry, or of a life past
+	// MaxTokenTTL (issued by an older rigger), is refused: issue a new
+	// one.
+	if json.Unmarshal(rec.Data, &r) != nil || r.SHA256 != hashToken(tok) || r.Cluster != cluster || !r.usable(now) {
+		return TokenRecord{}, errBadToken
 	}
-	return TokenRecord{}, errBadToken
+	return r, nil
 }
 
 // useToken uses tok up: of two joins with one token, one gets nil.
 func (s *Store) useToken(tok string) error {
-	h := hashToken(tok)
-	if s.dir == "" {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		i := slices.IndexFunc(s.memTokens, func(r TokenRecord) bool { return r.SHA256 == h })
-		if i < 0 {
-			return errBadToken
-		}
-		s.memTokens = slices.Delete(s.memTokens, i, i+1)
-		return nil
-	}
-	if err := os.Remove(filepath.Join(s.dir, tokensDir, h+".json")); err != nil {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.b.Delete(ctx, tokenKey(tok), ""); err != nil {
 		return errBadToken
 	}
 	return nil
 }
 
+// nodeKey is the key of the record of node of cluster.
+func nodeKey(cluster, node string) string { return recordKey(kindNodes, cluster+"/"+node) }
+
+// node reads the record of node's certificate: its Serial is "" when the
+// node holds none.
+func (s *Store) node(ctx context.Context, cluster, node string) (NodeRecord, string, error) {
+	rec, err := s.b.Get(ctx, nodeKey(cluster, node))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return NodeRecord{}, "", nil
+	case err != nil:
+		return NodeRecord{}, "", fmt.Errorf("read the certificate record of node %s in %s: %w", node, s.b.Where(), err)
+	}
+	var r NodeRecord
+	if err := json.Unmarshal(rec.Data, &r); err != nil || r.Cluster != cluster || r.Node != node {
+		return NodeRecord{}, "", fmt.Errorf("the certificate record of node %s in %s is damaged (%v): "+
+			"remove it; the node then joins again with a new token", node, s.b.Where(), err)
+	}
+	return r, rec.Version, nil
+}
+
 // setNode records the certificate node holds from now on, valid until
 // expires.
 func (s *Store) setNode(cluster, node, serial string, now, expires time.Time) error {
-	node = nodeKey(cluster, node)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.state.Nodes[node]
-	s.state.Nodes[node] = &NodeRecord{Serial: serial, Issued: now.UTC(), Expires: expires.UTC()}
-	if err := s.saveLocked(); err != nil {
-		if old == nil {
-			delete(s.state.Nodes, node)
-		} else {
-			s.state.Nodes[node] = old
-		}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	_, version, err := s.node(ctx, cluster, node)
+	if err != nil {
 		return err
+	}
+	b, err := json.Marshal(NodeRecord{Cluster: cluster, Node: node, Serial: serial, Issued: now.UTC(), Expires: expires.UTC()})
+	if err != nil {
+		return err
+	}
+	if err := s.b.Put(ctx, nodeKey(cluster, node), b, version); err != nil {
+		return fmt.Errorf("record the certificate of node %s in %s: %w", node, s.b.Where(), err)
 	}
 	return nil
 }
 
 // nodeSerial is the serial of node's current certificate, "" if none.
-func (s *Store) nodeSerial(cluster, node string) string {
-	node = nodeKey(cluster, node)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r := s.state.Nodes[node]; r != nil {
-		return r.Serial
-	}
-	return ""
+func (s *Store) nodeSerial(cluster, node string) (string, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	r, _, err := s.node(ctx, cluster, node)
+	return r.Serial, err
 }
 
-// validCert is the record of node's certificate if it holds one that has
-// not expired at now.
-func (s *Store) validCert(cluster, node string, now time.Time) (NodeRecord, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.state.Nodes[nodeKey(cluster, node)]
-	if r == nil {
-		return NodeRecord{}, false
+// validCert is the record of node's certificate (its Serial "" if none),
+// and whether it has not expired at now.
+func (s *Store) validCert(cluster, node string, now time.Time) (NodeRecord, bool, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	r, _, err := s.node(ctx, cluster, node)
+	if err != nil || r.Serial == "" {
+		return r, false, err
 	}
 	exp := r.Expires
 	if exp.IsZero() {
 		exp = r.Issued.Add(NodeValidity)
 	}
-	return *r, now.Before(exp)
+	return r, now.Before(exp), nil
 }
 
 // nodes are the nodes of cluster that hold a certificate.
-func (s *Store) nodes(cluster string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) nodes(cluster string) ([]string, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	recs, err := s.b.List(ctx, kindNodes)
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes' certificate records in %s: %w", s.b.Where(), err)
+	}
 	var out []string
-	for key := range s.state.Nodes {
-		if node, ok := strings.CutPrefix(key, cluster+"/"); ok {
-			out = append(out, node)
+	for _, rec := range recs {
+		var r NodeRecord
+		if json.Unmarshal(rec.Data, &r) == nil && r.Cluster == cluster && rec.Key == nodeKey(cluster, r.Node) {
+			out = append(out, r.Node)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // revoke forgets node's certificate: it is refused from then on.
 func (s *Store) revoke(cluster, node string) error {
-	node = nodeKey(cluster, node)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, ok := s.state.Nodes[node]
-	if !ok {
-		return nil
-	}
-	delete(s.state.Nodes, node)
-	if err := s.saveLocked(); err != nil {
-		s.state.Nodes[node] = old
-		return err
+	ctx, cancel := s.ctx()
+	defer cancel()
+	err := s.b.Delete(ctx, nodeKey(cluster, node), "")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("revoke the certificate of node %s in %s: %w", node, s.b.Where(), err)
 	}
 	return nil
 }
-
-func (s *Store) saveLocked() error {
-	if s.dir == "" {
-		return nil
-	}
-	b, err := json.MarshalIndent(s.state, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFile(filepath.Join(s.dir, stateFile), b)
-}
-
-func nodeKey(cluster, node string) string { return cluster + "/" + node }
 
 func hashToken(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
@@ -470,79 +434,88 @@ type Approval struct {
 	Approved  bool      `json:"approved,omitempty"`
 }
 
-func (a Approval) file() string {
-	return hashToken(a.Cluster+"/"+a.Node+"/"+a.Key) + ".json"
-}
+func (a Approval) recordKey() string { return recordKey(kindApprovals, a.Cluster+"/"+a.Node+"/"+a.Key) }
 
 // askApproval records a join waiting for approval, or, if an operator has
-// approved it, uses the approval up and says so.
+// approved it, uses the approval up and says so (of two joins asking at
+// once, one gets it).
 func (s *Store) askApproval(a Approval) (approved bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.dir == "" {
-		return false, errors.New("no state directory to keep approvals in")
-	}
-	dir := filepath.Join(s.dir, approvalsDir)
-	path := filepath.Join(dir, a.file())
-	if b, err := readCapped(path, maxTokenFile); err == nil {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := a.recordKey()
+	version := ""
+	switch rec, err := s.b.Get(ctx, key); {
+	case err == nil:
 		var old Approval
-		if json.Unmarshal(b, &old) == nil && old.Approved {
-			if err := os.Remove(path); err != nil {
-				return false, err
+		if json.Unmarshal(rec.Data, &old) == nil && old.Approved {
+			if err := s.b.Delete(ctx, key, rec.Version); err != nil {
+				return false, fmt.Errorf("use the approval in %s: %w", s.b.Where(), err)
 			}
 			return true, nil
 		}
-	} else if entries, _ := os.ReadDir(dir); len(entries) >= maxApprovals {
-		return false, fmt.Errorf("%d joins already wait for approval in %s", len(entries), dir)
+		version = rec.Version
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("read the joins waiting for approval in %s: %w", s.b.Where(), err)
+	default:
+		waiting, err := s.b.List(ctx, kindApprovals)
+		if err != nil {
+			return false, fmt.Errorf("read the joins waiting for approval in %s: %w", s.b.Where(), err)
+		}
+		if len(waiting) >= maxApprovals {
+			return false, fmt.Errorf("%d joins already wait for approval in %s", len(waiting), s.b.Where())
+		}
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return false, err
+	// Asked again: the record is written anew, so that the sweep keeps it.
+	return false, s.b.Put(ctx, key, b, version)
+}
+
+// approval is a join waiting for approval and the version of its record.
+type approval struct {
+	Approval
+	version string
+}
+
+// waiting lists the joins of cluster waiting for approval.
+func (s *Store) waiting(cluster string) ([]approval, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	recs, err := s.b.List(ctx, kindApprovals)
+	if err != nil {
+		return nil, fmt.Errorf("read the joins waiting for approval in %s: %w", s.b.Where(), err)
 	}
-	return false, writeFile(path, b)
+	var out []approval
+	for _, rec := range recs {
+		var a Approval
+		if json.Unmarshal(rec.Data, &a) == nil && a.Cluster == cluster && !a.Approved && rec.Key == a.recordKey() {
+			out = append(out, approval{a, rec.Version})
+		}
+	}
+	slices.SortFunc(out, func(a, b approval) int { return strings.Compare(a.Node+a.Key, b.Node+b.Key) })
+	return out, nil
 }
 
 // Approvals lists the joins of cluster waiting for approval.
 func (s *Store) Approvals(cluster string) ([]Approval, error) {
-	if s.dir == "" {
-		return nil, nil
-	}
-	entries, err := os.ReadDir(filepath.Join(s.dir, approvalsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the joins waiting for approval: %w", err)
-	}
+	all, err := s.waiting(cluster)
 	var out []Approval
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		b, err := readCapped(filepath.Join(s.dir, approvalsDir, e.Name()), maxTokenFile)
-		if err != nil {
-			continue
-		}
-		var a Approval
-		if json.Unmarshal(b, &a) == nil && a.Cluster == cluster && !a.Approved {
-			out = append(out, a)
-		}
+	for _, a := range all {
+		out = append(out, a.Approval)
 	}
-	slices.SortFunc(out, func(a, b Approval) int { return strings.Compare(a.Node+a.Key, b.Node+b.Key) })
-	return out, nil
+	return out, err
 }
 
 // Approve approves the join of node of cluster waiting for approval whose
 // key starts with key (any, if there is one only and key is empty).
 func (s *Store) Approve(cluster, node, key string) (Approval, error) {
-	all, err := s.Approvals(cluster)
+	all, err := s.waiting(cluster)
 	if err != nil {
 		return Approval{}, err
 	}
-	var match []Approval
+	var match []approval
 	for _, a := range all {
 		if a.Node == node && strings.HasPrefix(a.Key, strings.ToLower(key)) {
 			match = append(match, a)
@@ -561,16 +534,16 @@ func (s *Store) Approve(cluster, node, key string) (Approval, error) {
 		return Approval{}, fmt.Errorf("%d joins of node %s wait for approval: choose one with --key: %s",
 			len(match), node, strings.Join(keys, "; "))
 	}
-	a := match[0]
+	a := match[0].Approval
 	a.Approved = true
 	b, err := json.Marshal(a)
 	if err != nil {
 		return Approval{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := writeFile(filepath.Join(s.dir, approvalsDir, a.file()), b); err != nil {
-		return Approval{}, fmt.Errorf("approve the join of node %s: %w", node, err)
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.b.Put(ctx, a.recordKey(), b, match[0].version); err != nil {
+		return Approval{}, fmt.Errorf("approve the join of node %s in %s: %w (its agent asked again meanwhile: run it again)", node, s.b.Where(), err)
 	}
 	return a, nil
 }

@@ -26,7 +26,7 @@ func TestTokenJoinsOneNodeOnce(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != codeBadToken {
 		t.Fatalf("a's token used to join as b: %v, want a *RefusedError %s", err, codeBadToken)
 	}
-	if ts.srv.store.nodeSerial("c1", "b") != "" {
+	if s, _ := ts.srv.store.nodeSerial("c1", "b"); s != "" {
 		t.Fatal("node b holds a certificate issued for a's token")
 	}
 
@@ -57,7 +57,7 @@ func TestJoinDoesNotReplaceAValidCertificate(t *testing.T) {
 	testwait.For(t, 30*time.Second, "n1 joined", func() bool { return ts.connected("n1") })
 	ra.stop()
 	testwait.For(t, 30*time.Second, "n1's tunnel down", func() bool { return !ts.connected("n1") })
-	serial := ts.srv.store.nodeSerial("c1", "n1")
+	serial, _ := ts.srv.store.nodeSerial("c1", "n1")
 
 	other := ts.agentConfig(t, "n1", n) // a fresh token for n1, a fresh state directory
 	other.Hostname = "elsewhere"
@@ -69,7 +69,7 @@ func TestJoinDoesNotReplaceAValidCertificate(t *testing.T) {
 	testwait.For(t, 30*time.Second, "the waiting agent's log says how to approve it", func() bool {
 		return strings.Contains(ro.logs.String(), "rigger agent approve --node n1")
 	})
-	if got := ts.srv.store.nodeSerial("c1", "n1"); got != serial {
+	if got, _ := ts.srv.store.nodeSerial("c1", "n1"); got != serial {
 		t.Fatalf("n1's certificate was replaced by a join (serial %s, was %s)", got, serial)
 	}
 	select {
@@ -148,10 +148,10 @@ func TestTokenLifetimeBounded(t *testing.T) {
 	} {
 		rec.SHA256 = hashToken(tok)
 		b, _ := json.Marshal(rec)
-		if err := os.MkdirAll(filepath.Join(dir, tokensDir), 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, kindTokens), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := writeFile(filepath.Join(dir, tokensDir, rec.SHA256+".json"), b); err != nil {
+		if err := writeFile(filepath.Join(dir, filepath.FromSlash(tokenKey(tok))), b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,8 +166,8 @@ func TestTokenLifetimeBounded(t *testing.T) {
 		{Cluster: "c1", Node: "n1", Key: "new", Requested: later.Add(-time.Minute)},
 	} {
 		b, _ := json.Marshal(a)
-		os.MkdirAll(filepath.Join(dir, approvalsDir), 0o700)
-		if err := writeFile(filepath.Join(dir, approvalsDir, a.file()), b); err != nil {
+		os.MkdirAll(filepath.Join(dir, kindApprovals), 0o700)
+		if err := writeFile(filepath.Join(dir, filepath.FromSlash(a.recordKey())), b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func TestTokenLifetimeBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, _ := os.ReadDir(filepath.Join(dir, tokensDir))
+	tokens, _ := os.ReadDir(filepath.Join(dir, kindTokens))
 	if len(tokens) != 1 {
 		t.Errorf("%d token files left, want the new one alone", len(tokens))
 	}
