@@ -66,6 +66,9 @@ type AgentTunnel struct {
 	Connected bool   `json:"connected"`
 	// Hostname is the host the tunnel comes from, while connected.
 	Hostname string `json:"hostname,omitempty"`
+	// Replica is the replica of rigger serve that holds the tunnel, when
+	// it is not the one that wrote the status (as last found).
+	Replica string `json:"replica,omitempty"`
 	// LastSeen is when the tunnel was last up (the time of the status
 	// while it is); none when it has not been since serve started.
 	LastSeen *time.Time `json:"last_seen,omitempty"`

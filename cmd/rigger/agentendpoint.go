@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rigger/rigger/gitops"
+	"github.com/rigger/rigger/gitops/replicas"
 	"github.com/rigger/rigger/internal/shellquote"
 	"github.com/rigger/rigger/reconcile"
 	"github.com/rigger/rigger/reconcile/secretstate"
@@ -92,9 +93,45 @@ type agentEndpoint struct {
 	// answers is serve's pool for the nodes' Docker answers.
 	answers *transport.AnswerPool
 
+	// peerClient dials serve's other replicas for the tunnels they hold,
+	// and peerAddress is where they reach this one (host:port); nil and
+	// "" without --leader-elect.
+	peerClient  *agenttun.PeerClient
+	peerAddress string
+
 	mu        sync.Mutex
 	servers   map[string]*agenttun.Server // by cluster_name
 	announced map[string]bool             // cluster/node whose docker run line was logged
+	// self and members are this replica and the live replicas, once the
+	// replicas' Set runs (setReplicas).
+	self    string
+	members func() []replicas.Member
+}
+
+// setReplicas makes the replicas of members, but self, the peers of every
+// cluster's tunnel server: a node whose agent reached another replica is
+// reached through it.
+func (e *agentEndpoint) setReplicas(self string, members func() []replicas.Member) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.self, e.members = self, members
+}
+
+// peers are the other live replicas' endpoints for cluster.
+func (e *agentEndpoint) peers(cluster string) []agenttun.Peer {
+	e.mu.Lock()
+	self, members := e.self, e.members
+	e.mu.Unlock()
+	if members == nil {
+		return nil
+	}
+	var out []agenttun.Peer
+	for _, m := range members() {
+		if m.ID != self && m.AgentAddress != "" {
+			out = append(out, agenttun.Peer{ID: m.ID, URL: "https://" + m.AgentAddress + agentPathPrefix + cluster})
+		}
+	}
+	return out
 }
 
 func newAgentEndpoint(store *agenttun.Store, url string, answers *transport.AnswerPool, log *slog.Logger) *agentEndpoint {
@@ -152,7 +189,12 @@ func (e *agentEndpoint) server(cluster string) (*agenttun.Server, error) {
 	if srv := e.servers[cluster]; srv != nil {
 		return srv, nil
 	}
-	srv, err := agenttun.NewServer(agenttun.Config{Cluster: cluster, Store: e.store, Answers: e.answers, Logger: e.log})
+	cfg := agenttun.Config{Cluster: cluster, Store: e.store, Answers: e.answers, Logger: e.log}
+	if e.peerClient != nil {
+		cfg.PeerClient = e.peerClient
+		cfg.Peers = func() []agenttun.Peer { return e.peers(cluster) }
+	}
+	srv, err := agenttun.NewServer(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +266,7 @@ func (e *agentEndpoint) tunnels(cluster string) []gitops.AgentTunnel {
 	}
 	var out []gitops.AgentTunnel
 	for _, a := range srv.Agents() {
-		t := gitops.AgentTunnel{Node: a.Node, Connected: a.Connected, Hostname: a.Hostname}
+		t := gitops.AgentTunnel{Node: a.Node, Connected: a.Connected, Hostname: a.Hostname, Replica: a.Via}
 		if !a.LastSeen.IsZero() {
 			seen := a.LastSeen.UTC().Truncate(time.Second)
 			t.LastSeen = &seen

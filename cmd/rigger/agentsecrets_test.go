@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rigger/rigger/gitops/replicas"
 	"github.com/rigger/rigger/internal/apiservertest"
 	"github.com/rigger/rigger/internal/testwait"
 	"github.com/rigger/rigger/reconcile"
@@ -26,7 +31,9 @@ import (
 // in its --state-dir before is moved in at its start, with the same CA; a
 // second replica opens the same CA; a node joins through one replica with
 // a token agent command issued from a kubeconfig, and once that replica is
-// gone its tunnel comes up through the other with the certificate it got.
+// gone its tunnel comes up through the other with the certificate it got;
+// a third replica, started since, reaches the node through the one that
+// holds its tunnel (the peer relay), and its status says so.
 func TestAgentRecordsInSecrets(t *testing.T) {
 	api := apiservertest.Start(t, apiservertest.Options{})
 	client, err := kubernetes.NewForConfig(api.Config)
@@ -38,7 +45,23 @@ func TestAgentRecordsInSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeconfig := api.WriteKubeconfig(t)
-	file := writeCluster(t, agentClusterYML)
+	// The node's Docker engine, as far as the tunnel goes: a socket
+	// answering /_ping and /version.
+	socket := filepath.Join(t.TempDir(), "docker.sock")
+	engine, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(engine, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Api-Version", "1.43")
+		if strings.HasSuffix(r.URL.Path, "/version") {
+			io.WriteString(w, `{"ApiVersion":"1.43","MinAPIVersion":"1.24","Version":"24.0.9","Os":"linux","Arch":"amd64"}`)
+			return
+		}
+		io.WriteString(w, "OK")
+	}))
+	defer engine.Close()
+	file := writeCluster(t, strings.Replace(agentClusterYML, "    internal_address: 10.0.0.20\n", "    internal_address: 10.0.0.20\n    docker_socket: "+socket+"\n", 1))
 	c, _, err := spec.Load(file)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +129,7 @@ func TestAgentRecordsInSecrets(t *testing.T) {
 	agentDir := t.TempDir()
 	connect := func(server, token string, e *agentEndpoint) func() {
 		ag, err := agenttun.NewAgent(agenttun.AgentConfig{Server: server + "/agent/edge", Token: token, CAChecksum: storeA.CA().Checksum(),
-			Node: "192.0.2.20", DockerSocket: "/var/run/docker.sock", StateDir: agentDir})
+			Node: "192.0.2.20", DockerSocket: socket, StateDir: agentDir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,6 +147,36 @@ func TestAgentRecordsInSecrets(t *testing.T) {
 	// Replica A gone: the agent, with the certificate it got there,
 	// connects through B, which reads its serial from the Secrets.
 	stop = connect(urlB, "", b)
+	// A replica started since, without the tunnel, reaches the node
+	// through B, the replica that holds it.
+	storeC, err := openAgentStore(t.Context(), t.TempDir(), records, log, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cEnd, _, stopC := listenEndpointOn(t, storeC, "127.0.0.1:0", logs)
+	defer stopC()
+	cEnd.peerClient = agenttun.NewPeerClient(storeC, "c")
+	bAddr := strings.TrimPrefix(urlB, "https://")
+	cEnd.setReplicas("c", func() []replicas.Member {
+		return []replicas.Member{{ID: "b", AgentAddress: bAddr}, {ID: "c", AgentAddress: "127.0.0.1:1"}}
+	})
+	s, err := cEnd.openSession(c, reconcile.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli, err := cEnd.servers["edge"].Docker(ctx, "192.0.2.20")
+	if err != nil {
+		t.Fatalf("replica C's Docker client of the node whose tunnel is on B: %v", err)
+	}
+	if _, err := cli.Ping(ctx); err != nil {
+		t.Fatalf("a Docker call from C through B: %v", err)
+	}
+	if tun := cEnd.tunnels("edge"); len(tun) != 2 || !tun[1].Connected || tun[1].Replica != "b" {
+		t.Fatalf("C's tunnels for status.yml: %+v, want 192.0.2.20 connected through replica b", tun)
+	}
 	stop()
 	nodes, err := records.List(t.Context(), "nodes")
 	if err != nil || len(nodes) != 1 {

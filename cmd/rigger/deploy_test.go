@@ -638,3 +638,90 @@ func TestDeployDisruptionBudget(t *testing.T) {
 		t.Errorf("topologySpreadConstraints %+v: want the replicas spread over hostnames, scheduled anyway on one node", spread)
 	}
 }
+
+// TestDeployAgentComponent builds an overlay of deploy/ with the agent
+// component (deploy/agent) as docs/agent.md says: every pod listens for
+// agents on the port the Service rigger-agent targets, with flags serve
+// takes, and keeps the endpoint's records in Secrets, shared by the
+// replicas.
+func TestDeployAgentComponent(t *testing.T) {
+	deploy, err := filepath.Abs(deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, deploy) // kustomize refuses absolute paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The overlay docs/gitops.md shows: the component, and the endpoint's
+	// name replaced.
+	k := "resources: [" + rel + "]\ncomponents: [" + filepath.Join(rel, "agent") + "]\n" + `patches:
+  - target: {kind: Deployment, name: rigger}
+    patch: |
+      - op: test
+        path: /spec/template/spec/containers/0/args/-1
+        value: --agent-host=rigger-agent.example.com
+      - op: replace
+        path: /spec/template/spec/containers/0/args/-1
+        value: --agent-host=agents.example.com
+`
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)
+	if err != nil {
+		t.Fatalf("kustomize build of an overlay with deploy/agent: %v", err)
+	}
+	y, err := m.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := yamlDocuments(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []deployObject
+	for _, doc := range docs {
+		obj, _, err := strictDecoder().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, deployObject{obj: obj})
+	}
+	d := only[*appsv1.Deployment](t, objs)
+	c := d.Spec.Template.Spec.Containers[0]
+	cmd := newServeCommand()
+	if err := cmd.ParseFlags(c.Args[1:]); err != nil {
+		t.Fatalf("serve %v: %v", c.Args[1:], err)
+	}
+	fl := cmd.Flags()
+	listen, _ := fl.GetString("agent-listen")
+	hosts, _ := fl.GetStringSlice("agent-host")
+	backend, _ := fl.GetString("state-backend")
+	if listen != ":9443" || !slices.Equal(hosts, []string{"agents.example.com"}) || backend != stateBackendKubernetes {
+		t.Errorf("serve's --agent-listen %q, --agent-host %v, --state-backend %q; want :9443, the overlay's host, kubernetes", listen, hosts, backend)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "agent" && p.ContainerPort == 9443 }) {
+		t.Errorf("container ports %+v, want agent 9443", c.Ports)
+	}
+	var agentSvc *corev1.Service
+	for _, s := range all[*corev1.Service](objs) {
+		if s.Name == "rigger-agent" {
+			agentSvc = s
+		}
+	}
+	switch {
+	case agentSvc == nil:
+		t.Fatal("no Service rigger-agent")
+	case agentSvc.Namespace != "rigger-system" || len(agentSvc.Spec.Ports) != 1 || agentSvc.Spec.Ports[0].TargetPort.StrVal != "agent":
+		t.Errorf("Service rigger-agent: %+v", agentSvc)
+	case !labels.SelectorFromSet(agentSvc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)):
+		t.Errorf("Service rigger-agent selects %v, not the pods (%v)", agentSvc.Spec.Selector, d.Spec.Template.Labels)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	}) {
+		t.Error("no POD_IP from status.podIP: the replicas reach each other's agent endpoint there")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"net/mail"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +72,7 @@ type serveOptions struct {
 	stateBackend, stateNamespace     string
 	logFormat, logLevel              string
 	agentListen, agentURL            string
+	agentAdvertise                   string
 	agentHosts                       []string
 	ignoreDockerVersion              bool
 	notify                           []string
@@ -235,7 +237,11 @@ is deleted by a replica whose fetch no longer has it, once nobody holds it
 (given up, or not renewed for --lease-duration). Two cluster.yml with one
 cluster_name held by two replicas: with --state-backend kubernetes the one
 that bound the state first is reconciled and the other refused
-(DuplicateCluster), naming both files.
+(DuplicateCluster), naming both files. With --agent-listen, a node's agent
+reaches one replica, and the replica holding its cluster reaches the node
+through that one (the peer relay: its --agent-advertise-address, by default
+$POD_IP and --agent-listen's port, with a peer certificate of the agent
+tunnel's CA, which --state-backend kubernetes shares; docs/agent.md).
 
 In the cluster it reconciles (a pod whose $POD_NAMESPACE, $POD_NAME and
 $POD_UID, which deploy/ sets from the downward API, name a pod of that
@@ -287,6 +293,7 @@ manages").`,
 	fl.StringVar(&o.agentListen, "agent-listen", "", "address of the agent tunnel's TLS endpoint (e.g. :9443); empty: no agent tunnel")
 	fl.StringSliceVar(&o.agentHosts, "agent-host", nil, "DNS name or IP address agents reach the endpoint at (repeatable): its certificate names them")
 	fl.StringVar(&o.agentURL, "agent-url", "", "the endpoint's base URL as agents dial it (default https://<first --agent-host>:<port of --agent-listen>)")
+	fl.StringVar(&o.agentAdvertise, "agent-advertise-address", "", "with --leader-elect, host:port where the other replicas reach this one's agent endpoint for the tunnels it holds (default $POD_IP:<port of --agent-listen>; none without $POD_IP)")
 	fl.StringArrayVar(&o.notify, "notify", nil, "webhook notified of Ready/Stalled transitions and snapshot failures, as [json=|slack=]URL (repeatable; prefer --notify-file: the URL holds a token)")
 	fl.StringVar(&o.notifyFile, "notify-file", "", "file of webhooks, one [json=|slack=]URL a line (# comments), such as a mounted Secret")
 	fl.StringVar(&o.commitStatus, "commit-status", "", "set commit statuses on the forge for each cluster.yml's commit: github, gitea or gitlab")
@@ -363,8 +370,15 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	var share *replicas.Set
 	if o.leaderElect {
-		if share, err = o.replicaSet(log, listenTLS != nil); err != nil {
+		agentAddr := ""
+		if agents != nil {
+			agentAddr = agents.peerAddress
+		}
+		if share, err = o.replicaSet(log, listenTLS != nil, agentAddr); err != nil {
 			return err
+		}
+		if agents != nil {
+			agents.setReplicas(share.ID(), share.Members)
 		}
 	}
 	repo, err := gitrepo.Open(ctx, o.workdir, o.repo, auth)
@@ -550,22 +564,45 @@ func (o *serveOptions) agentEndpoint(ctx context.Context, log *slog.Logger, answ
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	tlsConfig, err := store.CA().TLSConfig(o.agentHosts, now)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	ln, err := net.Listen("tcp", o.agentListen)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("listen on %s: %w: give another --agent-listen", o.agentListen, err)
 	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	url := o.agentURL
 	if url == "" {
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		url = "https://" + net.JoinHostPort(o.agentHosts[0], port)
 	}
+	e := newAgentEndpoint(store, url, answers, log)
+	hosts := o.agentHosts
+	if o.leaderElect {
+		// The other replicas reach this one at its pod's address, which
+		// the serving certificate names too, with a peer certificate of
+		// the CA the replicas share.
+		e.peerAddress = o.agentAdvertise
+		if ip := os.Getenv("POD_IP"); e.peerAddress == "" && ip != "" {
+			e.peerAddress = net.JoinHostPort(ip, port)
+		}
+		if host, _, err := net.SplitHostPort(e.peerAddress); err == nil {
+			hosts = append(slices.Clone(hosts), host)
+		} else if e.peerAddress != "" {
+			ln.Close()
+			return nil, nil, nil, fmt.Errorf("--agent-advertise-address %q: %w: give host:port", e.peerAddress, err)
+		}
+		e.peerClient = agenttun.NewPeerClient(store, lock.Me("serve", now).ID)
+		if records == nil {
+			log.Warn("--leader-elect with --agent-listen and the state in a directory: each replica has the agent tunnel's CA " +
+				"of its own directory, and agents match one; keep it in Secrets (--state-backend kubernetes)")
+		}
+	}
+	tlsConfig, err := store.CA().TLSConfig(hosts, now)
+	if err != nil {
+		ln.Close()
+		return nil, nil, nil, err
+	}
 	log.Info("agent tunnel endpoint listening", "listen", ln.Addr().String(), "url", url+agentPathPrefix+"<cluster_name>",
-		"ca_checksum", store.CA().Checksum(), "records", store.Backend().Where())
-	return newAgentEndpoint(store, url, answers, log), ln, tlsConfig, nil
+		"ca_checksum", store.CA().Checksum(), "records", store.Backend().Where(), "peer_address", e.peerAddress)
+	return e, ln, tlsConfig, nil
 }
 
 // notifyConfig is what --notify, --notify-file and --commit-status ask
@@ -610,7 +647,7 @@ func (o *serveOptions) notifyConfig() (*notify.Config, error) {
 // replicaSet is the Set of --leader-elect: this replica among the others,
 // named by lock.Me's id (the pod's name as host), reached at
 // --advertise-url.
-func (o *serveOptions) replicaSet(log *slog.Logger, tls bool) (*replicas.Set, error) {
+func (o *serveOptions) replicaSet(log *slog.Logger, tls bool, agentAddr string) (*replicas.Set, error) {
 	client, ns, err := o.leaseClient()
 	if err != nil {
 		return nil, err
@@ -628,7 +665,7 @@ func (o *serveOptions) replicaSet(log *slog.Logger, tls bool) (*replicas.Set, er
 		addr = scheme + "://" + net.JoinHostPort(ip, port)
 	}
 	set, err := replicas.New(replicas.Config{Client: client, Namespace: ns, Group: o.leaseName, ID: lock.Me("serve", time.Now()).ID,
-		Address: strings.TrimSuffix(addr, "/"), Log: log,
+		Address: strings.TrimSuffix(addr, "/"), AgentAddress: agentAddr, Log: log,
 		Timing: lock.LeaseTiming{Duration: o.leaseDuration, RenewDeadline: o.leaseRenew, RetryPeriod: o.leaseRetry}})
 	if err != nil {
 		return nil, fmt.Errorf("--leader-elect: %w: change --lease-duration, --lease-renew-deadline or --lease-retry-period", err)

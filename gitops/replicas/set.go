@@ -88,6 +88,10 @@ type Config struct {
 	// Address is where this replica answers HTTP, for the webhooks the
 	// others forward (Peers); "" when it cannot be reached.
 	Address string
+	// AgentAddress is where this replica's agent tunnel endpoint answers
+	// the others (host:port), for the tunnels of nodes it holds; "" when
+	// it has none.
+	AgentAddress string
 	// Timing of every Lease; zero fields take DefaultLeaseDuration,
 	// DefaultRenewDeadline and DefaultRetryPeriod. Duration must be more
 	// than RenewDeadline + 3 × RetryPeriod + 1 s (see Healthy, and the
@@ -98,8 +102,7 @@ type Config struct {
 
 // Member is a live replica as its membership Lease says.
 type Member struct {
-	ID      string
-	Address string
+	ID, Address, AgentAddress string
 }
 
 // Set is this replica's view of the replicas and of the clusters: which it
@@ -203,7 +206,7 @@ func digest(s string) string {
 func (s *Set) Run(ctx context.Context) error {
 	t := s.cfg.Timing
 	el := lock.NewElectorWith(s.cfg.Client, s.cfg.Namespace, s.memberLease(s.cfg.ID), s.cfg.ID, lock.ElectorOptions{
-		Labels: map[string]string{LabelReplica: s.cfg.Group}, Address: s.cfg.Address}, t, s.cfg.Log.With("replica", s.cfg.ID))
+		Labels: map[string]string{LabelReplica: s.cfg.Group}, Address: s.cfg.Address, AgentAddress: s.cfg.AgentAddress}, t, s.cfg.Log.With("replica", s.cfg.ID))
 	done := make(chan error, 1)
 	go func() {
 		done <- el.Run(ctx, func(lctx context.Context) {
@@ -286,7 +289,7 @@ func sight(l *coordinationv1.Lease, before *sighting, now time.Time) *sighting {
 	renewed := r.HolderIdentity + "@" + r.RenewTime.UTC().Format(time.RFC3339Nano)
 	sg := &sighting{member: Member{ID: r.HolderIdentity}, renewed: renewed, at: now, name: l.Name, rv: l.ResourceVersion}
 	if h, err := lock.ParseHolder([]byte(l.Annotations[lock.HolderAnnotation])); err == nil && h.ID == r.HolderIdentity {
-		sg.member.Address = h.Address
+		sg.member.Address, sg.member.AgentAddress = h.Address, h.AgentAddress
 	}
 	if before != nil && before.renewed == renewed {
 		sg.at = before.at
@@ -316,7 +319,7 @@ func (s *Set) live(now time.Time) []string {
 func (s *Set) Members() []Member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []Member{{ID: s.cfg.ID, Address: s.cfg.Address}}
+	out := []Member{{ID: s.cfg.ID, Address: s.cfg.Address, AgentAddress: s.cfg.AgentAddress}}
 	for _, id := range s.live(s.cfg.Timing.Now()) {
 		for _, sg := range s.seen {
 			if sg.member.ID == id && id != s.cfg.ID {

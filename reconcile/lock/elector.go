@@ -45,8 +45,8 @@ type ElectorOptions struct {
 	// Annotations are set on the Lease besides HolderAnnotation, e.g.
 	// what it guards, for people.
 	Annotations map[string]string
-	// Address is recorded in the Holder (Holder.Address).
-	Address string
+	// Address and AgentAddress are recorded in the Holder.
+	Address, AgentAddress string
 	// Command is the Holder's command ("serve" when empty).
 	Command string
 }
@@ -78,7 +78,7 @@ func (e *Elector) Run(ctx context.Context, run func(ctx context.Context)) error 
 		command = "serve"
 	}
 	me := Me(command, e.timing.Now())
-	me.ID, me.Since, me.Address = e.id, time.Time{}, e.opts.Address // since: when it leads, the Lease says
+	me.ID, me.Since, me.Address, me.AgentAddress = e.id, time.Time{}, e.opts.Address, e.opts.AgentAddress // since: when it leads, the Lease says
 	annotation, err := json.Marshal(me)
 	if err != nil {
 		return fmt.Errorf("encode the holder of %s: %w", desc, err)

@@ -34,6 +34,10 @@ type Holder struct {
 	// serve: its URL for the webhooks other replicas forward); empty
 	// when it does not.
 	Address string `json:"address,omitempty"`
+	// AgentAddress is where a replica of rigger serve answers the others
+	// on its agent tunnel endpoint (host:port), for the nodes' tunnels it
+	// holds; empty when it has none.
+	AgentAddress string `json:"agentAddress,omitempty"`
 }
 
 // Me returns the Holder for this process running command, from now on

@@ -52,6 +52,8 @@ type testServer struct {
 	URL   string
 	token string // the last token agentConfig issued
 	logs  *syncBuffer
+	// peers, when set, are the server's peers (Config.Peers).
+	peers func() []Peer
 }
 
 // startServer starts a server with a store in a temporary directory that
@@ -74,8 +76,12 @@ func (ts *testServer) start(addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var peerClient *PeerClient
+	if ts.peers != nil {
+		peerClient = NewPeerClient(store, "replica-"+strconv.Itoa(len(ts.dir)))
+	}
 	srv, err := NewServer(Config{
-		Cluster: "c1", Store: store, Nodes: ts.nodes,
+		Cluster: "c1", Store: store, Nodes: ts.nodes, Peers: ts.peers, PeerClient: peerClient,
 		KeepaliveInterval: time.Second, ConnectWait: 20 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(ts.logs, nil)),
 	})

@@ -62,8 +62,14 @@ type Config struct {
 	// drawn from, shared with the other clusters' servers and transports
 	// (nil: each node has its budget only; see transport.AnswerPool).
 	Answers *transport.AnswerPool
-	Logger  *slog.Logger     // nil: discard
-	Now     func() time.Time // nil: time.Now
+	// Peers are the other replicas of rigger serve on the same Store,
+	// whose endpoints a node's agent may reach instead of this one, and
+	// PeerClient dials them: a node whose tunnel is not here is reached
+	// through the peer that holds it (peer.go). Nil: none.
+	Peers      func() []Peer
+	PeerClient *PeerClient
+	Logger     *slog.Logger     // nil: discard
+	Now        func() time.Time // nil: time.Now
 }
 
 // Server is the tunnel server of one cluster: it serves the join and the
@@ -96,9 +102,12 @@ type nodeState struct {
 	sess         *session      // nil while the agent is not connected
 	up           chan struct{} // closed when sess is set
 	lastSeen     time.Time
-	journal      []JoinStep // the join as the server saw it (journal.go)
-	dockerLock   chan struct{}
-	docker       *client.Client
+	// via is the peer that held the tunnel when last asked, while the
+	// tunnel is not here.
+	via        *Peer
+	journal    []JoinStep // the join as the server saw it (journal.go)
+	dockerLock chan struct{}
+	docker     *client.Client
 }
 
 // session is one agent's tunnel.
@@ -139,10 +148,11 @@ func NewServer(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET "+PathCACerts, s.serveCACerts)
 	s.mux.HandleFunc("POST "+PathJoin, s.serveJoin)
 	s.mux.HandleFunc("GET "+PathConnect, s.serveConnect)
+	s.mux.HandleFunc("GET "+PathPeer, s.servePeer)
 	return s, nil
 }
 
-// ServeHTTP serves PathCACerts, PathJoin and PathConnect.
+// ServeHTTP serves PathCACerts, PathJoin, PathConnect and PathPeer.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // SetNodes replaces the admitted nodes. The tunnel of a node no longer
@@ -227,6 +237,9 @@ type AgentStatus struct {
 	// LastSeen is now while connected, when the tunnel was lost otherwise
 	// (zero: never connected since the server started).
 	LastSeen time.Time
+	// Via is the replica of rigger serve that holds the tunnel, when it
+	// is not this one (as last found: Remote and Hostname are unknown).
+	Via string
 }
 
 // Agents is the state of every admitted node's tunnel, sorted by node.
@@ -236,8 +249,11 @@ func (s *Server) Agents() []AgentStatus {
 	out := make([]AgentStatus, 0, len(s.nodes))
 	for _, n := range s.nodes {
 		a := AgentStatus{Node: n.name, LastSeen: n.lastSeen}
-		if n.sess != nil {
+		switch {
+		case n.sess != nil:
 			a.Connected, a.Remote, a.Hostname, a.LastSeen = true, n.sess.remote, n.sess.hostname, s.now()
+		case n.via != nil:
+			a.Connected, a.Via, a.LastSeen = true, n.via.ID, s.now()
 		}
 		out = append(out, a)
 	}
@@ -638,7 +654,7 @@ func (s *Server) attach(n *nodeState, sess *session) bool {
 	} else {
 		close(n.up)
 	}
-	n.sess = sess
+	n.sess, n.via = sess, nil
 	s.noteLocked(n, JoinStep{Step: StepTunnelUp, Remote: sess.remote, Hostname: sess.hostname})
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -669,7 +685,9 @@ type NotConnectedError struct {
 	// started.
 	LastSeen time.Time
 	Waited   time.Duration
-	Err      error // what broke the tunnel, if it broke during the call
+	// Peers is how many other replicas were asked for the tunnel.
+	Peers int
+	Err   error // what broke the tunnel, if it broke during the call
 	// Journal is the node's join as the server saw it, oldest first, and
 	// Next where it stopped and what to do.
 	Journal []JoinStep
@@ -685,6 +703,9 @@ func (e *NotConnectedError) Error() string {
 	}
 	msg := fmt.Sprintf("node %s: its agent is not connected (%s; waited %s): check that the agent runs on the node "+
 		"(docker logs rigger-agent) and reaches the server; its log says which join step fails", e.Node, seen, e.Waited)
+	if e.Peers > 0 {
+		msg += fmt.Sprintf(" (none of the %d other replicas holds its tunnel either)", e.Peers)
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
@@ -699,48 +720,79 @@ func (e *NotConnectedError) Error() string {
 
 func (e *NotConnectedError) Unwrap() error { return e.Err }
 
-// tunnel returns node's tunnel, waiting up to ConnectWait for one.
-func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session, error) {
-	var timer <-chan time.Time
+// peerRetry is how often a wait for a node's tunnel asks the peers again.
+const peerRetry = time.Second
+
+// tunnel returns node's tunnel here, or the peer that holds it, waiting up
+// to ConnectWait for either.
+func (s *Server) tunnel(ctx context.Context, node string) (*nodeState, *session, *Peer, error) {
+	var timer, retry <-chan time.Time
 	start := time.Now()
 	for {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			return nil, nil, fmt.Errorf("node %s: %w", node, transport.ErrClosed)
+			return nil, nil, nil, fmt.Errorf("node %s: %w", node, transport.ErrClosed)
 		}
 		n := s.nodes[node]
 		if n == nil {
 			s.mu.Unlock()
-			return nil, nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)
+			return nil, nil, nil, fmt.Errorf("node %s: %w", node, transport.ErrUnknownNode)
 		}
-		sess, up, lastSeen := n.sess, n.up, n.lastSeen
+		sess, via, up, lastSeen := n.sess, n.via, n.up, n.lastSeen
 		s.mu.Unlock()
 		if sess != nil {
-			return n, sess, nil
+			return n, sess, nil, nil
+		}
+		if via == nil {
+			via = s.findPeer(ctx, node)
+			s.setVia(n, nil, via)
+		}
+		if via != nil {
+			return n, nil, via, nil
 		}
 		if timer == nil {
 			t := time.NewTimer(s.cfg.ConnectWait)
 			defer t.Stop()
 			timer = t.C
+			if s.cfg.Peers != nil {
+				tk := time.NewTicker(peerRetry)
+				defer tk.Stop()
+				retry = tk.C
+			}
+		}
+		peers := 0
+		if s.cfg.Peers != nil {
+			peers = len(s.cfg.Peers())
 		}
 		select {
 		case <-up:
+		case <-retry:
 		case <-timer:
 			journal := s.Journal(node)
-			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait,
+			return nil, nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: s.cfg.ConnectWait, Peers: peers,
 				Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-ctx.Done():
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
+				return nil, nil, nil, fmt.Errorf("node %s: wait for its agent: %w", node, ctx.Err())
 			}
 			// The caller's time ran out first: the agent is not
 			// connected all the same (rigger doctor places it so).
 			journal := s.Journal(node)
-			return nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: time.Since(start).Round(time.Millisecond),
-				Err: ctx.Err(), Journal: journal, Next: nextStep(journal, s.certState(node))}
+			return nil, nil, nil, &NotConnectedError{Node: node, LastSeen: lastSeen, Waited: time.Since(start).Round(time.Millisecond),
+				Peers: peers, Err: ctx.Err(), Journal: journal, Next: nextStep(journal, s.certState(node))}
 		case <-s.done:
 		}
+	}
+}
+
+// setVia records that peer holds n's tunnel (nil: none known), unless
+// another was recorded since was.
+func (s *Server) setVia(n *nodeState, was, peer *Peer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n.via == was {
+		n.via = peer
 	}
 }
 
@@ -757,11 +809,29 @@ func (s *Server) Dial(ctx context.Context, node, network, addr string) (net.Conn
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("node %s: dial %s: %w", node, addr, err)
 	}
-	_, sess, err := s.tunnel(ctx, node)
-	if err != nil {
-		return nil, err
+	var err error
+	for range 2 {
+		var n *nodeState
+		var sess *session
+		var peer *Peer
+		if n, sess, peer, err = s.tunnel(ctx, node); err != nil {
+			return nil, err
+		}
+		if sess != nil {
+			return s.dialStream(ctx, sess, network, addr)
+		}
+		var conn net.Conn
+		conn, err = s.dialPeer(ctx, peer, node, network, addr)
+		var de *transport.DialError
+		if err == nil || errors.As(err, &de) || ctx.Err() != nil {
+			return conn, err
+		}
+		// The tunnel moved (its agent connected elsewhere), or the peer
+		// is gone: look again, once.
+		s.log.Debug("agent tunnel: through a peer", "node", node, "peer", peer.ID, "err", err)
+		s.setVia(n, peer, nil)
 	}
-	return s.dialStream(ctx, sess, network, addr)
+	return nil, &NotConnectedError{Node: node, LastSeen: s.now(), Err: err}
 }
 
 func (s *Server) dialStream(ctx context.Context, sess *session, network, addr string) (net.Conn, error) {
@@ -799,7 +869,7 @@ func (s *Server) dialStream(ctx context.Context, sess *session, network, addr st
 // client outlives tunnels: each request goes through the node's tunnel of
 // the moment.
 func (s *Server) Docker(ctx context.Context, node string) (*client.Client, error) {
-	n, _, err := s.tunnel(ctx, node)
+	n, _, _, err := s.tunnel(ctx, node)
 	if err != nil {
 		return nil, err
 	}
