@@ -111,7 +111,12 @@ type Config struct {
 	// AgentTunnels, when set, gives the tunnel of each of a cluster's
 	// nodes with transport: agent, for its status.yml.
 	AgentTunnels func(cluster string) []AgentTunnel
-	Log          *slog.Logger
+	// Elsewhere, when set and with Share, is given each cluster.yml of
+	// the repository that another replica holds, read as its reconcile
+	// reads it, at each change of the file: the agent endpoint admits its
+	// agent nodes on every replica, since a node's agent reaches any.
+	Elsewhere func(c *spec.Cluster)
+	Log       *slog.Logger
 	// Metrics receives what happens (nil: none).
 	Metrics *Metrics
 	// Now gives the time (time.Now when nil).
@@ -209,6 +214,9 @@ type Server struct {
 	// parseMu makes workers read their cluster.yml one at a time: spec
 	// bounds the memory of reading one file, this bounds serve's.
 	parseMu sync.Mutex
+	// toldElsewhere is the blob of each cluster.yml last given to
+	// Config.Elsewhere, by path (sync's alone).
+	toldElsewhere map[string]string
 }
 
 // New checks cfg and makes a Server; Run starts it.
@@ -332,7 +340,10 @@ func (s *Server) sync(ctx context.Context) {
 			log.Warn("read the clusters' Leases: the status page keeps the holders it showed", "err", err)
 		}
 		fresh := err == nil
-		defer func() { s.showElsewhere(ctx, head.Hash, paths, holders, fresh) }() // once s.mu is unlocked
+		defer func() { // once s.mu is unlocked
+			s.showElsewhere(ctx, head.Hash, paths, holders, fresh)
+			s.tellElsewhere(ctx, head.Hash, files, holders, fresh)
+		}()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -430,6 +441,35 @@ func (s *Server) showElsewhere(ctx context.Context, head string, paths []string,
 			st = ParseStatus(f.Content)
 		}
 		s.cfg.Board.elsewhere(p, holder, f.Blob, st)
+	}
+}
+
+// tellElsewhere gives Config.Elsewhere the cluster.yml files of the
+// repository at head that another replica holds, as holders says, each
+// when it changed since it was last given; one that does not read is
+// left to its holder to report.
+func (s *Server) tellElsewhere(ctx context.Context, head string, files []gitrepo.File, holders map[string]string, fresh bool) {
+	if s.cfg.Elsewhere == nil || !fresh {
+		return
+	}
+	me := s.cfg.Share.ID()
+	told := s.toldElsewhere
+	s.toldElsewhere = map[string]string{}
+	for _, f := range files {
+		if b, ok := told[f.Path]; ok {
+			s.toldElsewhere[f.Path] = b // the files gone are forgotten
+		}
+		if holder := holders[f.Path]; holder == "" || holder == me || s.toldElsewhere[f.Path] == f.Blob {
+			continue
+		}
+		s.toldElsewhere[f.Path] = f.Blob
+		ref := clusterRef{Path: f.Path, Content: f.Content, Size: f.Size, Blob: f.Blob, Head: head}
+		c, err := s.parse(ctx, s.cfg.Log.With("path", f.Path), ref)
+		if err != nil {
+			s.cfg.Log.Debug("a cluster.yml another replica holds does not read; its holder reports it", "path", f.Path, "err", err)
+			continue
+		}
+		s.cfg.Elsewhere(c)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,9 +203,18 @@ func TestBoardShowsClustersHeldElsewhere(t *testing.T) {
 	board := NewBoard(0)
 	var told sync.Map
 	board.Watch(func(u StatusUpdate) { told.Store(u.Path, true) })
+	// The clusters given to Elsewhere (the agent endpoint's admission):
+	// replica-b's, read, once for each change of its cluster.yml.
+	var elsewhereMu sync.Mutex
+	var elsewhere []string
 	srv, err := New(Config{Repo: repo, RepoURL: "file://" + bare, Branch: "main", Path: "clusters", Interval: time.Hour,
 		DriftInterval: time.Hour, StateDir: filepath.Join(dir, "state"), Author: object.Signature{Name: "rigger", Email: "rigger@example.test"},
-		Share: share, Board: board, Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return &fakeSession{}, nil }})
+		Share: share, Board: board, Open: func(*spec.Cluster, reconcile.Options) (Session, error) { return &fakeSession{}, nil },
+		Elsewhere: func(c *spec.Cluster) {
+			elsewhereMu.Lock()
+			defer elsewhereMu.Unlock()
+			elsewhere = append(elsewhere, c.ClusterName+" "+strconv.Itoa(len(c.Nodes)))
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +268,11 @@ func TestBoardShowsClustersHeldElsewhere(t *testing.T) {
 	if v := board.Since(0).Version; v != before {
 		t.Errorf("the board changed (version %d to %d) on fetches that changed nothing", before, v)
 	}
+	elsewhereMu.Lock()
+	if !slices.Equal(elsewhere, []string{"b 1"}) {
+		t.Errorf("Elsewhere was given %q, want replica-b's cluster b once (unchanged since)", elsewhere)
+	}
+	elsewhereMu.Unlock()
 
 	// replica-b commits a new status: shown after the next fetch.
 	writeFile(t, filepath.Join(work, "clusters/b", StatusFileName), status("Converged"))
@@ -274,6 +290,23 @@ func TestBoardShowsClustersHeldElsewhere(t *testing.T) {
 	if _, ok := told.Load(theirs); ok {
 		t.Errorf("the board's watchers (notifications) were told of %s, which replica-b reconciles", theirs)
 	}
+	// Its cluster.yml changes: Elsewhere is given it again.
+	writeFile(t, filepath.Join(work, theirs), strings.Replace(validYML, "cluster_name: c", "cluster_name: b", 1)+"# changed\n")
+	gitRun(t, work, "commit", "-q", "-am", "b's cluster.yml changed")
+	for try := 0; ; try++ {
+		if _, err := gitTry(work, "push", "-q", "origin", "main"); err == nil {
+			break
+		} else if try == 5 {
+			t.Fatal(err)
+		}
+		gitRun(t, work, "pull", "-q", "--rebase", "origin", "main")
+	}
+	srv.Trigger()
+	testwait.For(t, 30*time.Second, "b's changed cluster.yml given to Elsewhere", func() bool {
+		elsewhereMu.Lock()
+		defer elsewhereMu.Unlock()
+		return slices.Equal(elsewhere, []string{"b 1", "b 1"})
+	})
 
 	gitRun(t, work, "rm", "-q", "-r", "clusters/b")
 	gitRun(t, work, "commit", "-q", "-m", "b is gone")

@@ -410,7 +410,7 @@ func (w *worker) acquire(ctx context.Context, cause string) (release func(), err
 // applies (unless suspended), takes a due snapshot, and observes the result.
 func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, changed bool) (out outcome) {
 	cfg := w.srv.cfg
-	c, err := w.parse(ctx, log, ref)
+	c, err := w.srv.parse(ctx, log, ref)
 	if err != nil {
 		out.fail(err)
 		return out
@@ -482,7 +482,7 @@ func (w *worker) attempt(ctx context.Context, log *slog.Logger, ref clusterRef, 
 // decide.CheckSpec's refusals. A file past one of them, like one with
 // errors, stalls its cluster (InvalidSpec), and so does one encrypted with
 // SOPS that cannot be decrypted (DecryptionFailed); the other clusters go on.
-func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
+func (s *Server) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*spec.Cluster, error) {
 	invalid := func(err error) error {
 		return &stall.Error{Reason: stall.InvalidSpec, Stalls: true, Err: err}
 	}
@@ -490,12 +490,12 @@ func (w *worker) parse(ctx context.Context, log *slog.Logger, ref clusterRef) (*
 		return nil, invalid(fmt.Errorf("%s: error: the file is larger than %d MiB (%d bytes): move long manifests from addons to files listed in addons_include",
 			ref.Path, spec.MaxFileSize>>20, ref.Size))
 	}
-	timeout := w.srv.cfg.ParseTimeout
-	w.srv.parseMu.Lock()
-	defer w.srv.parseMu.Unlock()
+	timeout := s.cfg.ParseTimeout
+	s.parseMu.Lock()
+	defer s.parseMu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	decrypt := w.srv.cfg.Decrypt
+	decrypt := s.cfg.Decrypt
 	if decrypt == nil {
 		decrypt = sopsfile.Decrypter{}.Decrypt
 	}

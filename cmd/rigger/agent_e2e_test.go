@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -26,10 +23,6 @@ import (
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport/agenttun"
 )
-
-// agentContainer is the name the docker run line of `rigger agent command`
-// gives the agent's container.
-const agentContainer = "rigger-agent"
 
 // TestAgentSandbox is the agent tunnel on real nodes: a mixed cluster of
 // two nodes reached over SSH and one, whose sshd is stopped, reached only
@@ -79,7 +72,7 @@ func TestAgentSandbox(t *testing.T) {
 		t.Fatalf("agent command: exit %d: %s", code, stderr)
 	}
 	docker := sandboxtest.DockerClient(t, node3)
-	startAgent(ctx, t, docker, node3, strings.TrimSpace(out))
+	sandboxtest.StartAgent(ctx, t, node3, strings.TrimSpace(out))
 	connected := func(ctx context.Context) (bool, error) {
 		for _, tun := range e.tunnels(c.ClusterName) {
 			if tun.Node == node3.Address {
@@ -93,7 +86,7 @@ func TestAgentSandbox(t *testing.T) {
 	a.Apply(ctx, t, c)
 	checkControlPlane(ctx, t, a, c, s)
 	a.InSync(ctx, t, c)
-	if l := agentLogs(ctx, t, docker, time.Time{}); !strings.Contains(l, "first request from the server received through the tunnel") {
+	if l := sandboxtest.AgentLogs(ctx, docker, time.Time{}); !strings.Contains(l, "first request from the server received through the tunnel") {
 		t.Errorf("the agent's log does not say the server used the tunnel:\n%s", l)
 	}
 
@@ -102,7 +95,7 @@ func TestAgentSandbox(t *testing.T) {
 	stop()
 	down := time.Now()
 	reconciletest.Eventually(ctx, t, time.Minute, "the agent finds the endpoint down", func(ctx context.Context) (bool, error) {
-		return strings.Contains(agentLogs(ctx, t, docker, down), "connection refused"), nil
+		return strings.Contains(sandboxtest.AgentLogs(ctx, docker, down), "connection refused"), nil
 	})
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(url, "https://"))
 	e, _, stop = listenEndpoint(t, serveDir, net.JoinHostPort(s.BridgeAddress, port), logs)
@@ -111,7 +104,7 @@ func TestAgentSandbox(t *testing.T) {
 	// again within that (and the time a dial takes) of the endpoint's
 	// return.
 	reconciletest.Eventually(ctx, t, agenttun.DefaultBackoffMax+10*time.Second, "node3's agent connected again", connected)
-	if l := agentLogs(ctx, t, docker, down); !strings.Contains(l, "tunnel up again") {
+	if l := sandboxtest.AgentLogs(ctx, docker, down); !strings.Contains(l, "tunnel up again") {
 		t.Errorf("the agent's log does not say its tunnel came up again:\n%s", l)
 	}
 	a.Apply(ctx, t, c)
@@ -119,7 +112,7 @@ func TestAgentSandbox(t *testing.T) {
 
 	// The agent stopped: doctor says where node3's join stands, as the
 	// tunnel server saw it.
-	if err := docker.ContainerStop(ctx, agentContainer, container.StopOptions{}); err != nil {
+	if err := docker.ContainerStop(ctx, sandboxtest.AgentContainer, container.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	reconciletest.Eventually(ctx, t, time.Minute, "node3's tunnel down", func(ctx context.Context) (bool, error) {
@@ -135,48 +128,6 @@ func TestAgentSandbox(t *testing.T) {
 		!strings.Contains(found[i].Found, "the join as the server saw it: ") || !strings.Contains(found[i].Found, "tunnel up") {
 		t.Errorf("doctor on node3 with its agent stopped: %+v", found)
 	}
-}
-
-// startAgent runs the docker run line of `rigger agent command` on node n,
-// against its Docker engine, and removes the container when the test ends
-// (logging what it logged).
-func startAgent(ctx context.Context, t *testing.T, docker *client.Client, n sandbox.Node, line string) {
-	t.Helper()
-	args := strings.Fields(line)
-	if len(args) < 2 || args[0] != "docker" || args[1] != "run" || strings.Contains(line, "\n") {
-		t.Fatalf("agent command printed %q, want one docker run line", line)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		t.Logf("agent's log:\n%s", agentLogs(ctx, t, docker, time.Time{}))
-		if err := docker.ContainerRemove(ctx, agentContainer, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
-			t.Errorf("remove the agent's container on %s: %v", n.Name, err)
-		}
-	})
-	cmd := exec.CommandContext(ctx, "docker", append([]string{"-H", "unix://" + n.DockerSocket}, args[1:]...)...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("start the agent on %s: %v\n%s", n.Name, err, b)
-	}
-}
-
-// agentLogs is what the agent's container logged since since (zero: all).
-func agentLogs(ctx context.Context, t *testing.T, docker *client.Client, since time.Time) string {
-	t.Helper()
-	o := container.LogsOptions{ShowStdout: true, ShowStderr: true}
-	if !since.IsZero() {
-		o.Since = since.Format(time.RFC3339Nano)
-	}
-	r, err := docker.ContainerLogs(ctx, agentContainer, o)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	defer r.Close()
-	var b strings.Builder
-	if _, err := stdcopy.StdCopy(&b, &b, r); err != nil {
-		return fmt.Sprintf("%s(log cut short: %v)", b.String(), err)
-	}
-	return b.String()
 }
 
 // checkControlPlane waits until the API server is ready and every node of

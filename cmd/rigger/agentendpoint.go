@@ -145,7 +145,8 @@ func (e *agentEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	srv := e.servers[cluster]
 	e.mu.Unlock()
 	if !strings.HasPrefix(r.URL.Path, agentPathPrefix) || srv == nil {
-		http.Error(w, fmt.Sprintf("no cluster %q has been reconciled by this rigger serve yet", cluster), http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("no cluster %q with nodes of transport: agent is known to this rigger serve yet: "+
+			"declare the node so in its cluster.yml", cluster), http.StatusNotFound)
 		return
 	}
 	http.StripPrefix(agentPathPrefix+cluster, srv).ServeHTTP(w, r)
@@ -232,6 +233,30 @@ func (e *agentEndpoint) admit(srv *agenttun.Server, c *spec.Cluster, former []sp
 					"rigger/rigger:"+version, n, ""))
 		}
 	}
+}
+
+// elsewhere admits the agent nodes of c, a cluster another replica holds,
+// so that their agents may reach this replica and the holder reach them
+// through it (gitops.Config.Elsewhere).
+func (e *agentEndpoint) elsewhere(c *spec.Cluster) {
+	var nodes []agenttun.Node
+	for _, n := range c.Nodes {
+		if n.Transport == spec.TransportAgent {
+			nodes = append(nodes, agenttun.Node{Name: n.Address, DockerSocket: n.DockerSocket})
+		}
+	}
+	e.mu.Lock()
+	_, known := e.servers[c.ClusterName]
+	e.mu.Unlock()
+	if len(nodes) == 0 && !known {
+		return
+	}
+	srv, err := e.server(c.ClusterName)
+	if err != nil {
+		e.log.Error("agent tunnel: admit the agent nodes of a cluster another replica holds", "cluster", c.ClusterName, "err", err)
+		return
+	}
+	srv.Admit(nodes)
 }
 
 // pending lists the cluster's pending agents for its status.yml, as

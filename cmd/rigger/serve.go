@@ -38,6 +38,7 @@ import (
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/secretstate"
 	"github.com/rigger/rigger/reconcile/statedir"
+	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
 	"github.com/rigger/rigger/transport/agenttun"
 )
@@ -347,10 +348,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	var open gitops.Opener
 	var pending func(string) []string
 	var tunnels func(string) []gitops.AgentTunnel
+	var elsewhere func(*spec.Cluster)
 	if agents != nil {
 		defer agents.Close()
 		defer agentLn.Close()
-		open, pending, tunnels = agents.open, agents.pending, agents.tunnels
+		open, pending, tunnels, elsewhere = agents.open, agents.pending, agents.tunnels, agents.elsewhere
 	}
 	auth := gitrepo.Auth{SSHKeyFile: o.sshKey, KnownHostsFile: o.knownHosts, Username: o.gitUser}
 	if auth.Password, err = secretFrom(o.gitTokenFile, envGitToken); err != nil {
@@ -410,7 +412,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		Repo: repo, RepoURL: repo.URL(), Branch: o.branch, Path: o.path, StatusBranch: o.statusBranch,
 		Interval: o.interval, DriftInterval: o.driftInterval, MaxConcurrent: o.maxConcurrent, StateDir: o.stateDir,
 		Author: object.Signature{Name: author.Name, Email: author.Address}, Log: log, Metrics: metrics, Open: open,
-		PendingAgents: pending, AgentTunnels: tunnels, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
+		PendingAgents: pending, AgentTunnels: tunnels, Elsewhere: elsewhere, IgnoreDockerVersion: o.ignoreDockerVersion, Answers: answers,
 		Board: board, LoadState: state.load, StateFileAt: state.at, Share: sharer, Self: selfPod(log),
 	})
 	if err != nil {

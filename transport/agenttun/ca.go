@@ -145,21 +145,12 @@ func (ca *CA) pool() *x509.CertPool {
 // serverCert issues the serving certificate for hosts (DNS names and IP
 // addresses).
 func (ca *CA) serverCert(hosts []string, now time.Time) (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	serial, err := newSerial()
-	if err != nil {
-		return tls.Certificate{}, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "rigger-agent-server"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(ServerValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Subject:     pkix.Name{CommonName: "rigger-agent-server"},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.Add(ServerValidity),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -168,11 +159,27 @@ func (ca *CA) serverCert(hosts []string, now time.Time) (tls.Certificate, error)
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
+	return ca.issue(tmpl, "the tunnel's serving certificate")
+}
+
+// issue issues tmpl, with a serial of its own, for a new key.
+func (ca *CA) issue(tmpl *x509.Certificate, what string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if tmpl.SerialNumber, err = newSerial(); err != nil {
+		return tls.Certificate{}, err
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("issue the tunnel's serving certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("issue %s: %w", what, err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key}, nil
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
 }
 
 // signNode issues node's client certificate for the public key of csrPEM.

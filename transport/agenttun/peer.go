@@ -2,9 +2,6 @@ package agenttun
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -67,31 +64,13 @@ const peerProbeTimeout = 3 * time.Second
 
 // peerCert issues a client certificate naming replica id as a peer.
 func (ca *CA) peerCert(id string, now time.Time) (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	serial, err := newSerial()
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: id, Organization: []string{peerOrganization}},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(PeerValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("issue the replica's peer certificate: %w", err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key, Leaf: leaf}, nil
+	return ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: id, Organization: []string{peerOrganization}},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.Add(PeerValidity),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, "the replica's peer certificate")
 }
 
 // PeerClient dials the peers of a replica with its peer certificate,

@@ -161,6 +161,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // running): declared again, a node must join again with a token.
 func (s *Server) SetNodes(nodes []Node) { s.setNodes(nodes, true) }
 
+// Admit replaces the admitted nodes as SetNodes does, but revokes no
+// certificate: for a replica of serve that does not hold the cluster,
+// which admits the nodes its cluster.yml declares for the holder to reach
+// through it, while the holder revokes (it knows the nodes still to clean).
+func (s *Server) Admit(nodes []Node) { s.setNodes(nodes, false) }
+
 func (s *Server) setNodes(nodes []Node, revoke bool) {
 	s.mu.Lock()
 	var gone []*nodeState

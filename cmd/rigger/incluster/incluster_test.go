@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -73,7 +74,11 @@ const (
 //     own cluster.yml pushed: the pods in it reconcile the cluster they run
 //     in, a no-op first, then a change that restarts every control-plane
 //     component on its one node, drained around it with the pod that
-//     applies it left running.
+//     applies it left running;
+//   - the managed node declared with transport: agent, its agent started
+//     with the line `rigger agent command --state-backend kubernetes`
+//     prints and dialling the replica that does not hold the cluster: the
+//     holder reconciles it through that replica (the peer relay).
 //
 // deploy/ as it is passes `kubectl apply -k deploy/ --dry-run=server`, and
 // no apply prints a Pod Security warning.
@@ -187,7 +192,93 @@ func TestServeInClusterSandbox(t *testing.T) {
 			t.Errorf("%s on %s does not run with %s after %s (applied by %s): %v %v", component, mgmtNode.Hostname, flag, change[:12], by, err, c.Args)
 		}
 	}
+
+	phase("the managed node through its agent, which reaches the replica that does not hold its cluster: the holder's streams go through that one")
+	agentNode(t, in, managedYML)
 	phase("done")
+}
+
+// agentNode declares the managed cluster's node with transport: agent and
+// runs on it the agent `rigger agent command --state-backend kubernetes`
+// prints, dialling a Service of the replica that does not hold the
+// cluster: the holder reconciles the cluster through that replica (the
+// peer relay), and its status says which replica holds the tunnel.
+func agentNode(t *testing.T, in *installation, managedYML string) {
+	t.Helper()
+	ctx := context.Background()
+	leader, other := assigned(t, in.cs)
+	run(t, in.dir, in.kubectl, "--kubeconfig", in.kubeconfig, "-n", namespace, "label", "pod", other, "rigger.test/agent=here")
+	svc, err := in.cs.CoreV1().Services(namespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-via-other"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+			Selector: map[string]string{"app.kubernetes.io/name": "rigger", "rigger.test/agent": "here"},
+			Ports:    []corev1.ServicePort{{Port: 9443, TargetPort: intstr.FromString("agent")}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt, node := in.sb.Nodes[0], in.sb.Nodes[1]
+	yml := strings.Replace(managedYML, "{address: "+node.Address+",", "{address: "+node.Address+", transport: agent,", 1)
+	if !strings.Contains(yml, "transport: agent") {
+		t.Fatalf("node %s is not declared with transport: agent:\n%s", node.Address, yml)
+	}
+	file := filepath.Join(in.dir, "managed-agent.yml")
+	writeFile(t, file, yml, 0o600)
+	// As its operator would: the node declared first, then its agent
+	// started (until it is, the reconcile finds the node unreachable).
+	in.repo.pull(t)
+	in.repo.commit(t, "managed: its node through its agent", map[string]string{managedPath: yml})
+	in.repo.push(t)
+	rev := in.repo.head(t)
+	line := run(t, in.dir, in.bin, "agent", "command", "-f", file, "--node", node.Address,
+		"--server", fmt.Sprintf("https://%s:%d", mgmt.Address, svc.Spec.Ports[0].NodePort), "--image", sandbox.RiggerImage,
+		"--state-backend", "kubernetes", "--kubeconfig", in.kubeconfig, "--namespace", namespace)
+	sandboxtest.StartAgent(ctx, t, node, strings.TrimSpace(line))
+	docker := sandboxtest.DockerClient(t, node)
+	st := in.repo.waitStatus(t, statusPath, "the managed cluster reconciled through its agent", 5*time.Minute, func(f *gitops.StatusFile) bool {
+		return f.ObservedRevision == rev && ready(f) == "True"
+	})
+	if len(st.AgentTunnels) != 1 || !st.AgentTunnels[0].Connected || st.AgentTunnels[0].Node != node.Address ||
+		!strings.Contains(st.AgentTunnels[0].Replica, other) || !strings.Contains(st.Replica, leader) {
+		t.Errorf("status.yml by %q has agentTunnels %+v; want it by %s, node %s connected through replica %s",
+			st.Replica, st.AgentTunnels, leader, node.Address, other)
+	}
+	if l := sandboxtest.AgentLogs(ctx, docker, time.Time{}); !strings.Contains(l, "first request from the server received through the tunnel") {
+		t.Errorf("the agent's log does not say the server used the tunnel:\n%s", l)
+	}
+}
+
+// assigned waits until the managed cluster's Lease is held by the replica
+// it is assigned to (replicas.Assign over the live replicas' ids, from
+// their membership Leases), which holds it from then on while both run,
+// and names that pod and the other.
+func assigned(t *testing.T, cs kubernetes.Interface) (leader, other string) {
+	t.Helper()
+	testwait.For(t, 2*time.Minute, "the managed cluster held by the replica it is assigned to", func() error {
+		var err error
+		if leader, other, err = roles(cs); err != nil {
+			return err
+		}
+		leases, err := cs.CoordinationV1().Leases(namespace).List(context.Background(),
+			metav1.ListOptions{LabelSelector: replicas.LabelReplica + "=" + leaseName})
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, l := range leases.Items {
+			if id := l.Spec.HolderIdentity; id != nil && *id != "" && (strings.Contains(*id, leader) || strings.Contains(*id, other)) {
+				ids = append(ids, *id)
+			}
+		}
+		if len(ids) != 2 {
+			return fmt.Errorf("membership Leases of %v, want the two pods'", ids)
+		}
+		if to := replicas.Assign(ids, []string{managedPath, selfPath})[managedPath]; !strings.Contains(to, leader) {
+			return fmt.Errorf("%s is assigned to %s, held by %s", managedPath, to, leader)
+		}
+		return nil
+	})
+	return leader, other
 }
 
 // handOver hands the management cluster (node1, made by rigger apply) to
@@ -246,8 +337,11 @@ func applySelf(t *testing.T, in *installation, msg, yml string, timeout time.Dur
 		return err
 	})
 	live := podLogs(t, in.dir, in.kubectl, in.kubeconfig, in.cs, false)
+	// The pod that carried the change out: a replica the cluster is
+	// handed to afterwards reconciles the same revision again, with
+	// nothing to do.
 	for _, l := range live {
-		if applied(l.text, change) {
+		if appliedSteps(l.text, change) > 0 {
 			by = l.who
 		}
 	}
@@ -503,6 +597,23 @@ func applied(log, revision string) bool {
 	return false
 }
 
+// appliedSteps is the most steps a reconcile of revision in log carried
+// out (0: none, or none done).
+func appliedSteps(log, revision string) int {
+	most := 0
+	for _, line := range strings.Split(log, "\n") {
+		var e struct {
+			Msg      string `json:"msg"`
+			Revision string `json:"revision"`
+			Steps    int    `json:"steps"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "reconcile done" && e.Revision == revision[:12] {
+			most = max(most, e.Steps)
+		}
+	}
+	return most
+}
+
 // checkApplied fails unless one of logs shows a reconcile of revision,
 // and logs who applied it.
 func checkApplied(t *testing.T, logs []serveLog, revision string) {
@@ -715,6 +826,8 @@ func writeOverlay(t *testing.T, sb *sandbox.Sandbox, gitNode sandbox.Node) strin
 kind: Kustomization
 resources:
   - `+base+`
+components:
+  - `+filepath.Join(base, "agent")+`
 images:
   - name: rigger/rigger
     newTag: incluster
@@ -738,6 +851,12 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/args/1
         value: --repo=`+url+`
+      - op: test
+        path: /spec/template/spec/containers/0/args/-1
+        value: --agent-host=rigger-agent.example.com
+      - op: replace
+        path: /spec/template/spec/containers/0/args/-1
+        value: --agent-host=`+sb.Nodes[0].Address+`
       - op: add
         path: /spec/template/spec/containers/0/args/-
         value: --interval=10s
