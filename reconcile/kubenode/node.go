@@ -367,9 +367,11 @@ func Delete(ctx context.Context, cs kubernetes.Interface, name string) error {
 
 // RemoveNode takes the Nodes of a machine that left cluster.yml out of
 // the cluster before its containers are removed: cordoned, drained (when
-// Ready: a NotReady Node's pods cannot be evicted) and deleted. hostname
-// (may be empty) finds an unlabelled Node. It returns the Nodes deleted.
-func RemoveNode(ctx context.Context, cs kubernetes.Interface, address, hostname string, in spec.NodeDrainInput) ([]string, error) {
+// Ready: a NotReady Node's pods cannot be evicted; self as for Drain: the
+// other replicas of rigger evicted without delete_local_data) and
+// deleted. hostname (may be empty) finds an unlabelled Node. It returns
+// the Nodes deleted.
+func RemoveNode(ctx context.Context, cs kubernetes.Interface, address, hostname string, in spec.NodeDrainInput, self *observe.Self) ([]string, error) {
 	nodes, err := FindNodes(ctx, cs, address, hostname)
 	if err != nil {
 		return nil, err
@@ -383,7 +385,7 @@ func RemoveNode(ctx context.Context, cs kubernetes.Interface, address, hostname 
 			continue
 		}
 		if observe.Ready(n) == string(corev1.ConditionTrue) {
-			if _, err := Drain(ctx, cs, n.Name, in, nil, nil); err != nil {
+			if _, err := Drain(ctx, cs, n.Name, in, self, nil); err != nil {
 				errs = append(errs, err)
 				continue
 			}

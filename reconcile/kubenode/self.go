@@ -35,6 +35,13 @@ func FindSelf(ctx context.Context, cs kubernetes.Interface, ref observe.PodRef, 
 				self.Address = addr
 			}
 		}
+		// A Node of a node cluster.yml no longer declares is stale: its
+		// address label still names the machine.
+		for _, st := range link.Stale {
+			if self.Address == "" && st.Name == self.Node {
+				self.Address = st.Address
+			}
+		}
 	}
 	return self, nil
 }

@@ -42,6 +42,12 @@ func TestFindSelf(t *testing.T) {
 	if err != nil || got == nil || *got != (observe.Self{Pod: "rigger-system/rigger-1", Node: "n1", Address: "10.0.0.1", Controller: "rs-rigger-1"}) {
 		t.Errorf("FindSelf = %+v, %v; want rigger-system/rigger-1 on n1 (10.0.0.1)", got, err)
 	}
+	// n1 removed from cluster.yml: its Node, stale, still names it by its
+	// address label, and so does Self (the plan's removal is refused).
+	removing := observe.Link([]observe.Machine{{Address: "10.0.0.2", Hostname: "n2"}}, []corev1.Node{n1, n2})
+	if got, err := FindSelf(ctx, cs, ref, removing); err != nil || got == nil || got.Address != "10.0.0.1" {
+		t.Errorf("on a Node of a node cluster.yml no longer declares: FindSelf = %+v, %v; want the address its label names", got, err)
+	}
 	if got, err := FindSelf(ctx, cs, observe.PodRef{Namespace: "rigger-system", Name: "rigger-1", UID: "other"}, link); got != nil || err != nil {
 		t.Errorf("a pod of the name with another UID: FindSelf = %+v, %v; want another cluster's (nil, nil)", got, err)
 	}
@@ -112,5 +118,35 @@ func TestDrainKeepsSelf(t *testing.T) {
 	_, err = Drain(ctx, cs, "n1", spec.NodeDrainInput{Timeout: 30}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "rigger-system/rigger-1") {
 		t.Errorf("drain without self: %v; want a refusal for rigger-system/rigger-1's local storage", err)
+	}
+}
+
+// TestRemoveNodeEvictsOtherReplicas: the Node of a node removed from
+// cluster.yml is drained of rigger's other replica (its emptyDirs are
+// caches, as for every drain), and deleted.
+func TestRemoveNodeEvictsOtherReplicas(t *testing.T) {
+	n1 := node("n1", "10.0.0.1", "True", 0)
+	sibling := replicaPod("rigger-system", "rigger-2", "u2")
+	sibling.Spec.Volumes = []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	cs := fake.NewClientset(&n1, sibling)
+	cs.Resources = []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
+		{Name: "pods/eviction", Kind: "Eviction", Group: "policy", Version: "v1"}}}}
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		name := a.(k8stesting.CreateAction).GetObject().(interface{ GetName() string }).GetName()
+		return true, nil, cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), name)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// rigger runs on another node, in the ReplicaSet of rigger-2.
+	self := &observe.Self{Pod: "rigger-system/rigger-1", Node: "n2", Address: "10.0.0.2", Controller: "rs-rigger-2"}
+	if _, err := RemoveNode(ctx, cs, "10.0.0.1", "n1", spec.NodeDrainInput{Timeout: 30}, nil); err == nil {
+		t.Fatal("the removal drained rigger-system/rigger-2's local storage without being told it is rigger's")
+	}
+	deleted, err := RemoveNode(ctx, cs, "10.0.0.1", "n1", spec.NodeDrainInput{Timeout: 30}, self)
+	if err != nil || !slices.Equal(deleted, []string{"n1"}) {
+		t.Fatalf("RemoveNode = %v, %v; want n1 drained of the other replica and deleted", deleted, err)
 	}
 }

@@ -119,7 +119,7 @@ func (k *Side) Kubernetes(ctx context.Context) error {
 				hostname = n.HostnameOverride
 			}
 		}
-		deleted, err := RemoveNode(ctx, cs, addr, hostname, in)
+		deleted, err := RemoveNode(ctx, cs, addr, hostname, in, k.in.Self)
 		for _, name := range deleted {
 			k.in.Say(addr, "deleted Node "+name+" (node removed from cluster.yml)")
 		}

@@ -84,7 +84,9 @@ type Self struct {
 	// Pod is "namespace/name".
 	Pod string
 	// Node is the Node the pod runs on, and Address the machine of
-	// cluster.yml that owns it ("" when none does).
+	// cluster.yml that owns it; for a Node no machine of cluster.yml owns
+	// (its node is being removed), the value of its address label
+	// (desired.NodeAddressLabelValue); "" when it has none.
 	Node, Address string
 	// Controller is the UID of the pod's controller (its ReplicaSet): the
 	// other pods it controls are rigger's other replicas. "": none.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/observe"
 	"github.com/rigger/rigger/reconcile/stall"
 )
@@ -25,10 +26,20 @@ func CheckSelfRemoval(p *Plan, k *observe.Kubernetes) error {
 		return stall.Retries(stall.Failed, fmt.Errorf("the plan removes %s, and rigger runs in a cluster but could not tell "+
 			"whether it runs on one of them (%w): nothing removed; rigger tries again", strings.Join(removed, ", "), k.SelfErr))
 	}
-	if k.Self == nil || !slices.Contains(removed, k.Self.Address) {
+	if k.Self == nil || k.Self.Address == "" {
 		return nil
 	}
-	return stall.Stalls(stall.SelfRemoval, &SelfRemovalError{Self: *k.Self})
+	// Self's address is its Node's label when cluster.yml no longer
+	// declares the node.
+	i := slices.IndexFunc(removed, func(addr string) bool {
+		return addr == k.Self.Address || desired.NodeAddressLabelValue(addr) == k.Self.Address
+	})
+	if i < 0 {
+		return nil
+	}
+	self := *k.Self
+	self.Address = removed[i]
+	return stall.Stalls(stall.SelfRemoval, &SelfRemovalError{Self: self})
 }
 
 // SelfRemovalError is a plan that removes the node rigger runs on.

@@ -29,6 +29,9 @@ func TestCheckSelfRemoval(t *testing.T) {
 			"node 10.0.0.2 is removed from cluster.yml, and this rigger runs on it (pod rigger-system/rigger-7d-abc on Node n2): " +
 				"its removal would evict rigger half-way through it. Move rigger off the node first, and the rigger that takes " +
 				"the cluster over removes it: kubectl cordon n2; kubectl -n rigger-system delete pod rigger-7d-abc"},
+		{"its node, no longer in cluster.yml, removed (an IPv6 address, as its Node's label names it)", &Plan{RemovedNodes: []string{"fd00::2"}},
+			&observe.Kubernetes{Self: &observe.Self{Pod: "rigger-system/rigger-7d-abc", Node: "n2", Address: "fd00__2"}},
+			"node fd00::2 is removed from cluster.yml, and this rigger runs on it (pod rigger-system/rigger-7d-abc on Node n2): its removal would evict rigger half-way through it. Move rigger off the node first, and the rigger that takes the cluster over removes it: kubectl cordon n2"},
 		{"its node removed while unreachable", &Plan{Unreachable: []Unreachable{{Node: "10.0.0.2", Removed: true}}}, &observe.Kubernetes{Self: self},
 			"kubectl cordon n2"},
 		{"unsure", &Plan{RemovedNodes: []string{"10.0.0.3"}}, &observe.Kubernetes{SelfErr: errors.New("timeout")},

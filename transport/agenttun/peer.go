@@ -115,7 +115,6 @@ func (p *PeerClient) client() (*http.Client, error) {
 			NextProtos:   []string{"http/1.1"},
 		},
 		TLSHandshakeTimeout: HandshakeTimeout,
-		ForceAttemptHTTP2:   false,
 		MaxIdleConnsPerHost: 4,
 	}}
 	return p.hc, nil
