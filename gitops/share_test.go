@@ -277,14 +277,7 @@ func TestBoardShowsClustersHeldElsewhere(t *testing.T) {
 	// replica-b commits a new status: shown after the next fetch.
 	writeFile(t, filepath.Join(work, "clusters/b", StatusFileName), status("Converged"))
 	gitRun(t, work, "commit", "-q", "-am", "b's status from replica-b again")
-	for try := 0; ; try++ { // rigger's status commits may come first
-		if _, err := gitTry(work, "push", "-q", "origin", "main"); err == nil {
-			break
-		} else if try == 5 {
-			t.Fatal(err)
-		}
-		gitRun(t, work, "pull", "-q", "--rebase", "origin", "main")
-	}
+	push(t, work) // rigger's status commits may come first
 	srv.Trigger()
 	testwait.For(t, 30*time.Second, "b's new status on the page", shows("Converged"))
 	if _, ok := told.Load(theirs); ok {
@@ -293,14 +286,7 @@ func TestBoardShowsClustersHeldElsewhere(t *testing.T) {
 	// Its cluster.yml changes: Elsewhere is given it again.
 	writeFile(t, filepath.Join(work, theirs), strings.Replace(validYML, "cluster_name: c", "cluster_name: b", 1)+"# changed\n")
 	gitRun(t, work, "commit", "-q", "-am", "b's cluster.yml changed")
-	for try := 0; ; try++ {
-		if _, err := gitTry(work, "push", "-q", "origin", "main"); err == nil {
-			break
-		} else if try == 5 {
-			t.Fatal(err)
-		}
-		gitRun(t, work, "pull", "-q", "--rebase", "origin", "main")
-	}
+	push(t, work)
 	srv.Trigger()
 	testwait.For(t, 30*time.Second, "b's changed cluster.yml given to Elsewhere", func() bool {
 		elsewhereMu.Lock()
@@ -310,14 +296,7 @@ func TestBoardShowsClustersHeldElsewhere(t *testing.T) {
 
 	gitRun(t, work, "rm", "-q", "-r", "clusters/b")
 	gitRun(t, work, "commit", "-q", "-m", "b is gone")
-	for try := 0; ; try++ {
-		if _, err := gitTry(work, "push", "-q", "origin", "main"); err == nil {
-			break
-		} else if try == 5 {
-			t.Fatal(err)
-		}
-		gitRun(t, work, "pull", "-q", "--rebase", "origin", "main")
-	}
+	push(t, work)
 	srv.Trigger()
 	testwait.For(t, 30*time.Second, "b off the page", func() bool { _, ok := byPath()[theirs]; return !ok })
 }
