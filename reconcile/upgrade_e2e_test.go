@@ -362,7 +362,10 @@ func startWorkload(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
 					Containers: []corev1.Container{{
 						Name: "httpd", Image: sandbox.ToolsImage, ImagePullPolicy: corev1.PullIfNotPresent,
-						Command: []string{"/bin/busybox", "sh", "-c", `mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec /bin/busybox httpd -f -p 8080 -h /tmp/www`},
+						// sh stays PID 1 and exits at SIGTERM, as a server
+						// does: httpd as PID 1 ignores it, and each drain
+						// waited out the grace period (15 s a node).
+						Command: []string{"/bin/busybox", "sh", "-c", `mkdir -p /tmp/www && echo ok > /tmp/www/index.html || exit 1; trap 'exit 0' TERM; /bin/busybox httpd -f -p 8080 -h /tmp/www & wait`},
 						Ports:   []corev1.ContainerPort{{ContainerPort: 8080}},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
 							TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},

@@ -35,6 +35,13 @@ const (
 	// first restart and twice as long each time: a component that exits at
 	// once restarts the seventh time about 13 s after it started.
 	maxRestarts = 6
+	// lateRestarts is how many of those restarts must come after the count
+	// began (Up.Count): one may be the restart Docker had scheduled before
+	// what the container needs was up, the second is a failure with it up.
+	// Not maxRestarts more: Docker's back-off doubles with each restart,
+	// and an etcd member that cannot start, counted from its 5th restart,
+	// took 3 minutes to restart 6 more times.
+	lateRestarts = 2
 	// logsTimeout bounds the reading of a failed container's last lines.
 	logsTimeout = 10 * time.Second
 )
@@ -68,7 +75,7 @@ type UpRun struct {
 // and returns that run (to check later that it goes on: StillUp).
 // It fails with a *CrashLoopError as soon as the container is seen stopped
 // for good (exited or dead: its restart policy does not start it again),
-// or restarted more than maxRestarts times (counted as u.Count says); and
+// or restarted over and over (counted as u.Count says: crashLoop); and
 // when u.Timeout passes before it stayed up, with a *CrashLoopError if it
 // was seen stopped or restarted meanwhile.
 //
@@ -121,7 +128,7 @@ func WaitUp(ctx context.Context, e Engine, node, name string, u Up) (UpRun, erro
 				crash.ExitCode, crash.OOMKilled, crash.EngineError = s.ExitCode, s.OOMKilled, s.Error
 				upSince = time.Time{}
 			}
-			if stopped && !s.Restarting || counting && c.RestartCount-base > maxRestarts {
+			if stopped && !s.Restarting || counting && crashLoop(c.RestartCount, base) {
 				crash.Took = time.Since(began)
 				return UpRun{}, crash.withLogs(ctx, e)
 			}
@@ -190,6 +197,14 @@ func StillUp(ctx context.Context, e Engine, node, name string, run UpRun, since 
 		crash.Policy = string(c.HostConfig.RestartPolicy.Name)
 	}
 	return false, crash.withLogs(ctx, e)
+}
+
+// crashLoop says whether a container Docker has restarted restarts times
+// since rigger started it, base of them before the count of its restarts
+// began, is in a crash loop: more than maxRestarts in all, lateRestarts of
+// them since the count began.
+func crashLoop(restarts, base int) bool {
+	return restarts > maxRestarts && restarts-base >= lateRestarts
 }
 
 func closed(c <-chan struct{}) bool {

@@ -151,8 +151,32 @@ func TestWaitUp(t *testing.T) {
 				state(restarting, 17, 1, "t3"),
 			},
 			count: 1900 * time.Millisecond,
-			want:  []string{"exited with code 1, and Docker restarted it 17 times since rigger started it; now restarting"},
-			took:  6 * upPoll,
+			want:  []string{"exited with code 1, and Docker restarted it 15 times since rigger started it; now restarting"},
+			took:  5 * upPoll,
+		},
+		{
+			// Docker's back-off doubles with each restart: from the 8th
+			// on, each takes 13 s more. Two restarts after the count
+			// began, with more than maxRestarts before, are the crash loop.
+			name: "a crash loop that began before the count",
+			states: []container.InspectResponse{
+				state(running, 0, 0, "t1"), state(restarting, 3, 1, "t1"), state(running, 5, 0, "t2"),
+				state(restarting, 8, 1, "t2"), state(running, 9, 0, "t3"), state(restarting, 10, 1, "t3"),
+			},
+			count: 1400 * time.Millisecond,
+			want:  []string{"exited with code 1, and Docker restarted it 10 times since rigger started it; now restarting"},
+			took:  5 * upPoll,
+		},
+		{
+			// The restart Docker had scheduled when the count began,
+			// then up.
+			name: "restarted once after many before the count",
+			states: []container.InspectResponse{
+				state(running, 0, 0, "t1"), state(restarting, 3, 1, "t1"), state(running, 5, 0, "t2"),
+				state(restarting, 8, 1, "t2"), state(running, 9, 0, "t3"),
+			},
+			count: 1400 * time.Millisecond,
+			took:  4*upPoll + MinUptime,
 		},
 		{
 			name:   "exited for good",
