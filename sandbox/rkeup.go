@@ -146,9 +146,14 @@ if [ "$once" = true ]; then
 	save "$name"
 	exit $?
 fi
+# rke-tools' is a Go program, which exits on SIGTERM as its container's
+# PID 1 too; a shell there ignores it unless it traps it, and a trap runs
+# once the command in the foreground ends: the sleep waits in the background.
+trap 'exit 0' TERM
 echo "rke-etcd-backup: a snapshot every ${creation}s, kept ${retention}s"
 while :; do
-	sleep "$creation"
+	sleep "$creation" &
+	wait $!
 	save "$(date -u +%Y-%m-%dT%H:%M:%SZ)_etcd" || echo "rke-etcd-backup: snapshot failed" >&2
 	now=$(date +%s)
 	for f in /backup/*_etcd /backup/*_etcd.zip; do

@@ -46,6 +46,10 @@ const (
 	// --shutdown-watch-termination-grace-period: within the 30 s a
 	// container gets to stop (dockerop.StopTimeout), with room to exit.
 	apiServerWatchGrace = "25s"
+	// WatchGraceFlag is the API server's flag of that grace (without its
+	// dashes): without it, or at 0, an API server holds its watches open
+	// when it stops, until it is killed.
+	WatchGraceFlag = "shutdown-watch-termination-grace-period"
 )
 
 // host is a node of cluster.yml with its roles resolved.
@@ -286,7 +290,7 @@ func (b *builder) kubeAPI(h *host) Container {
 		// request timeout, so that a replaced API server stops in seconds,
 		// not killed after the 30 s a container gets to stop (what k0s
 		// does too). extra_args can set it otherwise.
-		f.set("shutdown-watch-termination-grace-period", apiServerWatchGrace)
+		f.set(WatchGraceFlag, apiServerWatchGrace)
 	}
 	f.extra(s.BaseService)
 	return b.kubeComponent(KubeAPIServer, s.BaseService, f, nil, binds)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/rigger/rigger/internal/crashpoint"
 	"github.com/rigger/rigger/reconcile/desired"
-	"github.com/rigger/rigger/reconcile/dockerop"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/plan"
 )
@@ -124,45 +123,6 @@ type Membership interface {
 	Remove(ctx context.Context, via []string, id uint64) error
 	SnapshotLogs(ctx context.Context, minor string) (etcdmember.LogSnapshots, error)
 	HandOff(ctx context.Context, peerURL string) (*etcdmember.Member, error)
-}
-
-// etcdStopGrace is how long an etcd member that does not lead gets to stop
-// on SIGTERM before it is killed. etcd exits once its clients' streams
-// are closed, which it waits for up to its request timeout (15 s with
-// RKE's election timeout) while the API servers keep their watches open:
-// for a member that leads nothing, that wait protects nothing (etcd
-// writes its log to disk before it acknowledges an entry, and a killed
-// member restarts from it as from a crash).
-const etcdStopGrace = 3 * time.Second
-
-// stopGrace is how long the container s stops gets to stop on SIGTERM (0:
-// dockerop.StopTimeout). An etcd member of a running cluster hands its
-// leadership off first, if it leads, and then gets etcdStopGrace; one
-// that could not (the only voter, or etcd did not answer) stops as etcd
-// stops itself.
-func (r *runner) stopGrace(ctx context.Context, s plan.Step) time.Duration {
-	if s.Component != desired.Etcd || r.etcdNew || r.o.Etcd == nil {
-		return 0
-	}
-	dn, ok := r.o.Desired.Node(s.Node)
-	if !ok {
-		return 0
-	}
-	m, err := r.membership(ctx)
-	var to *etcdmember.Member
-	if err == nil {
-		to, err = m.HandOff(ctx, desired.EtcdPeerURL(dn.InternalAddress))
-	}
-	switch {
-	case errors.Is(err, etcdmember.ErrNoOtherVoter):
-		return 0
-	case err != nil:
-		r.say(s.Node, fmt.Sprintf("etcd's leadership not handed off (%v): the member stops as etcd stops itself, in up to %s", err, dockerop.StopTimeout), nil)
-		return 0
-	case to != nil:
-		r.say(s.Node, "etcd's leadership handed off to "+to.String()+" before the member stops", nil)
-	}
-	return etcdStopGrace
 }
 
 // snapshotLogs makes every member save a snapshot of its log

@@ -753,9 +753,10 @@ func TestBlockedPhaseRepairs(t *testing.T) {
 }
 
 // TestStopGrace: an etcd member of a running cluster hands its leadership
-// off before it stops and then gets etcdStopGrace; one that could not hand
-// it off, the only voter, a member of a new cluster and every other
-// component stop as they stop themselves (dockerop.StopTimeout).
+// off before it stops and then gets etcdStopGrace; an API server that
+// does not end its watches when it stops gets apiServerStopGrace; one that
+// could not hand it off, the only voter, a member of a new cluster and
+// every other component stop as they stop themselves (dockerop.StopTimeout).
 func TestStopGrace(t *testing.T) {
 	d := build(t, clusterYML)
 	var etcdNode string
@@ -786,7 +787,16 @@ func TestStopGrace(t *testing.T) {
 		{name: "etcd does not answer", step: etcdStep, err: errors.New("context deadline exceeded"),
 			said: "etcd's leadership not handed off (context deadline exceeded): the member stops as etcd stops itself, in up to 30s"},
 		{name: "a new cluster", step: etcdStep, etcdNew: true},
-		{name: "another component", step: plan.Step{Node: etcdNode, Component: desired.KubeAPIServer, Action: plan.Replace}},
+		{name: "another component", step: plan.Step{Node: etcdNode, Component: desired.KubeControllerManager, Action: plan.Replace,
+			Before: &observe.Container{Name: desired.KubeControllerManager, RKE: true}}},
+		{name: "an API server that ends its watches", step: plan.Step{Node: etcdNode, Component: desired.KubeAPIServer, Action: plan.Replace,
+			Before: &observe.Container{Name: desired.KubeAPIServer, Spec: apiServerSpec("--shutdown-watch-termination-grace-period=25s")}}},
+		{name: "RKE's API server", step: plan.Step{Node: etcdNode, Component: desired.KubeAPIServer, Action: plan.Replace,
+			Before: &observe.Container{Name: desired.KubeAPIServer, RKE: true}}, want: apiServerStopGrace},
+		{name: "an API server whose watches' grace is 0", step: plan.Step{Node: etcdNode, Component: desired.KubeAPIServer, Action: plan.Restart,
+			Before: &observe.Container{Name: desired.KubeAPIServer, Spec: apiServerSpec("--shutdown-watch-termination-grace-period=0s")}}, want: apiServerStopGrace},
+		{name: "an API server without the flag", step: plan.Step{Node: etcdNode, Component: desired.KubeAPIServer, Action: plan.Replace,
+			Before: &observe.Container{Name: desired.KubeAPIServer, Spec: apiServerSpec("--v=2")}}, want: apiServerStopGrace},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var said []string
@@ -807,4 +817,9 @@ func TestStopGrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// apiServerSpec is the LabelSpec of an API server container with args.
+func apiServerSpec(args ...string) string {
+	return desired.Container{Name: desired.KubeAPIServer, Image: "k8s", Args: args}.SpecJSON()
 }
