@@ -18,7 +18,7 @@ import (
 
 // TestDrainHeldByBudget: an eviction a PodDisruptionBudget refuses is
 // reported once, at once, and counted until the pod goes; the drain then
-// finishes.
+// finishes, naming the pod gone last.
 func TestDrainHeldByBudget(t *testing.T) {
 	defer func(d time.Duration) { evictRetry = d }(evictRetry)
 	evictRetry = 10 * time.Millisecond
@@ -52,8 +52,8 @@ func TestDrainHeldByBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Evicted != 1 || got.Held["app/web-1"] != 3 {
-		t.Errorf("drained %+v, want 1 evicted after 3 refusals of app/web-1", got)
+	if got.Evicted != 1 || got.Held["app/web-1"] != 3 || got.Last != "app/web-1" || got.Gone < 3*evictRetry {
+		t.Errorf("drained %+v, want 1 evicted after 3 refusals of app/web-1, the last gone", got)
 	}
 	if len(told) != 1 || !strings.Contains(told[0], "app/web-1: Cannot evict pod") || !strings.Contains(told[0], "The disruption budget web needs 2 healthy pods") {
 		t.Errorf("told %q, want the first refusal alone", told)

@@ -220,7 +220,11 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		}
 		return fmt.Errorf("node %s: %w", node, err)
 	}
-	msg := fmt.Sprintf("drained Node %s: %d pod(s) evicted (%s)", n.Name, drained.Evicted, time.Since(began).Round(100*time.Millisecond))
+	msg := fmt.Sprintf("drained Node %s: %d pod(s) evicted (%s", n.Name, drained.Evicted, time.Since(began).Round(100*time.Millisecond))
+	if drained.Last != "" {
+		msg += fmt.Sprintf("; the last gone, after %s: %s", drained.Gone.Round(100*time.Millisecond), drained.Last)
+	}
+	msg += ")"
 	if held := drained.DescribeHeld(); held != "" {
 		msg += "; " + held
 	}

@@ -129,6 +129,10 @@ type Drained struct {
 	// Kept is rigger's own pod when it was on the Node (namespace/name),
 	// "" otherwise.
 	Kept string
+	// Last is the pod (namespace/name) that was gone last, Gone how long
+	// after the drain began: what a slow drain waited for.
+	Last string
+	Gone time.Duration
 }
 
 // Drain evicts the pods of the Node (kubectl drain, with
@@ -162,14 +166,20 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.No
 	// Pods are evicted in parallel.
 	var evicted atomic.Int32
 	var kept atomic.Bool
+	var last string
+	var gone time.Duration
+	began := time.Now()
 	watched.self, watched.kept = self, func() { kept.Store(true) }
 	h := &drain.Helper{
 		Ctx: ctx, Client: watched, Force: in.Force, GracePeriodSeconds: in.GracePeriod,
 		IgnoreAllDaemonSets: ignoreDS, DeleteEmptyDirData: in.DeleteLocalData, Timeout: timeout,
 		Out: io.Discard, ErrOut: io.Discard, EvictErrorRetryDelay: evictRetry,
-		OnPodDeletionOrEvictionFinished: func(_ *corev1.Pod, _ bool, err error) {
+		OnPodDeletionOrEvictionFinished: func(pod *corev1.Pod, _ bool, err error) {
 			if err == nil {
 				evicted.Add(1)
+				mu.Lock()
+				last, gone = pod.Namespace+"/"+pod.Name, time.Since(began)
+				mu.Unlock()
 			}
 		},
 	}
@@ -177,7 +187,7 @@ func Drain(ctx context.Context, cs kubernetes.Interface, name string, in spec.No
 	// A copy: an eviction still retrying when the drain gave up may count
 	// once more.
 	mu.Lock()
-	out := Drained{Evicted: int(evicted.Load()), Held: maps.Clone(refused)}
+	out := Drained{Evicted: int(evicted.Load()), Held: maps.Clone(refused), Last: last, Gone: gone}
 	if kept.Load() {
 		out.Kept = self.Pod
 	}
