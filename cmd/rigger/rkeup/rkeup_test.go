@@ -152,8 +152,7 @@ func TestRKEUpSandbox(t *testing.T) {
 
 	phase("rigger apply, the API and the workload asked throughout; the worker added")
 	poll := startPolling(ctx, t, kubeconfig, servers)
-	applyOut := rigger("apply", "--yes")
-	t.Logf("rigger apply: %s", lastLine(applyOut))
+	t.Logf("rigger apply:\n%s", rigger("apply", "--yes", "--timings"))
 	poll.stop(t)
 	phase("after the takeover")
 	if got := etcdMembers(ctx, t, node1); !slices.Equal(got, membersBefore) {
@@ -184,7 +183,7 @@ func TestRKEUpSandbox(t *testing.T) {
 	t.Logf("rigger doctor: %s", lastLine(rigger("doctor")))
 
 	phase("the snapshot RKE took, restored by rigger")
-	t.Logf("rigger snapshot restore: %s", lastLine(rigger("snapshot", "restore", "before-rigger", "--yes")))
+	t.Logf("rigger snapshot restore:\n%s", rigger("snapshot", "restore", "before-rigger", "--yes"))
 	testwait.ForContext(ctx, t, 3*time.Minute, "the API answers with the snapshot's data", func(ctx context.Context) error {
 		if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "made-under-rke", metav1.GetOptions{}); err != nil {
 			return err
@@ -210,7 +209,7 @@ func TestRKEUpSandbox(t *testing.T) {
 	phase("one minor up: " + upgradeTo + ", the API and the workload asked throughout")
 	writeFile(t, clusterFile, upgradeYML(t, yml, upgradeTo))
 	poll = startPolling(ctx, t, kubeconfig, servers)
-	t.Logf("rigger apply: %s", lastLine(rigger("apply", "--yes")))
+	t.Logf("rigger apply:\n%s", rigger("apply", "--yes", "--timings"))
 	poll.stop(t)
 	waitNodes(ctx, t, cs, "every Node Ready on "+upgradeTo, upgradeTo, sb.Nodes)
 	if out := rigger("plan"); !strings.Contains(out, "No changes.") {
@@ -523,7 +522,9 @@ spec:
         - name: httpd
           image: ` + sandbox.RKEToolsStandInImage + `
           imagePullPolicy: IfNotPresent
-          command: [/bin/sh, -c, "mkdir -p /tmp/www && echo ok > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+          # sh stays PID 1 and exits at SIGTERM, as a server does: httpd as
+          # PID 1 ignores it, and each drain waited out the grace period.
+          command: [/bin/sh, -c, "mkdir -p /tmp/www && echo ok > /tmp/www/index.html || exit 1; trap 'exit 0' TERM; httpd -f -p 8080 -h /tmp/www & wait"]
           ports: [{containerPort: 8080}]
           readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
           lifecycle: {preStop: {exec: {command: [sleep, "5"]}}}
