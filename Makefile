@@ -106,15 +106,16 @@ test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race a
 	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race
 	@# binary (linked dynamically) cannot stand for: it runs here without -race.
 	GOGC=$(BUILDGOGC) CGO_ENABLED=0 $(GO) test -count=1 -run '^TestUpgradeInPlace$$' ./internal/nodebin
-	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') $(SLOW_PACKAGES) ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
+	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 3 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') $(SLOW_PACKAGES) ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
-# go test starts packages in the order it is given them, two at a time on two
-# cores: the longest first (make test's own summary of 2026-12-03), so that no
-# long package starts last and runs alone while the other core idles. A
-# package missing here only starts later.
-SLOW_PACKAGES = ./reconcile ./reconcile/certrotate ./reconcile/etcdsnap ./cmd/rigger ./gitops \
-  ./cmd/rigger/incluster ./reconcile/secretsenc ./reconcile/kubenode ./reconcile/dockerop
+# go test starts packages in the order it is given them, three at a time (-p 3:
+# with two, the two cores were 44 % idle, the sandbox tests waiting on their
+# clusters; docs/testing.md): the longest first (make test's own summary of
+# 2026-12-04), so that no long package starts last and runs alone while the
+# other cores idle. A package missing here only starts later.
+SLOW_PACKAGES = ./reconcile ./reconcile/etcdsnap ./reconcile/certrotate ./cmd/rigger/incluster ./gitops \
+  ./cmd/rigger ./reconcile/secretsenc ./reconcile/kubenode ./reconcile/dockerop
 
 # make test TESTSKIP=regexp: the tests (go test -skip) another target of the same run
 # runs anyway.
@@ -189,7 +190,7 @@ long-images: prereqs build rke kubectl ## build the images make test-long needs 
 .PHONY: test-long
 test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries built, RKE's own rke up adopted and upgraded to 1.33 under load, the newest minor's step under load (from etcd 3.5), etcd 3.5 to 3.7 on one data directory, serve upgrading the cluster it runs in
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
-	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 2 -timeout 60m \
+	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 3 -timeout 60m \
 	  -run '^(TestFlagsAgainstBinaries|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd|TestServeUpgradesItsClusterSandbox)$$' -v \
 	  ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember ./cmd/rigger/incluster; rc=$$?; \
 	$(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; $(BIN) sandbox down --name test44 || rc=1; \
