@@ -55,6 +55,12 @@ type Config struct {
 	// made again (networkRepair.strandedPods). Calico's and Weave's own
 	// address management does not follow the Node's subnet.
 	NodeSubnets bool
+	// ControllerLeader says the kube-controller-managers elect a leader
+	// (their leader-elect is not false): once the plan replaced, restarted
+	// or removed one of them, the next drain first waits for one to lead
+	// (WaitLeader). Without it, the pods a drain evicts stay in the
+	// Services' endpoints until one does.
+	ControllerLeader bool
 	// Say reports progress, one line per call; it may be called from
 	// several goroutines at once. Nil: silent.
 	Say func(node, message string)
@@ -83,6 +89,9 @@ type Hooks struct {
 	wasReady map[string]bool
 	// repair puts the network plugin on a Node again (nil: none).
 	repair *networkRepair
+	// controllersMoved: a controller manager was replaced, restarted or
+	// removed since a drain last found one leading.
+	controllersMoved bool
 }
 
 // NewHooks returns the hooks for plan p.
@@ -152,11 +161,23 @@ func touchesKubelet(steps []plan.Step) bool {
 // answer). A
 // node without a Node, or an API server that does not answer (the one
 // being repaired, say), is no reason to stop: the changes go on. A failed
-// drain stops them, and uncordons the Node.
+// drain stops them, and uncordons the Node. Once the plan stopped a
+// controller manager (Config.ControllerLeader), the next drain first waits
+// for one to lead (WaitLeader); none in time stops the changes as a failed
+// drain does.
 //
 // When the kubelet changes, BeforeNode notes the Node's last heartbeat: the
 // Node counts as Ready again only once the new kubelet reported.
 func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) error {
+	if h.cfg.ControllerLeader && movesControllers(steps) {
+		// After this node's drain: its controller manager changes once
+		// BeforeNode returns.
+		defer func() {
+			h.mu.Lock()
+			h.controllersMoved = true
+			h.mu.Unlock()
+		}()
+	}
 	if !Disruptive(steps) && !touchesKubelet(steps) {
 		return nil
 	}
@@ -204,21 +225,15 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		h.say(node, "Node %s not drained: it is not Ready (%s)", n.Name, r)
 		return nil
 	}
+	if err := h.waitLeader(ctx, node); err != nil {
+		return h.undoCordon(ctx, m, n.Name, cordoned || ours, err)
+	}
 	began := time.Now()
 	drained, err := Drain(ctx, h.cfg.Client, n.Name, h.cfg.DrainInput, h.cfg.Self, func(pod string, err error) {
 		h.say(node, "draining Node %s: the eviction of %s waits for its PodDisruptionBudget (%v); kubectl's drain tries again every 5 s", n.Name, pod, err)
 	})
 	if err != nil {
-		if cordoned || ours {
-			if fresh, gerr := FindNodes(context.WithoutCancel(ctx), h.cfg.Client, node, m.Hostname); gerr == nil {
-				if o := Link([]Machine{m}, fresh).Owned[node]; o != nil {
-					if _, uerr := Uncordon(context.WithoutCancel(ctx), h.cfg.Client, o); uerr == nil {
-						err = fmt.Errorf("%w (Node %s uncordoned again; nothing on the node changed)", err, n.Name)
-					}
-				}
-			}
-		}
-		return fmt.Errorf("node %s: %w", node, err)
+		return h.undoCordon(ctx, m, n.Name, cordoned || ours, err)
 	}
 	msg := fmt.Sprintf("drained Node %s: %d pod(s) evicted (%s", n.Name, drained.Evicted, time.Since(began).Round(100*time.Millisecond))
 	if drained.Last != "" {
@@ -232,6 +247,55 @@ func (h *Hooks) BeforeNode(ctx context.Context, node string, steps []plan.Step) 
 		msg += "; rigger's own pod " + drained.Kept + " left on it: it carries this apply out"
 	}
 	h.say(node, "%s", msg)
+	return nil
+}
+
+// undoCordon is the error err of BeforeNode for machine m before any of
+// its changes, its Node (named name) uncordoned again when rigger had
+// cordoned it (ours).
+func (h *Hooks) undoCordon(ctx context.Context, m Machine, name string, ours bool, err error) error {
+	if ours {
+		if fresh, gerr := FindNodes(context.WithoutCancel(ctx), h.cfg.Client, m.Address, m.Hostname); gerr == nil {
+			if o := Link([]Machine{m}, fresh).Owned[m.Address]; o != nil {
+				if _, uerr := Uncordon(context.WithoutCancel(ctx), h.cfg.Client, o); uerr == nil {
+					err = fmt.Errorf("%w (Node %s uncordoned again; nothing on the node changed)", err, name)
+				}
+			}
+		}
+	}
+	return fmt.Errorf("node %s: %w", m.Address, err)
+}
+
+// movesControllers reports whether steps stop a running controller
+// manager: it may hold ControllerLease.
+func movesControllers(steps []plan.Step) bool {
+	for _, s := range steps {
+		if s.Component == desired.KubeControllerManager && s.Action != plan.Create {
+			return true
+		}
+	}
+	return false
+}
+
+// waitLeader waits, before a drain, for a controller manager to lead
+// when one was stopped since the last drain found one leading.
+func (h *Hooks) waitLeader(ctx context.Context, node string) error {
+	h.mu.Lock()
+	moved := h.controllersMoved
+	h.mu.Unlock()
+	if !moved {
+		return nil
+	}
+	waited, err := WaitLeader(ctx, h.cfg.Client)
+	if err != nil {
+		return err
+	}
+	if waited > 0 {
+		h.say(node, "a kube-controller-manager leads again (waited %s for its Lease): the drain goes on", waited.Round(100*time.Millisecond))
+	}
+	h.mu.Lock()
+	h.controllersMoved = false
+	h.mu.Unlock()
 	return nil
 }
 

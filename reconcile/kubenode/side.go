@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -61,11 +62,24 @@ func NewSide(in SideInput) *Side {
 		Client: in.Client, Machines: Machines(in.Cluster),
 		Drain: u.Drain != nil && *u.Drain,
 		Logs:  in.Logs, Say: in.Say, NetworkPlugin: in.NetworkPlugin, NodeSubnets: in.NodeSubnets, Self: in.Self,
+		ControllerLeader: electsLeader(in.Cluster.Services.KubeController.ExtraArgs),
 	}
 	if u.DrainInput != nil {
 		cfg.DrainInput = *u.DrainInput
 	}
 	return &Side{in: in, hooks: NewHooks(cfg, in.Plan)}
+}
+
+// electsLeader says whether kube-controller-managers with extraArgs
+// elect a leader: RKE's options and the controller manager's own default
+// say leader-elect=true.
+func electsLeader(extraArgs map[string]string) bool {
+	v, ok := extraArgs["leader-elect"]
+	if !ok {
+		return true
+	}
+	b, err := strconv.ParseBool(v)
+	return err != nil || b
 }
 
 // BeforeNode runs before a node's changes (Hooks.BeforeNode).
