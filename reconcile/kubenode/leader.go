@@ -52,9 +52,9 @@ func (e *NoLeaderError) Error() string {
 // ControllerManagerReleaseLeaderElectionLockOnExit is off by default), and
 // the others take it only once it expires, its duration (15 s) after the
 // last renewal: in between, no controller runs. A missing Lease is no
-// leader election: nothing to wait for. The wait is bounded by twice the
-// Lease's duration and leaderWaitMore; an API server that does not answer is asked
-// again meanwhile.
+// leader election: nothing to wait for. The wait is bounded by
+// leaderWait; an API server that does not answer is asked again
+// meanwhile.
 func WaitLeader(ctx context.Context, cs kubernetes.Interface) (time.Duration, error) {
 	began := time.Now()
 	get := func() (*coordinationv1.Lease, error) {
@@ -63,14 +63,15 @@ func WaitLeader(ctx context.Context, cs kubernetes.Interface) (time.Duration, er
 		return cs.CoordinationV1().Leases(metav1.NamespaceSystem).Get(gctx, ControllerLease, metav1.GetOptions{})
 	}
 	first, err := get()
-	if apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
 		return 0, nil
+	case err != nil:
+		// client-go returns an empty Lease with its error: not a holder
+		// to compare the next reads with.
+		first = nil
 	}
-	wait := 2*defaultLeaseDuration + leaderWaitMore
-	if err == nil && first.Spec.LeaseDurationSeconds != nil && *first.Spec.LeaseDurationSeconds > 0 {
-		wait = 2*time.Duration(*first.Spec.LeaseDurationSeconds)*time.Second + leaderWaitMore
-	}
-	deadline := time.NewTimer(wait)
+	deadline := time.NewTimer(leaderWait(first))
 	defer deadline.Stop()
 	tick := time.NewTicker(leaderPoll)
 	defer tick.Stop()
@@ -97,10 +98,21 @@ func WaitLeader(ctx context.Context, cs kubernetes.Interface) (time.Duration, er
 			continue
 		case first == nil:
 			first = l
+			deadline.Reset(max(leaderWait(l)-time.Since(began), 0))
 		case renewed(first, l):
 			return time.Since(began), nil
 		}
 	}
+}
+
+// leaderWait is how long WaitLeader waits for a leader of l (nil: not
+// read yet): twice its duration and leaderWaitMore.
+func leaderWait(l *coordinationv1.Lease) time.Duration {
+	d := defaultLeaseDuration
+	if l != nil && l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return 2*d + leaderWaitMore
 }
 
 // renewed says whether the Lease now was renewed, or taken by another

@@ -68,12 +68,12 @@ func TestWaitLeader(t *testing.T) {
 	fastLeaderWait(t)
 	t0 := time.Now().Add(-500 * time.Millisecond)
 	for _, tc := range []struct {
-		name     string
-		lease    *coordinationv1.Lease
-		then     *coordinationv1.Lease
-		minWait  time.Duration
-		wantErr  string
-		wantWait time.Duration
+		name      string
+		lease     *coordinationv1.Lease
+		then      *coordinationv1.Lease
+		minWait   time.Duration
+		failFirst bool
+		wantErr   string
 	}{
 		{name: "no Lease: no leader election"},
 		{name: "renewed by its holder", lease: controllerLease("n1_a", t0), then: controllerLease("n1_a", t0.Add(2*time.Second)),
@@ -81,6 +81,8 @@ func TestWaitLeader(t *testing.T) {
 		{name: "taken by another", lease: controllerLease("n1_a", t0), then: controllerLease("n2_b", t0),
 			minWait: 190 * time.Millisecond},
 		{name: "released, not yet taken", lease: controllerLease("n1_a", t0), then: controllerLease("", t0.Add(time.Second)),
+			minWait: 2 * time.Second, wantErr: `no kube-controller-manager renewed the Lease kube-system/kube-controller-manager in 2s (held by "n1_a", last renewed`},
+		{name: "the first read failed, then held by one that stopped", lease: controllerLease("n1_a", t0), failFirst: true,
 			minWait: 2 * time.Second, wantErr: `no kube-controller-manager renewed the Lease kube-system/kube-controller-manager in 2s (held by "n1_a", last renewed`},
 		{name: "held by one that stopped", lease: controllerLease("n1_a", t0),
 			minWait: 2 * time.Second, wantErr: `no kube-controller-manager renewed the Lease kube-system/kube-controller-manager in 2s (held by "n1_a", last renewed`},
@@ -92,6 +94,15 @@ func TestWaitLeader(t *testing.T) {
 			}
 			if tc.then != nil {
 				renewAt(cs, 21, tc.then)
+			}
+			if tc.failFirst {
+				var reads atomic.Int32
+				cs.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+					if reads.Add(1) == 1 {
+						return true, &coordinationv1.Lease{}, errors.New("the API server did not answer")
+					}
+					return false, nil, nil
+				})
 			}
 			began := time.Now()
 			waited, err := WaitLeader(context.Background(), cs)
