@@ -27,6 +27,9 @@ func Up(ctx context.Context, opts Options, progress io.Writer) (*Sandbox, error)
 	if err := Precheck(ctx); err != nil {
 		return nil, err
 	}
+	if err := checkDisk(opts.Name, opts.Nodes); err != nil {
+		return nil, err
+	}
 
 	p.phase("Sandbox %s: %s on %s", opts.Name, nodesCount(opts.Nodes), subnetPrefix(opts.Subnet))
 	s, err := claim(ctx, opts, p)
