@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -182,7 +183,8 @@ func (s *Session) observeStoredAPIs(ctx context.Context, set *pki.Set, o *observ
 }
 
 // observeKubernetes lists the Nodes into o and links them to the machines
-// of cluster.yml (observe.Nodes), looks for rigger's own pod in the
+// of cluster.yml (observe.Nodes; not when no node runs an etcd member, and
+// the API servers cannot answer: reach.Services.NoEtcdMember), looks for rigger's own pod in the
 // cluster when rigger runs in one (kubenode.FindSelf), and the network
 // plugin's pods made for an earlier Node of a recent Node's name
 // (kubenode.StalePluginPods) and the pods left outside a recent Node's pod
@@ -191,6 +193,12 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 	var machines []observe.Machine
 	for _, m := range kubenode.Machines(s.c) {
 		machines = append(machines, observe.Machine{Address: m.Address, Hostname: m.Hostname})
+	}
+	if len(s.c.Services.Etcd.ExternalURLs) == 0 {
+		if why := s.services().NoEtcdMember(o); why != "" {
+			o.Kubernetes = &observe.Kubernetes{Err: errors.New(why)}
+			return
+		}
 	}
 	observe.Nodes(ctx, o, machines, func(ctx context.Context) ([]corev1.Node, error) {
 		cs, err := s.services().KubeClient(set, o)

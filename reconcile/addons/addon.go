@@ -35,6 +35,14 @@ type Addon struct {
 	// run before they set the node up (flannel has no readiness probe)
 	// says so: pods created before then fail to get a network.
 	NodeReady func(node *unstructured.Unstructured) (missing string)
+	// Concurrent marks an add-on that needs none of the add-ons beside it
+	// that are Concurrent too, nor is needed by them (the system add-ons
+	// after the network plugin). Apply takes a run of such add-ons at
+	// once: it applies their objects one add-on after the other, in order,
+	// then waits for all of them together, and prunes and records each.
+	// Any other add-on is applied once every add-on before it is ready,
+	// and the add-ons after it wait until it is.
+	Concurrent bool
 }
 
 // Object is one Kubernetes object of an add-on and where it was read.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -183,39 +184,74 @@ func (e *Engine) applyAll(ctx context.Context, addons []Addon, full bool) (*Chan
 	if err != nil {
 		return cs, err
 	}
-	for i := range set.addons {
+	for i := 0; i < len(set.addons); {
 		if err := ctx.Err(); err != nil {
 			return cs, err
 		}
-		what := "addon " + set.addons[i].name
-		if !full {
-			what += ", applied before the workers"
+		n := 1 // a run of Concurrent add-ons goes at once
+		for full && set.addons[i].concurrent && i+n < len(set.addons) && set.addons[i+n].concurrent {
+			n++
 		}
-		end := e.opts.Timeline.Begin(what)
-		ac, err := e.applyAddon(ctx, set, &set.addons[i], full)
-		end()
-		cs.Addons = append(cs.Addons, ac)
+		acs, err := e.applyRun(ctx, set, set.addons[i:i+n], full)
+		cs.Addons = append(cs.Addons, acs...)
 		if err != nil {
 			return cs, err
 		}
+		i += n
 	}
 	return cs, nil
 }
 
-// applyAddon applies one add-on (Apply's steps); without full it stops
-// after the objects are applied and recorded (Stage).
-func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAddon, full bool) (AddonChanges, error) {
+// applyRun applies the add-ons of run one after the other (Apply's steps
+// 1 to 3), then, when full, waits for them, prunes and records them, all
+// at once (steps 4 to 6); without full it stops after the objects are
+// applied and recorded (Stage). An add-on whose objects fail to apply
+// ends the run there; the failures of the waits are joined, in order.
+func (e *Engine) applyRun(ctx context.Context, set *desiredSet, run []resolvedAddon, full bool) ([]AddonChanges, error) {
+	acs := make([]AddonChanges, len(run))
+	invs := make([]inventory, len(run))
+	for i := range run {
+		what := "addon " + run[i].name
+		if !full {
+			what += ", applied before the workers"
+		}
+		end := e.opts.Timeline.Begin(what)
+		var err error
+		acs[i], invs[i], err = e.applyObjects(ctx, set, &run[i])
+		end()
+		if err != nil {
+			return acs[:i+1], err
+		}
+		if !full {
+			e.say(run[i].name, "%s (not waited for yet)", acs[i].Summary())
+		}
+	}
+	if !full {
+		return acs, nil
+	}
+	errs := make([]error, len(run))
+	var wg sync.WaitGroup
+	for i := range run {
+		wg.Go(func() {
+			end := e.opts.Timeline.Begin("addon " + run[i].name + ": ready")
+			defer end()
+			errs[i] = e.settle(ctx, set, &run[i], invs[i], &acs[i])
+		})
+	}
+	wg.Wait()
+	return acs, errors.Join(errs...)
+}
+
+// applyObjects applies one add-on's objects (Apply's steps 1 to 3) and
+// returns them with the inventory it read.
+func (e *Engine) applyObjects(ctx context.Context, set *desiredSet, ra *resolvedAddon) (AddonChanges, inventory, error) {
 	ac := AddonChanges{Name: ra.name}
 	inv, err := e.readInventory(ctx, ra.name)
 	if err != nil {
-		return ac, err
+		return ac, inv, err
 	}
-	refs := make([]ObjectRef, len(ra.targets))
-	for i, t := range ra.targets {
-		refs[i] = t.ref
-	}
-	if inv, err = e.writeInventory(ctx, ra.name, inv, union(inv.refs, refs)); err != nil {
-		return ac, err
+	if inv, err = e.writeInventory(ctx, ra.name, inv, union(inv.refs, ra.refs())); err != nil {
+		return ac, inv, err
 	}
 
 	var crds []*target
@@ -229,12 +265,12 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 			}
 			if t.pendingCRD {
 				if err := e.remap(ctx, t); err != nil {
-					return ac, err
+					return ac, inv, err
 				}
 			}
 			ch, err := e.applyObject(ctx, t)
 			if err != nil {
-				return ac, err
+				return ac, inv, err
 			}
 			ac.Changes = append(ac.Changes, ch)
 			if isCRD(t.ref) {
@@ -244,7 +280,7 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 		}
 		if first && len(crds) > 0 {
 			if err := e.waitReady(ctx, ra.name, crds, false); err != nil {
-				return ac, err
+				return ac, inv, err
 			}
 			if reload {
 				e.mapper.ResetWithContext(ctx)
@@ -252,27 +288,28 @@ func (e *Engine) applyAddon(ctx context.Context, set *desiredSet, ra *resolvedAd
 		}
 	}
 	e.log.Info("applied", "component", "addons", "addon", ra.name, "summary", ac.Summary())
-	if !full {
-		e.say(ra.name, "%s (not waited for yet)", ac.Summary())
-		return ac, nil
-	}
+	return ac, inv, nil
+}
 
+// settle waits for one applied add-on to be ready, prunes what its
+// inventory inv has and it no longer does, and records its objects as its
+// inventory (Apply's steps 4 to 6), adding the pruned objects to ac.
+func (e *Engine) settle(ctx context.Context, set *desiredSet, ra *resolvedAddon, inv inventory, ac *AddonChanges) error {
 	if err := e.waitReady(ctx, ra.name, ra.targets, true); err != nil {
-		return ac, err
+		return err
 	}
 	if ra.nodeReady != nil {
 		if err := e.waitNodes(ctx, ra.name, ra.nodeReady, ra.targets); err != nil {
-			return ac, err
+			return err
 		}
 	}
-
 	stale, failed, pruneErr := e.prune(ctx, ra.name, inv.refs, set.owner, false, true)
 	ac.Changes = append(ac.Changes, stale...)
-	if _, err := e.writeInventory(ctx, ra.name, inv, append(refs, failed...)); err != nil {
-		return ac, errors.Join(pruneErr, err)
+	if _, err := e.writeInventory(ctx, ra.name, inv, append(ra.refs(), failed...)); err != nil {
+		return errors.Join(pruneErr, err)
 	}
 	e.say(ra.name, "%s", ac.Summary())
-	return ac, pruneErr
+	return pruneErr
 }
 
 // applyObject applies one object and says what changed.

@@ -36,6 +36,7 @@ func TestEngineE2E(t *testing.T) {
 	t.Run("an object the API server rejects", func(t *testing.T) { testRejected(t, s.Config) })
 	t.Run("a Deployment that cannot become ready", func(t *testing.T) { testNotReady(t, s.Config) })
 	t.Run("a Job that fails", func(t *testing.T) { testFailedJob(t, s.Config) })
+	t.Run("a run of Concurrent add-ons is waited for at once", func(t *testing.T) { testConcurrent(t, s.Config, kc) })
 	t.Run("stage, health, and a Job recreated when its template changes", func(t *testing.T) { testStageHealthRecreate(t, s.Config, kc) })
 }
 
@@ -692,6 +693,68 @@ func testNotReady(t *testing.T, cfg *rest.Config) {
 	// A wait longer than 10s says what it waits for.
 	if p := h.takeProgress(); !slices.Contains(p, "addon stuck: waiting for Deployment default/stuck: Available: 0/1") {
 		t.Errorf("progress %q does not say what is awaited", p)
+	}
+}
+
+// testConcurrent: the add-ons of a run of Concurrent ones are all applied
+// before any is waited for, so that one that never becomes ready holds up
+// none of the others, and the failures of all are returned; the add-on
+// after the run, which waits for it, is not applied.
+func testConcurrent(t *testing.T, cfg *rest.Config, kc kubernetes.Interface) {
+	ctx := ctxFor(t, 2*time.Minute)
+	h := newHarness(t, cfg, addons.Options{Prune: true, ReadyTimeout: 10 * time.Second})
+	stuck := func(name string) string {
+		return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: " + name + ", namespace: default}\n" +
+			"spec:\n  replicas: 1\n  selector: {matchLabels: {app: " + name + "}}\n  template:\n    metadata: {labels: {app: " + name + "}}\n" +
+			"    spec: {containers: [{name: c, image: 'example.invalid/stuck:1'}]}\n"
+	}
+	want := []addons.Addon{
+		{Name: "run-a", Objects: decode(t, "a.yaml", stuck("stuck-a")), Concurrent: true},
+		{Name: "run-b", Objects: decode(t, "b.yaml", configMap("default", "run-b", nil)+"---\n"+stuck("stuck-b")), Concurrent: true},
+		{Name: "run-c", Objects: decode(t, "c.yaml", configMap("default", "run-c", nil)), Concurrent: true},
+		{Name: "after", Objects: decode(t, "after.yaml", configMap("default", "after-run", nil))},
+	}
+	cs, err := h.Apply(ctx, want)
+	var nr *addons.NotReadyError
+	if !errors.As(err, &nr) || !strings.Contains(err.Error(), "Deployment default/stuck-a") || !strings.Contains(err.Error(), "Deployment default/stuck-b") {
+		t.Fatalf("got %v; want the NotReadyErrors of both stuck Deployments", err)
+	}
+	var names []string
+	for _, ac := range cs.Addons {
+		names = append(names, ac.Name)
+	}
+	if !slices.Equal(names, []string{"run-a", "run-b", "run-c"}) {
+		t.Errorf("changes of add-ons %v; want the run's three, in order", names)
+	}
+	if _, err := kc.CoreV1().ConfigMaps("default").Get(ctx, "run-c", metav1.GetOptions{}); err != nil {
+		t.Errorf("the run's last add-on, after two that never became ready: %v", err)
+	}
+	if _, err := kc.CoreV1().ConfigMaps("default").Get(ctx, "after-run", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the add-on after a failed run was applied (%v)", err)
+	}
+	// Ready (the stuck Deployments gone): the run, then the add-on after.
+	want[0].Objects = decode(t, "a.yaml", configMap("default", "run-a", nil))
+	want[1].Objects = decode(t, "b.yaml", configMap("default", "run-b", nil))
+	h.takeProgress()
+	if _, err := h.Apply(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	p := h.takeProgress()
+	summary := func(addon string) int {
+		return slices.IndexFunc(p, func(m string) bool {
+			return strings.HasPrefix(m, "addon "+addon+": ") && strings.Contains(m, " applied (")
+		})
+	}
+	after := summary("after")
+	for _, a := range []string{"run-a", "run-b", "run-c"} {
+		if i := summary(a); i < 0 || i > after {
+			t.Errorf("progress %q: %s not done before the add-on after the run", p, a)
+		}
+	}
+	for _, a := range []string{"run-a", "run-b"} {
+		if !slices.ContainsFunc(p, func(m string) bool { return strings.HasPrefix(m, "addon "+a+": ") && strings.Contains(m, "1 pruned") }) {
+			t.Errorf("progress %q: %s did not prune its Deployment", p, a)
+		}
 	}
 }
 

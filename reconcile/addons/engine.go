@@ -204,9 +204,19 @@ type target struct {
 // resolvedAddon is an add-on whose objects are mapped to the cluster's
 // resources, in apply order.
 type resolvedAddon struct {
-	name      string
-	targets   []*target
-	nodeReady func(*unstructured.Unstructured) string
+	name       string
+	targets    []*target
+	nodeReady  func(*unstructured.Unstructured) string
+	concurrent bool
+}
+
+// refs are the add-on's objects.
+func (ra *resolvedAddon) refs() []ObjectRef {
+	refs := make([]ObjectRef, len(ra.targets))
+	for i, t := range ra.targets {
+		refs[i] = t.ref
+	}
+	return refs
 }
 
 // desiredSet is every add-on of one Plan or Apply.
@@ -260,7 +270,7 @@ func (e *Engine) resolve(ctx context.Context, addons []Addon) (*desiredSet, erro
 	}
 	reset := false
 	for _, a := range addons {
-		ra := resolvedAddon{name: a.Name, nodeReady: a.NodeReady}
+		ra := resolvedAddon{name: a.Name, nodeReady: a.NodeReady, concurrent: a.Concurrent}
 		first := map[objKey]Source{}
 		for _, o := range a.Objects {
 			t, err := e.mapObject(ctx, set, a.Name, o, &reset)

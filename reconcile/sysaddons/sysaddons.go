@@ -63,7 +63,8 @@ type Manifest struct {
 // Render returns the system add-ons of a loaded (defaulted and valid)
 // cluster, in RKE's deploy order: the network plugin, the DNS provider,
 // NodeLocal DNSCache, metrics-server, the ingress controller; those the
-// cluster switches off (`none`) are left out. Each is rendered from RKE's
+// cluster switches off (`none`) are left out. All but the network plugin
+// are Concurrent. Each is rendered from RKE's
 // template for kubernetes_version with the data RKE builds for it (see
 // Manifests) and decoded; each object's Source names the template, the
 // document and its line ("template flannel-v0.26.4: document 3 at line
@@ -90,6 +91,11 @@ func Render(c *spec.Cluster) ([]addons.Addon, error) {
 		if m.Name == NetworkPlugin {
 			nodeLocalAPI(a.Objects)
 			a.NodeReady = networkReady(c)
+		} else {
+			// DNS, NodeLocal DNSCache, metrics-server and the ingress
+			// controller need the pod network, not one another: they
+			// are waited for at once, where RKE waits for each in turn.
+			a.Concurrent = true
 		}
 		out = append(out, a)
 	}
