@@ -106,24 +106,14 @@ test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race a
 	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race
 	@# binary (linked dynamically) cannot stand for: it runs here without -race.
 	GOGC=$(BUILDGOGC) CGO_ENABLED=0 $(GO) test -count=1 -run '^TestUpgradeInPlace$$' ./internal/nodebin
-	@# Two go tests at once, read by testtimes as one stream: the packages that converge
-	@# sandbox clusters for minutes, three at a time, and the others one at a time beside
-	@# them, whose -race builds used to wait for the first go test's slots to free and ran
-	@# last, 5 minutes with the cores partly idle (docs/testing.md).
-	bin/testtimes -top 10 -json bin/test.json \
-	  "$(GOTEST) -p 3 $(SLOW_PACKAGES)" \
-	  "$(GOTEST) -p 1 $$($(GO) list ./... | grep -vxF "$$($(GO) list $(SLOW_PACKAGES))" | tr '\n' ' ')"; \
+	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 3 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)') $(SLOW_PACKAGES) ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
-# How make test runs go test: every go vet check, -race, the sandbox tests too.
-GOTEST = GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
-  $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -timeout 30m $(if $(TESTSKIP),-skip '$(TESTSKIP)')
-
-# The packages whose tests converge sandbox clusters for minutes, longest first: go test
-# starts them in this order as slots free (make test's own summary of 2026-12-04), so that
-# no long package starts last and runs alone while the other cores idle. Three of these at
-# once (-p 3: with two, the cores were 44 % idle, the sandbox tests waiting on their
-# clusters; docs/testing.md), and one of the other packages beside them.
+# go test starts packages in the order it is given them, three at a time (-p 3:
+# with two, the two cores were 44 % idle, the sandbox tests waiting on their
+# clusters; docs/testing.md): the longest first (make test's own summary of
+# 2026-12-04), so that no long package starts last and runs alone while the
+# other cores idle. A package missing here only starts later.
 SLOW_PACKAGES = ./reconcile ./reconcile/etcdsnap ./reconcile/certrotate ./cmd/rigger/incluster ./gitops \
   ./cmd/rigger ./reconcile/secretsenc ./reconcile/kubenode ./reconcile/dockerop
 

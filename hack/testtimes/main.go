@@ -1,61 +1,30 @@
-// Command testtimes reads `go test -json` and prints what `go test` prints
-// without -v (a line per package, the whole output of a test or package
-// that fails, build errors), then the slowest tests and packages, so that a
-// run that grows says where. It exits 1 when a test, a package or a build
-// failed, when the stream ends with a package unfinished, or when a command
-// it ran failed.
-//
-// It reads its standard input, or runs the commands it is given (each with
-// bash -c, at once) and reads what they write to their standard output and
-// error, a whole line at a time, as one stream; -json keeps that stream in
-// a file:
+// Command testtimes reads `go test -json` on stdin and prints what `go test`
+// prints without -v (a line per package, the whole output of a test or
+// package that fails, build errors), then the slowest tests and packages,
+// so that a run that grows says where. It exits 1 when a test, a package
+// or a build failed, or when the stream ends with a package unfinished.
 //
 //	go test -json ./... | go run ./hack/testtimes -top 10
-//	go run ./hack/testtimes -json all.json 'go test -json -p 3 ./slow/...' 'nice go test -json ./fast/...'
 package main
 
 import (
 	"bufio"
 	"cmp"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/rigger/rigger/internal/clip"
 )
 
 func main() {
 	top := flag.Int("top", 10, "how many of the slowest tests and packages to list")
-	keep := flag.String("json", "", "also write the stream read to this file")
 	flag.Parse()
-	in, wait := io.Reader(os.Stdin), func() error { return nil }
-	if flag.NArg() > 0 {
-		in, wait = runAll(flag.Args())
-	}
-	if *keep != "" {
-		f, err := os.Create(*keep)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "testtimes:", err)
-			os.Exit(2)
-		}
-		defer f.Close()
-		in = io.TeeReader(in, f)
-	}
-	ok, err := run(in, os.Stdout, *top)
-	io.Copy(io.Discard, in) // what run did not read, so that the commands end
-	if werr := wait(); werr != nil {
-		fmt.Fprintln(os.Stdout, "testtimes:", werr)
-		ok = false
-	}
+	ok, err := run(os.Stdin, os.Stdout, *top)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testtimes:", err)
 		os.Exit(2)
@@ -63,61 +32,6 @@ func main() {
 	if !ok {
 		os.Exit(1)
 	}
-}
-
-// runAll starts each command with bash -c and returns their standard
-// outputs and errors as one stream of whole lines, in the order they come,
-// and a wait for the commands, whose error names each that failed. The
-// stream ends when every command has.
-func runAll(cmds []string) (io.Reader, func() error) {
-	pr, pw := io.Pipe()
-	var (
-		mu   sync.Mutex // one line at a time into pw
-		wg   sync.WaitGroup
-		errs = make([]error, len(cmds))
-	)
-	for i, c := range cmds {
-		wg.Go(func() {
-			err := runLines(c, func(line []byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				pw.Write(line) // read until the end: an error here is run's own
-			})
-			if err != nil {
-				errs[i] = fmt.Errorf("command %d (%s): %w", i+1, clip.Ellipsis(c, 60), err)
-			}
-		})
-	}
-	go func() { wg.Wait(); pw.Close() }()
-	return pr, func() error { wg.Wait(); return errors.Join(errs...) }
-}
-
-// runLines runs c with bash -c and hands each line it writes, with its
-// newline, to line.
-func runLines(c string, line func([]byte)) error {
-	cmd := exec.Command("bash", "-c", c)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	r := bufio.NewReaderSize(out, 64<<10)
-	for {
-		b, err := r.ReadBytes('\n')
-		if len(b) > 0 {
-			if b[len(b)-1] != '\n' {
-				b = append(b, '\n')
-			}
-			line(b)
-		}
-		if err != nil {
-			break
-		}
-	}
-	return cmd.Wait()
 }
 
 // event is one line of test2json's stream (go doc test2json).

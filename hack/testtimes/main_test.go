@@ -75,28 +75,3 @@ The 2 slowest tests (of 2, 5s in all):
 		t.Errorf("a passing stream: ok %v, error %v", ok, err)
 	}
 }
-
-func TestRunAll(t *testing.T) {
-	// Two streams at once, each line whole in the merged one, a long line
-	// included; the second command fails after its lines.
-	long := strings.Repeat("x", 200<<10)
-	in, wait := runAll([]string{
-		`for i in 1 2 3; do echo "{\"Action\":\"start\",\"Package\":\"a$i\"}"; echo "{\"Action\":\"pass\",\"Package\":\"a$i\",\"Elapsed\":1}"; done`,
-		`echo '{"Action":"start","Package":"b"}'; head -c 204800 /dev/zero | tr '\0' x; echo; echo '{"Action":"pass","Package":"b","Elapsed":2}' >&2; printf 'no newline'; exit 3`,
-	})
-	var out strings.Builder
-	ok, err := run(in, &out, 10)
-	if err != nil || !ok {
-		t.Fatalf("run: ok %v, error %v\n%s", ok, err, out.String())
-	}
-	werr := wait()
-	if werr == nil || !strings.HasPrefix(werr.Error(), "command 2 (echo '{") || !strings.HasSuffix(werr.Error(), "exit status 3") ||
-		strings.Count(werr.Error(), "exit status") != 1 {
-		t.Errorf("wait: %v; want the second command's exit status 3 only", werr)
-	}
-	for _, want := range []string{"ok  \ta1\t", "ok  \ta2\t", "ok  \ta3\t", "ok  \tb\t2.000s", long + "\n", "no newline\n", "of 4, 5s in all"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %.40q", want)
-		}
-	}
-}
