@@ -25,7 +25,8 @@ func Exclude(want []Addon, exclude []spec.AddonObject) []Addon {
 	}
 	out := make([]Addon, len(want))
 	for i, a := range want {
-		out[i] = Addon{Name: a.Name}
+		out[i] = a
+		out[i].Objects = nil
 		for _, o := range a.Objects {
 			if !slices.ContainsFunc(exclude, func(x spec.AddonObject) bool {
 				return x.Kind == o.GetKind() && x.Namespace == o.GetNamespace() && x.Name == o.GetName()

@@ -21,12 +21,17 @@ func TestExcludeObjects(t *testing.T) {
 		u.SetName(name)
 		return Object{Unstructured: u}
 	}
+	nodeReady := func(*unstructured.Unstructured) string { return "" }
 	want := []Addon{{Name: "rke-coredns-addon", Objects: []Object{
 		obj("Deployment", "kube-system", "coredns"), obj("Deployment", "kube-system", "coredns-autoscaler"), obj("ClusterRole", "", "system:coredns"),
-	}}}
+	}, Concurrent: true, NodeReady: nodeReady, Recreate: []ObjectRef{{Kind: "Job", Namespace: "kube-system", Name: "j"}}}}
 	got := Exclude(want, []spec.AddonObject{{Kind: "Deployment", Namespace: "kube-system", Name: "coredns-autoscaler"}, {Kind: "ClusterRole", Name: "system:coredns"}})
 	if len(got) != 1 || len(got[0].Objects) != 1 || got[0].Objects[0].GetName() != "coredns" {
 		t.Errorf("kept %+v, want coredns alone", got)
+	}
+	// What the add-on is besides its objects stays.
+	if a := got[0]; !a.Concurrent || a.NodeReady == nil || len(a.Recreate) != 1 {
+		t.Errorf("the add-on lost its other fields: Concurrent %v, NodeReady set %v, Recreate %v", a.Concurrent, a.NodeReady != nil, a.Recreate)
 	}
 	if len(want[0].Objects) != 3 {
 		t.Error("the add-ons given were changed")
