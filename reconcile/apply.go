@@ -20,6 +20,7 @@ import (
 	"github.com/rigger/rigger/reconcile/lock"
 	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
+	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/staged"
 	"github.com/rigger/rigger/reconcile/statedir"
 	"github.com/rigger/rigger/spec"
@@ -203,10 +204,15 @@ func (a *applying) refuse(ctx context.Context) error {
 }
 
 // lease takes the cluster's Lease (leaseCluster) through the API server's
-// client the rest of the apply uses.
+// client the rest of the apply uses; not when the plan saw no node run an
+// etcd member (reach.ErrNoEtcdMember), and the API servers cannot answer.
 func (a *applying) lease(ctx context.Context) error {
 	a.cs = a.apiClient(a.pl)
-	unlease, err := a.leaseCluster(ctx, a.cs, a.lk.command, lock.LeaseOptions{Timing: clusterLeaseTiming, Wait: a.ao.WaitLease, Waiting: a.ao.LeaseWaiting})
+	var down error
+	if k := a.pl.Observed.Kubernetes; k != nil && errors.Is(k.Err, reach.ErrNoEtcdMember) {
+		down = k.Err
+	}
+	unlease, err := a.leaseCluster(ctx, a.cs, down, a.lk.command, lock.LeaseOptions{Timing: clusterLeaseTiming, Wait: a.ao.WaitLease, Waiting: a.ao.LeaseWaiting})
 	if err != nil {
 		return err
 	}

@@ -84,10 +84,12 @@ var clusterLeaseTiming = lock.LeaseTiming{Duration: time.Minute, RenewDeadline: 
 // the apply is refused. Only an API server that does not answer at all (a
 // new cluster, a control plane down; nil cs: no controlplane node
 // reachable) lets the apply go on without the Lease, with the state
-// directory's lock alone, which the log says. Losing the Lease midway (the API server down longer
+// directory's lock alone, which the log says; so does down, set when the
+// plan saw why the API servers cannot answer (no node runs an etcd
+// member), without asking them. Losing the Lease midway (the API server down longer
 // than the lease lasts) is logged, not fatal: stopping an apply halfway
 // would do more harm.
-func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, command string, o lock.LeaseOptions) (func(), error) {
+func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, down error, command string, o lock.LeaseOptions) (func(), error) {
 	desc := "lease " + ClusterLeaseNamespace + "/" + ClusterLeaseName
 	withoutLease := func(why string, err error) (func(), error) {
 		s.opts.Log.Warn(why+": going on without the cluster's Lease, with the state directory's lock alone",
@@ -96,6 +98,9 @@ func (s *Session) leaseCluster(ctx context.Context, cs kubernetes.Interface, com
 	}
 	if cs == nil {
 		return withoutLease("no controlplane node is reachable", errors.New("no API server to ask"))
+	}
+	if down != nil {
+		return withoutLease("the cluster's API servers cannot answer (a new cluster, or no etcd member running)", down)
 	}
 	o.Timing.Now = s.opts.Now
 	if o.Log == nil {

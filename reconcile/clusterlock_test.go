@@ -22,6 +22,7 @@ import (
 
 	"github.com/rigger/rigger/internal/apiservertest"
 	"github.com/rigger/rigger/reconcile/lock"
+	"github.com/rigger/rigger/reconcile/reach"
 	"github.com/rigger/rigger/reconcile/stall"
 	"github.com/rigger/rigger/spec"
 	"github.com/rigger/rigger/transport"
@@ -96,6 +97,7 @@ func TestLeaseClusterFailsClosed(t *testing.T) {
 	tests := []struct {
 		name    string
 		cs      func(t *testing.T) kubernetes.Interface
+		down    error
 		refused []string
 		logged  string
 	}{
@@ -107,11 +109,15 @@ func TestLeaseClusterFailsClosed(t *testing.T) {
 		}, refused: []string{"lease kube-system/rigger-apply", "etcdserver: request timed out"}},
 		{name: "API server not answering", cs: unreachable, logged: "does not answer"},
 		{name: "no controlplane node reachable", cs: func(*testing.T) kubernetes.Interface { return nil }, logged: "no controlplane node is reachable"},
+		// Not asked: one that would refuse the Lease is never reached.
+		{name: "no node runs an etcd member", cs: func(t *testing.T) kubernetes.Interface {
+			return answering(t, http.StatusForbidden, statusBody(t, forbidden))
+		}, down: reach.ErrNoEtcdMember, logged: "no node runs an etcd member"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, logged := leaseSession(t)
-			release, err := s.leaseCluster(t.Context(), tt.cs(t), "apply", lock.LeaseOptions{Timing: testLeaseTiming})
+			release, err := s.leaseCluster(t.Context(), tt.cs(t), tt.down, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
 			if tt.refused == nil {
 				if err != nil {
 					t.Fatalf("leaseCluster: %v, want the apply to go on", err)
@@ -155,7 +161,7 @@ func TestLeaseClusterOnAPIServer(t *testing.T) {
 
 	t.Run("taken and given up", func(t *testing.T) {
 		s, _ := leaseSession(t)
-		release, err := s.leaseCluster(t.Context(), cs, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
+		release, err := s.leaseCluster(t.Context(), cs, nil, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +178,7 @@ func TestLeaseClusterOnAPIServer(t *testing.T) {
 		cfg := rest.CopyConfig(srv.Config)
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rights"}
 		s, _ := leaseSession(t)
-		_, err := s.leaseCluster(t.Context(), kubernetes.NewForConfigOrDie(cfg), "apply", lock.LeaseOptions{Timing: testLeaseTiming})
+		_, err := s.leaseCluster(t.Context(), kubernetes.NewForConfigOrDie(cfg), nil, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "lease kube-system/rigger-apply") {
 			t.Fatalf("leaseCluster as a user without rights: %v, want a refusal naming the Lease, forbidden", err)
 		}
@@ -187,7 +193,7 @@ func TestLeaseClusterOnAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, _ := leaseSession(t)
-		_, err = s.leaseCluster(t.Context(), cs, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
+		_, err = s.leaseCluster(t.Context(), cs, nil, "apply", lock.LeaseOptions{Timing: testLeaseTiming})
 		var held *lock.HeldError
 		if reason, _ := stall.Classify(err); !errors.As(err, &held) || reason != stall.LockHeld || held.Holder.ID != other.ID {
 			t.Fatalf("leaseCluster while %s holds the Lease: %v (%s)", other.ID, err, reason)
@@ -196,7 +202,7 @@ func TestLeaseClusterOnAPIServer(t *testing.T) {
 		waiting := make(chan *lock.HeldError, 1)
 		done := make(chan error, 1)
 		go func() {
-			rel, err := s.leaseCluster(t.Context(), cs, "apply", lock.LeaseOptions{Timing: testLeaseTiming, Wait: true,
+			rel, err := s.leaseCluster(t.Context(), cs, nil, "apply", lock.LeaseOptions{Timing: testLeaseTiming, Wait: true,
 				Waiting: func(e *lock.HeldError) {
 					select {
 					case waiting <- e:

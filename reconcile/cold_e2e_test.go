@@ -22,7 +22,8 @@ import (
 )
 
 // coldRunsEnv is how many cold converges TestColdConverges makes (make
-// test-cold sets it); unset, the test is skipped.
+// test-cold sets it, and make test TEST_COLD_RUNS=N); unset or 0, the test
+// is skipped.
 const coldRunsEnv = "RIGGER_COLD_RUNS"
 
 // TestColdConverges is what a newcomer's first `make demo` does, many
@@ -42,7 +43,7 @@ const coldRunsEnv = "RIGGER_COLD_RUNS"
 func TestColdConverges(t *testing.T) {
 	runs, err := strconv.Atoi(os.Getenv(coldRunsEnv))
 	if err != nil || runs < 1 {
-		t.Skipf("set %s=N (make test-cold) to converge N fresh sandboxes in a row", coldRunsEnv)
+		t.Skipf("set %s=N (make test-cold, make test TEST_COLD_RUNS=N) to converge N fresh sandboxes in a row", coldRunsEnv)
 	}
 	var current atomic.Pointer[sandbox.Sandbox] // the run's, for the hog
 	stopHog := cpuHog(t, current.Load)
@@ -56,7 +57,7 @@ func TestColdConverges(t *testing.T) {
 	var results []result
 	defer func() {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%d cold converge(s), one core kept busy:\n", len(results))
+		fmt.Fprintf(&b, "%d cold converge(s), one core or more kept busy (by the hog or other work: its line says):\n", len(results))
 		fmt.Fprintf(&b, "%-4s %-22s %-10s %-8s %s\n", "run", "kube-proxy held back", "apply", "smoke", "result")
 		for i, r := range results {
 			res := "ok"

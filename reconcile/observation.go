@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -195,8 +194,8 @@ func (s *Session) observeKubernetes(ctx context.Context, set *pki.Set, o *observ
 		machines = append(machines, observe.Machine{Address: m.Address, Hostname: m.Hostname})
 	}
 	if len(s.c.Services.Etcd.ExternalURLs) == 0 {
-		if why := s.services().NoEtcdMember(o); why != "" {
-			o.Kubernetes = &observe.Kubernetes{Err: errors.New(why)}
+		if err := s.services().NoEtcdMember(o); err != nil {
+			o.Kubernetes = &observe.Kubernetes{Err: err}
 			return
 		}
 	}

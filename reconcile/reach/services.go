@@ -93,23 +93,26 @@ func (s Services) RESTConfig(set *pki.Set, o *observe.Cluster) (*rest.Config, er
 	return cfg, nil
 }
 
-// NoEtcdMember says why the API servers cannot answer when every node of
-// cluster.yml and of the last apply answered and none runs an etcd
-// member (a remove stopped half-way, a restore under way): a plan then
-// does not wait for an answer that cannot come. "" when a node did not
+// ErrNoEtcdMember is NoEtcdMember's answer when no etcd member runs.
+var ErrNoEtcdMember = errors.New("no node runs an etcd member: the API servers cannot answer")
+
+// NoEtcdMember returns ErrNoEtcdMember when every node of cluster.yml and
+// of the last apply answered and none runs an etcd member (a remove
+// stopped half-way, a restore under way): the API servers cannot answer,
+// and a plan or an apply does not wait for them. nil when a node did not
 // answer or one runs etcd; for a cluster on external etcd, whose members
 // no node runs, the caller does not ask.
-func (s Services) NoEtcdMember(o *observe.Cluster) string {
+func (s Services) NoEtcdMember(o *observe.Cluster) error {
 	for _, n := range slices.Concat(s.Nodes, s.Former) {
 		on := o.Nodes[n.Address]
 		if on == nil || !on.Reachable {
-			return ""
+			return nil
 		}
 		if c, ok := on.Containers[desired.Etcd]; ok && c.State == "running" {
-			return ""
+			return nil
 		}
 	}
-	return "no node runs an etcd member: the API servers cannot answer"
+	return ErrNoEtcdMember
 }
 
 // EtcdClient connects to the etcd members that run on reachable nodes (of

@@ -35,7 +35,7 @@ func TestNoEtcdMember(t *testing.T) {
 		for _, n := range tc.nodes {
 			o.Nodes[n.Address] = n
 		}
-		if got := s.NoEtcdMember(o); (got != "") != tc.none {
+		if got := s.NoEtcdMember(o); (got == ErrNoEtcdMember) != tc.none || (got != nil && got != ErrNoEtcdMember) {
 			t.Errorf("%s: %q", tc.name, got)
 		}
 	}
