@@ -135,9 +135,9 @@ before tests that start sandboxes, so that a cold cache is filled outside
 their time limits. It prints the system_images block.
 
 --kubernetes also builds the hyperkube and etcd images of other Kubernetes
-versions than the default (v1.32.13 with etcd v3.5.16): v1.33.13 (etcd
-v3.5.35) and v1.34.4 (etcd v3.6.16), the upgrade path past RKE, one minor at
-a time. It prints the two system_images entries that run each.`,
+versions than the default (` + sandbox.KubernetesVersion + ` with etcd ` + sandbox.EtcdVersion + `): the
+upgrade road past RKE, one minor at a time, to the newest (the flag lists
+them). It prints the two system_images entries that run each.`,
 		Example: `  rigger sandbox images
   rigger sandbox images --kubernetes v1.33.13,v1.34.4`,
 		Args: cobra.NoArgs,
