@@ -112,18 +112,18 @@ test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race a
 # go test starts packages in the order it is given them, three at a time (-p 3:
 # with two, the two cores were 44 % idle, the sandbox tests waiting on their
 # clusters; docs/testing.md): the longest first (make test's own summary of
-# 2026-12-04), so that no long package starts last and runs alone while the
+# 2026-12-06), so that no long package starts last and runs alone while the
 # other cores idle. A package missing here only starts later.
-SLOW_PACKAGES = ./reconcile ./reconcile/etcdsnap ./reconcile/certrotate ./cmd/rigger/incluster ./gitops \
-  ./cmd/rigger ./reconcile/secretsenc ./reconcile/kubenode ./reconcile/dockerop
+SLOW_PACKAGES = ./reconcile ./reconcile/certrotate ./reconcile/etcdsnap ./reconcile/coldconverge ./cmd/rigger/incluster \
+  ./cmd/rigger ./gitops ./reconcile/kubenode ./reconcile/secretsenc ./reconcile/dockerop
 
 # make test TESTSKIP=regexp: the tests (go test -skip) another target of the same run
 # runs anyway.
 TESTSKIP ?=
 
 # make test TEST_COLD_RUNS=N: N cold converges (TestColdConverges, as make test-cold
-# makes them) in ./reconcile's test binary, beside the other sandbox packages, whose
-# load keeps the cores busy in place of test-cold's hog (.ci/run: 3). None by default.
+# makes them) in ./reconcile/coldconverge's slot, beside the other sandbox packages,
+# whose load keeps the cores busy in place of test-cold's hog (.ci/run: 3). None by default.
 TEST_COLD_RUNS ?= 0
 
 # The Kubernetes versions past the sandbox's default that TestUpgradeSandbox
@@ -219,7 +219,7 @@ COLD_RUNS ?= 10
 .PHONY: test-cold
 test-cold: prereqs build ## COLD_RUNS cold converges of the example cluster on fresh sandbox nodes, one core kept busy; each must succeed first time
 	$(BIN) sandbox images >/dev/null
-	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_COLD_RUNS=$(COLD_RUNS) $(GO) test -count=1 -timeout 150m -run '^TestColdConverges$$' -v ./reconcile; rc=$$?; $(BIN) sandbox down --name test29 || rc=1; \
+	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_COLD_RUNS=$(COLD_RUNS) $(GO) test -count=1 -timeout 150m -run '^TestColdConverges$$' -v ./reconcile/coldconverge; rc=$$?; $(BIN) sandbox down --name test29 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-cold FAILED: the run table and the first failing run's timeline are above (--- FAIL lines)"; fi; exit $$rc
 
 .PHONY: fuzz

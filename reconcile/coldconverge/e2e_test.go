@@ -1,4 +1,4 @@
-package reconcile_test
+package coldconverge_test
 
 import (
 	"context"
