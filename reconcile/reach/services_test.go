@@ -35,8 +35,12 @@ func TestNoEtcdMember(t *testing.T) {
 		for _, n := range tc.nodes {
 			o.Nodes[n.Address] = n
 		}
-		if got := s.NoEtcdMember(o); (got == ErrNoEtcdMember) != tc.none || (got != nil && got != ErrNoEtcdMember) {
-			t.Errorf("%s: %q", tc.name, got)
+		var want error
+		if tc.none {
+			want = ErrNoEtcdMember
+		}
+		if got := s.NoEtcdMember(o); got != want {
+			t.Errorf("%s: %v, want %v", tc.name, got, want)
 		}
 	}
 }
