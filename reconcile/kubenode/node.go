@@ -327,7 +327,7 @@ func waitReady(ctx context.Context, cs kubernetes.Interface, address, hostname s
 		l := Link([]Machine{{Address: address, Hostname: hostname}}, nodes)
 		last = l.Owned[address]
 		if last != nil && observe.Ready(last) == string(corev1.ConditionTrue) && Heartbeat(last).After(after) {
-			repair.stale(ctx, address, last)
+			repair.stale(ctx, address, last, timeout)
 			return true, nil
 		}
 		repair.check(ctx, address, last)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rigger/rigger/reconcile/internal/podstatus"
@@ -140,11 +141,14 @@ func (r *networkRepair) recreate(ctx context.Context, address string, n *corev1.
 const RecentNode = 10 * time.Minute
 
 // stale recreates the network plugin's pods on Node n of the machine at
-// address that were made before n (madeBefore); once they were made for n,
-// and are ready, it deletes the pods stranded outside n's pod subnets
-// (strandedPods), for their controllers to make again. Only a Node made in
-// the last RecentNode is looked at; best effort, once per Node.
-func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Node) {
+// address that were made before n (madeBefore), and deletes the pods
+// stranded outside n's pod subnets (strandedPods) once the plugin's pods
+// there were made for n and are ready: it waits for those up to timeout
+// when pods are stranded, so that one apply leaves none (a DNS pod
+// stranded on the node answers nothing until it is made again). Only a
+// Node made in the last RecentNode is looked at; best effort, once per
+// Node.
+func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Node, timeout time.Duration) {
 	if r == nil || n == nil || r.now().Sub(n.CreationTimestamp.Time) > RecentNode {
 		return
 	}
@@ -152,7 +156,6 @@ func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Nod
 	if !ok {
 		return
 	}
-	r.strandedPods(ctx, address, n, pods)
 	for _, p := range pods {
 		if !madeBefore(&p, n) {
 			continue
@@ -160,6 +163,53 @@ func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Nod
 		r.recreate(ctx, address, n, &p, fmt.Sprintf("the network plugin's pod %s/%s was made for an earlier Node %s (deleted, and registered again with pod subnet %s): "+
 			"the pod is recreated, so that the node's pod network follows its Node", p.Namespace, p.Name, n.Name, n.Spec.PodCIDR))
 	}
+	if !r.nodeSubnets {
+		return
+	}
+	if left, err := strandedOn(ctx, r.cs, n); err != nil || len(left) == 0 {
+		return
+	}
+	plugin, err := r.pluginReady(ctx, n, timeout)
+	if err != nil {
+		r.say(address, fmt.Sprintf("the network plugin's pod on Node %s is not ready after %s (%s): the pods outside the Node's pod subnet %s are left; "+
+			"the next rigger apply deletes them once it is", n.Name, timeout, describePods(plugin), n.Spec.PodCIDR))
+		return
+	}
+	r.strandedPods(ctx, address, n, plugin)
+}
+
+// pluginReady waits, up to timeout, for the network plugin's pods on Node
+// n to be ones made for it (none of an earlier Node, none being deleted)
+// and ready, and returns them; on timeout, the error and the last listed.
+func (r *networkRepair) pluginReady(ctx context.Context, n *corev1.Node, timeout time.Duration) ([]corev1.Pod, error) {
+	var pods []corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, ReadyPoll, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := pluginPods(ctx, r.cs, r.selector, n.Name)
+		if err != nil {
+			return false, nil
+		}
+		pods = list
+		return len(list) > 0 && !slices.ContainsFunc(list, func(p corev1.Pod) bool {
+			return p.DeletionTimestamp != nil || madeBefore(&p, n) || !podstatus.Ready(&p)
+		}), nil
+	})
+	return pods, err
+}
+
+// describePods says of each pod its name and state, "no pod" for none.
+func describePods(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "no pod"
+	}
+	var out []string
+	for _, p := range pods {
+		s := p.Namespace + "/" + p.Name + ": " + podstatus.State(&p)
+		if p.DeletionTimestamp != nil {
+			s += ", being deleted"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
 }
 
 // madeBefore reports whether the network plugin's pod p on Node n is one
@@ -270,32 +320,34 @@ func RepairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machin
 // network plugin's pod on a Node that has no pod network (networkRepair).
 // The Nodes are waited for together. An error names each Node that is
 // still not Ready, with its Ready condition. A Node that is Ready already
-// has the network plugin's pods of an earlier Node of its name recreated
-// (networkRepair.stale): its kubelet may have registered it again before
-// this apply, and Ready says nothing of the overlay.
+// has the network plugin's pods of an earlier Node of its name recreated,
+// and the pods stranded outside its pod subnet deleted once the new ones
+// are ready (networkRepair.stale), meanwhile: its kubelet may have
+// registered it again before this apply, and Ready says nothing of the
+// overlay.
 func repairNodes(ctx context.Context, cs kubernetes.Interface, machines []Machine, l *observe.Linkage, down []string, repair *networkRepair, timeout time.Duration, say func(node, msg string)) error {
 	type waiting struct {
 		m Machine
 		n *corev1.Node
 	}
-	var ws []waiting
+	var ws, ready []waiting
 	for _, m := range machines {
 		n := l.Owned[m.Address]
 		if n == nil || slices.Contains(down, m.Address) {
 			continue
 		}
 		if observe.Ready(n) == string(corev1.ConditionTrue) {
-			repair.stale(ctx, m.Address, n)
+			ready = append(ready, waiting{m, n})
 			continue
 		}
 		say(m.Address, fmt.Sprintf("Node %s not Ready (%s): waiting for it", n.Name, readyCondition(n)))
 		ws = append(ws, waiting{m, n})
 	}
-	if len(ws) == 0 {
-		return nil
+	var wg sync.WaitGroup
+	for _, w := range ready {
+		wg.Go(func() { repair.stale(ctx, w.m.Address, w.n, timeout) })
 	}
 	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
 	for i, w := range ws {
 		wg.Go(func() {
 			began := time.Now()

@@ -267,7 +267,7 @@ func TestStalePluginPods(t *testing.T) {
 			r := newNetworkRepair(cs, networkSelector, true, func(node, msg string) { said = append(said, msg) })
 			r.now = func() time.Time { return now.Time }
 			for range 2 {
-				r.stale(context.Background(), "10.0.0.2", &n2)
+				r.stale(context.Background(), "10.0.0.2", &n2, time.Minute)
 			}
 			_, err = cs.CoreV1().Pods("kube-system").Get(context.Background(), pod.Name, metav1.GetOptions{})
 			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {

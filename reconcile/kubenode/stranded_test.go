@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/rigger/rigger/reconcile/observe"
 )
@@ -22,8 +24,11 @@ import (
 // the network plugin's pod there is the Node's and ready, deleted when a
 // controller makes it again; a pod without a controller is said, not
 // deleted; pods inside the subnet, on the host's network or without an
-// address stay; nothing is done while the plugin's pod is the old Node's,
-// nor with a plugin that does not give pods their Node's addresses.
+// address stay. A plugin's pod of the old Node is recreated and its new
+// one waited for first: one apply leaves no pod stranded; while none is
+// made, nothing is deleted, and that is said. Nothing is done with a
+// plugin that does not give pods their Node's addresses. synctest's clock:
+// the wait takes no real time.
 func TestStrandedPods(t *testing.T) {
 	now := metav1.Now()
 	n2 := node("n2", "10.0.0.2", "True", 0)
@@ -45,45 +50,73 @@ func TestStrandedPods(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		pluginMade time.Duration // before now
+		remade     bool          // its DaemonSet makes the plugin's pod again once deleted
 		subnets    bool          // the plugin follows the Node's subnet
 		want       bool          // old deleted
 	}{
-		{"the plugin's pod the Node's", time.Second * 30, true, true},
-		{"the plugin's pod the earlier Node's", time.Hour, true, false},
-		{"a plugin with its own address management (calico)", time.Second * 30, false, false},
+		{"the plugin's pod the Node's", time.Second * 30, false, true, true},
+		{"the plugin's pod the earlier Node's: recreated, and waited for", time.Hour, true, true, true},
+		{"the plugin's pod the earlier Node's, not made again", time.Hour, false, true, false},
+		{"a plugin with its own address management (calico)", time.Second * 30, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := networkObjects(true)
-			objs[1].(*corev1.Pod).CreationTimestamp = metav1.NewTime(now.Add(-tc.pluginMade))
-			for _, o := range apps {
-				objs = append(objs, o.DeepCopyObject())
-			}
-			cs := fake.NewClientset(append(objs, &n2)...)
-			planned, err := StrandedPods(context.Background(), cs, []corev1.Node{n2}, now.Time)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := planned["n2"]; !slices.Equal(got, []string{"app/naked (10.42.2.6)", "app/old (10.42.2.5)"}) || len(planned) != 1 {
-				t.Errorf("StrandedPods = %v, want app/naked and app/old on n2", planned)
-			}
-			var said []string
-			r := newNetworkRepair(cs, networkSelector, tc.subnets, func(node, msg string) { said = append(said, msg) })
-			r.now = func() time.Time { return now.Time }
-			r.stale(context.Background(), "10.0.0.2", &n2)
-			for _, name := range []string{"old", "naked", "new", "starting", "v6", "host"} {
-				_, err := cs.CoreV1().Pods("app").Get(context.Background(), name, metav1.GetOptions{})
-				if deleted := apierrors.IsNotFound(err); deleted != (tc.want && name == "old") {
-					t.Errorf("pod %s deleted: %v", name, deleted)
+			synctest.Test(t, func(t *testing.T) {
+				objs := networkObjects(true)
+				plugin := objs[1].(*corev1.Pod)
+				plugin.CreationTimestamp = metav1.NewTime(now.Add(-tc.pluginMade))
+				for _, o := range apps {
+					objs = append(objs, o.DeepCopyObject())
 				}
-			}
-			if !tc.want {
-				return
-			}
-			all := strings.Join(said, "\n")
-			if !strings.Contains(all, "pod app/old had address 10.42.2.5, outside Node n2's pod subnet 10.42.3.0/24") ||
-				!strings.Contains(all, "pod app/naked has address 10.42.2.6") || !strings.Contains(all, "no controller") {
-				t.Errorf("said:\n%s", all)
-			}
+				cs := fake.NewClientset(append(objs, &n2)...)
+				cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					if a.(k8stesting.DeleteAction).GetName() == plugin.Name && tc.remade {
+						// Made at once, ready 5 s later.
+						again := plugin.DeepCopy()
+						again.Name, again.UID, again.CreationTimestamp = "kube-flannel-3", "uid-3", now
+						again.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+						if err := cs.Tracker().Add(again); err != nil {
+							t.Error(err)
+						}
+						go func() {
+							time.Sleep(5 * time.Second)
+							ready := again.DeepCopy()
+							ready.Status.Conditions[0].Status = corev1.ConditionTrue
+							if err := cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), ready, ready.Namespace); err != nil {
+								t.Error(err)
+							}
+						}()
+					}
+					return false, nil, nil
+				})
+				planned, err := StrandedPods(context.Background(), cs, []corev1.Node{n2}, now.Time)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := planned["n2"]; !slices.Equal(got, []string{"app/naked (10.42.2.6)", "app/old (10.42.2.5)"}) || len(planned) != 1 {
+					t.Errorf("StrandedPods = %v, want app/naked and app/old on n2", planned)
+				}
+				var said []string
+				r := newNetworkRepair(cs, networkSelector, tc.subnets, func(node, msg string) { said = append(said, msg) })
+				r.now = func() time.Time { return now.Time }
+				r.stale(context.Background(), "10.0.0.2", &n2, time.Minute)
+				for _, name := range []string{"old", "naked", "new", "starting", "v6", "host"} {
+					_, err := cs.CoreV1().Pods("app").Get(context.Background(), name, metav1.GetOptions{})
+					if deleted := apierrors.IsNotFound(err); deleted != (tc.want && name == "old") {
+						t.Errorf("pod %s deleted: %v", name, deleted)
+					}
+				}
+				all := strings.Join(said, "\n")
+				if !tc.want {
+					if tc.subnets && !strings.Contains(all, "is not ready after 1m0s (no pod): the pods outside the Node's pod subnet 10.42.3.0/24 are left") {
+						t.Errorf("said:\n%s", all)
+					}
+					return
+				}
+				if !strings.Contains(all, "pod app/old had address 10.42.2.5, outside Node n2's pod subnet 10.42.3.0/24") ||
+					!strings.Contains(all, "pod app/naked has address 10.42.2.6") || !strings.Contains(all, "no controller") {
+					t.Errorf("said:\n%s", all)
+				}
+			})
 		})
 	}
 	// The plan says it.
