@@ -29,6 +29,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +39,7 @@ import (
 	"github.com/rigger/rigger/reconcile/addons"
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/doctor"
+	"github.com/rigger/rigger/reconcile/internal/podstatus"
 	"github.com/rigger/rigger/reconcile/kubenode"
 	"github.com/rigger/rigger/reconcile/pki"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
@@ -319,6 +321,14 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		})
 		stops(t, walk(t, c), map[string]string{n3.Address: doctor.CheckCertificates}, "x509: certificate is valid for kubernetes, not", "authentication.sans")
 
+		// The cluster's DNS pods on n3, whose Node is deleted next: made
+		// before the Node made again, they keep addresses of the earlier
+		// Node's pod subnet, which nothing routes once the new Node has
+		// another, and the cluster's DNS answers nothing until the apply
+		// makes them again.
+		cs := a.Client(ctx, t, c)
+		dnsOn(ctx, t, cs, nodeName(2, n3), nodeName(0, n1), nodeName(1, n2))
+
 		// As the machine would be after a reboot with it: the API server
 		// serves it; the Node is deleted, and the kubelet, which asks its
 		// node's own API server, cannot register it again.
@@ -330,7 +340,6 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 			}
 		}
 		restart(ctx, desired.KubeAPIServer)
-		cs := a.Client(ctx, t, c)
 		if err := cs.CoreV1().Nodes().Delete(ctx, nodeName(2, n3), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -361,14 +370,22 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// deleted it yet (about 40 s after the Node went): a pod listed
 		// after the plan that was made before the Node was there for the
 		// plan too.
-		rt.Eventually(ctx, t, 2*time.Minute, "node3's Node registered again", func(ctx context.Context) (bool, error) {
-			_, err := cs.CoreV1().Nodes().Get(ctx, nodeName(2, n3), metav1.GetOptions{})
-			return err == nil, err
+		rt.Eventually(ctx, t, 2*time.Minute, "node3's Node registered again, with a pod subnet", func(ctx context.Context) (bool, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, nodeName(2, n3), metav1.GetOptions{})
+			return err == nil && n.Spec.PodCIDR != "", err
 		})
-		var planned []string
+		var planned, strandedDNS []string
 		for _, p := range a.Plan(ctx, t, c).NodeChanges {
 			if p.Node == n3.Address && strings.Contains(p.Change, "was made for an earlier Node") {
 				planned = append(planned, p.Change)
+			}
+			if p.Node == n3.Address && strings.Contains(p.Change, "pods outside the Node's pod subnet") {
+				t.Logf("the plan before the apply: %q", p.Change)
+				for _, f := range strings.Fields(p.Change) {
+					if strings.HasPrefix(f, "kube-system/coredns-") {
+						strandedDNS = append(strandedDNS, f)
+					}
+				}
 			}
 		}
 		made, err := cs.CoreV1().Nodes().Get(ctx, nodeName(2, n3), metav1.GetOptions{})
@@ -387,7 +404,17 @@ func testDoctor(ctx context.Context, t *testing.T, f *clusterFixture) {
 		// again, and recreates the network plugin's pod made for the Node
 		// deleted: the Node made again has another pod subnet, and the
 		// overlay between the nodes works again once the plugin learnt it.
+		// The DNS pods the plan found stranded (those the kubelet did not
+		// stop when its Node went) the same apply makes again, once the
+		// plugin's new pod is ready: the walk's dns check needs them.
 		a.Apply(ctx, t, c)
+		for _, p := range strandedDNS {
+			if !slices.ContainsFunc(a.Events(), func(l string) bool {
+				return strings.Contains(l, "pod "+p+" had address") && strings.Contains(l, "deleted")
+			}) {
+				t.Errorf("the apply did not make the stranded DNS pod %s again:\n%s", p, strings.Join(a.Events(), "\n"))
+			}
+		}
 		rt.NodesReady(ctx, t, cs, []sandbox.Node{n1, n2, n3})
 		healthy(t)
 	})
@@ -782,14 +809,52 @@ func overlayState(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		return
 	}
 	for _, p := range pods.Items {
-		if !strings.Contains(p.Name, "flannel") && !strings.Contains(p.Name, "canal") && !strings.Contains(p.Name, "calico") {
-			continue
-		}
 		restarts := int32(0)
 		for _, st := range p.Status.ContainerStatuses {
 			restarts += st.RestartCount
 		}
-		t.Logf("overlay state: pod %s on %s created %s phase %s restarts %d deleting %v", p.Name, p.Spec.NodeName,
-			p.CreationTimestamp.UTC().Format(time.TimeOnly), p.Status.Phase, restarts, p.DeletionTimestamp != nil)
+		t.Logf("overlay state: pod %s on %s address %s created %s phase %s ready %v restarts %d deleting %v", p.Name, p.Spec.NodeName, p.Status.PodIP,
+			p.CreationTimestamp.UTC().Format(time.TimeOnly), p.Status.Phase, podstatus.Ready(&p), restarts, p.DeletionTimestamp != nil)
 	}
+}
+
+// dnsOn has the cluster's DNS pods (k8s-app=kube-dns) made again on Node
+// node, the Nodes others cordoned meanwhile, and waits for them to be
+// ready there. A pod on another Node is deleted at each look: one made
+// before the scheduler saw the cordon is placed there still.
+func dnsOn(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, others ...string) {
+	t.Helper()
+	cordon := func(ctx context.Context, on bool) {
+		for _, o := range others {
+			patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+			if _, err := cs.CoreV1().Nodes().Patch(ctx, o, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatalf("cordon %s: %v", o, err)
+			}
+		}
+	}
+	cordon(ctx, true)
+	defer cordon(context.WithoutCancel(ctx), false)
+	rt.Eventually(ctx, t, 2*time.Minute, "the DNS pods ready on "+node, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			return false, err
+		}
+		var live int
+		var not []string
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
+			live++
+			if p.Spec.NodeName != node && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return false, err
+				}
+			}
+			if p.Spec.NodeName != node || !podstatus.Ready(&p) {
+				not = append(not, fmt.Sprintf("%s on %q: %s, ready %v", p.Name, p.Spec.NodeName, p.Status.Phase, podstatus.Ready(&p)))
+			}
+		}
+		return live > 0 && len(not) == 0, fmt.Errorf("%d pods, not ready on %s: %s", live, node, strings.Join(not, "; "))
+	})
 }
