@@ -1,8 +1,11 @@
 // Command testtimes reads `go test -json` on stdin and prints what `go test`
 // prints without -v (a line per package, the whole output of a test or
 // package that fails, build errors), then the slowest tests and packages,
-// so that a run that grows says where. It exits 1 when a test, a package
-// or a build failed, or when the stream ends with a package unfinished.
+// so that a run that grows says where, and last the failed tests, each
+// with the last lines it logged: a reader of the run's end alone (a CI log
+// cut in its middle) still sees what failed and why. It exits 1 when a
+// test, a package or a build failed, or when the stream ends with a
+// package unfinished.
 //
 //	go test -json ./... | go run ./hack/testtimes -top 10
 package main
@@ -60,6 +63,7 @@ func run(r io.Reader, w io.Writer, top int) (bool, error) {
 		open     = map[string]bool{}     // packages started and not ended
 		tests    []timing
 		pkgs     []timing
+		failures []failure
 	)
 	key := func(e event) string { return strings.TrimSpace(e.Package + " " + e.Test) }
 	flush := func(k string) {
@@ -111,6 +115,7 @@ func run(r io.Reader, w io.Writer, top int) (bool, error) {
 		case "fail":
 			ok = false
 			if e.Test != "" {
+				failures = append(failures, failure{name: e.Package + " " + e.Test, last: lastWords(buffered[key(e)], 3)})
 				flush(key(e))
 				tests = append(tests, timing{name: e.Package + " " + e.Test, elapsed: seconds(e.Elapsed), failed: true})
 				continue
@@ -138,7 +143,57 @@ func run(r io.Reader, w io.Writer, top int) (bool, error) {
 	}
 	report(w, "packages", pkgs, top)
 	report(w, "tests", topLevel(tests), top)
+	reportFailures(w, failures, 10)
 	return ok, nil
+}
+
+// failure is a failed test and the last lines it logged.
+type failure struct {
+	name string
+	last []string
+}
+
+// lastWords are the last n lines of a test's output that are its own
+// (not go test's === and --- lines), each cut to 300 bytes.
+func lastWords(output []string, n int) []string {
+	var out []string
+	for _, l := range slices.Backward(output) {
+		l = strings.TrimRight(l, "\n")
+		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") {
+			continue
+		}
+		if len(l) > 300 {
+			l = l[:300] + " …"
+		}
+		out = append(out, l)
+		if len(out) == n {
+			break
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// reportFailures lists, at most max, the failed tests none of whose
+// subtests failed (a parent fails with its subtest), with their last
+// words.
+func reportFailures(w io.Writer, fs []failure, max int) {
+	leaves := slices.DeleteFunc(slices.Clone(fs), func(f failure) bool {
+		return slices.ContainsFunc(fs, func(g failure) bool { return strings.HasPrefix(g.name, f.name+"/") })
+	})
+	if len(leaves) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nFailed (%d), with the last lines each logged:\n", len(leaves))
+	for _, f := range leaves[:min(max, len(leaves))] {
+		fmt.Fprintf(w, "  %s\n", f.name)
+		for _, l := range f.last {
+			fmt.Fprintf(w, "    | %s\n", strings.TrimSpace(l))
+		}
+	}
+	if len(leaves) > max {
+		fmt.Fprintf(w, "  and %d more (above)\n", len(leaves)-max)
+	}
 }
 
 // isSummary reports whether a package's output line is go test's own line

@@ -23,6 +23,13 @@ func TestRun(t *testing.T) {
 		`{"Action":"run","Package":"b","Test":"TestBad"}`,
 		`{"Action":"output","Package":"b","Test":"TestBad","Output":"=== RUN   TestBad\n"}`,
 		`{"Action":"output","Package":"b","Test":"TestBad","Output":"    b_test.go:12: want 2, got 3\n"}`,
+		`{"Action":"run","Package":"b","Test":"TestBad/case"}`,
+		`{"Action":"output","Package":"b","Test":"TestBad/case","Output":"=== RUN   TestBad/case\n"}`,
+		`{"Action":"output","Package":"b","Test":"TestBad/case","Output":"    b_test.go:20: a log line\n"}`,
+		`{"Action":"output","Package":"b","Test":"TestBad/case","Output":"    b_test.go:21: the case's error,\n"}`,
+		`{"Action":"output","Package":"b","Test":"TestBad/case","Output":"        on two lines\n"}`,
+		`{"Action":"output","Package":"b","Test":"TestBad/case","Output":"    --- FAIL: TestBad/case (0.50s)\n"}`,
+		`{"Action":"fail","Package":"b","Test":"TestBad/case","Elapsed":0.5}`,
 		`{"Action":"output","Package":"b","Test":"TestBad","Output":"--- FAIL: TestBad (1.00s)\n"}`,
 		`{"Action":"fail","Package":"b","Test":"TestBad","Elapsed":1}`,
 		`{"Action":"run","Package":"b","Test":"TestHangs"}`,
@@ -45,6 +52,11 @@ func TestRun(t *testing.T) {
 		t.Fatalf("run: ok %v, error %v; want a failure", ok, err)
 	}
 	want := `ok  	x/a	3.600s
+=== RUN   TestBad/case
+    b_test.go:20: a log line
+    b_test.go:21: the case's error,
+        on two lines
+    --- FAIL: TestBad/case (0.50s)
 === RUN   TestBad
     b_test.go:12: want 2, got 3
 --- FAIL: TestBad (1.00s)
@@ -64,6 +76,12 @@ The 2 slowest packages (of 3, 1m4s in all):
 The 2 slowest tests (of 2, 5s in all):
      3.5s  x/a TestOK
        1s  b TestBad  FAILED
+
+Failed (1), with the last lines each logged:
+  b TestBad/case
+    | b_test.go:20: a log line
+    | b_test.go:21: the case's error,
+    | on two lines
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)
