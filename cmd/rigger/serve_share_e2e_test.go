@@ -36,8 +36,11 @@ import (
 // of the replica that does not hold the changed cluster is applied by the
 // one that does (--interval is an hour: only the relayed webhook makes it
 // fetch); one stopped with SIGTERM hands its cluster over to the other
-// sooner than the lease duration.
+// sooner than the lease duration. The Leases' timing is the defaults' (a
+// renewal may take 20 s): on a loaded machine, renewals of a few seconds
+// failed, and the clusters moved between the replicas meanwhile.
 func TestServeShared(t *testing.T) {
+	const leaseDuration = 40 * time.Second
 	api := apiservertest.Start(t, apiservertest.Options{})
 	kubeconfig := api.WriteKubeconfig(t)
 	client, err := kubernetes.NewForConfig(api.Config)
@@ -97,7 +100,7 @@ func TestServeShared(t *testing.T) {
 			"--state-dir", filepath.Join(d, "state"), "--workdir", filepath.Join(d, "clone"), "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 			"--interval", "1h", "--webhook-secret-file", secretFile, "--author", "rigger <rigger@example.test>", "--log-format", "json",
 			"--leader-elect", "--kubeconfig", kubeconfig, "--lease-namespace", ns, "--advertise-url", s.url,
-			"--lease-duration", "6s", "--lease-renew-deadline", "3s", "--lease-retry-period", "500ms")
+			"--lease-duration", leaseDuration.String(), "--lease-renew-deadline", "20s", "--lease-retry-period", "1s")
 		stderr, err := s.cmd.StderrPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -228,11 +231,13 @@ func TestServeShared(t *testing.T) {
 		return b.find(`"msg":"reconcile starts"`, `"path":"`+bHolds+`"`, `"trigger":"change"`) != ""
 	})
 
-	stopped := time.Now()
+	// Within 30 s: a Lease serve a renewed last at most a retry period
+	// before its SIGTERM expires no sooner than 39 s after it, so b took it
+	// because a handed it over.
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 30*time.Second, "serve b holding both clusters", func() error {
+	testwait.For(t, 30*time.Second, "serve b holding both clusters, handed over by serve a", func() error {
 		h, err := holders()
 		if err != nil {
 			return err
@@ -244,9 +249,6 @@ func TestServeShared(t *testing.T) {
 		}
 		return nil
 	})
-	if took := time.Since(stopped); took >= 6*time.Second {
-		t.Errorf("serve b took serve a's cluster %s after SIGTERM, want sooner than the lease duration 6s: handed over", took)
-	}
 	select {
 	case <-a.done:
 		if a.err != nil {
