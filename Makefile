@@ -100,7 +100,7 @@ test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race a
 	@# are linked.
 	GOGC=$(BUILDGOGC) $(GO) vet -race $$($(GO) list -f '{{if not (or .TestGoFiles .XTestGoFiles)}}{{.ImportPath}}{{end}}' ./...)
 	@# testtimes prints what go test prints without -v, then the ten slowest packages and
-	@# tests (docs/testing.md: the budget), and last the failed tests with the last lines
+	@# tests (docs/testing.md: the budget), and last the failed tests with the last messages
 	@# each logged; bin/test.json keeps the whole stream, every subtest's time and log included.
 	$(GO) build -o bin/testtimes ./hack/testtimes
 	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race

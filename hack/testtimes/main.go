@@ -2,7 +2,7 @@
 // prints without -v (a line per package, the whole output of a test or
 // package that fails, build errors), then the slowest tests and packages,
 // so that a run that grows says where, and last the failed tests, each
-// with the last lines it logged: a reader of the run's end alone (a CI log
+// with the last messages it logged: a reader of the run's end alone (a CI log
 // cut in its middle) still sees what failed and why. It exits 1 when a
 // test, a package or a build failed, or when the stream ends with a
 // package unfinished.
@@ -19,6 +19,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -147,19 +148,21 @@ func run(r io.Reader, w io.Writer, top int) (bool, error) {
 	return ok, nil
 }
 
-// failure is a failed test and the last lines it logged.
+// failure is a failed test and the last messages it logged.
 type failure struct {
 	name string
 	last []string
 }
 
-// lastWords are the last n lines of a test's output that are its own
-// (not go test's === and --- lines), each cut to 300 bytes.
+// lastWords are the first lines of the last n messages a test logged
+// (t.Log, t.Error: "    file_test.go:12: ..."; a message's further lines
+// are left out), each cut to 300 bytes: a failure's own message is among
+// them, when what the test logs after it is short.
 func lastWords(output []string, n int) []string {
 	var out []string
 	for _, l := range slices.Backward(output) {
-		l = strings.TrimRight(l, "\n")
-		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") {
+		l = strings.TrimSpace(l)
+		if !logged.MatchString(l) {
 			continue
 		}
 		if len(l) > 300 {
@@ -174,6 +177,9 @@ func lastWords(output []string, n int) []string {
 	return out
 }
 
+// logged is the start of a message a test logged: its file and line.
+var logged = regexp.MustCompile(`^[\w./-]+\.go:\d+: `)
+
 // reportFailures lists, at most max, the failed tests none of whose
 // subtests failed (a parent fails with its subtest), with their last
 // words.
@@ -184,11 +190,11 @@ func reportFailures(w io.Writer, fs []failure, max int) {
 	if len(leaves) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nFailed (%d), with the last lines each logged:\n", len(leaves))
+	fmt.Fprintf(w, "\nFailed (%d), with the last messages each logged:\n", len(leaves))
 	for _, f := range leaves[:min(max, len(leaves))] {
 		fmt.Fprintf(w, "  %s\n", f.name)
 		for _, l := range f.last {
-			fmt.Fprintf(w, "    | %s\n", strings.TrimSpace(l))
+			fmt.Fprintf(w, "    | %s\n", l)
 		}
 	}
 	if len(leaves) > max {

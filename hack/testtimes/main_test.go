@@ -77,11 +77,10 @@ The 2 slowest tests (of 2, 5s in all):
      3.5s  x/a TestOK
        1s  b TestBad  FAILED
 
-Failed (1), with the last lines each logged:
+Failed (1), with the last messages each logged:
   b TestBad/case
     | b_test.go:20: a log line
     | b_test.go:21: the case's error,
-    | on two lines
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
 		t.Errorf("output (-want +got):\n%s", diff)
