@@ -564,6 +564,9 @@ func (r *runner) waitHealthy(ctx context.Context, node string, components []stri
 		var err error
 		if probe {
 			err = r.probe(ctx, health.Target{Node: node, InternalAddress: internal, Component: c}, w)
+			if err == nil && w != nil {
+				r.healthyFrom(ctx, w)
+			}
 		}
 		if w != nil {
 			switch werr, done := w.result(); {

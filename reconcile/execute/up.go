@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -144,6 +145,33 @@ func (r *runner) watchUp(ctx context.Context, e dockerop.Engine, s plan.Step) {
 	}()
 }
 
+// healthyFrom counts w's restarts from the container's run when its health
+// check passed, when Docker restarted it after it had stayed up MinUptime
+// (WaitUp's run) and before that: a component that exits while it starts
+// and then comes up healthy is not in a crash loop (a new API server
+// whose bootstrap times out on a slow etcd exits, twice in a cold
+// converge on a loaded machine); the restarts after its health count as
+// before (settle's StillUp). Said when it moves the count.
+func (r *runner) healthyFrom(ctx context.Context, w *upWatch) {
+	if err, done := w.result(); !done || err != nil {
+		return
+	}
+	c, err := w.engine.ContainerInspect(ctx, w.component)
+	if err != nil || c.ContainerJSONBase == nil || c.State == nil || !c.State.Running || c.State.Restarting {
+		return
+	}
+	r.mu.Lock()
+	before := c.RestartCount - w.run.Restarts
+	if before > 0 {
+		w.run = dockerop.UpRun{StartedAt: c.State.StartedAt, Restarts: c.RestartCount}
+	}
+	r.mu.Unlock()
+	if before > 0 {
+		r.say(w.node, fmt.Sprintf("%s was restarted %d time(s) by Docker after it had run %s and before it was healthy: its restarts count from its health on",
+			w.component, before, r.o.MinUptime), nil)
+	}
+}
+
 // watch returns the watch of a container of node the run started, or nil.
 func (r *runner) watch(node, component string) *upWatch {
 	r.mu.Lock()
@@ -228,7 +256,10 @@ func (r *runner) settle(ctx context.Context) error {
 		return err
 	}
 	return fanout.Each(ctx, ws, r.o.MaxParallel, func(ctx context.Context, _ int, w *upWatch) error {
-		restarted, err := dockerop.StillUp(ctx, w.engine, w.node, w.component, w.run, w.began)
+		r.mu.Lock()
+		run := w.run
+		r.mu.Unlock()
+		restarted, err := dockerop.StillUp(ctx, w.engine, w.node, w.component, run, w.began)
 		switch {
 		case err != nil:
 			r.say(w.node, w.component+" still up", err)

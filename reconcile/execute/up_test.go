@@ -227,14 +227,17 @@ func TestRestartsWhileWaitingDoNotCount(t *testing.T) {
 // timedEngine is a node's engine whose containers, once a step restarted
 // them, run for crashAfter (by name; for ever when not set), then restart
 // over and over as Docker's restart policy restarts a crashing one: each
-// run lasts crashAfter again. Restarts go to a shared log with their time.
+// run lasts crashAfter again, until stableAfter (by name; never when not
+// set), from when the run under way goes on for ever. Restarts go to a
+// shared log with their time.
 type timedEngine struct {
 	dockerop.Engine
-	node       string
-	crashAfter map[string]time.Duration
-	log        *startLog
-	mu         sync.Mutex
-	started    map[string]time.Time
+	node        string
+	crashAfter  map[string]time.Duration
+	stableAfter map[string]time.Duration
+	log         *startLog
+	mu          sync.Mutex
+	started     map[string]time.Time
 }
 
 // startLog records when each container was started by a step, in order.
@@ -274,10 +277,14 @@ func (e *timedEngine) ContainerInspect(_ context.Context, name string) (containe
 	restarts := 0
 	if after := e.crashAfter[name]; after > 0 {
 		// Runs of after each, 100 ms apart (Docker's first back-off).
-		runs := int(time.Since(e.started[name]) / (after + 100*time.Millisecond))
+		since := time.Since(e.started[name])
+		if stable := e.stableAfter[name]; stable > 0 {
+			since = min(since, stable)
+		}
+		runs := int(since / (after + 100*time.Millisecond))
 		restarts = runs
 		st.StartedAt = fmt.Sprint(runs)
-		if time.Since(e.started[name])%(after+100*time.Millisecond) >= after {
+		if since%(after+100*time.Millisecond) >= after {
 			st.Status, st.Restarting, st.ExitCode = container.StateRestarting, true, 1
 		}
 	}
@@ -413,6 +420,37 @@ nodes:
 			})
 		})
 	}
+}
+
+// TestRestartsBeforeHealthyDoNotCount: an API server that stays up
+// MinUptime, exits twice while it starts (its bootstrap timed out on a slow
+// etcd), and then is healthy and stays up is not in a crash loop: its
+// restarts count from its health on, and the run says so. One that goes on
+// crashing after its health fails the run (TestUptimeOverlapsTheNextNode).
+func TestRestartsBeforeHealthyDoNotCount(t *testing.T) {
+	d := build(t, clusterYML)
+	dn, _ := d.Node("10.0.0.1")
+	dc, _ := dn.Container(desired.KubeAPIServer)
+	p := &plan.Plan{ObservedAt: now, Steps: []plan.Step{{Node: "10.0.0.1", Component: desired.KubeAPIServer, Action: plan.Restart,
+		Phase: plan.PhaseControlPlane, After: dc, Reason: "test"}}}
+	synctest.Test(t, func(t *testing.T) {
+		// Runs of 15 s: restarted at 15.1 and 30.2 s, healthy at 40 s.
+		e := &timedEngine{node: "10.0.0.1", log: &startLog{began: time.Now()},
+			crashAfter:  map[string]time.Duration{desired.KubeAPIServer: 15 * time.Second},
+			stableAfter: map[string]time.Duration{desired.KubeAPIServer: 35 * time.Second}}
+		var said []string
+		o := Options{Desired: d, Health: probes{slow: map[string]time.Duration{desired.KubeAPIServer: 40 * time.Second}}, Now: time.Now,
+			Nodes: func(context.Context, string) (dockerop.Engine, error) { return e, nil },
+			Hooks: plan.Hooks{Step: func(_, msg string, _ error) { said = append(said, msg) }}}
+		if _, err := Run(t.Context(), p, o); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(said, func(m string) bool {
+			return strings.Contains(m, "kube-apiserver was restarted 2 time(s) by Docker after it had run 10s and before it was healthy")
+		}) {
+			t.Errorf("said %q", said)
+		}
+	})
 }
 
 // slowPromote is a membership whose promotions never complete: a learner
