@@ -146,16 +146,15 @@ const RecentNode = 10 * time.Minute
 // there were made for n and are ready: it waits for those up to timeout
 // when pods are stranded, so that one apply leaves none (a DNS pod
 // stranded on the node answers nothing until it is made again). Only a
-// Node made in the last RecentNode is looked at; best effort, once per
-// Node.
+// Node made in the last RecentNode is looked at; best effort. A plugin's
+// pod is recreated once per Node, here or by check.
 func (r *networkRepair) stale(ctx context.Context, address string, n *corev1.Node, timeout time.Duration) {
 	if r == nil || n == nil || r.now().Sub(n.CreationTimestamp.Time) > RecentNode {
 		return
 	}
-	pods, ok := r.undone(ctx, n)
-	if !ok {
-		return
-	}
+	// The plugin's pod may have been recreated already, while the apply
+	// waited for the Node (check): the stranded pods are still there.
+	pods, _ := r.undone(ctx, n)
 	for _, p := range pods {
 		if !madeBefore(&p, n) {
 			continue

@@ -47,7 +47,7 @@ func networkObjects(ready bool) []runtime.Object {
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-2", Namespace: "kube-system", UID: "uid-2", Labels: map[string]string{"app": "flannel"}},
-		Spec:       corev1.PodSpec{NodeName: "n2"},
+		Spec:       corev1.PodSpec{NodeName: "n2", HostNetwork: true},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
 	}
 	return []runtime.Object{ds, pod}

@@ -18,8 +18,11 @@ import (
 // gets another subnet, and a pod made before the network plugin followed
 // it keeps an address of the old one, which no route on the node reaches
 // any more (its API calls fail "no route to host"), and nothing makes it
-// again. Pods on the host's network, without an address yet, or of an IP
-// family the Node has no subnet of, are not.
+// again. So is a running pod made before the Node (madeBefore) whose
+// address its kubelet does not say: a kubelet restarted says it only once
+// it has looked at the pod's sandbox again, which is the earlier Node's.
+// Pods on the host's network, of an IP family the Node has no subnet of,
+// or without an address and not running yet, are not.
 func stranded(pods []corev1.Pod, n *corev1.Node) []corev1.Pod {
 	var subnets []netip.Prefix
 	for _, c := range append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...) {
@@ -29,8 +32,14 @@ func stranded(pods []corev1.Pod, n *corev1.Node) []corev1.Pod {
 	}
 	var out []corev1.Pod
 	for _, p := range pods {
+		if p.Spec.HostNetwork || p.DeletionTimestamp != nil || p.Spec.NodeName != n.Name {
+			continue
+		}
 		ip, err := netip.ParseAddr(p.Status.PodIP)
-		if p.Spec.HostNetwork || p.DeletionTimestamp != nil || p.Spec.NodeName != n.Name || err != nil {
+		if err != nil {
+			if p.Status.Phase == corev1.PodRunning && madeBefore(&p, n) {
+				out = append(out, p)
+			}
 			continue
 		}
 		family, inside := false, false
@@ -45,6 +54,14 @@ func stranded(pods []corev1.Pod, n *corev1.Node) []corev1.Pod {
 		}
 	}
 	return out
+}
+
+// podAddress is pod p's address as the messages of stranded pods say it.
+func podAddress(p *corev1.Pod) string {
+	if p.Status.PodIP == "" {
+		return "unknown, of the earlier Node's subnet (its kubelet has not said it again; the pod runs since before the Node was made)"
+	}
+	return p.Status.PodIP
 }
 
 // strandedOn lists the pods of Node n that stranded finds.
@@ -75,7 +92,7 @@ func StrandedPods(ctx context.Context, cs kubernetes.Interface, nodes []corev1.N
 			if out == nil {
 				out = map[string][]string{}
 			}
-			out[n.Name] = append(out[n.Name], fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, p.Status.PodIP))
+			out[n.Name] = append(out[n.Name], fmt.Sprintf("%s/%s (%s)", p.Namespace, p.Name, podAddress(&p)))
 		}
 	}
 	return out, nil
@@ -103,13 +120,13 @@ func (r *networkRepair) strandedPods(ctx context.Context, address string, n *cor
 	for _, p := range pods {
 		if metav1.GetControllerOf(&p) == nil {
 			r.say(address, fmt.Sprintf("pod %s/%s has address %s, outside Node %s's pod subnet %s (made before the node's network followed the Node made again): "+
-				"it reaches nothing, and has no controller to make it again: delete it once you saved what it holds", p.Namespace, p.Name, p.Status.PodIP, n.Name, n.Spec.PodCIDR))
+				"it reaches nothing, and has no controller to make it again: delete it once you saved what it holds", p.Namespace, p.Name, podAddress(&p), n.Name, n.Spec.PodCIDR))
 			continue
 		}
 		uid := p.UID
 		if err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err == nil {
 			r.say(address, fmt.Sprintf("pod %s/%s had address %s, outside Node %s's pod subnet %s (made before the node's network followed the Node made again): "+
-				"deleted, so that its controller makes it again in the Node's subnet", p.Namespace, p.Name, p.Status.PodIP, n.Name, n.Spec.PodCIDR))
+				"deleted, so that its controller makes it again in the Node's subnet", p.Namespace, p.Name, podAddress(&p), n.Name, n.Spec.PodCIDR))
 		}
 	}
 }

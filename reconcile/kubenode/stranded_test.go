@@ -44,20 +44,28 @@ func TestStrandedPods(t *testing.T) {
 	}
 	hostNet := pod("host", "10.0.0.2", true)
 	hostNet.Spec.HostNetwork = true
+	// Made after the Node, not started yet; and one running since
+	// before it, whose address its kubelet, restarted, has not said again.
+	starting := pod("starting", "", true)
+	starting.CreationTimestamp, starting.Status.Phase = now, corev1.PodPending
+	unsaid := pod("unsaid", "", true)
+	unsaid.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
 	apps := []runtime.Object{pod("old", "10.42.2.5", true), pod("naked", "10.42.2.6", false), pod("new", "10.42.3.7", true),
-		pod("starting", "", true), pod("v6", "fd00::5", true), hostNet}
+		starting, unsaid, pod("v6", "fd00::5", true), hostNet}
 
 	for _, tc := range []struct {
 		name       string
 		pluginMade time.Duration // before now
 		remade     bool          // its DaemonSet makes the plugin's pod again once deleted
 		subnets    bool          // the plugin follows the Node's subnet
+		done       bool          // the apply recreated it already, while it waited for the Node (check)
 		want       bool          // old deleted
 	}{
-		{"the plugin's pod the Node's", time.Second * 30, false, true, true},
-		{"the plugin's pod the earlier Node's: recreated, and waited for", time.Hour, true, true, true},
-		{"the plugin's pod the earlier Node's, not made again", time.Hour, false, true, false},
-		{"a plugin with its own address management (calico)", time.Second * 30, false, false, false},
+		{"the plugin's pod the Node's", time.Second * 30, false, true, false, true},
+		{"the plugin's pod the earlier Node's: recreated, and waited for", time.Hour, true, true, false, true},
+		{"the plugin's pod recreated by this apply while the Node had no network", time.Second * 30, false, true, true, true},
+		{"the plugin's pod the earlier Node's, not made again", time.Hour, false, true, false, false},
+		{"a plugin with its own address management (calico)", time.Second * 30, false, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -92,16 +100,18 @@ func TestStrandedPods(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := planned["n2"]; !slices.Equal(got, []string{"app/naked (10.42.2.6)", "app/old (10.42.2.5)"}) || len(planned) != 1 {
-					t.Errorf("StrandedPods = %v, want app/naked and app/old on n2", planned)
+				unknown := "unknown, of the earlier Node's subnet (its kubelet has not said it again; the pod runs since before the Node was made)"
+				if got := planned["n2"]; !slices.Equal(got, []string{"app/naked (10.42.2.6)", "app/old (10.42.2.5)", "app/unsaid (" + unknown + ")"}) || len(planned) != 1 {
+					t.Errorf("StrandedPods = %v, want app/naked, app/old and app/unsaid on n2", planned)
 				}
 				var said []string
 				r := newNetworkRepair(cs, networkSelector, tc.subnets, func(node, msg string) { said = append(said, msg) })
 				r.now = func() time.Time { return now.Time }
+				r.done["n2"] = tc.done
 				r.stale(context.Background(), "10.0.0.2", &n2, time.Minute)
-				for _, name := range []string{"old", "naked", "new", "starting", "v6", "host"} {
+				for _, name := range []string{"old", "unsaid", "naked", "new", "starting", "v6", "host"} {
 					_, err := cs.CoreV1().Pods("app").Get(context.Background(), name, metav1.GetOptions{})
-					if deleted := apierrors.IsNotFound(err); deleted != (tc.want && name == "old") {
+					if deleted := apierrors.IsNotFound(err); deleted != (tc.want && (name == "old" || name == "unsaid")) {
 						t.Errorf("pod %s deleted: %v", name, deleted)
 					}
 				}
@@ -113,6 +123,7 @@ func TestStrandedPods(t *testing.T) {
 					return
 				}
 				if !strings.Contains(all, "pod app/old had address 10.42.2.5, outside Node n2's pod subnet 10.42.3.0/24") ||
+					!strings.Contains(all, "pod app/unsaid had address "+unknown+", outside") ||
 					!strings.Contains(all, "pod app/naked has address 10.42.2.6") || !strings.Contains(all, "no controller") {
 					t.Errorf("said:\n%s", all)
 				}
