@@ -121,12 +121,6 @@ SLOW_PACKAGES = ./reconcile ./reconcile/certrotate ./reconcile/etcdsnap ./reconc
 # runs anyway.
 TESTSKIP ?=
 
-# make test-long LONG_TOO='TestA|TestB' LONG_TOO_PACKAGES='./a ./b': make test's tests that
-# .ci/run runs in test-long's slots instead (with make test TESTSKIP='^(TestA|TestB)$$'),
-# after its shorter packages, while TestRKEUpSandbox, its longest, runs (docs/testing.md).
-LONG_TOO ?=
-LONG_TOO_PACKAGES ?=
-
 # make test TEST_COLD_RUNS=N: N cold converges (TestColdConverges, as make test-cold
 # makes them) in ./reconcile/coldconverge's slot, beside the other sandbox packages,
 # whose load keeps the cores busy in place of test-cold's hog (.ci/run: 3). None by default.
@@ -202,8 +196,8 @@ long-images: prereqs build rke kubectl ## build the images make test-long needs 
 test-long: long-images rke-render ## the long sandbox tests: rigger's flags against every version's binaries built, RKE's own rke up adopted and upgraded to 1.33 under load, the newest minor's step under load (from etcd 3.5), etcd 3.5 to 3.7 on one data directory, serve upgrading the cluster it runs in
 	GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_LONG=1 RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_RKE=$(RKE_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) \
 	  $(GO) test -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 3 -timeout 60m \
-	  -run '^(TestFlagsAgainstBinaries|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd|TestServeUpgradesItsClusterSandbox$(if $(LONG_TOO),|$(LONG_TOO)))$$' -v \
-	  ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember ./cmd/rigger/incluster $(LONG_TOO_PACKAGES); rc=$$?; \
+	  -run '^(TestFlagsAgainstBinaries|TestNewestMinorSandbox|TestRKEUpSandbox|TestSnapshotLogsRealEtcd|TestServeUpgradesItsClusterSandbox)$$' -v \
+	  ./reconcile/desired ./reconcile ./cmd/rigger/rkeup ./reconcile/etcdmember ./cmd/rigger/incluster; rc=$$?; \
 	$(BIN) sandbox down --name test53 || rc=1; $(BIN) sandbox down --name test51 || rc=1; $(BIN) sandbox down --name test44 || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test-long FAILED: see the --- FAIL lines above"; fi; exit $$rc
 
