@@ -2,11 +2,20 @@ package reconcile_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -162,12 +171,71 @@ func testEtcdMembership(ctx context.Context, t *testing.T, f *clusterFixture) {
 
 	t.Run("no member is added while one is down", func(t *testing.T) {
 		third := s.Nodes[2]
-		sandboxtest.Partition(ctx, t, s, third.Name)
+		heal := sandboxtest.Partition(ctx, t, s, third.Name)
 		_, _, err := a.TryApply(ctx, t, withEtcd(3))
 		var refused *etcdmember.RefusedError
 		if !errors.As(err, &refused) || !strings.Contains(err.Error(), "not every member is healthy") || !strings.Contains(err.Error(), third.Hostname) {
 			t.Fatalf("adding a member with %s down: %v", third.Name, err)
 		}
 		checkData(t)
+		// The member back elects again for a while ("etcdserver: leader
+		// changed"): an API server started meanwhile, as the next phase's,
+		// fails its first check of the Service addresses and exits a
+		// minute later.
+		heal()
+		etcdSettled(ctx, t, a.StateDir, f.first3())
+	})
+}
+
+// etcdSettled waits until the etcd members at addresses all answer with
+// one leader and term, the same for longer than an election timeout
+// (RKE's 5 s).
+func etcdSettled(ctx context.Context, t *testing.T, stateDir string, addresses []string) {
+	t.Helper()
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(stateDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pair, err := tls.X509KeyPair(read("kube-node.pem"), read("kube-node-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(read("kube-ca.pem"))
+	var endpoints []string
+	for _, addr := range addresses {
+		endpoints = append(endpoints, "https://"+net.JoinHostPort(addr, "2379"))
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	type view struct{ leader, term uint64 }
+	var last view
+	var since time.Time
+	rt.Eventually(ctx, t, 2*time.Minute, "the etcd members agreeing on one leader for 6 s", func(ctx context.Context) (bool, error) {
+		var now view
+		for _, ep := range endpoints {
+			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			st, err := cl.Status(sctx, ep)
+			cancel()
+			if err != nil {
+				return false, fmt.Errorf("%s: %w", ep, err)
+			}
+			v := view{st.Leader, st.RaftTerm}
+			if v.leader == 0 || now != (view{}) && v != now {
+				return false, fmt.Errorf("%s: leader %x term %d, another member: leader %x term %d", ep, v.leader, v.term, now.leader, now.term)
+			}
+			now = v
+		}
+		if now != last {
+			last, since = now, time.Now()
+		}
+		return time.Since(since) > 6*time.Second, fmt.Errorf("leader %x term %d for %s", now.leader, now.term, time.Since(since).Round(time.Second))
 	})
 }
