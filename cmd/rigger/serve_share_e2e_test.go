@@ -56,17 +56,24 @@ func TestServeShared(t *testing.T) {
 
 	dir := t.TempDir()
 	bare, work := filepath.Join(dir, "origin.git"), filepath.Join(dir, "work")
-	git := func(in string, args ...string) string {
-		t.Helper()
+	run := func(in string, args ...string) (string, error) {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = in
 		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Human", "GIT_AUTHOR_EMAIL=human@example.test",
 			"GIT_COMMITTER_NAME=Human", "GIT_COMMITTER_EMAIL=human@example.test")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
+			return string(out), fmt.Errorf("git %v: %w\n%s", args, err, out)
 		}
-		return string(out)
+		return string(out), nil
+	}
+	git := func(in string, args ...string) string {
+		t.Helper()
+		out, err := run(in, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
 	git(dir, "init", "-q", "--bare", "-b", "main", bare)
 	git(dir, "clone", "-q", bare, work)
@@ -211,7 +218,18 @@ func TestServeShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	git(work, "commit", "-q", "-am", "change "+bHolds)
-	git(work, "push", "-q", "origin", "main")
+	// As a person would: the replicas commit their status to the branch
+	// too, and a push behind one of theirs is refused until rebased.
+	testwait.For(t, time.Minute, "the change pushed", func() error {
+		_, err := run(work, "push", "-q", "origin", "main")
+		if err == nil {
+			return nil
+		}
+		if _, perr := run(work, "pull", "-q", "--rebase", "origin", "main"); perr != nil {
+			return perr
+		}
+		return err
+	})
 	payload := `{"ref":"refs/heads/main"}`
 	req, err := http.NewRequest(http.MethodPost, a.url+webhook.Path([]byte(secret)), strings.NewReader(payload))
 	if err != nil {
