@@ -2,13 +2,9 @@ package reconcile_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +20,9 @@ import (
 	"github.com/rigger/rigger/reconcile/desired"
 	"github.com/rigger/rigger/reconcile/etcdmember"
 	"github.com/rigger/rigger/reconcile/etcdsnap"
+	"github.com/rigger/rigger/reconcile/health"
 	"github.com/rigger/rigger/reconcile/kubenode"
+	"github.com/rigger/rigger/reconcile/pki"
 	"github.com/rigger/rigger/reconcile/plan"
 	rt "github.com/rigger/rigger/reconcile/reconciletest"
 	"github.com/rigger/rigger/reconcile/stall"
@@ -192,25 +190,19 @@ func testEtcdMembership(ctx context.Context, t *testing.T, f *clusterFixture) {
 // (RKE's 5 s).
 func etcdSettled(ctx context.Context, t *testing.T, stateDir string, addresses []string) {
 	t.Helper()
-	read := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join(stateDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	pair, err := tls.X509KeyPair(read("kube-node.pem"), read("kube-node-key.pem"))
+	set, err := pki.Load(stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(read("kube-ca.pem"))
+	tlsConfig, err := set.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var endpoints []string
 	for _, addr := range addresses {
-		endpoints = append(endpoints, "https://"+net.JoinHostPort(addr, "2379"))
+		endpoints = append(endpoints, "https://"+net.JoinHostPort(addr, health.EtcdClientPort))
 	}
-	cl, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		TLS: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots}})
+	cl, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsConfig})
 	if err != nil {
 		t.Fatal(err)
 	}
