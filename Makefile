@@ -88,7 +88,7 @@ fmtcheck: ## fail when gofmt would change a file
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: prereqs fmtcheck build rke-render sops kubectl $(if $(filter 1,$(TEST_LONG)),long-images) ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
+test: prereqs fmtcheck build rke-render sops kubectl ## every test, with -race and every go vet check, the real sandbox parts and every fuzz target's seeds
 	@# Sandboxes left by a killed run go first; the tests' own go after, pass or fail.
 	$(BIN) sandbox down --all
 	@# A cold cache is filled here (Kubernetes and the add-on programs from the Go module
@@ -106,7 +106,7 @@ test: prereqs fmtcheck build rke-render sops kubectl $(if $(filter 1,$(TEST_LONG
 	@# nodebin's in-place upgrade runs the test binary as rigger's own, which a -race
 	@# binary (linked dynamically) cannot stand for: it runs here without -race.
 	GOGC=$(BUILDGOGC) CGO_ENABLED=0 $(GO) test -count=1 -run '^TestUpgradeInPlace$$' ./internal/nodebin
-	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_COLD_RUNS=$(TEST_COLD_RUNS) RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) $(TEST_LONG_ENV) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 3 -timeout $(TEST_TIMEOUT) $(if $(TEST_SKIP),-skip '$(TEST_SKIP)') $(SLOW_PACKAGES) ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
+	set -o pipefail; GOGC=$(BUILDGOGC) RIGGER_E2E=1 RIGGER_COLD_RUNS=$(TEST_COLD_RUNS) RIGGER_RKE_RENDER=$(CURDIR)/bin/rke-render RIGGER_SOPS=$(SOPS_BIN) RIGGER_KUBECTL=$(KUBECTL_BIN) $(GO) test -json -vet=all -race -ldflags='$(TESTLDFLAGS)' -count=1 -p 3 -timeout 40m $(if $(TESTSKIP),-skip '$(TESTSKIP)') $(SLOW_PACKAGES) ./... 2>&1 | tee bin/test.json | bin/testtimes -top 10; \
 	  rc=$$?; $(BIN) sandbox down --all || rc=1; exit $$rc
 
 # go test starts packages in the order it is given them, three at a time (-p 3:
@@ -114,24 +114,12 @@ test: prereqs fmtcheck build rke-render sops kubectl $(if $(filter 1,$(TEST_LONG
 # clusters; docs/testing.md): the longest first (make test's own summary of
 # 2026-12-06), so that no long package starts last and runs alone while the
 # other cores idle. A package missing here only starts later.
-# With TEST_LONG=1, ./reconcile and ./cmd/rigger/incluster hold make test-long's tests too, and
-# ./cmd/rigger/rkeup TestRKEUpSandbox, after the cold converges' package: not beside them
-# (docs/testing.md).
 SLOW_PACKAGES = ./reconcile ./reconcile/certrotate ./reconcile/etcdsnap ./reconcile/coldconverge ./cmd/rigger/incluster \
-  ./cmd/rigger/rkeup ./cmd/rigger ./gitops ./reconcile/kubenode ./reconcile/secretsenc ./reconcile/dockerop
+  ./cmd/rigger ./gitops ./reconcile/kubenode ./reconcile/secretsenc ./reconcile/dockerop
 
 # make test TESTSKIP=regexp: the tests (go test -skip) another target of the same run
 # runs anyway.
 TESTSKIP ?=
-
-# make test TEST_LONG=1: make test-long's tests too (its images built first), in make test's
-# own go test and its three slots, where after it they ran three at once for 10 minutes while
-# make test's last packages had left slots free (.ci/run; docs/testing.md). TestUpgradeSandbox,
-# which RIGGER_LONG also turns on, is make test-road's, and stays out.
-TEST_LONG ?= 0
-TEST_LONG_ENV = $(if $(filter 1,$(TEST_LONG)),RIGGER_LONG=1 RIGGER_RKE=$(RKE_BIN))
-TEST_SKIP = $(TESTSKIP)$(if $(filter 1,$(TEST_LONG)),$(if $(TESTSKIP),|)^TestUpgradeSandbox$$)
-TEST_TIMEOUT = $(if $(filter 1,$(TEST_LONG)),60m,40m)
 
 # make test TEST_COLD_RUNS=N: N cold converges (TestColdConverges, as make test-cold
 # makes them) in ./reconcile/coldconverge's slot, beside the other sandbox packages,
