@@ -142,12 +142,47 @@ func create(ctx context.Context, e Engine, node string, c *desired.Container, ex
 			return "", err
 		}
 	}
-	if err := e.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+	if err := start(ctx, e, resp.ID); err != nil {
 		// Leave nothing half made behind: the next plan sees "missing".
 		_ = e.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
 		return "", fmt.Errorf("node %s: start container %s: %w", node, c.Name, err)
 	}
 	return resp.ID, nil
+}
+
+// How start tries again when the engine lost its runtime.
+const (
+	startTries      = 3
+	startRetryAfter = time.Second
+)
+
+// start starts the created container id, and starts it again, up to
+// startTries in all, when the engine answered that it lost its connection
+// to the container's runtime (runtimeLost): the container is sound, and
+// a second start is what the engine's own next try would be. A start of a
+// container that did start answers without error.
+func start(ctx context.Context, e Engine, id string) error {
+	err := e.ContainerStart(ctx, id, container.StartOptions{})
+	for try := 2; try <= startTries && runtimeLost(err); try++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(startRetryAfter):
+		}
+		if err = e.ContainerStart(ctx, id, container.StartOptions{}); err != nil && try == startTries {
+			err = fmt.Errorf("%w (started %d times)", err, startTries)
+		}
+	}
+	return err
+}
+
+// runtimeLost reports whether a container's start failed because the
+// engine's connection to containerd's shim for it closed while the shim
+// started the task ("ttrpc: closed"): seen once on a busy sandbox node of a
+// cold machine, Docker 20.10 and containerd 1.6, starting rigger's
+// service-sidekick, a container that exits at once, in place of RKE's.
+func runtimeLost(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "ttrpc: closed")
 }
 
 // copyBinary copies rigger's own binary (nodebin) into the created

@@ -86,3 +86,60 @@ func TestConfinedContainer(t *testing.T) {
 		t.Errorf("not confined: cap drop %v, security opts %v", host.CapDrop, host.SecurityOpt)
 	}
 }
+
+// startEngine fails the first fails starts with err.
+type startEngine struct {
+	callEngine
+	fails int
+	err   error
+}
+
+func (e *startEngine) ContainerStart(ctx context.Context, id string, o container.StartOptions) error {
+	_ = e.callEngine.ContainerStart(ctx, id, o)
+	if e.fails > 0 {
+		e.fails--
+		return e.err
+	}
+	return nil
+}
+
+// TestStartRuntimeLost: a start the engine answers with its runtime's
+// connection closed is tried again, up to startTries in all, and the
+// container is removed when the last fails; any other start error is not
+// tried again.
+func TestStartRuntimeLost(t *testing.T) {
+	lost := fmt.Errorf("Error response from daemon: ttrpc: closed: unknown")
+	for _, tc := range []struct {
+		name    string
+		fails   int
+		err     error
+		starts  int
+		wantErr string
+	}{
+		{name: "once", fails: 1, err: lost, starts: 2},
+		{name: "every time", fails: startTries, err: lost, starts: startTries, wantErr: "ttrpc: closed: unknown (started 3 times)"},
+		{name: "another error", fails: 1, err: fmt.Errorf("Error response from daemon: OCI runtime create failed: exec: \"kubelet\": not found"), starts: 1, wantErr: "OCI runtime create failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &startEngine{fails: tc.fails, err: tc.err}
+			_, err := Create(context.Background(), e, "n1", &desired.Container{Name: "service-sidekick", Image: "rke-tools:v1"}, nil)
+			starts := 0
+			for _, c := range e.calls {
+				if c == "start new" {
+					starts++
+				}
+			}
+			if starts != tc.starts {
+				t.Errorf("started %d times, want %d (%v)", starts, tc.starts, e.calls)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("Create: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("Create: %v, want an error with %q", err, tc.wantErr)
+			case tc.wantErr != "" && e.calls[len(e.calls)-1] != "remove new":
+				t.Errorf("a container that did not start is left behind: %v", e.calls)
+			}
+		})
+	}
+}
