@@ -156,11 +156,13 @@ const (
 	startRetryAfter = time.Second
 )
 
-// start starts the created container id, and starts it again, up to
-// startTries in all, when the engine answered that it lost its connection
-// to the container's runtime (runtimeLost): the container is sound, and
-// a second start is what the engine's own next try would be. A start of a
-// container that did start answers without error.
+// start starts container id (every start of dockerop goes through it),
+// and starts it again, up to startTries in all, when the engine answered
+// that it lost its connection to the container's runtime (runtimeLost):
+// the container is sound, and a second start is what the engine's own next
+// try would be. A start of a container that did start and runs answers
+// without error; one that ran and exited runs again, which rigger's
+// containers that exit at once (service-sidekick, the helpers of Run) bear.
 func start(ctx context.Context, e Engine, id string) error {
 	err := e.ContainerStart(ctx, id, container.StartOptions{})
 	for try := 2; try <= startTries && runtimeLost(err); try++ {
@@ -180,7 +182,7 @@ func start(ctx context.Context, e Engine, id string) error {
 // engine's connection to containerd's shim for it closed while the shim
 // started the task ("ttrpc: closed"): seen once on a busy sandbox node of a
 // cold machine, Docker 20.10 and containerd 1.6, starting rigger's
-// service-sidekick, a container that exits at once, in place of RKE's.
+// service-sidekick in place of RKE's.
 func runtimeLost(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "ttrpc: closed")
 }
@@ -259,7 +261,7 @@ func Replace(ctx context.Context, e Engine, node string, c *desired.Container, e
 		return "", fmt.Errorf("node %s: stop container %s: %w", node, c.Name, err)
 	}
 	if err := e.ContainerRename(ctx, c.Name, old); err != nil {
-		_ = e.ContainerStart(context.WithoutCancel(ctx), c.Name, container.StartOptions{})
+		_ = start(context.WithoutCancel(ctx), e, c.Name)
 		return "", fmt.Errorf("node %s: rename container %s: %w", node, c.Name, err)
 	}
 	crashpoint.Reach(crashpoint.ReplaceStopped)
@@ -269,7 +271,7 @@ func Replace(ctx context.Context, e Engine, node string, c *desired.Container, e
 	if err != nil {
 		restoreCtx := context.WithoutCancel(ctx)
 		if rerr := e.ContainerRename(restoreCtx, old, c.Name); rerr == nil {
-			_ = e.ContainerStart(restoreCtx, c.Name, container.StartOptions{})
+			_ = start(restoreCtx, e, c.Name)
 		}
 		return "", err
 	}

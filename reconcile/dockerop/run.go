@@ -53,7 +53,7 @@ func RunOutput(ctx context.Context, e Engine, node, image string, cmd []string, 
 	}
 	defer func() { _ = e.ContainerRemove(context.WithoutCancel(ctx), id, container.RemoveOptions{Force: true}) }()
 	waitC, errC := e.ContainerWait(ctx, id, container.WaitConditionNextExit)
-	if err := e.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+	if err := start(ctx, e, id); err != nil {
 		return nil, fmt.Errorf("node %s: start helper container: %w", node, err)
 	}
 	select {
